@@ -1,0 +1,110 @@
+# flashattn: plain Makefile. Needs a C11 compiler, make and pthreads; nvcc is optional.
+#
+#   make            library (static + shared) and the `flashattn` tool, CUDA included if nvcc is found
+#   make run        the main job: `flashattn bench` default sweep on the best device present
+#   make test       all tests (unit tests, a short `flashattn check`, sanitizer build, Python tests)
+#   make gpu-test   on a machine with an NVIDIA GPU: GPU check sweep, determinism, compute-sanitizer
+#   FA_NO_CUDA=1    build without CUDA even when nvcc exists
+#   CUDA_ARCHS="80 90"  SASS targets for the portable kernels (default 80 90; PTX for the highest)
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O3
+SAN     ?=
+CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -fPIC \
+                -fvisibility=hidden -Iinclude -Isrc -D_GNU_SOURCE -pthread $(SAN)
+CFLAGS  ?=
+ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS)
+LDLIBS  = -lm -pthread
+
+UNAME_M := $(shell uname -m)
+
+# ---- CPU sources ------------------------------------------------------------------------------
+# src/cpu/*_avx512.c and *_avx2.c are compiled with their ISA flags and picked at run time;
+# on other architectures they are left out and the scalar kernels are used.
+LIB_C      := $(wildcard src/*.c) $(wildcard src/cpu/*.c)
+SIMD512_C  := $(filter %_avx512.c,$(LIB_C))
+SIMD2_C    := $(filter %_avx2.c,$(LIB_C))
+ifneq ($(filter x86_64 amd64,$(UNAME_M)),)
+  AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2
+  AVX2_FLAGS   = -mavx2 -mfma -mf16c -mbmi2
+else
+  LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C),$(LIB_C))
+endif
+
+# ---- CUDA -------------------------------------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifneq ($(FA_NO_CUDA),)
+  NVCC :=
+endif
+CUDA_ARCHS ?= 80 90
+ifneq ($(strip $(NVCC)),)
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CU_SRC    := $(wildcard src/cuda/*.cu)
+  LIB_C     := $(filter-out src/fa_cuda_stub.c,$(LIB_C))
+  LAST_ARCH := $(lastword $(CUDA_ARCHS))
+  GENCODE   := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+               -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
+  # Hopper-only sources (wgmma/TMA/setmaxnreg) are named *_sm90a.cu and built for sm_90a alone.
+  GENCODE_SM90A := -gencode arch=compute_90a,code=sm_90a
+  NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
+               --expt-relaxed-constexpr -Xptxas=--warn-on-spills
+  CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -ldl -lrt
+else
+  CU_SRC    :=
+  CUDA_LIBS :=
+endif
+
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+TOOL_C  := $(wildcard tools/*.c) tests/reference.c
+TEST_C  := $(wildcard tests/*.c)
+
+.PHONY: all lib run test gpu-test clean bench check
+all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
+lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_sm90a.o: %_sm90a.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(GENCODE_SM90A) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(GENCODE) -MMD -MP -c $< -o $@
+
+$(BUILD)/libflashattn.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libflashattn.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/flashattn: $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_C)) $(BUILD)/libflashattn.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(BUILD)/fa_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_C)) $(BUILD)/libflashattn.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# The main job: the default benchmark sweep (speed-up and memory saving over standard attention).
+run: $(BUILD)/flashattn
+	./$(BUILD)/flashattn bench
+
+check: $(BUILD)/flashattn
+	./$(BUILD)/flashattn check
+
+# All tests. tests/run_all.sh prints the closing line "N passed, N failed".
+test:
+	@sh tests/run_all.sh
+
+gpu-test:
+	@sh tests/gpu_test.sh
+
+clean:
+	rm -rf $(BUILD) build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,210 @@
+/*
+ * flashattn.h: IO-aware exact attention (FlashAttention) with a C ABI.
+ *
+ *   O = softmax(Q Kᵀ · scale [+ softcap, ALiBi, masks, sinks]) V
+ *
+ * computed tile by tile with an online softmax, so the seqlen_q × seqlen_k score matrix never
+ * reaches main memory. The forward pass returns O and the row log-sum-exp (LSE); the backward
+ * pass recomputes the tiles from Q, K, V, O, LSE and dO.
+ *
+ * One call describes everything through one flat, zero-initialisable struct, `fa_params`, that is
+ * shared by the CPU and GPU paths:
+ *
+ *     fa_params p = {0};
+ *     p.dtype = FA_DTYPE_BF16;  p.device = FA_DEVICE_CPU;
+ *     p.batch = 2; p.seqlen_q = 1024; p.seqlen_k = 1024; p.heads_q = 16; p.heads_kv = 4;
+ *     p.head_dim = 128;                          // head_dim_v = 0 means head_dim
+ *     p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+ *     fa_set_contiguous_strides(&p);             // or set the *_stride fields by hand
+ *     p.causal = 1;
+ *     if (fa_forward(&p) != FA_OK) fprintf(stderr, "%s\n", fa_last_error());
+ *
+ * Tensor layouts (all strides are in ELEMENTS, the last dimension is always contiguous):
+ *   q    [batch, seqlen_q, heads_q,  head_dim]      q_batch_stride, q_row_stride, q_head_stride
+ *   k    [batch, seqlen_k, heads_kv, head_dim]      k_*_stride
+ *   v    [batch, seqlen_k, heads_kv, head_dim_v]    v_*_stride
+ *   o    [batch, seqlen_q, heads_q,  head_dim_v]    o_*_stride
+ *   lse  [batch, heads_q, seqlen_q] fp32, contiguous (natural log)
+ * Variable length (cu_seqlens_q and cu_seqlens_k set): sequences are packed along the token axis,
+ * the batch strides are ignored, token t of sequence b lives at row cu_seqlens[b] + t, seqlen_q /
+ * seqlen_k are the maxima over the batch, total_q / total_k give the packed row counts, and lse
+ * is [heads_q, total_q].
+ *
+ * Masks (query i of a sequence of length sq, key j of a sequence of length sk, shift = sk - sq):
+ *   causal:  key j visible iff j <= i + shift            (aligned to the bottom-right corner)
+ *   window:  key j visible iff i + shift - window_left <= j <= i + shift + window_right
+ *            (a negative side is unbounded; causal and window combine by intersection)
+ * Score of a visible key:  s = scale·(q·k); if softcap > 0: s = softcap·tanh(s / softcap);
+ *   if alibi: s -= slope·|i + shift - j|.
+ * Sinks: one logit t_h per query head joins the softmax denominator, contributes no value:
+ *   O_i = Σ_j exp(s_ij - LSE_i) v_j,  LSE_i = log(Σ_j exp(s_ij) + exp(t_h)).
+ * A row with no visible key and no sink gets O = 0 and LSE = -inf (with a sink: O = 0, LSE = t_h).
+ *
+ * Errors: every call returns an fa_status. fa_strerror() names the code, fa_last_error() gives the
+ * detailed message of the calling thread's last failed call (which field, which value). On error
+ * nothing is written to any output. The library never aborts or exits.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && defined(FA_BUILD_SHARED)
+#define FA_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(FA_USE_SHARED)
+#define FA_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+
+/* Largest head_dim / head_dim_v accepted by the CPU path; the CUDA path accepts 8..256 in
+ * multiples of 8 (fa_check_* says so precisely for a given configuration). */
+#define FA_MAX_HEAD_DIM 512
+
+typedef enum fa_status {
+    FA_OK = 0,
+    FA_ERR_NULL_POINTER = 1,    /* a required pointer is NULL                                   */
+    FA_ERR_INVALID_SIZE = 2,    /* a size is zero/negative where it must be positive, or too big  */
+    FA_ERR_OVERFLOW = 3,        /* sizes × strides overflow 64-bit element offsets              */
+    FA_ERR_HEADS = 4,           /* heads_q is not a multiple of heads_kv                        */
+    FA_ERR_HEAD_DIM = 5,        /* head_dim or head_dim_v out of the supported range            */
+    FA_ERR_STRIDE = 6,          /* a stride is negative, or an output stride makes rows overlap */
+    FA_ERR_CU_SEQLENS = 7,      /* cu_seqlens does not start at 0, decreases, or exceeds a max  */
+    FA_ERR_SOFTCAP = 8,         /* softcap is NaN, infinite or negative                         */
+    FA_ERR_SCALE = 9,           /* softmax_scale is NaN or infinite                             */
+    FA_ERR_DTYPE = 10,          /* unknown dtype, or a dtype the chosen device does not support */
+    FA_ERR_DEVICE = 11,         /* unknown device, or the device is not available in this build */
+    FA_ERR_UNSUPPORTED = 12,    /* a valid combination of features this path does not implement */
+    FA_ERR_WORKSPACE = 13,      /* caller workspace too small (fa_check_* gives the size)       */
+    FA_ERR_ALLOC = 14,          /* host or device memory allocation failed                      */
+    FA_ERR_CUDA = 15,           /* a CUDA runtime call or kernel launch failed                  */
+    FA_ERR_INVALID_ARGUMENT = 16, /* any other invalid field value (enum out of range, ...)     */
+    FA_ERR_ALIGNMENT = 17,      /* a pointer or stride is not aligned as the device path needs  */
+    FA_STATUS_COUNT_ = 18
+} fa_status;
+
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0, /* float32 (CPU only)                    */
+    FA_DTYPE_F16 = 1, /* IEEE half                              */
+    FA_DTYPE_BF16 = 2 /* bfloat16                               */
+} fa_dtype;
+
+typedef enum fa_device {
+    FA_DEVICE_CPU = 0, /* host memory, computed by the multithreaded SIMD engine               */
+    FA_DEVICE_CUDA = 1 /* device memory of the current CUDA device, computed on `stream`       */
+} fa_device;
+
+/* Everything one attention call needs. Zero-initialise, then set what you use; a zeroed field
+ * means "off" or "default" as documented. The same struct drives fa_forward and fa_backward. */
+typedef struct fa_params {
+    /* ---- where and in what type ---------------------------------------------------------- */
+    fa_device device; /* FA_DEVICE_CPU (0) or FA_DEVICE_CUDA                                  */
+    fa_dtype dtype;   /* element type of q, k, v, o (and do, dq, dk, dv); F32 (0), F16, BF16   */
+
+    /* ---- sizes ---------------------------------------------------------------------------- */
+    int64_t batch;      /* number of sequences, >= 1                                          */
+    int64_t seqlen_q;   /* query tokens per sequence (varlen: the maximum), >= 0              */
+    int64_t seqlen_k;   /* key tokens per sequence (varlen: the maximum), >= 0                */
+    int64_t heads_q;    /* query heads, >= 1, a multiple of heads_kv                          */
+    int64_t heads_kv;   /* key/value heads, >= 1 (1 = MQA, < heads_q = GQA)                   */
+    int64_t head_dim;   /* d of q and k, 1..FA_MAX_HEAD_DIM                                   */
+    int64_t head_dim_v; /* d of v and o; 0 means head_dim                                     */
+
+    /* ---- forward tensors ------------------------------------------------------------------ */
+    const void *q; /* [batch, seqlen_q, heads_q, head_dim]                                    */
+    const void *k; /* [batch, seqlen_k, heads_kv, head_dim]                                   */
+    const void *v; /* [batch, seqlen_k, heads_kv, head_dim_v]                                 */
+    void *o;       /* [batch, seqlen_q, heads_q, head_dim_v]  forward output                  */
+    float *lse;    /* [batch, heads_q, seqlen_q] (varlen [heads_q, total_q]) fp32; forward
+                      output (may be NULL in the forward: then it is not written), backward input */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+
+    /* ---- variable length ------------------------------------------------------------------ */
+    const int32_t *cu_seqlens_q; /* [batch + 1] prefix sums of query lengths, or NULL         */
+    const int32_t *cu_seqlens_k; /* [batch + 1] prefix sums of key lengths; both or neither    */
+    int64_t total_q; /* varlen only: rows of the packed q/o (>= cu_seqlens_q[batch]); sets the
+                        lse layout [heads_q, total_q]. On the GPU cu_seqlens live in device
+                        memory and are not read by the host, so these bound every access.      */
+    int64_t total_k; /* varlen only: rows of the packed k/v (>= cu_seqlens_k[batch])           */
+
+    /* ---- score transformation and masks --------------------------------------------------- */
+    float softmax_scale; /* multiplies q·k; 0 means 1/sqrt(head_dim)                          */
+    int causal;          /* nonzero: bottom-right aligned causal mask                         */
+    int use_window;      /* nonzero: apply window_left / window_right                         */
+    int32_t window_left;  /* keys visible to the left of the diagonal; < 0: unbounded         */
+    int32_t window_right; /* keys visible to the right of the diagonal; < 0: unbounded        */
+    float softcap;        /* > 0: s = softcap·tanh(s / softcap); 0: off                        */
+    const float *alibi_slopes;     /* [heads_q] or [batch, heads_q] fp32, or NULL             */
+    int64_t alibi_batch_stride;    /* 0: one slope per head; heads_q (or more): per batch×head */
+    const float *sink_logits;      /* [heads_q] fp32 learnable sink logits, or NULL           */
+
+    /* ---- backward tensors (fa_backward only) ---------------------------------------------- */
+    const void *dout; /* [batch, seqlen_q, heads_q, head_dim_v] gradient of o                 */
+    void *dq;         /* [batch, seqlen_q, heads_q, head_dim]   output                        */
+    void *dk;         /* [batch, seqlen_k, heads_kv, head_dim]  output (summed over GQA group) */
+    void *dv;         /* [batch, seqlen_k, heads_kv, head_dim_v] output (summed over group)   */
+    float *dsink;     /* [heads_q] fp32 gradient of sink_logits (overwritten), or NULL        */
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+    int deterministic; /* nonzero: GPU backward gives bitwise-identical dq/dk/dv run to run
+                          (the CPU path always does for a fixed num_threads)                  */
+
+    /* ---- execution ------------------------------------------------------------------------ */
+    int num_threads;       /* CPU worker threads; 0 = all online cores                         */
+    void *stream;          /* CUDA: cudaStream_t to run on (NULL = default stream)             */
+    void *workspace;       /* optional scratch in the device's memory; NULL = library allocates */
+    size_t workspace_bytes; /* size of workspace                                               */
+} fa_params;
+
+/* ---- calls ---------------------------------------------------------------------------------- */
+
+/* Forward: writes o and (if non-NULL) lse. */
+FA_API fa_status fa_forward(const fa_params *p);
+
+/* Backward: reads q, k, v, o, lse, dout; writes dq, dk, dv and (if non-NULL) dsink. */
+FA_API fa_status fa_backward(const fa_params *p);
+
+/* Is this configuration supported, and how much workspace does it need? Validates exactly as the
+ * call would (pointers included) and runs nothing. *workspace_bytes (if non-NULL) receives the
+ * workspace size the call wants when the caller supplies one (0 if none is needed). */
+FA_API fa_status fa_check_forward(const fa_params *p, size_t *workspace_bytes);
+FA_API fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes);
+
+/* Standard (materialised) attention on the CPU, for comparison only: S = Q Kᵀ for a whole
+ * (batch, head), softmax, then P V, all in fp32, with every feature above. Allocates O(seqlen_q ×
+ * seqlen_k) memory per worker thread. Writes o and lse exactly like fa_forward. */
+FA_API fa_status fa_standard_forward(const fa_params *p);
+
+/* Fill every *_stride field (forward and backward tensors) for densely packed
+ * [batch, seq, heads, dim] tensors (varlen, i.e. cu_seqlens_q set: [total, heads, dim] with batch
+ * strides 0). Sizes must already be set. */
+FA_API void fa_set_contiguous_strides(fa_params *p);
+
+/* ---- errors and introspection --------------------------------------------------------------- */
+
+FA_API const char *fa_strerror(fa_status status); /* short name of a status code              */
+FA_API const char *fa_last_error(void);           /* detailed message, calling thread only    */
+FA_API const char *fa_version(void);              /* "0.1.0"                                  */
+FA_API int fa_cuda_available(void);               /* 1 if built with CUDA and a GPU is present */
+FA_API const char *fa_cpu_isa(void);              /* SIMD level the CPU path uses: "avx512", "avx2", "scalar" */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHATTN_H */
