@@ -165,6 +165,30 @@ typedef struct fa_params {
     int deterministic; /* nonzero: GPU backward gives bitwise-identical dq/dk/dv run to run
                           (the CPU path always does for a fixed num_threads)                  */
 
+    /* ---- KV-cache decoding (fa_kvcache_forward only; ignored elsewhere) ------------------- */
+    /* k and v are the cache: contiguous [cache_batch, seqlen_k, heads_kv, d] (seqlen_k = capacity),
+     * or, with block_table, a page pool [num_pages, page_size, heads_kv, d] whose k/v batch
+     * stride is the page stride. q holds seqlen_q >= 1 new tokens per sequence. */
+    const int32_t *cache_seqlens;   /* [batch] tokens already in the cache; NULL = seqlen_k   */
+    const int32_t *cache_batch_idx; /* [batch] cache row of sequence b (contiguous only); NULL = b */
+    const int32_t *cache_leftpad;   /* [batch] first valid cache token of sequence b; NULL = 0 */
+    const int32_t *block_table;     /* [batch, block_table_batch_stride] page ids, or NULL     */
+    int64_t block_table_batch_stride; /* >= pages per sequence = ceil(seqlen_k / page_size)   */
+    int64_t page_size;              /* tokens per page (>= 1) with block_table                 */
+    int64_t num_pages;              /* pages in the pool, bounds every block_table entry       */
+    int64_t cache_batch;            /* contiguous caches: rows of k/v; 0 = batch               */
+    const void *k_new; /* [batch, seqlen_q, heads_kv, head_dim] written into the cache at
+                          cache_seqlens before attending (cache_seqlens required), or NULL      */
+    const void *v_new; /* [batch, seqlen_q, heads_kv, head_dim_v], set together with k_new     */
+    int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
+    int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
+    const void *rotary_cos; /* [rotary_seqlen, rotary_dim / 2], dtype of q, or NULL            */
+    const void *rotary_sin; /* same shape; rotary applies to q and k_new (as flash_attn does)  */
+    int64_t rotary_dim;     /* even, <= head_dim                                               */
+    int64_t rotary_seqlen;  /* rows of the cos/sin tables                                      */
+    int rotary_interleaved; /* nonzero: rotate pairs (0,1),(2,3)..; zero: halves (i, i+dim/2)  */
+    int num_splits;         /* split-KV: 0 = heuristic, 1 = no split, n = at most n splits     */
+
     /* ---- execution ------------------------------------------------------------------------ */
     int num_threads;       /* CPU worker threads; 0 = all online cores                         */
     void *stream;          /* CUDA: cudaStream_t to run on (NULL = default stream)             */
