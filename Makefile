@@ -56,7 +56,7 @@ else
 endif
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
-TOOL_C  := $(wildcard tools/*.c) tests/reference.c
+TOOL_C  := $(wildcard tools/*.c) tests/reference.c tests/sweep.c
 TEST_C  := $(wildcard tests/*.c)
 
 .PHONY: all lib run test gpu-test clean bench check

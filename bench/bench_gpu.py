@@ -1,0 +1,180 @@
+"""Side-by-side GPU benchmark: flashattn against PyTorch SDPA's FLASH_ATTENTION (FlashAttention-2)
+and CUDNN_ATTENTION backends, measured in one run on the same inputs.
+
+Run where PyTorch and a CUDA GPU are present, from the repository root, after `make`:
+
+    python3 bench/bench_gpu.py [--quick] [--out bench/results] [--d 64,128,256] [--seqlens 512,...]
+
+Shapes are the FlashAttention papers' standard ones: b·s = 16k tokens, hidden 2048 (h = 2048/d),
+bf16, causal and not. FLOPs: forward 4·b·h·s²·d (halved when causal), backward 2.5× forward.
+Timing: triton.testing.do_bench median (events, warm-up, repeats), the same method as the anchors
+in ../shared/anchors. Backward is timed as torch.autograd.grad of the forward output for every
+implementation alike. Also measured: peak extra memory of causal fwd+bwd at long sequence
+(b=1, h=16, d=128) above q, k, v.
+
+Writes bench/results/gpu-<date>.md (Markdown table), .json (all numbers) and .svg (TFLOP/s
+against sequence length) and prints the table last.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+import flashattn  # noqa: E402
+from report import write_svg  # noqa: E402
+
+SDPA_BACKENDS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def bench_ms(fn):
+    import triton
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def make_fns(name, q, k, v, causal):
+    """Forward closures. q, k, v are [b, s, h, d] (flashattn's layout); SDPA gets [b, h, s, d]
+    views of the same storage, so no implementation pays for a copy."""
+    if name == "flashattn":
+        return lambda: flashattn.flash_attn_func(q, k, v, causal=causal)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    be = SDPA_BACKENDS[name]
+
+    def f():
+        with sdpa_kernel(be):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+    return f
+
+
+def measure_speed(d_list, s_list, impls, modes):
+    rows = []
+    total_tokens = 16384
+    for d in d_list:
+        for causal in (False, True):
+            for s in s_list:
+                b, h = total_tokens // s, 2048 // d
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
+                                       requires_grad=True) for _ in range(3))
+                do = torch.randn_like(q)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                row = {"d": d, "causal": causal, "s": s, "b": b, "h": h}
+                for name in impls:
+                    try:
+                        f = make_fns(name, q, k, v, causal)
+                        cell = {}
+                        if "fwd" in modes:
+                            with torch.no_grad():
+                                f()
+                                ms = bench_ms(f)
+                            cell["fwd_ms"] = round(ms, 4)
+                            cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
+                        if "bwd" in modes:
+                            o = f()
+                            g = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+                            g()
+                            ms = bench_ms(g)
+                            cell["bwd_ms"] = round(ms, 4)
+                            cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
+                            del o
+                        row[name] = cell
+                    except Exception as e:  # an unsupported shape for one backend is a result too
+                        row[name] = {"error": str(e).splitlines()[0][:160]}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                del q, k, v, do
+                torch.cuda.empty_cache()
+    return rows
+
+
+def measure_memory(seqlens, impls):
+    """Peak extra memory of causal fwd+bwd above q, k, v, dO (b=1, h=16, d=128, bf16)."""
+    out = []
+    for s in seqlens:
+        for name in impls:
+            torch.cuda.empty_cache()
+            q, k, v = (torch.randn(1, s, 16, 128, device="cuda", dtype=torch.bfloat16,
+                                   requires_grad=True) for _ in range(3))
+            do = torch.randn_like(q)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            try:
+                o = make_fns(name, q, k, v, True)()
+                o.backward(do)
+                torch.cuda.synchronize()
+                extra = torch.cuda.max_memory_allocated() - base
+                out.append({"s": s, "impl": name, "extra_MiB": round(extra / 2**20)})
+            except Exception as e:
+                out.append({"s": s, "impl": name, "error": str(e).splitlines()[0][:160]})
+            print(json.dumps(out[-1]), flush=True)
+            del q, k, v, do
+            o = None
+    return out
+
+
+def markdown(res, impls):
+    lines = [f"# GPU benchmark {res['env']['date']}", "",
+             f"GPU: {res['env']['gpu']}; torch {res['env']['torch']}; cuDNN {res['env']['cudnn']}; "
+             "bf16; b·s = 16k tokens, hidden 2048. TFLOP/s (FlashAttention convention); "
+             "median of triton.testing.do_bench.", ""]
+    head = "| d | causal | seqlen | " + " | ".join(f"{n} fwd | {n} bwd" for n in impls) + " |"
+    lines += [head, "|" + "---|" * (3 + 2 * len(impls))]
+    for r in res["speed"]:
+        cells = []
+        for n in impls:
+            c = r.get(n, {})
+            cells += ["err", "err"] if "error" in c else [str(c.get("fwd_tflops", "-")),
+                                                        str(c.get("bwd_tflops", "-"))]
+        lines.append(f"| {r['d']} | {int(r['causal'])} | {r['s']} | " + " | ".join(cells) + " |")
+    if res["memory"]:
+        lines += ["", "Peak extra memory, causal fwd+bwd, b=1, h=16, d=128 (MiB above q, k, v, dO):", "",
+                  "| seqlen | impl | extra MiB |", "|---|---|---|"]
+        for m in res["memory"]:
+            lines.append(f"| {m['s']} | {m['impl']} | {m.get('extra_MiB', 'err')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="d=128 only, fewer lengths")
+    ap.add_argument("--d", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--modes", default="fwd,bwd")
+    ap.add_argument("--impls", default="flashattn,fa2,cudnn")
+    ap.add_argument("--mem-seqlens", default="4096,16384,65536")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--tag", default="gpu")
+    a = ap.parse_args()
+    d_list = [128] if a.quick else [int(x) for x in a.d.split(",")]
+    s_list = [1024, 4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
+    impls = a.impls.split(",")
+    modes = a.modes.split(",")
+    date = datetime.date.today().isoformat()
+    res = {"env": {"date": date, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "cudnn": torch.backends.cudnn.version()}}
+    print(res["env"], flush=True)
+    res["speed"] = measure_speed(d_list, s_list, impls, modes)
+    mem_s = [int(x) for x in a.mem_seqlens.split(",")] if a.mem_seqlens else []
+    res["memory"] = measure_memory(mem_s, impls) if "bwd" in modes else []
+    os.makedirs(a.out, exist_ok=True)
+    stem = os.path.join(a.out, f"{a.tag}-{date}")
+    md = markdown(res, impls)
+    with open(stem + ".md", "w") as fh:
+        fh.write(md)
+    with open(stem + ".json", "w") as fh:
+        json.dump(res, fh, indent=1)
+    write_svg(res["speed"], impls, stem + ".svg",
+              title=f"{res['env']['gpu']}, bf16, b·s = 16k, hidden 2048 ({date})")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""SVG chart of TFLOP/s against sequence length, written with the standard library only.
+
+write_svg(rows, impls, path, title) takes the "speed" rows of bench_gpu.py (one dict per
+(d, causal, s) with a {fwd_tflops, bwd_tflops} cell per implementation) and draws one panel per
+(mode, d, causal): x = sequence length (log scale), y = TFLOP/s, one line per implementation.
+"""
+import math
+
+COLORS = {"flashattn": "#d62728", "fa2": "#1f77b4", "cudnn": "#2ca02c", "standard": "#7f7f7f"}
+PANEL_W, PANEL_H, MARGIN = 260, 190, 48
+
+
+def _panel(x0, y0, series, title, ymax, seqlens):
+    out = [f'<g transform="translate({x0},{y0})">',
+           f'<rect x="0" y="0" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#ccc"/>',
+           f'<text x="{PANEL_W / 2}" y="-8" font-size="12" text-anchor="middle">{title}</text>']
+    lo, hi = math.log2(min(seqlens)), math.log2(max(seqlens))
+    span = max(hi - lo, 1e-9)
+
+    def px(s):
+        return (math.log2(s) - lo) / span * (PANEL_W - 20) + 10
+
+    def py(t):
+        return PANEL_H - t / ymax * (PANEL_H - 10)
+
+    for frac in (0.25, 0.5, 0.75, 1.0):
+        t = ymax * frac
+        out.append(f'<line x1="0" x2="{PANEL_W}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="-4" y="{py(t) + 4:.1f}" font-size="9" text-anchor="end">{t:.0f}</text>')
+    for s in seqlens:
+        label = f"{s // 1024}k" if s >= 1024 else str(s)
+        out.append(f'<text x="{px(s):.1f}" y="{PANEL_H + 12}" font-size="9" text-anchor="middle">{label}</text>')
+    for name, pts in series.items():
+        pts = [(s, t) for s, t in pts if t is not None]
+        if not pts:
+            continue
+        color = COLORS.get(name, "#9467bd")
+        path = " ".join(f"{px(s):.1f},{py(t):.1f}" for s, t in pts)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for s, t in pts:
+            out.append(f'<circle cx="{px(s):.1f}" cy="{py(t):.1f}" r="2.5" fill="{color}"/>')
+    out.append("</g>")
+    return out
+
+
+def write_svg(rows, impls, path, title=""):
+    keys = sorted({(r["d"], bool(r["causal"])) for r in rows})
+    modes = [m for m in ("fwd", "bwd") if any(f"{m}_tflops" in r.get(i, {}) for r in rows for i in impls)]
+    seqlens = sorted({r["s"] for r in rows})
+    ymax = 0.0
+    for r in rows:
+        for i in impls:
+            for m in modes:
+                ymax = max(ymax, r.get(i, {}).get(f"{m}_tflops", 0.0) or 0.0)
+    ymax = max(100.0, math.ceil(ymax / 100.0) * 100.0)
+    width = MARGIN + len(keys) * (PANEL_W + MARGIN)
+    height = 70 + len(modes) * (PANEL_H + 60)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif">', f'<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{MARGIN}" y="20" font-size="14">{title} — TFLOP/s vs sequence length</text>']
+    lx = MARGIN
+    for name in impls:
+        color = COLORS.get(name, "#9467bd")
+        out.append(f'<rect x="{lx}" y="30" width="12" height="4" fill="{color}"/>')
+        out.append(f'<text x="{lx + 16}" y="36" font-size="11">{name}</text>')
+        lx += 110
+    for mi, m in enumerate(modes):
+        for ki, (d, causal) in enumerate(keys):
+            series = {}
+            for name in impls:
+                pts = []
+                for r in rows:
+                    if r["d"] == d and bool(r["causal"]) == causal:
+                        pts.append((r["s"], r.get(name, {}).get(f"{m}_tflops")))
+                series[name] = sorted(pts)
+            x0 = MARGIN + ki * (PANEL_W + MARGIN)
+            y0 = 70 + mi * (PANEL_H + 60)
+            out += _panel(x0, y0, series, f"{m} d={d} {'causal' if causal else 'non-causal'}", ymax, seqlens)
+    out.append("</svg>")
+    with open(path, "w") as fh:
+        fh.write("\n".join(out) + "\n")

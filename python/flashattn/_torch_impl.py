@@ -1,0 +1,352 @@
+"""The PyTorch path: two custom ops (`flashattn::fwd`, `flashattn::bwd`) registered with
+torch.library, with fake (meta) implementations for torch.compile and an autograd formula that
+calls our backward. The ops run on CPU tensors (any dtype the CPU path takes: fp32, fp16, bf16)
+and CUDA tensors (fp16, bf16) on the current stream of the tensors' device.
+
+Inside an op, a tensor is passed by address and strides; only a tensor whose last dimension is
+not contiguous is copied. On CUDA, head dims that are not a multiple of 8 are zero-padded to the
+next multiple (the GPU kernels need it) and the result is sliced back; the default softmax scale
+is computed from the unpadded head dim before that.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import _core, _lib
+
+if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_autograd"):
+    raise ImportError("flashattn needs torch >= 2.4 (torch.library.custom_op); found torch %s"
+                      % torch.__version__)
+
+_DTYPES = {
+    torch.float32: _lib.FA_DTYPE_F32,
+    torch.float16: _lib.FA_DTYPE_F16,
+    torch.bfloat16: _lib.FA_DTYPE_BF16,
+}
+
+_empty_cache = {}  # device -> small tensor whose address stands in for empty tensors
+
+
+def dtype_code(dtype):
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise TypeError("flashattn: unsupported dtype %s (use torch.float16 or torch.bfloat16; "
+                        "torch.float32 on the CPU)" % dtype) from None
+
+
+def _address(t):
+    """data_ptr, or a valid placeholder for an empty tensor (the library rejects NULL even
+    where it reads nothing)."""
+    if t.numel() > 0:
+        return t.data_ptr()
+    holder = _empty_cache.get(t.device)
+    if holder is None:
+        holder = torch.empty(64, dtype=torch.uint8, device=t.device)
+        _empty_cache[t.device] = holder
+    return holder.data_ptr()
+
+
+def _contig_last(t):
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _view(t):
+    strides = list(t.stride())
+    strides[-1] = 1
+    return _core.View(_address(t), t.shape, strides)
+
+
+def _device_and_stream(t):
+    if t.device.type == "cpu":
+        return _lib.FA_DEVICE_CPU, None
+    if t.device.type == "cuda":
+        return _lib.FA_DEVICE_CUDA, torch.cuda.current_stream(t.device).cuda_stream
+    raise ValueError("flashattn: tensors on device %s are not supported (cpu or cuda)" % t.device)
+
+
+def _pad_last(t, multiple):
+    rem = t.shape[-1] % multiple
+    return t if rem == 0 else F.pad(t, (0, multiple - rem))
+
+
+def _needs_padding(q, v):
+    return q.is_cuda and (q.shape[-1] % 8 != 0 or v.shape[-1] % 8 != 0)
+
+
+class _Geometry:
+    def __init__(self, q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
+        self.varlen = cu_seqlens_q is not None
+        if self.varlen:
+            self.batch = cu_seqlens_q.shape[0] - 1
+            self.seqlen_q, self.seqlen_k = max_seqlen_q, max_seqlen_k
+        else:
+            self.batch = q.shape[0]
+            self.seqlen_q, self.seqlen_k = q.shape[1], k.shape[1]
+        self.hq, self.dv = q.shape[-2], v.shape[-1]
+        self.out_shape = tuple(q.shape[:-1]) + (self.dv,)
+        self.lse_shape = _core.lse_shape(self.varlen, self.batch, self.seqlen_q, self.hq,
+                                         q.shape[0])
+
+    def alloc(self, shape, dtype, device):
+        maker = torch.zeros if self.varlen else torch.empty
+        return maker(shape, dtype=dtype, device=device)
+
+
+def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+            window_left, window_right, softcap, alibi_slopes, sink_logits, deterministic):
+    device, stream = _device_and_stream(q)
+    opts = _core.Options(q.shape[-1], softmax_scale, causal, (window_left, window_right), softcap,
+                         deterministic)
+    extra = {}
+    if geo.varlen:
+        extra["cu_seqlens_q_ptr"] = cu_seqlens_q.data_ptr()
+        extra["cu_seqlens_k_ptr"] = cu_seqlens_k.data_ptr()
+    if alibi_slopes is not None:
+        extra["alibi_ptr"] = alibi_slopes.data_ptr()
+        extra["alibi_batch_stride"] = alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0
+    if sink_logits is not None:
+        extra["sink_ptr"] = sink_logits.data_ptr()
+    return _core.make_params(device, dtype_code(q.dtype), _view(q), _view(k), _view(v), _view(o),
+                             _address(lse), geo.batch, geo.seqlen_q, geo.seqlen_k, opts,
+                             stream=stream, **extra)
+
+
+def _guard(t):
+    return torch.cuda.device(t.device) if t.is_cuda else _NullGuard()
+
+
+class _NullGuard:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ---- forward op ---------------------------------------------------------------------------
+
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+        cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+        alibi_slopes: Optional[torch.Tensor], sink_logits: Optional[torch.Tensor],
+        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out [.., heads_q, head_dim_v] and lse (fp32). `deterministic` is unused here; it rides
+    along so the autograd formula can see it."""
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
+    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    padded = _needs_padding(q, v)
+    if padded:
+        q, k, v = _pad_last(q, 8), _pad_last(k, 8), _pad_last(v, 8)
+    out = geo.alloc(tuple(q.shape[:-1]) + (v.shape[-1],), q.dtype, q.device)
+    if geo.batch > 0:
+        with _guard(q):
+            p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+                        window_left, window_right, softcap, alibi_slopes, sink_logits, False)
+            _lib.forward(p)
+    if padded:
+        out = out[..., :geo.dv].contiguous()
+    return out, lse
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+              causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
+              deterministic):
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    out = q.new_empty(geo.out_shape)
+    lse = q.new_empty(geo.lse_shape, dtype=torch.float32)
+    return out, lse
+
+
+# ---- backward op --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+        cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+        alibi_slopes: Optional[torch.Tensor], sink_logits: Optional[torch.Tensor],
+        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (shaped like q, k, v) and dsink ([heads_q] fp32, or empty without sinks)."""
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    d, dv_dim = q.shape[-1], v.shape[-1]
+    dsink = torch.empty((geo.hq if sink_logits is not None else 0,), dtype=torch.float32,
+                        device=q.device)
+    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    out, dout = _contig_last(out), _contig_last(dout)
+    lse = lse.contiguous()
+    padded = _needs_padding(q, v)
+    if padded:
+        q, k, v, out, dout = (_pad_last(t, 8) for t in (q, k, v, out, dout))
+    dq = geo.alloc(q.shape, q.dtype, q.device)
+    dk = geo.alloc(k.shape, k.dtype, k.device)
+    dv = geo.alloc(v.shape, v.dtype, v.device)
+    if geo.batch > 0:
+        with _guard(q):
+            p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+                        window_left, window_right, softcap, alibi_slopes, sink_logits,
+                        deterministic)
+            _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv),
+                               _address(dsink) if sink_logits is not None else None)
+            _lib.backward(p)
+    elif sink_logits is not None:
+        dsink.zero_()
+    if padded:
+        dq = dq[..., :d].contiguous()
+        dk = dk[..., :d].contiguous()
+        dv = dv[..., :dv_dim].contiguous()
+    return dq, dk, dv, dsink
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+              softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
+              deterministic):
+    dsink = q.new_empty((q.shape[-2] if sink_logits is not None else 0,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
+
+
+# ---- autograd -----------------------------------------------------------------------------
+
+_FWD_ARGS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+             "softmax_scale", "causal", "window_left", "window_right", "softcap", "alibi_slopes",
+             "sink_logits", "deterministic")
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, alibi, sink,
+     deterministic) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, sink)
+    ctx.scalars = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
+    ctx.has_sink = sink is not None
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k, alibi, sink = ctx.saved_tensors
+    max_q, max_k, scale, causal, wl, wr, softcap, deterministic = ctx.scalars
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv, dsink = torch.ops.flashattn.bwd(
+        grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
+        alibi, sink, deterministic)
+    grads = [None] * len(_FWD_ARGS)
+    grads[0], grads[1], grads[2] = dq, dk, dv
+    if ctx.has_sink:
+        grads[13] = dsink
+    return tuple(grads)
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- entry points used by the public functions ---------------------------------------------
+
+
+def _check_tensor(name, t, device):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("flashattn: %s must be a torch.Tensor like q, got %s"
+                        % (name, type(t).__name__))
+    if t.device != device:
+        raise ValueError("flashattn: %s is on %s but q is on %s (all tensors must be on one "
+                         "device)" % (name, t.device, device))
+
+
+def _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    alibi_slopes, sink_logits):
+    """Checks done in Python before the op (shapes, dtypes, devices); returns the optional
+    tensors converted as the op wants them (int32 cu_seqlens, fp32 slopes and sinks)."""
+    for name, t in (("k", k), ("v", v)):
+        _check_tensor(name, t, q.device)
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError("flashattn: tensors on device %s are not supported (cpu or cuda)"
+                         % q.device)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("flashattn: q, k, v must have the same dtype, got %s, %s, %s"
+                        % (q.dtype, k.dtype, v.dtype))
+    dtype_code(q.dtype)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError("flashattn: give both cu_seqlens_q and cu_seqlens_k, or neither")
+    batch, _, _, hq, _, _, _ = _core.check_qkv_shapes(q.shape, k.shape, v.shape, varlen)
+    if varlen:
+        _check_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
+        _check_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
+        batch = _core.check_cu_seqlens_shapes(cu_seqlens_q.shape, cu_seqlens_k.shape)
+        if cu_seqlens_q.dtype.is_floating_point or cu_seqlens_k.dtype.is_floating_point:
+            raise TypeError("flashattn: cu_seqlens must be integer tensors (torch.int32)")
+        cu_seqlens_q = cu_seqlens_q.to(torch.int32).contiguous()
+        cu_seqlens_k = cu_seqlens_k.to(torch.int32).contiguous()
+        if max_seqlen_q is None or max_seqlen_k is None:
+            raise TypeError("flashattn: max_seqlen_q and max_seqlen_k are required with "
+                            "cu_seqlens")
+        max_seqlen_q, max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+    else:
+        max_seqlen_q = max_seqlen_k = 0
+    if alibi_slopes is not None:
+        _check_tensor("alibi_slopes", alibi_slopes, q.device)
+        _core.check_alibi_shape(alibi_slopes.shape, batch, hq)
+        if alibi_slopes.dtype != torch.float32:
+            raise TypeError("flashattn: alibi_slopes must be torch.float32, got %s"
+                            % alibi_slopes.dtype)
+        alibi_slopes = _contig_last(alibi_slopes)
+    if sink_logits is not None:
+        _check_tensor("sink_logits", sink_logits, q.device)
+        _core.check_sink_shape(sink_logits.shape, hq)
+        if not sink_logits.dtype.is_floating_point:
+            raise TypeError("flashattn: sink_logits must be a floating-point tensor")
+        sink_logits = sink_logits.float().contiguous()
+    return cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, sink_logits
+
+
+def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+              max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+              softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False):
+    """(out, lse) through the autograd-aware op."""
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+     sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, alibi_slopes, sink_logits)
+    _, wl, wr = _core.window_fields(window_size)
+    scale = _core.default_scale(q.shape[-1], softmax_scale)
+    return torch.ops.flashattn.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, scale, bool(causal), wl, wr,
+                                   _core.check_softcap(softcap), alibi_slopes, sink_logits,
+                                   bool(deterministic))
+
+
+def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None,
+                       max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False,
+                       window_size=(-1, -1), softcap=0.0, alibi_slopes=None, sink_logits=None,
+                       deterministic=False):
+    """(dq, dk, dv, dsink or None) without autograd."""
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+     sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, alibi_slopes, sink_logits)
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    for name, t in (("dout", dout), ("out", out)):
+        _check_tensor(name, t, q.device)
+        if tuple(t.shape) != geo.out_shape:
+            raise ValueError("flashattn: %s must have shape %s (that of the forward output), "
+                             "got %s" % (name, geo.out_shape, tuple(t.shape)))
+        if t.dtype != q.dtype:
+            raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, t.dtype, q.dtype))
+    _check_tensor("lse", lse, q.device)
+    if tuple(lse.shape) != geo.lse_shape or lse.dtype != torch.float32:
+        raise ValueError("flashattn: lse must be float32 of shape %s, got %s %s"
+                         % (geo.lse_shape, lse.dtype, tuple(lse.shape)))
+    _, wl, wr = _core.window_fields(window_size)
+    scale = _core.default_scale(q.shape[-1], softmax_scale)
+    with torch.no_grad():
+        dq, dk, dv, dsink = torch.ops.flashattn.bwd(
+            dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            scale, bool(causal), wl, wr, _core.check_softcap(softcap), alibi_slopes,
+            sink_logits, bool(deterministic))
+    return dq, dk, dv, (dsink if sink_logits is not None else None)

@@ -1,0 +1,189 @@
+"""The flash_attn 2.x functions, with the same names, arguments, defaults and return values.
+
+Each takes PyTorch tensors (CPU or CUDA; autograd through our backward) or NumPy arrays (CPU,
+forward only: use `flash_attn_backward` for gradients). Layout (batch, seqlen, nheads, headdim);
+varlen layout (total_tokens, nheads, headdim) with int32 cu_seqlens of shape (batch + 1,).
+
+Additions to the flash_attn signatures (keyword-only, after all of flash_attn's arguments):
+  sink_logits: (nheads,) learnable per-head sink logits joining every row's softmax denominator
+               (gpt-oss style); the gradient flows to it.
+Not supported: dropout_p > 0 and block_table (paged KV) raise NotImplementedError;
+flash_attn_with_kvcache (decode path) raises NotImplementedError for now.
+"""
+
+from . import _core
+
+try:
+    import torch as _torch
+    from . import _torch_impl
+except ImportError:  # NumPy-only installs
+    _torch = None
+    _torch_impl = None
+
+
+def _is_torch(x):
+    return _torch is not None and isinstance(x, _torch.Tensor)
+
+
+def _numpy_impl():
+    from . import _numpy_impl as impl
+    return impl
+
+
+def _reject_torch_mix(*tensors):
+    for t in tensors:
+        if _is_torch(t):
+            raise TypeError("flashattn: mixing NumPy arrays and torch tensors in one call; pass "
+                            "all tensors as torch.Tensor or all as NumPy arrays")
+
+
+def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+               causal, window_size, softcap, alibi_slopes, sink_logits, deterministic):
+    if _is_torch(q):
+        return _torch_impl.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                                     alibi_slopes, sink_logits, deterministic)
+    _reject_torch_mix(k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
+    return _numpy_impl().forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                 sink_logits)
+
+
+def _result(out, lse, return_attn_probs):
+    # flash_attn returns (out, softmax_lse, S_dmask); S_dmask only exists with dropout.
+    return (out, lse, None) if return_attn_probs else out
+
+
+def _unpack(packed, name, axis, count, rank, layout):
+    shape = tuple(packed.shape)
+    if len(shape) != rank or shape[axis] != count:
+        raise ValueError("flashattn: %s must have shape %s, got %s" % (name, layout, shape))
+    index = (slice(None),) * axis
+    return [packed[index + (i,)] for i in range(count)]
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False, *, sink_logits=None):
+    """Attention of q (batch, seqlen_q, nheads, headdim) over k (batch, seqlen_k, nheads_k,
+    headdim) and v (batch, seqlen_k, nheads_k, headdim_v); nheads a multiple of nheads_k (GQA/MQA:
+    query head h uses kv head h // (nheads // nheads_k)).
+
+    softmax_scale: default 1/sqrt(headdim). causal: mask aligned to the bottom-right corner.
+    window_size (left, right): query i sees keys [i + sk - sq - left, i + sk - sq + right];
+    -1 is unbounded. softcap > 0: scores become softcap·tanh(scores/softcap). alibi_slopes:
+    (nheads,) or (batch, nheads) fp32, bias -slope·|i + sk - sq - j|. deterministic: bitwise
+    reproducible backward. sink_logits: (nheads,) per-head sink logits.
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None) with
+    return_attn_probs; softmax_lse is (batch, nheads, seqlen_q) fp32 (natural log).
+    """
+    _core.check_dropout(dropout_p)
+    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False, *, sink_logits=None):
+    """flash_attn_func with qkv (batch, seqlen, 3, nheads, headdim), read in place by strides."""
+    _core.check_dropout(dropout_p)
+    q, k, v = _unpack(qkv, "qkv", 2, 3, 5, "(batch, seqlen, 3, nheads, headdim)")
+    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False, *, sink_logits=None):
+    """flash_attn_func with kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+    _core.check_dropout(dropout_p)
+    k, v = _unpack(kv, "kv", 2, 2, 5, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, sink_logits=None):
+    """Variable-length attention: q (total_q, nheads, headdim), k (total_k, nheads_k, headdim),
+    v (total_k, nheads_k, headdim_v); sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1]-1.
+    max_seqlen_q/k: the longest sequence (an upper bound is fine). Masks are per sequence.
+    Returns out (total_q, nheads, headdim_v), or (out, softmax_lse (nheads, total_q), None).
+    """
+    _core.check_dropout(dropout_p)
+    if block_table is not None:
+        raise NotImplementedError("flashattn: block_table (paged KV cache) is not supported yet")
+    out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+                          deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False, *, sink_logits=None):
+    """flash_attn_varlen_func with qkv (total, 3, nheads, headdim) and one cu_seqlens."""
+    _core.check_dropout(dropout_p)
+    q, k, v = _unpack(qkv, "qkv", 1, 3, 4, "(total, 3, nheads, headdim)")
+    out, lse = _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale,
+                          causal, window_size, softcap, alibi_slopes, sink_logits, deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False,
+                                    return_attn_probs=False, *, sink_logits=None):
+    """flash_attn_varlen_func with kv (total_k, 2, nheads_k, headdim)."""
+    _core.check_dropout(dropout_p)
+    k, v = _unpack(kv, "kv", 1, 2, 4, "(total_k, 2, nheads_k, headdim)")
+    out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+                          deterministic)
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_with_kvcache(*args, **kwargs):
+    """Not available yet: the decode path (KV cache, split-KV) is not part of this version."""
+    raise NotImplementedError("flashattn: flash_attn_with_kvcache is not implemented yet (the "
+                              "decode path comes later); use flash_attn_func or "
+                              "flash_attn_varlen_func with the cache as k/v")
+
+
+def flash_attn_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                       max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                       softcap=0.0, alibi_slopes=None, *, sink_logits=None):
+    """Forward pass returning (out, softmax_lse), batched or (with cu_seqlens) varlen. With
+    torch tensors this is the autograd-aware op (the lse output is not differentiable)."""
+    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+                      False)
+
+
+def flash_attn_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q=None, cu_seqlens_k=None,
+                        max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                        deterministic=False, *, sink_logits=None):
+    """Explicit backward pass (NumPy arrays or torch tensors, no autograd): gradients of the
+    attention with the given options, from dout (shaped like out) and the forward's out and
+    softmax_lse. Returns (dq, dk, dv), or (dq, dk, dv, dsink) when sink_logits is given; dk/dv
+    are summed over the query heads that share a kv head."""
+    if _is_torch(q):
+        result = _torch_impl.attention_backward(
+            dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            max_seqlen_k, softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+            deterministic)
+    else:
+        _reject_torch_mix(dout, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                          sink_logits)
+        result = _numpy_impl().backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q,
+                                        cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                                        causal, window_size, softcap, alibi_slopes, sink_logits,
+                                        deterministic)
+    return result if sink_logits is not None else result[:3]

@@ -1,0 +1,463 @@
+/*
+ * cpu_backward.c: the CPU engine's tiled backward pass (FlashAttention-2 math).
+ *
+ * Inputs q, k, v, o, lse, dO; outputs dq, dk, dv and dsink. P is recomputed tile by tile from
+ * the stored LSE (P = exp(S - LSE)); no seqlen_q × seqlen_k matrix is ever formed. Three
+ * parallel passes, each over work items taken from an atomic counter:
+ *
+ *   pass 0, item (b, query head):  D_i = rowsum(dO_i ∘ O_i) for every row (fp32 buffer laid out
+ *       like lse) and the item's dsink partial -Σ_i exp(t_h - LSE_i)·D_i; the partials are
+ *       summed over b in a fixed order afterwards.
+ *   pass 1, item (b, kv head, block of FA_CPU_BWD_BLOCK_KEYS keys):  dK and dV of those keys,
+ *       accumulated in fp32 over the query heads of the GQA group and their query blocks (in a
+ *       fixed order), then rounded to the dtype once. Rows-major tiles (keys are the lanes):
+ *         k_t [d][keys_pad], v_t [dv][keys_pad]      packed once per item
+ *         s  [rows][keys_pad] = scale · Q Kᵀ         dp [rows][keys_pad] = dO Vᵀ
+ *         s -> P = exp(s - LSE),  dp -> dS = P ∘ (dp - D) (∘ softcap'(·)) · scale
+ *         dv_acc += Pᵀ dO,  dk_acc += dSᵀ Q
+ *   pass 2, item (b, query head, block of FA_CPU_BLOCK_ROWS queries):  dQ of those rows,
+ *       recomputing S and dP with keys-major tiles (query rows are the lanes, as in the forward):
+ *         q_t [d][rows_pad], do_t [dv][rows_pad]     packed once per item
+ *         s_t [keys][rows_pad] = scale · K Qᵀ,  dp_t = V dOᵀ,  -> P, dS as above
+ *         dq_acc += dS K
+ * Every output element is written by exactly one item, whose arithmetic order does not depend
+ * on the thread that runs it: results are bitwise identical for any thread count and run to
+ * run. The cost is recomputing S and dP once more in pass 2 (7 GEMMs per tile pair instead of
+ * 5), which buys full parallelism without atomics or per-thread dQ copies.
+ * Tiles outside every row's key range are skipped; the mask is applied only on cut tiles.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_engine.h"
+
+#define BLOCK_ROWS FA_CPU_BLOCK_ROWS     /* pass 2: query rows per item                         */
+#define BLOCK_KEYS FA_CPU_BLOCK_KEYS     /* pass 2: keys per tile                              */
+#define KV_KEYS FA_CPU_BWD_BLOCK_KEYS    /* pass 1: keys per item                              */
+#define KV_ROWS FA_CPU_BWD_BLOCK_ROWS    /* pass 1: query rows per tile                        */
+
+typedef struct bwd_ctx {
+    const fa_problem *pb;
+    const fa_cpu_kernels *kern;
+    float *dsum;            /* D, laid out like lse                                            */
+    double *dsink_partial;  /* [batch][heads_q]                                                */
+    int64_t *item_start;    /* [batch + 1] first item of each sequence in the current pass     */
+    atomic_llong next_item;
+    int64_t total_items;
+    int pass;
+    char *scratch;
+    size_t scratch_bytes;
+    int64_t d, dv, d_pad, dv_pad;
+    size_t elem;
+    int q_direct, do_direct;   /* fp32 rows with padded width usable in place (pass 1)        */
+    int k_direct, v_direct;    /* same for K (A and B operand) and V (A operand) in pass 2     */
+} bwd_ctx;
+
+typedef struct bwd_scratch {
+    /* pass 1 */
+    float *k_t, *v_t, *dk_acc, *dv_acc, *q_rows, *do_rows, *s, *dp, *tanh_vals;
+    /* pass 2 */
+    float *q_t, *do_t, *k_rows, *v_rows, *dq_acc;
+    /* both */
+    float *row_tmp, *row_tmp2, *lse, *dsum, *slope;
+    int32_t *lo_rel, *hi_rel, *diag_rel;
+} bwd_scratch;
+
+static size_t backward_scratch_layout(const fa_problem *pb, char *base, bwd_scratch *s) {
+    int64_t d = pb->p.head_dim, dv = pb->p.head_dim_v;
+    int64_t d_pad = fa_cpu_round_up(d, FA_CPU_PAD), dv_pad = fa_cpu_round_up(dv, FA_CPU_PAD);
+    int64_t rows_max = BLOCK_ROWS > KV_ROWS ? BLOCK_ROWS : KV_ROWS;
+    int64_t tile = BLOCK_KEYS * BLOCK_ROWS > KV_ROWS * KV_KEYS ? BLOCK_KEYS * BLOCK_ROWS : KV_ROWS * KV_KEYS;
+    fa_cpu_arena a = {base, 0};
+    bwd_scratch dummy;
+    if (!s) s = &dummy;
+#define TAKE_F32(n) (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(n))
+    s->s = TAKE_F32(tile);
+    s->dp = TAKE_F32(tile);
+    s->tanh_vals = TAKE_F32(tile);
+    s->k_t = TAKE_F32(d * KV_KEYS);
+    s->v_t = TAKE_F32(dv * KV_KEYS);
+    s->dk_acc = TAKE_F32(KV_KEYS * d_pad);
+    s->dv_acc = TAKE_F32(KV_KEYS * dv_pad);
+    s->q_rows = TAKE_F32(KV_ROWS * d_pad);
+    s->do_rows = TAKE_F32(KV_ROWS * dv_pad);
+    s->q_t = TAKE_F32(d * BLOCK_ROWS);
+    s->do_t = TAKE_F32(dv * BLOCK_ROWS);
+    s->k_rows = TAKE_F32(BLOCK_KEYS * d_pad);
+    s->v_rows = TAKE_F32(BLOCK_KEYS * dv);
+    s->dq_acc = TAKE_F32(BLOCK_ROWS * d_pad);
+    s->row_tmp = TAKE_F32(d_pad > dv_pad ? d_pad : dv_pad);
+    s->row_tmp2 = TAKE_F32(d_pad > dv_pad ? d_pad : dv_pad);
+    s->lse = TAKE_F32(rows_max);
+    s->dsum = TAKE_F32(rows_max);
+    s->slope = TAKE_F32(rows_max);
+#undef TAKE_F32
+    s->lo_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
+    s->hi_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
+    s->diag_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
+    return a.used;
+}
+
+static int32_t clamp_to_i32(int64_t x, int64_t lo, int64_t hi) {
+    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
+}
+
+/* Convert `n_rows` rows of a caller tensor (row r at base + r·row_stride elements) to fp32 rows
+ * of width `width`, leading dimension ld; columns width..ld-1 are zero. */
+static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const void *base, int64_t row_stride,
+                      int64_t n_rows, int64_t width, fa_dtype dtype) {
+    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    for (int64_t r = 0; r < n_rows; r++) {
+        kern->to_f32(dst + r * ld, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
+        for (int64_t k = width; k < ld; k++) dst[r * ld + k] = 0.0f;
+    }
+}
+
+/* Transposed fp32 copy: dst[k][r] = row r, column k, for r < n_rows; lanes n_rows..ld-1 zero. */
+static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t ld, float *tmp, const void *base,
+                                 int64_t row_stride, int64_t n_rows, int64_t width, fa_dtype dtype) {
+    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    memset(dst, 0, sizeof(float) * (size_t)(width * ld));
+    for (int64_t r = 0; r < n_rows; r++) {
+        kern->to_f32(tmp, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
+        for (int64_t k = 0; k < width; k++) dst[k * ld + r] = tmp[k];
+    }
+}
+
+/* ---- pass 0: D = rowsum(dO ∘ O) and dsink partials ---------------------------------------------- */
+
+static void backward_dsum_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t h) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    fa_seq seq = fa_sequence(pb, b);
+    int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
+    double sink_sum = 0.0;
+    for (int64_t i = 0; i < seq.len_q; i++) {
+        int64_t o_off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
+        int64_t do_off =
+            fa_row_offset(pb, b, seq.q_start, i, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+        c->kern->to_f32(w->row_tmp, (const char *)p->o + o_off * (int64_t)c->elem, c->dv, p->dtype);
+        c->kern->to_f32(w->row_tmp2, (const char *)p->dout + do_off * (int64_t)c->elem, c->dv, p->dtype);
+        double dot = 0.0;
+        for (int64_t k = 0; k < c->dv; k++) dot += (double)w->row_tmp[k] * (double)w->row_tmp2[k];
+        c->dsum[lse_base + i] = (float)dot;
+        float lse = p->lse[lse_base + i];
+        if (p->sink_logits && lse != -INFINITY) sink_sum += exp((double)p->sink_logits[h] - (double)lse) * dot;
+    }
+    c->dsink_partial[b * p->heads_q + h] = -sink_sum;
+}
+
+/* ---- pass 1: dK, dV of one key block ------------------------------------------------------------- */
+
+static void backward_kv_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad, dv_pad = c->dv_pad;
+    const size_t elem = c->elem;
+    fa_seq seq = fa_sequence(pb, b);
+    int64_t key_blocks = (seq.len_k + KV_KEYS - 1) / KV_KEYS;
+    int64_t kv_head = local / key_blocks;
+    int64_t j0 = (local % key_blocks) * KV_KEYS;
+    int64_t n_keys = seq.len_k - j0 < KV_KEYS ? seq.len_k - j0 : KV_KEYS;
+    int64_t keys_pad = fa_cpu_round_up(n_keys, FA_CPU_PAD);
+    int64_t shift = seq.len_k - seq.len_q;
+
+    int64_t k_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+    int64_t v_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    load_rows_transposed(kern, w->k_t, keys_pad, w->row_tmp, (const char *)p->k + k_off * (int64_t)elem,
+                         p->k_row_stride, n_keys, d, p->dtype);
+    load_rows_transposed(kern, w->v_t, keys_pad, w->row_tmp, (const char *)p->v + v_off * (int64_t)elem,
+                         p->v_row_stride, n_keys, dv, p->dtype);
+    memset(w->dk_acc, 0, sizeof(float) * (size_t)(n_keys * d_pad));
+    memset(w->dv_acc, 0, sizeof(float) * (size_t)(n_keys * dv_pad));
+
+    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
+    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+
+    for (int64_t h = kv_head * pb->group; h < (kv_head + 1) * pb->group; h++) {
+        int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
+        float slope = apply_alibi ? p->alibi_slopes[b * p->alibi_batch_stride + h] : 0.0f;
+        for (int64_t i0 = 0; i0 < seq.len_q; i0 += KV_ROWS) {
+            int64_t n_rows = seq.len_q - i0 < KV_ROWS ? seq.len_q - i0 : KV_ROWS;
+            /* key ranges are nondecreasing in the row: the block's union and intersection come
+             * from its first and last rows */
+            int64_t lo_first, hi_first, lo_last, hi_last;
+            fa_key_range(i0, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_first, &hi_first);
+            fa_key_range(i0 + n_rows - 1, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_last, &hi_last);
+            if (hi_last <= j0 || lo_first >= j0 + n_keys) continue;
+            int needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j0 + n_keys);
+
+            /* Q and dO rows: in place when fp32 with a padded width, else converted */
+            int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+            int64_t do_off =
+                fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+            const float *q_rows, *do_rows;
+            int64_t ldq, lddo;
+            if (c->q_direct) {
+                q_rows = (const float *)p->q + q_off;
+                ldq = p->q_row_stride;
+            } else {
+                load_rows(kern, w->q_rows, d_pad, (const char *)p->q + q_off * (int64_t)elem, p->q_row_stride, n_rows, d,
+                          p->dtype);
+                q_rows = w->q_rows;
+                ldq = d_pad;
+            }
+            if (c->do_direct) {
+                do_rows = (const float *)p->dout + do_off;
+                lddo = p->do_row_stride;
+            } else {
+                load_rows(kern, w->do_rows, dv_pad, (const char *)p->dout + do_off * (int64_t)elem, p->do_row_stride,
+                          n_rows, dv, p->dtype);
+                do_rows = w->do_rows;
+                lddo = dv_pad;
+            }
+            for (int64_t r = 0; r < n_rows; r++) {
+                w->lse[r] = p->lse[lse_base + i0 + r];
+                w->dsum[r] = c->dsum[lse_base + i0 + r];
+            }
+
+            /* s[r][j] = scale · q_r · k_j */
+            fa_cpu_gemm_args qk = {n_rows, keys_pad, d, q_rows, ldq, 1, w->k_t, keys_pad, w->s, keys_pad,
+                                   FA_CPU_GEMM_STORE, score_scale, NULL};
+            kern->gemm(&qk);
+            if (apply_softcap || apply_alibi || needs_mask) {
+                for (int64_t r = 0; r < n_rows; r++) {
+                    int64_t lo, hi;
+                    fa_key_range(i0 + r, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
+                    w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
+                    w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
+                    w->diag_rel[r] = clamp_to_i32(i0 + r + shift - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+                    w->slope[r] = slope;
+                }
+                fa_cpu_score_tile t = {w->s, apply_softcap ? w->tanh_vals : NULL, keys_pad, keys_pad, n_rows, 0,
+                                       apply_softcap, apply_alibi, needs_mask, p->softcap, w->lo_rel, w->hi_rel,
+                                       w->diag_rel, w->slope};
+                kern->transform_scores(&t);
+            }
+            /* dp[r][j] = do_r · v_j */
+            fa_cpu_gemm_args dov = {n_rows, keys_pad, dv, do_rows, lddo, 1, w->v_t, keys_pad, w->dp, keys_pad,
+                                    FA_CPU_GEMM_STORE, 1.0f, NULL};
+            kern->gemm(&dov);
+            fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, keys_pad, keys_pad, n_rows, 0,
+                                  w->lse, w->dsum, p->softmax_scale};
+            kern->grad_scores(&g);
+            /* dv_acc[j][:] += sum_r P[r][j] · do_r ;  dk_acc[j][:] += sum_r dS[r][j] · q_r */
+            fa_cpu_gemm_args pdo = {n_keys, dv_pad, n_rows, w->s, 1, keys_pad, do_rows, lddo, w->dv_acc, dv_pad,
+                                    FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
+            kern->gemm(&pdo);
+            fa_cpu_gemm_args dsq = {n_keys, d_pad, n_rows, w->dp, 1, keys_pad, q_rows, ldq, w->dk_acc, d_pad,
+                                    FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
+            kern->gemm(&dsq);
+        }
+    }
+
+    for (int64_t j = 0; j < n_keys; j++) {
+        int64_t dk_off = fa_row_offset(pb, b, seq.k_start, j0 + j, kv_head, p->dk_batch_stride, p->dk_row_stride,
+                                       p->dk_head_stride);
+        int64_t dv_off = fa_row_offset(pb, b, seq.k_start, j0 + j, kv_head, p->dv_batch_stride, p->dv_row_stride,
+                                       p->dv_head_stride);
+        kern->from_f32((char *)p->dk + dk_off * (int64_t)elem, w->dk_acc + j * d_pad, d, p->dtype);
+        kern->from_f32((char *)p->dv + dv_off * (int64_t)elem, w->dv_acc + j * dv_pad, dv, p->dtype);
+    }
+}
+
+/* ---- pass 2: dQ of one query block ---------------------------------------------------------------- */
+
+static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad;
+    const size_t elem = c->elem;
+    fa_seq seq = fa_sequence(pb, b);
+    int64_t q_blocks = (seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    int64_t h = local / q_blocks;
+    int64_t i0 = (q_blocks - 1 - local % q_blocks) * BLOCK_ROWS;
+    int64_t n_rows = seq.len_q - i0 < BLOCK_ROWS ? seq.len_q - i0 : BLOCK_ROWS;
+    int64_t rows_pad = fa_cpu_round_up(n_rows, FA_CPU_PAD);
+    int64_t kv_head = h / pb->group;
+    int64_t shift = seq.len_k - seq.len_q;
+    int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
+
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    fa_key_range(i0, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_first, &hi_first);
+    fa_key_range(i0 + n_rows - 1, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_last, &hi_last);
+
+    int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    int64_t do_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+    load_rows_transposed(kern, w->q_t, rows_pad, w->row_tmp, (const char *)p->q + q_off * (int64_t)elem,
+                         p->q_row_stride, n_rows, d, p->dtype);
+    load_rows_transposed(kern, w->do_t, rows_pad, w->row_tmp, (const char *)p->dout + do_off * (int64_t)elem,
+                         p->do_row_stride, n_rows, dv, p->dtype);
+    /* padding lanes: LSE -inf makes their P and dS zero */
+    for (int64_t r = 0; r < rows_pad; r++) {
+        w->lse[r] = r < n_rows ? p->lse[lse_base + i0 + r] : -INFINITY;
+        w->dsum[r] = r < n_rows ? c->dsum[lse_base + i0 + r] : 0.0f;
+        w->slope[r] = p->alibi_slopes && r < n_rows ? p->alibi_slopes[b * p->alibi_batch_stride + h] : 0.0f;
+    }
+    memset(w->dq_acc, 0, sizeof(float) * (size_t)(n_rows * d_pad));
+
+    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
+    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    int64_t keys_begin = lo_first, keys_end = hi_last;
+
+    for (int64_t j0 = keys_begin; j0 < keys_end; j0 += BLOCK_KEYS) {
+        int64_t n_keys = keys_end - j0 < BLOCK_KEYS ? keys_end - j0 : BLOCK_KEYS;
+        int64_t k_off =
+            fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+        int64_t v_off =
+            fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+        const float *k_rows, *v_rows;
+        int64_t ldk, ldv;
+        if (c->k_direct) {
+            k_rows = (const float *)p->k + k_off;
+            ldk = p->k_row_stride;
+        } else {
+            load_rows(kern, w->k_rows, d_pad, (const char *)p->k + k_off * (int64_t)elem, p->k_row_stride, n_keys, d,
+                      p->dtype);
+            k_rows = w->k_rows;
+            ldk = d_pad;
+        }
+        if (c->v_direct) {
+            v_rows = (const float *)p->v + v_off;
+            ldv = p->v_row_stride;
+        } else {
+            load_rows(kern, w->v_rows, dv, (const char *)p->v + v_off * (int64_t)elem, p->v_row_stride, n_keys, dv,
+                      p->dtype);
+            v_rows = w->v_rows;
+            ldv = dv;
+        }
+
+        /* s_t[j][r] = scale · k_j · q_r */
+        fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
+                               FA_CPU_GEMM_STORE, score_scale, NULL};
+        kern->gemm(&qk);
+        int needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j0 + n_keys);
+        if (apply_softcap || apply_alibi || needs_mask) {
+            for (int64_t r = 0; r < rows_pad; r++) {
+                int64_t lo = j0, hi = j0 + n_keys, diag = j0;
+                if (r < n_rows) {
+                    fa_key_range(i0 + r, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
+                    diag = i0 + r + shift;
+                }
+                w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
+                w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
+                w->diag_rel[r] = clamp_to_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+            }
+            fa_cpu_score_tile t = {w->s, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
+                                   apply_softcap, apply_alibi, needs_mask, p->softcap, w->lo_rel, w->hi_rel,
+                                   w->diag_rel, w->slope};
+            kern->transform_scores(&t);
+        }
+        /* dp_t[j][r] = v_j · do_r */
+        fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
+                                FA_CPU_GEMM_STORE, 1.0f, NULL};
+        kern->gemm(&vdo);
+        fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
+                              w->lse, w->dsum, p->softmax_scale};
+        kern->grad_scores(&g);
+        /* dq_acc[r][:] += sum_j dS[j][r] · k_j */
+        fa_cpu_gemm_args dsk = {n_rows, d_pad, n_keys, w->dp, 1, rows_pad, k_rows, ldk, w->dq_acc, d_pad,
+                                FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
+        kern->gemm(&dsk);
+    }
+
+    for (int64_t r = 0; r < n_rows; r++) {
+        int64_t dq_off =
+            fa_row_offset(pb, b, seq.q_start, i0 + r, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
+        kern->from_f32((char *)p->dq + dq_off * (int64_t)elem, w->dq_acc + r * d_pad, d, p->dtype);
+    }
+}
+
+/* ---- driver ----------------------------------------------------------------------------------------- */
+
+static int64_t item_sequence(const int64_t *item_start, int64_t batch, int64_t item) {
+    int64_t lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (item_start[mid] <= item) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static void backward_task(void *arg, int thread_index) {
+    bwd_ctx *c = (bwd_ctx *)arg;
+    bwd_scratch w;
+    backward_scratch_layout(c->pb, c->scratch + (size_t)thread_index * c->scratch_bytes, &w);
+    for (;;) {
+        int64_t item = atomic_fetch_add(&c->next_item, 1);
+        if (item >= c->total_items) break;
+        int64_t b = item_sequence(c->item_start, c->pb->p.batch, item);
+        int64_t local = item - c->item_start[b];
+        if (c->pass == 0) backward_dsum_item(c, &w, b, local);
+        else if (c->pass == 1) backward_kv_item(c, &w, b, local);
+        else backward_q_item(c, &w, b, local);
+    }
+}
+
+/* Items of sequence b in pass `pass`. */
+static int64_t pass_items(const fa_problem *pb, int pass, int64_t b) {
+    fa_seq seq = fa_sequence(pb, b);
+    if (pass == 0) return pb->p.heads_q;
+    if (pass == 1) return pb->p.heads_kv * ((seq.len_k + KV_KEYS - 1) / KV_KEYS);
+    return pb->p.heads_q * ((seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS);
+}
+
+size_t fa_cpu_backward_workspace(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    size_t per_thread = fa_cpu_align64(backward_scratch_layout(pb, NULL, NULL));
+    size_t shared = fa_cpu_align64(sizeof(float) * (size_t)(p->heads_q * p->total_q)) +
+                    fa_cpu_align64(sizeof(double) * (size_t)(p->batch * p->heads_q)) +
+                    fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch + 1));
+    return 64 + shared + (size_t)fa_cpu_thread_count(pb) * per_thread;
+}
+
+fa_status fa_cpu_backward(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    fa_cpu_workspace ws;
+    if (!fa_cpu_workspace_acquire(pb, fa_cpu_backward_workspace(pb), &ws)) return FA_ERR_ALLOC;
+
+    bwd_ctx c;
+    fa_cpu_arena arena = {ws.base, 0};
+    c.pb = pb;
+    c.kern = fa_cpu_select_kernels();
+    c.dsum = (float *)fa_cpu_take(&arena, sizeof(float) * (size_t)(p->heads_q * p->total_q));
+    c.dsink_partial = (double *)fa_cpu_take(&arena, sizeof(double) * (size_t)(p->batch * p->heads_q));
+    c.item_start = (int64_t *)fa_cpu_take(&arena, sizeof(int64_t) * (size_t)(p->batch + 1));
+    c.scratch_bytes = fa_cpu_align64(backward_scratch_layout(pb, NULL, NULL));
+    c.scratch = ws.base + arena.used;
+    c.d = p->head_dim;
+    c.dv = p->head_dim_v;
+    c.d_pad = fa_cpu_round_up(c.d, FA_CPU_PAD);
+    c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
+    c.elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    c.q_direct = p->dtype == FA_DTYPE_F32 && c.d == c.d_pad;
+    c.do_direct = p->dtype == FA_DTYPE_F32 && c.dv == c.dv_pad;
+    c.k_direct = c.q_direct;
+    c.v_direct = p->dtype == FA_DTYPE_F32;
+
+    int max_threads = fa_cpu_thread_count(pb);
+    for (int pass = 0; pass < 3; pass++) {
+        c.item_start[0] = 0;
+        for (int64_t b = 0; b < p->batch; b++) c.item_start[b + 1] = c.item_start[b] + pass_items(pb, pass, b);
+        c.pass = pass;
+        c.total_items = c.item_start[p->batch];
+        atomic_init(&c.next_item, 0);
+        int threads = max_threads < c.total_items ? max_threads : (int)c.total_items;
+        if (threads > 0) fa_cpu_parallel_run(threads, backward_task, &c);
+    }
+
+    if (p->dsink) {
+        for (int64_t h = 0; h < p->heads_q; h++) {
+            double sum = 0.0;
+            for (int64_t b = 0; b < p->batch; b++) sum += c.dsink_partial[b * p->heads_q + h];
+            p->dsink[h] = p->sink_logits ? (float)sum : 0.0f;
+        }
+    }
+    fa_cpu_workspace_release(&ws);
+    return FA_OK;
+}

@@ -1,0 +1,180 @@
+/*
+ * cpu_engine.h: what the files of the CPU engine share (not part of the library's interface).
+ *
+ * Layout of the engine
+ *   cpu_forward.c    tiled forward (online softmax), work items and their tiling
+ *   cpu_backward.c   tiled backward (FlashAttention-2 math, recomputation from LSE)
+ *   cpu_standard.c   the materialised "standard attention" baseline
+ *   cpu_threads.c    persistent thread pool and the parallel-for used by the three drivers
+ *   cpu_dispatch.c   picks the SIMD kernels at run time (FA_CPU_ISA can force a lower level)
+ *   kernels_*.c      one set of inner kernels per instruction set (scalar C, AVX2, AVX-512),
+ *                    all generated from kernels_impl.h over a small vector abstraction
+ *   cpu_convert.h    scalar f16 / bf16 <-> f32 conversions (round to nearest even)
+ *
+ * Every inner kernel works on fp32 tiles in per-thread scratch memory; the drivers convert the
+ * caller's f16 / bf16 / f32 rows into those tiles and round the results back on store.
+ *
+ * Tile vocabulary used throughout (a "row" is one query row, a "key" one key/value row):
+ *   keys-major score tile   s[key][row]  rows are the SIMD lanes (forward, dQ pass)
+ *   rows-major score tile   s[row][key]  keys are the SIMD lanes (dK/dV pass)
+ * Leading dimensions of tiles that are loaded as vectors are multiples of FA_CPU_PAD floats.
+ */
+#ifndef FA_CPU_ENGINE_H
+#define FA_CPU_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fa_internal.h"
+
+/* Widest SIMD vector in floats; tile leading dimensions and padded head dims are multiples of it. */
+#define FA_CPU_PAD 16
+/* Query rows per forward / dQ work item (lanes of a keys-major tile; a multiple of FA_CPU_PAD). */
+#define FA_CPU_BLOCK_ROWS 64
+/* Keys per tile of the forward and of the dQ pass. */
+#define FA_CPU_BLOCK_KEYS 128
+/* Keys per dK/dV work item and query rows per tile of the dK/dV pass. */
+#define FA_CPU_BWD_BLOCK_KEYS 64
+#define FA_CPU_BWD_BLOCK_ROWS 64
+/* ALiBi distances are computed in int32 lanes, clamped to ±2^30 (farther than any sequence). */
+#define FA_CPU_DIAG_LIMIT ((int64_t)1 << 30)
+/* Upper bound on worker threads (num_threads is clamped to it). */
+#define FA_CPU_MAX_THREADS 256
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_CPU_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define FA_CPU_ALWAYS_INLINE inline
+#endif
+
+static inline int64_t fa_cpu_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---- inner kernel arguments ------------------------------------------------------------------ */
+
+typedef enum fa_cpu_gemm_mode {
+    FA_CPU_GEMM_STORE = 0,      /* C = alpha · (A B)                                            */
+    FA_CPU_GEMM_ACCUMULATE = 1, /* C = C + A B                                                 */
+    FA_CPU_GEMM_SCALE_ROWS = 2  /* C = C · row_scale[m] + A B   (online-softmax rescale of O)   */
+} fa_cpu_gemm_mode;
+
+/* C[m][n] (op)= sum_k A(m, k) · B[k][n], fp32.
+ * A is read one element at a time (broadcast) at a[m·a_row_step + k·a_k_step], so it may be any
+ * strided view (a caller's rows, or a transposed tile). B and C are row-major with leading
+ * dimensions ldb / ldc; n is a multiple of FA_CPU_PAD (B's padding columns must be finite). */
+typedef struct fa_cpu_gemm_args {
+    int64_t m, n, k;
+    const float *a;
+    int64_t a_row_step, a_k_step;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+    fa_cpu_gemm_mode mode;
+    float alpha;            /* FA_CPU_GEMM_STORE                                               */
+    const float *row_scale; /* FA_CPU_GEMM_SCALE_ROWS: [m]                                     */
+} fa_cpu_gemm_args;
+
+/* Score transformation of one tile, in place: softcap, ALiBi, then the key-range mask.
+ * Masks and biases are given per query row relative to the tile's first key j0, so a kernel
+ * only compares small integers:
+ *   key j of the tile (0 <= j < n_keys) is visible to row r iff lo_rel[r] <= j < hi_rel[r];
+ *   ALiBi distance of (r, j) is |diag_rel[r] - j|, bias -slope[r]·distance.
+ * The softcap kernel expects the GEMM to have stored y = scale·q·k / softcap and writes
+ * softcap·tanh(y); if tanh_out is non-NULL it also stores tanh(y) there (same layout) for the
+ * backward's chain rule. Masked entries become -inf. */
+typedef struct fa_cpu_score_tile {
+    float *s;            /* keys-major [n_keys][ld] or rows-major [n_rows][ld]                  */
+    float *tanh_out;     /* same layout as s, or NULL                                         */
+    int64_t ld;
+    int64_t n_keys;      /* keys-major: rows of s; rows-major: columns (multiple of FA_CPU_PAD) */
+    int64_t n_rows;      /* keys-major: columns (multiple of FA_CPU_PAD); rows-major: rows      */
+    int keys_major;
+    int apply_softcap, apply_alibi, apply_mask;
+    float softcap;
+    const int32_t *lo_rel;   /* [n_rows] */
+    const int32_t *hi_rel;   /* [n_rows] */
+    const int32_t *diag_rel; /* [n_rows] */
+    const float *slope;      /* [n_rows] */
+} fa_cpu_score_tile;
+
+/* Backward elementwise step on one tile, in place:
+ *   p  = exp(s - lse[r])           (0 for rows with lse = -inf)          s  -> p
+ *   ds = p · (dp - dsum[r]) · (1 - t²) · scale   (t = tanh tile if any)  dp -> ds
+ * Layout as in fa_cpu_score_tile (keys-major: rows are lanes). */
+typedef struct fa_cpu_grad_tile {
+    float *s;                /* in: scores, out: probabilities                                  */
+    float *dp;               /* in: dO·Vᵀ, out: dS (already multiplied by softmax_scale)        */
+    const float *tanh_vals;  /* softcap tanh values, or NULL                                   */
+    int64_t ld;
+    int64_t n_keys, n_rows;
+    int keys_major;
+    const float *lse;        /* [n_rows] natural-log LSE of each row                           */
+    const float *dsum;       /* [n_rows] D = rowsum(dO ∘ O)                                    */
+    float scale;             /* softmax_scale                                                  */
+} fa_cpu_grad_tile;
+
+/* One SIMD level's inner kernels. */
+typedef struct fa_cpu_kernels {
+    const char *name; /* "avx512", "avx2", "scalar" */
+    void (*gemm)(const fa_cpu_gemm_args *g);
+    void (*transform_scores)(const fa_cpu_score_tile *t);
+    /* Forward online-softmax step on a keys-major tile s[n_keys][ld] (n_rows lanes, a multiple
+     * of FA_CPU_PAD): row_max[r] = max(row_max[r], max_j s[j][r]); s -> exp(s - max);
+     * row_sum[r] = row_sum[r]·alpha[r] + sum_j p[j][r]; alpha[r] = exp(old max - new max). */
+    void (*softmax_step)(float *s, int64_t ld, int64_t n_keys, int64_t n_rows, float *row_max,
+                         float *row_sum, float *alpha);
+    void (*grad_scores)(const fa_cpu_grad_tile *t);
+    /* dst[i] = (float)src[i] for n elements of dtype; and back with round-to-nearest-even. */
+    void (*to_f32)(float *dst, const void *src, int64_t n, fa_dtype dtype);
+    void (*from_f32)(void *dst, const float *src, int64_t n, fa_dtype dtype);
+} fa_cpu_kernels;
+
+const fa_cpu_kernels *fa_cpu_kernels_scalar(void);
+#if defined(__x86_64__) || defined(_M_X64)
+const fa_cpu_kernels *fa_cpu_kernels_avx2(void);
+const fa_cpu_kernels *fa_cpu_kernels_avx512(void);
+#endif
+
+/* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */
+const fa_cpu_kernels *fa_cpu_select_kernels(void);
+
+/* ---- threads ----------------------------------------------------------------------------------- */
+
+/* Worker threads a call of this problem uses: num_threads, or all online cores when 0. */
+int fa_cpu_thread_count(const fa_problem *pb);
+
+/* Run task(ctx, thread_index) on thread_count threads (the caller is thread 0) and return when
+ * all are done. Thread indices are 0..thread_count-1, each used once; a task distributes its
+ * work itself (see fa_cpu_next_item). If threads cannot be started the call still completes,
+ * with fewer threads. Safe to call from several user threads at once. */
+typedef void (*fa_cpu_task)(void *ctx, int thread_index);
+void fa_cpu_parallel_run(int thread_count, fa_cpu_task task, void *ctx);
+
+/* ---- scratch memory ---------------------------------------------------------------------------- */
+
+/* Bump allocator over a 64-byte aligned region: take() returns aligned slices. With base NULL
+ * it only measures (take() returns NULL and `used` grows), which sizes the workspace. */
+typedef struct fa_cpu_arena {
+    char *base;
+    size_t used;
+} fa_cpu_arena;
+
+static inline size_t fa_cpu_align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+static inline void *fa_cpu_take(fa_cpu_arena *arena, size_t bytes) {
+    void *p = arena->base ? arena->base + arena->used : NULL;
+    arena->used += fa_cpu_align64(bytes);
+    return p;
+}
+
+/* Workspace of `bytes` for a call: the caller's (pb->p.workspace) when large enough, else
+ * malloc'ed. Returns the 64-byte aligned start, or NULL after fa_set_error(FA_ERR_ALLOC). */
+typedef struct fa_cpu_workspace {
+    char *base;
+    void *owned; /* free() this when done (NULL if the caller's memory is used) */
+} fa_cpu_workspace;
+
+int fa_cpu_workspace_acquire(const fa_problem *pb, size_t bytes, fa_cpu_workspace *ws);
+void fa_cpu_workspace_release(fa_cpu_workspace *ws);
+
+#endif /* FA_CPU_ENGINE_H */

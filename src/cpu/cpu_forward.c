@@ -1,0 +1,313 @@
+/*
+ * cpu_forward.c: the CPU engine's tiled forward pass (FlashAttention with an online softmax).
+ *
+ * Work items. The query rows of one sequence b and one kv head are cut into items of at most
+ * FA_CPU_BLOCK_ROWS (64) rows. Normally an item is a block of 64 consecutive query rows of one
+ * query head; when a sequence has fewer than 64 queries (decoding), the query heads of a GQA
+ * group that share the kv head are packed into one item (row r = head h_first + r / n_i, query
+ * i0 + r % n_i), so K/V tiles are read once for the whole group and the SIMD lanes stay full.
+ * Items are numbered sequence-major, kv head, head chunk, then query block in reverse (the
+ * longest causal blocks first), and threads take them one at a time from an atomic counter.
+ * Each output row is produced by exactly one item with a fixed order of operations, so results
+ * are bitwise identical for any thread count and run to run.
+ *
+ * Tiling inside an item (rows_pad = rows rounded up to 16, all fp32 in per-thread scratch):
+ *   q_t   [d][rows_pad]          Qᵀ of the item, packed once (rows are the SIMD lanes)
+ *   for each key block of FA_CPU_BLOCK_KEYS keys inside the union of the rows' key ranges:
+ *     s_t [n_keys][rows_pad] = scale · K Qᵀ         GEMM, A = K rows read in place (fp32 input)
+ *     softcap / ALiBi / mask on s_t                  mask only on tiles cut by a row's range
+ *     online softmax on s_t: per-row max and sum are vectors across the lanes; s_t -> P
+ *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
+ *   o = o_acc / row_sum (with the sink in the denominator), lse = max + log(sum)
+ * Key blocks outside every row's range are never visited (causal, sliding window).
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_engine.h"
+
+#define BLOCK_ROWS FA_CPU_BLOCK_ROWS
+#define BLOCK_KEYS FA_CPU_BLOCK_KEYS
+
+/* How the query rows of one sequence are split into items. */
+typedef struct fwd_split {
+    int64_t heads_per_item; /* query heads of a GQA group packed into one item                  */
+    int64_t head_chunks;    /* items needed to cover a group's heads                             */
+    int64_t q_blocks;       /* query blocks per head                                             */
+    int64_t items;          /* heads_kv · head_chunks · q_blocks                                 */
+} fwd_split;
+
+static fwd_split forward_split(const fa_problem *pb, int64_t len_q) {
+    fwd_split s = {1, 0, 0, 0};
+    if (len_q <= 0) return s;
+    if (len_q >= BLOCK_ROWS) {
+        s.q_blocks = (len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    } else {
+        s.q_blocks = 1;
+        s.heads_per_item = BLOCK_ROWS / len_q;
+        if (s.heads_per_item > pb->group) s.heads_per_item = pb->group;
+    }
+    s.head_chunks = (pb->group + s.heads_per_item - 1) / s.heads_per_item;
+    s.items = pb->p.heads_kv * s.head_chunks * s.q_blocks;
+    return s;
+}
+
+typedef struct fwd_ctx {
+    const fa_problem *pb;
+    const fa_cpu_kernels *kern;
+    const int64_t *item_start; /* [batch + 1] first item of each sequence                    */
+    atomic_llong next_item;
+    int64_t total_items;
+    char *scratch;             /* thread t owns scratch + t · scratch_bytes                     */
+    size_t scratch_bytes;
+    int64_t d, dv, dv_pad;
+    int k_direct, v_direct;    /* fp32 K / V rows used in place instead of converted copies     */
+} fwd_ctx;
+
+/* Per-thread scratch of one item (see the file comment for the shapes). */
+typedef struct fwd_scratch {
+    float *q_t, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp;
+    float *row_max, *row_sum, *alpha, *slope;
+    int32_t *lo_rel, *hi_rel, *diag_rel;
+    int64_t *row_head, *row_query, *row_lo, *row_hi;
+} fwd_scratch;
+
+static size_t forward_scratch_layout(const fa_problem *pb, char *base, fwd_scratch *s) {
+    int64_t d = pb->p.head_dim, dv = pb->p.head_dim_v;
+    int64_t dv_pad = fa_cpu_round_up(dv, FA_CPU_PAD);
+    int64_t tmp = d > dv_pad ? d : dv_pad;
+    fa_cpu_arena a = {base, 0};
+    fwd_scratch dummy;
+    if (!s) s = &dummy;
+    s->q_t = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d * BLOCK_ROWS));
+    s->s_t = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * BLOCK_ROWS));
+    s->o_acc = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_ROWS * dv_pad));
+    s->k_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * d));
+    s->v_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
+    s->row_tmp = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)tmp);
+    s->row_max = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
+    s->row_sum = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
+    s->alpha = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
+    s->slope = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
+    s->lo_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
+    s->hi_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
+    s->diag_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
+    s->row_head = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    s->row_query = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    s->row_lo = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    s->row_hi = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    return a.used;
+}
+
+static int32_t clamp_to_i32(int64_t x, int64_t lo, int64_t hi) {
+    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
+}
+
+/* One work item: `local` is the item's index within sequence b. */
+static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad;
+    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    fa_seq seq = fa_sequence(pb, b);
+    fwd_split split = forward_split(pb, seq.len_q);
+
+    /* ---- which rows: (kv head, head chunk, query block) ---- */
+    int64_t per_kv_head = split.head_chunks * split.q_blocks;
+    int64_t kv_head = local / per_kv_head;
+    int64_t chunk = (local % per_kv_head) / split.q_blocks;
+    int64_t q_block = split.q_blocks - 1 - (local % per_kv_head) % split.q_blocks;
+    int64_t head_first = kv_head * pb->group + chunk * split.heads_per_item;
+    int64_t n_heads = pb->group - chunk * split.heads_per_item;
+    if (n_heads > split.heads_per_item) n_heads = split.heads_per_item;
+    int64_t i0 = q_block * BLOCK_ROWS;
+    int64_t n_i = seq.len_q - i0 < BLOCK_ROWS ? seq.len_q - i0 : BLOCK_ROWS;
+    int64_t rows = n_heads * n_i;
+    int64_t rows_pad = fa_cpu_round_up(rows, FA_CPU_PAD);
+
+    /* ---- per-row key ranges, their union and the range every row sees ---- */
+    int64_t keys_begin = seq.len_k, keys_end = 0, full_begin = 0, full_end = seq.len_k;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo, hi;
+        w->row_head[r] = head_first + r / n_i;
+        w->row_query[r] = i0 + r % n_i;
+        fa_key_range(w->row_query[r], seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
+        w->row_lo[r] = lo;
+        w->row_hi[r] = hi;
+        if (lo < hi) {
+            if (lo < keys_begin) keys_begin = lo;
+            if (hi > keys_end) keys_end = hi;
+        }
+        if (lo > full_begin) full_begin = lo;
+        if (hi < full_end) full_end = hi;
+        w->slope[r] = p->alibi_slopes ? p->alibi_slopes[b * p->alibi_batch_stride + w->row_head[r]] : 0.0f;
+    }
+    for (int64_t r = rows; r < rows_pad; r++) w->slope[r] = 0.0f;
+
+    /* ---- Qᵀ of the item, padding lanes zero ---- */
+    memset(w->q_t, 0, sizeof(float) * (size_t)(d * rows_pad));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = fa_row_offset(pb, b, seq.q_start, w->row_query[r], w->row_head[r], p->q_batch_stride,
+                                    p->q_row_stride, p->q_head_stride);
+        kern->to_f32(w->row_tmp, (const char *)p->q + off * (int64_t)elem, d, p->dtype);
+        for (int64_t k = 0; k < d; k++) w->q_t[k * rows_pad + r] = w->row_tmp[k];
+    }
+    for (int64_t r = 0; r < rows_pad; r++) {
+        w->row_max[r] = -INFINITY;
+        w->row_sum[r] = 0.0f;
+    }
+    memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
+    if (!c->v_direct) memset(w->v_buf, 0, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
+
+    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
+    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const int64_t shift = seq.len_k - seq.len_q;
+
+    for (int64_t j0 = keys_begin; j0 < keys_end; j0 += BLOCK_KEYS) {
+        int64_t n_keys = keys_end - j0 < BLOCK_KEYS ? keys_end - j0 : BLOCK_KEYS;
+
+        /* K as the GEMM's A operand (row j at k_rows + j·ldk), V as B (row j at v_rows + j·ldv) */
+        const float *k_rows, *v_rows;
+        int64_t ldk, ldv;
+        int64_t k_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride,
+                                      p->k_head_stride);
+        int64_t v_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride,
+                                      p->v_head_stride);
+        if (c->k_direct) {
+            k_rows = (const float *)p->k + k_off;
+            ldk = p->k_row_stride;
+        } else {
+            for (int64_t j = 0; j < n_keys; j++)
+                kern->to_f32(w->k_buf + j * d, (const char *)p->k + (k_off + j * p->k_row_stride) * (int64_t)elem, d,
+                             p->dtype);
+            k_rows = w->k_buf;
+            ldk = d;
+        }
+        if (c->v_direct) {
+            v_rows = (const float *)p->v + v_off;
+            ldv = p->v_row_stride;
+        } else {
+            for (int64_t j = 0; j < n_keys; j++)
+                kern->to_f32(w->v_buf + j * dv_pad, (const char *)p->v + (v_off + j * p->v_row_stride) * (int64_t)elem,
+                             dv, p->dtype);
+            v_rows = w->v_buf;
+            ldv = dv_pad;
+        }
+
+        /* s_t[j][r] = scale · k_j · q_r */
+        fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s_t, rows_pad,
+                               FA_CPU_GEMM_STORE, score_scale, NULL};
+        kern->gemm(&qk);
+
+        int needs_mask = pb->has_mask && !(full_begin <= j0 && j0 + n_keys <= full_end);
+        if (apply_softcap || apply_alibi || needs_mask) {
+            for (int64_t r = 0; r < rows_pad; r++) {
+                int64_t lo = r < rows ? w->row_lo[r] : j0, hi = r < rows ? w->row_hi[r] : j0 + n_keys;
+                int64_t diag = r < rows ? w->row_query[r] + shift : j0;
+                w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
+                w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
+                w->diag_rel[r] = clamp_to_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+            }
+            fa_cpu_score_tile t = {w->s_t, NULL, rows_pad, n_keys, rows_pad, 1, apply_softcap, apply_alibi,
+                                   needs_mask, p->softcap, w->lo_rel, w->hi_rel, w->diag_rel, w->slope};
+            kern->transform_scores(&t);
+        }
+
+        /* online softmax: s_t -> P, row_max / row_sum updated, alpha = exp(old max - new max) */
+        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, w->row_max, w->row_sum, w->alpha);
+
+        /* o_acc[r][:] = o_acc[r][:] · alpha[r] + sum_j P[j][r] · v_j */
+        fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
+                               FA_CPU_GEMM_SCALE_ROWS, 1.0f, w->alpha};
+        kern->gemm(&pv);
+    }
+
+    /* ---- normalise, add the sink to the denominator, store o and lse ---- */
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t h = w->row_head[r], i = w->row_query[r];
+        double row_max = w->row_max[r], row_sum = w->row_sum[r], lse;
+        float *o_row = w->o_acc + r * dv_pad;
+        if (p->sink_logits) {
+            double sink = p->sink_logits[h];
+            double top = row_max > sink ? row_max : sink;
+            double keys_weight = row_sum > 0.0 ? exp(row_max - top) : 0.0;
+            double denominator = row_sum * keys_weight + exp(sink - top);
+            float factor = (float)(keys_weight / denominator);
+            lse = top + log(denominator);
+            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] * factor;
+        } else if (row_sum > 0.0) {
+            float sum = w->row_sum[r];
+            lse = row_max + log(row_sum);
+            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] / sum;
+        } else {
+            lse = -INFINITY;
+            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = 0.0f;
+        }
+        int64_t off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
+        kern->from_f32((char *)p->o + off * (int64_t)elem, w->row_tmp, dv, p->dtype);
+        if (p->lse) p->lse[fa_lse_offset(pb, b, seq.q_start, h) + i] = (float)lse;
+    }
+}
+
+/* Sequence that holds global item `item` (binary search over the prefix counts). */
+static int64_t item_sequence(const int64_t *item_start, int64_t batch, int64_t item) {
+    int64_t lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (item_start[mid] <= item) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static void forward_task(void *arg, int thread_index) {
+    fwd_ctx *c = (fwd_ctx *)arg;
+    fwd_scratch w;
+    forward_scratch_layout(c->pb, c->scratch + (size_t)thread_index * c->scratch_bytes, &w);
+    for (;;) {
+        int64_t item = atomic_fetch_add(&c->next_item, 1);
+        if (item >= c->total_items) break;
+        int64_t b = item_sequence(c->item_start, c->pb->p.batch, item);
+        forward_item(c, &w, b, item - c->item_start[b]);
+    }
+}
+
+size_t fa_cpu_forward_workspace(const fa_problem *pb) {
+    size_t per_thread = fa_cpu_align64(forward_scratch_layout(pb, NULL, NULL));
+    size_t starts = fa_cpu_align64(sizeof(int64_t) * (size_t)(pb->p.batch + 1));
+    return 64 + starts + (size_t)fa_cpu_thread_count(pb) * per_thread;
+}
+
+fa_status fa_cpu_forward(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    fa_cpu_workspace ws;
+    if (!fa_cpu_workspace_acquire(pb, fa_cpu_forward_workspace(pb), &ws)) return FA_ERR_ALLOC;
+
+    fwd_ctx c;
+    fa_cpu_arena arena = {ws.base, 0};
+    int64_t *item_start = (int64_t *)fa_cpu_take(&arena, sizeof(int64_t) * (size_t)(p->batch + 1));
+    item_start[0] = 0;
+    for (int64_t b = 0; b < p->batch; b++) item_start[b + 1] = item_start[b] + forward_split(pb, fa_sequence(pb, b).len_q).items;
+
+    c.pb = pb;
+    c.kern = fa_cpu_select_kernels();
+    c.item_start = item_start;
+    atomic_init(&c.next_item, 0);
+    c.total_items = item_start[p->batch];
+    c.scratch_bytes = fa_cpu_align64(forward_scratch_layout(pb, NULL, NULL));
+    c.scratch = ws.base + arena.used;
+    c.d = p->head_dim;
+    c.dv = p->head_dim_v;
+    c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
+    c.k_direct = p->dtype == FA_DTYPE_F32;
+    c.v_direct = p->dtype == FA_DTYPE_F32 && c.dv == c.dv_pad;
+
+    int threads = fa_cpu_thread_count(pb);
+    if (threads > c.total_items) threads = (int)c.total_items;
+    if (threads > 0) fa_cpu_parallel_run(threads, forward_task, &c);
+    fa_cpu_workspace_release(&ws);
+    return FA_OK;
+}

@@ -1,0 +1,12 @@
+/*
+ * bwd_hdim256.cu: backward main kernels for head dims padded to 256 (see fa_bwd_hdim_bucket), f16
+ * and bf16. One file per bucket so that the instantiations compile in parallel.
+ */
+#include "bwd_kernel.cuh"
+#include "bwd_launch.h"
+
+extern "C" fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid,
+                                         cudaStream_t stream) {
+    if (dtype == FA_DTYPE_BF16) return fa_bwd_launch_main<fa_bf16, 256>(prm, grid, stream);
+    return fa_bwd_launch_main<fa_f16, 256>(prm, grid, stream);
+}

@@ -1,0 +1,175 @@
+/*
+ * fa_cuda_common.cuh: what the CUDA forward (fwd_*.cu) and backward (bwd_*.cu) kernels share:
+ * error checking for host code, the per-device property cache, element-type traits, the
+ * shared-memory swizzle, quad reductions, and sequence geometry on the device. Both helpers
+ * include this header: keep existing names stable and add new things at the end.
+ *
+ * Host code here is C++ compiled by nvcc; kernels are reached only through extern "C" launchers.
+ */
+#ifndef FA_CUDA_COMMON_CUH
+#define FA_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "fa_internal.h"
+#include "fa_ptx.cuh"
+
+/* ---- host: CUDA error checking ------------------------------------------------------------- */
+
+/* Evaluate a CUDA runtime call; on failure record "what: CUDA error text (file:line)" and return
+ * FA_ERR_CUDA from the enclosing function. Never exits. */
+#define FA_CUDA_CHECK(call, what)                                                                 \
+    do {                                                                                          \
+        cudaError_t fa_cuda_err_ = (call);                                                        \
+        if (fa_cuda_err_ != cudaSuccess)                                                          \
+            return fa_set_error(FA_ERR_CUDA, "%s: %s (%s, %s:%d)", (what),                        \
+                                cudaGetErrorString(fa_cuda_err_), cudaGetErrorName(fa_cuda_err_),  \
+                                __FILE__, __LINE__);                                              \
+    } while (0)
+
+/* After a <<<>>> launch: report a launch failure (bad configuration, missing kernel image). */
+#define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_CHECK(cudaGetLastError(), (what))
+
+/* ---- host: device properties, queried once per device ordinal ----------------------------- */
+
+typedef struct fa_cuda_device_info {
+    int ordinal;         /* CUDA device ordinal                                                 */
+    int sm_count;        /* multiprocessors                                                     */
+    int cc_major;        /* compute capability                                                  */
+    int cc_minor;
+    size_t smem_optin;   /* max dynamic shared memory per block after opting in (bytes)         */
+    size_t smem_per_sm;  /* shared memory per multiprocessor (bytes)                             */
+} fa_cuda_device_info;
+
+/* Properties of the calling thread's current device (cached per ordinal, thread-safe).
+ * Defined in fa_cuda.cu. */
+fa_status fa_cuda_current_device(fa_cuda_device_info *info);
+
+/* ---- device: element types ----------------------------------------------------------------- */
+
+/* Tag types for the two 16-bit input types: the tensor-core instruction and the fp32 -> 16-bit
+ * pair conversion differ, nothing else does (kernels move elements as raw bits). */
+struct fa_bf16 {
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        mma_m16n8k16_f32_bf16(d, a, b);
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+        return cvt_rn_bf16x2_f32(lo, hi);
+    }
+};
+struct fa_f16 {
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        mma_m16n8k16_f32_f16(d, a, b);
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+        return cvt_rn_f16x2_f32(lo, hi);
+    }
+};
+
+/* ---- device: shared-memory swizzle ---------------------------------------------------------- */
+/*
+ * A tile of rows × CHUNKS 16-byte chunks (8 16-bit elements each), CHUNKS a multiple of 8, is
+ * stored row after row, but chunk c of row r sits at position c ^ (r & 7) within its row.
+ * Why: ldmatrix reads, per 8-lane phase, one 16-byte chunk from each of 8 consecutive rows at the
+ * same logical chunk. Unswizzled, with rows 128·k bytes long, all 8 land in the same 4 banks
+ * (8-way conflict); XOR-ing the chunk index with the row's low 3 bits spreads them over all 32
+ * banks. The XOR only touches the low 3 bits of c, so a chunk stays inside its own 128-byte
+ * group of the row. The 16-byte cp.async writes of a warp cover whole rows and are not affected.
+ * Returns the chunk's index (multiply by 16 for the byte offset).
+ */
+template <int CHUNKS>
+__device__ __forceinline__ uint32_t fa_swizzled_chunk(int row, int chunk) {
+    static_assert(CHUNKS % 8 == 0, "fa_swizzled_chunk: rows must be a multiple of 8 chunks (64 elements)");
+    return (uint32_t)(row * CHUNKS + (chunk ^ (row & 7)));
+}
+
+/* ---- device: reductions over the 4 lanes of a quad (lanes 4g..4g+3 share mma rows) ---------- */
+
+__device__ __forceinline__ float fa_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x;
+}
+
+__device__ __forceinline__ float fa_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
+/* ---- device: sequence geometry ------------------------------------------------------------- */
+
+/* Rows of sequence b. Non-varlen: starts 0, lengths seqlen_q/k. Varlen: read from cu_seqlens in
+ * device memory and clamped so that every row index stays inside [0, total) even when the
+ * cu_seqlens contents are inconsistent (the host never reads them, so it could not check). */
+struct fa_seq_rows {
+    int64_t q_start, k_start; /* first packed row (varlen) or 0                               */
+    int len_q, len_k;         /* tokens in this sequence, >= 0                                */
+};
+
+__device__ __forceinline__ int64_t fa_clamp64(int64_t x, int64_t lo, int64_t hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+__device__ __forceinline__ fa_seq_rows fa_sequence_rows(const int32_t *cu_seqlens_q,
+                                                        const int32_t *cu_seqlens_k, int64_t total_q,
+                                                        int64_t total_k, int seqlen_q, int seqlen_k,
+                                                        int b) {
+    fa_seq_rows s;
+    if (cu_seqlens_q == nullptr) {
+        s.q_start = 0;
+        s.k_start = 0;
+        s.len_q = seqlen_q;
+        s.len_k = seqlen_k;
+        return s;
+    }
+    int64_t q0 = fa_clamp64(cu_seqlens_q[b], 0, total_q);
+    int64_t q1 = fa_clamp64(cu_seqlens_q[b + 1], q0, total_q);
+    int64_t k0 = fa_clamp64(cu_seqlens_k[b], 0, total_k);
+    int64_t k1 = fa_clamp64(cu_seqlens_k[b + 1], k0, total_k);
+    s.q_start = q0;
+    s.k_start = k0;
+    s.len_q = (int)(q1 - q0);
+    s.len_k = (int)(k1 - k0);
+    return s;
+}
+
+/* ---- forward kernel parameters (filled by fa_cuda.cu, read by fwd_*.cu) --------------------- */
+
+/* Everything a forward kernel needs, passed by value. Strides in elements; window sides -1 =
+ * unbounded (causal already folded into window_right). */
+struct fa_fwd_params {
+    const void *q; /* [b, seqlen_q, heads_q, d]  (varlen: [total_q, heads_q, d])               */
+    const void *k; /* [b, seqlen_k, heads_kv, d]                                               */
+    const void *v; /* [b, seqlen_k, heads_kv, dv]                                              */
+    void *o;       /* [b, seqlen_q, heads_q, dv]                                               */
+    float *lse;    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL          */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL                             */
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;    /* packed rows (bounds every varlen access)                  */
+    int batch;
+    int seqlen_q, seqlen_k;      /* per sequence (varlen: the maxima; they size the grid)     */
+    int heads_q, heads_kv, group; /* group = heads_q / heads_kv                               */
+    int head_dim, head_dim_v;    /* actual dims; the kernel's bucket may be larger            */
+    int window_left, window_right;
+    /* Scores: plain path p = 2^(acc·score_mul - max·score_mul) with score_mul = scale·log2(e).
+     * transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites every score into
+     * log2 units first and then uses score_mul = 1. */
+    int transform_scores;
+    float score_mul;
+    float scale_log2;            /* softmax_scale · log2(e)                                    */
+    float softcap_pre;           /* softmax_scale / softcap (0 when softcap is off)           */
+    float softcap_post_log2;     /* softcap · log2(e)                                         */
+    const float *alibi_slopes;   /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL */
+    int64_t alibi_batch_stride;
+    const float *sink_logits;    /* [heads_q] or NULL                                         */
+    int heavy_first;             /* 1: grid (heads_q, b, m_blocks), last query block first    */
+    int num_m_blocks;
+};
+
+#endif /* FA_CUDA_COMMON_CUH */

@@ -1,0 +1,70 @@
+/*
+ * fa_tiles.h: tile sizes and launch heuristics of the portable CUDA forward kernels, as pure
+ * functions of the problem, usable from C (host code, tests) and from CUDA (where the kernels
+ * take them as compile-time constants; in C++ they are constexpr).
+ *
+ * The forward kernels (src/cuda/fwd_kernel.cuh) use mma.sync m16n8k16 (sm_80 and newer, also
+ * what runs on sm_90 here). One block owns BLOCK_M query rows of one (batch, head); each warp owns
+ * BLOCK_M / warps of those rows and streams all BLOCK_N-key tiles of K and V through shared memory.
+ */
+#ifndef FA_TILES_H
+#define FA_TILES_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+#define FA_TILES_FN static constexpr inline
+#else
+#define FA_TILES_FN static inline
+#endif
+
+/* Head-dim buckets the forward kernels are compiled for: 64, 128, 256. d and dv are padded up to
+ * the bucket of max(d, dv) by zero-filled loads (pad columns are never stored). Three buckets
+ * keep CI's build short (2 dtypes × 3 buckets × 2 archs); d = 96 or 192 pay the padding (33%).
+ * Returns 0 when no bucket fits (dv or d > 256). */
+FA_TILES_FN int fa_fwd_hdim_bucket(int head_dim, int head_dim_v) {
+    return (head_dim > head_dim_v ? head_dim : head_dim_v) <= 64    ? 64
+           : (head_dim > head_dim_v ? head_dim : head_dim_v) <= 128 ? 128
+           : (head_dim > head_dim_v ? head_dim : head_dim_v) <= 256 ? 256
+                                                                    : 0;
+}
+
+/* Query rows per block: 128 for every bucket (sm_80/sm_90: with 4 warps that is 32 rows per warp,
+ * so every K/V fragment read from shared memory feeds two m16 MMAs; at 16 rows per warp the
+ * ldmatrix traffic alone would cap an SM at about 2048 FLOP/clock). */
+FA_TILES_FN int fa_fwd_block_m(int bucket) { return bucket > 0 ? 128 : 0; }
+
+/* Keys per K/V tile: 64. (sm_80/sm_90: 64 keys × 32 rows keep the S accumulator at 64 fp32
+ * registers per thread next to the O accumulator of up to 128, under the 255-register limit.) */
+FA_TILES_FN int fa_fwd_block_n(int bucket) { return bucket > 0 ? 64 : 0; }
+
+/* Warps per block: 4, except 8 for d = 256 (16 rows per warp: the O accumulator of 32 rows × 256
+ * columns would need 256 registers per thread). */
+FA_TILES_FN int fa_fwd_warps(int bucket) { return bucket >= 256 ? 8 : 4; }
+
+/* Q fragments live in registers for the whole K/V loop when they are small (d <= 64: 32
+ * registers per thread); larger Q tiles stay in shared memory and are re-read with ldmatrix each
+ * tile (their registers are needed by the O accumulator). */
+FA_TILES_FN int fa_fwd_q_in_regs(int bucket) { return bucket <= 64; }
+
+/* K/V shared-memory stages: 2 (load tile j+1 while computing tile j) for d <= 128. For d = 256 one
+ * stage per tensor (V_j loads while S_j is computed, K_{j+1} while P_j·V_j is), so that the block
+ * fits the 163 KiB of an A100 (sm_80): Q 64 KiB + K 32 KiB + V 32 KiB. */
+FA_TILES_FN int fa_fwd_kv_stages(int bucket) { return bucket >= 256 ? 1 : 2; }
+
+/* Dynamic shared memory of one block: the Q tile (reused to stage O for 16-byte stores) plus the
+ * K and V stages, 2 bytes per element. */
+FA_TILES_FN size_t fa_fwd_smem_bytes(int bucket) {
+    return (size_t)2 * ((size_t)fa_fwd_block_m(bucket) * (size_t)bucket +
+                        (size_t)fa_fwd_kv_stages(bucket) * 2 * (size_t)fa_fwd_block_n(bucket) *
+                            (size_t)bucket);
+}
+
+/* Launch order: with a bounded right side and unbounded left side (causal), later query blocks
+ * see more keys; launching them first (longest-processing-time first) shortens the tail of the
+ * last wave. Otherwise consecutive blocks share one (batch, head), so its K/V stay in L2. */
+FA_TILES_FN int fa_fwd_heavy_first(int window_left, int window_right) {
+    return window_right >= 0 && window_left < 0;
+}
+
+#endif /* FA_TILES_H */

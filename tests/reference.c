@@ -1,0 +1,1254 @@
+/*
+ * reference.c: the float64 attention oracle, the same-dtype baseline, tolerances, and test
+ * problems (see reference.h for the contract).
+ */
+#include "reference.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+uint16_t fa_test_f32_to_f16(float x) {
+    uint32_t bits = float_bits(x);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) /* inf stays inf; NaN stays a quiet NaN with its top payload */
+        return (uint16_t)(sign | (magnitude > 0x7f800000u ? 0x7e00u | ((magnitude >> 13) & 0x3ffu)
+                                                          : 0x7c00u));
+    if (magnitude >= 0x477ff000u) /* >= 65520 = halfway between 65504 and 2^16: rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (magnitude < 0x38800000u) { /* below 2^-14: an f16 subnormal (or zero)                   */
+        if (magnitude <= 0x33000000u) /* <= 2^-25, half the smallest subnormal: ties to 0      */
+            return sign;
+        uint32_t exponent = magnitude >> 23;                  /* 102..112                    */
+        uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u; /* value = m·2^(e-150)        */
+        uint32_t shift = 126u - exponent;                     /* subnormal unit is 2^-24     */
+        uint32_t quotient = mantissa >> shift;
+        uint32_t remainder = mantissa & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (remainder > half || (remainder == half && (quotient & 1u))) quotient++;
+        return (uint16_t)(sign | quotient);
+    }
+    /* Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits; a carry
+     * out of the mantissa correctly bumps the exponent. */
+    uint32_t rebiased = magnitude - 0x38000000u;
+    uint32_t quotient = rebiased >> 13;
+    uint32_t remainder = rebiased & 0x1fffu;
+    if (remainder > 0x1000u || (remainder == 0x1000u && (quotient & 1u))) quotient++;
+    return (uint16_t)(sign | quotient);
+}
+
+float fa_test_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu;
+    if (exponent == 0x1fu) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+    if (exponent == 0) {
+        float magnitude = (float)mantissa * 0x1p-24f; /* exact: subnormal or zero             */
+        return sign ? -magnitude : magnitude;
+    }
+    return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+uint16_t fa_test_f32_to_bf16(float x) {
+    uint32_t bits = float_bits(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u); /* NaN */
+    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u); /* ties to even; overflow -> inf */
+    return (uint16_t)((bits + rounding) >> 16);
+}
+
+float fa_test_bf16_to_f32(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+float fa_test_round_to(fa_dtype dtype, float x) {
+    switch (dtype) {
+    case FA_DTYPE_F16: return fa_test_f16_to_f32(fa_test_f32_to_f16(x));
+    case FA_DTYPE_BF16: return fa_test_bf16_to_f32(fa_test_f32_to_bf16(x));
+    default: return x;
+    }
+}
+
+size_t fa_test_dtype_size(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4 : 2; }
+
+const char *fa_test_dtype_name(fa_dtype dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F32: return "f32";
+    case FA_DTYPE_F16: return "f16";
+    case FA_DTYPE_BF16: return "bf16";
+    default: return "?";
+    }
+}
+
+int fa_test_mantissa_bits(fa_dtype dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F16: return 10;
+    case FA_DTYPE_BF16: return 7;
+    default: return 23;
+    }
+}
+
+double fa_test_load(const void *base, fa_dtype dtype, int64_t index) {
+    switch (dtype) {
+    case FA_DTYPE_F16: return fa_test_f16_to_f32(((const uint16_t *)base)[index]);
+    case FA_DTYPE_BF16: return fa_test_bf16_to_f32(((const uint16_t *)base)[index]);
+    default: return ((const float *)base)[index];
+    }
+}
+
+void fa_test_store(void *base, fa_dtype dtype, int64_t index, double value) {
+    switch (dtype) {
+    case FA_DTYPE_F16: ((uint16_t *)base)[index] = fa_test_f32_to_f16((float)value); break;
+    case FA_DTYPE_BF16: ((uint16_t *)base)[index] = fa_test_f32_to_bf16((float)value); break;
+    default: ((float *)base)[index] = (float)value; break;
+    }
+}
+
+/* ---- random numbers ----------------------------------------------------------------------- */
+
+void fa_test_rng_seed(fa_test_rng *rng, uint64_t seed) { rng->state = seed; }
+
+uint64_t fa_test_rng_next(fa_test_rng *rng) {
+    uint64_t z = (rng->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double fa_test_rng_uniform(fa_test_rng *rng) {
+    return (double)(fa_test_rng_next(rng) >> 11) * 0x1p-53;
+}
+
+int64_t fa_test_rng_int(fa_test_rng *rng, int64_t lo, int64_t hi) {
+    if (hi <= lo) return lo;
+    return lo + (int64_t)(fa_test_rng_next(rng) % (uint64_t)(hi - lo + 1));
+}
+
+double fa_test_rng_normal(fa_test_rng *rng) {
+    double u1 = fa_test_rng_uniform(rng), u2 = fa_test_rng_uniform(rng);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t fa_test_fresh_seed(void) {
+    uint64_t seed = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&seed, sizeof seed, 1, f) != 1) seed = 0;
+        fclose(f);
+    }
+    if (seed == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec * 6364136223846793005ull ^ (uint64_t)ts.tv_sec ^
+               ((uint64_t)getpid() << 32);
+    }
+    /* keep it short enough to retype: 48 bits */
+    seed &= 0xffffffffffffull;
+    return seed ? seed : 1;
+}
+
+/* ---- canonical geometry ------------------------------------------------------------------- */
+
+typedef struct ref_sequence {
+    int64_t q_row, k_row; /* first canonical row of the sequence                            */
+    int64_t len_q, len_k;
+} ref_sequence;
+
+static ref_sequence ref_seq(const fa_ref_problem *rp, int64_t b) {
+    ref_sequence s;
+    if (rp->cu_seqlens_q) {
+        s.q_row = rp->cu_seqlens_q[b];
+        s.k_row = rp->cu_seqlens_k[b];
+        s.len_q = rp->cu_seqlens_q[b + 1] - s.q_row;
+        s.len_k = rp->cu_seqlens_k[b + 1] - s.k_row;
+    } else {
+        s.q_row = b * rp->seqlen_q;
+        s.k_row = b * rp->seqlen_k;
+        s.len_q = rp->seqlen_q;
+        s.len_k = rp->seqlen_k;
+    }
+    return s;
+}
+
+int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i) {
+    if (rp->cu_seqlens_q) return h * rp->rows_q + rp->cu_seqlens_q[b] + i;
+    return (b * rp->heads_q + h) * rp->seqlen_q + i;
+}
+
+/* Visible keys of row i: [lo, hi) from the effective window (written independently of the
+ * library's fa_key_range: visible iff diag - left <= j <= diag + right, diag = i + lk - lq). */
+static void ref_visible(const fa_ref_problem *rp, int64_t i, int64_t len_q, int64_t len_k,
+                        int64_t *lo, int64_t *hi) {
+    int64_t diag = i + len_k - len_q;
+    int64_t first = 0, last = len_k - 1;
+    if (rp->window_left >= 0 && diag - rp->window_left > first) first = diag - rp->window_left;
+    if (rp->window_right >= 0 && diag + rp->window_right < last) last = diag + rp->window_right;
+    *lo = first;
+    *hi = last + 1 > first ? last + 1 : first;
+}
+
+/* ---- the float64 oracle -------------------------------------------------------------------- */
+
+/* One (sequence b, kv head) unit: all query heads of the group, every row. Units write disjoint
+ * parts of o, lse, dq, dk, dv; dsink goes to a per-unit partial [group]. */
+static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *out, int64_t b,
+                       int64_t kv_head, double *dsink_part, double *scores, double *tanh_row) {
+    const int64_t d = rp->head_dim, dv = rp->head_dim_v, hq = rp->heads_q, hkv = rp->heads_kv;
+    const int64_t group = hq / hkv;
+    ref_sequence seq = ref_seq(rp, b);
+    for (int64_t g = 0; g < group; g++) {
+        int64_t h = kv_head * group + g;
+        double slope = rp->slopes ? rp->slopes[b * hq + h] : 0.0;
+        int has_sink = rp->sinks != NULL;
+        double sink = has_sink ? rp->sinks[h] : 0.0;
+        for (int64_t i = 0; i < seq.len_q; i++) {
+            const double *q_row = rp->q + ((seq.q_row + i) * hq + h) * d;
+            int64_t lo, hi;
+            ref_visible(rp, i, seq.len_q, seq.len_k, &lo, &hi);
+            double row_max = has_sink ? sink : -INFINITY;
+            for (int64_t j = lo; j < hi; j++) {
+                const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
+                double s = 0.0;
+                for (int64_t c = 0; c < d; c++) s += q_row[c] * k_row[c];
+                s *= rp->scale;
+                if (rp->softcap > 0) {
+                    tanh_row[j] = tanh(s / rp->softcap);
+                    s = rp->softcap * tanh_row[j];
+                }
+                if (rp->slopes) s -= slope * fabs((double)(i + seq.len_k - seq.len_q - j));
+                scores[j] = s;
+                if (s > row_max) row_max = s;
+            }
+            double *o_row = out->o ? out->o + ((seq.q_row + i) * hq + h) * dv : NULL;
+            int64_t lse_at = fa_ref_lse_index(rp, b, h, i);
+            if (row_max == -INFINITY) { /* no visible key, no sink: O = 0, LSE = -inf      */
+                if (o_row) memset(o_row, 0, (size_t)dv * sizeof *o_row);
+                if (out->lse) out->lse[lse_at] = -INFINITY;
+                continue;
+            }
+            double sum = has_sink ? exp(sink - row_max) : 0.0;
+            for (int64_t j = lo; j < hi; j++) sum += exp(scores[j] - row_max);
+            double lse = row_max + log(sum);
+            if (out->lse) out->lse[lse_at] = lse;
+            /* O_i in double, also needed by the backward (D_i) */
+            double o_local[FA_MAX_HEAD_DIM];
+            for (int64_t c = 0; c < dv; c++) o_local[c] = 0.0;
+            for (int64_t j = lo; j < hi; j++) {
+                double p = exp(scores[j] - lse);
+                const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
+                for (int64_t c = 0; c < dv; c++) o_local[c] += p * v_row[c];
+            }
+            if (o_row) memcpy(o_row, o_local, (size_t)dv * sizeof *o_row);
+            if (!backward) continue;
+
+            const double *do_row = rp->dout + ((seq.q_row + i) * hq + h) * dv;
+            double delta = 0.0; /* D_i = rowsum(dO_i ∘ O_i) */
+            for (int64_t c = 0; c < dv; c++) delta += do_row[c] * o_local[c];
+            double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
+            for (int64_t j = lo; j < hi; j++) {
+                double p = exp(scores[j] - lse);
+                const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
+                const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
+                double *dk_row = out->dk + ((seq.k_row + j) * hkv + kv_head) * d;
+                double *dv_row = out->dv + ((seq.k_row + j) * hkv + kv_head) * dv;
+                double dp = 0.0;
+                for (int64_t c = 0; c < dv; c++) dp += do_row[c] * v_row[c];
+                double ds = p * (dp - delta);
+                if (rp->softcap > 0) ds *= 1.0 - tanh_row[j] * tanh_row[j];
+                for (int64_t c = 0; c < d; c++) {
+                    dq_row[c] += rp->scale * ds * k_row[c];
+                    dk_row[c] += rp->scale * ds * q_row[c];
+                }
+                for (int64_t c = 0; c < dv; c++) dv_row[c] += p * do_row[c];
+            }
+            if (has_sink) dsink_part[g] -= exp(sink - lse) * delta;
+        }
+    }
+}
+
+/* The dtype baseline for one unit: fp32 math, dtype rounding of P, dP, dS and every output. */
+static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward,
+                          fa_ref_outputs *out, int64_t b, int64_t kv_head, double *dsink_part,
+                          float *scores, float *tanh_row, float *probs, float *dk_acc,
+                          float *dv_acc) {
+    const int64_t d = rp->head_dim, dv = rp->head_dim_v, hq = rp->heads_q, hkv = rp->heads_kv;
+    const int64_t group = hq / hkv;
+    const float scale = (float)rp->scale, softcap = (float)rp->softcap;
+    ref_sequence seq = ref_seq(rp, b);
+    if (backward) {
+        memset(dk_acc, 0, (size_t)(seq.len_k * d) * sizeof *dk_acc);
+        memset(dv_acc, 0, (size_t)(seq.len_k * dv) * sizeof *dv_acc);
+    }
+    for (int64_t g = 0; g < group; g++) {
+        int64_t h = kv_head * group + g;
+        float slope = rp->slopes ? (float)rp->slopes[b * hq + h] : 0.0f;
+        int has_sink = rp->sinks != NULL;
+        float sink = has_sink ? (float)rp->sinks[h] : 0.0f;
+        float dsink_sum = 0.0f;
+        for (int64_t i = 0; i < seq.len_q; i++) {
+            const double *q_row = rp->q + ((seq.q_row + i) * hq + h) * d;
+            int64_t lo, hi;
+            ref_visible(rp, i, seq.len_q, seq.len_k, &lo, &hi);
+            float row_max = has_sink ? sink : -INFINITY;
+            for (int64_t j = lo; j < hi; j++) {
+                const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
+                float s = 0.0f; /* q, k hold dtype values; fp32 multiply-accumulate         */
+                for (int64_t c = 0; c < d; c++) s += (float)q_row[c] * (float)k_row[c];
+                s *= scale;
+                if (softcap > 0) {
+                    tanh_row[j] = tanhf(s / softcap);
+                    s = softcap * tanh_row[j];
+                }
+                if (rp->slopes) s -= slope * (float)llabs(i + seq.len_k - seq.len_q - j);
+                scores[j] = s;
+                if (s > row_max) row_max = s;
+            }
+            double *o_row = out->o ? out->o + ((seq.q_row + i) * hq + h) * dv : NULL;
+            int64_t lse_at = fa_ref_lse_index(rp, b, h, i);
+            if (row_max == -INFINITY) {
+                if (o_row) memset(o_row, 0, (size_t)dv * sizeof *o_row);
+                if (out->lse) out->lse[lse_at] = -INFINITY;
+                continue;
+            }
+            float sum = has_sink ? expf(sink - row_max) : 0.0f;
+            for (int64_t j = lo; j < hi; j++) sum += expf(scores[j] - row_max);
+            if (out->lse) out->lse[lse_at] = row_max + logf(sum);
+            for (int64_t j = lo; j < hi; j++)
+                probs[j] = fa_test_round_to(dtype, expf(scores[j] - row_max) / sum);
+            if (o_row) {
+                for (int64_t c = 0; c < dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t j = lo; j < hi; j++)
+                        acc += probs[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
+                    o_row[c] = fa_test_round_to(dtype, acc);
+                }
+            }
+            if (!backward) continue;
+
+            const double *do_row = rp->dout + ((seq.q_row + i) * hq + h) * dv;
+            /* dP = dO Vᵀ rounded to the dtype; softmax backward from the saved (rounded) P */
+            float delta = 0.0f;
+            for (int64_t j = lo; j < hi; j++) {
+                const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
+                float dp = 0.0f;
+                for (int64_t c = 0; c < dv; c++) dp += (float)do_row[c] * (float)v_row[c];
+                scores[j] = fa_test_round_to(dtype, dp); /* scores now hold dP           */
+                delta += probs[j] * scores[j];
+            }
+            float dq_acc[FA_MAX_HEAD_DIM];
+            for (int64_t c = 0; c < d; c++) dq_acc[c] = 0.0f;
+            for (int64_t j = lo; j < hi; j++) {
+                float ds = fa_test_round_to(dtype, probs[j] * (scores[j] - delta));
+                if (softcap > 0)
+                    ds = fa_test_round_to(dtype, ds * (1.0f - tanh_row[j] * tanh_row[j]));
+                const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
+                for (int64_t c = 0; c < d; c++) {
+                    dq_acc[c] += ds * (float)k_row[c];
+                    dk_acc[j * d + c] += ds * (float)q_row[c];
+                }
+                for (int64_t c = 0; c < dv; c++) dv_acc[j * dv + c] += probs[j] * (float)do_row[c];
+            }
+            double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
+            for (int64_t c = 0; c < d; c++) dq_row[c] = fa_test_round_to(dtype, scale * dq_acc[c]);
+            if (has_sink) { /* the sink column of the softmax: P_sink rounded, dS = P·(0 - D) */
+                float p_sink = fa_test_round_to(dtype, expf(sink - row_max) / sum);
+                dsink_sum += fa_test_round_to(dtype, p_sink * (0.0f - delta));
+            }
+        }
+        if (has_sink) dsink_part[g] = dsink_sum;
+    }
+    if (backward) {
+        for (int64_t j = 0; j < seq.len_k; j++) {
+            double *dk_row = out->dk + ((seq.k_row + j) * hkv + kv_head) * d;
+            double *dv_row = out->dv + ((seq.k_row + j) * hkv + kv_head) * dv;
+            for (int64_t c = 0; c < d; c++) dk_row[c] = fa_test_round_to(dtype, scale * dk_acc[j * d + c]);
+            for (int64_t c = 0; c < dv; c++) dv_row[c] = fa_test_round_to(dtype, dv_acc[j * dv + c]);
+        }
+    }
+}
+
+typedef struct ref_job {
+    const fa_ref_problem *rp;
+    fa_ref_outputs *out;
+    int backward, baseline;
+    fa_dtype dtype;
+    double *dsink_parts; /* [units, group] */
+    int64_t units;
+    atomic_llong next_unit;
+} ref_job;
+
+static void *ref_worker(void *arg) {
+    ref_job *job = arg;
+    const fa_ref_problem *rp = job->rp;
+    int64_t sk = rp->seqlen_k > 0 ? rp->seqlen_k : 1;
+    int64_t group = rp->heads_q / rp->heads_kv;
+    double *scores64 = malloc((size_t)sk * 2 * sizeof(double));
+    float *scratch32 = malloc((size_t)sk * 3 * sizeof(float));
+    float *dk_acc = job->baseline && job->backward
+                        ? malloc((size_t)(sk * rp->head_dim) * sizeof(float)) : NULL;
+    float *dv_acc = job->baseline && job->backward
+                        ? malloc((size_t)(sk * rp->head_dim_v) * sizeof(float)) : NULL;
+    if (!scores64 || !scratch32 || (job->baseline && job->backward && (!dk_acc || !dv_acc))) {
+        fprintf(stderr, "reference: out of memory\n");
+        abort(); /* test harness only: an oracle that cannot run must not pass anything */
+    }
+    for (;;) {
+        int64_t unit = atomic_fetch_add(&job->next_unit, 1);
+        if (unit >= job->units) break;
+        int64_t b = unit / rp->heads_kv, kv_head = unit % rp->heads_kv;
+        double *part = job->dsink_parts + unit * group;
+        if (job->baseline)
+            baseline_unit(rp, job->dtype, job->backward, job->out, b, kv_head, part, scratch32,
+                          scratch32 + sk, scratch32 + 2 * sk, dk_acc, dv_acc);
+        else
+            ref64_unit(rp, job->backward, job->out, b, kv_head, part, scores64, scores64 + sk);
+    }
+    free(scores64);
+    free(scratch32);
+    free(dk_acc);
+    free(dv_acc);
+    return NULL;
+}
+
+static int ref_thread_count(int64_t units) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("FA_TEST_REF_THREADS");
+    if (env && atoi(env) > 0) cpus = atoi(env);
+    if (cpus < 1) cpus = 1;
+    if (cpus > 32) cpus = 32;
+    if (cpus > units) cpus = (long)units;
+    return cpus < 1 ? 1 : (int)cpus;
+}
+
+static void ref_run(const fa_ref_problem *rp, int baseline, fa_dtype dtype, int backward,
+                    fa_ref_outputs *out) {
+    const int64_t d = rp->head_dim, dv = rp->head_dim_v;
+    const int64_t group = rp->heads_q / rp->heads_kv;
+    if (backward) {
+        memset(out->dq, 0, (size_t)(rp->rows_q * rp->heads_q * d) * sizeof(double));
+        memset(out->dk, 0, (size_t)(rp->rows_k * rp->heads_kv * d) * sizeof(double));
+        memset(out->dv, 0, (size_t)(rp->rows_k * rp->heads_kv * dv) * sizeof(double));
+    }
+    ref_job job;
+    job.rp = rp;
+    job.out = out;
+    job.backward = backward;
+    job.baseline = baseline;
+    job.dtype = dtype;
+    job.units = rp->batch * rp->heads_kv;
+    atomic_init(&job.next_unit, 0);
+    job.dsink_parts = calloc((size_t)(job.units * group + 1), sizeof(double));
+    if (!job.dsink_parts) abort();
+    int threads = ref_thread_count(job.units);
+    pthread_t tids[32];
+    int started = 0;
+    for (int t = 1; t < threads; t++)
+        if (pthread_create(&tids[started], NULL, ref_worker, &job) == 0) started++;
+    ref_worker(&job);
+    for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+    if (backward && rp->sinks && out->dsink) { /* reduce over batches in a fixed order      */
+        for (int64_t h = 0; h < rp->heads_q; h++) {
+            int64_t kv_head = h / group, g = h % group;
+            double sum64 = 0.0;
+            float sum32 = 0.0f;
+            for (int64_t b = 0; b < rp->batch; b++) {
+                double part = job.dsink_parts[(b * rp->heads_kv + kv_head) * group + g];
+                sum64 += part;
+                sum32 += (float)part;
+            }
+            out->dsink[h] = baseline ? (double)sum32 : sum64;
+        }
+    }
+    free(job.dsink_parts);
+}
+
+void fa_ref64_run(const fa_ref_problem *rp, int backward, fa_ref_outputs *out) {
+    ref_run(rp, 0, FA_DTYPE_F32, backward, out);
+}
+
+void fa_ref_baseline_run(const fa_ref_problem *rp, fa_dtype dtype, int backward,
+                         fa_ref_outputs *out) {
+    ref_run(rp, 1, dtype, backward, out);
+}
+
+int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs *out) {
+    memset(out, 0, sizeof *out);
+    size_t lse_count = (size_t)(rp->cu_seqlens_q ? rp->heads_q * rp->rows_q
+                                                 : rp->batch * rp->heads_q * rp->seqlen_q);
+    out->o = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim_v) + 1, sizeof(double));
+    out->lse = calloc(lse_count + 1, sizeof(double));
+    int ok = out->o && out->lse;
+    if (backward) {
+        out->dq = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim) + 1, sizeof(double));
+        out->dk = calloc((size_t)(rp->rows_k * rp->heads_kv * rp->head_dim) + 1, sizeof(double));
+        out->dv = calloc((size_t)(rp->rows_k * rp->heads_kv * rp->head_dim_v) + 1, sizeof(double));
+        out->dsink = calloc((size_t)rp->heads_q + 1, sizeof(double));
+        ok = ok && out->dq && out->dk && out->dv && out->dsink;
+    }
+    if (!ok) {
+        fa_ref_outputs_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void fa_ref_outputs_free(fa_ref_outputs *out) {
+    free(out->o);
+    free(out->lse);
+    free(out->dq);
+    free(out->dk);
+    free(out->dv);
+    free(out->dsink);
+    memset(out, 0, sizeof *out);
+}
+
+/* ---- gathering a host fa_params problem into canonical doubles ---------------------------- */
+
+/* Read a [rows, heads, dim] strided tensor of p into canonical doubles (unused rows zero). */
+static void gather_tensor(const fa_params *p, const fa_ref_problem *rp, const void *base,
+                          int64_t batch_stride, int64_t row_stride, int64_t head_stride,
+                          int key_side, int64_t heads, int64_t dim, double *dst) {
+    for (int64_t b = 0; b < rp->batch; b++) {
+        ref_sequence seq = ref_seq(rp, b);
+        int64_t len = key_side ? seq.len_k : seq.len_q;
+        int64_t first = key_side ? seq.k_row : seq.q_row;
+        for (int64_t i = 0; i < len; i++) {
+            int64_t src_row = rp->cu_seqlens_q ? (first + i) * row_stride
+                                               : b * batch_stride + i * row_stride;
+            for (int64_t h = 0; h < heads; h++)
+                for (int64_t c = 0; c < dim; c++)
+                    dst[((first + i) * heads + h) * dim + c] =
+                        fa_test_load(base, p->dtype, src_row + h * head_stride + c);
+        }
+    }
+}
+
+int fa_ref_gather(const fa_params *p, fa_ref_gathered *g) {
+    memset(g, 0, sizeof *g);
+    fa_ref_problem *rp = &g->rp;
+    rp->batch = p->batch;
+    rp->seqlen_q = p->seqlen_q;
+    rp->seqlen_k = p->seqlen_k;
+    rp->heads_q = p->heads_q;
+    rp->heads_kv = p->heads_kv;
+    rp->head_dim = p->head_dim;
+    rp->head_dim_v = p->head_dim_v ? p->head_dim_v : p->head_dim;
+    int varlen = p->cu_seqlens_q != NULL;
+    rp->cu_seqlens_q = varlen ? p->cu_seqlens_q : NULL;
+    rp->cu_seqlens_k = varlen ? p->cu_seqlens_k : NULL;
+    rp->rows_q = varlen ? p->total_q : p->batch * p->seqlen_q;
+    rp->rows_k = varlen ? p->total_k : p->batch * p->seqlen_k;
+    /* the mathematically specified scale; the library's float default differs by < 1 ulp */
+    rp->scale = p->softmax_scale != 0.0f ? (double)p->softmax_scale : 1.0 / sqrt((double)p->head_dim);
+    rp->softcap = p->softcap;
+    int64_t left = p->use_window && p->window_left >= 0 ? p->window_left : -1;
+    int64_t right = p->use_window && p->window_right >= 0 ? p->window_right : -1;
+    if (p->causal) right = 0; /* min(right, 0) with right unbounded (-1) or >= 0 */
+    rp->window_left = left;
+    rp->window_right = right;
+
+    const int64_t d = rp->head_dim, dv = rp->head_dim_v;
+    g->q = calloc((size_t)(rp->rows_q * rp->heads_q * d) + 1, sizeof(double));
+    g->k = calloc((size_t)(rp->rows_k * rp->heads_kv * d) + 1, sizeof(double));
+    g->v = calloc((size_t)(rp->rows_k * rp->heads_kv * dv) + 1, sizeof(double));
+    if (!g->q || !g->k || !g->v) goto oom;
+    gather_tensor(p, rp, p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 0,
+                  rp->heads_q, d, g->q);
+    gather_tensor(p, rp, p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1,
+                  rp->heads_kv, d, g->k);
+    gather_tensor(p, rp, p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1,
+                  rp->heads_kv, dv, g->v);
+    if (p->dout) {
+        g->dout = calloc((size_t)(rp->rows_q * rp->heads_q * dv) + 1, sizeof(double));
+        if (!g->dout) goto oom;
+        gather_tensor(p, rp, p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride,
+                      0, rp->heads_q, dv, g->dout);
+    }
+    if (p->alibi_slopes) {
+        g->slopes = calloc((size_t)(rp->batch * rp->heads_q), sizeof(double));
+        if (!g->slopes) goto oom;
+        for (int64_t b = 0; b < rp->batch; b++)
+            for (int64_t h = 0; h < rp->heads_q; h++)
+                g->slopes[b * rp->heads_q + h] = p->alibi_slopes[b * p->alibi_batch_stride + h];
+    }
+    if (p->sink_logits) {
+        g->sinks = calloc((size_t)rp->heads_q, sizeof(double));
+        if (!g->sinks) goto oom;
+        for (int64_t h = 0; h < rp->heads_q; h++) g->sinks[h] = p->sink_logits[h];
+    }
+    rp->q = g->q;
+    rp->k = g->k;
+    rp->v = g->v;
+    rp->dout = g->dout;
+    rp->slopes = g->slopes;
+    rp->sinks = g->sinks;
+    return 0;
+oom:
+    fa_ref_gathered_free(g);
+    return -1;
+}
+
+void fa_ref_gathered_free(fa_ref_gathered *g) {
+    free(g->q);
+    free(g->k);
+    free(g->v);
+    free(g->dout);
+    free(g->slopes);
+    free(g->sinks);
+    memset(g, 0, sizeof *g);
+}
+
+/* ---- tolerance ---------------------------------------------------------------------------- */
+
+/* The absolute floor. FlashAttention-3's tests use fwd_atol = 2·max|(ref + 0.3 - 0.3) - ref|,
+ * twice the rounding noise of the dtype at the output's magnitude (shifted by 0.3 so that a
+ * tensor of near-zero values still gets the noise of values ~0.3). Rounding to nearest errs by
+ * at most half a unit in the last place, so that is one ulp of the dtype at max|ref| + 0.3:
+ * about 2e-3 for f16 and 1.6e-2 for bf16 at magnitude 1. It matters where the baseline happens
+ * to be (nearly) exact, e.g. tensors of a handful of elements such as dsink.
+ * For f32 that rule assumes storage rounding dominates, which it does not: fp32 outputs carry
+ * the accumulation noise of sums over hundreds of terms (dot products, P·V, dK summed over
+ * rows, dsink over every row) taken in another order than the baseline's, and a FlashAttention
+ * backward recomputes P = exp(S - LSE), adding eps·|LSE| per element. Two correct fp32
+ * algorithms differ by several ulp there, so f32 (and the always-fp32 lse) get 8 ulp:
+ * about 1e-6 at magnitude 1, still four orders of magnitude below a semantic error such as
+ * one missing key (P ~ 1e-2) or an accidental 16-bit intermediate (~1e-3). */
+double fa_test_floor(fa_dtype dtype, double ref_max) {
+    int exponent;
+    frexp(ref_max + 0.3, &exponent); /* ref_max + 0.3 = m·2^exponent, m in [0.5, 1)       */
+    double ulp = ldexp(1.0, exponent - 1 - fa_test_mantissa_bits(dtype));
+    return dtype == FA_DTYPE_F32 ? 8.0 * ulp : ulp;
+}
+
+/* ---- test problems ------------------------------------------------------------------------ */
+
+#define POISON_F32 FA_TEST_POISON_F32
+#define POISON_16_F16 FA_TEST_POISON_F16
+#define POISON_16_BF16 FA_TEST_POISON_BF16
+
+static fa_dtype tensor_dtype(const fa_test_problem *tp, int tensor) {
+    if (tensor == FA_T_LSE || tensor == FA_T_DSINK || tensor == FA_T_ALIBI || tensor == FA_T_SINK)
+        return FA_DTYPE_F32;
+    return tp->spec.dtype;
+}
+
+static void poison_buffer(fa_test_buffer *buf, fa_dtype dtype) {
+    if (!buf->host) return;
+    if (buf->elem_size == 4) {
+        uint32_t *w = buf->host;
+        for (size_t i = 0; i < buf->bytes / 4; i++) w[i] = POISON_F32;
+    } else {
+        uint16_t pattern = dtype == FA_DTYPE_F16 ? POISON_16_F16 : POISON_16_BF16;
+        uint16_t *w = buf->host;
+        for (size_t i = 0; i < buf->bytes / 2; i++) w[i] = pattern;
+    }
+}
+
+static int is_poison(const fa_test_buffer *buf, fa_dtype dtype, int64_t index) {
+    if (buf->elem_size == 4) return ((const uint32_t *)buf->host)[index] == POISON_F32;
+    uint16_t pattern = dtype == FA_DTYPE_F16 ? POISON_16_F16 : POISON_16_BF16;
+    return ((const uint16_t *)buf->host)[index] == pattern;
+}
+
+const char *fa_test_tensor_name(int tensor) {
+    static const char *names[FA_T_COUNT] = {"q",   "k",     "v",    "o",    "dout",
+                                            "dq",  "dk",    "dv",   "lse",  "dsink",
+                                            "cu_seqlens_q", "cu_seqlens_k", "alibi", "sinks"};
+    return tensor >= 0 && tensor < FA_T_COUNT ? names[tensor] : "?";
+}
+
+static int tensor_on_q_side(int tensor) {
+    return tensor == FA_T_Q || tensor == FA_T_O || tensor == FA_T_DO || tensor == FA_T_DQ;
+}
+
+static int64_t tensor_heads(const fa_test_problem *tp, int tensor) {
+    return tensor_on_q_side(tensor) ? tp->spec.heads_q : tp->spec.heads_kv;
+}
+
+static int64_t tensor_dim(const fa_test_problem *tp, int tensor) {
+    return (tensor == FA_T_V || tensor == FA_T_O || tensor == FA_T_DO || tensor == FA_T_DV)
+               ? tp->spec.head_dim_v : tp->spec.head_dim;
+}
+
+/* Sequence geometry of the test problem (independent of the library). */
+static void problem_seq(const fa_test_problem *tp, int64_t b, int key_side, int64_t *first_row,
+                        int64_t *len) {
+    if (tp->spec.varlen) {
+        const int32_t *cu = tp->buffer[key_side ? FA_T_CU_K : FA_T_CU_Q].host;
+        *first_row = cu[b];
+        *len = cu[b + 1] - cu[b];
+    } else {
+        *first_row = b * (key_side ? tp->spec.seqlen_k : tp->spec.seqlen_q);
+        *len = key_side ? tp->spec.seqlen_k : tp->spec.seqlen_q;
+    }
+}
+
+/* Buffer element index of (b, i, h, c) of strided tensor `tensor`. */
+static int64_t strided_index(const fa_test_problem *tp, int tensor, int64_t b, int64_t first_row,
+                             int64_t i, int64_t h, int64_t c) {
+    const fa_test_view *vw = &tp->view[tensor];
+    int64_t row = tp->spec.varlen ? (first_row + i) * vw->row_stride
+                                  : b * vw->batch_stride + i * vw->row_stride;
+    return vw->offset + row + h * vw->head_stride + c;
+}
+
+/* Calls visit(ctx, buffer_index, canonical_index) for every logical element of `tensor`. */
+typedef void (*element_visitor)(void *ctx, int64_t buffer_index, int64_t canonical_index);
+
+static void for_each_element(const fa_test_problem *tp, int tensor, element_visitor visit,
+                             void *ctx) {
+    const fa_test_spec *s = &tp->spec;
+    if (tensor < FA_T_STRIDED_COUNT) {
+        int key_side = !tensor_on_q_side(tensor);
+        int64_t heads = tensor_heads(tp, tensor), dim = tensor_dim(tp, tensor);
+        for (int64_t b = 0; b < s->batch; b++) {
+            int64_t first, len;
+            problem_seq(tp, b, key_side, &first, &len);
+            for (int64_t i = 0; i < len; i++)
+                for (int64_t h = 0; h < heads; h++)
+                    for (int64_t c = 0; c < dim; c++)
+                        visit(ctx, strided_index(tp, tensor, b, first, i, h, c),
+                              ((first + i) * heads + h) * dim + c);
+        }
+    } else if (tensor == FA_T_LSE) {
+        for (int64_t b = 0; b < s->batch; b++) {
+            int64_t first, len;
+            problem_seq(tp, b, 0, &first, &len);
+            for (int64_t h = 0; h < s->heads_q; h++)
+                for (int64_t i = 0; i < len; i++) {
+                    int64_t at = s->varlen ? h * tp->total_q + first + i
+                                           : (b * s->heads_q + h) * s->seqlen_q + i;
+                    visit(ctx, at, at);
+                }
+        }
+    } else if (tensor == FA_T_DSINK || tensor == FA_T_SINK) {
+        for (int64_t h = 0; h < s->heads_q; h++) visit(ctx, h, h);
+    } else if (tensor == FA_T_ALIBI) {
+        int64_t batches = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->batch : 1;
+        for (int64_t b = 0; b < batches; b++)
+            for (int64_t h = 0; h < s->heads_q; h++)
+                visit(ctx, b * tp->params.alibi_batch_stride + h, b * s->heads_q + h);
+    }
+}
+
+typedef struct fill_ctx {
+    void *base;
+    fa_dtype dtype;
+    fa_test_rng *rng;
+    double amplitude, offset;
+} fill_ctx;
+
+static void fill_visit(void *ctx_, int64_t at, int64_t canonical) {
+    fill_ctx *ctx = ctx_;
+    (void)canonical;
+    fa_test_store(ctx->base, ctx->dtype, at,
+                  ctx->amplitude * fa_test_rng_normal(ctx->rng) + ctx->offset);
+}
+
+/* Fill tensor logical elements in canonical order (the values do not depend on the layout). */
+static void fill_tensor(fa_test_problem *tp, int tensor, fa_test_rng *rng, double amplitude,
+                        double offset) {
+    fa_test_buffer *buf = &tp->buffer[tp->view[tensor].buffer];
+    /* visit in canonical order: for strided tensors for_each_element already iterates b, i, h, c */
+    fill_ctx ctx = {buf->host, tensor_dtype(tp, tensor), rng, amplitude, offset};
+    for_each_element(tp, tensor, fill_visit, &ctx);
+}
+
+typedef struct extent_ctx {
+    int64_t max_index;
+} extent_ctx;
+
+static void extent_visit(void *ctx_, int64_t at, int64_t canonical) {
+    extent_ctx *ctx = ctx_;
+    (void)canonical;
+    if (at > ctx->max_index) ctx->max_index = at;
+}
+
+/* Strides and offset of one strided tensor in its own buffer (packed QKV handled by caller). */
+static void layout_tensor(fa_test_problem *tp, int tensor, fa_test_layout layout,
+                          fa_test_rng *rng) {
+    const fa_test_spec *s = &tp->spec;
+    int64_t heads = tensor_heads(tp, tensor), dim = tensor_dim(tp, tensor);
+    int64_t rows = tensor_on_q_side(tensor) ? (s->varlen ? tp->total_q : s->seqlen_q)
+                                            : (s->varlen ? tp->total_k : s->seqlen_k);
+    int64_t align = s->pad_align;
+    fa_test_view *vw = &tp->view[tensor];
+    vw->buffer = tensor;
+    vw->offset = 0;
+    switch (layout) {
+    case FA_TEST_LAYOUT_PADDED:
+        vw->offset = align * fa_test_rng_int(rng, 0, 3);
+        vw->head_stride = dim + align * fa_test_rng_int(rng, 0, 2);
+        vw->row_stride = heads * vw->head_stride + align * fa_test_rng_int(rng, 0, 3);
+        vw->batch_stride = rows * vw->row_stride + align * fa_test_rng_int(rng, 0, 5);
+        break;
+    case FA_TEST_LAYOUT_BHSD: /* [b, h, s, d] (varlen [h, total, d]) */
+        vw->row_stride = dim;
+        vw->head_stride = (rows > 0 ? rows : 1) * dim;
+        vw->batch_stride = heads * vw->head_stride;
+        break;
+    default:
+        vw->head_stride = dim;
+        vw->row_stride = heads * dim;
+        vw->batch_stride = rows * heads * dim;
+        break;
+    }
+    if (s->varlen) vw->batch_stride = fa_test_rng_int(rng, 1, 999); /* must be ignored */
+}
+
+static int alloc_buffer(fa_test_buffer *buf, int64_t elements, size_t elem_size, int is_output) {
+    if (elements < 1) elements = 1;
+    buf->bytes = (size_t)elements * elem_size;
+    buf->elem_size = elem_size;
+    buf->is_output = is_output;
+    /* round the allocation to 64 bytes of slack-free size: aligned_alloc needs a multiple */
+    size_t padded = (buf->bytes + 63) & ~(size_t)63;
+    buf->host = aligned_alloc(64, padded);
+    return buf->host ? 0 : -1;
+}
+
+static int64_t buffer_extent(fa_test_problem *tp, int buffer) {
+    extent_ctx ctx = {-1};
+    for (int t = 0; t < FA_T_COUNT; t++)
+        if (tp->view[t].buffer == buffer) for_each_element(tp, t, extent_visit, &ctx);
+    return ctx.max_index + 1;
+}
+
+static void make_lengths(fa_test_problem *tp, fa_test_rng *rng) {
+    fa_test_spec *s = &tp->spec;
+    int64_t max_q = 0, max_k = 0;
+    int64_t full_q = fa_test_rng_int(rng, 0, s->batch - 1);
+    int64_t full_k = fa_test_rng_int(rng, 0, s->batch - 1);
+    int same = s->layout == FA_TEST_LAYOUT_PACKED_QKV && s->seqlen_q == s->seqlen_k &&
+               !s->lens_q && !s->lens_k;
+    for (int64_t b = 0; b < s->batch; b++) {
+        int64_t lq, lk;
+        if (s->lens_q) {
+            lq = s->lens_q[b];
+        } else {
+            double u = fa_test_rng_uniform(rng);
+            lq = b == full_q ? s->seqlen_q : u < 0.2 ? 0 : fa_test_rng_int(rng, 0, s->seqlen_q);
+        }
+        if (s->lens_k) {
+            lk = s->lens_k[b];
+        } else if (same) {
+            lk = lq;
+        } else {
+            double u = fa_test_rng_uniform(rng);
+            lk = b == full_k ? s->seqlen_k : u < 0.2 ? 0 : fa_test_rng_int(rng, 0, s->seqlen_k);
+        }
+        tp->lens_q_storage[b] = (int32_t)lq;
+        tp->lens_k_storage[b] = (int32_t)lk;
+        if (lq > max_q) max_q = lq;
+        if (lk > max_k) max_k = lk;
+    }
+    if (s->lens_q && max_q > s->seqlen_q) s->seqlen_q = max_q;
+    if (s->lens_k && max_k > s->seqlen_k) s->seqlen_k = max_k;
+    s->lens_q = tp->lens_q_storage;
+    s->lens_k = tp->lens_k_storage;
+}
+
+static fa_params problem_params(const fa_test_problem *tp, int on_device);
+
+static uint64_t stream_seed(uint64_t seed, uint64_t stream) {
+    fa_test_rng r;
+    fa_test_rng_seed(&r, seed ^ (stream * 0xd1b54a32d192ed03ull));
+    return fa_test_rng_next(&r);
+}
+
+int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
+    memset(tp, 0, sizeof *tp);
+    tp->spec = *spec;
+    fa_test_spec *s = &tp->spec;
+    if (s->head_dim_v == 0) s->head_dim_v = s->head_dim;
+    if (s->pad_align <= 0) s->pad_align = 1;
+    if (s->q_amplitude <= 0) s->q_amplitude = 1.0;
+    if (s->batch < 1 || s->batch > FA_TEST_MAX_BATCH || s->heads_kv < 1 ||
+        s->heads_q % s->heads_kv || s->head_dim < 1 || s->head_dim > FA_MAX_HEAD_DIM ||
+        s->head_dim_v > FA_MAX_HEAD_DIM || s->seqlen_q < 0 || s->seqlen_k < 0)
+        return -1;
+    for (int t = 0; t < FA_T_COUNT; t++) tp->view[t].buffer = -1;
+
+    fa_test_rng len_rng, layout_rng, value_rng;
+    fa_test_rng_seed(&len_rng, stream_seed(s->seed, 1));
+    fa_test_rng_seed(&layout_rng, stream_seed(s->seed, 2));
+    fa_test_rng_seed(&value_rng, stream_seed(s->seed, 3));
+
+    /* sequence lengths and row counts */
+    if (s->varlen) {
+        make_lengths(tp, &len_rng);
+        if (alloc_buffer(&tp->buffer[FA_T_CU_Q], s->batch + 1, 4, 0) ||
+            alloc_buffer(&tp->buffer[FA_T_CU_K], s->batch + 1, 4, 0))
+            goto fail;
+        int32_t *cu_q = tp->buffer[FA_T_CU_Q].host, *cu_k = tp->buffer[FA_T_CU_K].host;
+        cu_q[0] = cu_k[0] = 0;
+        for (int64_t b = 0; b < s->batch; b++) {
+            cu_q[b + 1] = cu_q[b] + s->lens_q[b];
+            cu_k[b + 1] = cu_k[b] + s->lens_k[b];
+        }
+        /* a few unused rows after the last sequence: total may exceed cu_seqlens[batch] */
+        int64_t extra = fa_test_rng_int(&len_rng, 0, 3);
+        tp->total_q = cu_q[s->batch] + extra;
+        tp->total_k = cu_k[s->batch] + extra;
+        tp->view[FA_T_CU_Q].buffer = FA_T_CU_Q;
+        tp->view[FA_T_CU_K].buffer = FA_T_CU_K;
+        tp->rows_q = tp->total_q;
+        tp->rows_k = tp->total_k;
+    } else {
+        tp->total_q = s->batch * s->seqlen_q;
+        tp->total_k = s->batch * s->seqlen_k;
+        tp->rows_q = tp->total_q;
+        tp->rows_k = tp->total_k;
+    }
+
+    /* layout */
+    if (s->layout == FA_TEST_LAYOUT_PACKED_QKV) {
+        int same_rows = s->varlen ? tp->total_q == tp->total_k &&
+                                        !memcmp(tp->buffer[FA_T_CU_Q].host,
+                                                tp->buffer[FA_T_CU_K].host,
+                                                (size_t)(s->batch + 1) * 4)
+                                  : s->seqlen_q == s->seqlen_k;
+        if (!same_rows || s->head_dim != s->head_dim_v) s->layout = FA_TEST_LAYOUT_PADDED;
+    }
+    int strided[FA_T_STRIDED_COUNT] = {1, 1, 1, 1, s->backward, s->backward, s->backward,
+                                       s->backward};
+    if (s->layout == FA_TEST_LAYOUT_PACKED_QKV) {
+        /* one buffer [rows, hq + 2·hkv, d] (+ padding) holds q, k, v; another dq, dk, dv */
+        int64_t d = s->head_dim, all_heads = s->heads_q + 2 * s->heads_kv;
+        int64_t rows = s->varlen ? tp->total_q : s->seqlen_q;
+        int64_t align = s->pad_align;
+        int64_t row_stride = all_heads * d + align * fa_test_rng_int(&layout_rng, 0, 2);
+        int64_t batch_stride = rows * row_stride + align * fa_test_rng_int(&layout_rng, 0, 2);
+        int64_t head_offset[3] = {0, s->heads_q * d, (s->heads_q + s->heads_kv) * d};
+        int members[2][3] = {{FA_T_Q, FA_T_K, FA_T_V}, {FA_T_DQ, FA_T_DK, FA_T_DV}};
+        for (int set = 0; set < (s->backward ? 2 : 1); set++)
+            for (int m = 0; m < 3; m++) {
+                fa_test_view *vw = &tp->view[members[set][m]];
+                vw->buffer = members[set][0];
+                vw->offset = head_offset[m];
+                vw->head_stride = d;
+                vw->row_stride = row_stride;
+                vw->batch_stride = s->varlen ? 5 : batch_stride;
+            }
+        layout_tensor(tp, FA_T_O, FA_TEST_LAYOUT_PADDED, &layout_rng);
+        if (s->backward) layout_tensor(tp, FA_T_DO, FA_TEST_LAYOUT_PADDED, &layout_rng);
+    } else {
+        for (int t = 0; t < FA_T_STRIDED_COUNT; t++)
+            if (strided[t]) layout_tensor(tp, t, s->layout, &layout_rng);
+    }
+    tp->view[FA_T_LSE].buffer = FA_T_LSE;
+    if (s->alibi != FA_TEST_ALIBI_NONE) tp->view[FA_T_ALIBI].buffer = FA_T_ALIBI;
+    if (s->sinks) {
+        tp->view[FA_T_SINK].buffer = FA_T_SINK;
+        if (s->backward) tp->view[FA_T_DSINK].buffer = FA_T_DSINK;
+    }
+    tp->params.alibi_batch_stride =
+        s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->heads_q + fa_test_rng_int(&layout_rng, 0, 3) : 0;
+
+    /* buffers: sized to the furthest logical element of the tensors they hold */
+    for (int buffer = 0; buffer < FA_T_COUNT; buffer++) {
+        if (buffer == FA_T_CU_Q || buffer == FA_T_CU_K) continue;
+        int used = 0;
+        for (int t = 0; t < FA_T_COUNT; t++) used |= tp->view[t].buffer == buffer;
+        if (!used) continue;
+        int64_t extent = buffer_extent(tp, buffer);
+        if (buffer == FA_T_LSE)
+            extent = s->varlen ? s->heads_q * tp->total_q : s->batch * s->heads_q * s->seqlen_q;
+        int is_output = buffer == FA_T_O || buffer == FA_T_LSE || buffer == FA_T_DQ ||
+                        buffer == FA_T_DK || buffer == FA_T_DV || buffer == FA_T_DSINK;
+        if (alloc_buffer(&tp->buffer[buffer], extent, fa_test_dtype_size(tensor_dtype(tp, buffer)),
+                         is_output))
+            goto fail;
+        /* everything not written below (padding, unused rows) holds poison: reading it
+         * would spread NaN into the outputs, writing it is detected as clobbering */
+        poison_buffer(&tp->buffer[buffer], tensor_dtype(tp, buffer));
+    }
+
+    /* values, in canonical order, independent of the layout */
+    fill_tensor(tp, FA_T_Q, &value_rng, s->q_amplitude, 0.0);
+    fill_tensor(tp, FA_T_K, &value_rng, 1.0, 0.0);
+    fill_tensor(tp, FA_T_V, &value_rng, 1.0, 0.5); /* offset: outputs are not near zero */
+    if (s->backward) fill_tensor(tp, FA_T_DO, &value_rng, 1.0, 0.5);
+    if (s->alibi != FA_TEST_ALIBI_NONE) { /* slopes in [0.01, 0.3) as in FlashAttention's tests */
+        float *slopes = tp->buffer[FA_T_ALIBI].host;
+        int64_t batches = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->batch : 1;
+        for (int64_t b = 0; b < batches; b++)
+            for (int64_t h = 0; h < s->heads_q; h++)
+                slopes[b * tp->params.alibi_batch_stride + h] =
+                    (float)(0.01 + 0.29 * fa_test_rng_uniform(&value_rng));
+    }
+    if (s->sinks) { /* comparable to the row's own mass: log(keys) ± 1 */
+        float *sinks = tp->buffer[FA_T_SINK].host;
+        double typical = log((double)(s->seqlen_k > 1 ? s->seqlen_k : 1));
+        for (int64_t h = 0; h < s->heads_q; h++)
+            sinks[h] = (float)(0.75 * typical + fa_test_rng_normal(&value_rng));
+    }
+    for (int buffer = 0; buffer < FA_T_COUNT; buffer++) {
+        fa_test_buffer *buf = &tp->buffer[buffer];
+        if (!buf->host || buf->is_output) continue;
+        buf->saved = malloc(buf->bytes);
+        if (!buf->saved) goto fail;
+        memcpy(buf->saved, buf->host, buf->bytes);
+    }
+
+    /* params */
+    fa_params *p = &tp->params;
+    p->device = FA_DEVICE_CPU;
+    p->dtype = s->dtype;
+    p->batch = s->batch;
+    p->seqlen_q = s->seqlen_q;
+    p->seqlen_k = s->seqlen_k;
+    p->heads_q = s->heads_q;
+    p->heads_kv = s->heads_kv;
+    p->head_dim = s->head_dim;
+    p->head_dim_v = s->head_dim_v;
+    if (s->varlen) {
+        p->cu_seqlens_q = tp->buffer[FA_T_CU_Q].host;
+        p->cu_seqlens_k = tp->buffer[FA_T_CU_K].host;
+        p->total_q = tp->total_q;
+        p->total_k = tp->total_k;
+    }
+    p->softmax_scale = s->softmax_scale;
+    p->causal = s->causal;
+    p->use_window = s->use_window;
+    p->window_left = s->window_left;
+    p->window_right = s->window_right;
+    p->softcap = s->softcap;
+    *p = problem_params(tp, 0); /* host pointers and strides */
+    return 0;
+fail:
+    fa_test_problem_destroy(tp);
+    return -1;
+}
+
+static void *tensor_pointer(const fa_test_problem *tp, int tensor, int on_device) {
+    const fa_test_view *vw = &tp->view[tensor];
+    if (vw->buffer < 0) return NULL;
+    const fa_test_buffer *buf = &tp->buffer[vw->buffer];
+    char *base = on_device ? buf->device : buf->host;
+    if (!base) return NULL;
+    return base + (size_t)vw->offset * buf->elem_size;
+}
+
+static fa_params problem_params(const fa_test_problem *tp, int on_device) {
+    fa_params p = tp->params;
+    p.q = tensor_pointer(tp, FA_T_Q, on_device);
+    p.k = tensor_pointer(tp, FA_T_K, on_device);
+    p.v = tensor_pointer(tp, FA_T_V, on_device);
+    p.o = tensor_pointer(tp, FA_T_O, on_device);
+    p.lse = tensor_pointer(tp, FA_T_LSE, on_device);
+    p.dout = tensor_pointer(tp, FA_T_DO, on_device);
+    p.dq = tensor_pointer(tp, FA_T_DQ, on_device);
+    p.dk = tensor_pointer(tp, FA_T_DK, on_device);
+    p.dv = tensor_pointer(tp, FA_T_DV, on_device);
+    p.dsink = tensor_pointer(tp, FA_T_DSINK, on_device);
+    p.alibi_slopes = tensor_pointer(tp, FA_T_ALIBI, on_device);
+    p.sink_logits = tensor_pointer(tp, FA_T_SINK, on_device);
+    if (tp->spec.varlen) {
+        p.cu_seqlens_q = tensor_pointer(tp, FA_T_CU_Q, on_device);
+        p.cu_seqlens_k = tensor_pointer(tp, FA_T_CU_K, on_device);
+    }
+#define SET_STRIDES(tensor, prefix)                                                          \
+    do {                                                                                     \
+        p.prefix##_batch_stride = tp->view[tensor].buffer >= 0 ? tp->view[tensor].batch_stride : 0; \
+        p.prefix##_row_stride = tp->view[tensor].buffer >= 0 ? tp->view[tensor].row_stride : 0;     \
+        p.prefix##_head_stride = tp->view[tensor].buffer >= 0 ? tp->view[tensor].head_stride : 0;   \
+    } while (0)
+    SET_STRIDES(FA_T_Q, q);
+    SET_STRIDES(FA_T_K, k);
+    SET_STRIDES(FA_T_V, v);
+    SET_STRIDES(FA_T_O, o);
+    SET_STRIDES(FA_T_DO, do);
+    SET_STRIDES(FA_T_DQ, dq);
+    SET_STRIDES(FA_T_DK, dk);
+    SET_STRIDES(FA_T_DV, dv);
+#undef SET_STRIDES
+    return p;
+}
+
+fa_params fa_test_problem_device_params(const fa_test_problem *tp) {
+    return problem_params(tp, 1);
+}
+
+void fa_test_problem_destroy(fa_test_problem *tp) {
+    for (int b = 0; b < FA_T_COUNT; b++) {
+        free(tp->buffer[b].host);
+        free(tp->buffer[b].saved);
+        tp->buffer[b].host = NULL;
+        tp->buffer[b].saved = NULL;
+    }
+}
+
+void fa_test_poison_forward_outputs(fa_test_problem *tp) {
+    poison_buffer(&tp->buffer[FA_T_O], tp->spec.dtype);
+    poison_buffer(&tp->buffer[FA_T_LSE], FA_DTYPE_F32);
+}
+
+void fa_test_poison_backward_outputs(fa_test_problem *tp) {
+    for (int t = FA_T_DQ; t <= FA_T_DV; t++) poison_buffer(&tp->buffer[t], tp->spec.dtype);
+    poison_buffer(&tp->buffer[FA_T_DSINK], FA_DTYPE_F32);
+}
+
+int fa_test_inputs_unchanged(const fa_test_problem *tp) {
+    for (int b = 0; b < FA_T_COUNT; b++) {
+        const fa_test_buffer *buf = &tp->buffer[b];
+        if (buf->host && buf->saved && memcmp(buf->host, buf->saved, buf->bytes)) return 0;
+    }
+    return 1;
+}
+
+int fa_test_buffer_all_poison(const fa_test_problem *tp, int tensor) {
+    int buffer = tp->view[tensor].buffer;
+    if (buffer < 0 || !tp->buffer[buffer].host) return 1;
+    const fa_test_buffer *buf = &tp->buffer[buffer];
+    for (size_t i = 0; i < buf->bytes / buf->elem_size; i++)
+        if (!is_poison(buf, tensor_dtype(tp, tensor), (int64_t)i)) return 0;
+    return 1;
+}
+
+void *fa_test_snapshot(const fa_test_problem *tp, int tensor) {
+    int buffer = tp->view[tensor].buffer;
+    if (buffer < 0) return NULL;
+    const fa_test_buffer *buf = &tp->buffer[buffer];
+    void *copy = malloc(buf->bytes);
+    if (copy) memcpy(copy, buf->host, buf->bytes);
+    return copy;
+}
+
+int fa_test_same_as_snapshot(const fa_test_problem *tp, int tensor, const void *snapshot) {
+    int buffer = tp->view[tensor].buffer;
+    if (buffer < 0) return snapshot == NULL;
+    return snapshot && !memcmp(tp->buffer[buffer].host, snapshot, tp->buffer[buffer].bytes);
+}
+
+void fa_test_describe(const fa_test_problem *tp, char *buf, size_t size) {
+    const fa_test_spec *s = &tp->spec;
+    size_t used = 0;
+    buf[0] = '\0';
+#define APPEND(...)                                                                          \
+    do {                                                                                     \
+        if (used < size) used += (size_t)snprintf(buf + used, size - used, __VA_ARGS__);     \
+    } while (0)
+    if (s->causal) APPEND("%scausal", used ? "+" : "");
+    if (s->use_window) APPEND("%swindow(%d,%d)", used ? "+" : "", (int)s->window_left, (int)s->window_right);
+    if (s->softcap > 0) APPEND("%ssoftcap(%g)", used ? "+" : "", (double)s->softcap);
+    if (s->alibi) APPEND("%salibi(%s)", used ? "+" : "", s->alibi == FA_TEST_ALIBI_HEAD ? "h" : "bh");
+    if (s->sinks) APPEND("%ssink", used ? "+" : "");
+    if (s->softmax_scale != 0) APPEND("%sscale(%g)", used ? "+" : "", (double)s->softmax_scale);
+    if (s->q_amplitude > 1) APPEND("%ssharp", used ? "+" : "");
+    if (!used) APPEND("plain");
+#undef APPEND
+}
+
+/* ---- comparison --------------------------------------------------------------------------- */
+
+typedef struct compare_ctx {
+    const fa_test_buffer *buf;
+    fa_dtype dtype;
+    const double *ref, *base;
+    fa_test_check *check;
+    uint8_t *logical; /* per buffer element: 1 if some output view covers it */
+} compare_ctx;
+
+static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
+    compare_ctx *ctx = ctx_;
+    fa_test_check *c = ctx->check;
+    c->checked++;
+    if (is_poison(ctx->buf, ctx->dtype, at)) {
+        c->unwritten++;
+        return;
+    }
+    double ours = fa_test_load(ctx->buf->host, ctx->dtype, at);
+    double ref = ctx->ref[canonical], base = ctx->base ? ctx->base[canonical] : ref;
+    if (!isfinite(ref)) { /* only lse: -inf on rows with no key and no sink */
+        if (ours != ref) c->nonfinite++;
+        return;
+    }
+    if (!isfinite(ours)) {
+        c->nonfinite++;
+        return;
+    }
+    double err = fabs(ours - ref);
+    if (err > c->err) c->err = err;
+    if (fabs(ref) > c->ref_max) c->ref_max = fabs(ref);
+    if (isfinite(base) && fabs(base - ref) > c->base_err) c->base_err = fabs(base - ref);
+}
+
+static void mark_visit(void *ctx_, int64_t at, int64_t canonical) {
+    compare_ctx *ctx = ctx_;
+    (void)canonical;
+    ctx->logical[at] = 1;
+}
+
+fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const double *ref64,
+                              const double *baseline) {
+    fa_test_check check;
+    memset(&check, 0, sizeof check);
+    int buffer = tp->view[tensor].buffer;
+    if (buffer < 0 || !ref64) {
+        check.ok = 0;
+        check.nonfinite = -1;
+        return check;
+    }
+    const fa_test_buffer *buf = &tp->buffer[buffer];
+    compare_ctx ctx = {buf, tensor_dtype(tp, tensor), ref64, baseline, &check, NULL};
+    for_each_element(tp, tensor, compare_visit, &ctx);
+    /* everything in this buffer outside every output view must still be poison */
+    size_t elements = buf->bytes / buf->elem_size;
+    ctx.logical = calloc(elements, 1);
+    if (ctx.logical) {
+        for (int t = 0; t < FA_T_COUNT; t++)
+            if (tp->view[t].buffer == buffer) for_each_element(tp, t, mark_visit, &ctx);
+        for (size_t i = 0; i < elements; i++)
+            if (!ctx.logical[i] && !is_poison(buf, ctx.dtype, (int64_t)i)) check.clobbered++;
+        free(ctx.logical);
+    } else {
+        check.clobbered = -1;
+    }
+    fa_dtype floor_dtype = tensor == FA_T_LSE ? FA_DTYPE_F32 : tp->spec.dtype;
+    check.floor = fa_test_floor(floor_dtype, check.ref_max);
+    check.tol = 2.0 * check.base_err + check.floor;
+    check.ok = check.unwritten == 0 && check.nonfinite == 0 && check.clobbered == 0 &&
+               check.err <= check.tol;
+    return check;
+}
+
+typedef struct diff_ctx {
+    const void *a, *b;
+    fa_dtype dtype;
+    double max_diff;
+} diff_ctx;
+
+static void diff_visit(void *ctx_, int64_t at, int64_t canonical) {
+    diff_ctx *ctx = ctx_;
+    (void)canonical;
+    double x = fa_test_load(ctx->a, ctx->dtype, at), y = fa_test_load(ctx->b, ctx->dtype, at);
+    if (x == y) return; /* also equal infinities */
+    double d = fabs(x - y);
+    if (isnan(d)) d = INFINITY;
+    if (d > ctx->max_diff) ctx->max_diff = d;
+}
+
+double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_host,
+                        const void *b_host) {
+    diff_ctx ctx = {a_host, b_host, tensor_dtype(tp, tensor), 0.0};
+    for_each_element(tp, tensor, diff_visit, &ctx);
+    return ctx.max_diff;
+}

@@ -1,0 +1,220 @@
+/*
+ * reference.h: the test oracle and the tools every test shares.
+ *
+ *   - dtype conversion (f32 <-> f16 / bf16, round to nearest even), element load/store by dtype;
+ *   - a float64 attention oracle, forward and backward, with every feature of fa_params;
+ *   - the "standard attention in the input dtype" baseline that sets the tolerance: fp32 scores
+ *     from dtype inputs, fp32 softmax, P rounded to the dtype before P·V, outputs rounded (what
+ *     plain PyTorch attention in that dtype gives), forward and backward;
+ *   - the tolerance rule: ok iff max|ours - ref64| <= 2·max|baseline - ref64| + floor;
+ *   - test problems: host tensors with random strides, padding and layouts (BHSD, slices of a
+ *     packed QKV buffer), random fills, NaN poisoning and checks that every output element was
+ *     written and nothing around it was.
+ *
+ * Canonical layouts of reference results (row r = b·seqlen + i, or cu_seqlens[b] + i in varlen;
+ * rows_q = batch·seqlen_q or total_q, rows_k likewise):
+ *   o  [rows_q, heads_q, head_dim_v]   dq [rows_q, heads_q, head_dim]
+ *   dk [rows_k, heads_kv, head_dim]    dv [rows_k, heads_kv, head_dim_v]
+ *   lse in the library's own layout ([batch, heads_q, seqlen_q] or [heads_q, total_q])
+ *   dsink [heads_q]
+ */
+#ifndef FA_TESTS_REFERENCE_H
+#define FA_TESTS_REFERENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+
+uint16_t fa_test_f32_to_f16(float x); /* round to nearest even; overflow -> inf; NaN kept   */
+float fa_test_f16_to_f32(uint16_t h);
+uint16_t fa_test_f32_to_bf16(float x);
+float fa_test_bf16_to_f32(uint16_t h);
+float fa_test_round_to(fa_dtype dtype, float x); /* x rounded to dtype, returned as float    */
+size_t fa_test_dtype_size(fa_dtype dtype);
+const char *fa_test_dtype_name(fa_dtype dtype);
+int fa_test_mantissa_bits(fa_dtype dtype); /* explicit mantissa bits: 23, 10, 7              */
+double fa_test_load(const void *base, fa_dtype dtype, int64_t index);
+void fa_test_store(void *base, fa_dtype dtype, int64_t index, double value);
+
+/* ---- random numbers (splitmix64 + Box-Muller) --------------------------------------------- */
+
+typedef struct fa_test_rng {
+    uint64_t state;
+} fa_test_rng;
+
+void fa_test_rng_seed(fa_test_rng *rng, uint64_t seed);
+uint64_t fa_test_rng_next(fa_test_rng *rng);
+double fa_test_rng_uniform(fa_test_rng *rng);                    /* [0, 1)               */
+int64_t fa_test_rng_int(fa_test_rng *rng, int64_t lo, int64_t hi); /* lo..hi inclusive     */
+double fa_test_rng_normal(fa_test_rng *rng);
+uint64_t fa_test_fresh_seed(void); /* from /dev/urandom, else time and pid               */
+
+/* ---- float64 oracle on canonical double arrays --------------------------------------------- */
+
+/* A problem in canonical dense double arrays (the layouts above). The finite-difference test
+ * perturbs these arrays directly. */
+typedef struct fa_ref_problem {
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
+    const int32_t *cu_seqlens_q, *cu_seqlens_k; /* both or neither (varlen)                   */
+    int64_t rows_q, rows_k;                     /* batch·seqlen, or total_q / total_k        */
+    double scale;                               /* softmax scale, already defaulted          */
+    double softcap;                             /* 0 = off                                   */
+    int64_t window_left, window_right;          /* effective (causal folded in), -1 unbounded */
+    const double *slopes; /* [batch, heads_q] expanded ALiBi slopes, or NULL                  */
+    const double *sinks;  /* [heads_q] sink logits, or NULL                                   */
+    const double *q, *k, *v, *dout;             /* canonical; dout only for the backward     */
+} fa_ref_problem;
+
+/* Outputs, canonical. Any pointer may be NULL when not wanted (forward: o, lse; backward: all). */
+typedef struct fa_ref_outputs {
+    double *o, *lse, *dq, *dk, *dv, *dsink;
+} fa_ref_outputs;
+
+/* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */
+void fa_ref64_run(const fa_ref_problem *rp, int backward, fa_ref_outputs *out);
+/* The dtype baseline (fp32 math, rounding to `dtype` where PyTorch would), same outputs. */
+void fa_ref_baseline_run(const fa_ref_problem *rp, fa_dtype dtype, int backward,
+                         fa_ref_outputs *out);
+
+/* Index of (sequence b, head h, row i) in the lse layout. */
+int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i);
+
+/* Host problem described by fa_params -> canonical doubles (inputs read through the strides in
+ * p's dtype). Owns its arrays; free with fa_ref_gathered_free. */
+typedef struct fa_ref_gathered {
+    fa_ref_problem rp;
+    double *q, *k, *v, *dout, *slopes, *sinks;
+} fa_ref_gathered;
+
+int fa_ref_gather(const fa_params *p, fa_ref_gathered *g); /* 0 ok, -1 out of memory         */
+void fa_ref_gathered_free(fa_ref_gathered *g);
+
+/* Allocate (zeroed) canonical outputs for rp: forward o, lse; with backward also dq, dk, dv and
+ * dsink (if sinks). Returns 0, or -1 out of memory. */
+int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs *out);
+void fa_ref_outputs_free(fa_ref_outputs *out);
+
+/* ---- test problems ----------------------------------------------------------------------- */
+
+typedef enum fa_test_layout {
+    FA_TEST_LAYOUT_CONTIGUOUS = 0, /* fa_set_contiguous_strides                                */
+    FA_TEST_LAYOUT_PADDED = 1,     /* random padding after each head, row, batch, and in front */
+    FA_TEST_LAYOUT_BHSD = 2,       /* [batch, heads, seq, dim] in memory (varlen [heads, total, dim]) */
+    FA_TEST_LAYOUT_PACKED_QKV = 3, /* q, k, v (and dq, dk, dv) slices of one [.., hq+2hkv, d] buffer */
+    FA_TEST_LAYOUT_COUNT = 4
+} fa_test_layout;
+
+typedef enum fa_test_alibi {
+    FA_TEST_ALIBI_NONE = 0,
+    FA_TEST_ALIBI_HEAD = 1,       /* slopes [heads_q], alibi_batch_stride = 0              */
+    FA_TEST_ALIBI_BATCH_HEAD = 2  /* slopes [batch, heads_q + pad], per batch×head         */
+} fa_test_alibi;
+
+typedef struct fa_test_spec {
+    fa_dtype dtype;
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v; /* dv 0 = d  */
+    int varlen;                   /* lengths drawn in [0, seqlen] (one at the max, some empty) */
+    const int32_t *lens_q, *lens_k; /* optional [batch] fixed varlen lengths                 */
+    int causal, use_window;
+    int32_t window_left, window_right;
+    float softcap, softmax_scale;
+    fa_test_alibi alibi;
+    int sinks;
+    fa_test_layout layout;        /* packed QKV needs equal q/k lengths and d == dv, otherwise
+                                     PADDED is used instead (the problem's spec says which)    */
+    int pad_align;                /* padding granularity in elements (1 if 0)                 */
+    int backward;                 /* allocate dout, dq, dk, dv, dsink                         */
+    double q_amplitude;           /* q = amplitude·randn (0 means 1): > 1 sharpens softmax    */
+    uint64_t seed;
+} fa_test_spec;
+
+enum fa_test_tensor {
+    FA_T_Q, FA_T_K, FA_T_V, FA_T_O, FA_T_DO, FA_T_DQ, FA_T_DK, FA_T_DV, /* strided 4-D      */
+    FA_T_LSE, FA_T_DSINK, FA_T_CU_Q, FA_T_CU_K, FA_T_ALIBI, FA_T_SINK,   /* flat             */
+    FA_T_COUNT
+};
+#define FA_T_STRIDED_COUNT (FA_T_DV + 1)
+
+typedef struct fa_test_view {
+    int buffer;     /* which fa_test_problem.buffer holds it (-1: tensor absent)              */
+    int64_t offset; /* first element within that buffer                                    */
+    int64_t batch_stride, row_stride, head_stride;
+} fa_test_view;
+
+typedef struct fa_test_buffer {
+    void *host;     /* NULL: unused                                                          */
+    size_t bytes;
+    size_t elem_size;
+    void *device;   /* mirror in device memory (managed by the sweep), or NULL              */
+    void *saved;    /* inputs: copy taken at creation, to prove the library did not write   */
+    int is_output;
+} fa_test_buffer;
+
+typedef struct fa_test_problem {
+    fa_test_spec spec; /* as used: layout possibly replaced, lengths filled in             */
+    int64_t rows_q, rows_k, total_q, total_k;
+    int32_t lens_q_storage[64], lens_k_storage[64];
+    fa_test_view view[FA_T_COUNT];
+    fa_test_buffer buffer[FA_T_COUNT];
+    fa_params params; /* host pointers, everything set (num_threads 0)                     */
+} fa_test_problem;
+
+#define FA_TEST_MAX_BATCH 64
+
+/* Quiet-NaN bit patterns with a marker payload: an output element still holding one was never
+ * written (a NaN the library computes has another payload). */
+#define FA_TEST_POISON_F32 0x7fc5a5a5u
+#define FA_TEST_POISON_F16 0x7f5au
+#define FA_TEST_POISON_BF16 0x7fe5u
+
+/* Allocate, fill inputs, poison outputs. Returns 0, or -1 (bad spec / out of memory). */
+int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec);
+void fa_test_problem_destroy(fa_test_problem *tp);
+/* fa_params with device pointers (buffer[i].device) instead of host ones. */
+fa_params fa_test_problem_device_params(const fa_test_problem *tp);
+/* Poison (NaN with a marker payload) whole output buffers: forward (o, lse) or backward ones. */
+void fa_test_poison_forward_outputs(fa_test_problem *tp);
+void fa_test_poison_backward_outputs(fa_test_problem *tp);
+/* 1 if every input buffer is bit-identical to its state at creation. */
+int fa_test_inputs_unchanged(const fa_test_problem *tp);
+/* 1 if the buffer of `tensor` still holds only poison (bit-identical). */
+int fa_test_buffer_all_poison(const fa_test_problem *tp, int tensor);
+/* Copy the current output buffer contents (for later bitwise comparison); caller frees. */
+void *fa_test_snapshot(const fa_test_problem *tp, int tensor);
+int fa_test_same_as_snapshot(const fa_test_problem *tp, int tensor, const void *snapshot);
+/* Feature summary like "causal+window(3,-1)+softcap+alibi(bh)+sink"; "plain" if none. */
+void fa_test_describe(const fa_test_problem *tp, char *buf, size_t size);
+
+/* ---- comparison --------------------------------------------------------------------------- */
+
+typedef struct fa_test_check {
+    double err;        /* max |ours - ref64| over finite reference elements                  */
+    double ref_max;    /* max |ref64|                                                         */
+    double base_err;   /* max |baseline - ref64|                                              */
+    double floor;      /* absolute floor of the tolerance                                     */
+    double tol;        /* 2·base_err + floor                                                  */
+    int64_t checked;   /* logical elements compared                                           */
+    int64_t unwritten; /* logical elements still holding the poison pattern                  */
+    int64_t nonfinite; /* ours NaN/inf where ref finite, or -inf mismatches (lse)            */
+    int64_t clobbered; /* non-logical elements of the buffer that changed (padding, unused rows) */
+    int ok;
+} fa_test_check;
+
+/* Compare output tensor FA_T_O / LSE / DQ / DK / DV / DSINK of tp (host buffer) against the
+ * canonical float64 reference and baseline. */
+fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const double *ref64,
+                              const double *baseline);
+/* Tolerance floor for a tensor whose values are stored or limited by `dtype`: one unit in the
+ * last place of the dtype at magnitude max|ref| + 0.3, eight for f32 (see reference.c). */
+double fa_test_floor(fa_dtype dtype, double ref_max);
+/* Max |a - b| between two runs' outputs of `tensor` over logical elements (NaN-aware: a NaN
+ * anywhere gives inf). */
+double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_host,
+                        const void *b_host);
+const char *fa_test_tensor_name(int tensor);
+
+#endif /* FA_TESTS_REFERENCE_H */

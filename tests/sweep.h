@@ -1,0 +1,45 @@
+/*
+ * sweep.h: the randomised correctness sweep behind `flashattn check`.
+ *
+ * Each case draws a problem (odd token counts 1..1023, sq != sk both ways, head dims 32..256,
+ * GQA/MQA, varlen with empty sequences, causal / window / softcap / ALiBi / sinks and their
+ * combinations, strided and packed layouts, every dtype the device takes), poisons the outputs
+ * with NaN, runs fa_forward and fa_backward, and compares o, lse, dq, dk, dv, dsink with a
+ * float64 reference: ok iff max|ours - ref64| <= 2·max|baseline - ref64| + floor, where the
+ * baseline is standard attention computed in the input dtype (see reference.h). It also checks
+ * that every output element was written, nothing around the outputs was, and the inputs are
+ * unchanged. One line per case and direction, then a summary.
+ *
+ * CUDA: device buffers come from the CUDA runtime loaded with dlopen at run time, so this file
+ * needs no CUDA headers; head dims the CUDA path rejects (fa_check_forward) are counted as
+ * skipped, not passed.
+ */
+#ifndef FA_TESTS_SWEEP_H
+#define FA_TESTS_SWEEP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "flashattn.h"
+
+typedef enum fa_sweep_level {
+    FA_SWEEP_QUICK = 0, /* a few dozen cases, small shapes: seconds (part of `make test`)       */
+    FA_SWEEP_FULL = 1   /* hundreds of cases up to 1023 tokens and d = 256: minutes              */
+} fa_sweep_level;
+
+typedef struct fa_sweep_options {
+    fa_device device;     /* FA_DEVICE_CPU or FA_DEVICE_CUDA                                   */
+    fa_sweep_level level;
+    int dtype_filter;     /* -1: every dtype the device supports; else an fa_dtype value       */
+    uint64_t seed;        /* 0: a fresh random seed (printed); otherwise reproduces that run   */
+    int verbose;          /* 1: also print tolerances and per-tensor errors of passing cases   */
+    int num_threads;      /* CPU worker threads (fa_params.num_threads); 0 = all cores         */
+} fa_sweep_options;
+
+/* Run the sweep, printing to `out`. Counts passed and failed checks (one per case and
+ * direction) into *n_pass / *n_fail (either may be NULL). Returns 0 when everything ran and
+ * passed, 1 when some case failed, 2 when the sweep could not run (CUDA not available, bad
+ * options, out of memory); the reason is printed to `out`. */
+int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fail);
+
+#endif /* FA_TESTS_SWEEP_H */
