@@ -49,7 +49,7 @@ ifneq ($(strip $(NVCC)),)
   GENCODE_SM90A := -gencode arch=compute_90a,code=sm_90a
   NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
                --expt-relaxed-constexpr -Xptxas=--warn-on-spills
-  CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -ldl -lrt
+  CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lstdc++ -ldl -lrt
 else
   CU_SRC    :=
   CUDA_LIBS :=
