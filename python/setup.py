@@ -3,6 +3,7 @@
     pip install ./python                 # CUDA included when nvcc is found (make decides)
     FA_NO_CUDA=1 pip install ./python    # CPU only
     pip install -e ./python              # editable: the library lands in python/flashattn/lib/
+                                         # (rerun after rebuilding the C library)
 
 Environment: FLASHATTN_BUILD_DIR (make's BUILD directory, relative to the repository root;
 default "build"), FLASHATTN_SOURCE_DIR (repository root, when this directory was copied away
@@ -30,8 +31,8 @@ def _repo_root():
     return root
 
 
-def build_library():
-    """Run make for the shared library and copy it into flashattn/lib/."""
+def build_library(package_dir):
+    """Run make for the shared library and copy it into <package_dir>/lib/."""
     root = _repo_root()
     build_dir = os.environ.get("FLASHATTN_BUILD_DIR", "build")
     target = os.path.join(build_dir, LIBRARY_FILE)
@@ -44,15 +45,21 @@ def build_library():
         subprocess.check_call(cmd)
     elif not os.path.isfile(built):
         sys.exit("flashattn setup: `make` not found and no prebuilt %s" % built)
-    dest_dir = os.path.join(HERE, "flashattn", "lib")
+    dest_dir = os.path.join(package_dir, "lib")
     os.makedirs(dest_dir, exist_ok=True)
     shutil.copy2(built, os.path.join(dest_dir, LIBRARY_FILE))
 
 
 class BuildPyWithLibrary(build_py):
+    """build_py that also builds libflashattn: into the build tree for a regular install, into
+    the source package for an editable one (which imports from the source)."""
+
     def run(self):
-        build_library()
         super().run()
+        if getattr(self, "editable_mode", False):
+            build_library(os.path.join(HERE, "flashattn"))
+        else:
+            build_library(os.path.join(self.build_lib, "flashattn"))
 
 
 class BinaryDistribution(Distribution):

@@ -113,6 +113,8 @@ static fa_status check_tensor(const tensor_view *t) {
                                 t->name, axis[a], (long long)t->extent[a], (long long)t->stride[a]);
     }
     if (!t->is_output) return FA_OK;
+    for (int a = 0; a < 3; ++a)
+        if (t->extent[a] == 0) return FA_OK; /* an empty tensor has no elements to overlap */
     /* Sort the axes that have extent > 1 by stride, then apply the nesting rule. */
     int order[3], n = 0;
     for (int a = 0; a < 3; ++a)

@@ -249,36 +249,59 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
             if (out->lse) out->lse[lse_at] = lse;
             /* O_i in double, also needed by the backward (D_i) */
             double o_local[FA_MAX_HEAD_DIM];
+            double *o_mag = out->o_mag ? out->o_mag + ((seq.q_row + i) * hq + h) * dv : NULL;
             for (int64_t c = 0; c < dv; c++) o_local[c] = 0.0;
+            if (o_mag) memset(o_mag, 0, (size_t)dv * sizeof *o_mag);
             for (int64_t j = lo; j < hi; j++) {
                 double p = exp(scores[j] - lse);
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
                 for (int64_t c = 0; c < dv; c++) o_local[c] += p * v_row[c];
+                if (o_mag)
+                    for (int64_t c = 0; c < dv; c++) o_mag[c] += p * fabs(v_row[c]);
             }
             if (o_row) memcpy(o_row, o_local, (size_t)dv * sizeof *o_row);
             if (!backward) continue;
 
             const double *do_row = rp->dout + ((seq.q_row + i) * hq + h) * dv;
-            double delta = 0.0; /* D_i = rowsum(dO_i ∘ O_i) */
-            for (int64_t c = 0; c < dv; c++) delta += do_row[c] * o_local[c];
+            double delta = 0.0, delta_mag = 0.0; /* D_i = rowsum(dO_i ∘ O_i) */
+            for (int64_t c = 0; c < dv; c++) {
+                delta += do_row[c] * o_local[c];
+                delta_mag += fabs(do_row[c] * o_local[c]);
+            }
             double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
+            double *dq_mag = out->dq_mag + ((seq.q_row + i) * hq + h) * d;
             for (int64_t j = lo; j < hi; j++) {
                 double p = exp(scores[j] - lse);
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
-                double *dk_row = out->dk + ((seq.k_row + j) * hkv + kv_head) * d;
-                double *dv_row = out->dv + ((seq.k_row + j) * hkv + kv_head) * dv;
-                double dp = 0.0;
-                for (int64_t c = 0; c < dv; c++) dp += do_row[c] * v_row[c];
-                double ds = p * (dp - delta);
-                if (rp->softcap > 0) ds *= 1.0 - tanh_row[j] * tanh_row[j];
+                int64_t k_at = ((seq.k_row + j) * hkv + kv_head);
+                double *dk_row = out->dk + k_at * d, *dk_mag = out->dk_mag + k_at * d;
+                double *dv_row = out->dv + k_at * dv, *dv_mag = out->dv_mag + k_at * dv;
+                double dp = 0.0, dp_mag = 0.0;
+                for (int64_t c = 0; c < dv; c++) {
+                    dp += do_row[c] * v_row[c];
+                    dp_mag += fabs(do_row[c] * v_row[c]);
+                }
+                double ds = p * (dp - delta), ds_mag = p * (dp_mag + delta_mag);
+                if (rp->softcap > 0) {
+                    ds *= 1.0 - tanh_row[j] * tanh_row[j];
+                    ds_mag *= 1.0 - tanh_row[j] * tanh_row[j];
+                }
                 for (int64_t c = 0; c < d; c++) {
                     dq_row[c] += rp->scale * ds * k_row[c];
                     dk_row[c] += rp->scale * ds * q_row[c];
+                    dq_mag[c] += rp->scale * ds_mag * fabs(k_row[c]);
+                    dk_mag[c] += rp->scale * ds_mag * fabs(q_row[c]);
                 }
-                for (int64_t c = 0; c < dv; c++) dv_row[c] += p * do_row[c];
+                for (int64_t c = 0; c < dv; c++) {
+                    dv_row[c] += p * do_row[c];
+                    dv_mag[c] += p * fabs(do_row[c]);
+                }
             }
-            if (has_sink) dsink_part[g] -= exp(sink - lse) * delta;
+            if (has_sink) {
+                dsink_part[2 * g] -= exp(sink - lse) * delta;
+                dsink_part[2 * g + 1] += exp(sink - lse) * delta_mag;
+            }
         }
     }
 }
@@ -372,7 +395,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 dsink_sum += fa_test_round_to(dtype, p_sink * (0.0f - delta));
             }
         }
-        if (has_sink) dsink_part[g] = dsink_sum;
+        if (has_sink) dsink_part[2 * g] = dsink_sum;
     }
     if (backward) {
         for (int64_t j = 0; j < seq.len_k; j++) {
@@ -389,7 +412,7 @@ typedef struct ref_job {
     fa_ref_outputs *out;
     int backward, baseline;
     fa_dtype dtype;
-    double *dsink_parts; /* [units, group] */
+    double *dsink_parts; /* [units, group, 2]: the value and (oracle) its term magnitude */
     int64_t units;
     atomic_llong next_unit;
 } ref_job;
@@ -413,7 +436,7 @@ static void *ref_worker(void *arg) {
         int64_t unit = atomic_fetch_add(&job->next_unit, 1);
         if (unit >= job->units) break;
         int64_t b = unit / rp->heads_kv, kv_head = unit % rp->heads_kv;
-        double *part = job->dsink_parts + unit * group;
+        double *part = job->dsink_parts + unit * group * 2;
         if (job->baseline)
             baseline_unit(rp, job->dtype, job->backward, job->out, b, kv_head, part, scratch32,
                           scratch32 + sk, scratch32 + 2 * sk, dk_acc, dv_acc);
@@ -442,9 +465,15 @@ static void ref_run(const fa_ref_problem *rp, int baseline, fa_dtype dtype, int 
     const int64_t d = rp->head_dim, dv = rp->head_dim_v;
     const int64_t group = rp->heads_q / rp->heads_kv;
     if (backward) {
-        memset(out->dq, 0, (size_t)(rp->rows_q * rp->heads_q * d) * sizeof(double));
-        memset(out->dk, 0, (size_t)(rp->rows_k * rp->heads_kv * d) * sizeof(double));
-        memset(out->dv, 0, (size_t)(rp->rows_k * rp->heads_kv * dv) * sizeof(double));
+        size_t q_count = (size_t)(rp->rows_q * rp->heads_q * d);
+        size_t k_count = (size_t)(rp->rows_k * rp->heads_kv * d);
+        size_t v_count = (size_t)(rp->rows_k * rp->heads_kv * dv);
+        memset(out->dq, 0, q_count * sizeof(double));
+        memset(out->dk, 0, k_count * sizeof(double));
+        memset(out->dv, 0, v_count * sizeof(double));
+        memset(out->dq_mag, 0, q_count * sizeof(double));
+        memset(out->dk_mag, 0, k_count * sizeof(double));
+        memset(out->dv_mag, 0, v_count * sizeof(double));
     }
     ref_job job;
     job.rp = rp;
@@ -454,7 +483,7 @@ static void ref_run(const fa_ref_problem *rp, int baseline, fa_dtype dtype, int 
     job.dtype = dtype;
     job.units = rp->batch * rp->heads_kv;
     atomic_init(&job.next_unit, 0);
-    job.dsink_parts = calloc((size_t)(job.units * group + 1), sizeof(double));
+    job.dsink_parts = calloc((size_t)(job.units * group * 2 + 1), sizeof(double));
     if (!job.dsink_parts) abort();
     int threads = ref_thread_count(job.units);
     pthread_t tids[32];
@@ -466,14 +495,16 @@ static void ref_run(const fa_ref_problem *rp, int baseline, fa_dtype dtype, int 
     if (backward && rp->sinks && out->dsink) { /* reduce over batches in a fixed order      */
         for (int64_t h = 0; h < rp->heads_q; h++) {
             int64_t kv_head = h / group, g = h % group;
-            double sum64 = 0.0;
+            double sum64 = 0.0, magnitude = 0.0;
             float sum32 = 0.0f;
             for (int64_t b = 0; b < rp->batch; b++) {
-                double part = job.dsink_parts[(b * rp->heads_kv + kv_head) * group + g];
-                sum64 += part;
-                sum32 += (float)part;
+                const double *part = job.dsink_parts + ((b * rp->heads_kv + kv_head) * group + g) * 2;
+                sum64 += part[0];
+                sum32 += (float)part[0];
+                magnitude += part[1];
             }
             out->dsink[h] = baseline ? (double)sum32 : sum64;
+            if (out->dsink_mag) out->dsink_mag[h] = magnitude;
         }
     }
     free(job.dsink_parts);
@@ -495,12 +526,22 @@ int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs 
     out->o = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim_v) + 1, sizeof(double));
     out->lse = calloc(lse_count + 1, sizeof(double));
     int ok = out->o && out->lse;
+    out->o_mag = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim_v) + 1, sizeof(double));
+    ok = ok && out->o_mag;
     if (backward) {
-        out->dq = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim) + 1, sizeof(double));
-        out->dk = calloc((size_t)(rp->rows_k * rp->heads_kv * rp->head_dim) + 1, sizeof(double));
-        out->dv = calloc((size_t)(rp->rows_k * rp->heads_kv * rp->head_dim_v) + 1, sizeof(double));
+        size_t q_count = (size_t)(rp->rows_q * rp->heads_q * rp->head_dim) + 1;
+        size_t k_count = (size_t)(rp->rows_k * rp->heads_kv * rp->head_dim) + 1;
+        size_t v_count = (size_t)(rp->rows_k * rp->heads_kv * rp->head_dim_v) + 1;
+        out->dq = calloc(q_count, sizeof(double));
+        out->dk = calloc(k_count, sizeof(double));
+        out->dv = calloc(v_count, sizeof(double));
         out->dsink = calloc((size_t)rp->heads_q + 1, sizeof(double));
-        ok = ok && out->dq && out->dk && out->dv && out->dsink;
+        out->dq_mag = calloc(q_count, sizeof(double));
+        out->dk_mag = calloc(k_count, sizeof(double));
+        out->dv_mag = calloc(v_count, sizeof(double));
+        out->dsink_mag = calloc((size_t)rp->heads_q + 1, sizeof(double));
+        ok = ok && out->dq && out->dk && out->dv && out->dsink && out->dq_mag && out->dk_mag &&
+             out->dv_mag && out->dsink_mag;
     }
     if (!ok) {
         fa_ref_outputs_free(out);
@@ -516,6 +557,11 @@ void fa_ref_outputs_free(fa_ref_outputs *out) {
     free(out->dk);
     free(out->dv);
     free(out->dsink);
+    free(out->o_mag);
+    free(out->dq_mag);
+    free(out->dk_mag);
+    free(out->dv_mag);
+    free(out->dsink_mag);
     memset(out, 0, sizeof *out);
 }
 
@@ -623,18 +669,48 @@ void fa_ref_gathered_free(fa_ref_gathered *g) {
  * at most half a unit in the last place, so that is one ulp of the dtype at max|ref| + 0.3:
  * about 2e-3 for f16 and 1.6e-2 for bf16 at magnitude 1. It matters where the baseline happens
  * to be (nearly) exact, e.g. tensors of a handful of elements such as dsink.
- * For f32 that rule assumes storage rounding dominates, which it does not: fp32 outputs carry
- * the accumulation noise of sums over hundreds of terms (dot products, P·V, dK summed over
- * rows, dsink over every row) taken in another order than the baseline's, and a FlashAttention
- * backward recomputes P = exp(S - LSE), adding eps·|LSE| per element. Two correct fp32
- * algorithms differ by several ulp there, so f32 (and the always-fp32 lse) get 8 ulp:
- * about 1e-6 at magnitude 1, still four orders of magnitude below a semantic error such as
- * one missing key (P ~ 1e-2) or an accidental 16-bit intermediate (~1e-3). */
-double fa_test_floor(fa_dtype dtype, double ref_max) {
+ * That rule assumes storage rounding dominates. Every path also computes in fp32, whose noise
+ * scales with the magnitude of the terms summed, not with the result: fp32 outputs carry the
+ * accumulation noise of sums over hundreds of terms (dot products, P·V, dK summed over rows,
+ * dsink over every row) taken in another order than the baseline's, and a FlashAttention
+ * backward recomputes P = exp(S - LSE), adding eps·|S| per element. A gradient whose terms
+ * cancel (a row that sees one key has dS = P·(dP - D) = 0 exactly, while dP and D = rowsum(dO∘O)
+ * are each ~10) is exact in the baseline and off by eps·|terms| in any FlashAttention backward,
+ * whatever the storage dtype. So the floor is also at least 8 fp32 ulp at the largest term
+ * magnitude (max of |ref| and the oracle's Σ|terms|): about 1e-6 at magnitude 1, four orders of
+ * magnitude below a semantic error such as one missing key (P ~ 1e-2) or an accidental 16-bit
+ * intermediate in an f32 path (~1e-3). For f32 tensors (and lse, always fp32) that second term
+ * is the floor. */
+double fa_test_floor(fa_dtype dtype, double ref_max, double term_max) {
     int exponent;
     frexp(ref_max + 0.3, &exponent); /* ref_max + 0.3 = m·2^exponent, m in [0.5, 1)       */
-    double ulp = ldexp(1.0, exponent - 1 - fa_test_mantissa_bits(dtype));
-    return dtype == FA_DTYPE_F32 ? 8.0 * ulp : ulp;
+    double storage = ldexp(1.0, exponent - 1 - fa_test_mantissa_bits(dtype));
+    frexp((term_max > ref_max ? term_max : ref_max) + 0.3, &exponent);
+    double fp32_noise = 8.0 * ldexp(1.0, exponent - 1 - fa_test_mantissa_bits(FA_DTYPE_F32));
+    return storage > fp32_noise ? storage : fp32_noise;
+}
+
+double *fa_ref_tensor(const fa_ref_outputs *outputs, int tensor) {
+    switch (tensor) {
+    case FA_T_O: return outputs->o;
+    case FA_T_LSE: return outputs->lse;
+    case FA_T_DQ: return outputs->dq;
+    case FA_T_DK: return outputs->dk;
+    case FA_T_DV: return outputs->dv;
+    case FA_T_DSINK: return outputs->dsink;
+    default: return NULL;
+    }
+}
+
+double *fa_ref_tensor_magnitude(const fa_ref_outputs *outputs, int tensor) {
+    switch (tensor) {
+    case FA_T_O: return outputs->o_mag;
+    case FA_T_DQ: return outputs->dq_mag;
+    case FA_T_DK: return outputs->dk_mag;
+    case FA_T_DV: return outputs->dv_mag;
+    case FA_T_DSINK: return outputs->dsink_mag;
+    default: return NULL;
+    }
 }
 
 /* ---- test problems ------------------------------------------------------------------------ */
@@ -1162,7 +1238,7 @@ void fa_test_describe(const fa_test_problem *tp, char *buf, size_t size) {
 typedef struct compare_ctx {
     const fa_test_buffer *buf;
     fa_dtype dtype;
-    const double *ref, *base;
+    const double *ref, *base, *magnitude;
     fa_test_check *check;
     uint8_t *logical; /* per buffer element: 1 if some output view covers it */
 } compare_ctx;
@@ -1175,6 +1251,7 @@ static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
         c->unwritten++;
         return;
     }
+    if (ctx->magnitude && ctx->magnitude[canonical] > c->term_max) c->term_max = ctx->magnitude[canonical];
     double ours = fa_test_load(ctx->buf->host, ctx->dtype, at);
     double ref = ctx->ref[canonical], base = ctx->base ? ctx->base[canonical] : ref;
     if (!isfinite(ref)) { /* only lse: -inf on rows with no key and no sink */
@@ -1197,18 +1274,20 @@ static void mark_visit(void *ctx_, int64_t at, int64_t canonical) {
     ctx->logical[at] = 1;
 }
 
-fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const double *ref64,
-                              const double *baseline) {
+fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_ref_outputs *ref64,
+                              const fa_ref_outputs *baseline) {
     fa_test_check check;
     memset(&check, 0, sizeof check);
     int buffer = tp->view[tensor].buffer;
-    if (buffer < 0 || !ref64) {
+    const double *ref = fa_ref_tensor(ref64, tensor);
+    if (buffer < 0 || !ref) {
         check.ok = 0;
         check.nonfinite = -1;
         return check;
     }
     const fa_test_buffer *buf = &tp->buffer[buffer];
-    compare_ctx ctx = {buf, tensor_dtype(tp, tensor), ref64, baseline, &check, NULL};
+    compare_ctx ctx = {buf, tensor_dtype(tp, tensor), ref, baseline ? fa_ref_tensor(baseline, tensor) : NULL,
+                       fa_ref_tensor_magnitude(ref64, tensor), &check, NULL};
     for_each_element(tp, tensor, compare_visit, &ctx);
     /* everything in this buffer outside every output view must still be poison */
     size_t elements = buf->bytes / buf->elem_size;
@@ -1223,7 +1302,7 @@ fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const doubl
         check.clobbered = -1;
     }
     fa_dtype floor_dtype = tensor == FA_T_LSE ? FA_DTYPE_F32 : tp->spec.dtype;
-    check.floor = fa_test_floor(floor_dtype, check.ref_max);
+    check.floor = fa_test_floor(floor_dtype, check.ref_max, check.term_max);
     check.tol = 2.0 * check.base_err + check.floor;
     check.ok = check.unwritten == 0 && check.nonfinite == 0 && check.clobbered == 0 &&
                check.err <= check.tol;

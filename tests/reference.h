@@ -69,9 +69,14 @@ typedef struct fa_ref_problem {
     const double *q, *k, *v, *dout;             /* canonical; dout only for the backward     */
 } fa_ref_problem;
 
-/* Outputs, canonical. Any pointer may be NULL when not wanted (forward: o, lse; backward: all). */
+/* Outputs, canonical. Any pointer may be NULL when not wanted (forward: o, lse; backward: all).
+ * The *_mag arrays (float64 oracle only) hold each element's term magnitude: the sum of the
+ * absolute values of the terms the element is a sum of, e.g. for dq_i
+ * scale·Σ_j P_ij (|dP_ij| + |D_i|) |k_j|. fp32 rounding noise scales with it, not with the
+ * (possibly cancelled) value; see fa_test_floor. */
 typedef struct fa_ref_outputs {
     double *o, *lse, *dq, *dk, *dv, *dsink;
+    double *o_mag, *dq_mag, *dk_mag, *dv_mag, *dsink_mag;
 } fa_ref_outputs;
 
 /* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */
@@ -195,6 +200,7 @@ typedef struct fa_test_check {
     double err;        /* max |ours - ref64| over finite reference elements                  */
     double ref_max;    /* max |ref64|                                                         */
     double base_err;   /* max |baseline - ref64|                                              */
+    double term_max;   /* max term magnitude (0 where not tracked)                            */
     double floor;      /* absolute floor of the tolerance                                     */
     double tol;        /* 2·base_err + floor                                                  */
     int64_t checked;   /* logical elements compared                                           */
@@ -205,12 +211,16 @@ typedef struct fa_test_check {
 } fa_test_check;
 
 /* Compare output tensor FA_T_O / LSE / DQ / DK / DV / DSINK of tp (host buffer) against the
- * canonical float64 reference and baseline. */
-fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const double *ref64,
-                              const double *baseline);
-/* Tolerance floor for a tensor whose values are stored or limited by `dtype`: one unit in the
- * last place of the dtype at magnitude max|ref| + 0.3, eight for f32 (see reference.c). */
-double fa_test_floor(fa_dtype dtype, double ref_max);
+ * canonical float64 reference (fa_ref64_run) and baseline (fa_ref_baseline_run). */
+fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_ref_outputs *ref64,
+                              const fa_ref_outputs *baseline);
+/* Tolerance floor for a tensor whose values are stored or limited by `dtype`: the larger of one
+ * unit in the last place of the dtype at magnitude max|ref| + 0.3 (FlashAttention-3's atol) and
+ * eight fp32 units at the largest term magnitude (see reference.c). */
+double fa_test_floor(fa_dtype dtype, double ref_max, double term_max);
+/* The canonical array of `tensor` (FA_T_O ... FA_T_DSINK) in outputs, or NULL. */
+double *fa_ref_tensor(const fa_ref_outputs *outputs, int tensor);
+double *fa_ref_tensor_magnitude(const fa_ref_outputs *outputs, int tensor);
 /* Max |a - b| between two runs' outputs of `tensor` over logical elements (NaN-aware: a NaN
  * anywhere gives inf). */
 double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_host,

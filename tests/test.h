@@ -10,7 +10,8 @@
  * when the machine cannot run it (the reason is printed, and a skip never counts as a pass).
  *
  * FA_TEST_LEVEL=small|normal|full (default normal) scales problem sizes and case counts: the
- * sanitizer build runs small.
+ * sanitizer build runs small. FA_TEST_SEED=<n> changes the inputs of the randomised tests;
+ * FA_TEST_REF_THREADS=<n> caps the threads of the float64 reference (default: online cores).
  */
 #ifndef FA_TESTS_TEST_H
 #define FA_TESTS_TEST_H

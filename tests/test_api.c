@@ -61,9 +61,9 @@ FA_TEST(api_check_reports_and_runs_nothing) {
             FA_CHECK(fs == FA_OK && bs == FA_OK, "with caller workspace (+%d bytes): %s %s: %s", extra,
                      fa_strerror(fs), fa_strerror(bs), fa_last_error());
             fa_test_check checks[5] = {
-                fa_test_compare(&tp, FA_T_O, ref.o, base.o), fa_test_compare(&tp, FA_T_LSE, ref.lse, base.lse),
-                fa_test_compare(&tp, FA_T_DQ, ref.dq, base.dq), fa_test_compare(&tp, FA_T_DK, ref.dk, base.dk),
-                fa_test_compare(&tp, FA_T_DV, ref.dv, base.dv)};
+                fa_test_compare(&tp, FA_T_O, &ref, &base), fa_test_compare(&tp, FA_T_LSE, &ref, &base),
+                fa_test_compare(&tp, FA_T_DQ, &ref, &base), fa_test_compare(&tp, FA_T_DK, &ref, &base),
+                fa_test_compare(&tp, FA_T_DV, &ref, &base)};
             for (int c = 0; c < 5; c++)
                 FA_CHECK(checks[c].ok, "caller workspace (+%d, varlen %d): tensor %d err %.3e tol %.3e unwritten %lld",
                          extra, varlen, c, checks[c].err, checks[c].tol, (long long)checks[c].unwritten);
@@ -267,7 +267,7 @@ FA_TEST(api_forward_without_lse) {
         fa_ref_outputs_alloc(&g.rp, 0, &base);
         fa_ref64_run(&g.rp, 0, &ref);
         fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
-        fa_test_check c = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
+        fa_test_check c = fa_test_compare(&tp, FA_T_O, &ref, &base);
         FA_CHECK(c.ok, "%s lse=NULL: o err %.3e tol %.3e unwritten %lld", fa_test_dtype_name(spec.dtype), c.err, c.tol,
                  (long long)c.unwritten);
         FA_CHECK(fa_test_buffer_all_poison(&tp, FA_T_LSE), "lse buffer written although lse = NULL");
@@ -317,8 +317,8 @@ FA_TEST(api_standard_forward_matches_reference) {
             fa_ref_outputs_alloc(&g.rp, 0, &base);
             fa_ref64_run(&g.rp, 0, &ref);
             fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
-            fa_test_check co = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
-            fa_test_check cl = fa_test_compare(&tp, FA_T_LSE, ref.lse, base.lse);
+            fa_test_check co = fa_test_compare(&tp, FA_T_O, &ref, &base);
+            fa_test_check cl = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
             FA_CHECK(co.ok && cl.ok, "standard %s %s: o err %.3e tol %.3e (unwritten %lld clobbered %lld), lse err %.3e tol %.3e (nonfinite %lld)",
                      cases[c].label, fa_test_dtype_name(spec.dtype), co.err, co.tol, (long long)co.unwritten,
                      (long long)co.clobbered, cl.err, cl.tol, (long long)cl.nonfinite);

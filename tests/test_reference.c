@@ -455,7 +455,10 @@ FA_TEST(reference_baseline_has_dtype_error) {
                 top = fmax(top, fabs(pairs[n][0][i]));
             }
             double rel = err / top;
-            FA_CHECK(top > 0.01 && rel <= expected_max[t] && rel >= expected_min[t],
+            /* the lower bound (the dtype's rounding really happens) needs many elements: the
+             * two dsink values may both land close by chance */
+            double lower = n == 4 ? 0.0 : expected_min[t];
+            FA_CHECK(top > 0.01 && rel <= expected_max[t] && rel >= lower,
                      "%s baseline %s: relative error %.3e outside [%.0e, %.0e] (max|ref| %.3f)",
                      fa_test_dtype_name(spec.dtype), names[n], rel, expected_min[t], expected_max[t], top);
         }
@@ -496,16 +499,16 @@ FA_TEST(reference_checker_catches_defects) {
                                   b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride + c,
                                   ref.o[((b * 9 + i) * 2 + h) * dv + c]);
     for (int64_t n = 0; n < 2 * 2 * 9; n++) p->lse[n] = (float)ref.lse[n];
-    fa_test_check c = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
+    fa_test_check c = fa_test_compare(&tp, FA_T_O, &ref, &base);
     FA_CHECK(c.ok && c.checked == 2 * 9 * 2 * dv, "a perfect output is accepted (err %.3e tol %.3e, %lld checked)",
              c.err, c.tol, (long long)c.checked);
-    c = fa_test_compare(&tp, FA_T_LSE, ref.lse, base.lse);
+    c = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
     FA_CHECK(c.ok, "a perfect lse is accepted (err %.3e tol %.3e)", c.err, c.tol);
 
     uint16_t *o16 = (uint16_t *)p->o;
     uint16_t saved = o16[p->o_row_stride + 3];
     o16[p->o_row_stride + 3] = FA_TEST_POISON_BF16;
-    c = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
+    c = fa_test_compare(&tp, FA_T_O, &ref, &base);
     FA_CHECK(!c.ok && c.unwritten == 1, "one unwritten element is caught (unwritten %lld)", (long long)c.unwritten);
     o16[p->o_row_stride + 3] = saved;
 
@@ -515,16 +518,16 @@ FA_TEST(reference_checker_catches_defects) {
         uint16_t *pad = o16 + p->o_head_stride - 1;
         uint16_t pad_saved = *pad;
         *pad = 0;
-        c = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
+        c = fa_test_compare(&tp, FA_T_O, &ref, &base);
         FA_CHECK(!c.ok && c.clobbered == 1, "a write into padding is caught (clobbered %lld)", (long long)c.clobbered);
         *pad = pad_saved;
     }
     double wrong = ref.o[5] + 4 * c.tol + 0.1;
     fa_test_store(p->o, FA_DTYPE_BF16, 5, wrong);
-    c = fa_test_compare(&tp, FA_T_O, ref.o, base.o);
+    c = fa_test_compare(&tp, FA_T_O, &ref, &base);
     FA_CHECK(!c.ok && c.err > c.tol, "a wrong value is caught (err %.3e tol %.3e)", c.err, c.tol);
     p->lse[3] = -INFINITY;
-    c = fa_test_compare(&tp, FA_T_LSE, ref.lse, base.lse);
+    c = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
     FA_CHECK(!c.ok && c.nonfinite == 1, "a wrong -inf lse is caught");
     fa_ref_outputs_free(&ref);
     fa_ref_outputs_free(&base);

@@ -25,17 +25,6 @@ typedef struct threads_fixture {
     fa_ref_outputs ref, base;
 } threads_fixture;
 
-static double *ref_of(fa_ref_outputs *r, int tensor) {
-    switch (tensor) {
-    case FA_T_O: return r->o;
-    case FA_T_LSE: return r->lse;
-    case FA_T_DQ: return r->dq;
-    case FA_T_DK: return r->dk;
-    case FA_T_DV: return r->dv;
-    default: return r->dsink;
-    }
-}
-
 static int fixture_create(threads_fixture *f, const fa_test_spec *spec) {
     if (fa_test_problem_create(&f->tp, spec)) return 0;
     fa_ref_gather(&f->tp.params, &f->g);
@@ -69,7 +58,7 @@ static void run_with_threads(threads_fixture *f, int threads, thread_run *run, c
         run->snapshot[t] = NULL;
         if (f->tp.view[tensor].buffer < 0) continue;
         run->snapshot[t] = fa_test_snapshot(&f->tp, tensor);
-        run->check[t] = fa_test_compare(&f->tp, tensor, ref_of(&f->ref, tensor), ref_of(&f->base, tensor));
+        run->check[t] = fa_test_compare(&f->tp, tensor, &f->ref, &f->base);
         run->ok &= run->check[t].ok;
         FA_CHECK(run->check[t].ok, "%s threads=%d %s: err %.3e tol %.3e unwritten %lld clobbered %lld",
                  label, threads, fa_test_tensor_name(tensor), run->check[t].err, run->check[t].tol,

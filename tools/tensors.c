@@ -4,8 +4,10 @@
 #include "tensors.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../tests/reference.h"
 
@@ -35,10 +37,52 @@ double tool_rng_normal(tool_rng *rng) {
     return radius * cos(angle);
 }
 
+/* Filling runs in chunks, each with its own generator seeded from (seed, chunk), so the values do
+ * not depend on how many threads fill them. */
+#define FILL_CHUNK ((size_t)1 << 20)
+#define FILL_MAX_THREADS 64
+
+typedef struct fill_job {
+    void *buffer;
+    fa_dtype dtype;
+    size_t n;
+    float scale, offset;
+    uint64_t seed;
+    size_t first_chunk, chunk_step;
+} fill_job;
+
+static void *fill_chunks(void *arg) {
+    const fill_job *job = arg;
+    for (size_t chunk = job->first_chunk; chunk * FILL_CHUNK < job->n; chunk += job->chunk_step) {
+        tool_rng rng = tool_rng_seeded(job->seed ^ (chunk * 0xD1B54A32D192ED03ull));
+        size_t end = (chunk + 1) * FILL_CHUNK < job->n ? (chunk + 1) * FILL_CHUNK : job->n;
+        for (size_t i = chunk * FILL_CHUNK; i < end; i++)
+            fa_test_store(job->buffer, job->dtype, (int64_t)i,
+                          tool_rng_normal(&rng) * job->scale + job->offset);
+    }
+    return NULL;
+}
+
 void tool_fill_normal(void *buffer, fa_dtype dtype, size_t n, float scale, float offset,
                       tool_rng *rng) {
-    for (size_t i = 0; i < n; i++)
-        fa_test_store(buffer, dtype, (int64_t)i, tool_rng_normal(rng) * scale + offset);
+    uint64_t seed = rng->state;
+    size_t chunks = (n + FILL_CHUNK - 1) / FILL_CHUNK;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n_threads = chunks < (size_t)(cores > 0 ? cores : 1) ? chunks : (size_t)cores;
+    if (n_threads > FILL_MAX_THREADS) n_threads = FILL_MAX_THREADS;
+    if (n_threads < 1) n_threads = 1;
+    rng->state += 0x9E3779B97F4A7C15ull; /* the next tensor gets different values */
+    fill_job jobs[FILL_MAX_THREADS];
+    pthread_t threads[FILL_MAX_THREADS];
+    size_t started = 1;
+    for (size_t t = 0; t < n_threads; t++)
+        jobs[t] = (fill_job){buffer, dtype, n, scale, offset, seed, t, n_threads};
+    for (size_t t = 1; t < n_threads; t++, started++)
+        if (pthread_create(&threads[t], NULL, fill_chunks, &jobs[t]) != 0) break;
+    /* Chunks of threads that could not start are filled here. */
+    for (size_t t = started; t < n_threads; t++) fill_chunks(&jobs[t]);
+    fill_chunks(&jobs[0]);
+    for (size_t t = 1; t < started; t++) pthread_join(threads[t], NULL);
 }
 
 void *tool_alloc_touched(size_t bytes) {

@@ -20,7 +20,8 @@ typedef struct tool_rng {
 tool_rng tool_rng_seeded(uint64_t seed);
 double tool_rng_normal(tool_rng *rng); /* standard normal */
 
-/* n elements of randn()·scale + offset, rounded to dtype. */
+/* n elements of randn()·scale + offset, rounded to dtype, filled by all cores; the values depend
+ * only on the generator's state, which then advances for the next tensor. */
 void tool_fill_normal(void *buffer, fa_dtype dtype, size_t n, float scale, float offset,
                       tool_rng *rng);
 

@@ -503,7 +503,56 @@ static int run_case(const cfg *c, int do_backward) {
     return ok;
 }
 
+/* Several user threads call fa_forward at once (the shared pool is busy for all but one of
+ * them, so the others start temporary threads); every result must equal the serial one. */
+#include <pthread.h>
+typedef struct concurrent_job {
+    fa_params p;
+    float *o;
+    int ok;
+} concurrent_job;
+
+static void *concurrent_main(void *arg) {
+    concurrent_job *j = (concurrent_job *)arg;
+    for (int rep = 0; rep < 20 && j->ok; rep++) j->ok = fa_forward(&j->p) == FA_OK;
+    return NULL;
+}
+
+static int concurrency_test(void) {
+    enum { N_USERS = 4, S = 96, H = 4, D = 32 };
+    size_t n = (size_t)S * H * D;
+    float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o_serial = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) q[i] = (float)randn(), k[i] = (float)randn(), v[i] = (float)randn() + 0.5f;
+    concurrent_job jobs[N_USERS];
+    pthread_t th[N_USERS];
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = H, p.head_dim = D;
+    p.q = q, p.k = k, p.v = v, p.o = o_serial, p.causal = 1, p.num_threads = 2;
+    fa_set_contiguous_strides(&p);
+    fa_forward(&p);
+    for (int u = 0; u < N_USERS; u++) {
+        jobs[u].p = p;
+        jobs[u].o = malloc(n * 4);
+        jobs[u].p.o = jobs[u].o;
+        jobs[u].p.num_threads = 1 + u % 3;
+        jobs[u].ok = 1;
+        pthread_create(&th[u], NULL, concurrent_main, &jobs[u]);
+    }
+    int ok = 1;
+    for (int u = 0; u < N_USERS; u++) {
+        pthread_join(th[u], NULL);
+        ok &= jobs[u].ok && memcmp(jobs[u].o, o_serial, n * 4) == 0;
+        free(jobs[u].o);
+    }
+    free(q), free(k), free(v), free(o_serial);
+    printf("%s concurrent calls from %d user threads\n", ok ? "pass" : "FAIL", (int)N_USERS);
+    return ok;
+}
+
 int main(int argc, char **argv) {
+    if (concurrency_test()) total_pass++;
+    else total_fail++;
     int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     static const char *isas[3] = {"avx512", "avx2", "scalar"};
     fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};

@@ -197,7 +197,7 @@ def _candidates():
     env = os.environ.get("FLASHATTN_LIB")
     if env:
         path = os.path.join(env, LIBRARY_FILE) if os.path.isdir(env) else env
-        found.append(("FLASHATTN_LIB", path))
+        found.append(("FLASHATTN_LIB", os.path.abspath(path)))
     repo_root = os.path.dirname(os.path.dirname(PACKAGE_DIR))
     found.append(("repository build", os.path.join(repo_root, "build", LIBRARY_FILE)))
     return found

@@ -82,8 +82,8 @@ class _Call:
         if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
             raise ValueError("flashattn: give both cu_seqlens_q and cu_seqlens_k, or neither")
         self.varlen = varlen
-        batch, rows_q, rows_k, hq, hkv, d, dv = _core.check_qkv_shapes(q.shape, k.shape, v.shape,
-                                                                      varlen)
+        batch, rows_q, rows_k, hq, hkv, d, dv = _core.check_qkv_shapes(
+            q.shape, k.shape, v.shape, varlen)
         self.keep = []
         cu_q_ptr = cu_k_ptr = None
         if varlen:
@@ -98,7 +98,7 @@ class _Call:
         else:
             seqlen_q, seqlen_k = rows_q, rows_k
         self.batch, self.seqlen_q, self.seqlen_k = batch, seqlen_q, seqlen_k
-        self.rows_q, self.rows_k, self.hq, self.hkv, self.d, self.dv = rows_q, rows_k, hq, hkv, d, dv
+        self.rows_q, self.rows_k, self.hq, self.dv = rows_q, rows_k, hq, dv
 
         alibi_ptr, alibi_stride = None, 0
         if alibi_slopes is not None:

@@ -9,6 +9,7 @@ next multiple (the GPU kernels need it) and the result is sliced back; the defau
 is computed from the unpadded head dim before that.
 """
 
+import contextlib
 from typing import Optional, Tuple
 
 import torch
@@ -114,16 +115,21 @@ def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, cau
                              stream=stream, **extra)
 
 
+def _run_realigning(run, inputs):
+    """run(*inputs); if the device path reports FA_ERR_ALIGNMENT (an input's address or strides
+    do not suit its vector loads), run once more on dense copies of the inputs. The library
+    writes nothing on error, so the retry starts clean."""
+    try:
+        run(*inputs)
+    except _lib.FlashAttnValueError as err:
+        if err.status != _lib.FA_ERR_ALIGNMENT:
+            raise
+        run(*(t.clone(memory_format=torch.contiguous_format) for t in inputs))
+
+
 def _guard(t):
-    return torch.cuda.device(t.device) if t.is_cuda else _NullGuard()
-
-
-class _NullGuard:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    """Make t's GPU the current device for the call (the library runs on the current device)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
 # ---- forward op ---------------------------------------------------------------------------
@@ -145,10 +151,13 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optiona
         q, k, v = _pad_last(q, 8), _pad_last(k, 8), _pad_last(v, 8)
     out = geo.alloc(tuple(q.shape[:-1]) + (v.shape[-1],), q.dtype, q.device)
     if geo.batch > 0:
+        def run(q, k, v):
+            _lib.forward(_params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
+                                 softmax_scale, causal, window_left, window_right, softcap,
+                                 alibi_slopes, sink_logits, False))
+
         with _guard(q):
-            p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
-                        window_left, window_right, softcap, alibi_slopes, sink_logits, False)
-            _lib.forward(p)
+            _run_realigning(run, (q, k, v))
     if padded:
         out = out[..., :geo.dv].contiguous()
     return out, lse
@@ -189,13 +198,16 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     dk = geo.alloc(k.shape, k.dtype, k.device)
     dv = geo.alloc(v.shape, v.dtype, v.device)
     if geo.batch > 0:
-        with _guard(q):
+        def run(q, k, v, out, dout):
             p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
                         window_left, window_right, softcap, alibi_slopes, sink_logits,
                         deterministic)
             _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv),
                                _address(dsink) if sink_logits is not None else None)
             _lib.backward(p)
+
+        with _guard(q):
+            _run_realigning(run, (q, k, v, out, dout))
     elif sink_logits is not None:
         dsink.zero_()
     if padded:

@@ -12,10 +12,7 @@ try:
 except ImportError:  # torch-only installs
     np = None
 
-try:
-    import torch as _torch
-except ImportError:
-    _torch = None
+from .flash_attn_interface import _torch
 
 
 def _is_torch(x):

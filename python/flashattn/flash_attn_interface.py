@@ -11,14 +11,17 @@ Not supported: dropout_p > 0 and block_table (paged KV) raise NotImplementedErro
 flash_attn_with_kvcache (decode path) raises NotImplementedError for now.
 """
 
+import os
+
 from . import _core
 
-try:
-    import torch as _torch
-    from . import _torch_impl
-except ImportError:  # NumPy-only installs
-    _torch = None
-    _torch_impl = None
+_torch = _torch_impl = None
+if not os.environ.get("FLASHATTN_NO_TORCH"):
+    try:
+        import torch as _torch
+        from . import _torch_impl
+    except ImportError:  # NumPy-only installs
+        _torch = _torch_impl = None
 
 
 def _is_torch(x):

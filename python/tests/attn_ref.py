@@ -121,17 +121,17 @@ def np_attention(q, k, v, cu_q=None, cu_k=None, scale=None, causal=False, window
                 P = np.where(vis, np.exp(Sm - row_lse[:, None]), 0.0)
             P = np.nan_to_num(P)
             Pr = P if exact else r(P)
-            O = r(Pr @ V)
+            out = r(Pr @ V)
             if varlen:
-                o[qi[0], h] = O
+                o[qi[0], h] = out
                 lse[h, qi[0]] = row_lse
             else:
-                o[b, :, h] = O
+                o[b, :, h] = out
                 lse[b, h] = row_lse
             if not grads:
                 continue
             dO = dout[qi][:, h]
-            Dr = (dO * O).sum(axis=1)
+            Dr = (dO * out).sum(axis=1)
             dV = r(Pr.T @ dO)
             dP = r(dO @ V.T)
             dS = r(P * (dP - Dr[:, None]))
@@ -199,11 +199,11 @@ def torch_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
     if alibi is not None:
         slopes = alibi.to(work)
         slopes = slopes[None, :, None, None] if slopes.dim() == 1 else slopes[:, :, None, None]
-        i = torch.arange(lq)[:, None]
-        j = torch.arange(lk)[None, :]
+        i = torch.arange(lq, device=q.device)[:, None]
+        j = torch.arange(lk, device=q.device)[None, :]
         dist = (i + lk - lq - j).abs().to(work)
         scores = scores - slopes * dist
-    vis = torch.from_numpy(visible_mask(lq, lk, causal, window))
+    vis = torch.from_numpy(visible_mask(lq, lk, causal, window)).to(q.device)
     scores = scores.masked_fill(~vis, float("-inf"))
     if sink is not None:
         col = sink.to(work)[None, :, None, None].expand(scores.shape[0], hq, lq, 1)

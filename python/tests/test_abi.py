@@ -13,7 +13,8 @@ from flashattn import _lib
 HEADER = os.environ.get("FLASHATTN_HEADER") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "flashattn.h")
 
-needs_header = pytest.mark.skipif(not os.path.isfile(HEADER), reason="include/flashattn.h not found")
+needs_header = pytest.mark.skipif(not os.path.isfile(HEADER),
+                                  reason="include/flashattn.h not found")
 
 
 def header_text():
@@ -52,8 +53,8 @@ def test_enum_values_match_header():
         if name.endswith("_"):
             continue
         assert getattr(_lib, name) == int(value), name
-    assert set(_lib.STATUS_NAMES.values()) == {n for n in values if n.startswith(("FA_ERR", "FA_OK"))
-                                               and not n.endswith("_")}
+    statuses = {n for n in values if n.startswith(("FA_ERR", "FA_OK")) and not n.endswith("_")}
+    assert set(_lib.STATUS_NAMES.values()) == statuses
 
 
 @needs_header

@@ -32,6 +32,10 @@ def leaf_same(x):
     return x.detach().clone().requires_grad_(x.requires_grad)
 
 
+def leaves(make, *tensors):
+    return tuple(make(x) if x is not None else None for x in tensors)
+
+
 def run_and_grad(fn, inputs, dout):
     """Outputs of fn(*inputs) and gradients of (out * dout).sum() for inputs needing grad."""
     out, lse = fn(*inputs)
@@ -83,8 +87,9 @@ def test_autograd_matches_reference(config, dtype_name):
     dout = torch.randn(batch, sq, hq, dv)
 
     def ours(q, k, v, sink):
-        out, lse, probs = flashattn.flash_attn_func(q, k, v, softmax_scale=scale, alibi_slopes=alibi,
-                                                    return_attn_probs=True, sink_logits=sink, **kw)
+        out, lse, probs = flashattn.flash_attn_func(q, k, v, softmax_scale=scale,
+                                                    alibi_slopes=alibi, return_attn_probs=True,
+                                                    sink_logits=sink, **kw)
         assert probs is None
         return out, lse
 
@@ -96,14 +101,12 @@ def test_autograd_matches_reference(config, dtype_name):
         return fn
 
     names = ["out", "lse", "dq", "dk", "dv"] + (["dsink"] if sink is not None else [])
-    o, l, g = run_and_grad(ours, (q, k, v, sink), dout)
+    o, lse, g = run_and_grad(ours, (q, k, v, sink), dout)
     assert o.dtype == dtype and o.shape == (batch, sq, hq, dv)
-    assert l.dtype == torch.float32 and l.shape == (batch, hq, sq)
-    ro, rl, rg = run_and_grad(reference(True), tuple(leaf64(x) if x is not None else None
-                                                      for x in (q, k, v, sink)), dout)
-    bo, bl, bg = run_and_grad(reference(False), tuple(leaf_same(x) if x is not None else None
-                                                       for x in (q, k, v, sink)), dout)
-    check_all(dtype_name, (o, l) + tuple(g), (ro, rl) + tuple(rg), (bo, bl) + tuple(bg), names)
+    assert lse.dtype == torch.float32 and lse.shape == (batch, hq, sq)
+    ro, rl, rg = run_and_grad(reference(True), leaves(leaf64, q, k, v, sink), dout)
+    bo, bl, bg = run_and_grad(reference(False), leaves(leaf_same, q, k, v, sink), dout)
+    check_all(dtype_name, (o, lse) + tuple(g), (ro, rl) + tuple(rg), (bo, bl) + tuple(bg), names)
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
@@ -143,13 +146,11 @@ def test_varlen_autograd(features, dtype_name):
         return fn
 
     names = ["out", "lse", "dq", "dk", "dv"] + (["dsink"] if sink is not None else [])
-    o, l, g = run_and_grad(ours, (q, k, v, sink), dout)
-    assert l.shape == (hq, q.shape[0])
-    ro, rl, rg = run_and_grad(reference(True), tuple(leaf64(x) if x is not None else None
-                                                      for x in (q, k, v, sink)), dout)
-    bo, bl, bg = run_and_grad(reference(False), tuple(leaf_same(x) if x is not None else None
-                                                       for x in (q, k, v, sink)), dout)
-    check_all(dtype_name, (o, l) + tuple(g), (ro, rl) + tuple(rg), (bo, bl) + tuple(bg), names)
+    o, lse, g = run_and_grad(ours, (q, k, v, sink), dout)
+    assert lse.shape == (hq, q.shape[0])
+    ro, rl, rg = run_and_grad(reference(True), leaves(leaf64, q, k, v, sink), dout)
+    bo, bl, bg = run_and_grad(reference(False), leaves(leaf_same, q, k, v, sink), dout)
+    check_all(dtype_name, (o, lse) + tuple(g), (ro, rl) + tuple(rg), (bo, bl) + tuple(bg), names)
 
 
 def test_packed_functions_gradients():
@@ -299,3 +300,26 @@ def test_opcheck_custom_ops():
              v.detach()[0].requires_grad_(), cu, cuk, 5, 6, 0.25, False, 3, 0, 0.0, None, None,
              False)
     torch.library.opcheck(torch.ops.flashattn.fwd.default, vargs)
+
+
+def test_alignment_error_retries_with_dense_copies(monkeypatch, captured):
+    """When the device path reports FA_ERR_ALIGNMENT, the op reruns on dense copies."""
+    import flashattn._lib as lib
+
+    real_forward = lib.forward
+    state = {"calls": 0}
+
+    def picky_forward(params):
+        state["calls"] += 1
+        if state["calls"] == 1:
+            raise lib.FlashAttnValueError("flashattn: fa_forward failed (FA_ERR_ALIGNMENT): q",
+                                          lib.FA_ERR_ALIGNMENT)
+        return real_forward(params)
+
+    monkeypatch.setattr(lib, "forward", picky_forward)
+    base = torch.randn(1, 9, 2, 17)
+    q = base[..., 1:]  # offset by one element
+    out = flashattn.flash_attn_func(q, q, q)
+    assert state["calls"] == 2
+    expected = flashattn.flash_attn_func(q.contiguous(), q.contiguous(), q.contiguous())
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -46,7 +46,8 @@ typedef struct bwd_ctx {
     int64_t *item_start;    /* [batch + 1] first item of each sequence in the current pass     */
     atomic_llong next_item;
     int64_t total_items;
-    int pass;
+    int pass;  /* 0: D and dsink, 1: dK/dV per key block, 2: dQ per query block, 3: fused    */
+    int fused;
     char *scratch;
     size_t scratch_bytes;
     int64_t d, dv, d_pad, dv_pad;
@@ -60,12 +61,14 @@ typedef struct bwd_scratch {
     float *k_t, *v_t, *dk_acc, *dv_acc, *q_rows, *do_rows, *s, *dp, *tanh_vals;
     /* pass 2 */
     float *q_t, *do_t, *k_rows, *v_rows, *dq_acc;
+    /* fused scheme: dQ of a whole GQA group [group][len_q][d_pad] */
+    float *dq_all;
     /* both */
-    float *row_tmp, *row_tmp2, *lse, *dsum, *slope;
+    float *row_tmp, *row_tmp2, *stage, *lse, *dsum, *slope;
     int32_t *lo_rel, *hi_rel, *diag_rel;
 } bwd_scratch;
 
-static size_t backward_scratch_layout(const fa_problem *pb, char *base, bwd_scratch *s) {
+static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *base, bwd_scratch *s) {
     int64_t d = pb->p.head_dim, dv = pb->p.head_dim_v;
     int64_t d_pad = fa_cpu_round_up(d, FA_CPU_PAD), dv_pad = fa_cpu_round_up(dv, FA_CPU_PAD);
     int64_t rows_max = BLOCK_ROWS > KV_ROWS ? BLOCK_ROWS : KV_ROWS;
@@ -85,11 +88,13 @@ static size_t backward_scratch_layout(const fa_problem *pb, char *base, bwd_scra
     s->do_rows = TAKE_F32(KV_ROWS * dv_pad);
     s->q_t = TAKE_F32(d * BLOCK_ROWS);
     s->do_t = TAKE_F32(dv * BLOCK_ROWS);
-    s->k_rows = TAKE_F32(BLOCK_KEYS * d_pad);
+    s->k_rows = TAKE_F32((BLOCK_KEYS > KV_KEYS ? BLOCK_KEYS : KV_KEYS) * d_pad);
     s->v_rows = TAKE_F32(BLOCK_KEYS * dv);
     s->dq_acc = TAKE_F32(BLOCK_ROWS * d_pad);
+    s->dq_all = fused ? TAKE_F32(pb->group * pb->p.seqlen_q * d_pad) : NULL;
     s->row_tmp = TAKE_F32(d_pad > dv_pad ? d_pad : dv_pad);
     s->row_tmp2 = TAKE_F32(d_pad > dv_pad ? d_pad : dv_pad);
+    s->stage = TAKE_F32((rows_max > KV_KEYS ? rows_max : KV_KEYS) * (d_pad > dv_pad ? d_pad : dv_pad));
     s->lse = TAKE_F32(rows_max);
     s->dsum = TAKE_F32(rows_max);
     s->slope = TAKE_F32(rows_max);
@@ -115,14 +120,18 @@ static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const 
     }
 }
 
-/* Transposed fp32 copy: dst[k][r] = row r, column k, for r < n_rows; lanes n_rows..ld-1 zero. */
-static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t ld, float *tmp, const void *base,
+/* Transposed fp32 copy: dst[k][r] = row r, column k, for r < n_rows; lanes n_rows..ld-1 zero.
+ * The rows are first copied as they are into `stage` [n_rows][width] (a burst of independent
+ * loads from rows that lie far apart), then transposed from L1. */
+static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t ld, float *stage, const void *base,
                                  int64_t row_stride, int64_t n_rows, int64_t width, fa_dtype dtype) {
     size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
-    memset(dst, 0, sizeof(float) * (size_t)(width * ld));
-    for (int64_t r = 0; r < n_rows; r++) {
-        kern->to_f32(tmp, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
-        for (int64_t k = 0; k < width; k++) dst[k * ld + r] = tmp[k];
+    for (int64_t r = 0; r < n_rows; r++)
+        kern->to_f32(stage + r * width, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
+    for (int64_t k = 0; k < width; k++) {
+        float *lane = dst + k * ld;
+        for (int64_t r = 0; r < n_rows; r++) lane[r] = stage[r * width + k];
+        for (int64_t r = n_rows; r < ld; r++) lane[r] = 0.0f;
     }
 }
 
@@ -149,30 +158,44 @@ static void backward_dsum_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
     c->dsink_partial[b * p->heads_q + h] = -sink_sum;
 }
 
-/* ---- pass 1: dK, dV of one key block ------------------------------------------------------------- */
+/* ---- pass 1: dK, dV of one key block (and, fused, the block's dQ contributions) ------------------ */
 
-static void backward_kv_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+/* dK / dV of keys [j0, j0 + KV_KEYS) of (b, kv_head), summed over the group's query heads and
+ * query blocks in a fixed order. If dq_all is non-NULL (fused scheme) the block's dQ
+ * contributions dS K are also added to dq_all [group][len_q][d_pad]. */
+static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t kv_head, int64_t j0,
+                               float *dq_all) {
     const fa_problem *pb = c->pb;
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
     const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad, dv_pad = c->dv_pad;
     const size_t elem = c->elem;
     fa_seq seq = fa_sequence(pb, b);
-    int64_t key_blocks = (seq.len_k + KV_KEYS - 1) / KV_KEYS;
-    int64_t kv_head = local / key_blocks;
-    int64_t j0 = (local % key_blocks) * KV_KEYS;
     int64_t n_keys = seq.len_k - j0 < KV_KEYS ? seq.len_k - j0 : KV_KEYS;
     int64_t keys_pad = fa_cpu_round_up(n_keys, FA_CPU_PAD);
     int64_t shift = seq.len_k - seq.len_q;
 
     int64_t k_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
     int64_t v_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-    load_rows_transposed(kern, w->k_t, keys_pad, w->row_tmp, (const char *)p->k + k_off * (int64_t)elem,
+    load_rows_transposed(kern, w->k_t, keys_pad, w->stage, (const char *)p->k + k_off * (int64_t)elem,
                          p->k_row_stride, n_keys, d, p->dtype);
-    load_rows_transposed(kern, w->v_t, keys_pad, w->row_tmp, (const char *)p->v + v_off * (int64_t)elem,
+    load_rows_transposed(kern, w->v_t, keys_pad, w->stage, (const char *)p->v + v_off * (int64_t)elem,
                          p->v_row_stride, n_keys, dv, p->dtype);
     memset(w->dk_acc, 0, sizeof(float) * (size_t)(n_keys * d_pad));
     memset(w->dv_acc, 0, sizeof(float) * (size_t)(n_keys * dv_pad));
+    /* fused dQ needs K rows as a GEMM B operand (padded width) */
+    const float *k_rows = NULL;
+    int64_t ldk = d_pad;
+    if (dq_all) {
+        if (c->k_direct) {
+            k_rows = (const float *)p->k + k_off;
+            ldk = p->k_row_stride;
+        } else {
+            load_rows(kern, w->k_rows, d_pad, (const char *)p->k + k_off * (int64_t)elem, p->k_row_stride, n_keys, d,
+                      p->dtype);
+            k_rows = w->k_rows;
+        }
+    }
 
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
     const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
@@ -251,6 +274,13 @@ static void backward_kv_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_
             fa_cpu_gemm_args dsq = {n_keys, d_pad, n_rows, w->dp, 1, keys_pad, q_rows, ldq, w->dk_acc, d_pad,
                                     FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
             kern->gemm(&dsq);
+            if (dq_all) {
+                /* dq[r][:] += sum_j dS[r][j] · k_j */
+                float *dq_rows = dq_all + ((h - kv_head * pb->group) * seq.len_q + i0) * d_pad;
+                fa_cpu_gemm_args dsk = {n_rows, d_pad, n_keys, w->dp, keys_pad, 1, k_rows, ldk, dq_rows, d_pad,
+                                        FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
+                kern->gemm(&dsk);
+            }
         }
     }
 
@@ -261,6 +291,31 @@ static void backward_kv_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_
                                        p->dv_head_stride);
         kern->from_f32((char *)p->dk + dk_off * (int64_t)elem, w->dk_acc + j * d_pad, d, p->dtype);
         kern->from_f32((char *)p->dv + dv_off * (int64_t)elem, w->dv_acc + j * dv_pad, dv, p->dtype);
+    }
+}
+
+/* Split scheme, pass 1 item (b, kv head, key block). */
+static void backward_kv_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+    int64_t key_blocks = (fa_sequence(c->pb, b).len_k + KV_KEYS - 1) / KV_KEYS;
+    backward_key_block(c, w, b, local / key_blocks, (local % key_blocks) * KV_KEYS, NULL);
+}
+
+/* Fused scheme, item (b, kv head): every key block in order, dQ of the whole group accumulated
+ * in the thread's dq_all, stored once at the end. */
+static void backward_head_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t kv_head) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    fa_seq seq = fa_sequence(pb, b);
+    memset(w->dq_all, 0, sizeof(float) * (size_t)(pb->group * seq.len_q * c->d_pad));
+    for (int64_t j0 = 0; j0 < seq.len_k; j0 += KV_KEYS) backward_key_block(c, w, b, kv_head, j0, w->dq_all);
+    for (int64_t g = 0; g < pb->group; g++) {
+        int64_t h = kv_head * pb->group + g;
+        for (int64_t i = 0; i < seq.len_q; i++) {
+            int64_t dq_off =
+                fa_row_offset(pb, b, seq.q_start, i, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
+            c->kern->from_f32((char *)p->dq + dq_off * (int64_t)c->elem, w->dq_all + (g * seq.len_q + i) * c->d_pad,
+                              c->d, p->dtype);
+        }
     }
 }
 
@@ -288,9 +343,9 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
 
     int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
     int64_t do_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-    load_rows_transposed(kern, w->q_t, rows_pad, w->row_tmp, (const char *)p->q + q_off * (int64_t)elem,
+    load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
                          p->q_row_stride, n_rows, d, p->dtype);
-    load_rows_transposed(kern, w->do_t, rows_pad, w->row_tmp, (const char *)p->dout + do_off * (int64_t)elem,
+    load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
                          p->do_row_stride, n_rows, dv, p->dtype);
     /* padding lanes: LSE -inf makes their P and dS zero */
     for (int64_t r = 0; r < rows_pad; r++) {
@@ -387,7 +442,7 @@ static int64_t item_sequence(const int64_t *item_start, int64_t batch, int64_t i
 static void backward_task(void *arg, int thread_index) {
     bwd_ctx *c = (bwd_ctx *)arg;
     bwd_scratch w;
-    backward_scratch_layout(c->pb, c->scratch + (size_t)thread_index * c->scratch_bytes, &w);
+    backward_scratch_layout(c->pb, c->fused, c->scratch + (size_t)thread_index * c->scratch_bytes, &w);
     for (;;) {
         int64_t item = atomic_fetch_add(&c->next_item, 1);
         if (item >= c->total_items) break;
@@ -395,7 +450,8 @@ static void backward_task(void *arg, int thread_index) {
         int64_t local = item - c->item_start[b];
         if (c->pass == 0) backward_dsum_item(c, &w, b, local);
         else if (c->pass == 1) backward_kv_item(c, &w, b, local);
-        else backward_q_item(c, &w, b, local);
+        else if (c->pass == 2) backward_q_item(c, &w, b, local);
+        else backward_head_item(c, &w, b, local);
     }
 }
 
@@ -404,12 +460,24 @@ static int64_t pass_items(const fa_problem *pb, int pass, int64_t b) {
     fa_seq seq = fa_sequence(pb, b);
     if (pass == 0) return pb->p.heads_q;
     if (pass == 1) return pb->p.heads_kv * ((seq.len_k + KV_KEYS - 1) / KV_KEYS);
-    return pb->p.heads_q * ((seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS);
+    if (pass == 2) return pb->p.heads_q * ((seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS);
+    return pb->p.heads_kv;
+}
+
+/* The fused scheme (5 GEMMs per tile pair instead of 7) has one item per (sequence, kv head),
+ * so it is used only when those items alone keep every core busy, and when one group's dQ in
+ * fp32 stays small. The choice depends on the problem and the machine's core count, never on
+ * num_threads, so results stay bitwise independent of the thread count. */
+static int backward_use_fused(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    if (p->batch * p->heads_kv < 2 * (int64_t)fa_cpu_online_cores()) return 0;
+    double dq_bytes = 4.0 * (double)pb->group * (double)p->seqlen_q * (double)fa_cpu_round_up(p->head_dim, FA_CPU_PAD);
+    return dq_bytes <= 64.0 * 1024 * 1024;
 }
 
 size_t fa_cpu_backward_workspace(const fa_problem *pb) {
     const fa_params *p = &pb->p;
-    size_t per_thread = fa_cpu_align64(backward_scratch_layout(pb, NULL, NULL));
+    size_t per_thread = fa_cpu_align64(backward_scratch_layout(pb, backward_use_fused(pb), NULL, NULL));
     size_t shared = fa_cpu_align64(sizeof(float) * (size_t)(p->heads_q * p->total_q)) +
                     fa_cpu_align64(sizeof(double) * (size_t)(p->batch * p->heads_q)) +
                     fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch + 1));
@@ -428,7 +496,8 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.dsum = (float *)fa_cpu_take(&arena, sizeof(float) * (size_t)(p->heads_q * p->total_q));
     c.dsink_partial = (double *)fa_cpu_take(&arena, sizeof(double) * (size_t)(p->batch * p->heads_q));
     c.item_start = (int64_t *)fa_cpu_take(&arena, sizeof(int64_t) * (size_t)(p->batch + 1));
-    c.scratch_bytes = fa_cpu_align64(backward_scratch_layout(pb, NULL, NULL));
+    c.fused = backward_use_fused(pb);
+    c.scratch_bytes = fa_cpu_align64(backward_scratch_layout(pb, c.fused, NULL, NULL));
     c.scratch = ws.base + arena.used;
     c.d = p->head_dim;
     c.dv = p->head_dim_v;
@@ -441,7 +510,11 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.v_direct = p->dtype == FA_DTYPE_F32;
 
     int max_threads = fa_cpu_thread_count(pb);
-    for (int pass = 0; pass < 3; pass++) {
+    static const int split_passes[3] = {0, 1, 2}, fused_passes[2] = {0, 3};
+    const int *passes = c.fused ? fused_passes : split_passes;
+    int n_passes = c.fused ? 2 : 3;
+    for (int pi = 0; pi < n_passes; pi++) {
+        int pass = passes[pi];
         c.item_start[0] = 0;
         for (int64_t b = 0; b < p->batch; b++) c.item_start[b + 1] = c.item_start[b] + pass_items(pb, pass, b);
         c.pass = pass;

@@ -29,13 +29,22 @@
 
 /* Widest SIMD vector in floats; tile leading dimensions and padded head dims are multiples of it. */
 #define FA_CPU_PAD 16
-/* Query rows per forward / dQ work item (lanes of a keys-major tile; a multiple of FA_CPU_PAD). */
+/* Tile sizes (lab/cpu/ experiments override them with -D; see NOTES.md for the measurements).
+ * Query rows per forward / dQ work item (lanes of a keys-major tile; a multiple of FA_CPU_PAD). */
+#ifndef FA_CPU_BLOCK_ROWS
 #define FA_CPU_BLOCK_ROWS 64
+#endif
 /* Keys per tile of the forward and of the dQ pass. */
+#ifndef FA_CPU_BLOCK_KEYS
 #define FA_CPU_BLOCK_KEYS 128
+#endif
 /* Keys per dK/dV work item and query rows per tile of the dK/dV pass. */
+#ifndef FA_CPU_BWD_BLOCK_KEYS
 #define FA_CPU_BWD_BLOCK_KEYS 64
+#endif
+#ifndef FA_CPU_BWD_BLOCK_ROWS
 #define FA_CPU_BWD_BLOCK_ROWS 64
+#endif
 /* ALiBi distances are computed in int32 lanes, clamped to ±2^30 (farther than any sequence). */
 #define FA_CPU_DIAG_LIMIT ((int64_t)1 << 30)
 /* Upper bound on worker threads (num_threads is clamped to it). */
@@ -142,6 +151,8 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void);
 
 /* Worker threads a call of this problem uses: num_threads, or all online cores when 0. */
 int fa_cpu_thread_count(const fa_problem *pb);
+/* Online cores of this machine (at least 1, at most FA_CPU_MAX_THREADS). */
+int fa_cpu_online_cores(void);
 
 /* Run task(ctx, thread_index) on thread_count threads (the caller is thread 0) and return when
  * all are done. Thread indices are 0..thread_count-1, each used once; a task distributes its

@@ -68,7 +68,7 @@ typedef struct fwd_ctx {
 
 /* Per-thread scratch of one item (see the file comment for the shapes). */
 typedef struct fwd_scratch {
-    float *q_t, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp;
+    float *q_t, *q_rows, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp;
     float *row_max, *row_sum, *alpha, *slope;
     int32_t *lo_rel, *hi_rel, *diag_rel;
     int64_t *row_head, *row_query, *row_lo, *row_hi;
@@ -82,6 +82,7 @@ static size_t forward_scratch_layout(const fa_problem *pb, char *base, fwd_scrat
     fwd_scratch dummy;
     if (!s) s = &dummy;
     s->q_t = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d * BLOCK_ROWS));
+    s->q_rows = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d * BLOCK_ROWS));
     s->s_t = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * BLOCK_ROWS));
     s->o_acc = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_ROWS * dv_pad));
     s->k_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * d));
@@ -147,13 +148,17 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     }
     for (int64_t r = rows; r < rows_pad; r++) w->slope[r] = 0.0f;
 
-    /* ---- Qᵀ of the item, padding lanes zero ---- */
-    memset(w->q_t, 0, sizeof(float) * (size_t)(d * rows_pad));
+    /* ---- Qᵀ of the item, padding lanes zero. The rows are first copied as they are (a burst
+     * of independent loads from rows far apart in memory), then transposed from L1. ---- */
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = fa_row_offset(pb, b, seq.q_start, w->row_query[r], w->row_head[r], p->q_batch_stride,
                                     p->q_row_stride, p->q_head_stride);
-        kern->to_f32(w->row_tmp, (const char *)p->q + off * (int64_t)elem, d, p->dtype);
-        for (int64_t k = 0; k < d; k++) w->q_t[k * rows_pad + r] = w->row_tmp[k];
+        kern->to_f32(w->q_rows + r * d, (const char *)p->q + off * (int64_t)elem, d, p->dtype);
+    }
+    for (int64_t k = 0; k < d; k++) {
+        float *lane = w->q_t + k * rows_pad;
+        for (int64_t r = 0; r < rows; r++) lane[r] = w->q_rows[r * d + k];
+        for (int64_t r = rows; r < rows_pad; r++) lane[r] = 0.0f;
     }
     for (int64_t r = 0; r < rows_pad; r++) {
         w->row_max[r] = -INFINITY;

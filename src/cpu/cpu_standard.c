@@ -2,17 +2,17 @@
  * cpu_standard.c: "standard attention", the materialised baseline of the FlashAttention paper,
  * for comparison only.
  *
- * Per (sequence, query head), in separate passes over a full fp32 score matrix, as a framework
- * running one operator after another would:
+ * Per (sequence, query head), the paper's Algorithm 0 in separate passes over full fp32
+ * matrices, as a framework running one operator after another would:
  *   S [len_q][len_k] = scale · Q Kᵀ         (the engine's SIMD GEMM, Kᵀ packed once)
  *   S = softcap · tanh(S / softcap)          (if softcap)
  *   S += ALiBi bias                          (if alibi)
  *   S = -inf outside each row's key range    (if a mask)
- *   row softmax with libm expf (the sink joins the denominator), LSE = max + log(sum)
+ *   P [len_q][len_k] = softmax(S) row by row with libm expf (the sink joins the denominator),
+ *                      LSE = max + log(sum)
  *   O = P V                                  (the engine's SIMD GEMM)
  * Work items are (sequence, query head), threads take them from an atomic counter. Each thread
- * holds one len_q × len_k matrix: O(seqlen_q · seqlen_k) memory per thread, the cost the tiled
- * engine avoids.
+ * holds S and P: O(seqlen_q · seqlen_k) memory per thread, the cost the tiled engine avoids.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -32,7 +32,7 @@ typedef struct std_ctx {
 } std_ctx;
 
 typedef struct std_scratch {
-    float *scores, *k_t, *v_rows, *q_rows, *o_rows, *row_tmp;
+    float *scores, *probs, *k_t, *v_rows, *q_rows, *o_rows, *row_tmp;
 } std_scratch;
 
 static size_t standard_scratch_layout(const fa_problem *pb, char *base, std_scratch *s) {
@@ -44,6 +44,7 @@ static size_t standard_scratch_layout(const fa_problem *pb, char *base, std_scra
     std_scratch dummy;
     if (!s) s = &dummy;
     s->scores = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(max_q * keys_pad));
+    s->probs = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(max_q * keys_pad));
     s->k_t = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d * keys_pad));
     s->v_rows = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(max_k * dv_pad));
     s->q_rows = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(max_q * d));
@@ -105,31 +106,32 @@ static void standard_item(std_ctx *c, const std_scratch *w, int64_t b, int64_t h
         }
     }
 
-    /* row softmax; padding columns become 0 so the P V GEMM can run over keys_pad */
+    /* P = softmax(S) by rows; padding columns become 0 so the P V GEMM can run over keys_pad */
     int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
     for (int64_t i = 0; i < len_q; i++) {
-        float *row = scores + i * keys_pad;
+        const float *row = scores + i * keys_pad;
+        float *prob = w->probs + i * keys_pad;
         float row_max = p->sink_logits ? p->sink_logits[h] : -INFINITY;
         for (int64_t j = 0; j < len_k; j++) row_max = row[j] > row_max ? row[j] : row_max;
         float row_sum = 0.0f, lse = -INFINITY;
         if (row_max != -INFINITY) {
             for (int64_t j = 0; j < len_k; j++) {
-                row[j] = expf(row[j] - row_max);
-                row_sum += row[j];
+                prob[j] = expf(row[j] - row_max);
+                row_sum += prob[j];
             }
             if (p->sink_logits) row_sum += expf(p->sink_logits[h] - row_max);
-            for (int64_t j = 0; j < len_k; j++) row[j] /= row_sum;
+            for (int64_t j = 0; j < len_k; j++) prob[j] /= row_sum;
             lse = row_max + logf(row_sum);
         } else {
-            for (int64_t j = 0; j < len_k; j++) row[j] = 0.0f;
+            for (int64_t j = 0; j < len_k; j++) prob[j] = 0.0f;
         }
-        for (int64_t j = len_k; j < keys_pad; j++) row[j] = 0.0f;
+        for (int64_t j = len_k; j < keys_pad; j++) prob[j] = 0.0f;
         if (p->lse) p->lse[lse_base + i] = lse;
     }
 
     /* O = P V */
     if (len_k > 0) {
-        fa_cpu_gemm_args pv = {len_q, dv_pad, len_k, scores, keys_pad, 1, w->v_rows, dv_pad, w->o_rows, dv_pad,
+        fa_cpu_gemm_args pv = {len_q, dv_pad, len_k, w->probs, keys_pad, 1, w->v_rows, dv_pad, w->o_rows, dv_pad,
                                FA_CPU_GEMM_STORE, 1.0f, NULL};
         kern->gemm(&pv);
     } else {

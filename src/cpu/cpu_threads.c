@@ -19,12 +19,16 @@
 
 #include "cpu_engine.h"
 
+int fa_cpu_online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > FA_CPU_MAX_THREADS) n = FA_CPU_MAX_THREADS;
+    return (int)n;
+}
+
 int fa_cpu_thread_count(const fa_problem *pb) {
     long n = pb->p.num_threads;
-    if (n <= 0) {
-        n = sysconf(_SC_NPROCESSORS_ONLN);
-        if (n < 1) n = 1;
-    }
+    if (n <= 0) n = fa_cpu_online_cores();
     if (n > FA_CPU_MAX_THREADS) n = FA_CPU_MAX_THREADS;
     return (int)n;
 }

@@ -53,7 +53,6 @@ static inline fa_vf vi_to_vf(fa_vi a) { return _mm256_cvtepi32_ps(a); }
 static inline fa_vmask vm_lt_vi(fa_vi a, fa_vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }
 static inline fa_vmask vm_eq_vf(fa_vf a, fa_vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 static inline fa_vmask vm_lt_vf(fa_vf a, fa_vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
-static inline fa_vmask vm_and(fa_vmask a, fa_vmask b) { return _mm256_and_ps(a, b); }
 static inline fa_vmask vm_andnot(fa_vmask a, fa_vmask b) { return _mm256_andnot_ps(a, b); }
 static inline fa_vf vf_select(fa_vmask m, fa_vf a, fa_vf b) { return _mm256_blendv_ps(b, a, m); }
 

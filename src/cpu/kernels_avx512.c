@@ -45,7 +45,6 @@ static inline fa_vf vi_to_vf(fa_vi a) { return _mm512_cvtepi32_ps(a); }
 static inline fa_vmask vm_lt_vi(fa_vi a, fa_vi b) { return _mm512_cmplt_epi32_mask(a, b); }
 static inline fa_vmask vm_eq_vf(fa_vf a, fa_vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 static inline fa_vmask vm_lt_vf(fa_vf a, fa_vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
-static inline fa_vmask vm_and(fa_vmask a, fa_vmask b) { return (fa_vmask)(a & b); }
 static inline fa_vmask vm_andnot(fa_vmask a, fa_vmask b) { return (fa_vmask)(~a & b); }
 static inline fa_vf vf_select(fa_vmask m, fa_vf a, fa_vf b) { return _mm512_mask_blend_ps(m, b, a); }
 

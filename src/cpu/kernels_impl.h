@@ -12,7 +12,7 @@
  *          vf_fnmadd (c - a·b) vf_max vf_min (x86 semantics: the second operand if either is
  *          NaN) vf_abs vf_round (to nearest even) vf_exp2i (p · 2^n for integral n in [-160, 160])
  *   int    vi_loadu vi_set1 vi_iota (0, 1, ..., FA_VL-1) vi_add vi_sub vi_abs vi_to_vf
- *   masks  vm_lt_vi vm_eq_vf vm_lt_vf vm_and vm_andnot (~a & b) vf_select (m ? a : b)
+ *   masks  vm_lt_vi vm_eq_vf vm_lt_vf vm_andnot (~a & b) vf_select (m ? a : b)
  *   16-bit vf_load_f16 vf_store_f16 vf_load_bf16 vf_store_bf16 (round to nearest even)
  *
  * Numerics. exp uses Cody-Waite range reduction x = n·ln2 + r, |r| <= ln2/2, and a degree-6

@@ -52,7 +52,6 @@ static inline fa_vf vi_to_vf(fa_vi a) { return (float)a; }
 static inline fa_vmask vm_lt_vi(fa_vi a, fa_vi b) { return a < b; }
 static inline fa_vmask vm_eq_vf(fa_vf a, fa_vf b) { return a == b; }
 static inline fa_vmask vm_lt_vf(fa_vf a, fa_vf b) { return a < b; }
-static inline fa_vmask vm_and(fa_vmask a, fa_vmask b) { return a && b; }
 static inline fa_vmask vm_andnot(fa_vmask a, fa_vmask b) { return !a && b; }
 static inline fa_vf vf_select(fa_vmask m, fa_vf a, fa_vf b) { return m ? a : b; }
 

@@ -35,6 +35,11 @@
 #include "bwd_tiles.h"
 #include "fa_cuda_common.cuh"
 
+/* Queries of S^T/dP^T computed at a time per warp (see the chunk loop); a lab knob. */
+#ifndef FA_BWD_CHUNK_Q
+#define FA_BWD_CHUNK_Q 32
+#endif
+
 template <int BUCKET>
 struct fa_bwd_config {
     static constexpr int D = BUCKET;                      /* padded head dim (d and dv)        */
@@ -45,7 +50,7 @@ struct fa_bwd_config {
     static constexpr int BLOCK_Q = fa_bwd_block_q(BUCKET);
     static constexpr int KEY_WARPS = WARPS / SPLIT_D;     /* warps along the keys              */
     static constexpr int WARP_Q = BLOCK_Q / SPLIT_D;      /* queries per warp in S^T, dP^T     */
-    static constexpr int CHUNK_Q = 32;                    /* ... computed CHUNK_Q at a time    */
+    static constexpr int CHUNK_Q = FA_BWD_CHUNK_Q < WARP_Q ? FA_BWD_CHUNK_Q : WARP_Q; /* ... at a time */
     static constexpr int WARP_COLS = D / SPLIT_D;         /* dK/dV columns per warp            */
     static constexpr int CHUNKS = D / 8;                  /* 16-byte chunks per Q/K/V/dO row   */
     static constexpr int S_CHUNKS = BLOCK_Q / 8;          /* 16-byte chunks per P^T/dS^T row   */
@@ -219,13 +224,16 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
     const int dq_row0 = 16 * (warp % Cfg::DQ_ROW_WARPS); /* step 5: queries dq_row0..+15     */
     const int dq_col0 = Cfg::DQ_WARP_COLS * (warp / Cfg::DQ_ROW_WARPS);
 
-    /* Per-lane ldmatrix addresses of chunk pair 0 (steps through pairs: fa_bwd_pair_step).
-     * ldmatrix .x4: lanes 8i..8i+7 address the rows of matrix i.
-     *   key_a:   A (16 keys × 16) from K / V (and P^T, dS^T): matrix i = rows +8·(i & 1), cols +8·(i >> 1)
-     *   query_b: B = Q^T / dO^T (non-trans, rows = queries = n): matrix i = n-tile +8·(i >> 1), k +8·(i & 1)
-     *   query_bt: B = dO / Q (trans, rows = queries = k): matrix i = k +8·(i & 1), n-tile +8·(i >> 1)
-     *   ds_at:   A = dS (trans of dS^T, rows = keys = k): matrix i = queries +8·(i & 1), keys +8·(i >> 1)
-     *   key_bt:  B = K (trans, rows = keys = k): matrix i = k +8·(i & 1), n-tile +8·(i >> 1) */
+    /* Per-lane ldmatrix addresses of chunk pair 0 (later pairs: fa_bwd_pair_step). With .x4,
+     * lanes 8i..8i+7 address the 8 rows of matrix i, and r[i] receives matrix i:
+     *   k_lane:   A (16 keys × 16) from K (V at +OFF_V): matrix i = rows +8·(i & 1), cols +8·(i >> 1)
+     *             -> a[0..3] in mma order; s_lane: the same from P^T / dS^T (SPLIT_D = 2)
+     *   q_lane:   B = Q^T (dO^T) non-transposed, Q rows = queries = n: matrix i = n +8·(i >> 1),
+     *             k +8·(i & 1) -> b[0..1] of n-tile 0, b[0..1] of n-tile 1
+     *   qt_lane:  B = Q (dO) transposed, rows = queries = k: matrix i = k +8·(i & 1), n +8·(i >> 1)
+     *   dst_lane: A = dS, transposed from dS^T (rows = keys = k): matrix i = queries +8·(i & 1),
+     *             keys +8·(i >> 1) -> a[0..3] in mma order
+     *   kt_lane:  B = K transposed, rows = keys = k: matrix i = k +8·(i & 1), n +8·(i >> 1) */
     const uint32_t k_lane = smem + Cfg::OFF_K + fa_bwd_tile_offset<CHUNKS>(key_row0 + (lane & 15), 8 * (lane >> 4));
     const uint32_t s_lane = smem + Cfg::OFF_DS + fa_bwd_tile_offset<S_CHUNKS>(key_row0 + (lane & 15), 8 * (lane >> 4));
     const uint32_t q_lane = smem + Cfg::OFF_Q +
@@ -277,11 +285,11 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         /* Query rows that see at least one key of [n0, n0 + keys_valid): query i sees keys
          * [i + shift - left, i + shift + right]. */
-        int q_lo = 0, q_hi = len_q;
-        if (prm.window_right >= 0) q_lo = max(0, n0 - shift - prm.window_right);
-        if (prm.window_left >= 0) q_hi = min(len_q, n0 + keys_valid - shift + prm.window_left);
-        const int m_first = q_lo / BLOCK_Q;
-        const int m_count = q_hi > q_lo ? (q_hi + BLOCK_Q - 1) / BLOCK_Q - m_first : 0;
+        int64_t q_lo = 0, q_hi = len_q; /* 64-bit: the sums below can pass 2^31 */
+        if (prm.window_right >= 0) q_lo = max((int64_t)0, (int64_t)n0 - shift - prm.window_right);
+        if (prm.window_left >= 0) q_hi = min((int64_t)len_q, (int64_t)n0 + keys_valid - shift + prm.window_left);
+        const int m_first = (int)(q_lo / BLOCK_Q);
+        const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
         const int n_iter = m_count * (h_end - h_begin);
 
         float dk_acc[WARP_COLS / 8][4], dv_acc[WARP_COLS / 8][4];
@@ -356,8 +364,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
              * window, and no score transform. */
             const bool tile_inside =
                 m0 + BLOCK_Q <= len_q && n0 + BLOCK_K <= len_k &&
-                (prm.window_left < 0 || m0 + BLOCK_Q - 1 + shift - prm.window_left <= n0) &&
-                (prm.window_right < 0 || m0 + shift + prm.window_right >= n0 + BLOCK_K - 1);
+                (prm.window_left < 0 || (int64_t)m0 + BLOCK_Q - 1 + shift - prm.window_left <= n0) &&
+                (prm.window_right < 0 || (int64_t)m0 + shift + prm.window_right >= n0 + BLOCK_K - 1);
             const float alibi_log2 =
                 prm.alibi_slopes != nullptr
                     ? prm.alibi_slopes[b * prm.alibi_batch_stride + h] * 1.4426950408889634f
@@ -432,14 +440,14 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 }
 
                 /* dS^T (and P^T) to shared memory, [key][query] swizzled: n-tile j of rows g, g + 8
-                 * is a 4-byte pair at column q_col + 8j + 2t, chunk (q_col0/8 + 4qc + j) ^ g. The
-                 * three terms share no bits (q_col0/8 is 0, or 4 with qc = 0; j < 4), so the
-                 * address is s_store ^ 16·(4qc + j). */
+                 * is a 4-byte pair at column q_col + 8j + 2t, chunk (q_col0/8 + NT·qc + j) ^ g. The
+                 * three terms share no bits (q_col0/8 is 0, or 4 with a single chunk; NT is a power
+                 * of two above j), so the address is s_store ^ 16·(NT·qc + j). */
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
-                        const uint32_t addr = (s_store ^ (16u * (4 * qc + j))) + half * 8 * 16 * S_CHUNKS;
+                        const uint32_t addr = (s_store ^ (16u * (NT * qc + j))) + half * 8 * 16 * S_CHUNKS;
                         st_shared_b32(addr, ds_frag[j / 2][2 * (j & 1) + half]);
                         if (Cfg::SPLIT_D == 2)
                             st_shared_b32(addr + (Cfg::OFF_P - Cfg::OFF_DS), p_frag[j / 2][2 * (j & 1) + half]);

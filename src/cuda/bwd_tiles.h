@@ -42,7 +42,12 @@ FA_TILES_FN int fa_bwd_block_k(int bucket) {
 
 /* Query rows per iteration: 64 (S^T and dP^T tiles of 16 keys × 64 queries are 32 fp32
  * registers each per thread, next to the 128 of dK and dV at d = 128). */
-FA_TILES_FN int fa_bwd_block_q(int bucket) { return bucket > 0 ? 64 : 0; }
+#ifndef FA_BWD_BLOCK_Q_D64
+#define FA_BWD_BLOCK_Q_D64 64 /* lab knob: query rows per iteration at d <= 64 */
+#endif
+FA_TILES_FN int fa_bwd_block_q(int bucket) {
+    return bucket <= 0 ? 0 : bucket <= 64 ? FA_BWD_BLOCK_Q_D64 : 64;
+}
 
 /* Dynamic shared memory of one main-kernel block, in bytes (2-byte elements):
  *   K, V tiles          2 × BLOCK_K × bucket

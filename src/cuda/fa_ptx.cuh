@@ -153,6 +153,26 @@ __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ void st_shared_f32(uint32_t smem_addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t smem_addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem_addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_shared_u64(uint32_t smem_addr, uint64_t v) {
+    asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(smem_addr), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ld_shared_u64(uint32_t smem_addr) {
+    uint64_t v;
+    asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(smem_addr) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void ld_shared_v4_b32(uint32_t r[4], uint32_t smem_addr) {
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

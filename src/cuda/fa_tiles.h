@@ -53,11 +53,13 @@ FA_TILES_FN int fa_fwd_q_in_regs(int bucket) { return bucket <= 64; }
 FA_TILES_FN int fa_fwd_kv_stages(int bucket) { return bucket >= 256 ? 1 : 2; }
 
 /* Dynamic shared memory of one block: the Q tile (reused to stage O for 16-byte stores) plus the
- * K and V stages, 2 bytes per element. */
+ * K and V stages, 2 bytes per element, plus the fp32 row sums of the online softmax (2 rows per
+ * lane per m16 tile: 4·block_m floats) and two 64-bit load pointers per thread (fwd_kernel.cuh). */
 FA_TILES_FN size_t fa_fwd_smem_bytes(int bucket) {
     return (size_t)2 * ((size_t)fa_fwd_block_m(bucket) * (size_t)bucket +
                         (size_t)fa_fwd_kv_stages(bucket) * 2 * (size_t)fa_fwd_block_n(bucket) *
-                            (size_t)bucket);
+                            (size_t)bucket) +
+           (size_t)16 * (size_t)fa_fwd_block_m(bucket) + (size_t)16 * 32 * (size_t)fa_fwd_warps(bucket);
 }
 
 /* Launch order: with a bounded right side and unbounded left side (causal), later query blocks

@@ -43,10 +43,11 @@ struct fa_fwd_config {
     static constexpr int Q_ELEMS = BLOCK_M * D;
     static constexpr int KV_ELEMS = BLOCK_N * D;
     static constexpr size_t SMEM_BYTES = fa_fwd_smem_bytes(D);
+    static constexpr size_t STATE_BYTES = 4 * (size_t)THREADS * 2 * M_TILES + 16 * (size_t)THREADS;
     static_assert(WARP_ROWS % 16 == 0, "each warp owns whole m16 tiles");
     static_assert(N_TILES % 2 == 0 && O_TILES % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
     static_assert(THREADS % CHUNKS == 0, "tile loads give each thread a fixed chunk column");
-    static_assert(SMEM_BYTES == 2 * (size_t)(Q_ELEMS + 2 * STAGES * KV_ELEMS), "smem layout");
+    static_assert(SMEM_BYTES == 2 * (size_t)(Q_ELEMS + 2 * STAGES * KV_ELEMS) + STATE_BYTES, "smem layout");
 };
 
 /* Issue cp.async for a [ROWS, D] tile whose row 0 is at gmem (16-bit elements, row_stride in
@@ -175,8 +176,6 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         cp_async_commit_group();
     }
 
-    /* Q fragments (A operand, ldmatrix.x4 of a 16x16 block): lanes 0-15 address rows 0-15 at
-     * chunk 2k, lanes 16-31 rows 0-15 at chunk 2k+1 -> a[0..3] = (rows 0-7 | 8-15) × (cols 0-7 | 8-15). */
     /* Every ldmatrix below reads rows r with r & 7 == lane & 7 and logical chunks c = 2·step +
      * {0,1}, so its swizzled position (fa_swizzled_chunk) is r·CHUNKS + 8·(c / 8) + ((c % 8) ^
      * (lane & 7)): the lane-dependent part takes one of 4 values (c % 8 in {0,2,4,6} + {0,1}),
@@ -190,6 +189,8 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     auto frag_addr = [&](uint32_t base, const uint32_t offs[4], int step, int row_offset) -> uint32_t {
         return base + offs[step % 4] + 16u * (uint32_t)(8 * (step / 4) + row_offset * CHUNKS);
     };
+    /* Q fragments (A operand, ldmatrix.x4 of a 16x16 block): lanes 0-15 address rows 0-15 at
+     * chunk 2k, lanes 16-31 rows 0-15 at chunk 2k+1 -> a[0..3] = (rows 0-7 | 8-15) × (cols 0-7 | 8-15). */
     uint32_t q_offs[4];
     frag_offsets(warp * Cfg::WARP_ROWS + (lane & 15), lane >> 4, q_offs);
     auto q_frag_addr = [&](int mt, int ks) -> uint32_t { return frag_addr(q_smem, q_offs, ks, mt * 16); };
@@ -216,7 +217,19 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     frag_offsets((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4, v_offs);
 
     float o_rmem[M_TILES][O_TILES][4];
-    float row_max[2 * M_TILES], row_sum[2 * M_TILES];
+    /* Row sums and the K/V row-0 pointers of the thread's loads live in shared memory, not in
+     * registers: at d = 64 and 128 the accumulators leave none for them, and ptxas would spill
+     * exactly these to local memory (one load/store per tile either way; here it is explicit).
+     * Layout after the V stages: row sums [2·M_TILES][THREADS] floats (conflict-free), then
+     * [THREADS][2] 64-bit pointers. */
+    float row_max[2 * M_TILES];
+    const uint32_t state_smem = v_smem + 2 * Cfg::STAGES * Cfg::KV_ELEMS;
+    auto row_sum_addr = [&](int r) -> uint32_t { return state_smem + 4 * (Cfg::THREADS * r + threadIdx.x); };
+    const uint32_t kv_ptr_smem = state_smem + 4 * Cfg::THREADS * 2 * M_TILES + 16 * threadIdx.x;
+    st_shared_u64(kv_ptr_smem, (uint64_t)k_gmem);
+    st_shared_u64(kv_ptr_smem + 8, (uint64_t)v_gmem);
+    auto k_gmem_reloaded = [&]() { return (const uint16_t *)ld_shared_u64(kv_ptr_smem); };
+    auto v_gmem_reloaded = [&]() { return (const uint16_t *)ld_shared_u64(kv_ptr_smem + 8); };
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
@@ -226,7 +239,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
     for (int r = 0; r < 2 * M_TILES; ++r) {
         row_max[r] = -CUDART_INF_F;
-        row_sum[r] = 0.0f;
+        st_shared_f32(row_sum_addr(r), 0.0f);
     }
 
     for (int it = 0; it < n_tiles; ++it) {
@@ -243,14 +256,14 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             if (it + 1 < n_tiles) {
                 const int next = (n_block - 1) * BLOCK_N;
                 fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem + (stage ^ 1) * 2 * Cfg::KV_ELEMS,
-                                               k_gmem + (int64_t)next * prm.k_row_stride,
+                                               k_gmem_reloaded() + (int64_t)next * prm.k_row_stride,
                                                prm.k_row_stride, len_k - next, d_chunks, prm.q);
             }
             cp_async_commit_group();
             if (it + 1 < n_tiles) {
                 const int next = (n_block - 1) * BLOCK_N;
                 fa_fwd_load_tile<Cfg, BLOCK_N>(v_smem + (stage ^ 1) * 2 * Cfg::KV_ELEMS,
-                                               v_gmem + (int64_t)next * prm.v_row_stride,
+                                               v_gmem_reloaded() + (int64_t)next * prm.v_row_stride,
                                                prm.v_row_stride, len_k - next, dv_chunks, prm.q);
             }
             cp_async_commit_group();
@@ -258,7 +271,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             cp_async_wait_group<0>(); /* K_it (and Q) landed                                  */
             __syncthreads();          /* visible to all; every warp finished P·V_{it-1}, so the
                                          single V buffer can be refilled                      */
-            fa_fwd_load_tile<Cfg, BLOCK_N>(v_smem, v_gmem + (int64_t)n0 * prm.v_row_stride,
+            fa_fwd_load_tile<Cfg, BLOCK_N>(v_smem, v_gmem_reloaded() + (int64_t)n0 * prm.v_row_stride,
                                            prm.v_row_stride, len_k - n0, dv_chunks, prm.q);
             cp_async_commit_group();
         }
@@ -325,7 +338,10 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         }
 
         /* ---- online softmax, base 2: p = 2^(s·mul - max·mul), one FFMA + one EX2 per score.
-         * A row whose max is still -inf uses 0 instead (all its p are 0, no inf - inf). */
+         * A row whose max is still -inf uses 0 instead (all its p are 0, no inf - inf). Each
+         * pair of p is packed to 16 bits at once (p_rmem[mt][nt][h]: row g + 8h, keys 2t, 2t+1),
+         * so the P·V phase holds 32 registers of P instead of 64 of S. */
+        uint32_t p_rmem[M_TILES][N_TILES][2];
 #pragma unroll
         for (int r = 0; r < 2 * M_TILES; ++r) {
             const int mt = r / 2, h = r % 2;
@@ -338,7 +354,6 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
             const float rescale = ex2_approx_ftz_f32(row_max[r] * score_mul - max_scaled);
             row_max[r] = new_max;
-            row_sum[r] *= rescale;
 #pragma unroll
             for (int ot = 0; ot < O_TILES; ++ot) {
                 o_rmem[mt][ot][2 * h] *= rescale;
@@ -346,14 +361,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             }
             float sum = 0.0f;
 #pragma unroll
-            for (int nt = 0; nt < N_TILES; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float p = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h + c], score_mul, -max_scaled));
-                    s_rmem[mt][nt][2 * h + c] = p;
-                    sum += p;
-                }
-            row_sum[r] += sum;
+            for (int nt = 0; nt < N_TILES; ++nt) {
+                const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h], score_mul, -max_scaled));
+                const float p1 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h + 1], score_mul, -max_scaled));
+                p_rmem[mt][nt][h] = Elem::pack2(p0, p1);
+                sum += p0 + p1;
+            }
+            st_shared_f32(row_sum_addr(r), fmaf(ld_shared_f32(row_sum_addr(r)), rescale, sum));
         }
 
         if (Cfg::STAGES == 2) {
@@ -364,23 +378,24 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             __syncthreads();          /* visible to all; every warp finished Q K_itᵀ, so the
                                          single K buffer can be refilled                      */
             if (it + 1 < n_tiles)
-                fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem, k_gmem + (int64_t)(n0 - BLOCK_N) * prm.k_row_stride,
+                fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem, k_gmem_reloaded() + (int64_t)(n0 - BLOCK_N) * prm.k_row_stride,
                                                prm.k_row_stride, len_k - (n0 - BLOCK_N), d_chunks, prm.q);
             cp_async_commit_group();
         }
 
         /* ---- O += P V_j. The S accumulator of n8 tiles 2s, 2s+1 is exactly the A fragment of
          * k16 step s: a[0] = rows g keys 2t.. (tile 2s, e 0-1), a[1] = rows g+8 (tile 2s, e 2-3),
-         * a[2] = rows g keys 8+2t.. (tile 2s+1, e 0-1), a[3] = rows g+8 (tile 2s+1, e 2-3). */
+         * a[2] = rows g keys 8+2t.. (tile 2s+1, e 0-1), a[3] = rows g+8 (tile 2s+1, e 2-3);
+         * p_rmem holds those pairs already packed. */
 #pragma unroll
         for (int ps = 0; ps < Cfg::PV_STEPS; ++ps) {
             uint32_t a[M_TILES][4];
 #pragma unroll
             for (int mt = 0; mt < M_TILES; ++mt) {
-                a[mt][0] = Elem::pack2(s_rmem[mt][2 * ps][0], s_rmem[mt][2 * ps][1]);
-                a[mt][1] = Elem::pack2(s_rmem[mt][2 * ps][2], s_rmem[mt][2 * ps][3]);
-                a[mt][2] = Elem::pack2(s_rmem[mt][2 * ps + 1][0], s_rmem[mt][2 * ps + 1][1]);
-                a[mt][3] = Elem::pack2(s_rmem[mt][2 * ps + 1][2], s_rmem[mt][2 * ps + 1][3]);
+                a[mt][0] = p_rmem[mt][2 * ps][0];
+                a[mt][1] = p_rmem[mt][2 * ps][1];
+                a[mt][2] = p_rmem[mt][2 * ps + 1][0];
+                a[mt][3] = p_rmem[mt][2 * ps + 1][1];
             }
 #pragma unroll
             for (int op = 0; op < O_TILES / 2; ++op) {
@@ -407,7 +422,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
     for (int r = 0; r < 2 * M_TILES; ++r) {
         const int mt = r / 2, h = r % 2;
-        float sum = fa_quad_sum(row_sum[r]);
+        float sum = fa_quad_sum(ld_shared_f32(row_sum_addr(r)));
         const float max_scaled = (row_max[r] == -CUDART_INF_F ? 0.0f : row_max[r]) * score_mul;
         if (prm.sink_logits != nullptr) sum += exp2f(sink_log2 - max_scaled);
         const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;

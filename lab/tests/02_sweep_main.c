@@ -1,4 +1,4 @@
-/* Scratch driver for fa_sweep_run until tools/ calls it: sweep_main [full] [seed] [dtype] */
+/* lab/tests/02: drives fa_sweep_run without the CLI: 02_sweep_main [quick|full|cuda] [seed] [dtype] */
 #include <stdlib.h>
 #include <string.h>
 #include "../../tests/sweep.h"

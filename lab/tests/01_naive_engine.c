@@ -1,4 +1,5 @@
-/* Scratch: a naive fp32 CPU engine to exercise the tests before the real engine links. */
+/* lab/tests/01: a naive fp32 CPU engine (fa_cpu_* entry points) that exercised the tests before
+ * src/cpu linked. Build it with every tests/ source, src/fa_api.c and src/fa_cuda_stub.c (-lm -pthread). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

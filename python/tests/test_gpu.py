@@ -1,0 +1,206 @@
+"""CUDA path (skipped without a GPU or a CUDA build of libflashattn): forward and gradients
+against float64 autograd on the GPU (FlashAttention's rule), head dims padded to a multiple of 8
+and sliced back, varlen with device cu_seqlens, the current stream and device guard, bitwise
+deterministic backward, torch.compile."""
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashattn  # noqa: E402
+from attn_ref import check_rule, torch_attention  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or not flashattn.cuda_available(),
+    reason="needs a CUDA GPU and a libflashattn built with CUDA")
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def seeded(name):
+    torch.manual_seed(zlib.crc32(name.encode()))
+
+
+def rand(shape, dtype, offset=0.0, device="cuda"):
+    return (torch.randn(shape, device=device) + offset).to(dtype).requires_grad_()
+
+
+def clone_as(x, dtype=None):
+    if x is None:
+        return None
+    y = x.detach().to(dtype) if dtype is not None else x.detach().clone()
+    return y.requires_grad_(x.requires_grad)
+
+
+def npy(x):
+    return x.detach().double().cpu().numpy()
+
+
+def outputs_and_grads(fn, inputs, dout):
+    out, lse = fn(*inputs)
+    leaves = [x for x in inputs if x is not None and x.requires_grad]
+    grads = torch.autograd.grad(out, leaves, dout.to(out.dtype))
+    return [out, lse] + list(grads)
+
+
+CONFIGS = [
+    ("d64", 2, 128, 128, 4, 4, 64, {}),
+    ("d128_causal_gqa", 2, 113, 203, 8, 2, 128, {"causal": True}),
+    ("d59_padded", 2, 97, 97, 4, 2, 59, {"causal": True}),
+    ("d111_padded_window", 1, 200, 256, 4, 4, 111, {"window_size": (32, 8)}),
+    ("d256_softcap", 1, 128, 128, 2, 1, 256, {"softcap": 30.0}),
+    ("d96_alibi_sink", 2, 127, 512, 4, 2, 96, {"causal": True, "alibi": True, "sink": True}),
+    ("sq_gt_sk", 2, 256, 64, 2, 2, 64, {"causal": True}),
+    ("decode", 4, 1, 1023, 8, 1, 128, {"causal": True}),
+]
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("config", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_cuda_matches_reference(config, dtype_name):
+    name, batch, sq, sk, hq, hkv, d, opt = config
+    seeded(name + dtype_name)
+    dtype = DTYPES[dtype_name]
+    q = rand((batch, sq, hq, d), dtype)
+    k = rand((batch, sk, hkv, d), dtype)
+    v = rand((batch, sk, hkv, d), dtype, offset=0.5)
+    alibi = (torch.rand(batch, hq, device="cuda") * 0.3 + 0.05) if opt.get("alibi") else None
+    sink = (torch.randn(hq, device="cuda")).requires_grad_() if opt.get("sink") else None
+    kw = dict(causal=opt.get("causal", False), window_size=opt.get("window_size", (-1, -1)),
+              softcap=opt.get("softcap", 0.0))
+    dout = torch.randn(batch, sq, hq, d, device="cuda")
+
+    def ours(q, k, v, sink):
+        out, lse, _ = flashattn.flash_attn_func(q, k, v, alibi_slopes=alibi, sink_logits=sink,
+                                                return_attn_probs=True, **kw)
+        return out, lse
+
+    def reference(upcast):
+        def fn(q, k, v, sink):
+            return torch_attention(q, k, v, causal=kw["causal"], window=kw["window_size"],
+                                   softcap=kw["softcap"], alibi=alibi, sink=sink, upcast=upcast)
+        return fn
+
+    inputs = (q, k, v, sink)
+    got = outputs_and_grads(ours, inputs, dout)
+    ref = outputs_and_grads(reference(True), [clone_as(x, torch.float64) for x in inputs], dout)
+    base = outputs_and_grads(reference(False), [clone_as(x) for x in inputs], dout)
+    names = ["out", "lse", "dq", "dk", "dv"] + (["dsink"] if sink is not None else [])
+    assert got[0].shape == (batch, sq, hq, d) and got[0].dtype == dtype
+    for n, a, r, b in zip(names, got, ref, base):
+        check_rule(n, npy(a), npy(r), npy(b), "float32" if n in ("lse", "dsink") else dtype_name,
+                   mult=3.0 if n.startswith("d") else 2.0)
+
+
+def test_cuda_varlen_device_cu_seqlens():
+    seeded("varlen")
+    dtype = torch.bfloat16
+    lens_q, lens_k = [0, 7, 1, 300, 64], [5, 0, 64, 300, 128]
+    hq, hkv, d = 8, 2, 128
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32,
+                        device="cuda")
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32,
+                        device="cuda")
+    q = rand((sum(lens_q), hq, d), dtype)
+    k = rand((sum(lens_k), hkv, d), dtype)
+    v = rand((sum(lens_k), hkv, d), dtype, offset=0.5)
+    dout = torch.randn(sum(lens_q), hq, d, device="cuda")
+
+    def ours(q, k, v):
+        out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q),
+                                                       max(lens_k), causal=True,
+                                                       return_attn_probs=True)
+        return out, lse
+
+    def reference(upcast):
+        return lambda q, k, v: torch_attention(q, k, v, causal=True, cu_q=cu_q.cpu(),
+                                               cu_k=cu_k.cpu(), upcast=upcast)
+
+    got = outputs_and_grads(ours, (q, k, v), dout)
+    ref = outputs_and_grads(reference(True), [clone_as(x, torch.float64) for x in (q, k, v)],
+                            dout)
+    base = outputs_and_grads(reference(False), [clone_as(x) for x in (q, k, v)], dout)
+    for n, a, r, b in zip(["out", "lse", "dq", "dk", "dv"], got, ref, base):
+        check_rule(n, npy(a), npy(r), npy(b), "float32" if n == "lse" else "bfloat16",
+                   mult=3.0 if n.startswith("d") else 2.0)
+
+
+def test_cuda_padding_of_head_dim(captured):
+    q = torch.randn(1, 16, 2, 59, device="cuda", dtype=torch.float16)
+    out = flashattn.flash_attn_func(q, q, q)
+    assert out.shape == (1, 16, 2, 59) and out.is_contiguous()
+    (_, p), = captured
+    assert p.head_dim == 64 and p.head_dim_v == 64
+    assert abs(p.softmax_scale - 59 ** -0.5) < 1e-7
+
+
+def test_cuda_runs_on_current_stream(captured):
+    q = torch.randn(2, 64, 4, 64, device="cuda", dtype=torch.bfloat16)
+    expected = flashattn.flash_attn_func(q, q, q, causal=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = flashattn.flash_attn_func(q, q, q, causal=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert captured[0][1].stream == torch.cuda.default_stream().cuda_stream or \
+        captured[0][1].stream is None
+    assert captured[1][1].stream == stream.cuda_stream
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_device_guard_second_gpu():
+    q = torch.randn(1, 32, 2, 64, device="cuda:1", dtype=torch.float16, requires_grad=True)
+    with torch.cuda.device(0):
+        out = flashattn.flash_attn_func(q, q, q, causal=True)
+        out.sum().backward()
+    ref, _ = torch_attention(q.detach(), q.detach(), q.detach(), causal=True)
+    assert out.device == q.device and q.grad.device == q.device
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_cuda_deterministic_backward_bitwise():
+    seeded("det")
+    q = rand((2, 512, 8, 128), torch.bfloat16)
+    k = rand((2, 512, 2, 128), torch.bfloat16)
+    v = rand((2, 512, 2, 128), torch.bfloat16)
+    dout = torch.randn(2, 512, 8, 128, device="cuda", dtype=torch.bfloat16)
+    runs = []
+    for _ in range(3):
+        out = flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        runs.append(torch.autograd.grad(out, (q, k, v), dout))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+
+
+def test_cuda_matches_cpu_path():
+    seeded("cpu_vs_cuda")
+    q = torch.randn(2, 77, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(2, 90, 2, 64, dtype=torch.bfloat16)
+    cpu = flashattn.flash_attn_func(q, k, k, causal=True)
+    gpu = flashattn.flash_attn_func(q.cuda(), k.cuda(), k.cuda(), causal=True)
+    torch.testing.assert_close(gpu.cpu().float(), cpu.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_cuda_torch_compile_fullgraph(backend):
+    def fn(q, k, v):
+        return flashattn.flash_attn_func(q, k, v, causal=True).float().square().sum()
+
+    seeded("compile")
+    q = rand((2, 64, 4, 64), torch.float16)
+    k = rand((2, 64, 2, 64), torch.float16)
+    v = rand((2, 64, 2, 64), torch.float16)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    eager_loss = fn(q, k, v)
+    eager_grads = torch.autograd.grad(eager_loss, (q, k, v))
+    loss = compiled(q, k, v)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    torch.testing.assert_close(loss, eager_loss)
+    for a, b in zip(grads, eager_grads):
+        torch.testing.assert_close(a, b)

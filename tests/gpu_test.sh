@@ -1,0 +1,64 @@
+#!/bin/sh
+# tests/gpu_test.sh: what `make gpu-test` runs on a machine with an NVIDIA GPU.
+#   1. build the library and the flashattn tool for the local GPU (build-gpu/)
+#   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
+#   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
+#      (tests/gpu/fa_gpu_determinism.c)
+#   4. compute-sanitizer memcheck and racecheck on small problems
+# Exits non-zero on the first failing step. BUILD (default build-gpu) and CUDA_ARCHS (default:
+# the local GPU's compute capability) can be overridden.
+set -u
+BUILD=${BUILD:-build-gpu}
+fail() { echo "gpu-test: FAILED: $*"; exit 1; }
+
+command -v nvidia-smi > /dev/null 2>&1 || fail "nvidia-smi not found: no NVIDIA GPU/driver here"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || fail "nvcc not found (set NVCC or put it on PATH)"
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+if [ -z "${CUDA_ARCHS:-}" ]; then
+    CUDA_ARCHS=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+fi
+[ -n "$CUDA_ARCHS" ] || fail "could not read the GPU's compute capability"
+JOBS=$(nproc 2> /dev/null || echo 4)
+echo "gpu-test: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), CUDA_ARCHS=$CUDA_ARCHS"
+
+echo "== 1. build ($BUILD)"
+make BUILD="$BUILD" CUDA_ARCHS="$CUDA_ARCHS" NVCC="$NVCC" -j"$JOBS" all || fail "build"
+DET="$BUILD/fa_gpu_determinism"
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_determinism.c \
+    "$BUILD/libflashattn.a" -o "$DET" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
+    || fail "build $DET"
+
+echo "== 2. flashattn check --device cuda --full"
+"$BUILD/flashattn" check --device cuda --full || fail "flashattn check --device cuda"
+
+echo "== 3. determinism"
+"$DET" || fail "forward determinism"
+
+echo "== 4. compute-sanitizer"
+SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+[ -x "$SAN" ] || fail "compute-sanitizer not found"
+for tool in memcheck racecheck; do
+    echo "-- $tool: forward (small problems)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$DET" small || fail "$tool on $DET small"
+    echo "-- $tool: flashattn check --device cuda --quick"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD/flashattn" check --device cuda --quick \
+        || fail "$tool on flashattn check --quick"
+done
+echo "gpu-test: all passed"
+
+# ---- 5. CUDA backward (appended by the backward helper) ------------------------------------------
+# Repeatability (each problem runs twice: dk/dv bitwise equal in every mode, dq too with
+# deterministic = 1) and compute-sanitizer memcheck/racecheck on small problems that reach every
+# backward kernel path (tests/gpu/fa_gpu_backward.c). Value checks of the backward are in step 2.
+echo "== 5. backward repeatability and compute-sanitizer"
+BWD="$BUILD/fa_gpu_backward"
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_backward.c \
+    "$BUILD/libflashattn.a" -o "$BWD" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
+    || fail "build $BWD"
+"$BWD" || fail "backward repeatability"
+for tool in memcheck racecheck; do
+    echo "-- $tool: backward (small problems)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$BWD" 0 1 2 || fail "$tool on $BWD"
+done
+echo "gpu-test: backward passed"

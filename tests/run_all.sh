@@ -1,0 +1,124 @@
+#!/bin/sh
+# run_all.sh: everything `make test` runs, in order. POSIX sh.
+#
+#   1. build (make -j2: library, flashattn tool, unit-test binary)
+#   2. build/fa_tests                     unit tests (oracle self-checks, every feature, errors, threads)
+#   3. build/flashattn check --quick      randomised sweep against the float64 reference
+#   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
+#   5. python/run_tests.sh                the Python package's tests, when present
+#
+# Each stage reports "N passed, N failed"; the closing line is the sum, exactly
+# "N passed, N failed", and the exit status is non-zero if anything failed or did not build.
+# Environment: JOBS (default 2), FA_TEST_LEVEL for stage 2 (default normal), FA_SKIP_ASAN=1 to
+# leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR (default
+# build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+
+JOBS=${JOBS:-2}
+BUILD_DIR=${BUILD_DIR:-build}
+ASAN_BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
+total_passed=0
+total_failed=0
+log_dir=${TMPDIR:-/tmp}/flashattn-test.$$
+mkdir -p "$log_dir" || exit 1
+trap 'rm -rf "$log_dir"' EXIT INT TERM
+
+banner() {
+    printf '\n==== %s ====\n' "$1"
+}
+
+# add_counts STAGE LOG STATUS: take the stage's last "N passed, N failed" line from LOG; a stage
+# that exits non-zero with no failure counted (a crash, a sanitizer report, a leak) counts as
+# one failure, and so does a stage that printed no count at all.
+add_counts() {
+    stage=$1
+    log=$2
+    status=$3
+    line=$(grep -E '^(check: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    passed=0
+    failed=0
+    if [ -n "$line" ]; then
+        passed=$(printf '%s\n' "$line" | sed -E 's/^(check: )?([0-9]+) passed, ([0-9]+) failed.*/\2/')
+        failed=$(printf '%s\n' "$line" | sed -E 's/^(check: )?([0-9]+) passed, ([0-9]+) failed.*/\3/')
+    fi
+    if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+        failed=1
+        echo "run_all: $stage exited with status $status without counting a failure: counted as 1 failure"
+    elif [ -z "$line" ]; then
+        failed=$((failed + 1))
+        echo "run_all: $stage printed no \"N passed, N failed\" line: counted as 1 failure"
+    fi
+    echo "run_all: $stage: $passed passed, $failed failed"
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+}
+
+# run_stage NAME COMMAND...: run, show the output as it comes, and count
+run_stage() {
+    stage=$1
+    shift
+    log="$log_dir/$(printf '%s' "$stage" | tr -c 'a-zA-Z0-9' '_').log"
+    status_file="$log.status"
+    { "$@" 2>&1; echo $? > "$status_file"; } | tee "$log"
+    add_counts "$stage" "$log" "$(cat "$status_file")"
+}
+
+fail_stage() {
+    echo "run_all: $1"
+    total_failed=$((total_failed + 1))
+}
+
+start=$(date +%s)
+
+banner "build"
+if make -j"$JOBS" BUILD="$BUILD_DIR" lib "$BUILD_DIR/fa_tests"; then
+    built=1
+else
+    built=0
+    fail_stage "the build of the library or $BUILD_DIR/fa_tests failed"
+fi
+if [ "$built" -eq 1 ] && ! make -j"$JOBS" BUILD="$BUILD_DIR" all; then
+    fail_stage "make all failed (the flashattn tool did not build)"
+fi
+
+if [ "$built" -eq 1 ]; then
+    banner "unit tests ($BUILD_DIR/fa_tests)"
+    run_stage "unit tests" "./$BUILD_DIR/fa_tests"
+
+    banner "check sweep ($BUILD_DIR/flashattn check --quick)"
+    if [ -x "$BUILD_DIR/flashattn" ]; then
+        run_stage "check sweep" "./$BUILD_DIR/flashattn" check --quick
+    else
+        echo "run_all: SKIPPED the check sweep: $BUILD_DIR/flashattn does not exist yet"
+    fi
+fi
+
+if [ "${FA_SKIP_ASAN:-0}" = 1 ]; then
+    banner "sanitizers: skipped (FA_SKIP_ASAN=1)"
+else
+    banner "sanitizer build ($ASAN_BUILD_DIR, ASan + UBSan, -O1)"
+    if make -j"$JOBS" BUILD="$ASAN_BUILD_DIR" OPT=-O1 \
+        SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+        FA_NO_CUDA=1 "$ASAN_BUILD_DIR/fa_tests"; then
+        banner "unit tests under sanitizers (FA_TEST_LEVEL=small)"
+        run_stage "sanitizer unit tests" env FA_TEST_LEVEL=small \
+            ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \
+            UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}" "./$ASAN_BUILD_DIR/fa_tests"
+    else
+        fail_stage "the sanitizer build failed"
+    fi
+fi
+
+if [ -f python/run_tests.sh ]; then
+    banner "python tests (python/run_tests.sh)"
+    run_stage "python tests" sh python/run_tests.sh
+else
+    banner "python tests: python/run_tests.sh does not exist yet, nothing to run"
+fi
+
+end=$(date +%s)
+echo
+echo "run_all: finished in $((end - start)) s"
+echo "$total_passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]
