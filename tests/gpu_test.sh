@@ -45,7 +45,6 @@ for tool in memcheck racecheck; do
     "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD/flashattn" check --device cuda --quick \
         || fail "$tool on flashattn check --quick"
 done
-echo "gpu-test: all passed"
 
 # ---- 5. CUDA backward (appended by the backward helper) ------------------------------------------
 # Repeatability (each problem runs twice: dk/dv bitwise equal in every mode, dq too with
@@ -61,4 +60,4 @@ for tool in memcheck racecheck; do
     echo "-- $tool: backward (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$BWD" 0 1 2 || fail "$tool on $BWD"
 done
-echo "gpu-test: backward passed"
+echo "gpu-test: all passed"

@@ -247,6 +247,12 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
             for (int64_t j = lo; j < hi; j++) sum += exp(scores[j] - row_max);
             double lse = row_max + log(sum);
             if (out->lse) out->lse[lse_at] = lse;
+            if (out->lse_mag) {
+                double mag = has_sink ? fabs(sink) : 0.0;
+                for (int64_t j = lo; j < hi; j++)
+                    if (fabs(scores[j]) > mag) mag = fabs(scores[j]);
+                out->lse_mag[lse_at] = mag;
+            }
             /* O_i in double, also needed by the backward (D_i) */
             double o_local[FA_MAX_HEAD_DIM];
             double *o_mag = out->o_mag ? out->o_mag + ((seq.q_row + i) * hq + h) * dv : NULL;
@@ -527,7 +533,8 @@ int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs 
     out->lse = calloc(lse_count + 1, sizeof(double));
     int ok = out->o && out->lse;
     out->o_mag = calloc((size_t)(rp->rows_q * rp->heads_q * rp->head_dim_v) + 1, sizeof(double));
-    ok = ok && out->o_mag;
+    out->lse_mag = calloc(lse_count + 1, sizeof(double));
+    ok = ok && out->o_mag && out->lse_mag;
     if (backward) {
         size_t q_count = (size_t)(rp->rows_q * rp->heads_q * rp->head_dim) + 1;
         size_t k_count = (size_t)(rp->rows_k * rp->heads_kv * rp->head_dim) + 1;
@@ -558,6 +565,7 @@ void fa_ref_outputs_free(fa_ref_outputs *out) {
     free(out->dv);
     free(out->dsink);
     free(out->o_mag);
+    free(out->lse_mag);
     free(out->dq_mag);
     free(out->dk_mag);
     free(out->dv_mag);
@@ -705,6 +713,7 @@ double *fa_ref_tensor(const fa_ref_outputs *outputs, int tensor) {
 double *fa_ref_tensor_magnitude(const fa_ref_outputs *outputs, int tensor) {
     switch (tensor) {
     case FA_T_O: return outputs->o_mag;
+    case FA_T_LSE: return outputs->lse_mag;
     case FA_T_DQ: return outputs->dq_mag;
     case FA_T_DK: return outputs->dk_mag;
     case FA_T_DV: return outputs->dv_mag;

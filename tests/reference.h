@@ -77,6 +77,9 @@ typedef struct fa_ref_problem {
 typedef struct fa_ref_outputs {
     double *o, *lse, *dq, *dk, *dv, *dsink;
     double *o_mag, *dq_mag, *dk_mag, *dv_mag, *dsink_mag;
+    double *lse_mag; /* per row: max |score| over the visible keys and the sink; the fp32 noise
+                        of LSE = m + log Σ exp(s - m) scales with it (exp2/log approximations
+                        on GPUs act on arguments of that size)                               */
 } fa_ref_outputs;
 
 /* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */

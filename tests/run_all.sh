@@ -90,7 +90,7 @@ if [ "$built" -eq 1 ]; then
     if [ -x "$BUILD_DIR/flashattn" ]; then
         run_stage "check sweep" "./$BUILD_DIR/flashattn" check --quick
     else
-        echo "run_all: SKIPPED the check sweep: $BUILD_DIR/flashattn does not exist yet"
+        fail_stage "$BUILD_DIR/flashattn was not built: the check sweep could not run"
     fi
 fi
 
