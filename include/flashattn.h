@@ -210,6 +210,42 @@ FA_API fa_status fa_backward(const fa_params *p);
 FA_API fa_status fa_check_forward(const fa_params *p, size_t *workspace_bytes);
 FA_API fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes);
 
+/* KV-cache attention (decoding, speculative decoding, chunked prefill), as flash_attn's
+ * flash_attn_with_kvcache: optionally rotates q and k_new (rotary_cos/sin), writes k_new/v_new
+ * into the cache at cache_seqlens[b] (in place, contiguous or paged), then attends q to the
+ * cache_seqlens[b] (+ seqlen_q if appending) valid keys, starting at cache_leftpad[b]. Every
+ * mask feature applies (causal aligns the new tokens to the end of the cache). Splits the cache
+ * across workers when batch × heads do not fill the machine (num_splits) and merges the partial
+ * states. Writes o and (if non-NULL) lse. */
+FA_API fa_status fa_kvcache_forward(const fa_params *p);
+FA_API fa_status fa_check_kvcache(const fa_params *p, size_t *workspace_bytes);
+
+/* Partial attention states (o_s, lse_s) over disjoint key sets, merged into the state over their
+ * union: lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse)·o_s. A state with lse_s = -inf is
+ * empty and contributes nothing; if every state is empty, o = 0 and lse = -inf. This is the
+ * combine step of split-KV decoding, cascade attention and ring attention. */
+typedef struct fa_merge_params {
+    fa_device device;
+    fa_dtype parts_dtype; /* element type of o_parts (f32 recommended; f16/bf16 allowed)      */
+    fa_dtype out_dtype;   /* element type of o (f32 on the CPU only)                          */
+    int64_t num_states;   /* >= 1                                                             */
+    int64_t rows;         /* query rows, >= 0                                                 */
+    int64_t heads;        /* >= 1                                                             */
+    int64_t head_dim_v;   /* 1..FA_MAX_HEAD_DIM                                               */
+    const void *o_parts;  /* [num_states, rows, heads, head_dim_v]                            */
+    int64_t o_parts_state_stride, o_parts_row_stride, o_parts_head_stride;
+    const float *lse_parts; /* [num_states, heads, rows] fp32, natural log                    */
+    int64_t lse_parts_state_stride, lse_parts_head_stride, lse_parts_row_stride;
+    void *o;                /* [rows, heads, head_dim_v] output                               */
+    int64_t o_row_stride, o_head_stride;
+    float *lse;             /* [heads, rows] output, or NULL                                  */
+    int64_t lse_head_stride, lse_row_stride;
+    int num_threads;        /* CPU: 0 = all cores                                             */
+    void *stream;           /* CUDA stream                                                    */
+} fa_merge_params;
+
+FA_API fa_status fa_merge_states(const fa_merge_params *m);
+
 /* Standard (materialised) attention on the CPU, for comparison only: S = Q Kᵀ for a whole
  * (batch, head), softmax, then P V, all in fp32, with every feature above. Allocates O(seqlen_q ×
  * seqlen_k) memory per worker thread. Writes o and lse exactly like fa_forward. */
