@@ -31,3 +31,16 @@ fa_status fa_cuda_backward(const fa_problem *pb) {
     (void)pb;
     return not_built();
 }
+fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes) {
+    (void)pb;
+    if (workspace_bytes) *workspace_bytes = 0;
+    return not_built();
+}
+fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
+    (void)pb;
+    return not_built();
+}
+fa_status fa_cuda_merge_states(const fa_merge_params *m) {
+    (void)m;
+    return not_built();
+}

@@ -126,6 +126,17 @@ fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_forward(const fa_problem *pb);
 fa_status fa_cuda_backward(const fa_problem *pb);
 
+/* ==== KV cache (issue 5: fa_kvcache_forward, fa_merge_states) ============================= */
+
+/* The fa_problem given to the KV-cache engines has the same resolution as for fa_forward (window
+ * folded with causal, scale, head_dim_v, group), plus: varlen = 0, p.cache_batch defaulted to
+ * batch when 0. CPU: the int32 arrays (cache_seqlens, cache_batch_idx, cache_leftpad,
+ * block_table) were validated on the host. CUDA: none of them is read on the host (device memory);
+ * the kernels clamp to bounds. */
+fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes);
+fa_status fa_cuda_kvcache_forward(const fa_problem *pb);
+fa_status fa_cuda_merge_states(const fa_merge_params *m); /* m validated by fa_merge_states   */
+
 #ifdef __cplusplus
 }
 #endif
