@@ -74,73 +74,12 @@ static const char *dtype_name(fa_dtype t) {
     return "?";
 }
 
-/* Sizes are kept below 2^31 so every engine may index rows and heads with 32-bit integers and
- * varlen offsets fit the int32 cu_seqlens. */
-#define FA_MAX_EXTENT ((int64_t)INT32_MAX)
-
-/* a*b + c without overflow into *out; 0 on overflow. All operands non-negative. */
-static int mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out) {
-    int64_t m;
-    if (__builtin_mul_overflow(a, b, &m)) return 0;
-    if (__builtin_add_overflow(m, c, out)) return 0;
-    return 1;
-}
-
-/* One tensor as the validator sees it: three strided axes of known extent over a contiguous
- * last dimension. A varlen tensor has no batch axis (extent 1) and `rows` packed rows. */
-typedef struct tensor_view {
-    const char *name;
-    int is_output;
-    int64_t extent[3]; /* batch, rows, heads */
-    int64_t stride[3];
-    int64_t dim; /* contiguous last dimension */
-} tensor_view;
-
-/* Check one tensor's strides: non-negative; the largest offset fits in int64; an output must
- * not have two index tuples at the same address (checked by the nesting rule: sorted by stride,
- * each axis's stride covers the whole span of the axes below it). */
-static fa_status check_tensor(const tensor_view *t) {
-    static const char *axis[3] = {"batch", "row", "head"};
-    int64_t span = t->dim; /* elements touched by one [.., dim] vector and below */
-    int64_t max_offset = t->dim - 1;
-    for (int a = 0; a < 3; ++a) {
-        if (t->stride[a] < 0)
-            return fa_set_error(FA_ERR_STRIDE, "%s_%s_stride = %lld is negative", t->name, axis[a],
-                                (long long)t->stride[a]);
-        if (t->extent[a] > 1 && !mul_add_ok(t->extent[a] - 1, t->stride[a], max_offset, &max_offset))
-            return fa_set_error(FA_ERR_OVERFLOW,
-                                "%s: %s extent %lld times stride %lld overflows 64-bit offsets",
-                                t->name, axis[a], (long long)t->extent[a], (long long)t->stride[a]);
-    }
-    if (!t->is_output) return FA_OK;
-    for (int a = 0; a < 3; ++a)
-        if (t->extent[a] == 0) return FA_OK; /* an empty tensor has no elements to overlap */
-    /* Sort the axes that have extent > 1 by stride, then apply the nesting rule. */
-    int order[3], n = 0;
-    for (int a = 0; a < 3; ++a)
-        if (t->extent[a] > 1) order[n++] = a;
-    for (int i = 1; i < n; ++i)
-        for (int j = i; j > 0 && t->stride[order[j]] < t->stride[order[j - 1]]; --j) {
-            int tmp = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = tmp;
-        }
-    for (int i = 0; i < n; ++i) {
-        int a = order[i];
-        if (t->stride[a] < span)
-            return fa_set_error(FA_ERR_STRIDE,
-                                "output %s: %s_%s_stride = %lld makes elements overlap (needs >= "
-                                "%lld to clear the axes below it)",
-                                t->name, t->name, axis[a], (long long)t->stride[a], (long long)span);
-        span = t->stride[a] * t->extent[a];
-    }
-    return FA_OK;
-}
-
-static tensor_view make_view(const char *name, int is_output, const fa_problem *pb, int64_t rows,
-                             int64_t heads, int64_t dim, int64_t bs, int64_t rs, int64_t hs) {
-    tensor_view t;
+static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb,
+                                int64_t rows, int64_t heads, int64_t dim, int64_t bs, int64_t rs,
+                                int64_t hs) {
+    fa_tensor_view t;
     t.name = name;
+    t.axis_names = NULL;
     t.is_output = is_output;
     t.extent[0] = pb->varlen ? 1 : pb->p.batch;
     t.extent[1] = rows;
@@ -175,18 +114,6 @@ static fa_status check_cu_seqlens(const int32_t *cu, const char *name, int64_t b
 
 typedef enum call_kind { CALL_FORWARD, CALL_BACKWARD, CALL_STANDARD } call_kind;
 
-#define REQUIRE_PTR(ptr, field)                                                                   \
-    do {                                                                                          \
-        if ((ptr) == NULL) return fa_set_error(FA_ERR_NULL_POINTER, "%s is NULL", field);         \
-    } while (0)
-
-#define REQUIRE_RANGE(value, lo, hi, status, field)                                               \
-    do {                                                                                          \
-        if ((value) < (lo) || (value) > (hi))                                                     \
-            return fa_set_error(status, "%s = %lld is out of range [%lld, %lld]", field,          \
-                                (long long)(value), (long long)(lo), (long long)(hi));            \
-    } while (0)
-
 /* Validate *in for `kind` and fill *pb. Writes nothing anywhere else. */
 static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     if (in == NULL) return fa_set_error(FA_ERR_NULL_POINTER, "params is NULL");
@@ -194,75 +121,25 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     pb->p = *in;
     fa_params *p = &pb->p;
 
-    /* 1. device, dtype, threads */
-    if (p->device != FA_DEVICE_CPU && p->device != FA_DEVICE_CUDA)
-        return fa_set_error(FA_ERR_DEVICE, "device = %d is not a fa_device value", (int)p->device);
-    if (kind == CALL_STANDARD && p->device != FA_DEVICE_CPU)
+    /* 1.-3. device, dtype, threads, sizes, scalars (fa_validate.c, shared with the KV-cache
+     * calls); the standard path is CPU-only */
+    if (kind == CALL_STANDARD && p->device == FA_DEVICE_CUDA)
         return fa_set_error(FA_ERR_DEVICE, "fa_standard_forward runs on the CPU only (device = %d)",
                             (int)p->device);
-    if (p->device == FA_DEVICE_CUDA && !fa_cuda_built())
-        return fa_set_error(FA_ERR_DEVICE,
-                            "device = FA_DEVICE_CUDA but this libflashattn was built without CUDA");
-    if (p->device == FA_DEVICE_CUDA && !fa_cuda_is_available())
-        return fa_set_error(FA_ERR_DEVICE, "device = FA_DEVICE_CUDA but no usable CUDA GPU is present");
-    if (p->dtype != FA_DTYPE_F32 && p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = %d is not a fa_dtype value", (int)p->dtype);
-    if (p->device == FA_DEVICE_CUDA && p->dtype == FA_DTYPE_F32)
-        return fa_set_error(FA_ERR_DTYPE,
-                            "dtype = f32 is not supported on CUDA (use f16 or bf16; f32 runs on the CPU)");
-    if (p->num_threads < 0)
-        return fa_set_error(FA_ERR_INVALID_ARGUMENT, "num_threads = %d is negative (0 = all cores)",
-                            p->num_threads);
-
-    /* 2. sizes */
-    REQUIRE_RANGE(p->batch, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "batch");
-    REQUIRE_RANGE(p->seqlen_q, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "seqlen_q");
-    REQUIRE_RANGE(p->seqlen_k, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "seqlen_k");
-    REQUIRE_RANGE(p->heads_q, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "heads_q");
-    REQUIRE_RANGE(p->heads_kv, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "heads_kv");
-    REQUIRE_RANGE(p->head_dim, 1, FA_MAX_HEAD_DIM, FA_ERR_HEAD_DIM, "head_dim");
-    if (p->head_dim_v == 0) p->head_dim_v = p->head_dim;
-    REQUIRE_RANGE(p->head_dim_v, 1, FA_MAX_HEAD_DIM, FA_ERR_HEAD_DIM, "head_dim_v");
-    if (p->heads_q % p->heads_kv != 0)
-        return fa_set_error(FA_ERR_HEADS, "heads_q = %lld is not a multiple of heads_kv = %lld",
-                            (long long)p->heads_q, (long long)p->heads_kv);
-    pb->group = p->heads_q / p->heads_kv;
-
-    /* 3. scalars */
-    if (!isfinite(p->softmax_scale))
-        return fa_set_error(FA_ERR_SCALE, "softmax_scale = %g is not finite", (double)p->softmax_scale);
-    if (p->softmax_scale == 0.0f) p->softmax_scale = (float)(1.0 / sqrt((double)p->head_dim));
-    pb->scale_log2 = p->softmax_scale * 1.4426950408889634f;
-    if (!isfinite(p->softcap) || p->softcap < 0.0f)
-        return fa_set_error(FA_ERR_SOFTCAP, "softcap = %g must be finite and >= 0 (0 = off)",
-                            (double)p->softcap);
-    if (p->alibi_slopes != NULL && p->alibi_batch_stride != 0 && p->alibi_batch_stride < p->heads_q)
-        return fa_set_error(FA_ERR_STRIDE,
-                            "alibi_batch_stride = %lld must be 0 (per head) or >= heads_q = %lld",
-                            (long long)p->alibi_batch_stride, (long long)p->heads_q);
-    if (p->alibi_batch_stride < 0)
-        return fa_set_error(FA_ERR_STRIDE, "alibi_batch_stride = %lld is negative",
-                            (long long)p->alibi_batch_stride);
-    if (!p->use_window) {
-        p->window_left = -1;
-        p->window_right = -1;
-    }
-    if (p->window_left < 0) p->window_left = -1;
-    if (p->window_right < 0) p->window_right = -1;
-    if (p->causal && (p->window_right < 0 || p->window_right > 0)) p->window_right = 0;
-    pb->has_mask = p->window_left >= 0 || p->window_right >= 0;
+    fa_status common = fa_validate_common(pb);
+    if (common != FA_OK) return common;
 
     /* 4. tensor pointers */
-    REQUIRE_PTR(p->q, "q");
-    REQUIRE_PTR(p->k, "k");
-    REQUIRE_PTR(p->v, "v");
-    REQUIRE_PTR(p->o, "o");
+    FA_REQUIRE_PTR(p->q, "q");
+    FA_REQUIRE_PTR(p->k, "k");
+    FA_REQUIRE_PTR(p->v, "v");
+    FA_REQUIRE_PTR(p->o, "o");
     if (kind == CALL_BACKWARD) {
-        REQUIRE_PTR(p->lse, "lse");
-        REQUIRE_PTR(p->dout, "dout");
-        REQUIRE_PTR(p->dq, "dq");
-        REQUIRE_PTR(p->dk, "dk");
-        REQUIRE_PTR(p->dv, "dv");
+        FA_REQUIRE_PTR(p->lse, "lse");
+        FA_REQUIRE_PTR(p->dout, "dout");
+        FA_REQUIRE_PTR(p->dq, "dq");
+        FA_REQUIRE_PTR(p->dk, "dk");
+        FA_REQUIRE_PTR(p->dv, "dv");
     }
 
     /* 5. varlen */
@@ -272,8 +149,8 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
                             p->cu_seqlens_q ? "q" : "k", p->cu_seqlens_q ? "k" : "q");
     pb->varlen = p->cu_seqlens_q != NULL;
     if (pb->varlen) {
-        REQUIRE_RANGE(p->total_q, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "total_q");
-        REQUIRE_RANGE(p->total_k, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "total_k");
+        FA_REQUIRE_RANGE(p->total_q, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "total_q");
+        FA_REQUIRE_RANGE(p->total_k, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "total_k");
         if (p->device == FA_DEVICE_CPU) {
             fa_status s = check_cu_seqlens(p->cu_seqlens_q, "cu_seqlens_q", p->batch, p->seqlen_q,
                                            p->total_q);
@@ -283,7 +160,8 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         }
     } else {
         int64_t tq, tk;
-        if (!mul_add_ok(p->batch, p->seqlen_q, 0, &tq) || !mul_add_ok(p->batch, p->seqlen_k, 0, &tk))
+        if (!fa_mul_add_ok(p->batch, p->seqlen_q, 0, &tq) ||
+            !fa_mul_add_ok(p->batch, p->seqlen_k, 0, &tk))
             return fa_set_error(FA_ERR_OVERFLOW, "batch × seqlen overflows");
         p->total_q = tq;
         p->total_k = tk;
@@ -293,7 +171,7 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q;
     int64_t rows_k = pb->varlen ? p->total_k : p->seqlen_k;
     int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
-    tensor_view views[8];
+    fa_tensor_view views[8];
     int nviews = 0;
     views[nviews++] = make_view("q", 0, pb, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
     views[nviews++] = make_view("k", 0, pb, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
@@ -307,11 +185,11 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         views[nviews++] = make_view("dv", 1, pb, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
     }
     for (int i = 0; i < nviews; ++i) {
-        fa_status s = check_tensor(&views[i]);
+        fa_status s = fa_check_tensor_view(&views[i]);
         if (s != FA_OK) return s;
     }
     int64_t lse_elems;
-    if (!mul_add_ok(hq, p->total_q, 0, &lse_elems))
+    if (!fa_mul_add_ok(hq, p->total_q, 0, &lse_elems))
         return fa_set_error(FA_ERR_OVERFLOW, "heads_q × total_q overflows");
     (void)lse_elems;
     (void)dtype_name;

@@ -47,6 +47,48 @@ fa_status fa_set_error(fa_status status, const char *fmt, ...)
 #endif
     ;
 
+/* ---- validation steps shared by fa_api.c and fa_kvcache.c (src/fa_validate.c) --------------- */
+
+/* Sizes are kept below 2^31 so every engine may index rows and heads with 32-bit integers and
+ * varlen offsets fit the int32 cu_seqlens. */
+#define FA_MAX_EXTENT ((int64_t)INT32_MAX)
+
+#define FA_REQUIRE_PTR(ptr, field)                                                                \
+    do {                                                                                          \
+        if ((ptr) == NULL) return fa_set_error(FA_ERR_NULL_POINTER, "%s is NULL", field);         \
+    } while (0)
+
+#define FA_REQUIRE_RANGE(value, lo, hi, status, field)                                            \
+    do {                                                                                          \
+        if ((value) < (lo) || (value) > (hi))                                                     \
+            return fa_set_error(status, "%s = %lld is out of range [%lld, %lld]", field,          \
+                                (long long)(value), (long long)(lo), (long long)(hi));            \
+    } while (0)
+
+/* a*b + c without overflow into *out; 0 on overflow. All operands non-negative. */
+int fa_mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out);
+
+/* One tensor as the validator sees it: three strided axes of known extent over a contiguous
+ * last dimension. A varlen tensor has no batch axis (extent 1) and `rows` packed rows. */
+typedef struct fa_tensor_view {
+    const char *name;               /* field prefix in messages: "<name>_<axis>_stride"        */
+    const char *const *axis_names;  /* names of the three axes; NULL = batch, row, head        */
+    int is_output;
+    int64_t extent[3];
+    int64_t stride[3];
+    int64_t dim; /* contiguous last dimension */
+} fa_tensor_view;
+
+/* Strides non-negative, largest offset within int64, and (outputs) no two elements at one
+ * address. Returns FA_OK or sets the error. */
+fa_status fa_check_tensor_view(const fa_tensor_view *t);
+
+/* Steps every attention call shares, on pb->p in place (pb->p already holds the caller's copy):
+ * device / dtype / num_threads, sizes and heads (head_dim_v defaulted, group set), scalars
+ * (softmax_scale defaulted, scale_log2, softcap, ALiBi stride) and the window folded with causal
+ * (has_mask set). */
+fa_status fa_validate_common(fa_problem *pb);
+
 /* ---- per-sequence geometry (host side; CPU engines) ----------------------------------------- */
 
 /* Start rows and lengths of sequence b. Non-varlen: starts are 0 and the batch stride selects
@@ -136,6 +178,44 @@ fa_status fa_cuda_backward(const fa_problem *pb);
 fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_kvcache_forward(const fa_problem *pb);
 fa_status fa_cuda_merge_states(const fa_merge_params *m); /* m validated by fa_merge_states   */
+
+/* CPU engine (src/cpu/cpu_kvcache.c, src/cpu/cpu_merge.c). */
+fa_status fa_cpu_kvcache_forward(const fa_problem *pb);
+size_t fa_cpu_kvcache_workspace(const fa_problem *pb); /* bytes, an upper bound for the call  */
+fa_status fa_cpu_merge_states(const fa_merge_params *m);
+
+/* Most splits the engines use when num_splits = 0 (the heuristic's cap). */
+#define FA_KV_MAX_SPLITS 128
+
+/* Split-KV (flash-decoding) heuristic, shared by the CPU and CUDA engines. `work_units` is what
+ * runs in parallel without splitting (e.g. batch × heads_kv × query blocks), `key_blocks` the
+ * key blocks of the longest sequence, `workers` the parallel workers (CPU threads, GPU SMs ×
+ * blocks per SM), `max_splits` a cap (>= 1). Rule (FlashAttention-2's): when the units nearly
+ * fill the workers (>= 80 %) do not split; otherwise, for each split count s that changes the
+ * blocks per split (ceil(key_blocks / s) differs from s - 1's), the wave efficiency is
+ * e(s) = w / ceil(w) with w = work_units · s / workers; return the smallest s whose
+ * efficiency is at least 85 % of the best. Returns 1..min(max_splits, workers, key_blocks). */
+FA_HD int fa_num_splits_heuristic(int64_t work_units, int64_t key_blocks, int64_t workers,
+                                  int64_t max_splits) {
+    if (work_units < 1 || key_blocks <= 1 || workers <= 1 || max_splits <= 1) return 1;
+    if (10 * work_units >= 8 * workers) return 1;
+    int64_t limit = max_splits;
+    if (limit > workers) limit = workers;
+    if (limit > key_blocks) limit = key_blocks;
+    if (limit > 1024) limit = 1024;
+    double best = 0.0;
+    /* pass 0 finds the best efficiency, pass 1 the smallest split count within 85 % of it */
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t s = 1; s <= limit; ++s) {
+            if (s > 1 && (key_blocks + s - 1) / s == (key_blocks + s - 2) / (s - 1)) continue;
+            double waves = (double)(work_units * s) / (double)workers;
+            double efficiency = waves / ceil(waves);
+            if (pass == 0 && efficiency > best) best = efficiency;
+            if (pass == 1 && efficiency >= 0.85 * best) return (int)s;
+        }
+    }
+    return 1;
+}
 
 #ifdef __cplusplus
 }

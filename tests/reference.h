@@ -230,4 +230,112 @@ double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_hos
                         const void *b_host);
 const char *fa_test_tensor_name(int tensor);
 
+/* ==== KV-cache decoding and state merging (issue 5) ======================================== */
+
+/* A fa_kvcache_forward test problem: q, caches (contiguous or paged), optional appended k/v,
+ * rotary tables, cache_seqlens / cache_batch_idx / cache_leftpad / block_table, every mask
+ * feature. Cache slots no sequence attends hold large values (+-300) so a wrong slot read shows;
+ * block-table entries no call reads hold out-of-range ids. Outputs are NaN-poisoned. */
+typedef struct fa_kv_spec {
+    fa_dtype dtype;
+    int64_t batch, seqlen_q, heads_q, heads_kv, head_dim, head_dim_v; /* dv 0 = d            */
+    int64_t capacity;            /* seqlen_k: tokens per cache row / per sequence (paged)     */
+    int64_t page_size;           /* 0: contiguous cache; >= 1: paged                          */
+    int append;                  /* k_new / v_new written at cache_seqlens before attending   */
+    int64_t rotary_dim;          /* 0: off (needs append)                                     */
+    int rotary_interleaved;
+    int no_seqlens;              /* cache_seqlens NULL (every sequence holds `capacity` keys) */
+    int batch_idx;               /* contiguous: cache_batch_idx into a larger cache            */
+    int leftpad;                 /* cache_leftpad drawn in [0, cache_seqlens]                  */
+    int full;                    /* every cache_seqlens at the maximum (no random lengths)    */
+    int causal, use_window;
+    int32_t window_left, window_right;
+    float softcap, softmax_scale;
+    fa_test_alibi alibi;
+    int sinks;
+    int no_lse;                  /* lse = NULL                                                 */
+    int num_splits;
+    int padded;                  /* random padding in every stride                            */
+    int pad_align;               /* padding granularity in elements (1 if 0)                  */
+    double q_amplitude;          /* 0 means 1                                                 */
+    uint64_t seed;
+} fa_kv_spec;
+
+enum fa_kv_buffer {
+    FA_KV_Q, FA_KV_KCACHE, FA_KV_VCACHE, FA_KV_KNEW, FA_KV_VNEW, FA_KV_O, FA_KV_LSE, FA_KV_COS,
+    FA_KV_SIN, FA_KV_ALIBI, FA_KV_SINK, FA_KV_SEQLENS, FA_KV_BATCH_IDX, FA_KV_LEFTPAD,
+    FA_KV_BLOCK_TABLE, FA_KV_BUFFER_COUNT
+};
+
+typedef struct fa_kv_problem {
+    fa_kv_spec spec;                 /* as used (dv, amplitude, alignment defaulted)           */
+    fa_test_buffer buffer[FA_KV_BUFFER_COUNT]; /* host (and device) copies; saved = initial   */
+    int32_t cached[FA_TEST_MAX_BATCH], start[FA_TEST_MAX_BATCH]; /* cache_seqlens, leftpad     */
+    int64_t cache_rows;              /* contiguous: rows of the cache; paged: num_pages        */
+    fa_params params;                /* host pointers, everything set (num_threads 0)          */
+} fa_kv_problem;
+
+int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec); /* 0, or -1 bad spec / OOM */
+void fa_kv_problem_destroy(fa_kv_problem *kp);
+/* fa_params pointing at the buffers' device copies instead of the host ones. */
+fa_params fa_kv_problem_device_params(const fa_kv_problem *kp);
+/* Restore the caches to their initial contents and poison o / lse again (to rerun a call). */
+void fa_kv_problem_reset(fa_kv_problem *kp);
+/* "bf16 b=3 sq=1 hq=8 hkv=2 d=64 cap=300 paged(3) append rotary(32,i) causal ..." */
+void fa_kv_describe(const fa_kv_spec *s, char *buf, size_t size);
+
+/* Result of checking a finished call against the float64 oracle. */
+typedef struct fa_kv_check {
+    fa_test_check o, lse;            /* as fa_test_compare (lse.checked = 0 without lse)       */
+    int64_t masked_violations;       /* rows with no key: O != 0 or LSE not -inf / the sink    */
+    int64_t cache_k_bad;             /* appended k elements off by more than one dtype ulp     */
+    int64_t cache_v_bad;             /* appended v elements not bit-identical to v_new         */
+    int64_t cache_clobbered;         /* other cache elements that changed                      */
+    int inputs_unchanged;            /* q, k_new, v_new, tables, slopes, sinks bit-identical   */
+    int ok;
+} fa_kv_check;
+
+/* Compare the host buffers of kp (after a successful call) with the oracle: o and lse by the
+ * 2·baseline + floor rule, the cache update element by element, inputs, padding. */
+fa_kv_check fa_kv_verify(const fa_kv_problem *kp);
+/* After a failed call: 1 if no output and no cache element changed (o / lse still poison). */
+int fa_kv_untouched(const fa_kv_problem *kp);
+/* " o 1.2e-3/4.0e-3 lse ... cache ok" */
+void fa_kv_format(const fa_kv_check *c, char *buf, size_t size);
+
+/* A fa_merge_states test problem: num_states partial states per (row, head), a share of them
+ * empty (lse = -inf, their o rows NaN: they must not be read), some rows with every state
+ * empty. */
+typedef struct fa_merge_spec {
+    fa_dtype parts_dtype, out_dtype;
+    int64_t num_states, rows, heads, head_dim_v;
+    double empty_share;              /* probability that a state is empty                      */
+    int no_lse;                      /* lse output NULL                                         */
+    int padded;
+    int pad_align;
+    uint64_t seed;
+} fa_merge_spec;
+
+enum fa_merge_buffer { FA_MG_PARTS, FA_MG_LSE_PARTS, FA_MG_O, FA_MG_LSE, FA_MG_BUFFER_COUNT };
+
+typedef struct fa_merge_problem {
+    fa_merge_spec spec;
+    fa_test_buffer buffer[FA_MG_BUFFER_COUNT];
+    fa_merge_params params;          /* host pointers                                          */
+} fa_merge_problem;
+
+int fa_merge_problem_create(fa_merge_problem *mp, const fa_merge_spec *spec);
+void fa_merge_problem_destroy(fa_merge_problem *mp);
+fa_merge_params fa_merge_problem_device_params(const fa_merge_problem *mp);
+void fa_merge_describe(const fa_merge_spec *s, char *buf, size_t size);
+/* o against a float64 merge (tolerance: 2·error of an fp32 merge rounded to out_dtype + floor),
+ * lse likewise, all-empty rows exact (0 / -inf), padding untouched, inputs unchanged. */
+typedef struct fa_merge_check {
+    fa_test_check o, lse;
+    int64_t empty_violations;
+    int inputs_unchanged;
+    int ok;
+} fa_merge_check;
+fa_merge_check fa_merge_verify(const fa_merge_problem *mp);
+
 #endif /* FA_TESTS_REFERENCE_H */

@@ -346,6 +346,138 @@ void fa_case_format(const fa_case_result *r, int backward, int verbose, char *bu
     if (n == 0 && size) buf[0] = '\0';
 }
 
+/* ---- KV-cache and merge cases (issue 5) ------------------------------------------------- */
+
+/* Mirror `count` buffers on the device (all of them, outputs included, as they are now). */
+static int buffers_upload(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
+                          size_t why_size) {
+    for (int i = 0; i < count; i++) {
+        fa_test_buffer *buf = &bufs[i];
+        if (!buf->host) continue;
+        int err = buf->device ? 0 : rt->malloc_(&buf->device, buf->bytes);
+        if (err == 0) err = rt->memcpy_(buf->device, buf->host, buf->bytes, CUDA_MEMCPY_HOST_TO_DEVICE);
+        if (err != 0) {
+            snprintf(why, why_size, "cudaMalloc/cudaMemcpy of %zu bytes: %s", buf->bytes,
+                     rt->get_error_string(err));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int buffers_download(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
+                            size_t why_size) {
+    for (int i = 0; i < count; i++) {
+        fa_test_buffer *buf = &bufs[i];
+        if (!buf->host || !buf->device) continue;
+        int err = rt->memcpy_(buf->host, buf->device, buf->bytes, CUDA_MEMCPY_DEVICE_TO_HOST);
+        if (err != 0) {
+            snprintf(why, why_size, "cudaMemcpy: %s", rt->get_error_string(err));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void buffers_release(const sweep_cudart *rt, fa_test_buffer *bufs, int count) {
+    for (int i = 0; i < count; i++)
+        if (bufs[i].device) {
+            rt->free_(bufs[i].device);
+            bufs[i].device = NULL;
+        }
+}
+
+static int device_refuses(fa_status s) {
+    return s == FA_ERR_HEAD_DIM || s == FA_ERR_UNSUPPORTED || s == FA_ERR_ALIGNMENT;
+}
+
+int fa_kv_case_run(const fa_kv_spec *spec, fa_device device, int num_threads, fa_kv_case_result *r) {
+    memset(r, 0, sizeof *r);
+    r->spec = *spec;
+    fa_kv_problem kp;
+    const sweep_cudart *rt = NULL;
+    int on_device = device == FA_DEVICE_CUDA;
+    if (fa_kv_problem_create(&kp, spec)) {
+        snprintf(r->error, sizeof r->error, "could not create the problem (bad spec or out of memory)");
+        return -1;
+    }
+    r->spec = kp.spec;
+    int rc = -1;
+    if (on_device) {
+        rt = sweep_cudart_load(r->error, sizeof r->error);
+        if (!rt || buffers_upload(rt, kp.buffer, FA_KV_BUFFER_COUNT, r->error, sizeof r->error)) goto done;
+    }
+    fa_params p = on_device ? fa_kv_problem_device_params(&kp) : kp.params;
+    p.device = device;
+    p.num_threads = num_threads;
+    fa_status support = fa_check_kvcache(&p, NULL);
+    if (on_device && device_refuses(support)) {
+        r->skipped = 1;
+        snprintf(r->skip_reason, sizeof r->skip_reason, "%s", fa_last_error());
+        rc = 0;
+        goto done;
+    }
+    double t0 = seconds_now();
+    r->status = fa_kvcache_forward(&p);
+    if (on_device) rt->device_synchronize();
+    r->seconds = seconds_now() - t0;
+    if (on_device && buffers_download(rt, kp.buffer, FA_KV_BUFFER_COUNT, r->error, sizeof r->error)) goto done;
+    if (r->status != FA_OK) {
+        snprintf(r->error, sizeof r->error, "fa_kvcache_forward: %s: %s", fa_strerror(r->status),
+                 fa_last_error());
+    } else {
+        t0 = seconds_now();
+        r->check = fa_kv_verify(&kp);
+        r->reference_seconds = seconds_now() - t0;
+        r->ok = r->check.ok;
+    }
+    rc = 0;
+done:
+    if (rt) buffers_release(rt, kp.buffer, FA_KV_BUFFER_COUNT);
+    fa_kv_problem_destroy(&kp);
+    return rc;
+}
+
+int fa_merge_case_run(const fa_merge_spec *spec, fa_device device, int num_threads,
+                      fa_merge_case_result *r) {
+    memset(r, 0, sizeof *r);
+    r->spec = *spec;
+    fa_merge_problem mp;
+    const sweep_cudart *rt = NULL;
+    int on_device = device == FA_DEVICE_CUDA;
+    if (fa_merge_problem_create(&mp, spec)) {
+        snprintf(r->error, sizeof r->error, "could not create the problem (bad spec or out of memory)");
+        return -1;
+    }
+    r->spec = mp.spec;
+    int rc = -1;
+    if (on_device) {
+        rt = sweep_cudart_load(r->error, sizeof r->error);
+        if (!rt || buffers_upload(rt, mp.buffer, FA_MG_BUFFER_COUNT, r->error, sizeof r->error)) goto done;
+    }
+    fa_merge_params m = on_device ? fa_merge_problem_device_params(&mp) : mp.params;
+    m.device = device;
+    m.num_threads = num_threads;
+    r->status = fa_merge_states(&m);
+    if (on_device) rt->device_synchronize();
+    if (on_device && buffers_download(rt, mp.buffer, FA_MG_BUFFER_COUNT, r->error, sizeof r->error)) goto done;
+    if (on_device && device_refuses(r->status)) {
+        r->skipped = 1;
+        snprintf(r->skip_reason, sizeof r->skip_reason, "%s", fa_last_error());
+    } else if (r->status != FA_OK) {
+        snprintf(r->error, sizeof r->error, "fa_merge_states: %s: %s", fa_strerror(r->status),
+                 fa_last_error());
+    } else {
+        r->check = fa_merge_verify(&mp);
+        r->ok = r->check.ok;
+    }
+    rc = 0;
+done:
+    if (rt) buffers_release(rt, mp.buffer, FA_MG_BUFFER_COUNT);
+    fa_merge_problem_destroy(&mp);
+    return rc;
+}
+
 /* ---- case generation -------------------------------------------------------------------- */
 
 /* Feature recipes, cycled so that every level covers each at least once per dtype. */
@@ -451,6 +583,160 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
     if (s->varlen && s->batch < 2) s->batch = 2;
 }
 
+/* ---- KV-cache and merge case generation ---------------------------------------------------- */
+
+enum kv_recipe {
+    K_DECODE, K_DECODE_APPEND, K_PAGED_1, K_PAGED_3, K_PAGED_16, K_PAGED_256, K_BATCH_IDX,
+    K_LEFTPAD_ALIBI, K_ROTARY_INTERLEAVED, K_ROTARY_HALF, K_SPECULATIVE_WINDOW, K_CHUNKED_PREFILL,
+    K_SOFTCAP_SINKS, K_SPLITS, K_NO_SEQLENS, K_EVERYTHING, K_COUNT
+};
+
+static void draw_kv_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, fa_dtype dtype,
+                         int recipe, fa_kv_spec *s) {
+    static const int64_t capacities_quick[] = {1, 7, 33, 113, 203, 300};
+    static const int64_t capacities_full[] = {1, 7, 64, 113, 203, 1023, 2049};
+    static const int64_t dims[] = {32, 59, 64, 96, 111, 128, 256};
+    int full = level == FA_SWEEP_FULL;
+    memset(s, 0, sizeof *s);
+    s->dtype = dtype;
+    s->seed = fa_test_rng_next(rng);
+    s->pad_align = device == FA_DEVICE_CUDA ? 8 : 1;
+    s->capacity = full ? pick(rng, capacities_full, 7) : pick(rng, capacities_quick, 6);
+    s->head_dim = pick(rng, dims, 7);
+    s->heads_kv = fa_test_rng_int(rng, 1, 3);
+    s->heads_q = s->heads_kv * fa_test_rng_int(rng, 1, 5);
+    s->batch = fa_test_rng_int(rng, 1, full ? 6 : 3);
+    s->seqlen_q = 1;
+    s->padded = fa_test_rng_uniform(rng) < 0.3;
+    int32_t left = (int32_t)fa_test_rng_int(rng, 0, s->capacity + 2);
+    switch (recipe) {
+    case K_DECODE: s->causal = fa_test_rng_uniform(rng) < 0.5; break;
+    case K_DECODE_APPEND: s->append = 1; s->causal = 1; break;
+    case K_PAGED_1: s->page_size = 1; s->append = 1; s->causal = 1; break;
+    case K_PAGED_3: s->page_size = 3; s->append = 1; s->leftpad = 1; s->seqlen_q = fa_test_rng_int(rng, 1, 4); break;
+    case K_PAGED_16: s->page_size = 16; s->sinks = 1; s->causal = 1; break;
+    case K_PAGED_256:
+        s->page_size = 256; s->append = 1; s->causal = 1;
+        s->capacity = full ? 2049 : 700;
+        break;
+    case K_BATCH_IDX: s->batch_idx = 1; s->append = 1; s->causal = 1; break;
+    case K_LEFTPAD_ALIBI: s->leftpad = 1; s->alibi = FA_TEST_ALIBI_BATCH_HEAD; s->causal = 1; break;
+    case K_ROTARY_INTERLEAVED:
+        s->append = 1; s->causal = 1; s->rotary_dim = s->head_dim & ~(int64_t)1; s->rotary_interleaved = 1;
+        s->leftpad = 1; s->seqlen_q = fa_test_rng_int(rng, 1, 5);
+        break;
+    case K_ROTARY_HALF: /* non-causal: every query at the position of the first new token */
+        s->append = 1; s->rotary_dim = 2 * fa_test_rng_int(rng, 1, s->head_dim / 2); s->rotary_interleaved = 0;
+        s->page_size = 16; s->seqlen_q = fa_test_rng_int(rng, 1, 5);
+        break;
+    case K_SPECULATIVE_WINDOW:
+        s->seqlen_q = fa_test_rng_int(rng, 2, 8); s->append = 1; s->causal = 1;
+        s->use_window = 1; s->window_left = left; s->window_right = -1;
+        break;
+    case K_CHUNKED_PREFILL:
+        s->seqlen_q = fa_test_rng_int(rng, 9, full ? 130 : 70); s->append = 1; s->causal = 1;
+        s->page_size = fa_test_rng_uniform(rng) < 0.5 ? 16 : 0;
+        break;
+    case K_SOFTCAP_SINKS: s->softcap = 3.0f; s->q_amplitude = 2.0; s->sinks = 1; s->alibi = FA_TEST_ALIBI_HEAD; break;
+    case K_SPLITS:
+        s->num_splits = (int)fa_test_rng_int(rng, 2, 9); s->append = 1; s->causal = 1; s->sinks = fa_test_rng_uniform(rng) < 0.5;
+        s->capacity = full ? 2049 : 1023;
+        break;
+    case K_NO_SEQLENS: s->no_seqlens = 1; s->no_lse = 1; break;
+    case K_EVERYTHING:
+        s->page_size = fa_test_rng_int(rng, 1, 20); s->append = 1; s->leftpad = 1; s->causal = 1;
+        s->rotary_dim = 16; s->rotary_interleaved = fa_test_rng_uniform(rng) < 0.5;
+        s->use_window = 1; s->window_left = left; s->softcap = 5.0f; s->alibi = FA_TEST_ALIBI_BATCH_HEAD;
+        s->sinks = 1; s->seqlen_q = fa_test_rng_int(rng, 1, 6); s->num_splits = (int)fa_test_rng_int(rng, 0, 4);
+        break;
+    default: break;
+    }
+    if (s->rotary_dim > s->head_dim) s->rotary_dim = s->head_dim & ~(int64_t)1;
+    if (s->append && s->capacity < s->seqlen_q) s->capacity = s->seqlen_q + fa_test_rng_int(rng, 0, 5);
+    /* keep the float64 oracle affordable */
+    while ((double)s->batch * s->heads_q * s->seqlen_q * s->capacity * s->head_dim > (full ? 4e8 : 3e7) &&
+           s->batch > 1)
+        s->batch--;
+}
+
+static void draw_merge_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, fa_dtype dtype,
+                            int index, fa_merge_spec *s) {
+    static const int64_t dims[] = {1, 32, 64, 96, 111, 128, 256};
+    memset(s, 0, sizeof *s);
+    s->parts_dtype = index % 3 == 0 ? dtype : FA_DTYPE_F32;
+    s->out_dtype = dtype;
+    s->num_states = fa_test_rng_int(rng, 1, 133);
+    s->rows = fa_test_rng_int(rng, 0, level == FA_SWEEP_FULL ? 300 : 40);
+    s->heads = fa_test_rng_int(rng, 1, 8);
+    s->head_dim_v = pick(rng, dims, 7);
+    s->empty_share = fa_test_rng_uniform(rng) * 0.6;
+    s->no_lse = index % 4 == 1;
+    s->padded = fa_test_rng_uniform(rng) < 0.4;
+    s->pad_align = device == FA_DEVICE_CUDA ? 8 : 1;
+    s->seed = fa_test_rng_next(rng);
+}
+
+typedef struct sweep_counts {
+    int passed, failed, skipped, index;
+} sweep_counts;
+
+static void run_kv_family(const fa_sweep_options *opt, FILE *out, uint64_t seed, const fa_dtype *dtypes,
+                          int dtype_count, sweep_counts *n) {
+    fa_test_rng rng;
+    fa_test_rng_seed(&rng, seed ^ 0x6b76636163686521ull); /* a stream of its own */
+    int rounds = opt->level == FA_SWEEP_FULL ? 4 : 1;
+    for (int round = 0; round < rounds; round++)
+        for (int recipe = 0; recipe < K_COUNT; recipe++)
+            for (int t = 0; t < dtype_count; t++, n->index++) {
+                fa_kv_spec spec;
+                fa_kv_case_result r;
+                char shape[320], detail[640];
+                draw_kv_case(&rng, opt->level, opt->device, dtypes[t], recipe, &spec);
+                int rc = fa_kv_case_run(&spec, opt->device, opt->num_threads, &r);
+                fa_kv_describe(rc == 0 ? &r.spec : &spec, shape, sizeof shape);
+                if (rc == 0 && r.skipped) {
+                    fprintf(out, "%4d  --   kv %s | SKIP (%s)\n", n->index, shape, r.skip_reason);
+                    n->skipped++;
+                    continue;
+                }
+                if (rc != 0 || r.status != FA_OK)
+                    snprintf(detail, sizeof detail, " ERROR %s", r.error);
+                else
+                    fa_kv_format(&r.check, detail, sizeof detail);
+                int ok = rc == 0 && r.ok;
+                fprintf(out, "%4d  kv   %s |%s %s\n", n->index, shape, detail, ok ? "PASS" : "FAIL");
+                if (ok) n->passed++;
+                else n->failed++;
+                fflush(out);
+            }
+    int merges = opt->level == FA_SWEEP_FULL ? 24 : 6;
+    for (int i = 0; i < merges; i++)
+        for (int t = 0; t < dtype_count; t++, n->index++) {
+            fa_merge_spec spec;
+            fa_merge_case_result r;
+            char shape[256];
+            draw_merge_case(&rng, opt->level, opt->device, dtypes[t], i, &spec);
+            int rc = fa_merge_case_run(&spec, opt->device, opt->num_threads, &r);
+            fa_merge_describe(&spec, shape, sizeof shape);
+            if (rc == 0 && r.skipped) {
+                fprintf(out, "%4d  --   %s | SKIP (%s)\n", n->index, shape, r.skip_reason);
+                n->skipped++;
+                continue;
+            }
+            int ok = rc == 0 && r.ok;
+            if (rc != 0 || r.status != FA_OK)
+                fprintf(out, "%4d  mrg  %s | ERROR %s FAIL\n", n->index, shape, r.error);
+            else
+                fprintf(out, "%4d  mrg  %s | o %.2e/%.2e lse %.2e/%.2e%s%s %s\n", n->index, shape,
+                        r.check.o.err, r.check.o.tol, r.check.lse.err, r.check.lse.tol,
+                        r.check.empty_violations ? " EMPTY-ROWS-WRONG" : "",
+                        r.check.inputs_unchanged ? "" : " INPUTS-MODIFIED", ok ? "PASS" : "FAIL");
+            if (ok) n->passed++;
+            else n->failed++;
+            fflush(out);
+        }
+}
+
 int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fail) {
     int passed = 0, failed = 0, skipped = 0;
     if (n_pass) *n_pass = 0;
@@ -495,6 +781,7 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
     fa_test_rng_seed(&rng, seed);
     double start = seconds_now();
     int index = 0;
+    if (opt->only == FA_SWEEP_KVCACHE) rounds = 0;
     for (int round = 0; round < rounds; round++)
         for (int recipe = 0; recipe < R_COUNT; recipe++)
             for (int t = 0; t < dtype_count; t++, index++) {
@@ -535,6 +822,13 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
                 }
                 fflush(out);
             }
+    if (opt->only != FA_SWEEP_ATTENTION) {
+        sweep_counts counts = {passed, failed, skipped, index};
+        run_kv_family(opt, out, seed, dtypes, dtype_count, &counts);
+        passed = counts.passed;
+        failed = counts.failed;
+        skipped = counts.skipped;
+    }
     fprintf(out, "check: %d passed, %d failed, %d skipped in %.1f s (seed %llu; rerun with that seed to reproduce)\n",
             passed, failed, skipped, seconds_now() - start, (unsigned long long)seed);
     if (n_pass) *n_pass = passed;

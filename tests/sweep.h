@@ -13,6 +13,13 @@
  * CUDA: device buffers come from the CUDA runtime loaded with dlopen at run time, so this file
  * needs no CUDA headers; head dims the CUDA path rejects (fa_check_forward) are counted as
  * skipped, not passed.
+ *
+ * KV-cache decoding (issue 5) adds two families after those: fa_kvcache_forward cases (contiguous
+ * and paged caches with pages of 1..256 tokens, appends with rotary, cache_batch_idx, left
+ * padding, speculative / chunked query lengths, every mask feature, forced split counts) checked
+ * by fa_kv_verify, and fa_merge_states cases (1..133 states with empty ones) checked by
+ * fa_merge_verify. `only` picks a family; their cases are drawn from their own random stream, so
+ * a seed reproduces them with or without the others.
  */
 #ifndef FA_TESTS_SWEEP_H
 #define FA_TESTS_SWEEP_H
@@ -27,6 +34,13 @@ typedef enum fa_sweep_level {
     FA_SWEEP_FULL = 1   /* hundreds of cases up to 1023 tokens and d = 256: minutes              */
 } fa_sweep_level;
 
+/* Which families of cases run. */
+typedef enum fa_sweep_only {
+    FA_SWEEP_ALL = 0,       /* everything                                                        */
+    FA_SWEEP_ATTENTION = 1, /* fa_forward / fa_backward cases only                               */
+    FA_SWEEP_KVCACHE = 2    /* fa_kvcache_forward and fa_merge_states cases only                 */
+} fa_sweep_only;
+
 typedef struct fa_sweep_options {
     fa_device device;     /* FA_DEVICE_CPU or FA_DEVICE_CUDA                                   */
     fa_sweep_level level;
@@ -34,6 +48,7 @@ typedef struct fa_sweep_options {
     uint64_t seed;        /* 0: a fresh random seed (printed); otherwise reproduces that run   */
     int verbose;          /* 1: also print tolerances and per-tensor errors of passing cases   */
     int num_threads;      /* CPU worker threads (fa_params.num_threads); 0 = all cores         */
+    fa_sweep_only only;   /* families of cases (0 = all)                                       */
 } fa_sweep_options;
 
 /* Run the sweep, printing to `out`. Counts passed and failed checks (one per case and

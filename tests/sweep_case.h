@@ -38,4 +38,36 @@ void fa_case_describe(const fa_test_spec *spec, char *buf, size_t size);
 /* Per-tensor "name err/tol" list for the forward (backward = 0) or backward part. */
 void fa_case_format(const fa_case_result *r, int backward, int verbose, char *buf, size_t size);
 
+/* ---- KV-cache and merge cases (issue 5) ------------------------------------------------- */
+
+/* fa_kvcache_forward on `device` (CUDA: every buffer mirrored on the device, results copied
+ * back) checked by fa_kv_verify; configurations the CUDA path refuses (head dim, alignment,
+ * unsupported) are skipped. */
+typedef struct fa_kv_case_result {
+    fa_kv_spec spec;
+    int skipped;
+    char skip_reason[256];
+    fa_status status;
+    fa_kv_check check;
+    int ok;
+    double seconds, reference_seconds;
+    char error[512];
+} fa_kv_case_result;
+
+int fa_kv_case_run(const fa_kv_spec *spec, fa_device device, int num_threads, fa_kv_case_result *r);
+
+/* fa_merge_states on `device`, checked by fa_merge_verify. */
+typedef struct fa_merge_case_result {
+    fa_merge_spec spec;
+    int skipped;
+    char skip_reason[256];
+    fa_status status;
+    fa_merge_check check;
+    int ok;
+    char error[512];
+} fa_merge_case_result;
+
+int fa_merge_case_run(const fa_merge_spec *spec, fa_device device, int num_threads,
+                      fa_merge_case_result *r);
+
 #endif /* FA_TESTS_SWEEP_CASE_H */

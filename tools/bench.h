@@ -63,6 +63,9 @@ typedef struct bench_result {
 /* ---- bench_cmd.c ---------------------------------------------------------------------------- */
 int bench_main(int argc, char **argv);
 
+/* ---- bench_decode.c: `flashattn bench --mode decode` (fa_kvcache_forward bandwidth) ------- */
+int bench_decode_main(int argc, char **argv);
+
 /* FLOPs of one call, FlashAttention's convention: forward 2·b·hq·sq·sk·(d + dv) (= 4·b·hq·sq·sk·d),
  * halved when causal without a window; with a window, the exact count of visible (query, key)
  * pairs replaces sq·sk. Backward 2.5× forward, forward+backward 3.5×. */

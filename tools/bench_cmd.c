@@ -75,6 +75,8 @@ static void print_help(void) {
         "  --window L,R           sliding window, L/R keys left/right of the diagonal (-1 = none)\n"
         "  --mode fwd|bwd|fwdbwd  what is timed, list allowed (default fwd). bwd times\n"
         "                         fa_backward alone (the forward it needs runs before timing)\n"
+        "  --mode decode          KV-cache decoding bandwidth (fa_kvcache_forward) instead, with\n"
+        "                         flags of its own: flashattn bench --mode decode --help\n"
         "  --impl flash|standard|both   (default both; standard only next to fwd). Standard\n"
         "                         attention is forward-only: CPU fa_standard_forward (fp32\n"
         "                         scores); CUDA cuBLAS S=QK^T (fp32) + softmax (NVRTC kernel) +\n"
@@ -494,7 +496,17 @@ static void print_banner(const bench_options *o, int threads) {
                                        : "peak RSS increase of the call");
 }
 
+/* --mode decode (KV-cache decoding) has flags and a report of its own: bench_decode.c. */
+static int wants_decode(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--mode=decode")) return 1;
+        if (!strcmp(argv[i], "--mode") && i + 1 < argc && !strcmp(argv[i + 1], "decode")) return 1;
+    }
+    return 0;
+}
+
 int bench_main(int argc, char **argv) {
+    if (wants_decode(argc, argv)) return bench_decode_main(argc, argv);
     bench_options o;
     parse_options(argc, argv, &o);
     if (o.device == FA_DEVICE_CUDA && o.impl_flash && !fa_cuda_available()) {

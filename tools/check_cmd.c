@@ -28,6 +28,10 @@ static void print_help(void) {
            "  --dtype f32|f16|bf16  only this dtype (default: every dtype the device takes)\n"
            "  --seed N            reproduce a run (default: a fresh seed, printed)\n"
            "  --threads N         CPU worker threads (default 0 = all cores)\n"
+           "  --only attention|kvcache  only the fa_forward / fa_backward cases, or only the\n"
+           "                      KV-cache decoding cases (fa_kvcache_forward: contiguous and\n"
+           "                      paged caches, appends, rotary, splits) and fa_merge_states\n"
+           "                      cases (default: all)\n"
            "  -v, --verbose       also print tolerances and errors of passing cases\n"
            "\n"
            "Exit status: 0 when every check passed, 1 otherwise, 2 for a usage error.\n");
@@ -61,6 +65,13 @@ static void parse_options(int argc, char **argv, fa_sweep_options *opt) {
             opt->seed = (uint64_t)cli_parse_int(CMD, "--seed", v, 0, INT64_MAX);
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--threads"))) {
             opt->num_threads = (int)cli_parse_int(CMD, "--threads", v, 0, 4096);
+        } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--only"))) {
+            if (!strcmp(v, "attention"))
+                opt->only = FA_SWEEP_ATTENTION;
+            else if (!strcmp(v, "kvcache"))
+                opt->only = FA_SWEEP_KVCACHE;
+            else
+                cli_usage_error(CMD, "--only: '%s' is not attention or kvcache", v);
         } else {
             cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
         }

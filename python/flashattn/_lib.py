@@ -240,7 +240,11 @@ def _declare(lib):
         fn = getattr(lib, name)
         fn.argtypes = [params_p]
         fn.restype = ctypes.c_int
-    for name in ("fa_check_forward", "fa_check_backward"):
+    for name in ("fa_kvcache_forward",):
+        fn = getattr(lib, name)
+        fn.argtypes = [params_p]
+        fn.restype = ctypes.c_int
+    for name in ("fa_check_forward", "fa_check_backward", "fa_check_kvcache"):
         fn = getattr(lib, name)
         fn.argtypes = [params_p, ctypes.POINTER(ctypes.c_size_t)]
         fn.restype = ctypes.c_int
@@ -309,6 +313,12 @@ def backward(params):
     status = lib.fa_backward(ctypes.byref(params))
     if status != FA_OK:
         _raise_for(status, "fa_backward")
+
+
+def kvcache_forward(params):
+    status = lib.fa_kvcache_forward(ctypes.byref(params))
+    if status != FA_OK:
+        _raise_for(status, "fa_kvcache_forward")
 
 
 def standard_forward(params):

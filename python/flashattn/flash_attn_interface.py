@@ -7,8 +7,8 @@ varlen layout (total_tokens, nheads, headdim) with int32 cu_seqlens of shape (ba
 Additions to the flash_attn signatures (keyword-only, after all of flash_attn's arguments):
   sink_logits: (nheads,) learnable per-head sink logits joining every row's softmax denominator
                (gpt-oss style); the gradient flows to it.
-Not supported: dropout_p > 0 and block_table (paged KV) raise NotImplementedError;
-flash_attn_with_kvcache (decode path) raises NotImplementedError for now.
+Not supported: dropout_p > 0 and block_table in flash_attn_varlen_func (paged KV there) raise
+NotImplementedError; flash_attn_with_kvcache takes paged caches (block_table) with any page size.
 """
 
 import os
@@ -152,11 +152,37 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return _result(out, lse, return_attn_probs)
 
 
-def flash_attn_with_kvcache(*args, **kwargs):
-    """Not available yet: the decode path (KV cache, split-KV) is not part of this version."""
-    raise NotImplementedError("flashattn: flash_attn_with_kvcache is not implemented yet (the "
-                              "decode path comes later); use flash_attn_func or "
-                              "flash_attn_varlen_func with the cache as k/v")
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                            block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            sink_logits=None):
+    """Attention of q (batch, seqlen, nheads, headdim) over a KV cache, for decoding: if k and v
+    (batch, seqlen, nheads_k, headdim / headdim_v) are given they are first written into the cache
+    in place at cache_seqlens (k rotated when rotary_cos / rotary_sin are given, as q is), then
+    q attends to the cache_seqlens (+ seqlen) valid keys of its sequence, from cache_leftpad on.
+
+    k_cache / v_cache: (batch_cache, seqlen_cache, nheads_k, headdim[_v]), or with block_table
+    (batch, max_blocks) int32 a paged pool (num_blocks, page_block_size, nheads_k, headdim[_v])
+    with any page size. cache_seqlens: int or (batch,) int32 (default: the whole cache).
+    cache_batch_idx: (batch,) rows of a contiguous cache. cache_leftpad: (batch,) first valid
+    slot. rotary_cos / rotary_sin: (seqlen_ro, rotary_dim / 2); rotary_interleaved pairs (0, 1),
+    (2, 3), .. else (i, i + rotary_dim / 2). causal aligns the new tokens to the end of the cache;
+    window_size, softcap, alibi_slopes and sink_logits as in flash_attn_func. num_splits: split-KV
+    (0 = heuristic, 1 = none, n = at most n). Returns out (batch, seqlen, nheads, headdim_v), or
+    (out, softmax_lse (batch, nheads, seqlen)) with return_softmax_lse. No autograd.
+    """
+    from . import _kvcache
+
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+            rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, sink_logits)
+    if _is_torch(q):
+        return _kvcache.torch_with_kvcache(*args)
+    _reject_torch_mix(k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits)
+    return _kvcache.numpy_with_kvcache(*args)
 
 
 def flash_attn_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,

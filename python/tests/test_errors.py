@@ -116,9 +116,9 @@ PYTHON_ERRORS = [
         arr(8, 1, 8), arr(8, 1, 8), arr(8, 1, 8), np.array([0, 8], np.int32),
         np.array([0, 8], np.int32), 8, 8, block_table=np.zeros((1, 1), np.int32)),
      NotImplementedError, "block_table"),
-    ("kvcache", lambda: flashattn.flash_attn_with_kvcache(arr(1, 1, 1, 8), arr(1, 4, 1, 8),
-                                                          arr(1, 4, 1, 8)),
-     NotImplementedError, "flash_attn_with_kvcache is not implemented"),
+    ("kvcache k without v", lambda: flashattn.flash_attn_with_kvcache(
+        arr(1, 1, 1, 8), arr(1, 4, 1, 8), arr(1, 4, 1, 8), k=arr(1, 1, 1, 8)),
+     ValueError, "give both k and v"),
     ("backward dout shape", lambda: flashattn.flash_attn_backward(
         arr(1, 3, 1, 8), *(arr(1, 4, 1, 8),) * 4, np.zeros((1, 1, 4), np.float32)),
      ValueError, "dout must have shape"),

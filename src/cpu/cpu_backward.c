@@ -2,28 +2,38 @@
  * cpu_backward.c: the CPU engine's tiled backward pass (FlashAttention-2 math).
  *
  * Inputs q, k, v, o, lse, dO; outputs dq, dk, dv and dsink. P is recomputed tile by tile from
- * the stored LSE (P = exp(S - LSE)); no seqlen_q × seqlen_k matrix is ever formed. Three
- * parallel passes, each over work items taken from an atomic counter:
+ * the stored LSE (P = exp(S - LSE)); no seqlen_q × seqlen_k matrix is ever formed. Parallel
+ * passes, each over work items taken from an atomic counter:
  *
  *   pass 0, item (b, query head):  D_i = rowsum(dO_i ∘ O_i) for every row (fp32 buffer laid out
  *       like lse) and the item's dsink partial -Σ_i exp(t_h - LSE_i)·D_i; the partials are
  *       summed over b in a fixed order afterwards.
- *   pass 1, item (b, kv head, block of FA_CPU_BWD_BLOCK_KEYS keys):  dK and dV of those keys,
- *       accumulated in fp32 over the query heads of the GQA group and their query blocks (in a
- *       fixed order), then rounded to the dtype once. Rows-major tiles (keys are the lanes):
- *         k_t [d][keys_pad], v_t [dv][keys_pad]      packed once per item
+ *
+ * then one of two schemes for dQ, dK, dV. Both are built on one key-block step
+ * (backward_key_block): dK and dV of FA_CPU_BWD_BLOCK_KEYS keys, accumulated in fp32 over the
+ * query heads of the GQA group and their query blocks in a fixed order, rounded to the dtype
+ * once. Rows-major tiles (keys are the lanes):
+ *         k_t [d][keys_pad], v_t [dv][keys_pad]      packed once per key block
  *         s  [rows][keys_pad] = scale · Q Kᵀ         dp [rows][keys_pad] = dO Vᵀ
  *         s -> P = exp(s - LSE),  dp -> dS = P ∘ (dp - D) (∘ softcap'(·)) · scale
- *         dv_acc += Pᵀ dO,  dk_acc += dSᵀ Q
- *   pass 2, item (b, query head, block of FA_CPU_BLOCK_ROWS queries):  dQ of those rows,
+ *         dv_acc += Pᵀ dO,  dk_acc += dSᵀ Q       (fused scheme also: dq_all += dS K)
+ *
+ *   fused scheme (5 GEMMs per tile pair), item (b, kv head): every key block in order, the
+ *       group's dQ accumulated in a per-thread fp32 buffer [group][len_q][d_pad] and stored at
+ *       the end. Used when batch · heads_kv >= 2 × online cores (enough items to fill the
+ *       machine) and that buffer is at most 64 MiB.
+ *   split scheme (7 GEMMs), otherwise:
+ *     pass 1, item (b, kv head, key block): the key-block step without dQ;
+ *     pass 2, item (b, query head, block of FA_CPU_BLOCK_ROWS queries): dQ of those rows,
  *       recomputing S and dP with keys-major tiles (query rows are the lanes, as in the forward):
  *         q_t [d][rows_pad], do_t [dv][rows_pad]     packed once per item
  *         s_t [keys][rows_pad] = scale · K Qᵀ,  dp_t = V dOᵀ,  -> P, dS as above
  *         dq_acc += dS K
+ *
  * Every output element is written by exactly one item, whose arithmetic order does not depend
- * on the thread that runs it: results are bitwise identical for any thread count and run to
- * run. The cost is recomputing S and dP once more in pass 2 (7 GEMMs per tile pair instead of
- * 5), which buys full parallelism without atomics or per-thread dQ copies.
+ * on the thread that runs it, and the scheme depends on the problem and the machine's core
+ * count, not on num_threads: results are bitwise identical for any thread count and run to run
+ * (on one machine). No atomics, no per-thread partial sums of outputs.
  * Tiles outside every row's key range are skipped; the mask is applied only on cut tiles.
  */
 #include <math.h>
@@ -33,10 +43,10 @@
 
 #include "cpu_engine.h"
 
-#define BLOCK_ROWS FA_CPU_BLOCK_ROWS     /* pass 2: query rows per item                         */
-#define BLOCK_KEYS FA_CPU_BLOCK_KEYS     /* pass 2: keys per tile                              */
-#define KV_KEYS FA_CPU_BWD_BLOCK_KEYS    /* pass 1: keys per item                              */
-#define KV_ROWS FA_CPU_BWD_BLOCK_ROWS    /* pass 1: query rows per tile                        */
+#define BLOCK_ROWS FA_CPU_BLOCK_ROWS     /* split pass 2: query rows per item                   */
+#define BLOCK_KEYS FA_CPU_BLOCK_KEYS     /* split pass 2: keys per tile                        */
+#define KV_KEYS FA_CPU_BWD_BLOCK_KEYS    /* key-block step: keys per block                     */
+#define KV_ROWS FA_CPU_BWD_BLOCK_ROWS    /* key-block step: query rows per tile                */
 
 typedef struct bwd_ctx {
     const fa_problem *pb;

@@ -45,6 +45,8 @@
 #ifndef FA_CPU_BWD_BLOCK_ROWS
 #define FA_CPU_BWD_BLOCK_ROWS 64
 #endif
+/* Items with at most this many query rows compute their scores with fa_cpu_kernels.keys_dot. */
+#define FA_CPU_DOT_MAX_ROWS 4
 /* ALiBi distances are computed in int32 lanes, clamped to ±2^30 (farther than any sequence). */
 #define FA_CPU_DIAG_LIMIT ((int64_t)1 << 30)
 /* Upper bound on worker threads (num_threads is clamped to it). */
@@ -52,8 +54,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FA_CPU_ALWAYS_INLINE inline __attribute__((always_inline))
+#define FA_CPU_PREFETCH(address) __builtin_prefetch(address)
 #else
 #define FA_CPU_ALWAYS_INLINE inline
+#define FA_CPU_PREFETCH(address) ((void)(address))
 #endif
 
 static inline int64_t fa_cpu_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -133,6 +137,14 @@ typedef struct fa_cpu_kernels {
     void (*softmax_step)(float *s, int64_t ld, int64_t n_keys, int64_t n_rows, float *row_max,
                          float *row_sum, float *alpha);
     void (*grad_scores)(const fa_cpu_grad_tile *t);
+    /* Keys-major scores by dot products along the head dim, for tiles with at most
+     * FA_CPU_DOT_MAX_ROWS query rows (decoding), where the GEMM would fill 16 lanes for 1-4 rows:
+     * s[j][r] = alpha · k_j · q_r  (k_j at k + j·ldk, q_r at q + r·ldq, d elements each);
+     * lanes n_rows..n_lanes-1 of s are set to 0. Such tiles are memory-bound: the kernel also
+     * prefetches the rows of the value tile (v_j at v + j·ldv, dv elements) for the P V step. */
+    void (*keys_dot)(const float *k, int64_t ldk, int64_t n_keys, const float *q, int64_t ldq, int64_t n_rows,
+                     int64_t d, float alpha, float *s, int64_t lds, int64_t n_lanes, const float *v, int64_t ldv,
+                     int64_t dv);
     /* dst[i] = (float)src[i] for n elements of dtype; and back with round-to-nearest-even. */
     void (*to_f32)(float *dst, const void *src, int64_t n, fa_dtype dtype);
     void (*from_f32)(void *dst, const float *src, int64_t n, fa_dtype dtype);

@@ -14,7 +14,8 @@
  * Tiling inside an item (rows_pad = rows rounded up to 16, all fp32 in per-thread scratch):
  *   q_t   [d][rows_pad]          Qᵀ of the item, packed once (rows are the SIMD lanes)
  *   for each key block of FA_CPU_BLOCK_KEYS keys inside the union of the rows' key ranges:
- *     s_t [n_keys][rows_pad] = scale · K Qᵀ         GEMM, A = K rows read in place (fp32 input)
+ *     s_t [n_keys][rows_pad] = scale · K Qᵀ         GEMM, A = K rows read in place (fp32 input);
+ *                                                   dot products instead for <= 4 rows (decoding)
  *     softcap / ALiBi / mask on s_t                  mask only on tiles cut by a row's range
  *     online softmax on s_t: per-row max and sum are vectors across the lanes; s_t -> P
  *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
@@ -202,10 +203,16 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
             ldv = dv_pad;
         }
 
-        /* s_t[j][r] = scale · k_j · q_r */
-        fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s_t, rows_pad,
-                               FA_CPU_GEMM_STORE, score_scale, NULL};
-        kern->gemm(&qk);
+        /* s_t[j][r] = scale · k_j · q_r: a GEMM, or dot products when a few rows (decoding) would
+         * leave most of the GEMM's lanes empty */
+        if (rows <= FA_CPU_DOT_MAX_ROWS) {
+            kern->keys_dot(k_rows, ldk, n_keys, w->q_rows, d, rows, d, score_scale, w->s_t, rows_pad, rows_pad, v_rows,
+                           ldv, dv);
+        } else {
+            fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s_t, rows_pad,
+                                   FA_CPU_GEMM_STORE, score_scale, NULL};
+            kern->gemm(&qk);
+        }
 
         int needs_mask = pb->has_mask && !(full_begin <= j0 && j0 + n_keys <= full_end);
         if (apply_softcap || apply_alibi || needs_mask) {

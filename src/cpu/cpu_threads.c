@@ -11,6 +11,9 @@
  * A job is task(ctx, thread_index) run on thread indices 0..n-1, index 0 on the calling thread.
  * Tasks split their work themselves through an atomic item counter, so the result never
  * depends on which thread ran which item.
+ *
+ * fork(): the child has none of the parent's workers, so a pthread_atfork handler resets the
+ * pool there (otherwise the child's first call would wait for workers that do not exist).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -75,6 +78,20 @@ static void *pool_worker(void *arg) {
     return NULL;
 }
 
+static void pool_reset_in_child(void) {
+    pthread_mutex_init(&pool.job_lock, NULL);
+    pthread_mutex_init(&pool.state_lock, NULL);
+    pthread_cond_init(&pool.start_cond, NULL);
+    pthread_cond_init(&pool.done_cond, NULL);
+    pool.n_workers = 0;
+    pool.generation = 0;
+    pool.job_threads = 0;
+    pool.pending = 0;
+}
+
+static pthread_once_t pool_fork_handler_once = PTHREAD_ONCE_INIT;
+static void pool_register_fork_handler(void) { pthread_atfork(NULL, NULL, pool_reset_in_child); }
+
 /* Grow the pool to `want` workers (called with job_lock held, so generation is stable).
  * Returns the number of workers available. */
 static int pool_grow(int want) {
@@ -138,6 +155,7 @@ void fa_cpu_parallel_run(int thread_count, fa_cpu_task task, void *ctx) {
         task(ctx, 0);
         return;
     }
+    pthread_once(&pool_fork_handler_once, pool_register_fork_handler);
     if (pthread_mutex_trylock(&pool.job_lock) != 0) {
         run_on_temporary_threads(thread_count, task, ctx);
         return;

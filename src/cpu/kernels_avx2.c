@@ -29,6 +29,11 @@ static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm256_mul_ps(a, b); }
 static inline fa_vf vf_div(fa_vf a, fa_vf b) { return _mm256_div_ps(a, b); }
 static inline fa_vf vf_fmadd(fa_vf a, fa_vf b, fa_vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline fa_vf vf_fnmadd(fa_vf a, fa_vf b, fa_vf c) { return _mm256_fnmadd_ps(a, b, c); }
+static inline float vf_reduce_add(fa_vf a) {
+    __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
+    return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_movehdup_ps(sum2)));
+}
 static inline fa_vf vf_max(fa_vf a, fa_vf b) { return _mm256_max_ps(a, b); }
 static inline fa_vf vf_min(fa_vf a, fa_vf b) { return _mm256_min_ps(a, b); }
 static inline fa_vf vf_abs(fa_vf a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }

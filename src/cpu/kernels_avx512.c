@@ -28,6 +28,7 @@ static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm512_mul_ps(a, b); }
 static inline fa_vf vf_div(fa_vf a, fa_vf b) { return _mm512_div_ps(a, b); }
 static inline fa_vf vf_fmadd(fa_vf a, fa_vf b, fa_vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline fa_vf vf_fnmadd(fa_vf a, fa_vf b, fa_vf c) { return _mm512_fnmadd_ps(a, b, c); }
+static inline float vf_reduce_add(fa_vf a) { return _mm512_reduce_add_ps(a); }
 static inline fa_vf vf_max(fa_vf a, fa_vf b) { return _mm512_max_ps(a, b); }
 static inline fa_vf vf_min(fa_vf a, fa_vf b) { return _mm512_min_ps(a, b); }
 static inline fa_vf vf_abs(fa_vf a) { return _mm512_abs_ps(a); }

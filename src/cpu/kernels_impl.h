@@ -9,6 +9,7 @@
  *   FA_ISA_NAME, FA_KERNELS_GETTER   name of the level and of its fa_cpu_kernels getter
  *   types  fa_vf (FA_VL floats), fa_vi (FA_VL int32), fa_vmask (a lane predicate)
  *   float  vf_loadu vf_storeu vf_set1 vf_zero vf_add vf_sub vf_mul vf_div vf_fmadd (a·b + c)
+ *          vf_reduce_add (sum of the lanes, in a fixed order)
  *          vf_fnmadd (c - a·b) vf_max vf_min (x86 semantics: the second operand if either is
  *          NaN) vf_abs vf_round (to nearest even) vf_exp2i (p · 2^n for integral n in [-160, 160])
  *   int    vi_loadu vi_set1 vi_iota (0, 1, ..., FA_VL-1) vi_add vi_sub vi_abs vi_to_vf
@@ -159,6 +160,47 @@ static void kernel_gemm(const fa_cpu_gemm_args *g) {
         int64_t m0 = 0;
         for (; m0 + FA_GEMM_ROWS <= g->m; m0 += FA_GEMM_ROWS) gemm_tile_vecs(FA_GEMM_ROWS, vecs, g, m0, n0);
         if (m0 < g->m) gemm_tail_rows((int)(g->m - m0), vecs, g, m0, n0);
+    }
+}
+
+/* ---- scores by dot products (few query rows) ----------------------------------------------------- */
+
+static FA_CPU_ALWAYS_INLINE void keys_dot_rows(const int rows, const float *kj, const float *q, int64_t ldq, int64_t d,
+                                               float alpha, float *s_row) {
+    fa_vf acc[FA_CPU_DOT_MAX_ROWS];
+    for (int r = 0; r < rows; r++) acc[r] = vf_zero();
+    int64_t c = 0;
+    for (; c + FA_VL <= d; c += FA_VL) {
+        fa_vf k_vec = vf_loadu(kj + c);
+        for (int r = 0; r < rows; r++) acc[r] = vf_fmadd(k_vec, vf_loadu(q + r * ldq + c), acc[r]);
+    }
+    for (int r = 0; r < rows; r++) {
+        float sum = vf_reduce_add(acc[r]);
+        for (int64_t t = c; t < d; t++) sum += kj[t] * q[r * ldq + t];
+        s_row[r] = alpha * sum;
+    }
+}
+
+static void kernel_keys_dot(const float *k, int64_t ldk, int64_t n_keys, const float *q, int64_t ldq, int64_t n_rows,
+                            int64_t d, float alpha, float *s, int64_t lds, int64_t n_lanes, const float *v, int64_t ldv,
+                            int64_t dv) {
+    /* rows of a head lie ldk floats apart (other heads in between), which hardware prefetchers
+     * do not follow across pages: prefetch K and V rows a few keys ahead, one 64-byte line at a time */
+    enum { AHEAD = 8 };
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float *kj = k + j * ldk;
+        float *s_row = s + j * lds;
+        if (j + AHEAD < n_keys) {
+            for (int64_t c = 0; c < d; c += 16) FA_CPU_PREFETCH(kj + AHEAD * ldk + c);
+            for (int64_t c = 0; c < dv; c += 16) FA_CPU_PREFETCH(v + (j + AHEAD) * ldv + c);
+        }
+        switch (n_rows) {
+        case 1: keys_dot_rows(1, kj, q, ldq, d, alpha, s_row); break;
+        case 2: keys_dot_rows(2, kj, q, ldq, d, alpha, s_row); break;
+        case 3: keys_dot_rows(3, kj, q, ldq, d, alpha, s_row); break;
+        default: keys_dot_rows(FA_CPU_DOT_MAX_ROWS, kj, q, ldq, d, alpha, s_row); break;
+        }
+        for (int64_t r = n_rows; r < n_lanes; r++) s_row[r] = 0.0f;
     }
 }
 
@@ -323,8 +365,8 @@ static void kernel_from_f32(void *dst, const float *src, int64_t n, fa_dtype dty
 }
 
 static const fa_cpu_kernels kernel_table = {
-    FA_ISA_NAME,         kernel_gemm,   kernel_transform_scores, kernel_softmax_step,
-    kernel_grad_scores,  kernel_to_f32, kernel_from_f32,
+    FA_ISA_NAME,        kernel_gemm,     kernel_transform_scores, kernel_softmax_step, kernel_grad_scores,
+    kernel_keys_dot,    kernel_to_f32,   kernel_from_f32,
 };
 
 const fa_cpu_kernels *FA_KERNELS_GETTER(void) { return &kernel_table; }

@@ -28,6 +28,7 @@ static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return a * b; }
 static inline fa_vf vf_div(fa_vf a, fa_vf b) { return a / b; }
 static inline fa_vf vf_fmadd(fa_vf a, fa_vf b, fa_vf c) { return a * b + c; }
 static inline fa_vf vf_fnmadd(fa_vf a, fa_vf b, fa_vf c) { return c - a * b; }
+static inline float vf_reduce_add(fa_vf a) { return a; }
 /* x86 semantics: the second operand when the comparison is unordered */
 static inline fa_vf vf_max(fa_vf a, fa_vf b) { return a > b ? a : b; }
 static inline fa_vf vf_min(fa_vf a, fa_vf b) { return a < b ? a : b; }

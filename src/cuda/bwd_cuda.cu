@@ -32,6 +32,7 @@
 #include "bwd_launch.h"
 #include "bwd_tiles.h"
 #include "fa_cuda_common.cuh"
+#include "bwd_launch_v2.h" /* main kernel v2 (bwd_kernel_v2.cuh) on sm_90+, where its smem fits */
 
 /* ---- small kernels ------------------------------------------------------------------------- */
 
@@ -191,6 +192,7 @@ typedef struct fa_bwd_plan {
     int prepass_lanes, prepass_rows;
     int64_t prepass_blocks_per_head;
     int need_sink;           /* sinks given and dsink requested                                 */
+    int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
     size_t off_dq, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
 } fa_bwd_plan;
 
@@ -262,7 +264,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                             dev.ordinal, dev.cc_major, dev.cc_minor);
 
     const int bucket = fa_bwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
-    const size_t smem = fa_bwd_smem_bytes(bucket);
+    plan->v2 = dev.cc_major >= 9 && bucket > 0 && fa_bwd2_smem_bytes(bucket) <= dev.smem_optin;
+    const size_t smem = plan->v2 ? fa_bwd2_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if (smem > dev.smem_optin)
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "head_dim = %lld, head_dim_v = %lld: the CUDA backward kernel needs %zu bytes of "
@@ -270,7 +273,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                             (long long)p->head_dim, (long long)p->head_dim_v, smem, dev.ordinal, dev.smem_optin);
 
     plan->bucket = bucket;
-    plan->block_k = fa_bwd_block_k(bucket);
+    plan->block_k = plan->v2 ? fa_bwd2_block_k(bucket) : fa_bwd_block_k(bucket);
     plan->key_blocks = (p->seqlen_k + plan->block_k - 1) / plan->block_k;
     plan->group_splits = fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
     plan->heads_per_split = (int)((pb->group + plan->group_splits - 1) / plan->group_splits);
@@ -445,6 +448,14 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.heads_per_split = plan->heads_per_split;
         prm.blocks_per_head = plan->blocks_per_head;
         fa_status s;
+        if (plan->v2) {
+            switch (plan->bucket) {
+            case 64: s = fa_bwd2_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
+            case 128: s = fa_bwd2_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
+            default: s = fa_bwd2_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+            }
+            if (s != FA_OK) return s;
+        } else
         switch (plan->bucket) {
         case 64: s = fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
         case 128: s = fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;

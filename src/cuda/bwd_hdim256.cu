@@ -10,3 +10,12 @@ extern "C" fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dt
     if (dtype == FA_DTYPE_BF16) return fa_bwd_launch_main<fa_bf16, 256>(prm, grid, stream);
     return fa_bwd_launch_main<fa_f16, 256>(prm, grid, stream);
 }
+
+#include "bwd_kernel_v2.cuh"
+#include "bwd_launch_v2.h"
+
+extern "C" fa_status fa_bwd2_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid,
+                                          cudaStream_t stream) {
+    if (dtype == FA_DTYPE_BF16) return fa_bwd2_launch_main<fa_bf16, 256>(prm, grid, stream);
+    return fa_bwd2_launch_main<fa_f16, 256>(prm, grid, stream);
+}

@@ -198,4 +198,46 @@ __device__ __forceinline__ void cp_async_ca_4(uint32_t smem_dst, const void *gme
                  : "memory");
 }
 
+/* ---- kvcache -----------------------------------------------------------------------------------
+ * Wrappers added by the KV-cache decode kernels (kvcache_*.cu) go below this line. */
+
+/* Programmatic dependent launch (PTX ISA "griddepcontrol", sm_90+; no-ops when compiled for older
+ * targets, where the host never asks for a programmatic launch). launch_dependents: this block no
+ * longer holds back the launch of the grid that depends on this one (it still waits for our
+ * completion in griddepcontrol.wait). wait: block until every prerequisite grid has completed and
+ * its memory operations are visible; returns at once when the grid was launched normally. */
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddepcontrol_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/* 16-bit shared-memory accesses for the in-place rotary of q / k_new rows (PTX ISA "ld", "st"). */
+__device__ __forceinline__ uint16_t ld_shared_u16(uint32_t smem_addr) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(smem_addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_shared_u16(uint32_t smem_addr, uint16_t v) {
+    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(smem_addr), "h"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t smem_addr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_addr), "f"(x), "f"(y) : "memory");
+}
+
+__device__ __forceinline__ void ld_shared_v4_f32(float r[4], uint32_t smem_addr) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
+                 : "r"(smem_addr)
+                 : "memory");
+}
+
 #endif /* FA_PTX_CUH */

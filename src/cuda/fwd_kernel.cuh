@@ -422,10 +422,17 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
     for (int r = 0; r < 2 * M_TILES; ++r) {
         const int mt = r / 2, h = r % 2;
+        /* The sink joins the denominator under the larger of the row max and the sink (a sink far
+         * above every score must not overflow exp2): m = max(max_scaled, sink), and O, built
+         * relative to max_scaled, is rescaled by corr = exp2(max_scaled - m). */
         float sum = fa_quad_sum(ld_shared_f32(row_sum_addr(r)));
-        const float max_scaled = (row_max[r] == -CUDART_INF_F ? 0.0f : row_max[r]) * score_mul;
-        if (prm.sink_logits != nullptr) sum += exp2f(sink_log2 - max_scaled);
-        const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float max_scaled = row_max[r] == -CUDART_INF_F ? -CUDART_INF_F : row_max[r] * score_mul;
+        float m = fmaxf(max_scaled, sink_log2);
+        if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
+        const float corr = exp2f(max_scaled - m);
+        sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
+        const float inv_sum = sum > 0.0f ? corr / sum : 0.0f;
+        const float max_scaled_final = m;
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot) {
             o_rmem[mt][ot][2 * h] *= inv_sum;
@@ -434,7 +441,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         const int local_row = warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
         if (prm.lse != nullptr && quad_col == 0 && m0 + local_row < len_q)
             prm.lse[lse_row0 + m0 + local_row] =
-                sum > 0.0f ? (max_scaled + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+                sum > 0.0f ? (max_scaled_final + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
     }
 
     /* O tile -> this warp's own rows of q_smem (same swizzle; no other warp touches them, so a

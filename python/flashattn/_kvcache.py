@@ -1,0 +1,288 @@
+"""flash_attn_with_kvcache over fa_kvcache_forward, for NumPy arrays and torch tensors.
+
+The caches are updated in place (k / v are written at cache_seqlens before attending), so they
+are passed by address and strides and never copied: a cache whose last dimension is not
+contiguous, or a read-only NumPy array, is rejected. The other tensors are copied only when their
+last dimension is not contiguous. Integer tables are converted to int32 when they are not.
+"""
+
+import ctypes
+
+from . import _core, _lib
+
+_torch = None
+
+
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+    return _torch
+
+
+def _paged_geometry(k_cache_shape, block_table_shape):
+    """(seqlen_k, page_size, num_pages, cache_batch) of the cache."""
+    if block_table_shape is None:
+        return k_cache_shape[1], 0, 0, k_cache_shape[0]
+    if len(block_table_shape) != 2:
+        raise ValueError("flashattn: block_table must be 2-D (batch, max_blocks_per_seq), got shape %s"
+                         % (tuple(block_table_shape),))
+    page_size = k_cache_shape[1]
+    return block_table_shape[1] * page_size, page_size, k_cache_shape[0], 0
+
+
+def _check_shapes(q_shape, kc_shape, vc_shape, k_shape, v_shape, cos_shape, sin_shape):
+    _core.check_rank("q", q_shape, 4, "(batch, seqlen, nheads, headdim)")
+    _core.check_rank("k_cache", kc_shape, 4, "(batch_cache, seqlen_cache, nheads_k, headdim) or "
+                     "(num_blocks, page_block_size, nheads_k, headdim)")
+    _core.check_rank("v_cache", vc_shape, 4, "like k_cache with headdim_v")
+    if tuple(vc_shape[:3]) != tuple(kc_shape[:3]):
+        raise ValueError("flashattn: v_cache has shape %s but k_cache has %s: the first three "
+                         "dimensions must match" % (tuple(vc_shape), tuple(kc_shape)))
+    if q_shape[-1] != kc_shape[-1]:
+        raise ValueError("flashattn: q has head dim %d but k_cache has %d" % (q_shape[-1], kc_shape[-1]))
+    if (k_shape is None) != (v_shape is None):
+        raise ValueError("flashattn: give both k and v (the new tokens to append), or neither")
+    if k_shape is not None:
+        _core.check_rank("k", k_shape, 4, "(batch, seqlen_new, nheads_k, headdim)")
+        _core.check_rank("v", v_shape, 4, "(batch, seqlen_new, nheads_k, headdim_v)")
+        want_k = (q_shape[0], k_shape[1], kc_shape[2], kc_shape[3])
+        want_v = (q_shape[0], k_shape[1], vc_shape[2], vc_shape[3])
+        if tuple(k_shape) != want_k or tuple(v_shape) != want_v:
+            raise ValueError("flashattn: k / v must have shapes %s / %s (batch, seqlen_new, nheads_k, "
+                             "headdim), got %s / %s" % (want_k, want_v, tuple(k_shape), tuple(v_shape)))
+        if k_shape[1] != q_shape[1]:
+            raise NotImplementedError(
+                "flashattn: k / v append %d tokens but q has %d: this version appends exactly one "
+                "key / value per query token (seqlen_new == seqlen_q)" % (k_shape[1], q_shape[1]))
+    if (cos_shape is None) != (sin_shape is None):
+        raise ValueError("flashattn: give both rotary_cos and rotary_sin, or neither")
+    if cos_shape is not None:
+        if len(cos_shape) != 2 or tuple(sin_shape) != tuple(cos_shape):
+            raise ValueError("flashattn: rotary_cos / rotary_sin must both be (seqlen_ro, rotary_dim / 2), "
+                             "got %s / %s" % (tuple(cos_shape), tuple(sin_shape)))
+
+
+def _fill_params(p, seqlen_k, page_size, num_pages, cache_batch, knew, vnew, cos_ptr, sin_ptr,
+                 cos_shape, rotary_interleaved, seqlens_ptr, batch_idx_ptr, leftpad_ptr, table_ptr,
+                 table_row_stride, num_splits):
+    p.seqlen_k = seqlen_k
+    p.page_size = page_size
+    p.num_pages = num_pages
+    p.cache_batch = cache_batch
+    p.cache_seqlens = seqlens_ptr
+    p.cache_batch_idx = batch_idx_ptr
+    p.cache_leftpad = leftpad_ptr
+    p.block_table = table_ptr
+    p.block_table_batch_stride = table_row_stride
+    if knew is not None:
+        p.k_new, p.v_new = knew.ptr, vnew.ptr
+        p.knew_batch_stride, p.knew_row_stride, p.knew_head_stride = knew.strides[:3]
+        p.vnew_batch_stride, p.vnew_row_stride, p.vnew_head_stride = vnew.strides[:3]
+    if cos_ptr is not None:
+        p.rotary_cos, p.rotary_sin = cos_ptr, sin_ptr
+        p.rotary_seqlen = cos_shape[0]
+        p.rotary_dim = 2 * cos_shape[1]
+        p.rotary_interleaved = int(bool(rotary_interleaved))
+    num_splits = int(num_splits)
+    if num_splits < 0:
+        raise ValueError("flashattn: num_splits = %d must be >= 0 (0 = heuristic)" % num_splits)
+    p.num_splits = num_splits
+
+
+# ---- NumPy -------------------------------------------------------------------------------------
+
+
+def _np_cache_view(np, x, name):
+    """View of a cache array without copying it (it is written in place)."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError("flashattn: %s must be a NumPy array (it is updated in place)" % name)
+    item = x.dtype.itemsize
+    if (x.shape[-1] > 1 and x.strides[-1] != item) or any(s % item for s in x.strides) or \
+            any(s < 0 for s in x.strides):
+        raise ValueError("flashattn: %s must have a contiguous last dimension and non-negative "
+                         "strides (it is updated in place, so it cannot be copied)" % name)
+    if not x.flags.writeable:
+        raise ValueError("flashattn: %s is read-only (it is updated in place)" % name)
+    strides = [s // item for s in x.strides]
+    strides[-1] = 1
+    return _core.View(x.ctypes.data, x.shape, strides)
+
+
+def numpy_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                       cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                       window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                       return_softmax_lse, sink_logits):
+    import numpy as np
+
+    from . import _numpy_impl as npi
+
+    q = npi._array(q, "q")
+    _check_shapes(q.shape, np.shape(k_cache), np.shape(v_cache), None if k is None else np.shape(k),
+                  None if v is None else np.shape(v), None if rotary_cos is None else np.shape(rotary_cos),
+                  None if rotary_sin is None else np.shape(rotary_sin))
+    code = npi.dtype_code(q.dtype)
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+        if x is not None and np.asarray(x).dtype != q.dtype:
+            raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, np.asarray(x).dtype, q.dtype))
+    batch, sq, hq, d = q.shape
+    keep = []
+    q, qv = npi._prepare(q, "q")
+    kc, vc = _np_cache_view(np, k_cache, "k_cache"), _np_cache_view(np, v_cache, "v_cache")
+    table = None if block_table is None else np.ascontiguousarray(block_table, dtype=np.int32)
+    seqlen_k, page_size, num_pages, cache_batch = _paged_geometry(
+        k_cache.shape, None if table is None else table.shape)
+
+    def int_table(x, name):
+        if x is None:
+            return None
+        if np.ndim(x) == 0:
+            x = np.full((batch,), int(x), np.int32)
+        x = np.ascontiguousarray(x, dtype=np.int32)
+        if x.shape != (batch,):
+            raise ValueError("flashattn: %s must have shape (batch,) = (%d,), got %s" % (name, batch, x.shape))
+        keep.append(x)
+        return x.ctypes.data
+
+    seqlens_ptr = int_table(cache_seqlens, "cache_seqlens")
+    batch_idx_ptr = int_table(cache_batch_idx, "cache_batch_idx")
+    leftpad_ptr = int_table(cache_leftpad, "cache_leftpad")
+    knew = vnew = None
+    if k is not None:
+        k, knew = npi._prepare(np.asarray(k), "k")
+        v, vnew = npi._prepare(np.asarray(v), "v")
+    cos_ptr = sin_ptr = None
+    if rotary_cos is not None:
+        cos = np.ascontiguousarray(rotary_cos, dtype=q.dtype)
+        sin = np.ascontiguousarray(rotary_sin, dtype=q.dtype)
+        keep += [cos, sin]
+        cos_ptr, sin_ptr = cos.ctypes.data, sin.ctypes.data
+    alibi_ptr, alibi_stride = None, 0
+    if alibi_slopes is not None:
+        a = npi._flat_f32(alibi_slopes, "alibi_slopes", lambda s: _core.check_alibi_shape(s, batch, hq))
+        keep.append(a)
+        alibi_ptr, alibi_stride = a.ctypes.data, (a.strides[0] // 4 if a.ndim == 2 else 0)
+    sink_ptr = None
+    if sink_logits is not None:
+        sink = npi._flat_f32(sink_logits, "sink_logits", lambda s: _core.check_sink_shape(s, hq))
+        keep.append(sink)
+        sink_ptr = sink.ctypes.data
+
+    dv = v_cache.shape[-1]
+    out = np.empty((batch, sq, hq, dv), dtype=q.dtype)
+    lse = np.empty((batch, hq, sq), dtype=np.float32)
+    if batch > 0:
+        out_keep, ov = npi._prepare(out, "out")
+        opts = _core.Options(d, softmax_scale, causal, window_size, softcap)
+        p = _core.make_params(_lib.FA_DEVICE_CPU, code, qv, kc, vc, ov,
+                              lse.ctypes.data if lse.size else ctypes.addressof(npi._EMPTY),
+                              batch, sq, seqlen_k, opts, alibi_ptr=alibi_ptr,
+                              alibi_batch_stride=alibi_stride, sink_ptr=sink_ptr)
+        _fill_params(p, seqlen_k, page_size, num_pages, cache_batch, knew, vnew, cos_ptr, sin_ptr,
+                     None if rotary_cos is None else np.shape(rotary_cos), rotary_interleaved,
+                     seqlens_ptr, batch_idx_ptr, leftpad_ptr,
+                     None if table is None else table.ctypes.data,
+                     0 if table is None else table.shape[1], num_splits)
+        _lib.kvcache_forward(p)
+    return (out, lse) if return_softmax_lse else out
+
+
+# ---- torch -------------------------------------------------------------------------------------
+
+
+def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                       cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                       window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                       return_softmax_lse, sink_logits):
+    torch = _torch_module()
+    from . import _torch_impl as ti
+
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v),
+                    ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t is not None:
+            ti._check_tensor(name, t, q.device)
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError("flashattn: tensors on device %s are not supported (cpu or cuda)" % q.device)
+    _check_shapes(q.shape, k_cache.shape, v_cache.shape, None if k is None else k.shape,
+                  None if v is None else v.shape, None if rotary_cos is None else rotary_cos.shape,
+                  None if rotary_sin is None else rotary_sin.shape)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+        if t is not None and t.dtype != q.dtype:
+            raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, t.dtype, q.dtype))
+    code = ti.dtype_code(q.dtype)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError("flashattn: %s must have a contiguous last dimension (it is updated in "
+                             "place, so it cannot be copied)" % name)
+    batch, sq, hq, d = q.shape
+    device_code, stream = ti._device_and_stream(q)
+
+    def int_table(x, name, shape=None):
+        if x is None:
+            return None
+        if not isinstance(x, torch.Tensor):
+            x = torch.full((batch,), int(x), dtype=torch.int32, device=q.device)
+        ti._check_tensor(name, x, q.device)
+        if x.dtype.is_floating_point:
+            raise TypeError("flashattn: %s must be an integer tensor (torch.int32)" % name)
+        x = x.to(torch.int32).contiguous()
+        if shape is not None and tuple(x.shape) != shape:
+            raise ValueError("flashattn: %s must have shape %s, got %s" % (name, shape, tuple(x.shape)))
+        return x
+
+    seqlens = int_table(cache_seqlens, "cache_seqlens", (batch,))
+    batch_idx = int_table(cache_batch_idx, "cache_batch_idx", (batch,))
+    leftpad = int_table(cache_leftpad, "cache_leftpad", (batch,))
+    table = int_table(block_table, "block_table")
+    seqlen_k, page_size, num_pages, cache_batch = _paged_geometry(
+        tuple(k_cache.shape), None if table is None else tuple(table.shape))
+    if table is not None and table.shape[0] != batch:
+        raise ValueError("flashattn: block_table has %d rows but the batch is %d" % (table.shape[0], batch))
+    q_c = ti._contig_last(q.detach())
+    k_c = v_c = None
+    if k is not None:
+        k_c, v_c = ti._contig_last(k.detach()), ti._contig_last(v.detach())
+    cos = sin = None
+    if rotary_cos is not None:
+        cos = rotary_cos.detach().to(q.dtype).contiguous()
+        sin = rotary_sin.detach().to(q.dtype).contiguous()
+    alibi = None
+    if alibi_slopes is not None:
+        ti._check_tensor("alibi_slopes", alibi_slopes, q.device)
+        _core.check_alibi_shape(alibi_slopes.shape, batch, hq)
+        if alibi_slopes.dtype != torch.float32:
+            raise TypeError("flashattn: alibi_slopes must be torch.float32, got %s" % alibi_slopes.dtype)
+        alibi = ti._contig_last(alibi_slopes.detach())
+    sink = None
+    if sink_logits is not None:
+        ti._check_tensor("sink_logits", sink_logits, q.device)
+        _core.check_sink_shape(sink_logits.shape, hq)
+        sink = sink_logits.detach().float().contiguous()
+
+    dv = v_cache.shape[-1]
+    out = torch.empty((batch, sq, hq, dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, hq, sq), dtype=torch.float32, device=q.device)
+    if batch > 0:
+        opts = _core.Options(d, softmax_scale, causal, window_size, softcap)
+        extra = {}
+        if alibi is not None:
+            extra["alibi_ptr"] = alibi.data_ptr()
+            extra["alibi_batch_stride"] = alibi.stride(0) if alibi.dim() == 2 else 0
+        if sink is not None:
+            extra["sink_ptr"] = sink.data_ptr()
+        p = _core.make_params(device_code, code, ti._view(q_c), ti._view(k_cache.detach()),
+                              ti._view(v_cache.detach()), ti._view(out), ti._address(lse), batch,
+                              sq, seqlen_k, opts, stream=stream, **extra)
+        _fill_params(p, seqlen_k, page_size, num_pages, cache_batch,
+                     None if k_c is None else ti._view(k_c), None if v_c is None else ti._view(v_c),
+                     None if cos is None else cos.data_ptr(), None if sin is None else sin.data_ptr(),
+                     None if cos is None else tuple(cos.shape), rotary_interleaved,
+                     None if seqlens is None else seqlens.data_ptr(),
+                     None if batch_idx is None else batch_idx.data_ptr(),
+                     None if leftpad is None else leftpad.data_ptr(),
+                     None if table is None else table.data_ptr(),
+                     0 if table is None else table.stride(0), num_splits)
+        with ti._guard(q):
+            _lib.kvcache_forward(p)
+    return (out, lse) if return_softmax_lse else out
