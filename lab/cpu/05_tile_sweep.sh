@@ -3,7 +3,6 @@
 # thread (CPU-time rate, robust to the shared machine). Usage: sh lab/cpu/05_tile_sweep.sh fwd|bwd
 set -e
 what=${1:-fwd}
-for cfg in "$@"; do :; done
 run() {
     b=build-cpu-sweep
     rm -rf $b

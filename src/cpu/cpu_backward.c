@@ -514,10 +514,13 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.d_pad = fa_cpu_round_up(c.d, FA_CPU_PAD);
     c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
     c.elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
-    c.q_direct = p->dtype == FA_DTYPE_F32 && c.d == c.d_pad;
-    c.do_direct = p->dtype == FA_DTYPE_F32 && c.dv == c.dv_pad;
+    /* fp32 rows are used in place unless a GEMM would stream them more than twice (one pass per
+     * panel of columns; rows of one head lie far apart and conflict in L1): see cpu_forward.c */
+    const int fp32 = p->dtype == FA_DTYPE_F32, panel2 = (int)(2 * c.kern->gemm_panel);
+    c.q_direct = fp32 && c.d == c.d_pad && c.d_pad <= panel2;
+    c.do_direct = fp32 && c.dv == c.dv_pad && c.dv_pad <= panel2;
     c.k_direct = c.q_direct;
-    c.v_direct = p->dtype == FA_DTYPE_F32;
+    c.v_direct = fp32 && BLOCK_ROWS <= panel2;
 
     int max_threads = fa_cpu_thread_count(pb);
     static const int split_passes[3] = {0, 1, 2}, fused_passes[2] = {0, 3};

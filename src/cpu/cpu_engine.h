@@ -128,7 +128,8 @@ typedef struct fa_cpu_grad_tile {
 
 /* One SIMD level's inner kernels. */
 typedef struct fa_cpu_kernels {
-    const char *name; /* "avx512", "avx2", "scalar" */
+    const char *name;        /* "avx512", "avx2", "scalar"                                    */
+    int64_t gemm_panel;      /* columns of C one pass of the GEMM micro-kernel covers         */
     void (*gemm)(const fa_cpu_gemm_args *g);
     void (*transform_scores)(const fa_cpu_score_tile *t);
     /* Forward online-softmax step on a keys-major tile s[n_keys][ld] (n_rows lanes, a multiple

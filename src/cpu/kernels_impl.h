@@ -365,7 +365,7 @@ static void kernel_from_f32(void *dst, const float *src, int64_t n, fa_dtype dty
 }
 
 static const fa_cpu_kernels kernel_table = {
-    FA_ISA_NAME,        kernel_gemm,     kernel_transform_scores, kernel_softmax_step, kernel_grad_scores,
+    FA_ISA_NAME,        FA_GEMM_VECS * FA_VL, kernel_gemm,     kernel_transform_scores, kernel_softmax_step, kernel_grad_scores,
     kernel_keys_dot,    kernel_to_f32,   kernel_from_f32,
 };
 
