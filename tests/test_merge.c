@@ -148,8 +148,14 @@ FA_TEST(merge_splits_attention) {
         FA_CHECK(fa_merge_states(&m) == FA_OK, "merge: %s", fa_last_error());
     }
     double err_o = 0.0, err_lse = 0.0;
-    for (int64_t i = 0; i < b * sq * hq * d; i++) err_o = fmax(err_o, fabs((double)o_merged[i] - o_full[i]));
-    for (int64_t i = 0; i < b * hq * sq; i++) err_lse = fmax(err_lse, fabs((double)lse_merged[i] - lse_full[i]));
+    for (int64_t i = 0; i < b * sq * hq * d; i++) {
+        double e = fabs((double)o_merged[i] - o_full[i]);
+        if (e > err_o) err_o = e;
+    }
+    for (int64_t i = 0; i < b * hq * sq; i++) {
+        double e = fabs((double)lse_merged[i] - lse_full[i]);
+        if (e > err_lse) err_lse = e;
+    }
     FA_CHECK(err_o < 2e-6 && err_lse < 2e-6, "merged halves vs full attention: o %.2e lse %.2e", err_o, err_lse);
 done:
     free(q);

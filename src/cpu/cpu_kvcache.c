@@ -397,6 +397,7 @@ static void load_key_tile(const kv_ctx *c, const kv_sequence *seq, int64_t b, in
     *ld = buf_ld;
 }
 
+#ifdef FA_KV_HAVE_AVX512 /* the streaming layout runs only on the AVX-512 path */
 /* K and V of one streaming tile: for each slot, the rows of every kv head of the item (the
  * order the cache holds them in), K as row pointers for the dot products, V converted to fp32
  * into v_buf[g][j][dv_pad]. */
@@ -417,6 +418,7 @@ static void load_stream_tile(const kv_ctx *c, const kv_scratch *w, const kv_sequ
         }
     }
 }
+#endif
 
 /* One work item: `local` is the item's index within sequence b. Rows are numbered kv head of the
  * item (g), then query head of its group, then query: row r = (g · n_heads + head) · n_i + i. */
