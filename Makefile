@@ -59,7 +59,7 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/ob
 TOOL_C  := $(wildcard tools/*.c) tests/reference.c tests/sweep.c
 TEST_C  := $(wildcard tests/*.c)
 
-.PHONY: all lib run test gpu-test clean bench check
+.PHONY: all lib run test gpu-test clean bench check print-cuda-libs
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
@@ -103,6 +103,10 @@ test:
 
 gpu-test:
 	@sh tests/gpu_test.sh
+
+# The link flags a program using libflashattn.a needs for the CUDA part (empty without CUDA).
+print-cuda-libs:
+	@echo $(CUDA_LIBS)
 
 clean:
 	rm -rf $(BUILD) build-asan

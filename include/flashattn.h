@@ -216,7 +216,14 @@ FA_API fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes);
  * cache_seqlens[b] (+ seqlen_q if appending) valid keys, starting at cache_leftpad[b]. Every
  * mask feature applies (causal aligns the new tokens to the end of the cache). Splits the cache
  * across workers when batch × heads do not fill the machine (num_splits) and merges the partial
- * states. Writes o and (if non-NULL) lse. */
+ * states. Writes o and (if non-NULL) lse.
+ * Positions for rotary are relative to cache_leftpad: new key t sits at L0 - pad + t (L0 =
+ * cache_seqlens[b]); queries at L0 - pad + i when causal or windowed, else all at L0 - pad
+ * (flash_attn's convention). Rotary needs k_new and rotary_seqlen >= seqlen_k. If two sequences
+ * append to the same cache slot (a repeated cache_batch_idx, or shared pages), sequences are
+ * appended in order and the last one wins. On the CPU cache_seqlens, cache_batch_idx,
+ * cache_leftpad and block_table are host memory and checked; on CUDA they are device memory,
+ * not read by the host, and clamped by the kernels. */
 FA_API fa_status fa_kvcache_forward(const fa_params *p);
 FA_API fa_status fa_check_kvcache(const fa_params *p, size_t *workspace_bytes);
 

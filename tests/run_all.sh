@@ -86,6 +86,15 @@ if [ "$built" -eq 1 ]; then
     banner "unit tests ($BUILD_DIR/fa_tests)"
     run_stage "unit tests" "./$BUILD_DIR/fa_tests"
 
+    banner "C++ use of the header (tests/header_cxx.cc)"
+    if ${CXX:-c++} -std=c++11 -Wall -Wextra -pedantic -Werror -Iinclude tests/header_cxx.cc \
+        "$BUILD_DIR/libflashattn.a" -lm -pthread $(make -s BUILD="$BUILD_DIR" print-cuda-libs) \
+        -o "$BUILD_DIR/header_cxx"; then
+        run_stage "C++ header" "./$BUILD_DIR/header_cxx"
+    else
+        fail_stage "tests/header_cxx.cc did not compile or link as C++"
+    fi
+
     banner "check sweep ($BUILD_DIR/flashattn check --quick)"
     if [ -x "$BUILD_DIR/flashattn" ]; then
         run_stage "check sweep" "./$BUILD_DIR/flashattn" check --quick
