@@ -212,11 +212,7 @@ static fa_status prepare(const fa_params *in, call_kind kind, fa_problem *pb, si
     size_t ws = 0;
     s = engine_check(pb, kind, &ws);
     if (s != FA_OK) return s;
-    if (pb->p.workspace != NULL && pb->p.workspace_bytes < ws)
-        return fa_set_error(FA_ERR_WORKSPACE,
-                            "workspace_bytes = %zu is smaller than the %zu bytes this call needs "
-                            "(pass NULL to let the library allocate)",
-                            pb->p.workspace_bytes, ws);
+    if ((s = fa_check_workspace_size(&pb->p, ws)) != FA_OK) return s;
     if (ws_out) *ws_out = ws;
     return FA_OK;
 }

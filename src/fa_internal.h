@@ -151,6 +151,10 @@ FA_HD float fa_alibi_bias(float slope, int64_t i, int64_t j, int64_t len_q, int6
 
 /* ---- engines -------------------------------------------------------------------------------- */
 
+/* FA_ERR_WORKSPACE when the caller gave a workspace (p->workspace) smaller than the `needed` bytes
+ * the engine reported (src/fa_validate.c). */
+fa_status fa_check_workspace_size(const fa_params *p, size_t needed);
+
 /* CPU engine (src/cpu/). All take a validated problem. */
 fa_status fa_cpu_forward(const fa_problem *pb);
 fa_status fa_cpu_backward(const fa_problem *pb);

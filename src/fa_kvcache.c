@@ -243,11 +243,7 @@ static fa_status prepare_kvcache(const fa_params *in, fa_problem *pb, size_t *ws
     } else {
         ws = fa_cpu_kvcache_workspace(pb);
     }
-    if (pb->p.workspace != NULL && pb->p.workspace_bytes < ws)
-        return fa_set_error(FA_ERR_WORKSPACE,
-                            "workspace_bytes = %zu is smaller than the %zu bytes this call needs "
-                            "(pass NULL to let the library allocate)",
-                            pb->p.workspace_bytes, ws);
+    if ((s = fa_check_workspace_size(&pb->p, ws)) != FA_OK) return s;
     if (ws_out) *ws_out = ws;
     return FA_OK;
 }

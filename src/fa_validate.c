@@ -1,7 +1,8 @@
 /*
  * fa_validate.c: validation steps shared by the entry points of fa_api.c (fa_forward,
  * fa_backward, ...) and fa_kvcache.c (fa_kvcache_forward, fa_merge_states): the scalar fields
- * every attention call has, and the stride / overflow / overlap check of one strided tensor.
+ * every attention call has, the stride / overflow / overlap check of one strided tensor, and the
+ * check of a caller's workspace against the engine's need.
  * Nothing here writes anything but the fa_problem being built and the thread's error message.
  */
 #include <math.h>
@@ -56,6 +57,15 @@ fa_status fa_check_tensor_view(const fa_tensor_view *t) {
                                 t->name, t->name, axis[a], (long long)t->stride[a], (long long)span);
         span = t->stride[a] * t->extent[a];
     }
+    return FA_OK;
+}
+
+fa_status fa_check_workspace_size(const fa_params *p, size_t needed) {
+    if (p->workspace != NULL && p->workspace_bytes < needed)
+        return fa_set_error(FA_ERR_WORKSPACE,
+                            "workspace_bytes = %zu is smaller than the %zu bytes this call needs "
+                            "(pass NULL to let the library allocate)",
+                            p->workspace_bytes, needed);
     return FA_OK;
 }
 

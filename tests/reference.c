@@ -577,6 +577,26 @@ void fa_ref_outputs_free(fa_ref_outputs *out) {
     memset(out, 0, sizeof *out);
 }
 
+int fa_ref_references(const fa_params *p, fa_dtype dtype, int backward, fa_ref_gathered *g, fa_ref_outputs *ref64,
+                      fa_ref_outputs *baseline) {
+    memset(ref64, 0, sizeof *ref64);
+    memset(baseline, 0, sizeof *baseline);
+    if (fa_ref_gather(p, g) || fa_ref_outputs_alloc(&g->rp, backward, ref64) ||
+        fa_ref_outputs_alloc(&g->rp, backward, baseline)) {
+        fa_ref_references_free(g, ref64, baseline);
+        return -1;
+    }
+    fa_ref64_run(&g->rp, backward, ref64);
+    fa_ref_baseline_run(&g->rp, dtype, backward, baseline);
+    return 0;
+}
+
+void fa_ref_references_free(fa_ref_gathered *g, fa_ref_outputs *ref64, fa_ref_outputs *baseline) {
+    fa_ref_outputs_free(ref64);
+    fa_ref_outputs_free(baseline);
+    fa_ref_gathered_free(g);
+}
+
 /* ---- gathering a host fa_params problem into canonical doubles ---------------------------- */
 
 /* Read a [rows, heads, dim] strided tensor of p into canonical doubles (unused rows zero). */
@@ -1256,6 +1276,22 @@ typedef struct compare_ctx {
     uint8_t *logical; /* per buffer element: 1 if some output view covers it */
 } compare_ctx;
 
+/* One compared element, ours and ref finite: the largest errors of ours and of the baseline and
+ * the largest |ref| so far. */
+static void check_note(fa_test_check *c, double ours, double ref, double base) {
+    if (fabs(ours - ref) > c->err) c->err = fabs(ours - ref);
+    if (fabs(ref) > c->ref_max) c->ref_max = fabs(ref);
+    if (fabs(base - ref) > c->base_err) c->base_err = fabs(base - ref);
+}
+
+/* All elements seen: the tolerance 2·base_err + floor (floor_dtype: the tensor's storage type,
+ * f32 for lse) and the verdict. */
+static void check_finish(fa_test_check *c, fa_dtype floor_dtype) {
+    c->floor = fa_test_floor(floor_dtype, c->ref_max, c->term_max);
+    c->tol = 2.0 * c->base_err + c->floor;
+    c->ok = c->unwritten == 0 && c->nonfinite == 0 && c->clobbered == 0 && c->err <= c->tol;
+}
+
 static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
     compare_ctx *ctx = ctx_;
     fa_test_check *c = ctx->check;
@@ -1275,10 +1311,7 @@ static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
         c->nonfinite++;
         return;
     }
-    double err = fabs(ours - ref);
-    if (err > c->err) c->err = err;
-    if (fabs(ref) > c->ref_max) c->ref_max = fabs(ref);
-    if (isfinite(base) && fabs(base - ref) > c->base_err) c->base_err = fabs(base - ref);
+    check_note(c, ours, ref, isfinite(base) ? base : ref); /* a non-finite baseline is not counted */
 }
 
 static void mark_visit(void *ctx_, int64_t at, int64_t canonical) {
@@ -1314,11 +1347,7 @@ fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_re
     } else {
         check.clobbered = -1;
     }
-    fa_dtype floor_dtype = tensor == FA_T_LSE ? FA_DTYPE_F32 : tp->spec.dtype;
-    check.floor = fa_test_floor(floor_dtype, check.ref_max, check.term_max);
-    check.tol = 2.0 * check.base_err + check.floor;
-    check.ok = check.unwritten == 0 && check.nonfinite == 0 && check.clobbered == 0 &&
-               check.err <= check.tol;
+    check_finish(&check, tensor == FA_T_LSE ? FA_DTYPE_F32 : tp->spec.dtype);
     return check;
 }
 
@@ -1951,9 +1980,7 @@ fa_kv_check fa_kv_verify(const fa_kv_problem *kp) {
                         continue;
                     }
                     if (sees_nothing && ours != 0.0) out.masked_violations++;
-                    if (fabs(ours - r) > ck->err) ck->err = fabs(ours - r);
-                    if (fabs(r) > ck->ref_max) ck->ref_max = fabs(r);
-                    if (fabs(bb - r) > ck->base_err) ck->base_err = fabs(bb - r);
+                    check_note(ck, ours, r, bb);
                 }
                 if (s->no_lse) continue;
                 int64_t at = (b * hq + h) * sq + i, ref_at = h * o.rp64.rows_q + b * sq + i;
@@ -1978,9 +2005,7 @@ fa_kv_check fa_kv_verify(const fa_kv_problem *kp) {
                     ck->nonfinite++;
                     continue;
                 }
-                if (fabs(ours - r) > ck->err) ck->err = fabs(ours - r);
-                if (fabs(r) > ck->ref_max) ck->ref_max = fabs(r);
-                if (fabs(bb - r) > ck->base_err) ck->base_err = fabs(bb - r);
+                check_note(ck, ours, r, bb);
             }
         }
     }
@@ -1998,13 +2023,8 @@ fa_kv_check fa_kv_verify(const fa_kv_problem *kp) {
         for (size_t e = 0; e < lb->bytes / 4; e++)
             if (!is_poison(lb, FA_DTYPE_F32, (int64_t)e)) out.lse.clobbered++;
 
-    out.o.floor = fa_test_floor(s->dtype, out.o.ref_max, out.o.term_max);
-    out.o.tol = 2.0 * out.o.base_err + out.o.floor;
-    out.o.ok = out.o.unwritten == 0 && out.o.nonfinite == 0 && out.o.clobbered == 0 && out.o.err <= out.o.tol;
-    out.lse.floor = fa_test_floor(FA_DTYPE_F32, out.lse.ref_max, out.lse.term_max);
-    out.lse.tol = 2.0 * out.lse.base_err + out.lse.floor;
-    out.lse.ok = out.lse.unwritten == 0 && out.lse.nonfinite == 0 && out.lse.clobbered == 0 &&
-                 out.lse.err <= out.lse.tol;
+    check_finish(&out.o, s->dtype);
+    check_finish(&out.lse, FA_DTYPE_F32);
     out.ok = out.o.ok && out.lse.ok && out.masked_violations == 0 && out.cache_k_bad == 0 &&
              out.cache_v_bad == 0 && out.cache_clobbered == 0 && out.inputs_unchanged;
     fa_ref_outputs_free(&ref);
@@ -2225,9 +2245,7 @@ fa_merge_check fa_merge_verify(const fa_merge_problem *mp) {
                 }
                 if (empty && ours != 0.0) out.empty_violations++;
                 if (mag > ck->term_max) ck->term_max = mag;
-                if (fabs(ours - ref) > ck->err) ck->err = fabs(ours - ref);
-                if (fabs(ref) > ck->ref_max) ck->ref_max = fabs(ref);
-                if (fabs(base - ref) > ck->base_err) ck->base_err = fabs(base - ref);
+                check_note(ck, ours, ref, base);
             }
             if (s->no_lse) continue;
             int64_t at = h * m->lse_head_stride + r * m->lse_row_stride;
@@ -2249,9 +2267,7 @@ fa_merge_check fa_merge_verify(const fa_merge_problem *mp) {
                 continue;
             }
             if (lse_mag > ck->term_max) ck->term_max = lse_mag;
-            if (fabs(ours - ref) > ck->err) ck->err = fabs(ours - ref);
-            if (fabs(ref) > ck->ref_max) ck->ref_max = fabs(ref);
-            if (fabs(base - ref) > ck->base_err) ck->base_err = fabs(base - ref);
+            check_note(ck, ours, ref, base);
         }
     for (size_t e = 0; e < ob->bytes / es; e++)
         if (!logical_o[e] && !is_poison(ob, s->out_dtype, (int64_t)e)) out.o.clobbered++;
@@ -2264,13 +2280,8 @@ fa_merge_check fa_merge_verify(const fa_merge_problem *mp) {
     out.inputs_unchanged = 1;
     for (int i = FA_MG_PARTS; i <= FA_MG_LSE_PARTS; i++)
         if (memcmp(mp->buffer[i].host, mp->buffer[i].saved, mp->buffer[i].bytes)) out.inputs_unchanged = 0;
-    out.o.floor = fa_test_floor(s->out_dtype, out.o.ref_max, out.o.term_max);
-    out.o.tol = 2.0 * out.o.base_err + out.o.floor;
-    out.o.ok = out.o.unwritten == 0 && out.o.nonfinite == 0 && out.o.clobbered == 0 && out.o.err <= out.o.tol;
-    out.lse.floor = fa_test_floor(FA_DTYPE_F32, out.lse.ref_max, out.lse.term_max);
-    out.lse.tol = 2.0 * out.lse.base_err + out.lse.floor;
-    out.lse.ok = out.lse.unwritten == 0 && out.lse.nonfinite == 0 && out.lse.clobbered == 0 &&
-                 out.lse.err <= out.lse.tol;
+    check_finish(&out.o, s->out_dtype);
+    check_finish(&out.lse, FA_DTYPE_F32);
     out.ok = out.o.ok && out.lse.ok && out.empty_violations == 0 && out.inputs_unchanged;
     return out;
 }

@@ -106,6 +106,13 @@ void fa_ref_gathered_free(fa_ref_gathered *g);
 int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs *out);
 void fa_ref_outputs_free(fa_ref_outputs *out);
 
+/* All of the above for one host problem: gather p, then the float64 reference and the `dtype`
+ * baseline (with backward: gradients too). Returns 0, or -1 out of memory with nothing left to
+ * free. Free with fa_ref_references_free. */
+int fa_ref_references(const fa_params *p, fa_dtype dtype, int backward, fa_ref_gathered *g, fa_ref_outputs *ref64,
+                      fa_ref_outputs *baseline);
+void fa_ref_references_free(fa_ref_gathered *g, fa_ref_outputs *ref64, fa_ref_outputs *baseline);
+
 /* ---- test problems ----------------------------------------------------------------------- */
 
 typedef enum fa_test_layout {

@@ -196,19 +196,11 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     /* reference and baseline, from the host copies of the inputs */
     fa_ref_gathered g;
     fa_ref_outputs ref64, base;
-    if (fa_ref_gather(&tp.params, &g)) {
-        snprintf(r->error, sizeof r->error, "out of memory in the reference");
-        goto fail;
-    }
-    if (fa_ref_outputs_alloc(&g.rp, spec->backward, &ref64) ||
-        fa_ref_outputs_alloc(&g.rp, spec->backward, &base)) {
-        fa_ref_gathered_free(&g);
-        snprintf(r->error, sizeof r->error, "out of memory in the reference");
-        goto fail;
-    }
     double t0 = seconds_now();
-    fa_ref64_run(&g.rp, spec->backward, &ref64);
-    fa_ref_baseline_run(&g.rp, spec->dtype, spec->backward, &base);
+    if (fa_ref_references(&tp.params, spec->dtype, spec->backward, &g, &ref64, &base)) {
+        snprintf(r->error, sizeof r->error, "out of memory in the reference");
+        goto fail;
+    }
     r->reference_seconds = seconds_now() - t0;
 
     /* forward */
@@ -268,17 +260,13 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
         r->fwd_ok = 0;
         r->bwd_ok = 0;
     }
-    fa_ref_outputs_free(&ref64);
-    fa_ref_outputs_free(&base);
-    fa_ref_gathered_free(&g);
+    fa_ref_references_free(&g, &ref64, &base);
 done:
     if (rt) device_mirror_destroy(rt, &tp);
     fa_test_problem_destroy(&tp);
     return 0;
 fail_ref:
-    fa_ref_outputs_free(&ref64);
-    fa_ref_outputs_free(&base);
-    fa_ref_gathered_free(&g);
+    fa_ref_references_free(&g, &ref64, &base);
 fail:
     if (rt) device_mirror_destroy(rt, &tp);
     fa_test_problem_destroy(&tp);

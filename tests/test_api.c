@@ -40,11 +40,7 @@ FA_TEST(api_check_reports_and_runs_nothing) {
         /* run with a caller workspace of exactly the reported size, then a larger one */
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
-        fa_ref_gather(&tp.params, &g);
-        fa_ref_outputs_alloc(&g.rp, 1, &ref);
-        fa_ref_outputs_alloc(&g.rp, 1, &base);
-        fa_ref64_run(&g.rp, 1, &ref);
-        fa_ref_baseline_run(&g.rp, spec.dtype, 1, &base);
+        fa_ref_references(&tp.params, spec.dtype, 1, &g, &ref, &base);
         for (int extra = 0; extra <= 4096; extra += 4096) {
             size_t bytes_fwd = need_fwd + (size_t)extra, bytes_bwd = need_bwd + (size_t)extra;
             void *ws_fwd = aligned_alloc(64, (bytes_fwd + 64) & ~(size_t)63);
@@ -70,9 +66,7 @@ FA_TEST(api_check_reports_and_runs_nothing) {
             free(ws_fwd);
             free(ws_bwd);
         }
-        fa_ref_outputs_free(&ref);
-        fa_ref_outputs_free(&base);
-        fa_ref_gathered_free(&g);
+        fa_ref_references_free(&g, &ref, &base);
         fa_test_problem_destroy(&tp);
     }
 }
@@ -262,18 +256,12 @@ FA_TEST(api_forward_without_lse) {
         FA_CHECK(st == FA_OK, "%s lse=NULL: %s %s", fa_test_dtype_name(spec.dtype), fa_strerror(st), fa_last_error());
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
-        fa_ref_gather(&tp.params, &g);
-        fa_ref_outputs_alloc(&g.rp, 0, &ref);
-        fa_ref_outputs_alloc(&g.rp, 0, &base);
-        fa_ref64_run(&g.rp, 0, &ref);
-        fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
+        fa_ref_references(&tp.params, spec.dtype, 0, &g, &ref, &base);
         fa_test_check c = fa_test_compare(&tp, FA_T_O, &ref, &base);
         FA_CHECK(c.ok, "%s lse=NULL: o err %.3e tol %.3e unwritten %lld", fa_test_dtype_name(spec.dtype), c.err, c.tol,
                  (long long)c.unwritten);
         FA_CHECK(fa_test_buffer_all_poison(&tp, FA_T_LSE), "lse buffer written although lse = NULL");
-        fa_ref_outputs_free(&ref);
-        fa_ref_outputs_free(&base);
-        fa_ref_gathered_free(&g);
+        fa_ref_references_free(&g, &ref, &base);
         fa_test_problem_destroy(&tp);
     }
 }
@@ -312,20 +300,14 @@ FA_TEST(api_standard_forward_matches_reference) {
                      fa_last_error());
             fa_ref_gathered g;
             fa_ref_outputs ref, base;
-            fa_ref_gather(&tp.params, &g);
-            fa_ref_outputs_alloc(&g.rp, 0, &ref);
-            fa_ref_outputs_alloc(&g.rp, 0, &base);
-            fa_ref64_run(&g.rp, 0, &ref);
-            fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
+            fa_ref_references(&tp.params, spec.dtype, 0, &g, &ref, &base);
             fa_test_check co = fa_test_compare(&tp, FA_T_O, &ref, &base);
             fa_test_check cl = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
             FA_CHECK(co.ok && cl.ok, "standard %s %s: o err %.3e tol %.3e (unwritten %lld clobbered %lld), lse err %.3e tol %.3e (nonfinite %lld)",
                      cases[c].label, fa_test_dtype_name(spec.dtype), co.err, co.tol, (long long)co.unwritten,
                      (long long)co.clobbered, cl.err, cl.tol, (long long)cl.nonfinite);
             FA_CHECK(fa_test_inputs_unchanged(&tp), "standard forward modified an input");
-            fa_ref_outputs_free(&ref);
-            fa_ref_outputs_free(&base);
-            fa_ref_gathered_free(&g);
+            fa_ref_references_free(&g, &ref, &base);
             fa_test_problem_destroy(&tp);
         }
 }

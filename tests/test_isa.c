@@ -67,19 +67,13 @@ static void run_level(const char *level) {
     if (FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "create")) {
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
-        fa_ref_gather(&tp.params, &g);
-        fa_ref_outputs_alloc(&g.rp, 0, &ref);
-        fa_ref_outputs_alloc(&g.rp, 0, &base);
-        fa_ref64_run(&g.rp, 0, &ref);
-        fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
+        fa_ref_references(&tp.params, spec.dtype, 0, &g, &ref, &base);
         fa_status st = fa_standard_forward(&tp.params);
         fa_test_check co = fa_test_compare(&tp, FA_T_O, &ref, &base);
         fa_test_check cl = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
         FA_CHECK(st == FA_OK && co.ok && cl.ok, "isa %s standard forward: %s, o err %.3e tol %.3e, lse err %.3e tol %.3e",
                  level, fa_strerror(st), co.err, co.tol, cl.err, cl.tol);
-        fa_ref_outputs_free(&ref);
-        fa_ref_outputs_free(&base);
-        fa_ref_gathered_free(&g);
+        fa_ref_references_free(&g, &ref, &base);
         fa_test_problem_destroy(&tp);
     }
     if (previous) {

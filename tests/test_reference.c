@@ -438,11 +438,7 @@ FA_TEST(reference_baseline_has_dtype_error) {
         if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "create")) return;
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
-        fa_ref_gather(&tp.params, &g);
-        fa_ref_outputs_alloc(&g.rp, 1, &ref);
-        fa_ref_outputs_alloc(&g.rp, 1, &base);
-        fa_ref64_run(&g.rp, 1, &ref);
-        fa_ref_baseline_run(&g.rp, spec.dtype, 1, &base);
+        fa_ref_references(&tp.params, spec.dtype, 1, &g, &ref, &base);
         double *pairs[5][2] = {{ref.o, base.o}, {ref.dq, base.dq}, {ref.dk, base.dk}, {ref.dv, base.dv},
                                {ref.dsink, base.dsink}};
         int64_t counts[5] = {g.rp.rows_q * 2 * 48, g.rp.rows_q * 2 * 48, g.rp.rows_k * 48,
@@ -462,9 +458,7 @@ FA_TEST(reference_baseline_has_dtype_error) {
                      "%s baseline %s: relative error %.3e outside [%.0e, %.0e] (max|ref| %.3f)",
                      fa_test_dtype_name(spec.dtype), names[n], rel, expected_min[t], expected_max[t], top);
         }
-        fa_ref_outputs_free(&ref);
-        fa_ref_outputs_free(&base);
-        fa_ref_gathered_free(&g);
+        fa_ref_references_free(&g, &ref, &base);
         fa_test_problem_destroy(&tp);
     }
 }
@@ -483,11 +477,7 @@ FA_TEST(reference_checker_catches_defects) {
     }
     fa_ref_gathered g;
     fa_ref_outputs ref, base;
-    fa_ref_gather(&tp.params, &g);
-    fa_ref_outputs_alloc(&g.rp, 0, &ref);
-    fa_ref_outputs_alloc(&g.rp, 0, &base);
-    fa_ref64_run(&g.rp, 0, &ref);
-    fa_ref_baseline_run(&g.rp, spec.dtype, 0, &base);
+    fa_ref_references(&tp.params, spec.dtype, 0, &g, &ref, &base);
     const fa_params *p = &tp.params;
     int64_t dv = spec.head_dim;
     /* write the reference, rounded to bf16, through the strides */
@@ -529,8 +519,6 @@ FA_TEST(reference_checker_catches_defects) {
     p->lse[3] = -INFINITY;
     c = fa_test_compare(&tp, FA_T_LSE, &ref, &base);
     FA_CHECK(!c.ok && c.nonfinite == 1, "a wrong -inf lse is caught");
-    fa_ref_outputs_free(&ref);
-    fa_ref_outputs_free(&base);
-    fa_ref_gathered_free(&g);
+    fa_ref_references_free(&g, &ref, &base);
     fa_test_problem_destroy(&tp);
 }

@@ -27,18 +27,12 @@ typedef struct threads_fixture {
 
 static int fixture_create(threads_fixture *f, const fa_test_spec *spec) {
     if (fa_test_problem_create(&f->tp, spec)) return 0;
-    fa_ref_gather(&f->tp.params, &f->g);
-    fa_ref_outputs_alloc(&f->g.rp, 1, &f->ref);
-    fa_ref_outputs_alloc(&f->g.rp, 1, &f->base);
-    fa_ref64_run(&f->g.rp, 1, &f->ref);
-    fa_ref_baseline_run(&f->g.rp, spec->dtype, 1, &f->base);
+    fa_ref_references(&f->tp.params, spec->dtype, 1, &f->g, &f->ref, &f->base);
     return 1;
 }
 
 static void fixture_destroy(threads_fixture *f) {
-    fa_ref_outputs_free(&f->ref);
-    fa_ref_outputs_free(&f->base);
-    fa_ref_gathered_free(&f->g);
+    fa_ref_references_free(&f->g, &f->ref, &f->base);
     fa_test_problem_destroy(&f->tp);
 }
 

@@ -115,10 +115,6 @@ static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *bas
     return a.used;
 }
 
-static int32_t clamp_to_i32(int64_t x, int64_t lo, int64_t hi) {
-    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
-}
-
 /* Convert `n_rows` rows of a caller tensor (row r at base + r·row_stride elements) to fp32 rows
  * of width `width`, leading dimension ld; columns width..ld-1 are zero. */
 static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const void *base, int64_t row_stride,
@@ -138,11 +134,23 @@ static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t
     size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
     for (int64_t r = 0; r < n_rows; r++)
         kern->to_f32(stage + r * width, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
-    for (int64_t k = 0; k < width; k++) {
-        float *lane = dst + k * ld;
-        for (int64_t r = 0; r < n_rows; r++) lane[r] = stage[r * width + k];
-        for (int64_t r = n_rows; r < ld; r++) lane[r] = 0.0f;
+    fa_cpu_transpose_rows(dst, ld, stage, n_rows, width);
+}
+
+/* n_rows rows of a caller tensor as a GEMM operand (row r at element offset off + r·row_stride):
+ * the caller's own rows when `direct` (fp32 with a usable width; *ld = row_stride), else
+ * converted by load_rows into buf (*ld = buf_ld). */
+static const float *operand_rows(const fa_cpu_kernels *kern, int direct, const void *base, int64_t off,
+                                 int64_t row_stride, int64_t n_rows, int64_t width, fa_dtype dtype, float *buf,
+                                 int64_t buf_ld, int64_t *ld) {
+    if (direct) {
+        *ld = row_stride;
+        return (const float *)base + off;
     }
+    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    load_rows(kern, buf, buf_ld, (const char *)base + off * (int64_t)elem, row_stride, n_rows, width, dtype);
+    *ld = buf_ld;
+    return buf;
 }
 
 /* ---- pass 0: D = rowsum(dO ∘ O) and dsink partials ---------------------------------------------- */
@@ -196,16 +204,9 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
     /* fused dQ needs K rows as a GEMM B operand (padded width) */
     const float *k_rows = NULL;
     int64_t ldk = d_pad;
-    if (dq_all) {
-        if (c->k_direct) {
-            k_rows = (const float *)p->k + k_off;
-            ldk = p->k_row_stride;
-        } else {
-            load_rows(kern, w->k_rows, d_pad, (const char *)p->k + k_off * (int64_t)elem, p->k_row_stride, n_keys, d,
-                      p->dtype);
-            k_rows = w->k_rows;
-        }
-    }
+    if (dq_all)
+        k_rows = operand_rows(kern, c->k_direct, p->k, k_off, p->k_row_stride, n_keys, d, p->dtype, w->k_rows, d_pad,
+                              &ldk);
 
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
     const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
@@ -227,26 +228,11 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
             int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
             int64_t do_off =
                 fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-            const float *q_rows, *do_rows;
             int64_t ldq, lddo;
-            if (c->q_direct) {
-                q_rows = (const float *)p->q + q_off;
-                ldq = p->q_row_stride;
-            } else {
-                load_rows(kern, w->q_rows, d_pad, (const char *)p->q + q_off * (int64_t)elem, p->q_row_stride, n_rows, d,
-                          p->dtype);
-                q_rows = w->q_rows;
-                ldq = d_pad;
-            }
-            if (c->do_direct) {
-                do_rows = (const float *)p->dout + do_off;
-                lddo = p->do_row_stride;
-            } else {
-                load_rows(kern, w->do_rows, dv_pad, (const char *)p->dout + do_off * (int64_t)elem, p->do_row_stride,
-                          n_rows, dv, p->dtype);
-                do_rows = w->do_rows;
-                lddo = dv_pad;
-            }
+            const float *q_rows = operand_rows(kern, c->q_direct, p->q, q_off, p->q_row_stride, n_rows, d, p->dtype,
+                                               w->q_rows, d_pad, &ldq);
+            const float *do_rows = operand_rows(kern, c->do_direct, p->dout, do_off, p->do_row_stride, n_rows, dv,
+                                                p->dtype, w->do_rows, dv_pad, &lddo);
             for (int64_t r = 0; r < n_rows; r++) {
                 w->lse[r] = p->lse[lse_base + i0 + r];
                 w->dsum[r] = c->dsum[lse_base + i0 + r];
@@ -260,9 +246,9 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                 for (int64_t r = 0; r < n_rows; r++) {
                     int64_t lo, hi;
                     fa_key_range(i0 + r, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
-                    w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
-                    w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
-                    w->diag_rel[r] = clamp_to_i32(i0 + r + shift - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+                    w->lo_rel[r] = fa_cpu_clamp_i32(lo - j0, 0, n_keys);
+                    w->hi_rel[r] = fa_cpu_clamp_i32(hi - j0, 0, n_keys);
+                    w->diag_rel[r] = fa_cpu_clamp_i32(i0 + r + shift - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
                     w->slope[r] = slope;
                 }
                 fa_cpu_score_tile t = {w->s, apply_softcap ? w->tanh_vals : NULL, keys_pad, keys_pad, n_rows, 0,
@@ -375,26 +361,11 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
             fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
         int64_t v_off =
             fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-        const float *k_rows, *v_rows;
         int64_t ldk, ldv;
-        if (c->k_direct) {
-            k_rows = (const float *)p->k + k_off;
-            ldk = p->k_row_stride;
-        } else {
-            load_rows(kern, w->k_rows, d_pad, (const char *)p->k + k_off * (int64_t)elem, p->k_row_stride, n_keys, d,
-                      p->dtype);
-            k_rows = w->k_rows;
-            ldk = d_pad;
-        }
-        if (c->v_direct) {
-            v_rows = (const float *)p->v + v_off;
-            ldv = p->v_row_stride;
-        } else {
-            load_rows(kern, w->v_rows, dv, (const char *)p->v + v_off * (int64_t)elem, p->v_row_stride, n_keys, dv,
-                      p->dtype);
-            v_rows = w->v_rows;
-            ldv = dv;
-        }
+        const float *k_rows = operand_rows(kern, c->k_direct, p->k, k_off, p->k_row_stride, n_keys, d, p->dtype,
+                                           w->k_rows, d_pad, &ldk);
+        const float *v_rows = operand_rows(kern, c->v_direct, p->v, v_off, p->v_row_stride, n_keys, dv, p->dtype,
+                                           w->v_rows, dv, &ldv);
 
         /* s_t[j][r] = scale · k_j · q_r */
         fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
@@ -408,9 +379,9 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
                     fa_key_range(i0 + r, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
                     diag = i0 + r + shift;
                 }
-                w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
-                w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
-                w->diag_rel[r] = clamp_to_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+                w->lo_rel[r] = fa_cpu_clamp_i32(lo - j0, 0, n_keys);
+                w->hi_rel[r] = fa_cpu_clamp_i32(hi - j0, 0, n_keys);
+                w->diag_rel[r] = fa_cpu_clamp_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
             }
             fa_cpu_score_tile t = {w->s, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
                                    apply_softcap, apply_alibi, needs_mask, p->softcap, w->lo_rel, w->hi_rel,
@@ -439,16 +410,6 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
 
 /* ---- driver ----------------------------------------------------------------------------------------- */
 
-static int64_t item_sequence(const int64_t *item_start, int64_t batch, int64_t item) {
-    int64_t lo = 0, hi = batch - 1;
-    while (lo < hi) {
-        int64_t mid = (lo + hi + 1) / 2;
-        if (item_start[mid] <= item) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
 static void backward_task(void *arg, int thread_index) {
     bwd_ctx *c = (bwd_ctx *)arg;
     bwd_scratch w;
@@ -456,7 +417,7 @@ static void backward_task(void *arg, int thread_index) {
     for (;;) {
         int64_t item = atomic_fetch_add(&c->next_item, 1);
         if (item >= c->total_items) break;
-        int64_t b = item_sequence(c->item_start, c->pb->p.batch, item);
+        int64_t b = fa_cpu_item_sequence(c->item_start, c->pb->p.batch, item);
         int64_t local = item - c->item_start[b];
         if (c->pass == 0) backward_dsum_item(c, &w, b, local);
         else if (c->pass == 1) backward_kv_item(c, &w, b, local);

@@ -5,6 +5,9 @@
  *   cpu_forward.c    tiled forward (online softmax), work items and their tiling
  *   cpu_backward.c   tiled backward (FlashAttention-2 math, recomputation from LSE)
  *   cpu_standard.c   the materialised "standard attention" baseline
+ *   cpu_kvcache.c    fa_kvcache_forward: rotary, cache append, split-KV attention over a cache
+ *   cpu_item.c       per-row state of the forward's and the decode's work items (key ranges,
+ *                    masks, the normalised output row) and the tile transpose the drivers share
  *   cpu_threads.c    persistent thread pool and the parallel-for used by the three drivers
  *   cpu_dispatch.c   picks the SIMD kernels at run time (FA_CPU_ISA can force a lower level)
  *   kernels_*.c      one set of inner kernels per instruction set (scalar C, AVX2, AVX-512),
@@ -200,5 +203,65 @@ typedef struct fa_cpu_workspace {
 
 int fa_cpu_workspace_acquire(const fa_problem *pb, size_t bytes, fa_cpu_workspace *ws);
 void fa_cpu_workspace_release(fa_cpu_workspace *ws);
+
+/* ---- work items -------------------------------------------------------------------------------- */
+
+static inline int32_t fa_cpu_clamp_i32(int64_t x, int64_t lo, int64_t hi) {
+    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
+}
+
+/* Sequence that holds global item `item`, with item_start [batch + 1] the prefix counts of the
+ * sequences' items (binary search). */
+static inline int64_t fa_cpu_item_sequence(const int64_t *item_start, int64_t batch, int64_t item) {
+    int64_t lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (item_start[mid] <= item) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* A forward or decode work item (cpu_forward.c, cpu_kvcache.c) holds up to FA_CPU_BLOCK_ROWS
+ * query rows, the lanes of its keys-major tiles (n_pad = rows rounded up to FA_CPU_PAD); row r
+ * is one (query head, query) pair. Its per-row state, FA_CPU_BLOCK_ROWS entries per array: */
+typedef struct fa_cpu_item_rows {
+    int64_t *head, *query;               /* [n_rows] set by the driver                         */
+    int64_t *lo, *hi;                    /* [n_rows] visible keys [lo, hi)                     */
+    float *slope;                        /* [n_pad] ALiBi slope, 0 on padding lanes            */
+    float *max, *sum, *alpha;            /* [n_pad] online-softmax state (softmax_step)        */
+    int32_t *lo_rel, *hi_rel, *diag_rel; /* [n_pad] the current tile's mask (score tile)       */
+} fa_cpu_item_rows;
+
+/* The keys an item visits: [begin, end) covers every row's non-empty range; every row sees all
+ * of [full_begin, full_end) (tiles inside it need no mask). */
+typedef struct fa_cpu_key_span {
+    int64_t begin, end, full_begin, full_end;
+} fa_cpu_key_span;
+
+/* Takes the arrays of `rows` from the arena (base NULL: only measures). */
+void fa_cpu_item_rows_take(fa_cpu_arena *arena, fa_cpu_item_rows *rows);
+
+/* For rows 0..n_rows-1 (head and query set) of sequence b (len_q queries, len_k keys): each row's
+ * key range (fa_key_range) clipped to [clip_begin, clip_end), its ALiBi slope (lanes n_rows..
+ * n_pad-1: 0), the online-softmax state reset; returns the item's key span. */
+fa_cpu_key_span fa_cpu_item_rows_start(const fa_cpu_item_rows *rows, const fa_problem *pb, int64_t b,
+                                       int64_t len_q, int64_t len_k, int64_t n_rows, int64_t n_pad,
+                                       int64_t clip_begin, int64_t clip_end);
+
+/* Softcap, ALiBi and (needs_mask) the rows' key ranges on the keys-major score tile
+ * s_t [n_keys][n_pad] of keys [j0, j0 + n_keys); row r's diagonal is key query[r] + shift
+ * (shift = len_k - len_q). Nothing happens when none of the three applies. */
+void fa_cpu_item_transform(const fa_cpu_kernels *kern, const fa_cpu_item_rows *rows, const fa_params *p, float *s_t,
+                           int64_t n_rows, int64_t n_pad, int64_t j0, int64_t n_keys, int64_t shift, int needs_mask);
+
+/* Row r's output out[0..dv) = its accumulator o_row divided by the softmax sum, with the sink of
+ * its head in the denominator when p->sink_logits (a row without keys: 0). Returns the row's
+ * LSE: max + log(sum), with the sink included; -inf for no key and no sink. */
+double fa_cpu_item_finish_row(const fa_cpu_item_rows *rows, const fa_params *p, int64_t r, const float *o_row,
+                              int64_t dv, float *out);
+
+/* Transpose: dst[k][r] = src[r·width + k] for r < n_rows, k < width; lanes n_rows..ld-1 zero. */
+void fa_cpu_transpose_rows(float *dst, int64_t ld, const float *src, int64_t n_rows, int64_t width);
 
 #endif /* FA_CPU_ENGINE_H */

@@ -22,7 +22,6 @@
  *   o = o_acc / row_sum (with the sink in the denominator), lse = max + log(sum)
  * Key blocks outside every row's range are never visited (causal, sliding window).
  */
-#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +69,7 @@ typedef struct fwd_ctx {
 /* Per-thread scratch of one item (see the file comment for the shapes). */
 typedef struct fwd_scratch {
     float *q_t, *q_rows, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp;
-    float *row_max, *row_sum, *alpha, *slope;
-    int32_t *lo_rel, *hi_rel, *diag_rel;
-    int64_t *row_head, *row_query, *row_lo, *row_hi;
+    fa_cpu_item_rows row;
 } fwd_scratch;
 
 static size_t forward_scratch_layout(const fa_problem *pb, char *base, fwd_scratch *s) {
@@ -89,22 +86,8 @@ static size_t forward_scratch_layout(const fa_problem *pb, char *base, fwd_scrat
     s->k_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * d));
     s->v_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
     s->row_tmp = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)tmp);
-    s->row_max = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->row_sum = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->alpha = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->slope = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->lo_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->hi_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->diag_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->row_head = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_query = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_lo = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_hi = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    fa_cpu_item_rows_take(&a, &s->row);
     return a.used;
-}
-
-static int32_t clamp_to_i32(int64_t x, int64_t lo, int64_t hi) {
-    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
 }
 
 /* One work item: `local` is the item's index within sequence b. */
@@ -131,40 +114,21 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     int64_t rows_pad = fa_cpu_round_up(rows, FA_CPU_PAD);
 
     /* ---- per-row key ranges, their union and the range every row sees ---- */
-    int64_t keys_begin = seq.len_k, keys_end = 0, full_begin = 0, full_end = seq.len_k;
+    const fa_cpu_item_rows *row = &w->row;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t lo, hi;
-        w->row_head[r] = head_first + r / n_i;
-        w->row_query[r] = i0 + r % n_i;
-        fa_key_range(w->row_query[r], seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
-        w->row_lo[r] = lo;
-        w->row_hi[r] = hi;
-        if (lo < hi) {
-            if (lo < keys_begin) keys_begin = lo;
-            if (hi > keys_end) keys_end = hi;
-        }
-        if (lo > full_begin) full_begin = lo;
-        if (hi < full_end) full_end = hi;
-        w->slope[r] = p->alibi_slopes ? p->alibi_slopes[b * p->alibi_batch_stride + w->row_head[r]] : 0.0f;
+        row->head[r] = head_first + r / n_i;
+        row->query[r] = i0 + r % n_i;
     }
-    for (int64_t r = rows; r < rows_pad; r++) w->slope[r] = 0.0f;
+    const fa_cpu_key_span keys = fa_cpu_item_rows_start(row, pb, b, seq.len_q, seq.len_k, rows, rows_pad, 0, seq.len_k);
 
     /* ---- Qᵀ of the item, padding lanes zero. The rows are first copied as they are (a burst
      * of independent loads from rows far apart in memory), then transposed from L1. ---- */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t off = fa_row_offset(pb, b, seq.q_start, w->row_query[r], w->row_head[r], p->q_batch_stride,
+        int64_t off = fa_row_offset(pb, b, seq.q_start, row->query[r], row->head[r], p->q_batch_stride,
                                     p->q_row_stride, p->q_head_stride);
         kern->to_f32(w->q_rows + r * d, (const char *)p->q + off * (int64_t)elem, d, p->dtype);
     }
-    for (int64_t k = 0; k < d; k++) {
-        float *lane = w->q_t + k * rows_pad;
-        for (int64_t r = 0; r < rows; r++) lane[r] = w->q_rows[r * d + k];
-        for (int64_t r = rows; r < rows_pad; r++) lane[r] = 0.0f;
-    }
-    for (int64_t r = 0; r < rows_pad; r++) {
-        w->row_max[r] = -INFINITY;
-        w->row_sum[r] = 0.0f;
-    }
+    fa_cpu_transpose_rows(w->q_t, rows_pad, w->q_rows, rows, d);
     memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
     /* fp32 K and V rows are used in place (no copy) unless the GEMM would stream them more than
      * twice (one pass per panel of columns): rows of one head lie far apart and conflict in L1,
@@ -173,12 +137,11 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     const int v_direct = c->fp32 && dv == dv_pad && dv_pad <= 2 * kern->gemm_panel;
     if (!v_direct) memset(w->v_buf, 0, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
 
-    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
     const int64_t shift = seq.len_k - seq.len_q;
 
-    for (int64_t j0 = keys_begin; j0 < keys_end; j0 += BLOCK_KEYS) {
-        int64_t n_keys = keys_end - j0 < BLOCK_KEYS ? keys_end - j0 : BLOCK_KEYS;
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += BLOCK_KEYS) {
+        int64_t n_keys = keys.end - j0 < BLOCK_KEYS ? keys.end - j0 : BLOCK_KEYS;
 
         /* K as the GEMM's A operand (row j at k_rows + j·ldk), V as B (row j at v_rows + j·ldv) */
         const float *k_rows, *v_rows;
@@ -219,65 +182,26 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
             kern->gemm(&qk);
         }
 
-        int needs_mask = pb->has_mask && !(full_begin <= j0 && j0 + n_keys <= full_end);
-        if (apply_softcap || apply_alibi || needs_mask) {
-            for (int64_t r = 0; r < rows_pad; r++) {
-                int64_t lo = r < rows ? w->row_lo[r] : j0, hi = r < rows ? w->row_hi[r] : j0 + n_keys;
-                int64_t diag = r < rows ? w->row_query[r] + shift : j0;
-                w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
-                w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
-                w->diag_rel[r] = clamp_to_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
-            }
-            fa_cpu_score_tile t = {w->s_t, NULL, rows_pad, n_keys, rows_pad, 1, apply_softcap, apply_alibi,
-                                   needs_mask, p->softcap, w->lo_rel, w->hi_rel, w->diag_rel, w->slope};
-            kern->transform_scores(&t);
-        }
+        int needs_mask = pb->has_mask && !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
+        fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
 
-        /* online softmax: s_t -> P, row_max / row_sum updated, alpha = exp(old max - new max) */
-        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, w->row_max, w->row_sum, w->alpha);
+        /* online softmax: s_t -> P, row max / sum updated, alpha = exp(old max - new max) */
+        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
 
         /* o_acc[r][:] = o_acc[r][:] · alpha[r] + sum_j P[j][r] · v_j */
         fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
-                               FA_CPU_GEMM_SCALE_ROWS, 1.0f, w->alpha};
+                               FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha};
         kern->gemm(&pv);
     }
 
     /* ---- normalise, add the sink to the denominator, store o and lse ---- */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t h = w->row_head[r], i = w->row_query[r];
-        double row_max = w->row_max[r], row_sum = w->row_sum[r], lse;
-        float *o_row = w->o_acc + r * dv_pad;
-        if (p->sink_logits) {
-            double sink = p->sink_logits[h];
-            double top = row_max > sink ? row_max : sink;
-            double keys_weight = row_sum > 0.0 ? exp(row_max - top) : 0.0;
-            double denominator = row_sum * keys_weight + exp(sink - top);
-            float factor = (float)(keys_weight / denominator);
-            lse = top + log(denominator);
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] * factor;
-        } else if (row_sum > 0.0) {
-            float sum = w->row_sum[r];
-            lse = row_max + log(row_sum);
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] / sum;
-        } else {
-            lse = -INFINITY;
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = 0.0f;
-        }
+        int64_t h = row->head[r], i = row->query[r];
+        double lse = fa_cpu_item_finish_row(row, p, r, w->o_acc + r * dv_pad, dv, w->row_tmp);
         int64_t off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
         kern->from_f32((char *)p->o + off * (int64_t)elem, w->row_tmp, dv, p->dtype);
         if (p->lse) p->lse[fa_lse_offset(pb, b, seq.q_start, h) + i] = (float)lse;
     }
-}
-
-/* Sequence that holds global item `item` (binary search over the prefix counts). */
-static int64_t item_sequence(const int64_t *item_start, int64_t batch, int64_t item) {
-    int64_t lo = 0, hi = batch - 1;
-    while (lo < hi) {
-        int64_t mid = (lo + hi + 1) / 2;
-        if (item_start[mid] <= item) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 static void forward_task(void *arg, int thread_index) {
@@ -287,7 +211,7 @@ static void forward_task(void *arg, int thread_index) {
     for (;;) {
         int64_t item = atomic_fetch_add(&c->next_item, 1);
         if (item >= c->total_items) break;
-        int64_t b = item_sequence(c->item_start, c->pb->p.batch, item);
+        int64_t b = fa_cpu_item_sequence(c->item_start, c->pb->p.batch, item);
         forward_item(c, &w, b, item - c->item_start[b]);
     }
 }

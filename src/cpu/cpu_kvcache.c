@@ -264,9 +264,7 @@ typedef struct kv_ctx {
 /* Per-thread scratch (shapes as in cpu_forward.c, plus the rotary rows). */
 typedef struct kv_scratch {
     float *q_t, *q_rows, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp, *cos_row, *sin_row;
-    float *row_max, *row_sum, *alpha, *slope;
-    int32_t *lo_rel, *hi_rel, *diag_rel;
-    int64_t *row_head, *row_query, *row_lo, *row_hi;
+    fa_cpu_item_rows row;
     const char **k_ptrs; /* K rows of the tile (dot scores): [BLOCK_KEYS], or streaming
                             [KV_STREAM_HEADS][KV_STREAM_KEYS]                                 */
 } kv_scratch;
@@ -289,17 +287,7 @@ static size_t scratch_layout(const fa_problem *pb, char *base, kv_scratch *s) {
     s->row_tmp = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)tmp);
     s->cos_row = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)half);
     s->sin_row = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)half);
-    s->row_max = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->row_sum = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->alpha = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->slope = (float *)fa_cpu_take(&a, sizeof(float) * BLOCK_ROWS);
-    s->lo_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->hi_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->diag_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * BLOCK_ROWS);
-    s->row_head = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_query = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_lo = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
-    s->row_hi = (int64_t *)fa_cpu_take(&a, sizeof(int64_t) * BLOCK_ROWS);
+    fa_cpu_item_rows_take(&a, &s->row);
     s->k_ptrs = (const char **)fa_cpu_take(&a, sizeof(char *) * (size_t)v_rows);
     return a.used;
 }
@@ -370,10 +358,6 @@ static int appends_collide(const kv_ctx *c, int64_t *ids) {
 }
 
 /* ---- phase 2: attention ------------------------------------------------------------------------ */
-
-static int32_t clamp_to_i32(int64_t x, int64_t lo, int64_t hi) {
-    return (int32_t)(x < lo ? lo : x > hi ? hi : x);
-}
 
 /* Key tile [j0, j0 + n_keys) of sequence b and kv head h as fp32 rows: *rows / *ld point at the
  * cache itself (fp32 and contiguous in memory) or at `buf` (converted, leading dimension
@@ -456,31 +440,20 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
     if (split_end > len_k) split_end = len_k;
 
     /* ---- per-row key ranges (within the split), their union and the range every row sees ---- */
-    int64_t keys_begin = len_k, keys_end = 0, full_begin = 0, full_end = len_k;
+    const fa_cpu_item_rows *row = &w->row;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t lo, hi, g = r / rows_per_kv, within = r % rows_per_kv;
-        w->row_head[r] = (kv_first + g) * pb->group + chunk * l->heads_per_item + within / n_i;
-        w->row_query[r] = i0 + within % n_i;
-        fa_key_range(w->row_query[r], len_q, len_k, p->window_left, p->window_right, &lo, &hi);
-        if (lo < split_begin) lo = split_begin;
-        if (hi > split_end) hi = split_end;
-        w->row_lo[r] = lo;
-        w->row_hi[r] = hi;
-        if (lo < hi) {
-            if (lo < keys_begin) keys_begin = lo;
-            if (hi > keys_end) keys_end = hi;
-        }
-        if (lo > full_begin) full_begin = lo;
-        if (hi < full_end) full_end = hi;
-        w->slope[r] = p->alibi_slopes ? p->alibi_slopes[b * p->alibi_batch_stride + w->row_head[r]] : 0.0f;
+        int64_t g = r / rows_per_kv, within = r % rows_per_kv;
+        row->head[r] = (kv_first + g) * pb->group + chunk * l->heads_per_item + within / n_i;
+        row->query[r] = i0 + within % n_i;
     }
-    for (int64_t r = rows; r < rows_pad; r++) w->slope[r] = 0.0f;
+    const fa_cpu_key_span keys =
+        fa_cpu_item_rows_start(row, pb, b, len_q, len_k, rows, rows_pad, split_begin, split_end);
 
     /* ---- q rows of the item (rotated, rounded to the dtype as flash_attn's rotary kernel
      * stores them), and Qᵀ with padding lanes zero for the GEMM path ---- */
     int per_query_position = pb->has_mask; /* flash_attn: causal or local */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t i = w->row_query[r], h = w->row_head[r];
+        int64_t i = row->query[r], h = row->head[r];
         int64_t off = b * p->q_batch_stride + i * p->q_row_stride + h * p->q_head_stride;
         float *q_row = w->q_rows + r * d;
         kern->to_f32(q_row, (const char *)p->q + off * elem, d, p->dtype);
@@ -493,26 +466,16 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
             kern->to_f32(q_row, w->row_tmp, d, p->dtype);
         }
     }
-    if (!dot)
-        for (int64_t k = 0; k < d; k++) {
-            float *lane = w->q_t + k * rows_pad;
-            for (int64_t r = 0; r < rows; r++) lane[r] = w->q_rows[r * d + k];
-            for (int64_t r = rows; r < rows_pad; r++) lane[r] = 0.0f;
-        }
-    for (int64_t r = 0; r < rows_pad; r++) {
-        w->row_max[r] = -INFINITY;
-        w->row_sum[r] = 0.0f;
-    }
+    if (!dot) fa_cpu_transpose_rows(w->q_t, rows_pad, w->q_rows, rows, d);
     memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
     if (streaming || !c->v_direct) /* padding columns of the V tiles stay 0 */
         memset(w->v_buf, 0, sizeof(float) * (size_t)((streaming ? n_kv * KV_STREAM_KEYS : BLOCK_KEYS) * dv_pad));
 
-    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
     const int64_t shift = len_k - len_q;
 
-    for (int64_t j0 = keys_begin; j0 < keys_end; j0 += tile) {
-        int64_t n_keys = keys_end - j0 < tile ? keys_end - j0 : tile;
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += tile) {
+        int64_t n_keys = keys.end - j0 < tile ? keys.end - j0 : tile;
         const float *v_rows = NULL;
         int64_t ldv = 0;
 
@@ -557,20 +520,9 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
         }
 
         /* ---- softcap / ALiBi / masks, then the online softmax: s_t -> P ---- */
-        int needs_mask = !(full_begin <= j0 && j0 + n_keys <= full_end);
-        if (apply_softcap || apply_alibi || needs_mask) {
-            for (int64_t r = 0; r < rows_pad; r++) {
-                int64_t lo = r < rows ? w->row_lo[r] : j0, hi = r < rows ? w->row_hi[r] : j0 + n_keys;
-                int64_t diag = r < rows ? w->row_query[r] + shift : j0;
-                w->lo_rel[r] = clamp_to_i32(lo - j0, 0, n_keys);
-                w->hi_rel[r] = clamp_to_i32(hi - j0, 0, n_keys);
-                w->diag_rel[r] = clamp_to_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
-            }
-            fa_cpu_score_tile t = {w->s_t, NULL, rows_pad, n_keys, rows_pad, 1, apply_softcap, apply_alibi,
-                                   needs_mask, p->softcap, w->lo_rel, w->hi_rel, w->diag_rel, w->slope};
-            kern->transform_scores(&t);
-        }
-        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, w->row_max, w->row_sum, w->alpha);
+        int needs_mask = !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
+        fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
+        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
 
         /* ---- o_acc[r][:] = o_acc[r][:] · alpha[r] + Σ_j P[j][r] · v_j (per kv head) ---- */
         if (streaming) {
@@ -578,26 +530,26 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
                 int64_t r0 = g * rows_per_kv;
                 fa_cpu_gemm_args pv = {rows_per_kv, dv_pad, n_keys, w->s_t + r0, 1, rows_pad,
                                        w->v_buf + g * KV_STREAM_KEYS * dv_pad, dv_pad, w->o_acc + r0 * dv_pad,
-                                       dv_pad, FA_CPU_GEMM_SCALE_ROWS, 1.0f, w->alpha + r0};
+                                       dv_pad, FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha + r0};
                 kern->gemm(&pv);
             }
         } else {
             fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
-                                   FA_CPU_GEMM_SCALE_ROWS, 1.0f, w->alpha};
+                                   FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha};
             kern->gemm(&pv);
         }
     }
 
     /* ---- store: the final o / lse (one split) or this split's partial state ---- */
     for (int64_t r = 0; r < rows; r++) {
-        int64_t h = w->row_head[r], i = w->row_query[r];
-        double row_max = w->row_max[r], row_sum = w->row_sum[r], lse;
+        int64_t h = row->head[r], i = row->query[r];
         float *o_row = w->o_acc + r * dv_pad;
         int64_t row_index = (b * p->heads_q + h) * len_q + i; /* [batch][heads_q][seqlen_q]  */
         if (l->splits > 1) {
             int64_t part = split * p->batch * p->heads_q * len_q + row_index;
+            double row_max = row->max[r], row_sum = row->sum[r];
             if (row_sum > 0.0) {
-                float sum = w->row_sum[r];
+                float sum = row->sum[r];
                 float *dst = c->o_part + part * dv;
                 for (int64_t k = 0; k < dv; k++) dst[k] = o_row[k] / sum;
                 c->lse_part[part] = (float)(row_max + log(row_sum));
@@ -606,22 +558,7 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
             }
             continue;
         }
-        if (p->sink_logits) {
-            double sink = p->sink_logits[h];
-            double top = row_max > sink ? row_max : sink;
-            double keys_weight = row_sum > 0.0 ? exp(row_max - top) : 0.0;
-            double denominator = row_sum * keys_weight + exp(sink - top);
-            float factor = (float)(keys_weight / denominator);
-            lse = top + log(denominator);
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] * factor;
-        } else if (row_sum > 0.0) {
-            float sum = w->row_sum[r];
-            lse = row_max + log(row_sum);
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = o_row[k] / sum;
-        } else {
-            lse = -INFINITY;
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] = 0.0f;
-        }
+        double lse = fa_cpu_item_finish_row(row, p, r, o_row, dv, w->row_tmp);
         int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
         kern->from_f32((char *)p->o + off * elem, w->row_tmp, dv, p->dtype);
         if (p->lse) p->lse[row_index] = (float)lse;

@@ -196,59 +196,29 @@ typedef struct fa_bwd_plan {
     size_t off_dq, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
 } fa_bwd_plan;
 
-static size_t fa_bwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-static fa_status check_alignment16(const char *name, const void *ptr, int64_t batch_stride,
-                                   int64_t row_stride, int64_t head_stride, int varlen) {
-    if (((uintptr_t)ptr & 15u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s = %p is not 16-byte aligned (the CUDA backward moves 16-byte vectors)",
-                            name, ptr);
-    if (row_stride % 8 != 0 || head_stride % 8 != 0 || (!varlen && batch_stride % 8 != 0))
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s strides (batch %lld, row %lld, head %lld) must be multiples of 8 "
-                            "elements (16 bytes) on the CUDA backward",
-                            name, (long long)batch_stride, (long long)row_stride, (long long)head_stride);
-    return FA_OK;
-}
-
-static fa_status check_alignment4(const char *name, const void *ptr) {
-    if (((uintptr_t)ptr & 3u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 4-byte aligned", name, ptr);
-    return FA_OK;
-}
-
 /* Limits of the CUDA backward and its plan (workspace layout, grid, splits). */
 static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const fa_params *p = &pb->p;
-    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: the CUDA backward supports f16 and bf16", (int)p->dtype);
-    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld: the CUDA backward needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim);
-    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM,
-                            "head_dim_v = %lld: the CUDA backward needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim_v);
-    const int v = pb->varlen;
+    static const char *const path = "the CUDA backward";
+    const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
     fa_status s;
-    if ((s = check_alignment16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("dout", p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("dq", p->dq, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("dk", p->dk, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride, v)) != FA_OK ||
-        (s = check_alignment16("dv", p->dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride, v)) != FA_OK ||
-        (s = check_alignment4("lse", p->lse)) != FA_OK ||
-        (s = check_alignment4("dsink", p->dsink)) != FA_OK ||
-        (s = check_alignment4("sink_logits", p->sink_logits)) != FA_OK ||
-        (s = check_alignment4("alibi_slopes", p->alibi_slopes)) != FA_OK ||
-        (s = check_alignment4("cu_seqlens_q", p->cu_seqlens_q)) != FA_OK ||
-        (s = check_alignment4("cu_seqlens_k", p->cu_seqlens_k)) != FA_OK)
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dout", p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dq", p->dq, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dk", p->dk, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dv", p->dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("dsink", p->dsink, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_k", p->cu_seqlens_k, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK)
         return s;
-    if (p->workspace != NULL && ((uintptr_t)p->workspace & 255u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "workspace = %p is not 256-byte aligned", p->workspace);
     /* Rows, keys and mask arithmetic are int32 in the kernel: keep every sequence below 2^30. */
     const int64_t max_len = (int64_t)1 << 30;
     if (p->seqlen_q >= max_len || p->seqlen_k >= max_len)
@@ -257,20 +227,12 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                             (long long)p->seqlen_q, (long long)p->seqlen_k);
 
     fa_cuda_device_info dev;
-    if ((s = fa_cuda_current_device(&dev)) != FA_OK) return s;
-    if (dev.cc_major < 8)
-        return fa_set_error(FA_ERR_DEVICE,
-                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
-                            dev.ordinal, dev.cc_major, dev.cc_minor);
+    if ((s = fa_cuda_current_device_sm80(&dev)) != FA_OK) return s;
 
     const int bucket = fa_bwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
     plan->v2 = dev.cc_major >= 9 && bucket > 0 && fa_bwd2_smem_bytes(bucket) <= dev.smem_optin;
     const size_t smem = plan->v2 ? fa_bwd2_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
-    if (smem > dev.smem_optin)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "head_dim = %lld, head_dim_v = %lld: the CUDA backward kernel needs %zu bytes of "
-                            "shared memory per block, device %d allows %zu",
-                            (long long)p->head_dim, (long long)p->head_dim_v, smem, dev.ordinal, dev.smem_optin);
+    if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
     plan->bucket = bucket;
     plan->block_k = plan->v2 ? fa_bwd2_block_k(bucket) : fa_bwd_block_k(bucket);
@@ -300,21 +262,21 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const size_t row_elems = (size_t)p->heads_q * (size_t)p->total_q;
     size_t off = 0;
     plan->off_dq = off;
-    off = fa_bwd_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
+    off = fa_cuda_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
     plan->off_lse = off;
-    off = fa_bwd_align256(off + row_elems * 4);
+    off = fa_cuda_align256(off + row_elems * 4);
     plan->off_dsum = off;
-    off = fa_bwd_align256(off + row_elems * 4);
+    off = fa_cuda_align256(off + row_elems * 4);
     plan->off_sink = off;
     if (plan->need_sink)
-        off = fa_bwd_align256(off + (size_t)p->heads_q * (size_t)plan->prepass_blocks_per_head * 4);
+        off = fa_cuda_align256(off + (size_t)p->heads_q * (size_t)plan->prepass_blocks_per_head * 4);
     plan->off_dkp = off;
     plan->off_dvp = off;
     if (plan->group_splits > 1) {
         const size_t kv_rows = (size_t)plan->group_splits * (size_t)p->total_k * (size_t)p->heads_kv;
-        off = fa_bwd_align256(off + kv_rows * (size_t)p->head_dim * 4);
+        off = fa_cuda_align256(off + kv_rows * (size_t)p->head_dim * 4);
         plan->off_dvp = off;
-        off = fa_bwd_align256(off + kv_rows * (size_t)p->head_dim_v * 4);
+        off = fa_cuda_align256(off + kv_rows * (size_t)p->head_dim_v * 4);
     }
     plan->bytes = off;
     return FA_OK;
@@ -393,21 +355,13 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     /* 3. main kernel */
     if (plan->grid > 0) {
         fa_bwd_params prm;
+        fa_cuda_fill_shared_params(&prm, pb);
         prm.q = p->q;
         prm.k = p->k;
         prm.v = p->v;
         prm.dout = p->dout;
         prm.dk = p->dk;
         prm.dv = p->dv;
-        prm.q_batch_stride = p->q_batch_stride;
-        prm.q_row_stride = p->q_row_stride;
-        prm.q_head_stride = p->q_head_stride;
-        prm.k_batch_stride = p->k_batch_stride;
-        prm.k_row_stride = p->k_row_stride;
-        prm.k_head_stride = p->k_head_stride;
-        prm.v_batch_stride = p->v_batch_stride;
-        prm.v_row_stride = p->v_row_stride;
-        prm.v_head_stride = p->v_head_stride;
         prm.do_batch_stride = p->do_batch_stride;
         prm.do_row_stride = p->do_row_stride;
         prm.do_head_stride = p->do_head_stride;
@@ -421,23 +375,10 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.cu_seqlens_k = p->cu_seqlens_k;
         prm.total_q = p->total_q;
         prm.total_k = p->total_k;
-        prm.batch = (int)p->batch;
-        prm.seqlen_q = (int)p->seqlen_q;
-        prm.seqlen_k = (int)p->seqlen_k;
-        prm.heads_q = (int)p->heads_q;
-        prm.heads_kv = (int)p->heads_kv;
-        prm.group = (int)pb->group;
-        prm.head_dim = (int)p->head_dim;
-        prm.head_dim_v = (int)p->head_dim_v;
         /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
         prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
         prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
         prm.softmax_scale = p->softmax_scale;
-        prm.scale_log2 = pb->scale_log2;
-        prm.softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
-        prm.softcap_post_log2 = p->softcap * 1.4426950408889634f;
-        prm.alibi_slopes = p->alibi_slopes;
-        prm.alibi_batch_stride = p->alibi_batch_stride;
         prm.lse_log2 = lse_log2;
         prm.dsum = dsum;
         prm.dq_accum = dq_accum;
@@ -530,24 +471,8 @@ extern "C" fa_status fa_cuda_backward(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
 
-    uint8_t *ws = static_cast<uint8_t *>(p->workspace);
-    const bool own_workspace = ws == nullptr && plan.bytes > 0;
-    if (own_workspace) {
-        void *mem = nullptr;
-        const cudaError_t e = cudaMallocAsync(&mem, plan.bytes, stream);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* allocation failures are not sticky; do not leave it set */
-            return fa_set_error(FA_ERR_ALLOC, "cudaMallocAsync(%zu bytes of backward workspace): %s",
-                                plan.bytes, cudaGetErrorString(e));
-        }
-        ws = static_cast<uint8_t *>(mem);
-    }
-    s = run_backward(pb, &plan, ws, stream);
-    if (own_workspace) {
-        /* Stream-ordered: freed after the kernels above have run. */
-        const cudaError_t e = cudaFreeAsync(ws, stream);
-        if (e != cudaSuccess && s == FA_OK)
-            s = fa_set_error(FA_ERR_CUDA, "cudaFreeAsync(backward workspace): %s", cudaGetErrorString(e));
-    }
-    return s;
+    fa_cuda_workspace ws;
+    if ((s = fa_cuda_workspace_acquire(p->workspace, plan.bytes, stream, "backward", &ws)) != FA_OK) return s;
+    s = run_backward(pb, &plan, ws.base, stream);
+    return fa_cuda_workspace_release(&ws, stream, "backward", s);
 }

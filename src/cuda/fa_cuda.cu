@@ -3,13 +3,15 @@
  *
  *   fa_cuda_built / fa_cuda_is_available     build and device presence
  *   fa_cuda_current_device                   per-device properties, queried once per ordinal
+ *   fa_cuda_check_* / fa_cuda_workspace_*    checks and workspace handling the forward, backward
+ *                                            and decode host code share (fa_cuda_common.cuh)
  *   fa_cuda_check_forward                    the forward kernels' own limits (dims, alignment,
  *                                            grid and shared-memory limits); no workspace
  *   fa_cuda_forward                          fills fa_fwd_params, picks the head-dim bucket and
  *                                            calls its extern "C" launcher (fwd_hdim*.cu)
  *
- * Everything runs asynchronously on p->stream: no device synchronisation, no allocation, and
- * cu_seqlens (device memory) are never read here.
+ * Everything runs asynchronously on p->stream: no device synchronisation, no allocation in the
+ * forward, and cu_seqlens (device memory) are never read here.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -81,61 +83,110 @@ fa_status fa_cuda_current_device(fa_cuda_device_info *info) {
     return FA_OK;
 }
 
+fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev) {
+    fa_status s = fa_cuda_current_device(dev);
+    if (s != FA_OK) return s;
+    if (dev->cc_major < 8)
+        return fa_set_error(FA_ERR_DEVICE,
+                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
+                            dev->ordinal, dev->cc_major, dev->cc_minor);
+    return FA_OK;
+}
+
+/* ---- checks shared by the forward, backward and decode paths -------------------------------- */
+
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path) {
+    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
+    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld: %s needs a multiple of 8 in 8..256",
+                            (long long)p->head_dim, path);
+    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: %s needs a multiple of 8 in 8..256",
+                            (long long)p->head_dim_v, path);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes) {
+    if (((uintptr_t)ptr & (uintptr_t)(bytes - 1)) != 0)
+        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not %u-byte aligned", name, ptr, bytes);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                                 int64_t head_stride, int check_batch, const char *path) {
+    if (((uintptr_t)ptr & 15u) != 0)
+        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 16-byte aligned (%s moves 16-byte vectors)",
+                            name, ptr, path);
+    const int64_t strides[3] = {batch_stride, row_stride, head_stride};
+    static const char *const axis[3] = {"batch", "row", "head"};
+    for (int i = check_batch ? 0 : 1; i < 3; ++i)
+        if (strides[i] % 8 != 0)
+            return fa_set_error(FA_ERR_ALIGNMENT,
+                                "%s_%s_stride = %lld is not a multiple of 8 elements (16 bytes), which %s needs",
+                                name, axis[i], (long long)strides[i], path);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel) {
+    if (smem > dev->smem_optin)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "head_dim = %lld, head_dim_v = %lld: %s needs %zu bytes of shared memory per "
+                            "block, device %d allows %zu",
+                            (long long)p->head_dim, (long long)p->head_dim_v, kernel, smem, dev->ordinal,
+                            dev->smem_optin);
+    return FA_OK;
+}
+
+/* ---- workspace shared by the backward and the split-KV decode -------------------------------- */
+
+fa_status fa_cuda_workspace_acquire(void *given, size_t bytes, cudaStream_t stream, const char *what,
+                                    fa_cuda_workspace *ws) {
+    ws->base = static_cast<uint8_t *>(given);
+    ws->owned = given == nullptr && bytes > 0;
+    if (!ws->owned) return FA_OK;
+    void *mem = nullptr;
+    const cudaError_t e = cudaMallocAsync(&mem, bytes, stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* allocation failures are not sticky; do not leave it set */
+        ws->owned = false;
+        return fa_set_error(FA_ERR_ALLOC, "cudaMallocAsync(%zu bytes of %s workspace): %s", bytes, what,
+                            cudaGetErrorString(e));
+    }
+    ws->base = static_cast<uint8_t *>(mem);
+    return FA_OK;
+}
+
+fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, const char *what, fa_status status) {
+    if (!ws->owned) return status;
+    ws->owned = false;
+    /* Stream-ordered: freed after the kernels queued before it have run. */
+    const cudaError_t e = cudaFreeAsync(ws->base, stream);
+    if (e != cudaSuccess && status == FA_OK)
+        status = fa_set_error(FA_ERR_CUDA, "cudaFreeAsync(%s workspace): %s", what, cudaGetErrorString(e));
+    return status;
+}
+
 /* ---- forward: limits ------------------------------------------------------------------------ */
 
 enum { FA_CUDA_GRID_YZ_MAX = 65535 };
 
-static fa_status check_tensor_alignment(const char *name, const void *ptr, int64_t batch_stride,
-                                        int64_t row_stride, int64_t head_stride, int varlen) {
-    if (((uintptr_t)ptr & 15u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s = %p is not 16-byte aligned (the CUDA path moves 16-byte vectors)",
-                            name, ptr);
-    if (row_stride % 8 != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s_row_stride = %lld is not a multiple of 8 elements (16 bytes), "
-                            "which the CUDA path needs", name, (long long)row_stride);
-    if (head_stride % 8 != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s_head_stride = %lld is not a multiple of 8 elements (16 bytes), "
-                            "which the CUDA path needs", name, (long long)head_stride);
-    if (!varlen && batch_stride % 8 != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s_batch_stride = %lld is not a multiple of 8 elements (16 bytes), "
-                            "which the CUDA path needs", name, (long long)batch_stride);
-    return FA_OK;
-}
-
 static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     const fa_params *p = &pb->p;
-    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: the CUDA forward supports f16 and bf16",
-                            (int)p->dtype);
-    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM,
-                            "head_dim = %lld: the CUDA forward needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim);
-    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM,
-                            "head_dim_v = %lld: the CUDA forward needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim_v);
+    static const char *const path = "the CUDA forward";
     fa_status s;
-    if ((s = check_tensor_alignment("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, pb->varlen)) != FA_OK ||
-        (s = check_tensor_alignment("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, pb->varlen)) != FA_OK ||
-        (s = check_tensor_alignment("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, pb->varlen)) != FA_OK ||
-        (s = check_tensor_alignment("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, pb->varlen)) != FA_OK)
+    const int check_batch = !pb->varlen;
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_k", p->cu_seqlens_k, 4)) != FA_OK)
         return s;
-    if (((uintptr_t)p->lse & 3u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "lse = %p is not 4-byte aligned", (void *)p->lse);
-    if (((uintptr_t)p->alibi_slopes & 3u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "alibi_slopes = %p is not 4-byte aligned",
-                            (const void *)p->alibi_slopes);
-    if (((uintptr_t)p->sink_logits & 3u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "sink_logits = %p is not 4-byte aligned",
-                            (const void *)p->sink_logits);
-    if (((uintptr_t)p->cu_seqlens_q & 3u) != 0 || ((uintptr_t)p->cu_seqlens_k & 3u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "cu_seqlens_%s is not 4-byte aligned",
-                            ((uintptr_t)p->cu_seqlens_q & 3u) ? "q" : "k");
 
     /* Sizes: rows and keys are int in the kernels; the grid has 65535 in y and z. */
     const int64_t int_max = 2147483647;
@@ -156,20 +207,9 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
                             "batch = %lld exceeds %d, the CUDA grid limit of the forward",
                             (long long)p->batch, FA_CUDA_GRID_YZ_MAX);
 
-    if ((s = fa_cuda_current_device(dev)) != FA_OK) return s;
-    if (dev->cc_major < 8)
-        return fa_set_error(FA_ERR_DEVICE,
-                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
-                            dev->ordinal, dev->cc_major, dev->cc_minor);
+    if ((s = fa_cuda_current_device_sm80(dev)) != FA_OK) return s;
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
-    const size_t smem = fa_fwd_smem_bytes(bucket);
-    if (smem > dev->smem_optin)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "head_dim = %lld, head_dim_v = %lld: the CUDA forward kernel needs %zu bytes of "
-                            "shared memory per block, device %d allows %zu",
-                            (long long)p->head_dim, (long long)p->head_dim_v, smem, dev->ordinal,
-                            dev->smem_optin);
-    return FA_OK;
+    return fa_cuda_check_smem(p, dev, fa_fwd_smem_bytes(bucket), "the CUDA forward kernel");
 }
 
 extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspace_bytes) {
@@ -190,47 +230,16 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
 
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
     fa_fwd_params prm;
+    fa_cuda_fill_forward_params(&prm, pb);
     prm.q = p->q;
     prm.k = p->k;
     prm.v = p->v;
     prm.o = p->o;
     prm.lse = p->lse;
-    prm.q_batch_stride = p->q_batch_stride;
-    prm.q_row_stride = p->q_row_stride;
-    prm.q_head_stride = p->q_head_stride;
-    prm.k_batch_stride = p->k_batch_stride;
-    prm.k_row_stride = p->k_row_stride;
-    prm.k_head_stride = p->k_head_stride;
-    prm.v_batch_stride = p->v_batch_stride;
-    prm.v_row_stride = p->v_row_stride;
-    prm.v_head_stride = p->v_head_stride;
-    prm.o_batch_stride = p->o_batch_stride;
-    prm.o_row_stride = p->o_row_stride;
-    prm.o_head_stride = p->o_head_stride;
     prm.cu_seqlens_q = pb->varlen ? p->cu_seqlens_q : nullptr;
     prm.cu_seqlens_k = pb->varlen ? p->cu_seqlens_k : nullptr;
     prm.total_q = p->total_q;
     prm.total_k = p->total_k;
-    prm.batch = (int)p->batch;
-    prm.seqlen_q = (int)p->seqlen_q;
-    prm.seqlen_k = (int)p->seqlen_k;
-    prm.heads_q = (int)p->heads_q;
-    prm.heads_kv = (int)p->heads_kv;
-    prm.group = (int)pb->group;
-    prm.head_dim = (int)p->head_dim;
-    prm.head_dim_v = (int)p->head_dim_v;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.scale_log2 = pb->scale_log2;
-    prm.softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
-    prm.softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
-    prm.alibi_slopes = p->alibi_slopes;
-    prm.alibi_batch_stride = p->alibi_batch_stride;
-    prm.sink_logits = p->sink_logits;
-    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
-     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
-    prm.transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
-    prm.score_mul = prm.transform_scores ? 1.0f : pb->scale_log2;
     prm.num_m_blocks = (int)((p->seqlen_q + fa_fwd_block_m(bucket) - 1) / fa_fwd_block_m(bucket));
     prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;

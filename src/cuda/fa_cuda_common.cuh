@@ -1,8 +1,8 @@
 /*
- * fa_cuda_common.cuh: what the CUDA forward (fwd_*.cu) and backward (bwd_*.cu) kernels share:
- * error checking for host code, the per-device property cache, element-type traits, the
- * shared-memory swizzle, quad reductions, and sequence geometry on the device. Both helpers
- * include this header: keep existing names stable and add new things at the end.
+ * fa_cuda_common.cuh: what the CUDA forward, backward and decode (kvcache) code shares: host
+ * error checking, the per-device property cache, element-type traits, the shared-memory swizzle,
+ * quad reductions, sequence geometry on the device, and (at the end) the host's common checks,
+ * parameter copies and workspace handling. Keep names stable and add new things at the end.
  *
  * Host code here is C++ compiled by nvcc; kernels are reached only through extern "C" launchers.
  */
@@ -171,5 +171,95 @@ struct fa_fwd_params {
     int heavy_first;             /* 1: grid (heads_q, b, m_blocks), last query block first    */
     int num_m_blocks;
 };
+
+/* ---- host: checks, parameter copies and workspace shared by the three host files ------------ */
+/*
+ * fa_cuda.cu (forward), bwd_cuda.cu (backward) and kvcache_cuda.cu (decode) validate and launch
+ * alike. `path` / `kernel` / `what` name the caller in error messages ("the CUDA backward",
+ * "the CUDA backward kernel", "backward"). Defined in fa_cuda.cu except the templates.
+ */
+
+/* dtype f16 or bf16; head_dim and head_dim_v multiples of 8 in 8..256. */
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path);
+
+/* ptr (NULL passes) aligned to `bytes`, a power of two: "name = ptr is not N-byte aligned". */
+fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes);
+
+/* A 16-bit tensor the kernels move in 16-byte vectors: base 16-byte aligned, row and head
+ * strides (and the batch stride when check_batch) multiples of 8 elements. */
+fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                                 int64_t head_stride, int check_batch, const char *path);
+
+/* The current device's properties (fa_cuda_current_device); FA_ERR_DEVICE below sm_80. */
+fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
+
+/* FA_ERR_UNSUPPORTED when `kernel` needs more shared memory per block than dev allows. */
+fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
+
+/* The fields every kernel parameter block (fa_fwd_params, fa_kv_params, fa_bwd_params) has under
+ * the same name: q/k/v strides, sizes, the score transform's constants and ALiBi. */
+template <typename Params>
+static inline void fa_cuda_fill_shared_params(Params *prm, const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    prm->q_batch_stride = p->q_batch_stride;
+    prm->q_row_stride = p->q_row_stride;
+    prm->q_head_stride = p->q_head_stride;
+    prm->k_batch_stride = p->k_batch_stride;
+    prm->k_row_stride = p->k_row_stride;
+    prm->k_head_stride = p->k_head_stride;
+    prm->v_batch_stride = p->v_batch_stride;
+    prm->v_row_stride = p->v_row_stride;
+    prm->v_head_stride = p->v_head_stride;
+    prm->batch = (int)p->batch;
+    prm->seqlen_q = (int)p->seqlen_q;
+    prm->seqlen_k = (int)p->seqlen_k;
+    prm->heads_q = (int)p->heads_q;
+    prm->heads_kv = (int)p->heads_kv;
+    prm->group = (int)pb->group;
+    prm->head_dim = (int)p->head_dim;
+    prm->head_dim_v = (int)p->head_dim_v;
+    prm->scale_log2 = pb->scale_log2;
+    /* softcap_post_log2 is read only when softcap_pre > 0 */
+    prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
+    prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
+    prm->alibi_slopes = p->alibi_slopes;
+    prm->alibi_batch_stride = p->alibi_batch_stride;
+}
+
+/* fa_cuda_fill_shared_params plus what the forward and the decode kernel also share: o strides,
+ * window, sinks and the choice of the score path. */
+template <typename Params>
+static inline void fa_cuda_fill_forward_params(Params *prm, const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    fa_cuda_fill_shared_params(prm, pb);
+    prm->o_batch_stride = p->o_batch_stride;
+    prm->o_row_stride = p->o_row_stride;
+    prm->o_head_stride = p->o_head_stride;
+    prm->window_left = p->window_left;
+    prm->window_right = p->window_right;
+    prm->sink_logits = p->sink_logits;
+    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
+     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
+    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
+    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
+}
+
+/* Workspace regions start at multiples of 256 bytes. */
+static inline size_t fa_cuda_align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* The device workspace of one call: the caller's, or cudaMallocAsync'd on the stream. */
+typedef struct fa_cuda_workspace {
+    uint8_t *base;
+    bool owned; /* cudaFreeAsync it in fa_cuda_workspace_release */
+} fa_cuda_workspace;
+
+/* ws->base = given, or (given NULL, bytes > 0) `bytes` from cudaMallocAsync on `stream`;
+ * FA_ERR_ALLOC when that fails. */
+fa_status fa_cuda_workspace_acquire(void *given, size_t bytes, cudaStream_t stream, const char *what,
+                                    fa_cuda_workspace *ws);
+
+/* Frees an owned workspace, stream-ordered (after the work queued before it). Returns `status`,
+ * or FA_ERR_CUDA when status was FA_OK and the free failed. */
+fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, const char *what, fa_status status);
 
 #endif /* FA_CUDA_COMMON_CUH */

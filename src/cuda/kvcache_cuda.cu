@@ -218,66 +218,34 @@ typedef struct fa_kv_plan {
     size_t workspace_bytes; /* 0 without splits                                                 */
 } fa_kv_plan;
 
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-static fa_status check_aligned16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
-                                 int64_t head_stride) {
-    if (((uintptr_t)ptr & 15u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT,
-                            "%s = %p is not 16-byte aligned (the CUDA KV-cache path moves 16-byte vectors)",
-                            name, ptr);
-    const int64_t strides[3] = {batch_stride, row_stride, head_stride};
-    static const char *const axis[3] = {"batch", "row", "head"};
-    for (int i = 0; i < 3; ++i)
-        if (strides[i] % 8 != 0)
-            return fa_set_error(FA_ERR_ALIGNMENT,
-                                "%s_%s_stride = %lld is not a multiple of 8 elements (16 bytes), which the "
-                                "CUDA KV-cache path needs",
-                                name, axis[i], (long long)strides[i]);
-    return FA_OK;
-}
-
-static fa_status check_aligned(const char *name, const void *ptr, unsigned bytes) {
-    if (((uintptr_t)ptr & (uintptr_t)(bytes - 1)) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not %u-byte aligned", name, ptr, bytes);
-    return FA_OK;
-}
-
 static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const fa_params *p = &pb->p;
-    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: the CUDA KV-cache path supports f16 and bf16", (int)p->dtype);
-    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM,
-                            "head_dim = %lld: the CUDA KV-cache path needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim);
-    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM,
-                            "head_dim_v = %lld: the CUDA KV-cache path needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim_v);
+    static const char *const path = "the CUDA KV-cache path";
     fa_status s;
     /* paged caches: the batch stride is the page stride */
-    if ((s = check_aligned16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride)) != FA_OK ||
-        (s = check_aligned16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride)) != FA_OK ||
-        (s = check_aligned16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride)) != FA_OK ||
-        (s = check_aligned16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride)) != FA_OK)
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
         return s;
     if (p->k_new != NULL &&
-        ((s = check_aligned16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride)) != FA_OK ||
-         (s = check_aligned16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride)) != FA_OK))
+        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
+                                     path)) != FA_OK ||
+         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
+                                     path)) != FA_OK))
         return s;
-    if ((s = check_aligned("lse", p->lse, 4)) != FA_OK ||
-        (s = check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
-        (s = check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
-        (s = check_aligned("cache_seqlens", p->cache_seqlens, 4)) != FA_OK ||
-        (s = check_aligned("cache_batch_idx", p->cache_batch_idx, 4)) != FA_OK ||
-        (s = check_aligned("cache_leftpad", p->cache_leftpad, 4)) != FA_OK ||
-        (s = check_aligned("block_table", p->block_table, 4)) != FA_OK ||
-        (s = check_aligned("rotary_cos", p->rotary_cos, 2)) != FA_OK ||
-        (s = check_aligned("rotary_sin", p->rotary_sin, 2)) != FA_OK)
+    if ((s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_seqlens", p->cache_seqlens, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_batch_idx", p->cache_batch_idx, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_leftpad", p->cache_leftpad, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("block_table", p->block_table, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("rotary_cos", p->rotary_cos, 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("rotary_sin", p->rotary_sin, 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK)
         return s;
-    if (p->workspace != NULL && ((uintptr_t)p->workspace & 255u) != 0)
-        return fa_set_error(FA_ERR_ALIGNMENT, "workspace = %p is not 256-byte aligned", p->workspace);
     if (p->rotary_cos != NULL && (p->rotary_dim < 2 || p->rotary_dim > p->head_dim || p->rotary_dim % 2 != 0 ||
                                   p->rotary_seqlen < 1 || p->rotary_seqlen > INT32_MAX))
         return fa_set_error(FA_ERR_INVALID_SIZE, "rotary_dim = %lld / rotary_seqlen = %lld: out of range",
@@ -300,19 +268,10 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     if (p->block_table == NULL && (p->cache_batch < 1 || p->cache_batch > INT32_MAX))
         return fa_set_error(FA_ERR_INVALID_SIZE, "cache_batch = %lld is out of range", (long long)p->cache_batch);
 
-    if ((s = fa_cuda_current_device(&plan->dev)) != FA_OK) return s;
-    if (plan->dev.cc_major < 8)
-        return fa_set_error(FA_ERR_DEVICE,
-                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
-                            plan->dev.ordinal, plan->dev.cc_major, plan->dev.cc_minor);
+    if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
     plan->bucket = fa_kv_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
-    const size_t smem = fa_kv_smem_bytes(plan->bucket);
-    if (smem > plan->dev.smem_optin)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "head_dim = %lld, head_dim_v = %lld: the CUDA KV-cache kernel needs %zu bytes of "
-                            "shared memory per block, device %d allows %zu",
-                            (long long)p->head_dim, (long long)p->head_dim_v, smem, plan->dev.ordinal,
-                            plan->dev.smem_optin);
+    if ((s = fa_cuda_check_smem(p, &plan->dev, fa_kv_smem_bytes(plan->bucket), "the CUDA KV-cache kernel")) != FA_OK)
+        return s;
 
     /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which
      * includes the appended tokens), narrowed by a two-sided window; a range of n slots touches
@@ -350,8 +309,8 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         if (rows * (double)(p->head_dim_v + 1) * 4.0 > 9.0e18)
             return fa_set_error(FA_ERR_OVERFLOW, "the split-KV workspace size overflows");
         const size_t part_rows = (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q;
-        plan->off_lse_partial = align256(part_rows * (size_t)p->head_dim_v * 4);
-        plan->workspace_bytes = align256(plan->off_lse_partial + part_rows * 4);
+        plan->off_lse_partial = fa_cuda_align256(part_rows * (size_t)p->head_dim_v * 4);
+        plan->workspace_bytes = fa_cuda_align256(plan->off_lse_partial + part_rows * 4);
     }
     return FA_OK;
 }
@@ -369,6 +328,7 @@ extern "C" fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspa
 static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
     fa_kv_params prm;
+    fa_cuda_fill_forward_params(&prm, pb);
     prm.q = p->q;
     prm.k = (void *)p->k; /* written when appending (the API's cache is const for the plain call) */
     prm.v = (void *)p->v;
@@ -376,18 +336,6 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.lse = p->lse;
     prm.k_new = p->k_new;
     prm.v_new = p->v_new;
-    prm.q_batch_stride = p->q_batch_stride;
-    prm.q_row_stride = p->q_row_stride;
-    prm.q_head_stride = p->q_head_stride;
-    prm.k_batch_stride = p->k_batch_stride;
-    prm.k_row_stride = p->k_row_stride;
-    prm.k_head_stride = p->k_head_stride;
-    prm.v_batch_stride = p->v_batch_stride;
-    prm.v_row_stride = p->v_row_stride;
-    prm.v_head_stride = p->v_head_stride;
-    prm.o_batch_stride = p->o_batch_stride;
-    prm.o_row_stride = p->o_row_stride;
-    prm.o_head_stride = p->o_head_stride;
     prm.knew_batch_stride = p->knew_batch_stride;
     prm.knew_row_stride = p->knew_row_stride;
     prm.knew_head_stride = p->knew_head_stride;
@@ -408,28 +356,9 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.rotary_seqlen = p->rotary_cos != NULL ? (int)p->rotary_seqlen : 1;
     prm.rotary_interleaved = p->rotary_interleaved != 0;
     prm.rotary_q_per_token = pb->has_mask;
-    prm.batch = (int)p->batch;
-    prm.seqlen_q = (int)p->seqlen_q;
-    prm.seqlen_k = (int)p->seqlen_k;
-    prm.heads_q = (int)p->heads_q;
-    prm.heads_kv = (int)p->heads_kv;
-    prm.group = (int)pb->group;
-    prm.head_dim = (int)p->head_dim;
-    prm.head_dim_v = (int)p->head_dim_v;
     prm.rows_packed = (int)(p->seqlen_q * pb->group);
     prm.row_tiles = plan->row_tiles;
     prm.num_splits = plan->num_splits;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.scale_log2 = pb->scale_log2;
-    prm.softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
-    prm.softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
-    prm.alibi_slopes = p->alibi_slopes;
-    prm.alibi_batch_stride = p->alibi_batch_stride;
-    prm.sink_logits = p->sink_logits;
-    /* as the forward: raw scores order like the scaled ones only for a positive scale */
-    prm.transform_scores = p->softcap > 0.0f || p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f);
-    prm.score_mul = prm.transform_scores ? 1.0f : pb->scale_log2;
     prm.o_partial = plan->num_splits > 1 ? (float *)ws : NULL;
     prm.lse_partial = plan->num_splits > 1 ? (float *)(ws + plan->off_lse_partial) : NULL;
 
@@ -481,33 +410,14 @@ extern "C" fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
     if (s != FA_OK) return s;
     const fa_params *p = &pb->p;
     if (p->seqlen_q < 1) return FA_OK; /* nothing to attend or append */
-    if (p->workspace != NULL && p->workspace_bytes < plan.workspace_bytes)
-        return fa_set_error(FA_ERR_WORKSPACE,
-                            "workspace_bytes = %zu is smaller than the %zu bytes this call needs "
-                            "(pass NULL to let the library allocate)",
-                            p->workspace_bytes, plan.workspace_bytes);
+    if ((s = fa_check_workspace_size(p, plan.workspace_bytes)) != FA_OK) return s;
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
 
-    uint8_t *ws = static_cast<uint8_t *>(p->workspace);
-    const bool own_workspace = ws == nullptr && plan.workspace_bytes > 0;
-    if (own_workspace) {
-        void *mem = nullptr;
-        const cudaError_t e = cudaMallocAsync(&mem, plan.workspace_bytes, stream);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* allocation failures are not sticky; do not leave it set */
-            return fa_set_error(FA_ERR_ALLOC, "cudaMallocAsync(%zu bytes of split-KV workspace): %s",
-                                plan.workspace_bytes, cudaGetErrorString(e));
-        }
-        ws = static_cast<uint8_t *>(mem);
-    }
-    s = run_kvcache(pb, &plan, ws, stream);
-    if (own_workspace) {
-        /* Stream-ordered: freed after the kernels above have run. */
-        const cudaError_t e = cudaFreeAsync(ws, stream);
-        if (e != cudaSuccess && s == FA_OK)
-            s = fa_set_error(FA_ERR_CUDA, "cudaFreeAsync(split-KV workspace): %s", cudaGetErrorString(e));
-    }
-    return s;
+    fa_cuda_workspace ws;
+    if ((s = fa_cuda_workspace_acquire(p->workspace, plan.workspace_bytes, stream, "split-KV", &ws)) != FA_OK)
+        return s;
+    s = run_kvcache(pb, &plan, ws.base, stream);
+    return fa_cuda_workspace_release(&ws, stream, "split-KV", s);
 }
 
 /* ---- fa_merge_states on the device ---------------------------------------------------------- */
@@ -523,17 +433,13 @@ extern "C" fa_status fa_cuda_merge_states(const fa_merge_params *mp) {
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: the CUDA merge supports 1..%d",
                             (long long)mp->head_dim_v, (int)FA_MERGE_MAX_DV);
     fa_status s;
-    if ((s = check_aligned("o_parts", mp->o_parts, mp->parts_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
-        (s = check_aligned("lse_parts", mp->lse_parts, 4)) != FA_OK ||
-        (s = check_aligned("o", mp->o, mp->out_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
-        (s = check_aligned("lse", mp->lse, 4)) != FA_OK)
-        return s;
     fa_cuda_device_info dev;
-    if ((s = fa_cuda_current_device(&dev)) != FA_OK) return s;
-    if (dev.cc_major < 8)
-        return fa_set_error(FA_ERR_DEVICE,
-                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
-                            dev.ordinal, dev.cc_major, dev.cc_minor);
+    if ((s = fa_cuda_check_aligned("o_parts", mp->o_parts, mp->parts_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse_parts", mp->lse_parts, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("o", mp->o, mp->out_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", mp->lse, 4)) != FA_OK ||
+        (s = fa_cuda_current_device_sm80(&dev)) != FA_OK)
+        return s;
     if (mp->rows == 0) return FA_OK;
     fa_merge_args m;
     m.o_parts = mp->o_parts;
