@@ -41,7 +41,7 @@ CUDA_ARCHS ?= 80 90
 ifneq ($(strip $(NVCC)),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   CU_SRC    := $(wildcard src/cuda/*.cu)
-  LIB_C     := $(filter-out src/fa_cuda_stub.c,$(LIB_C))
+  LIB_C     := $(filter-out src/fa_cuda_stub.c src/fa_ring_cuda_stub.c,$(LIB_C))
   LAST_ARCH := $(lastword $(CUDA_ARCHS))
   GENCODE   := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
@@ -50,6 +50,13 @@ ifneq ($(strip $(NVCC)),)
   NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
                --expt-relaxed-constexpr -Xptxas=--warn-on-spills
   CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lstdc++ -ldl -lrt
+  # NCCL, ring attention's transport (src/cuda/ring_cuda.cu): compiled in when nccl.h is found
+  # (NCCL_HOME=<dir with include/nccl.h>, e.g. pip's nvidia/nccl, else the toolkit, /usr, /usr/local);
+  # libnccl.so.2 itself is opened at run time, so the library does not link it.
+  NCCL_H     := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
+                  $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+  NCCL_FLAGS := $(if $(NCCL_H),-DFA_HAVE_NCCL $(addprefix -I,$(filter-out /usr/include /usr/local/include \
+                  $(CUDA_HOME)/include,$(patsubst %/,%,$(dir $(NCCL_H))))))
 else
   CU_SRC    :=
   CUDA_LIBS :=
@@ -78,6 +85,7 @@ $(BUILD)/obj/%_sm90a.o: %_sm90a.cu
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(GENCODE) -MMD -MP -c $< -o $@
+$(BUILD)/obj/src/cuda/ring_cuda.o: NVCCFLAGS += $(NCCL_FLAGS)
 
 $(BUILD)/libflashattn.a: $(LIB_OBJ)
 	@rm -f $@

@@ -271,6 +271,117 @@ FA_API const char *fa_version(void);              /* "0.1.0"                    
 FA_API int fa_cuda_available(void);               /* 1 if built with CUDA and a GPU is present */
 FA_API const char *fa_cpu_isa(void);              /* SIMD level the CPU path uses: "avx512", "avx2", "scalar" */
 
+/* ==== context parallelism: ring attention (issue 7) ========================================== */
+/*
+ * Self-attention over sequences sharded across W ranks (GPUs of one job, or anything a transport
+ * connects): rank r keeps its query shard; the key/value shards travel around the ring (r sends
+ * to r + 1 and receives from r - 1, W - 1 steps); at each step every rank runs fa_forward on its
+ * queries against the K/V shard it holds and merges the partial (O, LSE) into a running state
+ * (fa_merge_states' math, in fp32). The next K/V transfer is posted before the current block is
+ * computed, so communication overlaps computation. The backward passes fp32 dK/dV accumulators
+ * around the ring with the K/V (one extra hop brings them home) and keeps dQ local; each block
+ * pair runs fa_backward with the GLOBAL O and LSE (P = exp(S - LSE), D = rowsum(dO ∘ O)).
+ *
+ * Sharding: every sequence of L tokens is cut into C chunks (chunk c starts at c·(L/C) +
+ * min(c, L%C) and has L/C + (c < L%C ? 1 : 0) tokens):
+ *   FA_RING_CONTIGUOUS  C = W, rank r holds chunk r.
+ *   FA_RING_ZIGZAG      C = 2W, rank r holds chunk r followed by chunk 2W-1-r: with a causal
+ *                       mask every rank then has the same work at every step.
+ * A rank's shard holds, for each sequence, its chunks in that order (fa_ring_shard gives them).
+ *
+ * Masks per block pair (causal): a K/V shard entirely in the queries' past is attended without a
+ * mask, the rank's own shard with the causal mask, a shard entirely in the future is skipped
+ * (zig-zag: own shard causal; an earlier rank's shard: all queries against its first chunk; a
+ * later rank's: the second query chunk against both of its chunks). Supported: causal or not,
+ * GQA / MQA, head_dim_v, softcap, softmax_scale, sinks (counted once: only the own-shard block
+ * sees them), variable-length batches, f32 (CPU) / f16 / bf16. Not supported (FA_ERR_UNSUPPORTED):
+ * sliding windows (use_window) and ALiBi, whose bias depends on global positions. Queries and
+ * keys are the same tokens (seqlen_q = seqlen_k per sequence). Precision: every block pair's
+ * partial O (dQ, dK, dV) leaves fa_forward (fa_backward) in the dtype before the fp32 merge
+ * (sum), so with f16 / bf16 results can differ from one fa_forward over the whole sequence by
+ * about one unit in the last place, within the library's accuracy rule.
+ */
+typedef enum fa_ring_sharding {
+    FA_RING_CONTIGUOUS = 0, /* rank r holds chunk r of W                                       */
+    FA_RING_ZIGZAG = 1      /* rank r holds chunks r and 2W-1-r of 2W (causal load balance)     */
+} fa_ring_sharding;
+
+/* Token ranges of rank `rank` in a sequence of `seqlen` tokens: *num_chunks (1 or 2) chunks,
+ * chunk i covering [start[i], start[i] + length[i]) in the sequence, in shard order. */
+FA_API fa_status fa_ring_shard(int64_t seqlen, int world_size, int rank, fa_ring_sharding sharding,
+                               int64_t start[2], int64_t length[2], int *num_chunks);
+
+/* The transport between neighbours. Every rank posts the same sequence of exchanges.
+ *   send_recv: start one exchange: send `bytes` bytes at send_buf to rank (rank + 1) % W and
+ *     receive `bytes` bytes into recv_buf from rank (rank + W - 1) % W. The buffers live in the
+ *     call's device memory. CUDA: `stream` is the compute stream; the transfer must start after
+ *     the work enqueued on it so far (which produced send_buf and last read recv_buf), e.g. by
+ *     waiting on an event recorded there, and may complete later. CPU: `stream` is NULL and the
+ *     call may complete the exchange before returning.
+ *   wait: complete every exchange posted so far: CUDA: make `stream` wait for them (no host
+ *     block needed); CPU: return once every receive buffer is filled and every send buffer may
+ *     be reused.
+ * Both return FA_OK or an error status; the ring call then fails with that status (its message
+ * names the rank and the step). */
+typedef struct fa_ring_comm {
+    fa_status (*send_recv)(void *user, const void *send_buf, void *recv_buf, size_t bytes,
+                           void *stream);
+    fa_status (*wait)(void *user, void *stream);
+    void *user; /* passed to both                                                               */
+} fa_ring_comm;
+
+typedef struct fa_ring_params {
+    /* This rank's shard, as for fa_forward / fa_backward, with these differences:
+     *   batched: seqlen_q = seqlen_k = the shard's tokens per sequence (0: taken from the
+     *     sharding); q, k, v, o, dout, dq, dk, dv are [batch, shard tokens, heads, dim] and lse
+     *     [batch, heads_q, shard tokens].
+     *   varlen: cu_seqlens_q / cu_seqlens_k must be NULL (the ring derives the shard's lengths
+     *     from `cu_seqlens` below); the shard packs, sequence after sequence, each sequence's
+     *     chunks; total_q / total_k: 0 (= the shard's rows) or more; lse is [heads_q, total_q].
+     *   use_window and alibi_slopes must be off; sink_logits may be set; dsink (backward)
+     *     receives this rank's contribution: the gradient is its sum over the ranks.
+     *   stream (CUDA): the compute stream. attn.workspace is not used: the inner fa_forward /
+     *     fa_backward calls take their scratch from the ring's workspace below.
+     * Backward: o and lse are this rank's outputs of fa_ring_forward (global O and LSE). */
+    fa_params attn;
+    int rank;                  /* 0 <= rank < world_size                                       */
+    int world_size;            /* W >= 1                                                       */
+    fa_ring_sharding sharding;
+    int64_t seqlen;            /* batched: tokens per sequence over the whole ring             */
+    const int32_t *cu_seqlens; /* varlen: [attn.batch + 1] prefix sums of the GLOBAL sequence
+                                  lengths, in HOST memory on every device; NULL = batched       */
+    fa_ring_comm comm;         /* send_recv / wait (not called when world_size = 1)            */
+    void *workspace;           /* scratch in the device's memory (K/V in flight, the fp32
+                                  running state, the inner calls' workspace); NULL = allocated
+                                  and freed by each call (CUDA: stream-ordered)               */
+    size_t workspace_bytes;    /* fa_ring_check_* gives the size needed                        */
+} fa_ring_params;
+
+/* One rank's part of ring attention: writes attn.o and (if non-NULL) attn.lse. Collective: every
+ * rank of the ring calls it with matching sizes. Every check is done before any exchange; an
+ * error after that (allocation, CUDA, transport) leaves the other ranks waiting, as with any
+ * collective, and the communicator should be torn down. */
+FA_API fa_status fa_ring_forward(const fa_ring_params *r);
+/* Backward: reads attn.q, k, v, o, lse, dout; writes attn.dq, dk, dv and (if non-NULL) dsink. */
+FA_API fa_status fa_ring_backward(const fa_ring_params *r);
+/* Validate without communicating (every step's inner call included); *workspace_bytes (if
+ * non-NULL) receives the workspace the call needs. */
+FA_API fa_status fa_ring_check_forward(const fa_ring_params *r, size_t *workspace_bytes);
+FA_API fa_status fa_ring_check_backward(const fa_ring_params *r, size_t *workspace_bytes);
+
+/* The NCCL transport: ncclSend / ncclRecv to the neighbours in one NCCL group on `comm_stream`
+ * (a cudaStream_t other than the compute stream, so transfers overlap the computation), ordered
+ * after the compute stream by events. nccl_comm is an ncclComm_t; *rank and *world_size (if
+ * non-NULL) receive its rank and size, to put into fa_ring_params. libnccl.so.2 is the one the
+ * process already loaded (e.g. PyTorch's), else opened by name ($FA_NCCL_LIBRARY: a path to use
+ * instead). Available when the library was
+ * built with CUDA and nccl.h; otherwise FA_ERR_UNSUPPORTED ("built without NCCL"). Release with
+ * fa_ring_comm_nccl_release (it does not destroy the NCCL communicator). */
+FA_API fa_status fa_ring_comm_nccl(void *nccl_comm, void *comm_stream, fa_ring_comm *comm,
+                                   int *rank, int *world_size);
+FA_API void fa_ring_comm_nccl_release(fa_ring_comm *comm);
+FA_API int fa_ring_nccl_built(void); /* 1 if the NCCL transport is compiled in                 */
+
 #ifdef __cplusplus
 }
 #endif
