@@ -65,15 +65,6 @@ const char *fa_cpu_isa(void) { return fa_cpu_isa_name(); }
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-static const char *dtype_name(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F32: return "f32";
-    case FA_DTYPE_F16: return "f16";
-    case FA_DTYPE_BF16: return "bf16";
-    }
-    return "?";
-}
-
 static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb,
                                 int64_t rows, int64_t heads, int64_t dim, int64_t bs, int64_t rs,
                                 int64_t hs) {
@@ -191,8 +182,6 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     int64_t lse_elems;
     if (!fa_mul_add_ok(hq, p->total_q, 0, &lse_elems))
         return fa_set_error(FA_ERR_OVERFLOW, "heads_q × total_q overflows");
-    (void)lse_elems;
-    (void)dtype_name;
     return FA_OK;
 }
 
