@@ -73,6 +73,9 @@ __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepas
     const int64_t row = (int64_t)chunk * pp.rows_per_block + item;
     const bool row_ok = row < pp.total_q;
     const bool varlen = pp.cu_seqlens_q != nullptr;
+    /* Rows past the last sequence (varlen padding up to total_q) are never read: the caller's O
+     * and dO need not cover them. */
+    const bool in_sequence = row_ok && (!varlen || row < pp.cu_seqlens_q[pp.batch]);
     int64_t b = 0, i = row;
     if (!varlen) {
         b = row / pp.seqlen_q;
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepas
     }
 
     float dot = 0.0f;
-    if (row_ok && lane_in_row * 8 < pp.head_dim_v) {
+    if (in_sequence && lane_in_row * 8 < pp.head_dim_v) {
         const int64_t o_off = varlen ? row * pp.o_row_stride + (int64_t)h * pp.o_head_stride
                                      : b * pp.o_batch_stride + i * pp.o_row_stride + (int64_t)h * pp.o_head_stride;
         const int64_t do_off = varlen ? row * pp.do_row_stride + (int64_t)h * pp.do_head_stride
@@ -104,8 +107,7 @@ __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepas
         const int64_t out = (int64_t)h * pp.total_q + row;
         pp.lse_log2[out] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
         pp.dsum[out] = dot;
-        /* Rows past the last sequence (varlen padding) and fully masked rows contribute nothing. */
-        const bool in_sequence = !varlen || row < pp.cu_seqlens_q[pp.batch];
+        /* Rows past the last sequence and fully masked rows contribute nothing. */
         if (pp.sink_partial != nullptr && in_sequence && lse != -INFINITY)
             sink_term = expf(pp.sink_logits[h] - lse) * dot;
     }

@@ -30,10 +30,14 @@ $NVCC --version | tail -1
 # ---- 1. build ---------------------------------------------------------------------------------
 mkdir -p $B
 FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc/cuda -I$HERE -Xcompiler -fPIC -lineinfo"
+# HOPPER_SKIP_BUILD=1 reuses the objects of an earlier `build` run (same working tree)
+if [ "${HOPPER_SKIP_BUILD:-0}" != 1 ] || [ ! -f $B/libhopper_fwd.so ]; then
+rm -f $B/hopper_fwd.o $B/hopper_fwd_dbg.o $B/selftime.o
 $NVCC $FLAGS -Xptxas -v -c $HERE/hopper_fwd.cu -o $B/hopper_fwd.o > $B/ptxas.log 2>&1 &
 $NVCC $FLAGS -DHOPPER_DEBUG_HANG=1 -c $HERE/hopper_fwd.cu -o $B/hopper_fwd_dbg.o > $B/build_dbg.log 2>&1 &
 $NVCC $FLAGS -c $HERE/selftime.cu -o $B/selftime.o > $B/build_selftime.log 2>&1 &
 wait
+fi
 for f in hopper_fwd hopper_fwd_dbg selftime; do
     if [ ! -f $B/$f.o ]; then echo "BUILD FAILED: $f"; cat $B/*.log | grep -v "^ptxas info" | head -40; exit 1; fi
 done
