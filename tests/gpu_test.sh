@@ -2,9 +2,10 @@
 # tests/gpu_test.sh: what `make gpu-test` runs on a machine with an NVIDIA GPU.
 #   1. build the library and the flashattn tool for the local GPU (build-gpu/)
 #   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
+#      (default kernels), then `--quick` with the portable forward forced
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
 #      (tests/gpu/fa_gpu_determinism.c)
-#   4. compute-sanitizer memcheck and racecheck on small problems
+#   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
 # Exits non-zero on the first failing step. BUILD (default build-gpu) and CUDA_ARCHS (default:
 # the local GPU's compute capability) can be overridden.
 set -u
@@ -29,8 +30,11 @@ ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/
     "$BUILD/libflashattn.a" -o "$DET" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
     || fail "build $DET"
 
-echo "== 2. flashattn check --device cuda --full"
+echo "== 2. flashattn check --device cuda --full (default kernels: the Hopper forward on sm_90)"
 "$BUILD/flashattn" check --device cuda --full || fail "flashattn check --device cuda"
+echo "-- the same sweep (quick) with the portable forward forced (FA_CUDA_FORWARD=portable)"
+FA_CUDA_FORWARD=portable "$BUILD/flashattn" check --device cuda --quick \
+    || fail "flashattn check --device cuda with FA_CUDA_FORWARD=portable"
 
 echo "== 3. determinism"
 "$DET" || fail "forward determinism"
@@ -38,7 +42,7 @@ echo "== 3. determinism"
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 [ -x "$SAN" ] || fail "compute-sanitizer not found"
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
     echo "-- $tool: forward (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$DET" small || fail "$tool on $DET small"
     echo "-- $tool: flashattn check --device cuda --quick"

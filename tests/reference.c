@@ -935,8 +935,18 @@ static int alloc_buffer(fa_test_buffer *buf, int64_t elements, size_t elem_size,
 
 static int64_t buffer_extent(fa_test_problem *tp, int buffer) {
     extent_ctx ctx = {-1};
-    for (int t = 0; t < FA_T_COUNT; t++)
-        if (tp->view[t].buffer == buffer) for_each_element(tp, t, extent_visit, &ctx);
+    for (int t = 0; t < FA_T_COUNT; t++) {
+        if (tp->view[t].buffer != buffer) continue;
+        for_each_element(tp, t, extent_visit, &ctx);
+        /* varlen: the API's packed tensors have total_q / total_k rows, so the rows after the
+         * last sequence are allocated (and poisoned) too; an engine may read them but must not
+         * let them reach an output */
+        if (tp->spec.varlen && t < FA_T_STRIDED_COUNT) {
+            int64_t rows = tensor_on_q_side(t) ? tp->total_q : tp->total_k;
+            for (int64_t h = 0; h < tensor_heads(tp, t) && rows > 0; h++)
+                extent_visit(&ctx, strided_index(tp, t, 0, 0, rows - 1, h, tensor_dim(tp, t) - 1), 0);
+        }
+    }
     return ctx.max_index + 1;
 }
 

@@ -14,11 +14,14 @@
  * forward, and cu_seqlens (device memory) are never read here.
  */
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "fa_cuda_common.cuh"
 #include "fa_tiles.h"
 #include "fwd_launch.h"
+#include "hopper_tiles.h"
 
 /* ---- availability ------------------------------------------------------------------------- */
 
@@ -220,6 +223,19 @@ extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspa
 
 /* ---- forward: launch ------------------------------------------------------------------------ */
 
+/* Which forward kernel runs: the Hopper one on compute capability 9.0 for the problems it covers
+ * (hopper_tiles.h), else the portable one. FA_CUDA_FORWARD=portable in the environment forces
+ * the portable kernel (tests run the GPU sweep through both). */
+extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const fa_cuda_device_info *dev) {
+    const fa_params *p = &pb->p;
+    const char *force = getenv("FA_CUDA_FORWARD");
+    if (force != nullptr && strcmp(force, "portable") == 0) return FA_CUDA_FWD_PORTABLE;
+    const char *why = fa_hopper_fwd_unsupported(dev->cc_major, dev->cc_minor, p->dtype, (int)p->head_dim,
+                                                (int)p->head_dim_v, p->alibi_slopes != nullptr, pb->scale_log2,
+                                                p->softcap);
+    return why == nullptr ? FA_CUDA_FWD_HOPPER : FA_CUDA_FWD_PORTABLE;
+}
+
 extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     fa_cuda_device_info dev;
     fa_status s = check_forward(pb, &dev);
@@ -245,6 +261,10 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;
 
     cudaStream_t stream = (cudaStream_t)p->stream;
+    if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
+        s = fa_fwd_launch_hopper(&prm, p->dtype, dev.ordinal, stream);
+        if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
+    }
     switch (bucket) {
     case 64: return fa_fwd_launch_hdim64(&prm, p->dtype, dev.ordinal, stream);
     case 128: return fa_fwd_launch_hdim128(&prm, p->dtype, dev.ordinal, stream);

@@ -1,0 +1,80 @@
+/*
+ * hopper_tiles.h: tile shapes of the Hopper forward kernel (src/cuda/fwd_hopper_sm90a.cu) and the
+ * rule that decides which problems it takes, as pure functions usable from C (host code, tests)
+ * and from CUDA (where the kernel takes them as compile-time constants; in C++ they are
+ * constexpr).
+ *
+ * One CTA = BLOCK_M = 128 query rows of one (batch, query head): a producer warpgroup issuing TMA
+ * loads and 2 consumer warpgroups of 64 rows each. Q [128, bucket] stays in shared memory; K and
+ * V tiles [BLOCK_N, bucket] stream through a STAGES-deep ring. Every tile is stored as
+ * bucket/64 slabs of [rows, 64] 16-bit elements (128-byte rows, 128-byte swizzle).
+ */
+#ifndef FA_HOPPER_TILES_H
+#define FA_HOPPER_TILES_H
+
+#include <stddef.h>
+
+#include "flashattn.h"
+
+#ifdef __cplusplus
+#define FA_HOPPER_FN static constexpr inline
+#else
+#define FA_HOPPER_FN static inline
+#endif
+
+/* Head-dim bucket of the kernel: d and dv are zero-padded up to it by the TMA loads (columns past
+ * the tensor's last one read as zeros). 64 (d <= 64), 128, 256; 0 = out of range. d and dv must
+ * fall in the same bucket (one Q/K/V/O slab count). */
+FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
+    return head_dim < 64 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 256 ||
+                   head_dim_v % 8 != 0
+               ? 0
+           : (head_dim <= 64) != (head_dim_v <= 64) || (head_dim <= 128) != (head_dim_v <= 128) ? 0
+           : head_dim <= 64                                                                      ? 64
+           : head_dim <= 128                                                                     ? 128
+                                                                                                 : 256;
+}
+
+/* Query rows per CTA: 2 consumer warpgroups × 64 rows (the M of wgmma). */
+enum { FA_HOPPER_BLOCK_M = 128 };
+
+/* Keys per tile. Buckets 64 and 128: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
+ * consumers' 240 registers with the next S in flight). 256: 80 (O alone is 128 registers, and
+ * Q 64 KiB + 2 stages × (K + V) 40 KiB each = 224 KiB, the shared-memory limit). */
+FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 256 ? 80 : 128; }
+
+/* K/V ring depth: 3 at bucket 64 (16 KiB per K or V tile), else 2 (bucket 128: 160 KiB in all). */
+FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
+
+/* Ping-pong between the two consumer warpgroups (one's softmax under the other's GEMMs): on up
+ * to bucket 128; at 256 each warpgroup's GEMMs are long enough to hide its own softmax. */
+FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return bucket <= 128; }
+
+/* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then the
+ * mbarriers (1 + 4·STAGES of 8 bytes), plus 1024 bytes to align the window to the swizzle atom. */
+FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
+    return (size_t)FA_HOPPER_BLOCK_M * 2 * (size_t)bucket +
+           2 * (size_t)fa_hopper_stages(bucket) * (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket +
+           8 * (size_t)(1 + 4 * fa_hopper_stages(bucket)) + 1024;
+}
+
+/* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
+ * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on. */
+#ifdef __cplusplus
+static inline
+#else
+static inline
+#endif
+    const char *
+    fa_hopper_fwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim, int head_dim_v,
+                              int has_alibi, float scale_log2, float softcap) {
+    if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
+    if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
+    if (has_alibi) return "does not implement ALiBi";
+    if (!(scale_log2 > 0.0f) && !(softcap > 0.0f)) return "needs a positive softmax_scale (or softcap)";
+    return NULL;
+}
+
+#endif /* FA_HOPPER_TILES_H */
