@@ -11,21 +11,22 @@
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * Not here: ALiBi (portable path).
  *
- * One CTA = BLOCK_M = 128 query rows of one (batch, query head); 3 warpgroups (384 threads):
+ * One CTA = BLOCK_M query rows of one (batch, query head) (hopper_tiles.h: 192 at bucket 64, else
+ * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
  *
- *   warpgroup 0, producer (setmaxnreg 24): one thread issues every TMA load. Q [128, bucket]
+ *   warpgroup 0, producer (setmaxnreg 24): one thread issues every TMA load. Q [BLOCK_M, bucket]
  *     once, then the tile range's key tiles from the last to the first, K_j and V_j
  *     [BLOCK_N, bucket] each into a STAGES-deep ring of shared-memory stages, in the order the
  *     consumers need them: K_0, K_1, V_0, K_2, V_1, ... (j counts tiles in processing order).
- *   warpgroups 1, 2, consumers (setmaxnreg 240): consumer c owns query rows 64c .. 64c+63 of
+ *   warpgroups 1 .. C, consumers (setmaxnreg 240 with 2, 160 with 3): consumer c owns rows 64c .. 64c+63 of
  *     the tile. Per key tile j (FlashAttention-3's intra-warpgroup overlap, paper Alg. 2):
  *       issue S_j = Q K_jᵀ          (wgmma m64nBLOCK_Nk16, A = Q and B = K from smem, K-major)
  *       issue O += P_{j-1} V_{j-1}  (wgmma m64nBUCKETk16, A = P from registers, B = V MN-major)
  *       wait for S_j only; release K_j's stage; softcap; mask; online softmax of S_j (exp2, the
  *       scale in one FFMA) while the P·V wgmma still runs;
  *       wait for P·V; release V_{j-1}'s stage; O *= exp2(m_old - m_new); P_j = 16-bit(S_j).
- *     Ping-pong (bucket <= 128): two named barriers make the consumers issue their GEMMs in
- *     turns, so one warpgroup's softmax overlaps the other's GEMMs (paper §3.1).
+ *     Ping-pong (bucket <= 128): named barriers make the consumers issue their GEMMs in turns
+ *     (round robin), so one warpgroup's softmax overlaps another's GEMMs (paper §3.1).
  *   Epilogue: sink, O /= rowsum, LSE by the lane holding column 0 of each row; O staged through
  *   this warpgroup's rows of the Q tile (same 128-byte swizzle), then written by a TMA store
  *   (fixed-length batches: the tensor map clips rows past seqlen_q and columns past dv) or by
@@ -33,7 +34,7 @@
  *
  * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
  *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
- *   k_empty[s], v_empty[s]: 8 arrivals, lane 0 of each of the 8 consumer warps, after that warp's
+ *   k_empty[s], v_empty[s]: 4·C arrivals, lane 0 of each consumer warp, after that warp's
  *     wgmma.wait_group has retired the GEMM that read the stage.
  *   Use u of stage s (u = tile / STAGES) is phase u: consumers wait full[s] with parity u & 1;
  *   the producer waits empty[s] with parity (u & 1) ^ 1, which passes at once for u = 0.
@@ -68,14 +69,16 @@
 template <int BUCKET>
 struct fa_hopper_config {
     static constexpr int D = BUCKET;
-    static constexpr int BLOCK_M = FA_HOPPER_BLOCK_M;
+    static constexpr int BLOCK_M = fa_hopper_block_m(D);
     static constexpr int BLOCK_N = fa_hopper_block_n(D);
     static constexpr int STAGES = fa_hopper_stages(D);
     static constexpr bool PINGPONG = fa_hopper_pingpong(D) != 0;
     static constexpr int CONSUMER_WGS = BLOCK_M / 64;
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
-    static constexpr int CONSUMER_REGS = 240;
+    /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
+    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
+    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* the cap __launch_bounds__ sets */
     static constexpr int SLABS = D / 64;                 /* 64-column slabs per row           */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
@@ -94,21 +97,20 @@ struct fa_hopper_config {
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "key tile: whole k16 steps of P V; TMA box <= 256");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
-    static_assert(CONSUMER_WGS == 2, "the ping-pong protocol below is written for 2 consumer warpgroups");
+    static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
     static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536,
                   "register file: producer + consumers after setmaxnreg");
-    static_assert(THREADS == 384 && 65536 / THREADS >= 168,
-                  "launch cap 168 registers/thread: .dec to 24 frees exactly what .inc to 240 takes");
+    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS,
+                  "setmaxnreg: .dec from the launch cap to PRODUCER_REGS, .inc to CONSUMER_REGS");
     static_assert(SMEM_BYTES <= 232448, "H100/H200 opt-in shared memory per block");
 };
 
 /* Named barrier ids (0 is __syncthreads). */
 enum fa_hopper_named_barrier {
-    FA_HOPPER_BAR_SCHED_WG0 = 1,    /* consumer 0 may issue its GEMMs (256 threads: both consumers) */
-    FA_HOPPER_BAR_SCHED_WG1 = 2,    /* consumer 1 may issue its GEMMs                                */
-    FA_HOPPER_BAR_EPILOGUE_WG0 = 3, /* consumer 0's O tile is in smem (128 threads)                  */
-    FA_HOPPER_BAR_EPILOGUE_WG1 = 4,
-    FA_HOPPER_BAR_V_TAIL = 5        /* varlen: V rows past the sequence zeroed (256 threads)         */
+    FA_HOPPER_BAR_SCHED_FIRST = 1,    /* 1 + c: consumer c may issue its GEMMs (256 threads: c and the
+                                         consumer before it in the round robin)                      */
+    FA_HOPPER_BAR_EPILOGUE_FIRST = 4, /* 4 + c: consumer c's O tile is in smem (128 threads)        */
+    FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
 };
 
 /* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
@@ -277,27 +279,29 @@ __device__ __forceinline__ void fa_hopper_convert_p(const float (&s_rmem)[Cfg::B
             p_rmem[kk][x] = fa_hopper_pack2<BF16>(s_rmem[8 * kk + 2 * x], s_rmem[8 * kk + 2 * x + 1]);
 }
 
-/* Ping-pong turn-taking (see the file comment). Consumer c waits on barrier SCHED_WG<c> before
- * issuing its GEMMs and then lets the other one go. Consumer 1 pre-arrives once on SCHED_WG0 so
- * consumer 0 goes first, and skips its arrival after its last round, so that both barriers end
- * balanced (each sees n syncs by one consumer and n arrivals by the other). */
+/* Ping-pong turn-taking (see the file comment), round robin 0, 1, .., C-1, 0, ...: consumer c
+ * waits on barrier SCHED_FIRST + c before issuing its GEMMs and then arrives on the next
+ * consumer's barrier. The last consumer pre-arrives once on SCHED_FIRST (consumer 0 goes first)
+ * and skips its arrival after its last round, so every barrier ends balanced (n syncs by its
+ * consumer, n arrivals by the one before). Modelled for 2 and 3 consumers (no deadlock, balanced)
+ * by lab/hopper/v2/pipeline_model.py. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_wait_turn(int consumer) {
-    if (Cfg::PINGPONG) bar_sync(FA_HOPPER_BAR_SCHED_WG0 + consumer, 256);
+    if (Cfg::PINGPONG) bar_sync(FA_HOPPER_BAR_SCHED_FIRST + consumer, 256);
 }
 
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_round) {
     if (!Cfg::PINGPONG) return;
-    if (consumer == 0)
-        bar_arrive(FA_HOPPER_BAR_SCHED_WG1, 256);
+    if (consumer < Cfg::CONSUMER_WGS - 1)
+        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST + consumer + 1, 256);
     else if (!last_round)
-        bar_arrive(FA_HOPPER_BAR_SCHED_WG0, 256);
+        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
 }
 
 template <int BUCKET, bool BF16>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
-    fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, 128, 1, 1} */
+    fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
                          const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                      */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
@@ -437,7 +441,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     fa_hopper_wait(q_full, 0);
 
     if (n_tiles > 0) {
-        if (Cfg::PINGPONG && consumer == 1) bar_arrive(FA_HOPPER_BAR_SCHED_WG0, 256); /* consumer 0 first */
+        if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
+            bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
 
         /* ---- round 0: S_0 alone */
         {
@@ -456,15 +461,15 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
             /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused rows
-             * after the last, possibly NaN). Both consumers zero them (each half the chunks) and
+             * after the last, possibly NaN). All consumers zero them (each a share of the chunks) and
              * then meet on a named barrier; fence.proxy.async orders the st.shared before the
              * wgmma (async proxy) reads of round 1. Placed after this round's GEMM issue, so
-             * neither consumer can be waiting for the other's ping-pong turn here. */
+             * no consumer can be waiting for another one's ping-pong turn here. */
             if (varlen && n0 + BLOCK_N > len_k) {
                 fa_hopper_wait(v_full(0), 0);
                 const int valid = max(0, len_k - n0);
                 const int chunks_per_slab = (BLOCK_N - valid) * 8;
-                for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS; idx += 256) {
+                for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS; idx += 128 * Cfg::CONSUMER_WGS) {
                     const int slab = idx / chunks_per_slab, rest = idx % chunks_per_slab;
                     const uint32_t addr = v_stage(0) + (uint32_t)slab * Cfg::KV_SLAB_BYTES +
                                           (uint32_t)(valid + rest / 8) * 128 + (uint32_t)(rest % 8) * 16;
@@ -472,7 +477,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                     st_shared_v4_b32(addr, zero);
                 }
                 fence_proxy_async_shared_cta();
-                bar_sync(FA_HOPPER_BAR_V_TAIL, 256);
+                bar_sync(FA_HOPPER_BAR_V_TAIL, 128 * Cfg::CONSUMER_WGS);
             }
         }
 
@@ -564,7 +569,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
          * warpgroup's 128 threads meet before one of them issues the stores. */
         fence_proxy_async_shared_cta();
-        bar_sync(FA_HOPPER_BAR_EPILOGUE_WG0 + consumer, 128);
+        bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
         if (tid == 0 && wg_row_first < len_q) {
 #pragma unroll
             for (int slab = 0; slab < Cfg::SLABS; ++slab)
@@ -577,7 +582,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         /* The warpgroup's rows are complete in smem after its barrier; then 16-byte chunks of the
          * valid rows (< len_q) and columns (< dv) go out, consecutive threads on consecutive
          * chunks of a row. */
-        bar_sync(FA_HOPPER_BAR_EPILOGUE_WG0 + consumer, 128);
+        bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
         uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)head * prm.o_head_stride +
                            (varlen ? seq.q_start * prm.o_row_stride : (int64_t)batch * prm.o_batch_stride);
         const int row_chunks = prm.head_dim_v / 8;

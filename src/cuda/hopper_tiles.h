@@ -4,8 +4,9 @@
  * and from CUDA (where the kernel takes them as compile-time constants; in C++ they are
  * constexpr).
  *
- * One CTA = BLOCK_M = 128 query rows of one (batch, query head): a producer warpgroup issuing TMA
- * loads and 2 consumer warpgroups of 64 rows each. Q [128, bucket] stays in shared memory; K and
+ * One CTA = BLOCK_M query rows of one (batch, query head): a producer warpgroup issuing TMA
+ * loads and BLOCK_M / 64 consumer warpgroups of 64 rows each. Q [BLOCK_M, bucket] stays in shared
+ * memory; K and
  * V tiles [BLOCK_N, bucket] stream through a STAGES-deep ring. Every tile is stored as
  * bucket/64 slabs of [rows, 64] 16-bit elements (128-byte rows, 128-byte swizzle).
  */
@@ -35,8 +36,10 @@ FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
                                                                                                  : 256;
 }
 
-/* Query rows per CTA: 2 consumer warpgroups × 64 rows (the M of wgmma). */
-enum { FA_HOPPER_BLOCK_M = 128 };
+/* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
+ * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, NOTES.md);
+ * else 128 rows, 2 consumers. */
+FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
 
 /* Keys per tile. Buckets 64 and 128: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
  * consumers' 240 registers with the next S in flight). 256: 80 (O alone is 128 registers, and
@@ -53,7 +56,7 @@ FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return bucket <= 128; }
 /* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then the
  * mbarriers (1 + 4·STAGES of 8 bytes), plus 1024 bytes to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
-    return (size_t)FA_HOPPER_BLOCK_M * 2 * (size_t)bucket +
+    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket +
            2 * (size_t)fa_hopper_stages(bucket) * (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket +
            8 * (size_t)(1 + 4 * fa_hopper_stages(bucket)) + 1024;
 }
