@@ -28,16 +28,25 @@
  *     Ping-pong (bucket <= 128): named barriers make the consumers issue their GEMMs in turns
  *     (round robin), so one warpgroup's softmax overlaps another's GEMMs (paper §3.1).
  *   Epilogue: sink, O /= rowsum, LSE by the lane holding column 0 of each row; O staged through
- *   this warpgroup's rows of the Q tile (same 128-byte swizzle), then written by a TMA store
- *   (fixed-length batches: the tensor map clips rows past seqlen_q and columns past dv) or by
- *   16-byte st.global of the valid rows (varlen: the next sequence's rows follow).
+ *   shared memory (its own buffer at buckets 64/128, else this warpgroup's rows of the Q tile;
+ *   same 128-byte swizzle), then written by a TMA store (fixed-length batches: the tensor map
+ *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
+ *   (varlen: the next sequence's rows follow).
+ *
+ * Grid: the CTAs walk the query tiles t = blockIdx.x, + gridDim.x, ... (longest first under
+ * causal masks). With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor; else
+ * one CTA per tile) the producer loads the next tile's Q as
+ * soon as the consumers release Q's buffer (q_empty: after their last S GEMM with an own O
+ * buffer, after the O store otherwise) and its first K/V stages while they still run this tile's
+ * epilogue, so per-tile start-up latency hides behind work.
  *
  * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
  *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
  *   k_empty[s], v_empty[s]: 4·C arrivals, lane 0 of each consumer warp, after that warp's
  *     wgmma.wait_group has retired the GEMM that read the stage.
- *   Use u of stage s (u = tile / STAGES) is phase u: consumers wait full[s] with parity u & 1;
- *   the producer waits empty[s] with parity (u & 1) ^ 1, which passes at once for u = 0.
+ *   Use u of stage s (u = g / STAGES, g counting key tiles across the CTA's query tiles) is
+ *   phase u: consumers wait full[s] with parity u & 1; the producer waits empty[s] with parity
+ *   (u & 1) ^ 1, which passes at once for u = 0. q_full / q_empty: phase = query tiles done.
  *
  * Every tile in shared memory (Q, each K/V stage) is bucket/64 slabs of [rows, 64] 16-bit
  * elements (128-byte rows), 1024-byte aligned, 128-byte swizzled; the slab layout and the wgmma
@@ -84,12 +93,17 @@ struct fa_hopper_config {
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;   /* also the Q loads' tx bytes */
     static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS; /* one K or V stage           */
+    static constexpr bool O_OWN = fa_hopper_o_own_buffer(D) != 0; /* O staged apart from Q     */
     static constexpr uint32_t K_OFFSET = Q_BYTES;
     static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * KV_BYTES;
-    static constexpr uint32_t BAR_OFFSET = Q_BYTES + 2 * STAGES * KV_BYTES;
-    /* mbarriers: q_full, k_full[S], v_full[S], k_empty[S], v_empty[S] */
-    static constexpr int NUM_BARRIERS = 1 + 4 * STAGES;
+    static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * KV_BYTES : 0;
+    static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * KV_BYTES + (O_OWN ? Q_BYTES : 0);
+    /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
+    static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
+    /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
+     * thread 0 of every consumer once its O store has read the buffer it shares with Q */
+    static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(D);
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "hopper_tiles.h smem formula");
@@ -102,7 +116,7 @@ struct fa_hopper_config {
                   "register file: producer + consumers after setmaxnreg");
     static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS,
                   "setmaxnreg: .dec from the launch cap to PRODUCER_REGS, .inc to CONSUMER_REGS");
-    static_assert(SMEM_BYTES <= 232448, "H100/H200 opt-in shared memory per block");
+    static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
 /* Named barrier ids (0 is __syncthreads). */
@@ -124,8 +138,9 @@ struct fa_hopper_params {
     const float *sink_logits;      /* [heads_q] or NULL                                             */
     int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
     int heads_q, group, head_dim_v;
-    int num_m_blocks;
-    int heavy_first;               /* grid (heads_q, b, m blocks), last query block first           */
+    int batch, num_m_blocks;
+    int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
+    int heavy_first;               /* tile order (head, batch, m block descending): longest first   */
     int window_left, window_right;
     float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
     float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
@@ -299,6 +314,54 @@ __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_roun
         bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
 }
 
+/* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
+ * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) the head varies fastest, then
+ * the batch, then the query block from the last (the most keys) to the first, so the static
+ * round robin over CTAs hands out the longest tiles first; otherwise the query block varies
+ * fastest (neighbouring CTAs share K/V in L2). */
+struct fa_hopper_work {
+    int m0, head, batch, head_kv;
+    int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
+    int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
+    int64_t q_start;               /* varlen: first packed row of the sequence                      */
+    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
+};
+
+template <class Cfg>
+__device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, fa_hopper_work &w) {
+    if (prm.heavy_first) {
+        w.head = (int)(t % prm.heads_q);
+        const int64_t rest = t / prm.heads_q;
+        w.batch = (int)(rest % prm.batch);
+        w.m0 = (prm.num_m_blocks - 1 - (int)(rest / prm.batch)) * Cfg::BLOCK_M;
+    } else {
+        w.m0 = (int)(t % prm.num_m_blocks) * Cfg::BLOCK_M;
+        const int64_t rest = t / prm.num_m_blocks;
+        w.head = (int)(rest % prm.heads_q);
+        w.batch = (int)(rest / prm.heads_q);
+    }
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+                                             prm.seqlen_q, prm.seqlen_k, w.batch);
+    w.len_q = seq.len_q;
+    w.len_k = seq.len_k;
+    if (w.m0 >= w.len_q) return false; /* past this sequence's last query row: skipped by both roles */
+    w.q_start = seq.q_start;
+    w.q_row = (varlen ? (int)seq.q_start : 0) + w.m0; /* varlen maps are {d, total, heads, 1} */
+    w.k_row = varlen ? (int)seq.k_start : 0;
+    w.tma_batch = varlen ? 0 : w.batch;
+    w.shift = w.len_k - w.len_q;
+    w.head_kv = w.head / prm.group;
+    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
+    const int last_row = min(w.m0 + Cfg::BLOCK_M, w.len_q) - 1;
+    int key_lo = 0, key_hi = w.len_k;
+    if (prm.window_left >= 0) key_lo = max(0, w.m0 + w.shift - prm.window_left);
+    if (prm.window_right >= 0) key_hi = max(0, min(w.len_k, last_row + w.shift + prm.window_right + 1));
+    w.tile_hi = (key_hi + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+    w.n_tiles = key_hi > key_lo ? w.tile_hi - key_lo / Cfg::BLOCK_N : 0;
+    return true;
+}
+
 template <int BUCKET, bool BF16>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1} */
@@ -307,58 +370,29 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
                          const fa_hopper_params prm) {
     using Cfg = fa_hopper_config<BUCKET>;
-    constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, D = Cfg::D;
+    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, D = Cfg::D;
 
-    /* ---- which tile; CTAs past their sequence's last query row leave before touching anything */
-    int m_block, head, batch;
-    if (prm.heavy_first) {
-        head = blockIdx.x;
-        batch = blockIdx.y;
-        m_block = prm.num_m_blocks - 1 - (int)blockIdx.z;
-    } else {
-        m_block = blockIdx.x;
-        head = blockIdx.y;
-        batch = blockIdx.z;
-    }
-    const bool varlen = prm.cu_seqlens_q != nullptr;
-    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
-                                             prm.seqlen_q, prm.seqlen_k, batch);
-    const int m0 = m_block * BLOCK_M;
-    const int len_q = seq.len_q, len_k = seq.len_k;
-    if (m0 >= len_q) return;
-    /* TMA coordinates of row 0 of this sequence: varlen maps are {d, total, heads, 1} */
-    const int q_row_base = varlen ? (int)seq.q_start : 0, k_row_base = varlen ? (int)seq.k_start : 0;
-    const int tma_batch = varlen ? 0 : batch;
-    const int shift = len_k - len_q; /* bottom-right alignment: row i's diagonal key is i + shift */
-    const int head_kv = head / prm.group;
-
-    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
-    const int last_row = min(m0 + BLOCK_M, len_q) - 1;
-    int key_lo = 0, key_hi = len_k;
-    if (prm.window_left >= 0) key_lo = max(0, m0 + shift - prm.window_left);
-    if (prm.window_right >= 0) key_hi = max(0, min(len_k, last_row + shift + prm.window_right + 1));
-    const int tile_lo = key_lo / BLOCK_N;
-    const int tile_hi = (key_hi + BLOCK_N - 1) / BLOCK_N;
-    const int n_tiles = key_hi > key_lo ? tile_hi - tile_lo : 0;
-
-    /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS][128][64] |
-     * k [STAGES][SLABS][BLOCK_N][64] | v [STAGES][SLABS][BLOCK_N][64] | mbarriers. */
+    /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS][BLOCK_M][64] |
+     * k [STAGES][SLABS][BLOCK_N][64] | v [STAGES][SLABS][BLOCK_N][64] | o [SLABS][BLOCK_M][64]
+     * (own buffer only) | mbarriers. */
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t q_smem = smem;
+    const uint32_t o_smem = Cfg::O_OWN ? smem + Cfg::O_OFFSET : q_smem;
     auto k_stage = [&](int s) -> uint32_t { return smem + Cfg::K_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
     auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
-    const uint32_t q_full = bars;
-    auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
-    auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + STAGES + s); };
-    auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + 2 * STAGES + s); };
-    auto v_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + 3 * STAGES + s); };
+    const uint32_t q_full = bars, q_empty = bars + 8u;
+    auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
+    auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + STAGES + s); };
+    auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 3 * STAGES + s); };
 
     /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
      * (fence.mbarrier_init), then a CTA barrier before anyone waits or arrives. */
     if (threadIdx.x == 0) {
         mbarrier_init(q_full, 1);
+        mbarrier_init(q_empty, Cfg::Q_EMPTY_ARRIVALS);
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(k_full(s), 1);
             mbarrier_init(v_full(s), 1);
@@ -369,6 +403,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     }
     __syncthreads();
 
+    /* Both roles walk the same tiles (t = blockIdx.x, + gridDim.x, ...) and count the processed
+     * ones (tiles_done: phase of q_full / q_empty) and the key tiles so far (kv_base: use g of
+     * the K/V ring is stage g % STAGES, phase g / STAGES, continuing across query tiles). */
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
         /* ================= producer ================= */
@@ -377,36 +414,43 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             tma_prefetch_tensormap(&tmap_q);
             tma_prefetch_tensormap(&tmap_k);
             tma_prefetch_tensormap(&tmap_v);
-            /* Q: one box per 64-column slab; rows past the tensor and columns past d are
-             * zero-filled but still counted in the transaction bytes (the full box lands). */
-            mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+            int tiles_done = 0, kv_base = 0;
+            for (int64_t t = blockIdx.x; t < prm.total_tiles; t += gridDim.x) {
+                fa_hopper_work w;
+                if (!fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+                /* Q: the previous tile's consumers must be done with the buffer. One box per
+                 * 64-column slab; rows past the tensor and columns past d are zero-filled but
+                 * still counted in the transaction bytes (the full box lands). */
+                if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+                mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
 #pragma unroll
-            for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, q_row_base + m0,
-                            head, tma_batch);
-            /* Tile j (processing order) is key block tile_hi - 1 - j. Order K_0, then K_j before
-             * V_{j-1}: the consumers' round j needs K_j first. */
-            for (int j = 0; j <= n_tiles; ++j) {
-                if (j < n_tiles) {
-                    const int s = j % STAGES;
-                    const int row = k_row_base + (tile_hi - 1 - j) * BLOCK_N;
-                    fa_hopper_wait(k_empty(s), ((j / STAGES) & 1) ^ 1);
-                    mbarrier_arrive_expect_tx(k_full(s), Cfg::KV_BYTES);
+                for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                    tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
+                                w.head, w.tma_batch);
+                /* Tile j (processing order) is key block tile_hi - 1 - j. Order K_0, then K_j
+                 * before V_{j-1}: the consumers' round j needs K_j first. */
+                for (int j = 0; j <= w.n_tiles; ++j) {
+                    if (j < w.n_tiles) {
+                        const int g = kv_base + j, s = g % STAGES;
+                        fa_hopper_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_arrive_expect_tx(k_full(s), Cfg::KV_BYTES);
 #pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                        tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s), 64 * slab,
-                                    row, head_kv, tma_batch);
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
+                                        64 * slab, w.k_row + (w.tile_hi - 1 - j) * BLOCK_N, w.head_kv, w.tma_batch);
+                    }
+                    if (j > 0) {
+                        const int g = kv_base + j - 1, s = g % STAGES;
+                        fa_hopper_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_arrive_expect_tx(v_full(s), Cfg::KV_BYTES);
+#pragma unroll
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
+                                        64 * slab, w.k_row + (w.tile_hi - j) * BLOCK_N, w.head_kv, w.tma_batch);
+                    }
                 }
-                if (j > 0) {
-                    const int jv = j - 1, s = jv % STAGES;
-                    const int row = k_row_base + (tile_hi - 1 - jv) * BLOCK_N;
-                    fa_hopper_wait(v_empty(s), ((jv / STAGES) & 1) ^ 1);
-                    mbarrier_arrive_expect_tx(v_full(s), Cfg::KV_BYTES);
-#pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                        tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s), 64 * slab,
-                                    row, head_kv, tma_batch);
-                }
+                kv_base += w.n_tiles;
+                ++tiles_done;
             }
         }
         return;
@@ -418,184 +462,224 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * 128; /* rows 64c.. of slab 0        */
-    const int row0 = m0 + 64 * consumer + 16 * warp + lane / 4;  /* query row of d[i], (i>>1)&1 = 0 */
-    const int wg_row_first = m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
+    const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
+    const bool varlen = prm.cu_seqlens_q != nullptr;
 
-    /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of the
-     * first row's window end, or left of the last row's window start. */
-    auto needs_mask = [&](int n0) -> bool {
-        return n0 + BLOCK_N > len_k ||
-               (prm.window_right >= 0 && n0 + BLOCK_N - 1 > wg_row_first + shift + prm.window_right) ||
-               (prm.window_left >= 0 && n0 < wg_row_last + shift - prm.window_left);
-    };
+    int tiles_done = 0, kv_base = 0;
+    for (int64_t t = blockIdx.x; t < prm.total_tiles; t += gridDim.x) {
+        fa_hopper_work w;
+        if (!fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+        const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles, tile_hi = w.tile_hi;
+        const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
+        const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
 
-    float o_rmem[D / 2];
+        /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
+         * the first row's window end, or left of the last row's window start. */
+        auto needs_mask = [&](int n0) -> bool {
+            return n0 + BLOCK_N > len_k ||
+                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > wg_row_first + shift + prm.window_right) ||
+                   (prm.window_left >= 0 && n0 < wg_row_last + shift - prm.window_left);
+        };
+        /* Own O buffer: Q is free for the next tile once this warp's last S GEMM has read it. */
+        auto release_q = [&]() {
+            if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
+        };
+
+        float o_rmem[D / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o_rmem[i] = 0.0f;
-    float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
-    float row_sum[2] = {0.0f, 0.0f};
-    uint32_t p_rmem[BLOCK_N / 16][4];
+        for (int i = 0; i < D / 2; ++i) o_rmem[i] = 0.0f;
+        float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+        float row_sum[2] = {0.0f, 0.0f};
+        uint32_t p_rmem[BLOCK_N / 16][4];
 
-    /* Q landed (also before the epilogue reuses q_smem when there is no key tile: the TMA write
-     * must be complete before our st.shared). */
-    fa_hopper_wait(q_full, 0);
+        fa_hopper_wait(q_full, tiles_done & 1); /* this tile's Q landed */
 
-    if (n_tiles > 0) {
-        if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
-            bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
+        if (n_tiles > 0) {
+            if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
+                bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
 
-        /* ---- round 0: S_0 alone */
-        {
-            float s_rmem[BLOCK_N / 2];
-            fa_hopper_wait(k_full(0), 0);
-            fa_hopper_wait_turn<Cfg>(consumer);
-            fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(0));
-            fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
-            wgmma_wait_group<0>();
+            /* ---- round 0: S_0 alone */
+            {
+                const int g = kv_base, ks = g % STAGES;
+                float s_rmem[BLOCK_N / 2];
+                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                fa_hopper_wait_turn<Cfg>(consumer);
+                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
+                wgmma_wait_group<0>();
 #pragma unroll
-            for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-            if (lane == 0) mbarrier_arrive(k_empty(0)); /* this warp is done reading K_0 */
-            const int n0 = (tile_hi - 1) * BLOCK_N;
-            float alpha[2]; /* O = 0: unused */
-            fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k, shift);
-            fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+                for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+                if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
+                if (n_tiles == 1) release_q();
+                const int n0 = (tile_hi - 1) * BLOCK_N;
+                float alpha[2]; /* O = 0: unused */
+                fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
+                                      shift);
+                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
-            /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused rows
-             * after the last, possibly NaN). All consumers zero them (each a share of the chunks) and
-             * then meet on a named barrier; fence.proxy.async orders the st.shared before the
-             * wgmma (async proxy) reads of round 1. Placed after this round's GEMM issue, so
-             * no consumer can be waiting for another one's ping-pong turn here. */
-            if (varlen && n0 + BLOCK_N > len_k) {
-                fa_hopper_wait(v_full(0), 0);
-                const int valid = max(0, len_k - n0);
-                const int chunks_per_slab = (BLOCK_N - valid) * 8;
-                for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS; idx += 128 * Cfg::CONSUMER_WGS) {
-                    const int slab = idx / chunks_per_slab, rest = idx % chunks_per_slab;
-                    const uint32_t addr = v_stage(0) + (uint32_t)slab * Cfg::KV_SLAB_BYTES +
-                                          (uint32_t)(valid + rest / 8) * 128 + (uint32_t)(rest % 8) * 16;
-                    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
-                    st_shared_v4_b32(addr, zero);
+                /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
+                 * rows after the last, possibly NaN). All consumers zero them (each a share of
+                 * the chunks) and then meet on a named barrier; fence.proxy.async orders the
+                 * st.shared before the wgmma (async proxy) reads of round 1. Placed after this
+                 * round's GEMM issue, so no consumer can be waiting for another one's ping-pong
+                 * turn here. */
+                if (varlen && n0 + BLOCK_N > len_k) {
+                    const int vs = g % STAGES;
+                    fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                    const int valid = max(0, len_k - n0);
+                    const int chunks_per_slab = (BLOCK_N - valid) * 8;
+                    for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS;
+                         idx += 128 * Cfg::CONSUMER_WGS) {
+                        const int slab = idx / chunks_per_slab, rest = idx % chunks_per_slab;
+                        const uint32_t addr = v_stage(vs) + (uint32_t)slab * Cfg::KV_SLAB_BYTES +
+                                              (uint32_t)(valid + rest / 8) * 128 + (uint32_t)(rest % 8) * 16;
+                        const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+                        st_shared_v4_b32(addr, zero);
+                    }
+                    fence_proxy_async_shared_cta();
+                    bar_sync(FA_HOPPER_BAR_V_TAIL, 128 * Cfg::CONSUMER_WGS);
                 }
-                fence_proxy_async_shared_cta();
-                bar_sync(FA_HOPPER_BAR_V_TAIL, 128 * Cfg::CONSUMER_WGS);
             }
+
+            /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
+            for (int j = 1; j < n_tiles; ++j) {
+                const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
+                float s_rmem[BLOCK_N / 2];
+                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                fa_hopper_wait_turn<Cfg>(consumer);
+                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
+                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
+
+                wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
+#pragma unroll
+                for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+                if (lane == 0) mbarrier_arrive(k_empty(ks));
+                if (j == n_tiles - 1) release_q();
+                const int n0 = (tile_hi - 1 - j) * BLOCK_N;
+                float alpha[2];
+                fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
+                                      shift);
+
+                wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+#pragma unroll
+                for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
+                if (lane == 0) mbarrier_arrive(v_empty(vs));
+                /* O was relative to the old max; P_j (next round's A) is relative to the new one */
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+            }
+
+            /* ---- last: O += P_{n-1} V_{n-1} */
+            {
+                const int g = kv_base + n_tiles - 1, vs = g % STAGES;
+                fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                wgmma_wait_group<0>();
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                if (lane == 0) mbarrier_arrive(v_empty(vs));
+            }
+        } else {
+            release_q(); /* no key tile: Q was never read */
         }
+        kv_base += n_tiles;
 
-        /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
-        for (int j = 1; j < n_tiles; ++j) {
-            const int ks = j % STAGES, vs = (j - 1) % STAGES;
-            float s_rmem[BLOCK_N / 2];
-            fa_hopper_wait(k_full(ks), (j / STAGES) & 1);
-            fa_hopper_wait_turn<Cfg>(consumer);
-            fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
-            fa_hopper_wait(v_full(vs), ((j - 1) / STAGES) & 1);
-            fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
-            fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
-
-            wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
-#pragma unroll
-            for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-            if (lane == 0) mbarrier_arrive(k_empty(ks));
-            const int n0 = (tile_hi - 1 - j) * BLOCK_N;
-            float alpha[2];
-            fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k, shift);
-
-            wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
-#pragma unroll
-            for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
-            if (lane == 0) mbarrier_arrive(v_empty(vs));
-            /* O was relative to the old max; P_j (next round's A) is relative to the new one */
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
-            fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
-        }
-
-        /* ---- last: O += P_{n-1} V_{n-1} */
-        {
-            const int jv = n_tiles - 1, vs = jv % STAGES;
-            fa_hopper_wait(v_full(vs), (jv / STAGES) & 1);
-            fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
-            wgmma_wait_group<0>();
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
-            if (lane == 0) mbarrier_arrive(v_empty(vs));
-        }
-    }
-
-    /* ---- epilogue: sink, normalisation, LSE. The sink joins the denominator under the larger of
-     * the row max and the sink (a sink far above every score must not overflow exp2):
-     * m = max(max_scaled, sink), O (relative to max_scaled) rescaled by corr = exp2(max_scaled - m). */
-    const float sink_log2 =
-        prm.sink_logits != nullptr ? prm.sink_logits[head] * 1.4426950408889634f : -CUDART_INF_F;
-    const int64_t lse_row0 = varlen ? (int64_t)head * prm.total_q + seq.q_start
-                                    : ((int64_t)batch * prm.heads_q + head) * prm.seqlen_q;
-    float inv_sum[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = fa_quad_sum(row_sum[h]);
-        const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * prm.score_mul;
-        float m = fmaxf(max_scaled, sink_log2);
-        if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
-        const float corr = exp2f(max_scaled - m);
-        sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
-        inv_sum[h] = sum > 0.0f ? corr / sum : 0.0f; /* no visible key: O = 0 */
-        const int row = row0 + 8 * h;
-        if (prm.lse != nullptr && lane % 4 == 0 && row < len_q)
-            prm.lse[lse_row0 + row] = sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
-    }
-
-    /* O -> this consumer's 64 rows of the Q tile (its own rows only, and its wgmma reads of them
-     * are retired), in the 128-byte swizzle: element (r, col) of slab col/64 sits at
-     * r·128 + ((col%64/8) ^ (r%8))·16 + (col%8)·2. Each thread stores the pair d[4j+2h], d[4j+2h+1]
-     * (row r0 + 8h, columns 8j + 2(l%4) + {0,1}): one 4-byte store; per store instruction the 8
-     * rows of a warp hit 8 different 16-byte chunks and the 4 lanes of a quad the 4 words of each,
-     * so the 32 lanes cover all 32 banks. */
-    const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
+        /* ---- epilogue: sink, normalisation, LSE. The sink joins the denominator under the larger
+         * of the row max and the sink (a sink far above every score must not overflow exp2):
+         * m = max(max_scaled, sink), O (relative to max_scaled) rescaled by corr = exp2(max_scaled - m). */
+        const float sink = prm.sink_logits != nullptr ? prm.sink_logits[w.head] * 1.4426950408889634f : -CUDART_INF_F;
+        const int64_t lse_row0 = varlen ? (int64_t)w.head * prm.total_q + w.q_start
+                                        : ((int64_t)w.batch * prm.heads_q + w.head) * prm.seqlen_q;
+        float inv_sum[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const uint32_t addr = q_smem + (uint32_t)(j / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)(tile_row + 8 * h) * 128 +
-                                  (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
-            st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
-                                                      o_rmem[4 * j + 2 * h + 1] * inv_sum[h]));
+            float sum = fa_quad_sum(row_sum[h]);
+            const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * prm.score_mul;
+            float m = fmaxf(max_scaled, sink);
+            if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
+            const float corr = exp2f(max_scaled - m);
+            sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
+            inv_sum[h] = sum > 0.0f ? corr / sum : 0.0f; /* no visible key: O = 0 */
+            const int row = row0 + 8 * h;
+            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
+                prm.lse[lse_row0 + row] = sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
         }
 
-    if (prm.tma_store) {
-        /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
-         * warpgroup's 128 threads meet before one of them issues the stores. */
-        fence_proxy_async_shared_cta();
+        /* The staging rows are free again: the previous tile's TMA store has read them (thread 0
+         * issued it and waits here), or this warpgroup's st.global copy of them is done (the
+         * barrier). With O in Q's buffer, the Q TMA of this tile is complete (q_full above). */
+        if (prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
         bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
-        if (tid == 0 && wg_row_first < len_q) {
+
+        /* O -> this consumer's 64 rows of the staging tile (its own rows only), in the 128-byte
+         * swizzle: element (r, col) of slab col/64 sits at r·128 + ((col%64/8) ^ (r%8))·16 +
+         * (col%8)·2. Each thread stores the pair d[4j+2h], d[4j+2h+1] (row r0 + 8h, columns
+         * 8j + 2(l%4) + {0,1}): one 4-byte store; per store instruction the 8 rows of a warp hit 8
+         * different 16-byte chunks and the 4 lanes of a quad the 4 words of each, so the 32 lanes
+         * cover all 32 banks. */
+        const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
 #pragma unroll
-            for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                tma_store_4d(&tmap_o, q_wg + (uint32_t)slab * Cfg::Q_SLAB_BYTES, 64 * slab, wg_row_first, head,
-                             batch);
-            tma_store_commit_group();
-            tma_store_wait_group_read<0>(); /* the smem source must outlive the reads of the store */
+        for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::Q_SLAB_BYTES +
+                                      (uint32_t)(tile_row + 8 * h) * 128 +
+                                      (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
+                st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
+                                                          o_rmem[4 * j + 2 * h + 1] * inv_sum[h]));
+            }
+
+        if (prm.tma_store) {
+            /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
+             * warpgroup's 128 threads meet before one of them issues the stores. Its completion
+             * is awaited only before the buffer is written again (next tile, or kernel end). */
+            fence_proxy_async_shared_cta();
+            bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
+            if (tid == 0) {
+                if (wg_row_first < w.len_q) /* else every row is past the sequence */
+#pragma unroll
+                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::Q_SLAB_BYTES, 64 * slab, wg_row_first,
+                                     w.head, w.batch);
+                tma_store_commit_group();
+                if (!Cfg::O_OWN) {
+                    tma_store_wait_group_read<0>(); /* Q's buffer is read: the next Q may land */
+                    mbarrier_arrive(q_empty);
+                }
+            }
+        } else {
+            /* The warpgroup's rows are complete in smem after its barrier; then 16-byte chunks of
+             * the valid rows (< len_q) and columns (< dv) go out, consecutive threads on
+             * consecutive chunks of a row. */
+            bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
+            uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)w.head * prm.o_head_stride +
+                               (varlen ? w.q_start * prm.o_row_stride : (int64_t)w.batch * prm.o_batch_stride);
+            const int row_chunks = prm.head_dim_v / 8;
+            const int rows = max(0, min(64, w.len_q - wg_row_first));
+            for (int idx = tid; idx < rows * row_chunks; idx += 128) {
+                const int r = idx / row_chunks, chunk = idx % row_chunks;
+                const int tr = 64 * consumer + r;
+                uint32_t v4[4];
+                ld_shared_v4_b32(v4, o_smem + (uint32_t)(chunk / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)tr * 128 +
+                                         (uint32_t)(((chunk % 8) ^ (tr % 8)) * 16));
+                st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
+            }
+            if (!Cfg::O_OWN) {
+                bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128); /* every read of Q's buffer done */
+                if (tid == 0) mbarrier_arrive(q_empty);
+            }
         }
-    } else {
-        /* The warpgroup's rows are complete in smem after its barrier; then 16-byte chunks of the
-         * valid rows (< len_q) and columns (< dv) go out, consecutive threads on consecutive
-         * chunks of a row. */
-        bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
-        uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)head * prm.o_head_stride +
-                           (varlen ? seq.q_start * prm.o_row_stride : (int64_t)batch * prm.o_batch_stride);
-        const int row_chunks = prm.head_dim_v / 8;
-        const int rows = min(64, len_q - wg_row_first);
-        for (int idx = tid; idx < rows * row_chunks; idx += 128) {
-            const int r = idx / row_chunks, chunk = idx % row_chunks;
-            const int tr = 64 * consumer + r;
-            uint32_t v4[4];
-            ld_shared_v4_b32(v4, q_smem + (uint32_t)(chunk / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)tr * 128 +
-                                     (uint32_t)(((chunk % 8) ^ (tr % 8)) * 16));
-            st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
-        }
+        ++tiles_done;
     }
+    /* the shared-memory source of the last TMA store must outlive its reads */
+    if (prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
@@ -715,17 +799,26 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     prm.heads_q = p->heads_q;
     prm.group = p->group;
     prm.head_dim_v = p->head_dim_v;
+    prm.batch = p->batch;
     prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
-    prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) && prm.num_m_blocks <= 65535;
+    prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
+    prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
     prm.window_left = p->window_left;
     prm.window_right = p->window_right;
     prm.softcap_pre = p->softcap_pre;
     prm.score_mul = p->softcap_pre > 0.0f ? p->softcap_post_log2 : p->scale_log2;
     prm.tma_store = !varlen;
-    const dim3 grid = prm.heavy_first ? dim3((unsigned)p->heads_q, (unsigned)p->batch, (unsigned)prm.num_m_blocks)
-                                      : dim3((unsigned)prm.num_m_blocks, (unsigned)p->heads_q, (unsigned)p->batch);
-    fa_hopper_fwd_kernel<BUCKET, BF16><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o,
-                                                                                        prm);
+    /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
+     * or one CTA per tile (hopper_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
+     * either way. */
+    int sm_count = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
+                  "cudaDeviceGetAttribute(multiprocessor count)");
+    const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first) || prm.total_tiles > 2147483647;
+    const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    if (grid == 0) return FA_OK;
+    fa_hopper_fwd_kernel<BUCKET, BF16><<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k,
+                                                                                                tmap_v, tmap_o, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
 }

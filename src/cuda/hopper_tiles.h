@@ -53,12 +53,41 @@ FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
  * to bucket 128; at 256 each warpgroup's GEMMs are long enough to hide its own softmax. */
 FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return bucket <= 128; }
 
-/* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then the
- * mbarriers (1 + 4·STAGES of 8 bytes), plus 1024 bytes to align the window to the swizzle atom. */
+/* Bytes of one [rows, bucket] 16-bit tile (Q, O) and of one K or V stage. */
+FA_HOPPER_FN size_t fa_hopper_q_bytes(int bucket) { return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket; }
+FA_HOPPER_FN size_t fa_hopper_kv_bytes(int bucket) { return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket; }
+
+/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each. */
+FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)); }
+
+/* Shared memory an H100/H200 block may opt into. */
+enum { FA_HOPPER_SMEM_LIMIT = 232448 };
+
+/* The CTA is persistent (it walks several query tiles), so O is staged in its own buffer when
+ * that fits: the next tile's Q can then land while this tile's O is written out. Buckets 64 and
+ * 128 fit; at 256 (Q 64 KiB + K/V 160 KiB) O reuses Q's buffer and the next Q waits for the store. */
+FA_HOPPER_FN int fa_hopper_o_own_buffer(int bucket) {
+    return fa_hopper_q_bytes(bucket) * 2 + 2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) +
+               fa_hopper_barrier_bytes(bucket) + 1024 <=
+           FA_HOPPER_SMEM_LIMIT;
+}
+
+/* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then O (when it
+ * has its own buffer), then the mbarriers, plus 1024 bytes to align the window to the swizzle
+ * atom. */
 FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
-    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket +
-           2 * (size_t)fa_hopper_stages(bucket) * (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket +
-           8 * (size_t)(1 + 4 * fa_hopper_stages(bucket)) + 1024;
+    return fa_hopper_q_bytes(bucket) * (fa_hopper_o_own_buffer(bucket) ? 2 : 1) +
+           2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
+}
+
+/* Grid shape. Persistent (one CTA per multiprocessor, each walking tiles blockIdx.x,
+ * + gridDim.x, ...) when every query tile costs about the same (no causal-like ordering) and O
+ * has its own buffer: the next tile's Q and K/V then load under this tile's epilogue (+0-5 % at
+ * d 64/128 non-causal on the H200). Otherwise one CTA per tile in longest-first order: a static
+ * round robin over uneven causal tiles is up to 18 % slower than the hardware's dynamic
+ * hand-out, and at bucket 256 (O staged in Q's buffer) it gained nothing (NOTES.md). */
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first) {
+    return !heavy_first && fa_hopper_o_own_buffer(bucket);
 }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
