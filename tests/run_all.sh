@@ -3,7 +3,8 @@
 #
 #   1. build (make -j2: library, flashattn tool, unit-test binary)
 #   2. build/fa_tests                     unit tests (oracle self-checks, every feature, errors, threads)
-#   3. build/flashattn check --quick      randomised sweep against the float64 reference
+#   3. src/cuda/gen_wgmma.py --check      the generated wgmma wrappers in fa_ptx.cuh are current
+#      build/flashattn check --quick      randomised sweep against the float64 reference
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. python/run_tests.sh                the Python package's tests, when present
 #
@@ -94,6 +95,11 @@ if [ "$built" -eq 1 ]; then
     else
         fail_stage "tests/header_cxx.cc did not compile or link as C++"
     fi
+
+    banner "generated wgmma wrappers in src/cuda/fa_ptx.cuh (src/cuda/gen_wgmma.py --check)"
+    run_stage "wgmma wrappers" sh -c 'if python3 src/cuda/gen_wgmma.py --check; then echo "1 passed, 0 failed";
+        else echo "src/cuda/fa_ptx.cuh: the generated block is stale: run python3 src/cuda/gen_wgmma.py";
+        echo "0 passed, 1 failed"; fi'
 
     banner "check sweep ($BUILD_DIR/flashattn check --quick)"
     if [ -x "$BUILD_DIR/flashattn" ]; then

@@ -1,0 +1,78 @@
+/*
+ * test_tiles.c: the tile-shape functions of the CUDA forward kernels (src/cuda/fa_tiles.h, the
+ * portable mma.sync kernel; src/cuda/hopper_tiles.h, the sm_90a kernel) are pure C functions:
+ * checked here on the CPU, so a tile change that cannot fit a GPU fails CI before any GPU run.
+ */
+#include <stddef.h>
+
+#include "cuda/fa_tiles.h"
+#include "cuda/hopper_tiles.h"
+#include "test.h"
+
+/* Opt-in shared memory per block: A100 (sm_80) 163 KiB, H100/H200 (sm_90) 227 KiB. */
+enum { SMEM_SM80 = 166912, SMEM_SM90 = 232448 };
+
+FA_TEST(tiles_portable_forward) {
+    static const int buckets[] = {64, 128, 256};
+    for (int i = 0; i < 3; i++) {
+        int b = buckets[i];
+        FA_CHECK(fa_fwd_smem_bytes(b) <= SMEM_SM80, "bucket %d: %zu bytes of smem > sm_80's %d", b,
+                 fa_fwd_smem_bytes(b), SMEM_SM80);
+        FA_CHECK(fa_fwd_block_m(b) % (16 * fa_fwd_warps(b)) == 0, "bucket %d: rows split over warps", b);
+        FA_CHECK(fa_fwd_block_n(b) % 16 == 0, "bucket %d: whole k16 steps of P·V", b);
+    }
+    FA_CHECK(fa_fwd_hdim_bucket(8, 8) == 64 && fa_fwd_hdim_bucket(64, 72) == 128 &&
+                 fa_fwd_hdim_bucket(256, 8) == 256 && fa_fwd_hdim_bucket(264, 8) == 0,
+             "portable buckets: max(d, dv) rounded up to 64/128/256");
+    FA_CHECK(fa_fwd_heavy_first(-1, 0) && !fa_fwd_heavy_first(-1, -1) && !fa_fwd_heavy_first(16, 0),
+             "heavy-first order exactly for causal-like masks (right bounded, left unbounded)");
+}
+
+FA_TEST(tiles_hopper_forward) {
+    static const int buckets[] = {64, 128, 256};
+    for (int i = 0; i < 3; i++) {
+        int b = buckets[i];
+        size_t smem = fa_hopper_smem_bytes(b);
+        FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > %d", b, smem, SMEM_SM90);
+        int m = fa_hopper_block_m(b), n = fa_hopper_block_n(b);
+        FA_CHECK(m % 64 == 0 && m / 64 >= 2 && m / 64 <= 3, "bucket %d: 2 or 3 consumer warpgroups (%d rows)", b, m);
+        FA_CHECK(n % 16 == 0 && n <= 256 && (size_t)n * 128 % 1024 == 0,
+                 "bucket %d: BLOCK_N %d: k16 steps, TMA box <= 256, slabs on 1024-byte atoms", b, n);
+        FA_CHECK(fa_hopper_stages(b) >= 2, "bucket %d: a ring of at least 2 stages", b);
+        /* every region starts 1024-byte aligned: Q and each K/V stage are whole slabs */
+        FA_CHECK(fa_hopper_q_bytes(b) % 1024 == 0 && fa_hopper_kv_bytes(b) % 1024 == 0, "bucket %d: alignment", b);
+        size_t with_o = 2 * fa_hopper_q_bytes(b) + 2 * (size_t)fa_hopper_stages(b) * fa_hopper_kv_bytes(b) +
+                        fa_hopper_barrier_bytes(b) + 1024;
+        FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
+        FA_CHECK(!fa_hopper_persistent(b, 1), "bucket %d: causal-like masks use one CTA per tile", b);
+        FA_CHECK(fa_hopper_persistent(b, 0) == fa_hopper_o_own_buffer(b), "bucket %d: persistent iff own O", b);
+    }
+    FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
+             "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");
+    /* buckets: d and dv in 64..256, multiples of 8, in the same bucket */
+    FA_CHECK(fa_hopper_bucket(64, 64) == 64 && fa_hopper_bucket(96, 128) == 128 && fa_hopper_bucket(192, 256) == 256,
+             "hopper buckets");
+    FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(64, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
+                 fa_hopper_bucket(264, 264) == 0,
+             "below 64, mixed buckets, non-multiples of 8 and > 256 are not covered");
+}
+
+FA_TEST(tiles_hopper_dispatch) {
+    const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) == NULL,
+             "sm_90 bf16 d = 128 takes the Hopper kernel");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F16, 96, 96, 0, scale_log2, 30.0f) == NULL,
+             "f16, d = 96 (bucket 128), softcap");
+    FA_CHECK(fa_hopper_fwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL,
+             "sm_80: portable");
+    FA_CHECK(fa_hopper_fwd_unsupported(10, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL,
+             "sm_100: the sm_90a code does not run there");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F32, 128, 128, 0, scale_log2, 0.0f) != NULL, "f32");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f) != NULL,
+             "ALiBi: portable");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f) != NULL,
+             "negative scale without softcap: portable (the kernel tracks raw-score maxima)");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 10.0f) == NULL,
+             "negative scale with softcap: the scores are transformed first");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f) != NULL, "d = 32");
+}
