@@ -38,6 +38,12 @@ FA_CUDA_FORWARD=portable "$BUILD/flashattn" check --device cuda --quick \
 
 echo "== 3. determinism"
 "$DET" || fail "forward determinism"
+PATHS="$BUILD/fa_gpu_paths"
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_paths.c \
+    "$BUILD/libflashattn.a" -o "$PATHS" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
+    || fail "build $PATHS"
+echo "-- the default forward kernel against the portable one on large problems"
+"$PATHS" || fail "forward kernels disagree (tests/gpu/fa_gpu_paths.c)"
 
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")

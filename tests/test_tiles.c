@@ -44,8 +44,7 @@ FA_TEST(tiles_hopper_forward) {
         size_t with_o = 2 * fa_hopper_q_bytes(b) + 2 * (size_t)fa_hopper_stages(b) * fa_hopper_kv_bytes(b) +
                         fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
-        FA_CHECK(!fa_hopper_persistent(b, 1), "bucket %d: causal-like masks use one CTA per tile", b);
-        FA_CHECK(fa_hopper_persistent(b, 0) == fa_hopper_o_own_buffer(b), "bucket %d: persistent iff own O", b);
+        FA_CHECK(fa_hopper_persistent(b) == fa_hopper_o_own_buffer(b), "bucket %d: persistent iff own O", b);
     }
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");

@@ -33,9 +33,9 @@
  *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
  *   (varlen: the next sequence's rows follow).
  *
- * Grid: the CTAs walk the query tiles t = blockIdx.x, + gridDim.x, ... (longest first under
- * causal masks). With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor; else
- * one CTA per tile) the producer loads the next tile's Q as
+ * Grid: the CTAs walk the query tiles (numbered longest first under causal masks) in rounds of
+ * gridDim.x, snake order (fa_hopper_tile_index). With a persistent grid (fa_hopper_persistent:
+ * one CTA per multiprocessor; else one CTA per tile) the producer loads the next tile's Q as
  * soon as the consumers release Q's buffer (q_empty: after their last S GEMM with an own O
  * buffer, after the O store otherwise) and its first K/V stages while they still run this tile's
  * epilogue, so per-tile start-up latency hides behind work.
@@ -141,6 +141,7 @@ struct fa_hopper_params {
     int batch, num_m_blocks;
     int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
     int heavy_first;               /* tile order (head, batch, m block descending): longest first   */
+    int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
     int window_left, window_right;
     float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
     float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
@@ -327,6 +328,17 @@ struct fa_hopper_work {
     int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
 };
 
+/* Key tile (index of its first key / BLOCK_N) that round j (0 <= j < n_tiles) of work w
+ * processes: the last first (varlen relies on it: that tile's V rows past the sequence are
+ * zeroed in round 0). */
+__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j) { return w.tile_hi - 1 - j; }
+
+/* Tile of round k of this CTA's walk (may be >= total_tiles in the last round: skipped). */
+__device__ __forceinline__ int64_t fa_hopper_tile_index(int64_t k, const fa_hopper_params &prm) {
+    const int64_t i = (prm.snake && (k & 1)) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return k * gridDim.x + i;
+}
+
 template <class Cfg>
 __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, fa_hopper_work &w) {
     if (prm.heavy_first) {
@@ -415,9 +427,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             tma_prefetch_tensormap(&tmap_k);
             tma_prefetch_tensormap(&tmap_v);
             int tiles_done = 0, kv_base = 0;
-            for (int64_t t = blockIdx.x; t < prm.total_tiles; t += gridDim.x) {
+            for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
+                const int64_t t = fa_hopper_tile_index(k, prm);
                 fa_hopper_work w;
-                if (!fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg>(t, prm, w)) continue;
                 /* Q: the previous tile's consumers must be done with the buffer. One box per
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
                  * still counted in the transaction bytes (the full box lands). */
@@ -427,8 +440,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 for (int slab = 0; slab < Cfg::SLABS; ++slab)
                     tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
                                 w.head, w.tma_batch);
-                /* Tile j (processing order) is key block tile_hi - 1 - j. Order K_0, then K_j
-                 * before V_{j-1}: the consumers' round j needs K_j first. */
+                /* Tile j (processing order) is key tile fa_hopper_key_tile(w, j). Order K_0, then
+                 * K_j before V_{j-1}: the consumers' round j needs K_j first. */
                 for (int j = 0; j <= w.n_tiles; ++j) {
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
@@ -437,7 +450,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
-                                        64 * slab, w.k_row + (w.tile_hi - 1 - j) * BLOCK_N, w.head_kv, w.tma_batch);
+                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j) * BLOCK_N, w.head_kv, w.tma_batch);
                     }
                     if (j > 0) {
                         const int g = kv_base + j - 1, s = g % STAGES;
@@ -446,7 +459,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
-                                        64 * slab, w.k_row + (w.tile_hi - j) * BLOCK_N, w.head_kv, w.tma_batch);
+                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j - 1) * BLOCK_N, w.head_kv,
+                                        w.tma_batch);
                     }
                 }
                 kv_base += w.n_tiles;
@@ -466,10 +480,11 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     const bool varlen = prm.cu_seqlens_q != nullptr;
 
     int tiles_done = 0, kv_base = 0;
-    for (int64_t t = blockIdx.x; t < prm.total_tiles; t += gridDim.x) {
+    for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
+        const int64_t t = fa_hopper_tile_index(k, prm);
         fa_hopper_work w;
-        if (!fa_hopper_work_at<Cfg>(t, prm, w)) continue;
-        const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles, tile_hi = w.tile_hi;
+        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+        const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
         const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
         const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
 
@@ -511,7 +526,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
                 if (n_tiles == 1) release_q();
-                const int n0 = (tile_hi - 1) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile(w, 0) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
                 fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
                                       shift);
@@ -557,7 +572,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks));
                 if (j == n_tiles - 1) release_q();
-                const int n0 = (tile_hi - 1 - j) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile(w, j) * BLOCK_N;
                 float alpha[2];
                 fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
                                       shift);
@@ -814,7 +829,8 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     int sm_count = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
-    const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first) || prm.total_tiles > 2147483647;
+    const bool persistent = fa_hopper_persistent(BUCKET) || prm.total_tiles > 2147483647;
+    prm.snake = persistent && fa_hopper_snake_order();
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
     fa_hopper_fwd_kernel<BUCKET, BF16><<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k,

@@ -80,15 +80,18 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
            2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
-/* Grid shape. Persistent (one CTA per multiprocessor, each walking tiles blockIdx.x,
- * + gridDim.x, ...) when every query tile costs about the same (no causal-like ordering) and O
- * has its own buffer: the next tile's Q and K/V then load under this tile's epilogue (+0-5 % at
- * d 64/128 non-causal on the H200). Otherwise one CTA per tile in longest-first order: a static
- * round robin over uneven causal tiles is up to 18 % slower than the hardware's dynamic
- * hand-out, and at bucket 256 (O staged in Q's buffer) it gained nothing (NOTES.md). */
-FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first) {
-    return !heavy_first && fa_hopper_o_own_buffer(bucket);
-}
+/* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
+ * O has its own buffer: the next tile's Q and K/V then load under this tile's epilogue. With the
+ * snake order below this gains 5-7 % on causal problems at 2k-8k and 0-5 % non-causal on the
+ * H200; a plain round robin over uneven causal tiles was up to 18 % slower than one CTA per tile
+ * (the hardware's dynamic hand-out). Bucket 256 (O staged in Q's buffer) keeps one CTA per tile
+ * in longest-first order: persistent gained nothing there (NOTES.md). */
+FA_HOPPER_FN int fa_hopper_persistent(int bucket) { return fa_hopper_o_own_buffer(bucket); }
+
+/* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
+ * 2G + i, 4G - 1 - i, ...: every other round reversed), which pairs a CTA's long tile of one round
+ * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */
+FA_HOPPER_FN int fa_hopper_snake_order(void) { return 1; }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
  * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on. */
