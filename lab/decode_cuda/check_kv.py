@@ -472,6 +472,12 @@ def main():
     kv_case("contig long cap=5000 splits=0", b=2, cap=5000)
     kv_case("contig long cap=5000 splits=8 f16", b=2, cap=5000, splits=8, dtype=fp)
     kv_case("contig b=1 hkv=1 heuristic (many splits)", b=1, hq=8, hkv=1, cap=4000)
+    # the fused merge staging the partials in batches (16 rows x dv > what one pass holds)
+    kv_case("merge batches: 16 rows d=128 splits=40", b=1, hq=16, hkv=1, cap=4000, splits=40)
+    kv_case("merge batches: 16 rows d=256 splits=64 sinks", b=1, hq=16, hkv=1, d=256, cap=8000, splits=64,
+            sinks=True)
+    kv_case("merge batches: 2 row tiles d=64 splits=128 paged 16", b=2, hq=24, hkv=1, d=64, cap=9000,
+            splits=128, page_size=16)
     kv_case("no lse", with_lse=False, splits=3)
     kv_case("no lse 1 split", with_lse=False, splits=1)
     kv_case("user workspace splits=4", splits=4, user_workspace=True)

@@ -1,10 +1,12 @@
 """emulate_kv.py: a pure-Python (no GPU, no numpy) transcription of the index logic of
-src/cuda/kvcache_kernel.cuh and the merge in kvcache_cuda.cu, run on small random problems and
+src/cuda/kvcache_kernel.cuh (its fused split merge included), run on small random problems and
 compared with a direct reference. It checks what a GPU run cannot show by itself on this machine:
 block key ranges, slot-aligned tiles, the split partition, warp slices, the loader's validity /
 source choice (cache, page, k_new), page lookups, rotary positions, masks, the per-warp online
-softmax with its shared-memory merge, the sink added once, and the merge of the splits. Every
-cache slot the call must not read holds NaN, as in check_kv.py.
+softmax with its shared-memory merge, the sink added once, the merge of the splits and the done
+flags that pick the merging block. Every cache slot the call must not read holds NaN, as in
+check_kv.py. The loader's fast path (kernel issue_tile, d <= 128) reads the same rows as the
+one-page branch transcribed here.
 
 It does not check the PTX fragment layouts, swizzle or the pipeline (those are the forward's,
 reused as they are); check_kv.py on the GPU does.
@@ -58,7 +60,7 @@ def make_problem(rng):
     append = rng.random() < 0.5
     cap = rng.randint(sq if append else 0, 300)
     paged = rng.random() < 0.5
-    page_size = rng.choice([1, 3, 16, 64, 128]) if paged else 0
+    page_size = rng.choice([1, 2, 3, 4, 8, 12, 16, 24, 40, 64, 128]) if paged else 0
     rot = rng.choice([None, "i", "h"]) if append else None
     rd = rng.choice([2, d]) if rot else 0
     causal = rng.random() < 0.4
@@ -118,7 +120,7 @@ def make_problem(rng):
     return dict(b=b, hkv=hkv, g=g, hq=hq, sq=sq, d=d, dv=dv, cap=cap, append=append, lens=lens, pads=pads,
                 k_log=k_log, v_log=v_log, cache=cache, q=q, k_new=k_new, v_new=v_new, rot=rot, rd=rd, cos=cos,
                 sin=sin, wl=wl, wr=wr, has_mask=wl >= 0 or wr >= 0, softcap=softcap, alibi=alibi, sinks=sinks,
-                scale=1.0 / math.sqrt(d), splits=splits)
+                scale=1.0 / math.sqrt(d), splits=splits, load_passes=rng.choice([4, 8, 16]))
 
 
 def reference(P):
@@ -228,39 +230,61 @@ def kernel(P, reads):
                 for it in range(n_tiles):
                     m = tile_first + it
                     c0 = m * BLOCK_N
-                    # loader
+                    # loader: thread group q copies rows [q * LP, q * LP + LP) (LP = load passes:
+                    # 4 / 8 / 16 for d 64 / 128 / 256); fetch_pages then issue_tile per group
+                    LP = P["load_passes"]
                     ktile, vtile = [None] * BLOCK_N, [None] * BLOCK_N
-                    for row in range(BLOCK_N):
-                        c = c0 + row
-                        valid = blk_lo <= c < blk_hi
-                        if not valid:
-                            ktile[row], vtile[row] = [0.0] * P["d"], [0.0] * P["dv"]
-                            continue
-                        if c >= cache_len:
-                            assert append and c - cache_len < sq, "k_new row out of range"
-                            kr = P["k_new"][bi * sq + c - cache_len][hk]
-                            vr = P["v_new"][bi * sq + c - cache_len][hk]
-                            if P["rot"]:
-                                kr = rotate_row(kr, c - pad, P["cos"], P["sin"], P["rd"], P["rot"] == "i")
-                            reads.append(("new", bi, c - cache_len))
-                        elif cache["paged"]:
+                    for q in range(BLOCK_N // LP):
+                        row_first = q * LP
+                        c_first = c0 + row_first
+                        ids, first_in_page = [0] * LP, 0
+                        if cache["paged"]:
                             ps = cache["page_size"]
-                            if ps % BLOCK_N == 0:
-                                idx = min(c0 // ps, cache["stride"] - 1)
-                                pid, prow = cache["table"][bi][idx], c0 - idx * ps + row
+                            one_page = ps % LP == 0
+                            index = c_first // ps
+                            in_page = c_first - index * ps
+                            first_in_page = in_page
+                            if one_page:
+                                ids[0] = cache["table"][bi][min(index, cache["stride"] - 1)]
                             else:
-                                idx = min(c // ps, cache["stride"] - 1)
-                                pid, prow = cache["table"][bi][idx], c - idx * ps
-                            pid = min(max(pid, 0), cache["num_pages"] - 1)
-                            prow = min(prow, ps - 1)
-                            kr, vr = cache["k"][pid][prow][hk], cache["v"][pid][prow][hk]
-                            reads.append(("cache", bi, c))
-                        else:
-                            crow = cache["batch_idx"][bi] if cache["batch_idx"] else bi
-                            crow = min(max(crow, 0), cache["cache_batch"] - 1)
-                            kr, vr = cache["k"][crow][c][hk], cache["v"][crow][c][hk]
-                            reads.append(("cache", bi, c))
-                        ktile[row], vtile[row] = kr, vr
+                                for pas in range(LP):
+                                    ids[pas] = cache["table"][bi][min(index, cache["stride"] - 1)]
+                                    in_page += 1
+                                    if in_page == ps:
+                                        in_page, index = 0, index + 1
+                            in_page = first_in_page
+                        for pas in range(LP):
+                            row = row_first + pas
+                            c = c_first + pas
+                            valid = blk_lo <= c < blk_hi
+                            if not valid:
+                                ktile[row], vtile[row] = [0.0] * P["d"], [0.0] * P["dv"]
+                            elif c >= cache_len:
+                                assert append and c - cache_len < sq, "k_new row out of range"
+                                kr = P["k_new"][bi * sq + c - cache_len][hk]
+                                vr = P["v_new"][bi * sq + c - cache_len][hk]
+                                if P["rot"]:
+                                    kr = rotate_row(kr, c - pad, P["cos"], P["sin"], P["rd"], P["rot"] == "i")
+                                reads.append(("new", bi, c - cache_len))
+                                ktile[row], vtile[row] = kr, vr
+                            elif cache["paged"]:
+                                if one_page:  # the group's first row + pas rows of the same page
+                                    pid, prow = ids[0], first_in_page + pas
+                                else:
+                                    pid, prow = ids[pas], in_page
+                                pid = min(max(pid, 0), cache["num_pages"] - 1)
+                                assert prow < ps, "in-page row past the page"
+                                ktile[row], vtile[row] = cache["k"][pid][prow][hk], cache["v"][pid][prow][hk]
+                                reads.append(("cache", bi, c))
+                            else:
+                                crow = cache["batch_idx"][bi] if cache["batch_idx"] else bi
+                                crow = min(max(crow, 0), cache["cache_batch"] - 1)
+                                ktile[row], vtile[row] = cache["k"][crow][c][hk], cache["v"][crow][c][hk]
+                                reads.append(("cache", bi, c))
+                            if cache["paged"] and not one_page:
+                                in_page += 1
+                                if in_page == ps:
+                                    in_page = 0
                     for w in range(WARPS):
                         cw = c0 + w * WARP_N
                         need_mask = not (cw >= nomask_lo and cw + WARP_N <= nomask_hi)
@@ -313,14 +337,50 @@ def kernel(P, reads):
 
 
 def merge(parts_list):
+    """The fused merge of the last block (kernel step 6): weights e^{lse_s - M} in split order."""
     m = max(l for _, l in parts_list)
-    if m == -math.inf:
-        return [0.0] * len(parts_list[0][0]), -math.inf
     ws = [math.exp(l - m) if l > -math.inf else 0.0 for _, l in parts_list]
     z = sum(ws)
     dv = len(parts_list[0][0])
-    o = [sum(w * p[0][i] for w, p in zip(ws, parts_list) if w > 0) / z for i in range(dv)]
-    return o, m + math.log(z)
+    inv = 1.0 / z if z > 0 else 0.0
+    o = [sum(w * p[0][i] for w, p in zip(ws, parts_list) if w > 0) * inv for i in range(dv)]
+    return o, (m + math.log(z) if z > 0 else -math.inf)
+
+
+def arrivals(rng, splits, calls=4):
+    """The done flags of step 6 over consecutive calls (fresh tags, then a repeated tag as in a
+    graph replay), starting from garbage: every block stores its flag, then reads all flags one
+    by one; one that saw all = tag merges and clears them. The blocks' steps interleave at random
+    (sequentially consistent, as the kernel's fences make it). At least one block must merge, and
+    only after every flag was stored; the flags are 0 after the call. Returns a list of errors."""
+    errs = []
+    flags = [rng.getrandbits(64) for _ in range(splits)]
+    for tag in [11, 12, 13, 13, 13]:
+        # per block: ("w",), ("r", j) for j < splits, ("c",) clear if it merges
+        progs = {i: [("w",)] + [("r", j) for j in range(splits)] for i in range(splits)}
+        seen_all = {i: True for i in range(splits)}
+        stored = set()
+        mergers = 0
+        while progs:
+            i = rng.choice(list(progs))
+            op = progs[i].pop(0)
+            if op[0] == "w":
+                flags[i] = tag
+                stored.add(i)
+            elif op[0] == "r":
+                seen_all[i] = seen_all[i] and flags[op[1]] == tag
+                if op[1] == splits - 1 and seen_all[i]:
+                    mergers += 1
+                    if len(stored) != splits:
+                        errs.append("merge before every split stored its flag")
+                    progs[i].append(("c",))
+            else:
+                flags = [0] * splits
+            if not progs[i]:
+                del progs[i]
+        if mergers < 1 or any(flags):
+            errs.append("flags: %d merging blocks, flags %r after a call with tag %d" % (mergers, flags[:4], tag))
+    return errs
 
 
 def close(a, b, tol=1e-9):
@@ -343,6 +403,8 @@ def check(P):
                 o, lse = merge(states) if P["splits"] > 1 else states[0]
                 if not close(lse, lse_ref[bi][h][t]) or not all(close(x, y) for x, y in zip(o, o_ref[bi][t][h])):
                     errs.append("b%d h%d t%d: lse %r vs %r" % (bi, h, t, lse, lse_ref[bi][h][t]))
+    if P["splits"] > 1:
+        errs += arrivals(random.Random(P["splits"] * 7919 + P["b"]), P["splits"])
     # reads: cache slots only in [pad, L0), k_new rows only < sq; no slot twice per (b, split, row tile, hk)
     for kind, bi, c in reads:
         if kind == "cache" and not (P["pads"][bi] <= c < P["lens"][bi]):

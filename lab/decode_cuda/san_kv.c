@@ -288,6 +288,8 @@ int main(int argc, char **argv) {
         {"contig d256 append rotary-i", 2, 3, 4, 2, 256, 256, 140, 0, 0, 0, 1, 1, 1, -1, -1, 0, 1, 1, 2, 1},
         {"contig d64 dv128 mha", 2, 1, 4, 4, 64, 128, 90, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 5, 1},
         {"contig one empty cache, sink", 2, 1, 8, 2, 128, 128, 64, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 1, 2, 1},
+        {"paged 16 mqa 16 rows splits 40 (merge batches)", 1, 1, 16, 1, 128, 128, 3000, 16, 0, 0, 0, 0, 0, -1, -1, 0,
+         0, 1, 40, 1},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) bad |= run_kv(&cases[i]);

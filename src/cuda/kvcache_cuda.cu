@@ -4,14 +4,14 @@
  *
  *   fa_cuda_check_kvcache     the decode kernel's limits (dims, alignment, grid, shared memory)
  *                             and its workspace (partial states when the key range is split)
- *   fa_cuda_kvcache_forward   plans the call (head-dim bucket, row tiles, splits), runs the decode
- *                             kernel (kvcache_kernel.cuh) and, with splits, the merge kernel
- *   fa_cuda_merge_states      the public fa_merge_states on the device (same merge kernel)
+ *   fa_cuda_kvcache_forward   plans the call (head-dim bucket, row tiles, splits) and runs the
+ *                             decode kernel (kvcache_kernel.cuh), in which the block that finds
+ *                             every split of its row tile done merges them: one launch per call
+ *   fa_cuda_merge_states      the public fa_merge_states on the device (the merge kernel below)
  *
  * Everything runs asynchronously on the caller's stream: no synchronisation, the int32 cache
  * arrays (device memory) are never read here, the workspace is the caller's or comes from
- * cudaMallocAsync / cudaFreeAsync on the stream. On sm_90 the merge kernel is launched as a
- * programmatic dependent of the decode kernel, so its launch overlaps the decode kernel's tail.
+ * cudaMallocAsync / cudaFreeAsync on the stream.
  */
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -178,32 +178,20 @@ __device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out
 /* Grid-stride over output rows: x = head, y = inner, z = outer (no 64-bit division). */
 __global__ void __launch_bounds__(FA_MERGE_THREADS, 1) fa_merge_kernel(const fa_merge_args a) {
     __shared__ fa_merge_smem sm;
-    /* After a programmatic launch behind the decode kernel: wait until its partials are visible
-     * (returns at once after a normal launch). */
-    griddepcontrol_wait();
     for (int64_t out = blockIdx.z; out < a.outer; out += gridDim.z)
         for (int64_t in = blockIdx.y; in < a.inner; in += gridDim.y)
             for (int64_t head = blockIdx.x; head < a.heads; head += gridDim.x) fa_merge_row(a, out, in, head, sm);
 }
 
-/* Launch the merge on `stream`; `programmatic`: as a programmatic dependent launch (sm_90+) of
- * the kernel just before it on the stream. */
-static fa_status launch_merge(const fa_merge_args *args, cudaStream_t stream, bool programmatic) {
+/* Launch the merge on `stream`. */
+static fa_status launch_merge(const fa_merge_args *args, cudaStream_t stream) {
     if (args->outer <= 0 || args->inner <= 0 || args->heads <= 0) return FA_OK;
     const int64_t max_x = (int64_t)1 << 20, max_yz = 65535;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)(args->heads < max_x ? args->heads : max_x),
-                          (unsigned)(args->inner < max_yz ? args->inner : max_yz),
-                          (unsigned)(args->outer < max_yz ? args->outer : max_yz));
-    config.blockDim = dim3(FA_MERGE_THREADS, 1, 1);
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = programmatic ? 1 : 0;
-    FA_CUDA_CHECK(cudaLaunchKernelEx(&config, fa_merge_kernel, *args), "merge kernel launch");
+    const dim3 grid((unsigned)(args->heads < max_x ? args->heads : max_x),
+                    (unsigned)(args->inner < max_yz ? args->inner : max_yz),
+                    (unsigned)(args->outer < max_yz ? args->outer : max_yz));
+    fa_merge_kernel<<<grid, FA_MERGE_THREADS, 0, stream>>>(*args);
+    FA_CUDA_CHECK_LAUNCH("merge kernel");
     return FA_OK;
 }
 
@@ -214,7 +202,8 @@ typedef struct fa_kv_plan {
     int bucket;
     int row_tiles;
     int num_splits;
-    size_t off_lse_partial; /* byte offset of lse_partial in the workspace                      */
+    size_t off_lse_partial; /* byte offsets in the workspace of lse_partial and split_flags     */
+    size_t off_flags;
     size_t workspace_bytes; /* 0 without splits                                                 */
 } fa_kv_plan;
 
@@ -289,7 +278,17 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const int64_t workers = (int64_t)plan->dev.sm_count * fa_kv_blocks_per_sm(plan->bucket, plan->dev.smem_per_sm);
     int64_t splits;
     if (p->num_splits == 0) {
+        /* The wave rule's count, but no more than one block per SM unless every split still
+         * streams FA_KV_MIN_SPLIT_TILES key tiles: a block has a fixed cost of several µs (start,
+         * instruction fetch of a ~100 KB kernel, epilogue, done flag) that short splits do not
+         * amortise, and two blocks per SM at different points of that code stall more on
+         * instruction fetch. H200, 1 × 8k (129 tiles, 8 kv heads), per call back to back: 16
+         * splits × 8 tiles (128 blocks) 18.9 µs, 24 × 6 21.0, 33 × 4 (the wave rule's 264) 23.0. */
+        const int64_t per_sm = (int64_t)plan->dev.sm_count / units;
+        const int64_t long_splits = key_blocks / FA_KV_MIN_SPLIT_TILES;
+        const int64_t most = per_sm > long_splits ? per_sm : long_splits;
         splits = fa_num_splits_heuristic(units, key_blocks, workers, FA_KV_MAX_SPLITS);
+        if (splits > most) splits = most;
     } else {
         /* num_splits = n: at most n, and never more than there are key tiles (or the cap) */
         splits = p->num_splits;
@@ -302,15 +301,19 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         return fa_set_error(FA_ERR_INVALID_SIZE, "seqlen_q × group = %lld: too many query row tiles for the grid",
                             (long long)rows_packed);
 
+    /* Workspace with splits: o_partial fp32 [splits][b][hq][t][dv], lse_partial fp32
+     * [splits][b][hq][t], then one 64-bit done flag per (b, kv head, row tile, split). */
     plan->off_lse_partial = 0;
+    plan->off_flags = 0;
     plan->workspace_bytes = 0;
     if (splits > 1) {
         const double rows = (double)splits * (double)p->batch * (double)p->heads_q * (double)p->seqlen_q;
-        if (rows * (double)(p->head_dim_v + 1) * 4.0 > 9.0e18)
+        if (rows * (double)(p->head_dim_v + 1) * 4.0 + 8.0 * (double)units * (double)splits > 9.0e18)
             return fa_set_error(FA_ERR_OVERFLOW, "the split-KV workspace size overflows");
         const size_t part_rows = (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q;
         plan->off_lse_partial = fa_cuda_align256(part_rows * (size_t)p->head_dim_v * 4);
-        plan->workspace_bytes = fa_cuda_align256(plan->off_lse_partial + part_rows * 4);
+        plan->off_flags = fa_cuda_align256(plan->off_lse_partial + part_rows * 4);
+        plan->workspace_bytes = fa_cuda_align256(plan->off_flags + (size_t)units * (size_t)splits * 8);
     }
     return FA_OK;
 }
@@ -324,6 +327,23 @@ extern "C" fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspa
 }
 
 /* ---- decode: run ------------------------------------------------------------------------------ */
+
+/* A tag per call for the fused merge's done flags (kvcache_kernel.cuh, step 6): a flag holding
+ * another value counts as not done, so consecutive calls get different tags; never 0 (the value
+ * a merging block leaves). The call counter goes through a 64-bit mix (splitmix64's finaliser,
+ * a bijection) so that tags look random: a caller's workspace that held other data (small
+ * integers, say) before its first use cannot plausibly contain this call's tag. */
+static unsigned long long next_split_tag(void) {
+    static unsigned long long calls = 0;
+    unsigned long long tag;
+    do {
+        unsigned long long z = __atomic_add_fetch(&calls, 1ull, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        tag = z ^ (z >> 31);
+    } while (tag == 0);
+    return tag;
+}
 
 static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
@@ -361,6 +381,8 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.num_splits = plan->num_splits;
     prm.o_partial = plan->num_splits > 1 ? (float *)ws : NULL;
     prm.lse_partial = plan->num_splits > 1 ? (float *)(ws + plan->off_lse_partial) : NULL;
+    prm.split_flags = plan->num_splits > 1 ? (unsigned long long *)(ws + plan->off_flags) : NULL;
+    prm.split_tag = next_split_tag();
 
     fa_status s;
     switch (plan->bucket) {
@@ -371,37 +393,7 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA KV-cache kernel",
                             (long long)p->head_dim, (long long)p->head_dim_v);
     }
-    if (s != FA_OK || plan->num_splits == 1) return s;
-
-    /* Merge the splits: output rows (b, t, hq); partials [split][b][hq][t][dv], lse [split][b][hq][t]. */
-    const int64_t b = p->batch, hq = p->heads_q, sq = p->seqlen_q, dv = p->head_dim_v;
-    fa_merge_args m;
-    m.o_parts = prm.o_partial;
-    m.parts_dtype = FA_DTYPE_F32;
-    m.part_state_stride = b * hq * sq * dv;
-    m.part_outer_stride = hq * sq * dv;
-    m.part_inner_stride = dv;
-    m.part_head_stride = sq * dv;
-    m.lse_parts = prm.lse_partial;
-    m.lsep_state_stride = b * hq * sq;
-    m.lsep_outer_stride = hq * sq;
-    m.lsep_inner_stride = 1;
-    m.lsep_head_stride = sq;
-    m.o = p->o;
-    m.out_dtype = p->dtype;
-    m.o_outer_stride = p->o_batch_stride;
-    m.o_inner_stride = p->o_row_stride;
-    m.o_head_stride = p->o_head_stride;
-    m.lse = p->lse;
-    m.lse_outer_stride = hq * sq;
-    m.lse_inner_stride = 1;
-    m.lse_head_stride = sq;
-    m.num_states = plan->num_splits;
-    m.outer = b;
-    m.inner = sq;
-    m.heads = hq;
-    m.head_dim_v = (int)dv;
-    return launch_merge(&m, stream, plan->dev.cc_major >= 9);
+    return s;
 }
 
 extern "C" fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
@@ -467,5 +459,5 @@ extern "C" fa_status fa_cuda_merge_states(const fa_merge_params *mp) {
     m.inner = mp->rows;
     m.heads = mp->heads;
     m.head_dim_v = (int)mp->head_dim_v;
-    return launch_merge(&m, static_cast<cudaStream_t>(mp->stream), false);
+    return launch_merge(&m, static_cast<cudaStream_t>(mp->stream));
 }

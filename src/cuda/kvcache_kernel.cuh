@@ -9,15 +9,18 @@
  *   2. Q: the block's 16 packed rows (row r = token r / group, query head hk·group + r % group)
  *      by cp.async into shared memory, rotary applied in place, then kept in registers (d <= 128);
  *   3. its split's share of the key tiles (BLOCK_N = 64 cache slots, tiles aligned to slot
- *      multiples of 64 so a paged tile never straddles a page when page_size % 64 == 0) flows
- *      through a STAGES-deep cp.async pipeline; slots >= L0 come straight from k_new / v_new
+ *      multiples of 64; each thread copies a column of LOAD_PASSES consecutive rows, which share
+ *      one page when page_size % LOAD_PASSES == 0) flows through a STAGES-deep cp.async
+ *      pipeline; slots >= L0 come straight from k_new / v_new
  *      (appended keys rotated in shared memory), so no block ever reads a cache slot this call
  *      writes. Warp w computes slots 16w..16w+15 of every tile: S = Q Kᵀ (m16n8k16), masks,
  *      online softmax in base 2, O += P V, with its own running max / sum / O for all 16 rows;
  *   4. the four warp states are merged through shared memory; the block writes o and lse (one
- *      split) or the normalised partial o (fp32) and lse of its split (kvcache_cuda.cu merges);
+ *      split) or the normalised partial o (fp32) and lse of its split;
  *   5. block (split 0, row tile 0) of each (b, kv head) also writes the appended rows into the
- *      cache (k_new rotated, v_new bit-exact), independently of everything above.
+ *      cache (k_new rotated, v_new bit-exact), independently of everything above;
+ *   6. with splits, the block that finds every split of its row tile done (flags in the
+ *      workspace) merges the splits' partial states into o and lse, in split order.
  */
 #ifndef FA_KVCACHE_KERNEL_CUH
 #define FA_KVCACHE_KERNEL_CUH
@@ -43,6 +46,9 @@ struct fa_kv_config {
     static constexpr int O_TILES = D / 8;         /* n8 tiles of O per warp                     */
     static constexpr int STAGES = fa_kv_stages(D);
     static constexpr bool Q_IN_REGS = fa_kv_q_in_regs(D) != 0;
+    /* issue_tile's fast path (rows at one pointer step each); not at d 256, where the O
+     * accumulator leaves ptxas too few registers for it (it spills) */
+    static constexpr bool FAST_LOADS = D <= 128;
     static constexpr int ROWS_PER_PASS = THREADS / CHUNKS;   /* rows one load pass covers      */
     static constexpr int LOAD_PASSES = BLOCK_N / ROWS_PER_PASS; /* K (and V) rows per thread   */
     static constexpr int Q_PASSES = BLOCK_M / ROWS_PER_PASS;
@@ -63,6 +69,10 @@ struct fa_kv_config {
     static_assert(SMEM_BYTES == (size_t)Q_BYTES + (size_t)STAGES * STAGE_BYTES, "smem layout");
     static_assert(RED_BYTES <= STAGES * STAGE_BYTES, "the epilogue fits in the stage area");
     static_assert(STAGES >= 2, "the loop refills the stage computed one iteration earlier");
+    static_assert(4 * BLOCK_M * (FA_KV_MAX_SPLITS + 1) + 16 + 4 * BLOCK_M * D <= STAGES * STAGE_BYTES &&
+                      FA_KV_MAX_SPLITS % 32 == 0 && (BLOCK_M * (D / 4)) % THREADS == 0,
+                  "the fused merge's weights and one split's partial o fit in the stage area; warp 0 reads "
+                  "the flags 32 at a time; merge items divide among the threads");
 };
 
 /* 16-bit element <-> fp32 (round to nearest even), for the rotary embedding. */
@@ -104,7 +114,7 @@ __device__ __forceinline__ float fa_kv_tanh(float x) {
 }
 
 template <class Elem, int HEAD_DIM>
-__global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
+__global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blocks(HEAD_DIM))
     fa_kv_kernel(const fa_kv_params prm) {
     using Cfg = fa_kv_config<HEAD_DIM>;
     using Cvt = fa_kv_convert<Elem>;
@@ -118,10 +128,6 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
     extern __shared__ __align__(128) uint8_t smem_raw[];
     const uint32_t q_smem = smem_u32addr(smem_raw);
     const uint32_t stage_smem = q_smem + Cfg::Q_BYTES;
-
-    /* The merge kernel (launched programmatically after this one on sm_90) may be scheduled as
-     * soon as every block has started; it waits for this grid's completion before reading. */
-    griddepcontrol_launch_dependents();
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
@@ -201,7 +207,12 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
 
     const int d_chunks = prm.head_dim / 8, dv_chunks = prm.head_dim_v / 8;
     const int chunk = tid % CHUNKS;   /* the 16-byte column every load of this thread uses */
-    const int row0 = tid / CHUNKS;    /* its first row; then every RPP rows                */
+    const int row0 = tid / CHUNKS;    /* Q loads: its first row, then every RPP rows        */
+    /* K/V loads: the thread copies chunk `chunk` of the LOAD_PASSES consecutive tile rows
+     * [row_first, row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they
+     * share a page (and one block-table entry) unless a page ends among them. One warp-wide copy
+     * still covers whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
+    const int row_first = row0 * LOAD_PASSES;
 
     const uint16_t *k_cache = (const uint16_t *)prm.k + (int64_t)hk * prm.k_head_stride;
     const uint16_t *v_cache = (const uint16_t *)prm.v + (int64_t)hk * prm.v_head_stride;
@@ -228,84 +239,128 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
         cp_async_commit_group();
     }
 
-    /* ---- 3. K/V tile loads. A paged cache looks up the page of each row (one lookup per tile
-     * when page_size is a multiple of BLOCK_N: the slot-aligned tile lies in one page). The
-     * lookups are issued ahead of the copies that need them: in the prologue all at once, in the
-     * loop those of tile m + 1 right after tile m's copies, so their latency hides behind a whole
-     * iteration instead of stalling the next issue. */
+    /* ---- 3. K/V tile loads. Per tile and thread a paged cache needs the block-table entries of
+     * its rows and the in-page position of its first row: one division and, when page_size is a
+     * multiple of LOAD_PASSES (16, 64, 256, ... at d 128), a single table read, since the thread's
+     * rows then lie in one page. Other page sizes (1, 3, ...) read one entry per row. The entries
+     * are read one tile ahead of the copies that use them (the prologue's all at once, in the
+     * loop those of tile m + 1 right after tile m's copies), so the dependent load never stalls
+     * the issue of the copies. */
     const int page_size = prm.page_size;
-    const bool page_aligned = paged && page_size % BLOCK_N == 0;
+    const bool rows_one_page = paged && page_size % LOAD_PASSES == 0; /* block-uniform */
+    const int num_pages_last = prm.num_pages - 1;
 
-    auto fetch_pages = [&](int m, int (&ids)[LOAD_PASSES]) {
+    /* Page state of one tile for this thread: ids[pass] = block-table entry of row
+     * row_first + pass (all passes in ids[0] when rows_one_page), first_in_page = slot of its
+     * first row within that row's page. Unclamped: issue_tile clamps the ids. */
+    auto fetch_pages = [&](int m, int (&ids)[LOAD_PASSES], int &first_in_page) {
         if (!paged) return;
-        const int c0 = m * BLOCK_N;
-        if (page_aligned) {
-            const int id = block_table_row[min(c0 / page_size, table_last)];
-#pragma unroll
-            for (int pass = 0; pass < LOAD_PASSES; ++pass) ids[pass] = id;
+        const int c = m * BLOCK_N + row_first;
+        int index = c / page_size;
+        int in_page = c - index * page_size;
+        first_in_page = in_page;
+        if (rows_one_page) {
+            ids[0] = block_table_row[min(index, table_last)];
         } else {
 #pragma unroll
-            for (int pass = 0; pass < LOAD_PASSES; ++pass)
-                ids[pass] = block_table_row[min((c0 + row0 + pass * RPP) / page_size, table_last)];
+            for (int pass = 0; pass < LOAD_PASSES; ++pass) {
+                ids[pass] = block_table_row[min(index, table_last)];
+                if (++in_page == page_size) { /* the next row starts the next page */
+                    in_page = 0;
+                    ++index;
+                }
+            }
         }
     };
 
     /* cp.async tile m (slots 64m ..) into `stage`. Rows outside [blk_lo, blk_hi) and chunks past
      * d / dv are zero-filled (nothing is read), so pad rows never hold garbage (0·NaN would leak
-     * into P·V). Slots >= cache_len are the appended tokens: read from k_new / v_new. */
-    auto issue_tile = [&](int m, int stage, const int (&ids)[LOAD_PASSES]) {
-        const int c0 = m * BLOCK_N;
+     * into P·V). Slots >= cache_len are the appended tokens: read from k_new / v_new. A
+     * contiguous cache and a paged one with rows_one_page address row pass as the thread's first
+     * row + pass row strides; other paged rows take their own page. */
+    const uint16_t *k_seq = k_cache + (int64_t)cache_row * prm.k_batch_stride; /* contiguous only */
+    const uint16_t *v_seq = v_cache + (int64_t)cache_row * prm.v_batch_stride;
+    auto issue_tile = [&](int m, int stage, const int (&ids)[LOAD_PASSES], int first_in_page) {
+        const int c_first = m * BLOCK_N + row_first;
         const uint32_t k_dst = stage_smem + stage * Cfg::STAGE_BYTES;
         const uint32_t v_dst = k_dst + Cfg::TILE_BYTES;
-        const int tile_page = page_aligned ? min(c0 / page_size, table_last) : 0;
+        const uint16_t *k_first, *v_first;
+        if (paged) {
+            const int64_t id = min(max(ids[0], 0), num_pages_last);
+            k_first = k_cache + id * prm.k_batch_stride + (int64_t)first_in_page * prm.k_row_stride;
+            v_first = v_cache + id * prm.v_batch_stride + (int64_t)first_in_page * prm.v_row_stride;
+        } else {
+            k_first = k_seq + (int64_t)c_first * prm.k_row_stride;
+            v_first = v_seq + (int64_t)c_first * prm.v_row_stride;
+        }
+        const bool k_chunk = chunk < d_chunks, v_chunk = chunk < dv_chunks;
+        /* Fast path (d <= 128), every row of the thread a cache row of the block's range in one
+         * page (or a contiguous cache): one pointer step per row. Threads at the ends of the
+         * range, at appended slots or at page ends among their rows take the general path. */
+        if (Cfg::FAST_LOADS && c_first >= blk_lo && c_first + LOAD_PASSES <= min(blk_hi, cache_len) &&
+            (!paged || rows_one_page)) {
+            const uint16_t *k_src = k_first + chunk * 8, *v_src = v_first + chunk * 8;
+#pragma unroll
+            for (int pass = 0; pass < LOAD_PASSES; ++pass) {
+                const uint32_t dst = 16 * fa_swizzled_chunk<CHUNKS>(row_first + pass, chunk);
+                cp_async_cg_16(k_dst + dst, k_chunk ? (const void *)k_src : prm.k, k_chunk ? 16 : 0);
+                cp_async_cg_16(v_dst + dst, v_chunk ? (const void *)v_src : prm.v, v_chunk ? 16 : 0);
+                k_src += prm.k_row_stride;
+                v_src += prm.v_row_stride;
+            }
+            return;
+        }
+        int in_page = first_in_page; /* paged without rows_one_page: position of row `pass` */
 #pragma unroll
         for (int pass = 0; pass < LOAD_PASSES; ++pass) {
-            const int row = row0 + pass * RPP;
-            const int c = c0 + row;
+            const int row = row_first + pass;
+            const int c = c_first + pass;
             const bool valid = c >= blk_lo && c < blk_hi;
-            const uint16_t *k_src = k_cache, *v_src = v_cache;
+            const uint16_t *k_src = k_first + pass * prm.k_row_stride;
+            const uint16_t *v_src = v_first + pass * prm.v_row_stride;
             if (!valid) {
                 /* zero-fill below: the sources are never read */
             } else if (c >= cache_len) { /* only with append: blk_hi <= slot_end = cache_len otherwise */
                 k_src = k_new + (int64_t)(c - cache_len) * prm.knew_row_stride;
                 v_src = v_new + (int64_t)(c - cache_len) * prm.vnew_row_stride;
-            } else if (paged) {
-                const int idx = page_aligned ? tile_page : min(c / page_size, table_last);
-                const int64_t id = min(max(ids[pass], 0), prm.num_pages - 1);
-                const int64_t in_page = min(c - idx * page_size, page_size - 1);
-                k_src += id * prm.k_batch_stride + in_page * prm.k_row_stride;
-                v_src += id * prm.v_batch_stride + in_page * prm.v_row_stride;
-            } else {
-                k_src += (int64_t)cache_row * prm.k_batch_stride + (int64_t)c * prm.k_row_stride;
-                v_src += (int64_t)cache_row * prm.v_batch_stride + (int64_t)c * prm.v_row_stride;
+            } else if (paged && !rows_one_page) {
+                const int64_t id = min(max(ids[pass], 0), num_pages_last);
+                k_src = k_cache + id * prm.k_batch_stride + (int64_t)in_page * prm.k_row_stride;
+                v_src = v_cache + id * prm.v_batch_stride + (int64_t)in_page * prm.v_row_stride;
             }
+            if (paged && !rows_one_page && ++in_page == page_size) in_page = 0;
             const uint32_t dst = 16 * fa_swizzled_chunk<CHUNKS>(row, chunk);
-            const bool k_ok = valid && chunk < d_chunks, v_ok = valid && chunk < dv_chunks;
+            const bool k_ok = valid && k_chunk, v_ok = valid && v_chunk;
             cp_async_cg_16(k_dst + dst, k_ok ? (const void *)(k_src + chunk * 8) : prm.k, k_ok ? 16 : 0);
             cp_async_cg_16(v_dst + dst, v_ok ? (const void *)(v_src + chunk * 8) : prm.v, v_ok ? 16 : 0);
         }
     };
 
-    /* Prologue: the page lookups of tiles 0 .. STAGES-1, then the copies of tiles 0 .. STAGES-2,
+    /* Prologue: the page state of tiles 0 .. STAGES-1, then the copies of tiles 0 .. STAGES-2,
      * one commit per stage, empty or not, so the wait_group counts below are constants. Group
-     * order: Q, tile 0, tile 1, ... page_ids then holds tile STAGES-1's pages for the loop. */
+     * order: Q, tile 0, tile 1, ... page_ids / page_first then hold tile STAGES-1's for the loop. */
     int page_ids[LOAD_PASSES];
+    int page_first = 0;
     {
         int prologue_ids[STAGES][LOAD_PASSES];
+        int prologue_first[STAGES];
 #pragma unroll
-        for (int st = 0; st < STAGES; ++st)
+        for (int st = 0; st < STAGES; ++st) {
+            prologue_first[st] = 0;
 #pragma unroll
             for (int pass = 0; pass < LOAD_PASSES; ++pass) prologue_ids[st][pass] = 0;
+        }
 #pragma unroll
         for (int st = 0; st < STAGES; ++st)
-            if (st < n_tiles) fetch_pages(tile_first + st, prologue_ids[st]);
+            if (st < n_tiles) fetch_pages(tile_first + st, prologue_ids[st], prologue_first[st]);
 #pragma unroll
         for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < n_tiles) issue_tile(tile_first + st, st, prologue_ids[st]);
+            if (st < n_tiles) issue_tile(tile_first + st, st, prologue_ids[st], prologue_first[st]);
             cp_async_commit_group();
         }
 #pragma unroll
         for (int pass = 0; pass < LOAD_PASSES; ++pass) page_ids[pass] = prologue_ids[STAGES - 1][pass];
+        page_first = prologue_first[STAGES - 1];
     }
 
     /* Rotate pair p (dims da, db) of row `row` of a swizzled 16-bit tile in place, at table
@@ -437,9 +492,9 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
         __syncthreads();                   /* everyone's; and every warp finished tile it-1,
                                               so its stage can be refilled                   */
         const int next = it + STAGES - 1;
-        if (next < n_tiles) issue_tile(tile_first + next, next % STAGES, page_ids);
+        if (next < n_tiles) issue_tile(tile_first + next, next % STAGES, page_ids, page_first);
         cp_async_commit_group();
-        if (next + 1 < n_tiles) fetch_pages(tile_first + next + 1, page_ids);
+        if (next + 1 < n_tiles) fetch_pages(tile_first + next + 1, page_ids, page_first);
 
         const int stage = it % STAGES;
         const int c0 = (tile_first + it) * BLOCK_N;
@@ -626,6 +681,147 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS)
             st_global_v4_b32(dst + 4, &bits[4]);
             if (ch == 0) prm.lse_partial[part_row] = lse_val;
         }
+    }
+    if (prm.num_splits == 1) return;
+
+    /* ---- 6. split-KV merge, fused: a block that finds every split of its (b, kv head, row
+     * tile) done merges their partial states. Done = the split's flag word in the workspace holds
+     * this call's tag (a fresh 64-bit value per call, so the caller's workspace needs no zeroing
+     * and no memset is launched). Each block stores its flag, then (SC fence) reads all flags:
+     * the block whose fence comes last sees every flag, so at least one block merges; two
+     * blocks finishing together may both merge, writing the same bits (the merge reads the splits
+     * in order 0, 1, ... with a fixed reduction tree). The merging block clears the flags (graph
+     * replays reuse the tag). No atomics: blocks never wait on each other. */
+    __shared__ int merge_here;
+    __threadfence(); /* this thread's partial o / lse visible device-wide before the flag  */
+    __syncthreads(); /* every thread's stores and fences done, and the red_* reads finished,
+                        so the stage area can be reused below                              */
+    if (warp == 0) {
+        unsigned long long *flags =
+            prm.split_flags + (((int64_t)b * prm.heads_kv + hk) * prm.row_tiles + row_tile) * prm.num_splits;
+        const unsigned long long tag = prm.split_tag;
+        if (lane == 0) __stcg(flags + split, tag);
+        /* Sequentially consistent fences around the warp barrier: lane 0's flag store comes
+         * before every lane's flag reads, in the order all blocks' fences agree on. */
+        __threadfence();
+        __syncwarp();
+        __threadfence();
+        unsigned long long seen[FA_KV_MAX_SPLITS / 32]; /* lane l: flags l, l + 32, ... */
+#pragma unroll
+        for (int i = 0; i < FA_KV_MAX_SPLITS / 32; ++i)
+            seen[i] = lane + 32 * i < prm.num_splits ? __ldcg(flags + lane + 32 * i) : tag;
+        bool mine = true;
+#pragma unroll
+        for (int i = 0; i < FA_KV_MAX_SPLITS / 32; ++i) mine = mine && seen[i] == tag;
+        const bool all = __all_sync(0xffffffffu, mine);
+        if (all) {
+            for (int sp = lane; sp < prm.num_splits; sp += 32) __stcg(flags + sp, 0ull);
+            __threadfence(); /* the partials behind the flags seen are read after this */
+        }
+        if (lane == 0) merge_here = all;
+    }
+    __syncthreads(); /* merge_here visible */
+    if (!merge_here) return;
+
+    /* Shared memory (stage area): weight_smem [BLOCK_M][splits] (first the partial lse, then
+     * e^{lse_s - M}), row_inv_smem [BLOCK_M] (1 / Σ_s weight, 0 for an empty row), then o_smem
+     * [batch][rows_here][dv] fp32: the partial o of `batch` splits (all of them unless the stage
+     * area is too small), copied by cp.async so that every copy is in flight at once, issued
+     * before the lse reads so both take one round trip together. */
+    const int splits = prm.num_splits;
+    const int rows_here = r_last - r0 + 1;
+    const int dv = prm.head_dim_v, quads = dv / 4;
+    const int64_t split_stride = (int64_t)prm.batch * prm.heads_q * sq; /* partial rows per split */
+    const uint32_t weight_smem = stage_smem;
+    const uint32_t row_inv_smem = weight_smem + 4 * BLOCK_M * splits;
+    const uint32_t o_smem = (row_inv_smem + 4 * BLOCK_M + 15) & ~15u;
+    const int o_split_bytes = 4 * rows_here * dv;
+    const int batch = min(splits, max(1, (int)(stage_smem + STAGES * Cfg::STAGE_BYTES - o_smem) / o_split_bytes));
+    auto row_index = [&](int r) -> int64_t { /* lse_partial row of packed row r0 + r, split 0 */
+        const int rr = r0 + r;
+        return ((int64_t)b * prm.heads_q + hk * g + rr % g) * sq + rr / g;
+    };
+    /* copy 16 bytes i of splits [s_begin, s_begin + count): (split, row, 4 columns), columns fastest */
+    auto stage_o = [&](int s_begin, int count) {
+        for (int i = tid; i < count * rows_here * quads; i += THREADS) {
+            const int q = i % quads, rs = i / quads, r = rs % rows_here, sl = rs / rows_here;
+            cp_async_cg_16(o_smem + 16 * i,
+                           prm.o_partial + ((s_begin + sl) * split_stride + row_index(r)) * dv + 4 * q, 16);
+        }
+        cp_async_commit_group();
+    };
+    __threadfence(); /* this thread's reads of the partials come after the flags it was shown */
+    stage_o(0, batch);
+    for (int i = tid; i < rows_here * splits; i += THREADS) {
+        const int r = i / splits, sp = i % splits;
+        st_shared_f32(weight_smem + 4 * i, __ldcg(prm.lse_partial + sp * split_stride + row_index(r)));
+    }
+    __syncthreads(); /* partial lse of every (row, split) in weight_smem */
+
+    /* Per row (warp w: rows w, w + 4, ...): M = max_s lse_s, weight_s = e^{lse_s - M} (0 for an
+     * empty split), L = Σ weight_s by a fixed butterfly, lse = M + log L. */
+    for (int r = warp; r < rows_here; r += WARPS) {
+        float m = -CUDART_INF_F;
+        for (int sp = lane; sp < splits; sp += 32) m = fmaxf(m, ld_shared_f32(weight_smem + 4 * (r * splits + sp)));
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        float z = 0.0f;
+        for (int sp = lane; sp < splits; sp += 32) {
+            const uint32_t addr = weight_smem + 4 * (r * splits + sp);
+            const float v = ld_shared_f32(addr);
+            const float w = v > -CUDART_INF_F ? expf(v - m) : 0.0f; /* m = -inf: every v is -inf */
+            st_shared_f32(addr, w);
+            z += w;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
+        if (lane == 0) {
+            st_shared_f32(row_inv_smem + 4 * r, z > 0.0f ? 1.0f / z : 0.0f);
+            if (prm.lse != nullptr) prm.lse[row_index(r)] = z > 0.0f ? m + logf(z) : -CUDART_INF_F;
+        }
+    }
+
+    /* o = Σ_s weight_s o_s / L: thread per (row, 4 columns) items tid, tid + 128, ... (at most
+     * MERGE_ITEMS), accumulated over the batches in split order. An empty split's o is 0. */
+    constexpr int MERGE_ITEMS = BLOCK_M * (Cfg::D / 4) / THREADS;
+    float acc[MERGE_ITEMS][4];
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[k][e] = 0.0f;
+    for (int s_begin = 0; s_begin < splits; s_begin += batch) {
+        const int count = min(batch, splits - s_begin);
+        cp_async_wait_all();
+        __syncthreads(); /* the batch's partial o (and, the first time, the weights) visible */
+#pragma unroll
+        for (int k = 0; k < MERGE_ITEMS; ++k) {
+            const int item = tid + k * THREADS;
+            if (item >= rows_here * quads) continue;
+            const int r = item / quads, q = item % quads;
+            for (int sl = 0; sl < count; ++sl) {
+                const float w = ld_shared_f32(weight_smem + 4 * (r * splits + s_begin + sl));
+                float x[4];
+                ld_shared_v4_f32(x, o_smem + 16 * ((sl * rows_here + r) * quads + q));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[k][e] = fmaf(w, x[e], acc[k][e]);
+            }
+        }
+        if (s_begin + batch < splits) {
+            __syncthreads(); /* every read of o_smem done before the next batch overwrites it */
+            stage_o(s_begin + batch, min(batch, splits - s_begin - batch));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) {
+        const int item = tid + k * THREADS;
+        if (item >= rows_here * quads) continue;
+        const int r = item / quads, col = 4 * (item % quads);
+        const float inv = ld_shared_f32(row_inv_smem + 4 * r);
+        const int rr = r0 + r;
+        uint16_t *dst = (uint16_t *)prm.o + (int64_t)b * prm.o_batch_stride + (int64_t)(rr / g) * prm.o_row_stride +
+                        (int64_t)(hk * g + rr % g) * prm.o_head_stride + col;
+        *(uint2 *)dst = make_uint2(Elem::pack2(acc[k][0] * inv, acc[k][1] * inv),
+                                   Elem::pack2(acc[k][2] * inv, acc[k][3] * inv));
     }
 }
 

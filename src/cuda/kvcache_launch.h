@@ -1,8 +1,8 @@
 /*
  * kvcache_launch.h: the KV-cache decode kernel's parameter block and its extern "C" launchers,
  * one per head-dim bucket (src/cuda/kvcache_hdim<bucket>.cu). kvcache_cuda.cu plans the call
- * (bucket, row tiles, splits, workspace), fills fa_kv_params and calls one of these, then, with
- * more than one split, the merge kernel.
+ * (bucket, row tiles, splits, workspace), fills fa_kv_params and calls one of these: one launch
+ * per call, the split-KV merge included (kernel step 6).
  */
 #ifndef FA_KVCACHE_LAUNCH_H
 #define FA_KVCACHE_LAUNCH_H
@@ -65,6 +65,11 @@ struct fa_kv_params {
 
     float *o_partial;   /* [num_splits, batch, heads_q, seqlen_q, dv] fp32 (num_splits > 1)     */
     float *lse_partial; /* [num_splits, batch, heads_q, seqlen_q] fp32, natural log            */
+    /* [batch, heads_kv, row_tiles, num_splits] done flags of the fused merge (num_splits > 1):
+     * any value on entry, 0 after the call; split_tag: this call's flag value (never 0), see
+     * the kernel's step 6 */
+    unsigned long long *split_flags;
+    unsigned long long split_tag;
 };
 
 extern "C" {

@@ -40,12 +40,20 @@ enum { FA_KV_BLOCK_N = 64 };
 
 enum { FA_KV_WARPS = 4 };
 
+/* The split heuristic's floor: a split streams at least this many key tiles (kvcache_cuda.cu). */
+enum { FA_KV_MIN_SPLIT_TILES = 8 };
+
 /* Pipeline depth. The kernel is bound by HBM bandwidth: at 4.8 TB/s and ~1 µs loaded latency the
  * chip needs ~4-5 MB in flight, ~35 KB per SM. A stage holds K and V of one tile: 16 KB (d 64),
  * 32 KB (d 128), 64 KB (d 256). d 64: 4 stages (3 in flight, 66 KB/block, 3 blocks/SM on sm_90);
  * d 128: 3 stages (2 in flight, 100 KB/block, 2 blocks/SM); d 256: 2 stages (1 in flight,
  * 136 KB, 1 block/SM; 3 would not fit the 163 KB of an sm_80 block). */
 FA_KV_TILES_FN int fa_kv_stages(int bucket) { return bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2; }
+
+/* The kernel's launch bounds: the blocks per SM its shared memory allows on sm_90 (3 / 2 / 1 at
+ * d 64 / 128 / 256), so ptxas budgets registers for them (without a minimum it caps d 64 at 128
+ * registers and spills). */
+FA_KV_TILES_FN int fa_kv_min_blocks(int bucket) { return bucket <= 64 ? 3 : bucket <= 128 ? 2 : 1; }
 
 /* Q fragments stay in registers for the whole loop up to d 128 (32 registers); at 256 the O
  * accumulator (128 registers) leaves no room and Q is re-read from shared memory each tile. */

@@ -44,6 +44,10 @@ struct float2 {
     float x, y;
 };
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct emu_dim3 {
     unsigned x, y, z;
 };
@@ -66,6 +70,7 @@ void syncthreads();
 /* warp collectives */
 void ldmatrix(int kind, uint32_t *r, uint32_t addr);
 void mma(int bf16, float *d, const uint32_t *a, const uint32_t *b);
+float shfl_xor(uint32_t mask, float v, int lane_mask); /* full-warp collective */
 /* shared memory through the PTX wrappers (race-checked) */
 void smem_store(uint32_t addr, const void *v, int n);
 void smem_load(uint32_t addr, void *v, int n);
@@ -103,9 +108,42 @@ static inline float2 atomicAdd(float2 *p, float2 v) {
     p->y += v.y;
     return old;
 }
+static inline float4 atomicAdd(float4 *p, float4 v) {
+    emu::check_global(p, 16, "atomicAdd(float4)");
+    if (((uintptr_t)p & 15) != 0) emu::fail("atomicAdd(float4) on a misaligned address");
+    emu::count_atomic(16);
+    float4 old = *p;
+    p->x += v.x;
+    p->y += v.y;
+    p->z += v.z;
+    p->w += v.w;
+    return old;
+}
+/* bulk reductions (bwd_kernel_v2.cuh's wrappers): performed at once, reading the source row
+ * through the shared-memory checker as the issuing lane */
+static inline void fa_bwd2_bulk_reduce_add_f32(float *gmem_dst, uint32_t smem_src, uint32_t bytes) {
+    if (bytes % 16 != 0 || smem_src % 16 != 0 || ((uintptr_t)gmem_dst & 15) != 0)
+        emu::fail("cp.reduce.async.bulk: size or address not a multiple of 16");
+    emu::check_global(gmem_dst, bytes, "cp.reduce.async.bulk");
+    emu::count_atomic((int)bytes);
+    for (uint32_t b = 0; b < bytes; b += 16) {
+        float v[4];
+        emu::smem_load(smem_src + b, v, 16);
+        for (int i = 0; i < 4; ++i) gmem_dst[b / 4 + i] += v[i];
+    }
+}
+static inline void fa_bwd2_bulk_commit() {}
+static inline void fa_bwd2_bulk_wait_read_all() {}
+static inline void fa_bwd2_bulk_wait_all() {}
+static inline void fa_bwd2_fence_proxy_async() {}
+static inline void st_shared_v2_f32(uint32_t a, float x, float y) {
+    const float v[2] = {x, y};
+    emu::smem_store(a, v, 8);
+}
+static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) { return emu::shfl_xor(mask, v, lane_mask); }
 
 /* ---- fa_ptx.cuh -------------------------------------------------------------------------- */
-enum { EMU_LDSM_X4 = 1, EMU_LDSM_X4_T, EMU_LDSM_X2, EMU_LDSM_X2_T, EMU_MMA_BF16, EMU_MMA_F16 };
+enum { EMU_LDSM_X4 = 1, EMU_LDSM_X4_T, EMU_LDSM_X2, EMU_LDSM_X2_T, EMU_MMA_BF16, EMU_MMA_F16, EMU_SHFL_XOR };
 
 static inline uint32_t smem_u32addr(const void *p) {
     return (uint32_t)((const uint8_t *)p - emu::smem) + emu::SMEM_BASE;

@@ -60,6 +60,9 @@ struct LaneArgs {
     uint32_t *r;
     float *d;
     uint32_t a[4], b[2];
+    float shfl_in, *shfl_out; /* shfl.bfly: value given, where the partner's goes */
+    uint32_t shfl_mask;
+    int shfl_lanes;
 };
 struct Warp {
     int kind = 0, arrived = 0;
@@ -183,6 +186,7 @@ static const char *kind_name(int k) {
     case EMU_LDSM_X2_T: return "ldmatrix.x2.trans";
     case EMU_MMA_BF16: return "mma.bf16";
     case EMU_MMA_F16: return "mma.f16";
+    case EMU_SHFL_XOR: return "shfl.sync.bfly";
     case 100: return "bar.sync";
     default: return "?";
     }
@@ -252,6 +256,14 @@ static void exec_mma(Warp &W) {
     stats.mma += 1;
 }
 
+static void exec_shfl(Warp &W) {
+    for (int l = 0; l < 32; ++l) {
+        if (W.lane[l].shfl_mask != 0xffffffffu) fail("shfl with a partial mask (the kernel uses full warps)");
+        if (W.lane[l].shfl_lanes != W.lane[0].shfl_lanes) fail("shfl.bfly with different lane masks in one warp");
+    }
+    for (int l = 0; l < 32; ++l) *W.lane[l].shfl_out = W.lane[l ^ (W.lane[0].shfl_lanes & 31)].shfl_in;
+}
+
 static void collective(int kind, const LaneArgs &la) {
     Fiber *f = cur;
     const int w = (int)(f->t.x / 32), l = (int)(f->t.x % 32);
@@ -269,6 +281,8 @@ static void collective(int kind, const LaneArgs &la) {
     if (++W.arrived == 32) {
         if (kind == EMU_MMA_BF16 || kind == EMU_MMA_F16)
             exec_mma(W);
+        else if (kind == EMU_SHFL_XOR)
+            exec_shfl(W);
         else
             exec_ldmatrix(W);
         W.arrived = 0;
@@ -296,6 +310,17 @@ void mma(int bf16, float *d, const uint32_t *a, const uint32_t *b) {
     memcpy(la.a, a, 16);
     memcpy(la.b, b, 8);
     collective(bf16 ? EMU_MMA_BF16 : EMU_MMA_F16, la);
+}
+
+float shfl_xor(uint32_t mask, float v, int lane_mask) {
+    LaneArgs la{};
+    float out = 0.0f;
+    la.shfl_in = v;
+    la.shfl_out = &out;
+    la.shfl_mask = mask;
+    la.shfl_lanes = lane_mask;
+    collective(EMU_SHFL_XOR, la);
+    return out;
 }
 
 void syncthreads() {
