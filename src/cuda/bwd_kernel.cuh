@@ -97,13 +97,6 @@ __device__ __forceinline__ uint32_t fa_bwd_pair_step(uint32_t addr, int j) {
     return (addr ^ (32u * (uint32_t)(j & 3))) + 128u * (uint32_t)(j >> 2);
 }
 
-/* tanh with the same formula as the forward (1 - 2 / (1 + e^{2x}) on the ex2/rcp units), so the
- * recomputed P matches the scores the forward normalised. */
-__device__ __forceinline__ float fa_bwd_tanh(float x) {
-    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
-    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
-}
-
 /* dst[0..1] += (a, b), fp32 in global memory, result unused (compiles to a reduction). */
 __device__ __forceinline__ void fa_bwd_atomic_add2(float *dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -179,7 +172,7 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
                 const int diff = key - (query + shift);     /* key minus the query's diagonal */
                 float x, dcap = 1.0f;
                 if (prm.softcap_pre > 0.0f) {
-                    const float tc = fa_bwd_tanh(s * prm.softcap_pre);
+                    const float tc = fa_tanh(s * prm.softcap_pre);
                     x = prm.softcap_post_log2 * tc;
                     dcap = 1.0f - tc * tc;
                 } else {

@@ -48,7 +48,7 @@
 #include <stdint.h>
 
 #include "bwd_tiles_v2.h"
-#include "bwd_kernel.cuh" /* fa_bwd_params, fa_bwd_tanh, fa_bwd_atomic_add2, fa_bwd_row_offset */
+#include "bwd_kernel.cuh" /* fa_bwd_params, fa_bwd_atomic_add2, fa_bwd_row_offset */
 
 template <int BUCKET>
 struct fa_bwd2_config {
@@ -182,7 +182,7 @@ __device__ __forceinline__ void fa_bwd2_probs(const fa_bwd_params &prm, float (&
                         x = fmaf(s, prm.scale_log2, -lse);
                     } else {
                         if (prm.softcap_pre > 0.0f) {
-                            const float tc = fa_bwd_tanh(s * prm.softcap_pre);
+                            const float tc = fa_tanh(s * prm.softcap_pre);
                             x = prm.softcap_post_log2 * tc;
                             dcap = 1.0f - tc * tc;
                         } else {

@@ -98,6 +98,16 @@ __device__ __forceinline__ float fa_quad_sum(float x) {
     return x;
 }
 
+/* ---- device: softcap's tanh ---------------------------------------------------------------- */
+
+/* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units: absolute error ~1e-7, exact limits ±1
+ * (tanh.approx.f32 is only good to ~5e-4, too coarse for softcap). Every kernel uses this one, so
+ * the backward recomputes exactly the scores the forward normalised. */
+__device__ __forceinline__ float fa_tanh(float x) {
+    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
+    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
+}
+
 /* ---- device: sequence geometry ------------------------------------------------------------- */
 
 /* Rows of sequence b. Non-varlen: starts 0, lengths seqlen_q/k. Varlen: read from cu_seqlens in

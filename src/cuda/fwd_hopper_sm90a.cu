@@ -161,13 +161,6 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* tanh(x) = 1 - 2 / (1 + e^{2x}) on the ex2/rcp units (absolute error ~1e-7, exact limits ±1),
- * the same formula as the portable forward and the backward. */
-__device__ __forceinline__ float fa_hopper_tanh(float x) {
-    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
-    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
-}
-
 /* S = Q K_jᵀ for this consumer's 64 rows: D/16 wgmma (k16 steps over the head dim). A = Q rows
  * [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk reads slab kk/4 at
  * +32·(kk%4) bytes. The first step has scale-d = 0 (S is overwritten). Issued and committed as
@@ -276,7 +269,7 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
                                                  bool needs_mask, int n0, int row0, int lane, int len_k, int shift) {
     if (prm.softcap_pre > 0.0f) {
 #pragma unroll
-        for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_hopper_tanh(s_rmem[i] * prm.softcap_pre);
+        for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
     }
     if (needs_mask)
         fa_hopper_mask<Cfg>(s_rmem, n0, row0, lane, len_k, shift, prm.window_left, prm.window_right);

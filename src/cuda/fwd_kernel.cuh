@@ -74,13 +74,6 @@ __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint1
     }
 }
 
-/* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units: absolute error ~1e-7, exact limits ±1
- * (tanh.approx.f32 is only good to ~5e-4, too coarse for softcap). */
-__device__ __forceinline__ float fa_tanh(float x) {
-    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
-    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
-}
-
 template <class Elem, int HEAD_DIM>
 __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     fa_fwd_kernel(const fa_fwd_params prm) {

@@ -107,12 +107,6 @@ __device__ __forceinline__ void fa_kv_rotary_pair_dims(int p, int half, int inte
     *db = interleaved ? 2 * p + 1 : p + half;
 }
 
-/* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units (as the forward: ~1e-7 absolute). */
-__device__ __forceinline__ float fa_kv_tanh(float x) {
-    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
-    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
-}
-
 template <class Elem, int HEAD_DIM>
 __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blocks(HEAD_DIM))
     fa_kv_kernel(const fa_kv_params prm) {
@@ -549,7 +543,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
                         const int c = cw + 8 * nt + 2 * quad_col + e;
                         float x = s_rmem[nt][2 * h + e];
                         if (prm.transform_scores) {
-                            x = prm.softcap_pre > 0.0f ? prm.softcap_post_log2 * fa_kv_tanh(x * prm.softcap_pre)
+                            x = prm.softcap_pre > 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
                                                        : x * prm.scale_log2;
                             x -= row_slope_log2[h] * (float)abs(row_diag[h] - c);
                         }

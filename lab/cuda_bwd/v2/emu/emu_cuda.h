@@ -210,6 +210,12 @@ static inline uint32_t fa_swizzled_chunk(int row, int chunk) {
     return (uint32_t)(row * CHUNKS + (chunk ^ (row & 7)));
 }
 
+/* softcap's tanh, the same formula as fa_cuda_common.cuh on the emulated ex2/rcp units */
+static inline float fa_tanh(float x) {
+    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f);
+    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
+}
+
 struct fa_seq_rows {
     int64_t q_start, k_start;
     int len_q, len_k;
