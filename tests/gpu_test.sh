@@ -6,6 +6,8 @@
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
 #      (tests/gpu/fa_gpu_determinism.c)
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
+#   5. backward repeatability and compute-sanitizer (tests/gpu/fa_gpu_backward.c)
+#   6. the default backward kernel against the portable one (tests/gpu/fa_gpu_bwd_paths.c)
 # Exits non-zero on the first failing step. BUILD (default build-gpu) and CUDA_ARCHS (default:
 # the local GPU's compute capability) can be overridden.
 set -u
@@ -70,4 +72,18 @@ for tool in memcheck racecheck; do
     echo "-- $tool: backward (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$BWD" 0 1 2 || fail "$tool on $BWD"
 done
+
+# ---- 6. the CUDA backward's two kernels ---------------------------------------------------------
+# The default backward (the Hopper kernel on sm_90 for the problems it covers) against the
+# portable one (FA_CUDA_BACKWARD=portable) on 1k-4k-token problems: dq/dk/dv/dsink within a
+# tolerance, nothing left unwritten or written outside the tensors, no NaN leaking from padding,
+# dk/dv bitwise repeatable (tests/gpu/fa_gpu_bwd_paths.c); then memcheck on its small problems.
+echo "== 6. backward kernels: default against portable"
+BWDP="$BUILD/fa_gpu_bwd_paths"
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_bwd_paths.c \
+    "$BUILD/libflashattn.a" -o "$BWDP" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
+    || fail "build $BWDP"
+"$BWDP" || fail "backward kernels disagree (tests/gpu/fa_gpu_bwd_paths.c)"
+echo "-- memcheck: backward kernels (small problems)"
+"$SAN" --tool memcheck --error-exitcode 3 "$BWDP" small || fail "memcheck on $BWDP small"
 echo "gpu-test: all passed"

@@ -75,3 +75,34 @@ FA_TEST(tiles_hopper_dispatch) {
              "negative scale with softcap: the scores are transformed first");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f) != NULL, "d = 32");
 }
+
+FA_TEST(tiles_hopper_backward) {
+    static const int buckets[] = {64, 128};
+    for (int i = 0; i < 2; i++) {
+        int b = buckets[i];
+        size_t smem = fa_hopper_bwd_smem_bytes(b);
+        FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > sm_90's %d", b, smem, SMEM_SM90);
+        int m = fa_hopper_bwd_block_m(b), n = fa_hopper_bwd_block_n(b);
+        FA_CHECK(n == 128, "bucket %d: two consumer warpgroups of 64 keys", b);
+        FA_CHECK(m % 64 == 0 && (m / 64) * (b / 64) == 2, "bucket %d: one m64 x n64 dQ piece per consumer", b);
+        /* consumer accumulators: Sᵀ and dPᵀ (m/2 fp32 each) + dK and dV (b/2 each) per thread */
+        FA_CHECK(m + b <= 192, "bucket %d: accumulators %d registers leave room in 240", b, m + b);
+        FA_CHECK(fa_hopper_bwd_stages(b) >= 2, "bucket %d: Q/dO ring of at least 2 stages", b);
+    }
+    FA_CHECK(fa_hopper_bwd_bucket(64, 64) == 64 && fa_hopper_bwd_bucket(96, 128) == 128 &&
+                 fa_hopper_bwd_bucket(128, 72) == 128,
+             "backward buckets 64 and 128");
+    FA_CHECK(fa_hopper_bwd_bucket(256, 256) == 0 && fa_hopper_bwd_bucket(32, 32) == 0 &&
+                 fa_hopper_bwd_bucket(64, 128) == 0,
+             "d = 256, d < 64 and mixed buckets: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) == NULL, "sm_90 bf16 d = 128");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, 0.0f, 0) == NULL, "sm_90 f16 d = 64");
+    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) != NULL, "sm_80: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, 0.0f, 0) != NULL, "ALiBi: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 30.0f, 0) != NULL, "softcap: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 1) != NULL,
+             "deterministic: portable (the Hopper kernel's dQ uses atomics)");
+    FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
+                 !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),
+             "TMA strides: positive multiples of 8 below 2^39, anything along an axis of extent 1");
+}

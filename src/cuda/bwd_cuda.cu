@@ -8,7 +8,9 @@
  *     1. cudaMemsetAsync of the fp32 dQ accumulator(s)
  *     2. pre-pass kernel: D = rowsum(dO∘O), LSE in log2 units (+inf where LSE = -inf, so P = 0),
  *        and per-block dsink partials
- *     3. main kernel (bwd_hdim<bucket>.cu): dK, dV (or fp32 partials), dQ accumulation
+ *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 the
+ *        Hopper kernel (bwd_hopper_sm90a.cu) for the problems it covers (hopper_tiles.h), else
+ *        the portable one (bwd_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
@@ -18,7 +20,8 @@
  * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the deterministic-mode
  * split count of bwd_tiles.h) and G = GQA group splits:
  *   dq_accum     S × total_q × heads_q × d × 4 bytes
- *   lse_log2, D  2 × heads_q × total_q × 4
+ *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
+ *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
  *   dk/dv parts  G × total_k × heads_kv × (d + dv) × 4       (only when G > 1)
  * Deterministic mode costs (S - 1) extra dQ buffers: S ≈ SMs / (batch × heads_kv × G), capped
@@ -33,6 +36,10 @@
 #include "bwd_tiles.h"
 #include "fa_cuda_common.cuh"
 #include "bwd_launch_v2.h" /* main kernel v2 (bwd_kernel_v2.cuh) on sm_90+, where its smem fits */
+#include "hopper_tiles.h"   /* the Hopper main kernel's coverage (bwd_hopper_sm90a.cu) */
+
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- small kernels ------------------------------------------------------------------------- */
 
@@ -56,7 +63,7 @@ struct fa_bwd_prepass_params {
     int lanes_per_row;          /* power of two >= dv / 8, <= 32                               */
     int rows_per_block;         /* 256 / lanes_per_row                                        */
     int blocks_per_head;
-    float *lse_log2;            /* [heads_q, total_q]                                          */
+    float *lse_log2;            /* [heads_q, total_q], or NULL: not needed (Hopper kernel)     */
     float *dsum;                /* [heads_q, total_q]                                          */
     float *sink_partial;        /* [heads_q, blocks_per_head] or NULL                          */
 };
@@ -105,7 +112,7 @@ __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepas
         const float lse = varlen ? pp.lse[(int64_t)h * pp.total_q + row]
                                  : pp.lse[(b * pp.heads_q + h) * pp.seqlen_q + i];
         const int64_t out = (int64_t)h * pp.total_q + row;
-        pp.lse_log2[out] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+        if (pp.lse_log2 != nullptr) pp.lse_log2[out] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
         pp.dsum[out] = dot;
         /* Rows past the last sequence and fully masked rows contribute nothing. */
         if (pp.sink_partial != nullptr && in_sequence && lse != -INFINITY)
@@ -195,8 +202,26 @@ typedef struct fa_bwd_plan {
     int64_t prepass_blocks_per_head;
     int need_sink;           /* sinks given and dsink requested                                 */
     int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
+    int hopper;              /* 1: the Hopper main kernel (bwd_hopper_sm90a.cu) instead              */
+    int device_ordinal;
     size_t off_dq, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
 } fa_bwd_plan;
+
+/* Every stride the Hopper kernel's TMA maps step along (hopper_tiles.h's rule; an axis of
+ * extent 1 is never stepped along). Checked while planning, so the pre-pass knows which kernel
+ * follows it. */
+static int hopper_bwd_strides_ok(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const int64_t batch = pb->varlen ? 1 : p->batch;
+    const int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q, rows_k = pb->varlen ? p->total_k : p->seqlen_k;
+    return fa_hopper_tma_stride_ok(p->q_row_stride, rows_q) && fa_hopper_tma_stride_ok(p->q_head_stride, p->heads_q) &&
+           fa_hopper_tma_stride_ok(p->q_batch_stride, batch) && fa_hopper_tma_stride_ok(p->do_row_stride, rows_q) &&
+           fa_hopper_tma_stride_ok(p->do_head_stride, p->heads_q) &&
+           fa_hopper_tma_stride_ok(p->do_batch_stride, batch) && fa_hopper_tma_stride_ok(p->k_row_stride, rows_k) &&
+           fa_hopper_tma_stride_ok(p->k_head_stride, p->heads_kv) && fa_hopper_tma_stride_ok(p->k_batch_stride, batch) &&
+           fa_hopper_tma_stride_ok(p->v_row_stride, rows_k) && fa_hopper_tma_stride_ok(p->v_head_stride, p->heads_kv) &&
+           fa_hopper_tma_stride_ok(p->v_batch_stride, batch);
+}
 
 /* Limits of the CUDA backward and its plan (workspace layout, grid, splits). */
 static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
@@ -236,10 +261,23 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const size_t smem = plan->v2 ? fa_bwd2_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
+    /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
+     * has one dQ accumulator (no deterministic splits). */
+    const char *force = getenv("FA_CUDA_BACKWARD");
+    plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
+                   fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
+                                             (int)p->head_dim_v, p->alibi_slopes != NULL, p->softcap,
+                                             p->deterministic) == NULL &&
+                   p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
+                   hopper_bwd_strides_ok(pb) &&
+                   fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
+                       dev.smem_optin;
+    plan->device_ordinal = dev.ordinal;
     plan->bucket = bucket;
     plan->block_k = plan->v2 ? fa_bwd2_block_k(bucket) : fa_bwd_block_k(bucket);
     plan->key_blocks = (p->seqlen_k + plan->block_k - 1) / plan->block_k;
-    plan->group_splits = fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
+    plan->group_splits =
+        plan->hopper ? 1 : fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
     plan->heads_per_split = (int)((pb->group + plan->group_splits - 1) / plan->group_splits);
     const int64_t bhs = p->batch * p->heads_kv * plan->group_splits;
     plan->dq_splits = p->deterministic ? fa_bwd_deterministic_splits(plan->key_blocks, bhs, dev.sm_count) : 1;
@@ -266,7 +304,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->off_dq = off;
     off = fa_cuda_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
     plan->off_lse = off;
-    off = fa_cuda_align256(off + row_elems * 4);
+    if (!plan->hopper) off = fa_cuda_align256(off + row_elems * 4);
     plan->off_dsum = off;
     off = fa_cuda_align256(off + row_elems * 4);
     plan->off_sink = off;
@@ -311,7 +349,7 @@ static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype,
 static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
     float *dq_accum = reinterpret_cast<float *>(ws + plan->off_dq);
-    float *lse_log2 = reinterpret_cast<float *>(ws + plan->off_lse);
+    float *lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
     float *dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
     float *sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
     const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
@@ -382,6 +420,7 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
         prm.softmax_scale = p->softmax_scale;
         prm.lse_log2 = lse_log2;
+        prm.lse = p->lse;
         prm.dsum = dsum;
         prm.dq_accum = dq_accum;
         prm.dq_accum_split_elems = p->deterministic ? (int64_t)dq_elems : 0;
@@ -391,7 +430,9 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.heads_per_split = plan->heads_per_split;
         prm.blocks_per_head = plan->blocks_per_head;
         fa_status s;
-        if (plan->v2) {
+        if (plan->hopper) {
+            if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
+        } else if (plan->v2) {
             switch (plan->bucket) {
             case 64: s = fa_bwd2_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
             case 128: s = fa_bwd2_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;

@@ -43,7 +43,9 @@ struct fa_bwd_params {
     const float *alibi_slopes; /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL    */
     int64_t alibi_batch_stride;
     /* workspace, filled by the pre-pass */
-    const float *lse_log2; /* [heads_q, total_q] LSE·log2(e); +inf where LSE = -inf (P = 0)    */
+    const float *lse_log2; /* [heads_q, total_q] LSE·log2(e); +inf where LSE = -inf (P = 0);
+                              NULL for the Hopper kernel, which converts lse itself            */
+    const float *lse;      /* the forward's LSE: [b, heads_q, seqlen_q], varlen [heads_q, total_q] */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
     float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums    */
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
@@ -60,6 +62,11 @@ extern "C" {
 fa_status fa_bwd_launch_hdim64(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_launch_hdim128(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+/* The Hopper main kernel (bwd_hopper_sm90a.cu) in place of the above, for the problems
+ * fa_hopper_bwd_unsupported() (hopper_tiles.h) accepts, with group_splits = 1 and one dQ
+ * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
+ * (hopper_tiles.h's fa_hopper_tma_stride_ok). */
+fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 }
 
 #endif /* FA_BWD_LAUNCH_H */

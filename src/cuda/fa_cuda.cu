@@ -172,8 +172,6 @@ fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, 
 
 /* ---- forward: limits ------------------------------------------------------------------------ */
 
-enum { FA_CUDA_GRID_YZ_MAX = 65535 };
-
 static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA forward";

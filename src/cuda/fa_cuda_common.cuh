@@ -31,6 +31,9 @@
 /* After a <<<>>> launch: report a launch failure (bad configuration, missing kernel image). */
 #define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_CHECK(cudaGetLastError(), (what))
 
+/* Largest gridDim.y and gridDim.z of a launch. */
+enum { FA_CUDA_GRID_YZ_MAX = 65535 };
+
 /* ---- host: device properties, queried once per device ordinal ----------------------------- */
 
 typedef struct fa_cuda_device_info {

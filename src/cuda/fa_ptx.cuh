@@ -164,6 +164,12 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t smem_addr) {
     return v;
 }
 
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t smem_addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void st_shared_u64(uint32_t smem_addr, uint64_t v) {
     asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(smem_addr), "l"(v) : "memory");
 }
@@ -401,6 +407,26 @@ __device__ __forceinline__ void tma_prefetch_tensormap(const CUtensorMap *map) {
  * barrier that hands the data over. */
 __device__ __forceinline__ void fence_proxy_async_shared_cta() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* ---- register -> shared matrix stores (PTX ISA "Data Movement and Conversion Instructions:
+ * stmatrix", sm_90+) ------------------------------------------------------------------------------
+ * Four 8x8 16-bit matrices; r[i] is matrix i in the mma fragment layout (lane l holds row l/4,
+ * columns 2(l%4) and 2(l%4)+1, the lower column in the low half). .trans stores each matrix
+ * transposed: stored row R of matrix i is original column R (8 elements, 16 bytes) at the
+ * address lane 8i + R passes (16-byte aligned). */
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+/* ---- global reductions (PTX ISA "Parallel Synchronization and Communication Instructions: red",
+ * vector form, sm_90+) ----------------------------------------------------------------------------
+ * Two adjacent fp32 atomic adds at an 8-byte aligned address, no return value; relaxed, gpu
+ * scope (the sums are complete when the kernel ends, all the backward's dQ needs). */
+__device__ __forceinline__ void red_global_add_v2_f32(float *gmem, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(gmem), "f"(x), "f"(y) : "memory");
 }
 
 /* ---- named barriers (PTX ISA "Parallel Synchronization and Communication Instructions: bar,
@@ -739,6 +765,40 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss_f32(float (&d)[96], uint64_t
     }
 }
 
+/* D[64x64] (+)= A[64x16] · B[16x64], A K-major and B MN-major (imm-trans-b = 1) in shared
+ * memory (descriptors), fp32 accumulators d[32]; scale_d = 0 ignores the old D. */
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n64k16_ss_f32_transb(float (&d)[32], uint64_t desc_a,
+                                                              uint64_t desc_b, int scale_d) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+            ", %32, %33, p, 1, 1, 0, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+            ", %32, %33, p, 1, 1, 0, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+}
+
 /* D[64x64] (+)= A[64x16] · B[16x64], A from registers (a[4], the 16-bit A fragment),
  * B MN-major in shared memory (imm-trans-b = 1), fp32 accumulators d[32]. */
 template <bool BF16>
@@ -908,6 +968,13 @@ __device__ __forceinline__ void wgmma_rs_f32_transb(float (&d)[N / 2], const uin
     else if constexpr (N == 128) wgmma_m64n128k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);
     else if constexpr (N == 256) wgmma_m64n256k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_rs_f32_transb: no wrapper for this N (add it to gen_wgmma.py)");
+}
+
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                                    int scale_d) {
+    if constexpr (N == 64) wgmma_m64n64k16_ss_f32_transb<BF16>(d, desc_a, desc_b, scale_d);
+    else static_assert(N < 0, "wgmma_ss_f32_transb: no wrapper for this N (add it to gen_wgmma.py)");
 }
 /* ---- end of GENERATED ---- */
 

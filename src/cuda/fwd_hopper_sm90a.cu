@@ -61,17 +61,16 @@
  * shared memory before the P·V that would read them (P = 0 there, but 0 · NaN = NaN).
  */
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <math_constants.h>
-#include <pthread.h>
 #include <stdint.h>
 
 #include "fa_cuda_common.cuh"
 #include "fa_tiles.h"
 #include "fwd_launch.h"
 #include "hopper_tiles.h"
+#include "hopper_tma.h"
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
@@ -692,65 +691,6 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-/* cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda at link time). */
-static PFN_cuTensorMapEncodeTiled_v12000 fa_hopper_encode_fn(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, [] {
-        void *ptr = nullptr;
-        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found) ==
-                cudaSuccess &&
-            found == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
-        else
-            (void)cudaGetLastError();
-    });
-    return fn;
-}
-
-/* A [batch, rows, heads, dim] 16-bit tensor (strides in elements) as the 4-D map
- * {dim, rows, heads, batch} with box {64, box_rows, 1, 1}, 128-byte swizzle, zero fill. The
- * caller (fa_cuda.cu) has checked the base (16-byte aligned) and the strides (multiples of 8
- * elements); here: strides below 2^40 bytes and dims in [1, 2^32], as cuTensorMapEncodeTiled
- * requires (cuda.h). */
-static fa_status fa_hopper_make_map(CUtensorMap *map, const char *name, CUtensorMapDataType type, const void *base,
-                                    int64_t dim, int64_t rows, int64_t heads, int64_t batch, int64_t row_stride,
-                                    int64_t head_stride, int64_t batch_stride, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = fa_hopper_encode_fn();
-    if (encode == nullptr)
-        return fa_set_error(FA_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the CUDA driver");
-    const int64_t strides_el[3] = {row_stride, head_stride, batch_stride};
-    const int64_t extents[3] = {rows, heads, batch};
-    static const char *const axis[3] = {"row", "head", "batch"};
-    cuuint64_t stride_bytes[3];
-    for (int i = 0; i < 3; ++i) {
-        /* an axis of extent 1 is never stepped along: any valid stride will do */
-        const int64_t s = extents[i] == 1 ? 8 : strides_el[i];
-        if (s <= 0 || s % 8 != 0 || 2 * s >= ((int64_t)1 << 40))
-            return fa_set_error(FA_ERR_STRIDE,
-                                "%s_%s_stride = %lld: the Hopper forward (TMA) needs a positive multiple of 8 "
-                                "elements below 2^39",
-                                name, axis[i], (long long)strides_el[i]);
-        stride_bytes[i] = (cuuint64_t)(2 * s);
-    }
-    const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)batch};
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = encode(map, type, 4, const_cast<void *>(base), dims, stride_bytes, box, elem_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return fa_set_error(FA_ERR_CUDA,
-                            "cuTensorMapEncodeTiled(%s) failed with CUresult %d: dims {%llu, %llu, %llu, %llu}, "
-                            "byte strides {%llu, %llu, %llu}, box {64, %d, 1, 1}",
-                            name, (int)r, (unsigned long long)dims[0], (unsigned long long)dims[1],
-                            (unsigned long long)dims[2], (unsigned long long)dims[3],
-                            (unsigned long long)stride_bytes[0], (unsigned long long)stride_bytes[1],
-                            (unsigned long long)stride_bytes[2], box_rows);
-    return FA_OK;
-}
-
 template <int BUCKET, bool BF16>
 static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hopper_config<BUCKET>;
@@ -762,19 +702,20 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
     const int64_t map_batch = varlen ? 1 : p->batch;
     const bool no_keys = rows_k == 0;
+    static const char *const path = "the Hopper forward";
     CUtensorMap tmap_q, tmap_k, tmap_v, tmap_o;
     fa_status st;
-    if ((st = fa_hopper_make_map(&tmap_q, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
+    if ((st = fa_hopper_make_map(&tmap_q, path, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
                                  p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_k, "k", type, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
+        (st = fa_hopper_make_map(&tmap_k, path, "k", type, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
                                  no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->k_row_stride,
                                  p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_v, "v", type, no_keys ? p->q : p->v, p->head_dim_v, no_keys ? 1 : rows_k,
+        (st = fa_hopper_make_map(&tmap_v, path, "v", type, no_keys ? p->q : p->v, p->head_dim_v, no_keys ? 1 : rows_k,
                                  no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->v_row_stride,
                                  p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
         return st;
     if (!varlen) {
-        if ((st = fa_hopper_make_map(&tmap_o, "o", type, p->o, p->head_dim_v, rows_q, p->heads_q, map_batch,
+        if ((st = fa_hopper_make_map(&tmap_o, path, "o", type, p->o, p->head_dim_v, rows_q, p->heads_q, map_batch,
                                      p->o_row_stride, p->o_head_stride, p->o_batch_stride, 64)) != FA_OK)
             return st;
     } else {

@@ -15,6 +15,8 @@ END = "/* ---- end of GENERATED ---- */\n"
 # N of S = Q Kᵀ (the key-tile width BLOCK_N) and of O += P V (the head dim).
 SS_SHAPES = (64, 80, 96, 128, 176, 192)
 RS_SHAPES = (64, 128, 256)
+# SS with B MN-major (imm-trans-b = 1): the backward's dQ = dS K, N = 64 head-dim columns per warpgroup.
+SS_TRANSB_SHAPES = (64,)
 
 
 def reg_list(first, count, per_line=16):
@@ -34,14 +36,18 @@ def acc_operands(count, per_line=8):
     return [", ".join(ops[i:i + per_line]) for i in range(0, count, per_line)]
 
 
-def emit_ss(n):
+def emit_ss(n, trans_b=False):
     h = n // 2
     out = []
-    out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A and B K-major in shared memory (descriptors),")
-    out.append(f" * fp32 accumulators d[{h}] in the wgmma accumulator layout above; scale_d = 0")
-    out.append(" * ignores the old D. trans-a = trans-b = 0. */")
+    if trans_b:
+        out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A K-major and B MN-major (imm-trans-b = 1) in shared")
+        out.append(f" * memory (descriptors), fp32 accumulators d[{h}]; scale_d = 0 ignores the old D. */")
+    else:
+        out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A and B K-major in shared memory (descriptors),")
+        out.append(f" * fp32 accumulators d[{h}] in the wgmma accumulator layout above; scale_d = 0")
+        out.append(" * ignores the old D. trans-a = trans-b = 0. */")
     out.append("template <bool BF16>")
-    head = f"__device__ __forceinline__ void wgmma_m64n{n}k16_ss_f32("
+    head = f"__device__ __forceinline__ void wgmma_m64n{n}k16_ss_f32{'_transb' if trans_b else ''}("
     out.append(f"{head}float (&d)[{h}], uint64_t desc_a,")
     out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
     for dt in ("bf16", "f16"):
@@ -53,7 +59,7 @@ def emit_ss(n):
         out.append(f'            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "')
         for line in reg_list(0, h):
             out.append(f"            {line}")
-        out.append(f'            ", %{h}, %{h + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
+        out.append(f'            ", %{h}, %{h + 1}, p, 1, 1, 0, {1 if trans_b else 0};\\n}}\\n"')
         ops = acc_operands(h)
         out.append(f"            : {ops[0]},")
         for i, line in enumerate(ops[1:]):
@@ -112,6 +118,15 @@ def emit_front_ends():
         out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);")
     out.append('    else static_assert(N < 0, "wgmma_rs_f32_transb: no wrapper for this N (add it to gen_wgmma.py)");')
     out.append("}")
+    out.append("")
+    out.append("template <int N, bool BF16>")
+    out.append("__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,")
+    out.append("                                                    int scale_d) {")
+    for i, n in enumerate(SS_TRANSB_SHAPES):
+        kw = "if constexpr" if i == 0 else "else if constexpr"
+        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_ss_f32_transb<BF16>(d, desc_a, desc_b, scale_d);")
+    out.append('    else static_assert(N < 0, "wgmma_ss_f32_transb: no wrapper for this N (add it to gen_wgmma.py)");')
+    out.append("}")
     return out
 
 
@@ -119,6 +134,8 @@ def generate():
     lines = []
     for n in SS_SHAPES:
         lines += emit_ss(n) + [""]
+    for n in SS_TRANSB_SHAPES:
+        lines += emit_ss(n, trans_b=True) + [""]
     for n in RS_SHAPES:
         lines += emit_rs(n) + [""]
     lines += emit_front_ends()

@@ -93,6 +93,13 @@ FA_HOPPER_FN int fa_hopper_persistent(int bucket) { return fa_hopper_o_own_buffe
  * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */
 FA_HOPPER_FN int fa_hopper_snake_order(void) { return 1; }
 
+/* A tensor-map stride the TMA accepts (in elements of a 16-bit tensor): along an axis of extent
+ * 1 anything (never stepped along), else a positive multiple of 8 (16 bytes) below 2^39 (2^40
+ * bytes). hopper_tma.cu's fa_hopper_make_map applies this rule. */
+FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
+    return extent == 1 || (stride > 0 && stride % 8 == 0 && stride < (1ll << 39));
+}
+
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
  * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on. */
 #ifdef __cplusplus
@@ -109,6 +116,55 @@ static inline
         return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
     if (has_alibi) return "does not implement ALiBi";
     if (!(scale_log2 > 0.0f) && !(softcap > 0.0f)) return "needs a positive softmax_scale (or softcap)";
+    return NULL;
+}
+
+/* ---- backward (src/cuda/bwd_hopper_sm90a.cu) ---------------------------------------------------
+ * One CTA = BLOCK_N = 128 keys of one (batch, kv head): a producer warpgroup and two consumer
+ * warpgroups of 64 keys each, whose dK and dV [64, bucket] stay in fp32 registers while the CTA
+ * walks the query blocks (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles
+ * stream through a STAGES-deep ring. */
+
+/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..128, both in one bucket (64 or
+ * 128; columns past d or dv read as zeros); 0 = not covered (d = 256 runs the portable kernel:
+ * dK and dV of 64 keys would need 256 fp32 registers per thread). */
+FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
+    const int b = fa_hopper_bucket(head_dim, head_dim_v);
+    return b == 64 || b == 128 ? b : 0;
+}
+
+/* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
+ * dK and dV 32 each), 64 at bucket 128 (dK and dV are 64 registers each, so Sᵀ and dPᵀ get 32). */
+FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 : 64; }
+
+/* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma). */
+FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
+
+/* Q / dO ring depth. */
+FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
+
+/* Dynamic shared memory: K and V [128, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]); two dS
+ * buffers [BLOCK_M, 128]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); 1 + 2·STAGES mbarriers;
+ * 1024 bytes to align the window to the swizzle atom. */
+FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
+    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket +
+           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
+           2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)fa_hopper_bwd_block_n(bucket) +
+           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
+           8 * (size_t)(1 + 2 * fa_hopper_bwd_stages(bucket)) + 1024;
+}
+
+/* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do). */
+static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
+                                                    int head_dim_v, int has_alibi, float softcap,
+                                                    int deterministic) {
+    if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
+    if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
+        return "needs head_dim and head_dim_v multiples of 8 in 64..128, in the same bucket (64 or 128)";
+    if (has_alibi) return "does not implement ALiBi";
+    if (softcap > 0.0f) return "does not implement softcap";
+    if (deterministic) return "accumulates dQ with fp32 atomics (deterministic mode runs the portable kernel)";
     return NULL;
 }
 
