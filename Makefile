@@ -66,7 +66,7 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/ob
 TOOL_C  := $(wildcard tools/*.c) tests/reference.c tests/sweep.c
 TEST_C  := $(wildcard tests/*.c)
 
-.PHONY: all lib run test gpu-test clean bench check print-cuda-libs
+.PHONY: all lib run test gpu-test clean bench check print-cuda-libs print-cuda-include
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
@@ -115,6 +115,11 @@ gpu-test:
 # The link flags a program using libflashattn.a needs for the CUDA part (empty without CUDA).
 print-cuda-libs:
 	@echo $(CUDA_LIBS)
+
+# The CUDA include directory (empty for a CPU-only build): tests/run_all.sh compiles the GPU test
+# programs with it, so a change that breaks them fails CI, which has nvcc but no GPU.
+print-cuda-include:
+	@echo $(if $(strip $(NVCC)),$(CUDA_HOME)/include)
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -3,7 +3,8 @@
 #
 #   1. build (make -j2: library, flashattn tool, unit-test binary)
 #   2. build/fa_tests                     unit tests (oracle self-checks, every feature, errors, threads)
-#   3. src/cuda/gen_wgmma.py --check      the generated wgmma wrappers in fa_ptx.cuh are current
+#   3. tests/gpu/*.c                      the GPU test programs compile and link (CUDA builds)
+#      src/cuda/gen_wgmma.py --check      the generated wgmma wrappers in fa_ptx.cuh are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. python/run_tests.sh                the Python package's tests, when present
@@ -94,6 +95,22 @@ if [ "$built" -eq 1 ]; then
         run_stage "C++ header" "./$BUILD_DIR/header_cxx"
     else
         fail_stage "tests/header_cxx.cc did not compile or link as C++"
+    fi
+
+    banner "GPU test programs compile and link (tests/gpu/*.c; they run in make gpu-test)"
+    cuda_include=$(make -s BUILD="$BUILD_DIR" print-cuda-include)
+    if [ -n "$cuda_include" ]; then
+        run_stage "GPU test programs" sh -c '
+            passed=0; failed=0
+            for src in tests/gpu/*.c; do
+                exe="$1/$(basename "$src" .c)"
+                if ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -I"$2" "$src" "$1/libflashattn.a" \
+                    -lm -pthread $3 -o "$exe"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+            done
+            echo "$passed passed, $failed failed"' sh "$BUILD_DIR" "$cuda_include" \
+            "$(make -s BUILD="$BUILD_DIR" print-cuda-libs)"
+    else
+        echo "CPU-only build (no nvcc): nothing to compile"
     fi
 
     banner "generated wgmma wrappers in src/cuda/fa_ptx.cuh (src/cuda/gen_wgmma.py --check)"
