@@ -84,6 +84,8 @@ ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/
     "$BUILD/libflashattn.a" -o "$BWDP" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
     || fail "build $BWDP"
 "$BWDP" || fail "backward kernels disagree (tests/gpu/fa_gpu_bwd_paths.c)"
-echo "-- memcheck: backward kernels (small problems)"
-"$SAN" --tool memcheck --error-exitcode 3 "$BWDP" small || fail "memcheck on $BWDP small"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: backward kernels (small problems, every Hopper backward bucket)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$BWDP" small || fail "$tool on $BWDP small"
+done
 echo "gpu-test: all passed"

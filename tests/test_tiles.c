@@ -77,24 +77,45 @@ FA_TEST(tiles_hopper_dispatch) {
 }
 
 FA_TEST(tiles_hopper_backward) {
-    static const int buckets[] = {64, 128};
-    for (int i = 0; i < 2; i++) {
+    static const int buckets[] = {64, 128, 256};
+    for (int i = 0; i < 3; i++) {
         int b = buckets[i];
         size_t smem = fa_hopper_bwd_smem_bytes(b);
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > sm_90's %d", b, smem, SMEM_SM90);
         int m = fa_hopper_bwd_block_m(b), n = fa_hopper_bwd_block_n(b);
-        FA_CHECK(n == 128, "bucket %d: two consumer warpgroups of 64 keys", b);
-        FA_CHECK(m % 64 == 0 && (m / 64) * (b / 64) == 2, "bucket %d: one m64 x n64 dQ piece per consumer", b);
-        /* consumer accumulators: Sᵀ and dPᵀ (m/2 fp32 each) + dK and dV (b/2 each) per thread */
-        FA_CHECK(m + b <= 192, "bucket %d: accumulators %d registers leave room in 240", b, m + b);
         FA_CHECK(fa_hopper_bwd_stages(b) >= 2, "bucket %d: Q/dO ring of at least 2 stages", b);
+        if (b <= 128) {
+            FA_CHECK(n == 128, "bucket %d: two consumer warpgroups of 64 keys", b);
+            FA_CHECK(m % 64 == 0 && (m / 64) * (b / 64) == 2, "bucket %d: one m64 x n64 dQ piece per consumer", b);
+            /* consumer accumulators: Sᵀ and dPᵀ (m/2 fp32 each) + dK and dV (b/2 each) per thread */
+            FA_CHECK(m + b <= 192, "bucket %d: accumulators %d registers leave room in 240", b, m + b);
+            FA_CHECK(fa_hopper_bwd_ds_copies(b) == 1 && fa_hopper_bwd_barriers(b) == 1 + 2 * fa_hopper_bwd_stages(b),
+                     "bucket %d: one shared dS, one empty barrier per stage", b);
+        } else {
+            /* both consumers on the same 64 keys, each with 128 columns of dK, dV and dQ */
+            FA_CHECK(n == 64 && m == 64, "bucket 256: 64 keys x 64 queries (lab/hopper_bwd/v2)");
+            /* Sᵀ, dPᵀ (m/2 each) + dK, dV of 128 columns (64 each); the dQ piece (64) after them */
+            FA_CHECK(m + 128 <= 192, "bucket 256: accumulators %d registers leave room in 240", m + 128);
+            FA_CHECK(fa_hopper_bwd_ds_copies(b) == 2 && fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b),
+                     "bucket 256: a dS copy and an empty barrier per consumer");
+            FA_CHECK(smem == 231480, "bucket 256: %zu bytes of smem (kernel layout: 231480)", smem);
+        }
     }
+    FA_CHECK(fa_hopper_bwd_smem_bytes(64) == 166952 && fa_hopper_bwd_smem_bytes(128) == 165928,
+             "buckets 64 and 128: smem unchanged (%zu, %zu)", fa_hopper_bwd_smem_bytes(64),
+             fa_hopper_bwd_smem_bytes(128));
     FA_CHECK(fa_hopper_bwd_bucket(64, 64) == 64 && fa_hopper_bwd_bucket(96, 128) == 128 &&
                  fa_hopper_bwd_bucket(128, 72) == 128,
              "backward buckets 64 and 128");
-    FA_CHECK(fa_hopper_bwd_bucket(256, 256) == 0 && fa_hopper_bwd_bucket(32, 32) == 0 &&
-                 fa_hopper_bwd_bucket(64, 128) == 0,
-             "d = 256, d < 64 and mixed buckets: portable");
+    FA_CHECK(fa_hopper_bwd_bucket(256, 256) == 256 && fa_hopper_bwd_bucket(192, 192) == 256 &&
+                 fa_hopper_bwd_bucket(136, 256) == 256,
+             "backward bucket 256: d and dv in 136..256");
+    FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(64, 128) == 0 &&
+                 fa_hopper_bwd_bucket(128, 256) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&
+                 fa_hopper_bwd_bucket(200, 196) == 0,
+             "d < 64, d > 256, d not a multiple of 8 and mixed buckets: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, 0.0f, 0) == NULL, "sm_90 bf16 d = 256");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, 0.0f, 0) == NULL, "sm_90 f16 d = 192");
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) == NULL, "sm_90 bf16 d = 128");
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, 0.0f, 0) == NULL, "sm_90 f16 d = 64");
     FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) != NULL, "sm_80: portable");

@@ -53,17 +53,19 @@
  *   (bucket 128: pack P, issue dV += Pᵀ dO); wait for dPᵀ: dS = P∘(dPᵀ - D); pack dS;
  *   stmatrix.trans dS into dS buffer t % 2; (bucket 64: issue dV); issue dK += dSᵀ Q;
  *   fence.proxy.async; named barrier DS_FULL (both halves of dS are in smem); issue the dQ piece;
- *   wait for everything; lane 0 of each warp arrives on stage_empty[s]; red.global.add.v2.f32 of
+ *   wait for everything; every consumer thread arrives on stage_empty[s]; red.global.add.v2.f32 of
  *   the dQ piece into the fp32 accumulator.
  * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
  * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
  * t-2, the last GEMM that read buffer t % 2 (modelled by lab/hopper_bwd/v1/pipeline_model.py).
  *
- * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (2 arrivals, both
- * by producer lane 0: arrive.expect_tx with the Q and dO bytes before the TMA, then a plain
- * arrival after __syncwarp once the warp's vector stores are done); stage_empty[s] (8 arrivals:
- * lane 0 of every consumer warp, after __syncwarp so the whole warp's reads of the stage are
- * done). Use u of stage s (u = t / STAGES) is phase u:
+ * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
+ * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
+ * warp 0 after its own vector stores); stage_empty[s] (256 arrivals: every consumer thread after
+ * its last read of the stage). Each thread releases its own accesses: one lane arriving after
+ * __syncwarp for the whole warp is also correct, but compute-sanitizer racecheck reports the
+ * other lanes' accesses as hazards (it did, on the H200), and 32 arrivals cost next to nothing.
+ * Use u of stage s (u = t / STAGES) is phase u:
  * consumers wait full with parity u & 1, producers wait empty with parity (u & 1) ^ 1 (passes at
  * once for u = 0).
  *
@@ -89,6 +91,7 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include "bwd_hopper_common.cuh"
 #include "bwd_launch.h"
 #include "fa_cuda_common.cuh"
 #include "hopper_tiles.h"
@@ -125,8 +128,8 @@ struct fa_hbwd_config {
     static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
     static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
-    static constexpr int FULL_ARRIVALS = 2;                 /* producer lane 0: expect_tx, then after the vectors */
-    static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
+    static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
+    static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
     /* dQ [BLOCK_M, D] in two m64 × n64 pieces: rows 64c.. at BLOCK_M = 128, columns 64c.. at D = 128 */
     static constexpr bool DQ_SPLIT_ROWS = BLOCK_M == 128;
     /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128;
@@ -152,79 +155,7 @@ enum fa_hbwd_named_barrier {
     FA_HBWD_BAR_Q_TAIL = 3   /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
 };
 
-/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
-struct fa_hbwd_params {
-    void *dk, *dv;                 /* [b, sk, hkv, d], [b, sk, hkv, dv] (varlen [total_k, ...])     */
-    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
-    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
-    float *dq_accum;               /* [total_q, heads_q, d] fp32, zeroed: Σ dS·K (unscaled)         */
-    const float *lse;              /* the forward's LSE: [b, heads_q, seqlen_q] (varlen [heads_q, total_q]) */
-    const float *dsum;             /* [heads_q, total_q] D = rowsum(dO∘O)                           */
-    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
-    const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;      /* packed rows (fixed length: batch · seqlen)                    */
-    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
-    int heads_q, group, head_dim, head_dim_v;
-    int window_left, window_right;
-    float scale_log2;              /* softmax_scale · log2(e)                                       */
-    float softmax_scale;           /* dK's factor                                                   */
-};
-
-/* ---- device helpers -------------------------------------------------------------------------- */
-
-/* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
-__device__ __forceinline__ void fa_hbwd_wait(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity(bar, parity)) {
-    }
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint32_t fa_hbwd_pack2(float lo, float hi) {
-    return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
-}
-
-/* Query rows [q_lo, q_hi) that see at least one key of [n0, n1) (n1 <= len_k): key j is visible
- * to row i iff i + shift - window_left <= j <= i + shift + window_right (sides -1 unbounded). */
-__device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_hbwd_params &prm, int n0, int n1, int len_q,
-                                                          int shift, int &q_lo, int &q_hi) {
-    q_lo = 0;
-    q_hi = len_q;
-    if (prm.window_right >= 0) q_lo = max(0, n0 - shift - prm.window_right);
-    if (prm.window_left >= 0) q_hi = min(len_q, n1 - 1 - shift + prm.window_left + 1);
-}
-
-/* Zero rows [row_lo, rows) of `slabs` slabs of [rows, 64] 16-bit elements (128-byte rows; the
- * swizzle permutes 16-byte chunks inside a row, so whole rows are contiguous either way). Called
- * by all 256 consumer threads (thread index ct). */
-__device__ __forceinline__ void fa_hbwd_zero_rows(uint32_t tile, uint32_t slab_bytes, int slabs, int rows, int row_lo,
-                                                  int ct) {
-    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
-    const int chunks = (rows - row_lo) * 8;
-    for (int s = 0; s < slabs; ++s)
-        for (int i = ct; i < chunks; i += 256)
-            st_shared_v4_b32(tile + (uint32_t)s * slab_bytes + (uint32_t)row_lo * 128 + (uint32_t)i * 16, zero);
-}
-
-/* A = rows [64c, 64c+64) of a K-major [rows, D] tile (K or V, slab stride KV_SLAB_BYTES), B = a
- * K-major [BLOCK_M, D] stage (Q or dO): acc = A Bᵀ, D/16 k16 steps over the head dim (step kk:
- * slab kk/4, +32·(kk%4) bytes). One commit group; nothing waits here. */
-template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_hbwd_issue_abt(float (&acc)[Cfg::BLOCK_M / 2], uint32_t a_wg, uint32_t b_stage) {
-    const uint64_t a_desc = wgmma_desc_sw128(a_wg, 16, 1024);
-    const uint64_t b_desc = wgmma_desc_sw128(b_stage, 16, 1024);
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) wgmma_fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Cfg::D / 16; ++kk) {
-        const uint64_t a_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        const uint64_t b_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        wgmma_ss_f32<Cfg::BLOCK_M, BF16>(acc, a_desc + a_step, b_desc + b_step, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit_group();
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) wgmma_fence_operand(acc[i]);
-}
+/* ---- device helpers (the shared ones: bwd_hopper_common.cuh) ----------------------------------- */
 
 /* acc [64 keys, D] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed) times a
  * [BLOCK_M, D] stage (dO or Q) read MN-major: LBO = slab stride (BLOCK_M·128 B), SBO = 1024 B
@@ -266,17 +197,6 @@ __device__ __forceinline__ void fa_hbwd_issue_dq(float (&acc)[32], uint32_t ds_r
     wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
-}
-
-/* fp32 accumulator (keys × queries, accumulator layout) -> 16-bit A fragments with K = queries:
- * k-slice kk (queries 16kk .. 16kk+15) is acc[8kk .. 8kk+7], packed pairwise (fa_ptx.cuh). */
-template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_hbwd_pack(const float (&acc)[Cfg::BLOCK_M / 2],
-                                             uint32_t (&frag)[Cfg::BLOCK_M / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) frag[kk][x] = fa_hbwd_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
 /* dK (scaled) and dV rows key0 and key0 + 8 of this thread (accumulator layout: element
@@ -386,8 +306,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         if (warp == 0) {
             /* Lane 0 issues every TMA load; all lanes load the LSE2 and D rows of each
              * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
-             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and its
-             * plain arrival after the warp's stores. Iterations in order (query head, query
+             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and every
+             * lane's arrival after its own stores. Iterations in order (query head, query
              * block); this warp lives on the producers' 24 registers. */
             if (lane == 0) {
                 tma_prefetch_tensormap(&tmap_q);
@@ -425,9 +345,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                         st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
                         st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
                     }
-                    /* the warp's stores, then lane 0's second (release) arrival */
-                    __syncwarp();
-                    if (lane == 0) mbarrier_arrive(stage_full(s));
+                    /* each lane releases its own stores (lane 0's second arrival) */
+                    mbarrier_arrive(stage_full(s));
                     if (++s == STAGES) {
                         s = 0;
                         phase ^= 1;
@@ -597,10 +516,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                 wgmma_fence_operand(p_rmem[kk][x]);
                 wgmma_fence_operand(ds_rmem[kk][x]);
             }
-        /* every lane's reads of stage s (GEMMs retired, LSE2/D loads used) precede lane 0's
-         * release of the stage to the producers */
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(stage_empty(s));
+        /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
+        mbarrier_arrive(stage_empty(s));
 
         /* dQ piece += into the fp32 accumulator [total_q, heads_q, d]: rows dq_row0 + 16w + l/4
          * + 8h, columns dq_col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d
@@ -631,60 +548,19 @@ template <int BUCKET, bool BF16>
 static fa_status fa_hbwd_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hbwd_config<BUCKET>;
     static const char *const path = "the Hopper backward";
-    const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    const bool varlen = p->cu_seqlens_q != nullptr;
-    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
-    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
-    const int64_t map_batch = varlen ? 1 : p->batch;
+    const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd_cuda.cu never launches an empty grid */
     CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v;
     fa_status st;
-    if ((st = fa_hopper_make_map(&tmap_q, path, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
-                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_do, path, "dout", type, p->dout, p->head_dim_v, rows_q, p->heads_q, map_batch,
-                                 p->do_row_stride, p->do_head_stride, p->do_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_k, path, "k", type, p->k, p->head_dim, rows_k, p->heads_kv, map_batch,
-                                 p->k_row_stride, p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_v, path, "v", type, p->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
-                                 p->v_row_stride, p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
+    if ((st = fa_hbwd_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
+        FA_OK)
         return st;
-
-    /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
     static unsigned long long configured = 0;
-    const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
-    if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hbwd_main_kernel<BUCKET, BF16>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
-                      "cudaFuncSetAttribute(Hopper backward shared memory)");
-        __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
-    }
-
-    fa_hbwd_params prm;
-    prm.dk = p->dk;
-    prm.dv = p->dv;
-    prm.dk_batch_stride = p->dk_batch_stride;
-    prm.dk_row_stride = p->dk_row_stride;
-    prm.dk_head_stride = p->dk_head_stride;
-    prm.dv_batch_stride = p->dv_batch_stride;
-    prm.dv_row_stride = p->dv_row_stride;
-    prm.dv_head_stride = p->dv_head_stride;
-    prm.dq_accum = p->dq_accum;
-    prm.lse = p->lse;
-    prm.dsum = p->dsum;
-    prm.cu_seqlens_q = p->cu_seqlens_q;
-    prm.cu_seqlens_k = p->cu_seqlens_k;
-    prm.total_q = p->total_q;
-    prm.total_k = p->total_k;
-    prm.seqlen_q = p->seqlen_q;
-    prm.seqlen_k = p->seqlen_k;
-    prm.heads_q = p->heads_q;
-    prm.group = p->group;
-    prm.head_dim = p->head_dim;
-    prm.head_dim_v = p->head_dim_v;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.scale_log2 = p->scale_log2;
-    prm.softmax_scale = p->softmax_scale;
+    if ((st = fa_hbwd_opt_in_smem(fa_hbwd_main_kernel<BUCKET, BF16>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
+        FA_OK)
+        return st;
+    const fa_hbwd_params prm = fa_hbwd_make_params(p);
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
@@ -707,6 +583,7 @@ extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dty
     case 128:
         return bf16 ? fa_hbwd_launch<128, true>(prm, device_ordinal, stream)
                     : fa_hbwd_launch<128, false>(prm, device_ordinal, stream);
+    case 256: return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
                             prm->head_dim, prm->head_dim_v);

@@ -67,6 +67,10 @@ fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int gr
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
  * (hopper_tiles.h's fa_hopper_tma_stride_ok). */
 fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
+/* Its bucket-256 kernel (bwd_hopper256_sm90a.cu), which fa_bwd_launch_hopper calls for d and dv in
+ * 136..256; same contract. */
+fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                  cudaStream_t stream);
 }
 
 #endif /* FA_BWD_LAUNCH_H */

@@ -15,8 +15,9 @@ END = "/* ---- end of GENERATED ---- */\n"
 # N of S = Q Kᵀ (the key-tile width BLOCK_N) and of O += P V (the head dim).
 SS_SHAPES = (64, 80, 96, 128, 176, 192)
 RS_SHAPES = (64, 128, 256)
-# SS with B MN-major (imm-trans-b = 1): the backward's dQ = dS K, N = 64 head-dim columns per warpgroup.
-SS_TRANSB_SHAPES = (64,)
+# SS with B MN-major (imm-trans-b = 1): the backward's dQ = dS K, N = the head-dim columns of one
+# warpgroup's dQ piece (64 at buckets 64 and 128, 128 at bucket 256).
+SS_TRANSB_SHAPES = (64, 128)
 
 
 def reg_list(first, count, per_line=16):

@@ -119,39 +119,55 @@ static inline
     return NULL;
 }
 
-/* ---- backward (src/cuda/bwd_hopper_sm90a.cu) ---------------------------------------------------
- * One CTA = BLOCK_N = 128 keys of one (batch, kv head): a producer warpgroup and two consumer
- * warpgroups of 64 keys each, whose dK and dV [64, bucket] stay in fp32 registers while the CTA
- * walks the query blocks (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles
- * stream through a STAGES-deep ring. */
+/* ---- backward (src/cuda/bwd_hopper_sm90a.cu, bucket 256: bwd_hopper256_sm90a.cu) -------------
+ * One CTA = BLOCK_N keys of one (batch, kv head): a producer warpgroup and two consumer
+ * warpgroups whose dK and dV stay in fp32 registers while the CTA walks the query blocks
+ * (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles stream through a
+ * STAGES-deep ring. Buckets 64 and 128: BLOCK_N = 128, each consumer owns 64 keys × all bucket
+ * columns of dK/dV. Bucket 256: BLOCK_N = 64 (dK and dV of 64 keys × 256 columns would be 256
+ * fp32 registers per thread), both consumers compute the whole Sᵀ and dPᵀ of the 64 keys and
+ * each owns 128 head-dim columns of dK, dV and dQ (lab/hopper_bwd/v2/README.md). */
 
-/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..128, both in one bucket (64 or
- * 128; columns past d or dv read as zeros); 0 = not covered (d = 256 runs the portable kernel:
- * dK and dV of 64 keys would need 256 fp32 registers per thread). */
+/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, both in one bucket (64,
+ * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
 FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
-    const int b = fa_hopper_bucket(head_dim, head_dim_v);
-    return b == 64 || b == 128 ? b : 0;
+    return fa_hopper_bucket(head_dim, head_dim_v);
 }
 
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
- * dK and dV 32 each), 64 at bucket 128 (dK and dV are 64 registers each, so Sᵀ and dPᵀ get 32). */
-FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 : 64; }
+ * dK and dV 32 each), 64 at buckets 128 and 256 (dK and dV are 64 registers each, so Sᵀ and dPᵀ
+ * get 32; at 256 that is each consumer's 128-column share). */
+FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 : bucket > 0 ? 64 : 0; }
 
-/* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma). */
-FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
+/* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma) at buckets 64 and 128; at 256 the
+ * two consumers share the same 64 keys (each owns half the head-dim columns). */
+FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket == 256 ? 64 : bucket > 0 ? 128 : 0; }
 
-/* Q / dO ring depth. */
+/* Q / dO ring depth (bucket 256: 2 × 64 KiB, all that fits next to K and V). */
 FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
 
-/* Dynamic shared memory: K and V [128, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]); two dS
- * buffers [BLOCK_M, 128]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); 1 + 2·STAGES mbarriers;
- * 1024 bytes to align the window to the swizzle atom. */
+/* dS buffers [BLOCK_M, BLOCK_N] per use: one shared by both consumers at buckets 64 and 128 (each
+ * writes its 64 keys); at 256 each consumer writes a whole copy for its own dQ columns. Double
+ * buffered either way. */
+FA_HOPPER_FN int fa_hopper_bwd_ds_copies(int bucket) { return bucket == 256 ? 2 : 1; }
+
+/* mbarriers: kv_full, STAGES stage_full, then the stage_empty barriers: one per stage at buckets
+ * 64 and 128 (the consumers meet on a named barrier every iteration), one per stage and consumer
+ * at 256 (the consumers never meet, so each releases the stage on its own barrier). */
+FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
+    return 1 + fa_hopper_bwd_stages(bucket) * (bucket == 256 ? 3 : 2);
+}
+
+/* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]);
+ * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
+ * mbarriers; 1024 bytes to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
     return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
-           2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)fa_hopper_bwd_block_n(bucket) +
+           2 * (size_t)fa_hopper_bwd_ds_copies(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
+               (size_t)fa_hopper_bwd_block_n(bucket) +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
-           8 * (size_t)(1 + 2 * fa_hopper_bwd_stages(bucket)) + 1024;
+           8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;
 }
 
 /* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do). */
@@ -161,7 +177,7 @@ static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, 
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
-        return "needs head_dim and head_dim_v multiples of 8 in 64..128, in the same bucket (64 or 128)";
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
     if (has_alibi) return "does not implement ALiBi";
     if (softcap > 0.0f) return "does not implement softcap";
     if (deterministic) return "accumulates dQ with fp32 atomics (deterministic mode runs the portable kernel)";

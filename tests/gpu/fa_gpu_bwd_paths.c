@@ -32,6 +32,7 @@
  * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
+ * Head dims 64, 96, 128 (bwd_hopper_sm90a.cu) and 192, 256 (bwd_hopper256_sm90a.cu).
  * Part of `make gpu-test` (tests/gpu_test.sh step 6). Exit status 0 = every case passes.
  * Usage: fa_gpu_bwd_paths [small]   (small: short problems of the same kinds, for compute-sanitizer)
  */
@@ -498,6 +499,26 @@ int main(int argc, char **argv) {
          PADDED, 0, {0}, {0}},
         {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
          PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+        /* bucket 256 (bwd_hopper256_sm90a.cu): 64-key CTAs, each consumer 128 head-dim columns */
+        {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d192 causal sq=1500 sk=600 MQA 4/1 (rows with no key)", B, 1, 1500, 600, 4, 1, 192, 1, -1, -1, 0,
+         DENSE, 0, {0}, {0}},
+        {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
+         DENSE, 0, {0}, {0}},
+        {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
+         DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}},
+        {"f16 d192 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100, 100,
+         0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+        {"bf16 d256 causal packed qkv s=1200 b=2 h=4", B, 2, 1200, 1200, 4, 4, 256, 1, -1, -1, 0, PACKED, 0, {0},
+         {0}},
+        {"f16 d192 varlen packed qkv GQA 4/2 sinks", H, 3, 900, 900, 4, 2, 192, 0, -1, -1, 1, PACKED, 1,
+         {900, 0, 517}, {900, 0, 517}},
+        {"bf16 d256 causal padded strides sq=700 sk=900 GQA 8/2", B, 2, 700, 900, 8, 2, 256, 1, -1, -1, 0, PADDED,
+         0, {0}, {0}},
+        {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
+         PADDED, 1, {900, 413, 71}, {1000, 0, 200}},
     };
     /* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
     const bwd_case small_cases[] = {
@@ -509,6 +530,12 @@ int main(int argc, char **argv) {
          {0}},
         {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
          0, PADDED, 0, {0}, {0}},
+        {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+         {70, 0, 131, 33}, {91, 7, 131, 25}},
+        {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
+         0, PADDED, 0, {0}, {0}},
+        {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
+         {0}},
     };
     const int small = argc > 1 && strcmp(argv[1], "small") == 0;
     const bwd_case *cases = small ? small_cases : big_cases;
