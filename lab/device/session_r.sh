@@ -11,6 +11,13 @@ timeout 330 python3 bench/bench_gpu.py --ours python --tool build-dev/flashattn 
     > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; sed -n '/^| d |/,$p' "$OUT/bench.log" | head -60
 stamp bench
+# ours alone through the tool (CUDA events, no Python wrapper), for the record next to the above
+for d in 64 128 256; do
+    timeout 60 build-dev/flashattn bench --device cuda --dtype bf16 --tokens 16384 --hq $((2048 / d)) -d $d \
+        --sq 1024,2048,4096,8192,16384 --causal both --mode fwd,bwd --impl flash --json >> "$OUT/ours_cli.json" 2>/dev/null
+done
+echo "ours via the tool: $(grep -c tflops "$OUT/ours_cli.json") rows"
+stamp "tool sweep"
 T=build-dev/flashattn
 for shape in "-b 1,32 --cache-len 8192" "-b 8 --cache-len 65536" "-b 128 --cache-len 2048"; do
     timeout 60 $T bench --device cuda --mode decode --dtype bf16 --hq 32 --hkv 8 -d 128 $shape \

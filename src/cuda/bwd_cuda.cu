@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(32) fa_bwd_dsink_kernel(const float *sink_part
 }
 
 struct fa_bwd_convert_params {
-    const float *src;           /* [splits, total_rows, heads, dim] fp32                       */
+    const float *src;           /* [splits, total_rows, heads, dim] fp32, or with head_major    */
+    int head_major;             /* 1: src is [heads, total_rows, dim] (one split)               */
     int splits;
     int64_t split_elems;        /* total_rows · heads · dim                                     */
     int64_t total_rows;
@@ -172,7 +173,8 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_conver
         const int64_t b = row / cp.seqlen, i = row - b * cp.seqlen;
         off = b * cp.batch_stride + i * cp.row_stride + (int64_t)h * cp.head_stride;
     }
-    const float4 *src = reinterpret_cast<const float4 *>(cp.src + (row * cp.heads + h) * cp.dim + chunk * 8);
+    const int64_t src_row = cp.head_major ? (int64_t)h * cp.total_rows + row : row * cp.heads + h;
+    const float4 *src = reinterpret_cast<const float4 *>(cp.src + src_row * cp.dim + chunk * 8);
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int s = 0; s < cp.splits; ++s) {
         const float4 lo = __ldg(src), hi = __ldg(src + 1);
@@ -451,6 +453,7 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     /* 4. conversions */
     fa_bwd_convert_params cp;
     cp.src = dq_accum;
+    cp.head_major = plan->hopper; /* the Hopper kernels' accumulator layout */
     cp.splits = plan->dq_splits;
     cp.split_elems = (int64_t)dq_elems;
     cp.total_rows = p->total_q;
@@ -468,6 +471,7 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     if (s != FA_OK) return s;
     if (plan->group_splits > 1) {
         const int64_t kv_rows = p->total_k * p->heads_kv;
+        cp.head_major = 0;
         cp.splits = plan->group_splits;
         cp.total_rows = p->total_k;
         cp.heads = (int)p->heads_kv;

@@ -509,10 +509,10 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s, consumer));
 
-        /* dQ_c += into the fp32 accumulator [total_q, heads_q, d]: rows 16w + l/4 + 8h, columns
+        /* dQ_c += into the fp32 accumulator [heads_q, total_q, d]: rows 16w + l/4 + 8h, columns
          * col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d are skipped */
-        float *dq_block = prm.dq_accum + ((q_packed0 + m0) * prm.heads_q + head) * (int64_t)prm.head_dim;
-        const int64_t dq_row_pitch = (int64_t)prm.heads_q * prm.head_dim;
+        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
+        const int dq_row_pitch = prm.head_dim;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = 16 * warp + lane / 4 + 8 * h;

@@ -25,7 +25,7 @@ struct fa_hbwd_params {
     void *dk, *dv;                 /* [b, sk, hkv, d], [b, sk, hkv, dv] (varlen [total_k, ...])     */
     int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
     int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
-    float *dq_accum;               /* [total_q, heads_q, d] fp32, zeroed: Σ dS·K (unscaled)         */
+    float *dq_accum;               /* [heads_q, total_q, d] fp32 (head-major), zeroed: Σ dS·K (unscaled) */
     const float *lse;              /* the forward's LSE: [b, heads_q, seqlen_q] (varlen [heads_q, total_q]) */
     const float *dsum;             /* [heads_q, total_q] D = rowsum(dO∘O)                           */
     const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */

@@ -10,7 +10,7 @@
  * lab/hopper_bwd/v1 (NOTES.md).
  *
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..128 in one bucket (64 or 128: columns past
- * d or dv read as zeros, never written); MHA / GQA / MQA; fixed-length and varlen batches;
+ * d or dv read as zeros, never written; bucket 256 is bwd_hopper256_sm90a.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
  * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
  * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink). Not here:
  * ALiBi, softcap, the deterministic mode (dQ is summed with fp32 atomics): portable kernel.
@@ -519,11 +519,11 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s));
 
-        /* dQ piece += into the fp32 accumulator [total_q, heads_q, d]: rows dq_row0 + 16w + l/4
+        /* dQ piece += into the fp32 accumulator [heads_q, total_q, d]: rows dq_row0 + 16w + l/4
          * + 8h, columns dq_col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d
          * are skipped */
-        float *dq_block = prm.dq_accum + ((q_packed0 + m0) * prm.heads_q + head) * (int64_t)prm.head_dim;
-        const int64_t dq_row_pitch = (int64_t)prm.heads_q * prm.head_dim;
+        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
+        const int dq_row_pitch = prm.head_dim;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = dq_row0 + 16 * warp + lane / 4 + 8 * h;

@@ -47,7 +47,9 @@ struct fa_bwd_params {
                               NULL for the Hopper kernel, which converts lse itself            */
     const float *lse;      /* the forward's LSE: [b, heads_q, seqlen_q], varlen [heads_q, total_q] */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
-    float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums    */
+    float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
+                              the Hopper kernels: [heads_q, total_q, d] (one head's rows
+                              contiguous for their dQ reductions)                               */
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
     float *dk_partial;     /* group_splits > 1: [group_splits, total_k, heads_kv, d] fp32      */
     float *dv_partial;     /*                   [group_splits, total_k, heads_kv, dv] fp32     */
