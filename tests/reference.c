@@ -300,8 +300,8 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                 for (int64_t c = 0; c < d; c++) {
                     dq_row[c] += rp->scale * ds * k_row[c];
                     dk_row[c] += rp->scale * ds * q_row[c];
-                    dq_mag[c] += rp->scale * ds_mag * fabs(k_row[c]);
-                    dk_mag[c] += rp->scale * ds_mag * fabs(q_row[c]);
+                    dq_mag[c] += fabs(rp->scale) * ds_mag * fabs(k_row[c]);
+                    dk_mag[c] += fabs(rp->scale) * ds_mag * fabs(q_row[c]);
                 }
                 for (int64_t c = 0; c < dv; c++) {
                     dv_row[c] += p * do_row[c];

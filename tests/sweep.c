@@ -473,7 +473,7 @@ enum recipe {
     R_PLAIN, R_CAUSAL, R_WINDOW, R_CAUSAL_WINDOW, R_SOFTCAP, R_ALIBI_HEAD, R_ALIBI_BATCH_CAUSAL,
     R_SINKS, R_SINKS_MASKED, R_GQA_CAUSAL, R_MQA_WINDOW, R_VARLEN_CAUSAL, R_VARLEN_FEATURES,
     R_MASKED_ROWS, R_PACKED_GQA, R_BHSD_SOFTCAP_WINDOW, R_EVERYTHING, R_SCALE_SHARP,
-    R_HEAD_DIM_V, R_COUNT
+    R_HEAD_DIM_V, R_SCALE_NEGATIVE, R_COUNT
 };
 
 static int64_t pick(fa_test_rng *rng, const int64_t *values, int count) {
@@ -561,6 +561,12 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
         break;
     case R_SCALE_SHARP:
         s->softmax_scale = (float)(1.7 / sqrt((double)s->head_dim)); s->q_amplitude = 3.0;
+        break;
+    case R_SCALE_NEGATIVE: /* softmax_scale < 0 is allowed: masked scores must stay masked after it */
+        s->softmax_scale = (float)(-1.0 / sqrt((double)s->head_dim));
+        s->causal = 1;
+        if (fa_test_rng_uniform(rng) < 0.5) s->softcap = 4.0f;
+        if (fa_test_rng_uniform(rng) < 0.5) { s->use_window = 1; s->window_left = left; }
         break;
     case R_HEAD_DIM_V: /* v and o narrower or wider than q and k */
         do s->head_dim_v = pick(rng, dims, 7); while (s->head_dim_v == s->head_dim);

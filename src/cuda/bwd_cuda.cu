@@ -272,6 +272,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                                              p->deterministic) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
+                   /* a masked score is -inf before the scale: with a negative one, P = 2^+inf */
+                   pb->scale_log2 > 0.0f &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
                        dev.smem_optin;
     plan->device_ordinal = dev.ordinal;

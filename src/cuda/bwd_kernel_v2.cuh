@@ -181,7 +181,7 @@ __device__ __forceinline__ void fa_bwd2_probs(const fa_bwd_params &prm, float (&
                     if (!TRANSFORM) {
                         x = fmaf(s, prm.scale_log2, -lse);
                     } else {
-                        if (prm.softcap_pre > 0.0f) {
+                        if (prm.softcap_pre != 0.0f) {
                             const float tc = fa_tanh(s * prm.softcap_pre);
                             x = prm.softcap_post_log2 * tc;
                             dcap = 1.0f - tc * tc;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(fa_bwd2_config<BUCKET>::THREADS, 1)
     const int shift = len_k - len_q;
     const int left_limit = prm.window_left < 0 ? (1 << 30) : prm.window_left;
     const int right_limit = prm.window_right < 0 ? (1 << 30) : prm.window_right;
-    const bool transform = prm.softcap_pre > 0.0f || prm.alibi_slopes != nullptr;
+    const bool transform = prm.softcap_pre != 0.0f || prm.alibi_slopes != nullptr;
 
     const int h_begin = hk * prm.group + gsplit * prm.heads_per_split;
     const int h_end = min(h_begin + prm.heads_per_split, (hk + 1) * prm.group);

@@ -232,7 +232,7 @@ static inline void fa_cuda_fill_shared_params(Params *prm, const fa_problem *pb)
     prm->head_dim = (int)p->head_dim;
     prm->head_dim_v = (int)p->head_dim_v;
     prm->scale_log2 = pb->scale_log2;
-    /* softcap_post_log2 is read only when softcap_pre > 0 */
+    /* softcap_post_log2 is read only when softcap_pre != 0 (it is negative with a negative scale) */
     prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
     prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
     prm->alibi_slopes = p->alibi_slopes;

@@ -266,7 +266,7 @@ template <class Cfg>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
                                                  bool needs_mask, int n0, int row0, int lane, int len_k, int shift) {
-    if (prm.softcap_pre > 0.0f) {
+    if (prm.softcap_pre != 0.0f) {
 #pragma unroll
         for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
     }
@@ -755,7 +755,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     prm.window_left = p->window_left;
     prm.window_right = p->window_right;
     prm.softcap_pre = p->softcap_pre;
-    prm.score_mul = p->softcap_pre > 0.0f ? p->softcap_post_log2 : p->scale_log2;
+    prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
     prm.tma_store = !varlen;
     /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
      * or one CTA per tile (hopper_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...

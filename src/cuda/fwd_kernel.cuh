@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
                         const int j = nt * 8 + 2 * quad_col + c;
                         float x = s_rmem[mt][nt][2 * h + c];
                         if (prm.transform_scores) {
-                            x = prm.softcap_pre > 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
+                            x = prm.softcap_pre != 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
                                                        : x * prm.scale_log2;
                             x -= alibi_slope_log2 * (float)abs(diag - j);
                         }

@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
                         const int c = cw + 8 * nt + 2 * quad_col + e;
                         float x = s_rmem[nt][2 * h + e];
                         if (prm.transform_scores) {
-                            x = prm.softcap_pre > 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
+                            x = prm.softcap_pre != 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
                                                        : x * prm.scale_log2;
                             x -= row_slope_log2[h] * (float)abs(row_diag[h] - c);
                         }
