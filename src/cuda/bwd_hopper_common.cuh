@@ -106,6 +106,74 @@ __device__ __forceinline__ void fa_hbwd_pack(const float (&acc)[Cfg::BLOCK_M / 2
         for (int x = 0; x < 4; ++x) frag[kk][x] = fa_hbwd_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
+/* Producer warp: the LSE2 and D rows m0 .. m0 + BLOCK_M - 1 of one query block into stage s
+ * (lane-strided rows; the LSE converted to log2 units, +inf where it is -inf so that P = 0, and
+ * +inf / 0 for rows past the sequence). lse_head / dsum_head point at the query head's row 0. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_hbwd_store_vectors(uint32_t lse2_smem, uint32_t dvec_smem, int s, int lane, int m0,
+                                                      int len_q, const float *lse_head, const float *dsum_head) {
+#pragma unroll 1
+    for (int r = lane; r < BLOCK_M; r += 32) {
+        const bool in_seq = m0 + r < len_q;
+        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
+        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+    }
+}
+
+/* Masked scores of the Sᵀ accumulator -> -inf. Element 4j + 2h + c is key key0 + 8h and query
+ * m0 + 8j + col_in + c. Key k sees queries [k - shift - window_right, k - shift + window_left] (a
+ * side -1: unbounded), none when k is past the sequence; in this thread's local column units
+ * (query = m0 + col_in + 8j + c) that is [lo, hi], with mask_base = key0 - shift - col_in: two
+ * compares per element against compile-time constants. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_hbwd_mask(float (&s_rmem)[BLOCK_M / 2], const fa_hbwd_params &prm, int key0,
+                                             int len_k, int mask_base, int m0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
+        int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
+        const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
+        if (key >= len_k) lo = BLOCK_M;
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+                if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+    }
+}
+
+/* P = 2^(s·scale·log2e - LSE2[query]) in place: one FFMA + one MUFU.EX2 per element; LSE2 = +inf
+ * gives 0. lse2_pair: this thread's pair of queries 8j + col_in, + 1 of the stage (+32 B per j). */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_hbwd_probs(float (&s_rmem)[BLOCK_M / 2], uint32_t lse2_pair, float scale_log2) {
+#pragma unroll
+    for (int j = 0; j < BLOCK_M / 8; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], scale_log2, -lse2.x));
+            s_rmem[4 * j + 2 * h + 1] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], scale_log2, -lse2.y));
+        }
+    }
+}
+
+/* dS = P ∘ (dP - D[query]) in place in the dPᵀ accumulator (P in fp32); dvec_pair as lse2_pair. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_hbwd_dscores(float (&dp_rmem)[BLOCK_M / 2], const float (&s_rmem)[BLOCK_M / 2],
+                                                uint32_t dvec_pair) {
+#pragma unroll
+    for (int j = 0; j < BLOCK_M / 8; ++j) {
+        const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+            dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+        }
+    }
+}
+
 /* ---- host -------------------------------------------------------------------------------------- */
 
 /* The kernel arguments from the backward's parameter block (window sides already clamped and

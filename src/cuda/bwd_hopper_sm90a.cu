@@ -337,14 +337,7 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                                         64 * slab, q_row0 + m0, head, tma_batch);
                         }
                     }
-#pragma unroll 1
-                    for (int r = lane; r < BLOCK_M; r += 32) {
-                        const bool in_seq = m0 + r < len_q;
-                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
-                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
-                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
-                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
-                    }
+                    fa_hbwd_store_vectors<BLOCK_M>(lse2_smem, dvec_smem, s, lane, m0, len_q, lse_head, dsum_head);
                     /* each lane releases its own stores (lane 0's second arrival) */
                     mbarrier_arrive(stage_full(s));
                     if (++s == STAGES) {
@@ -425,35 +418,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
 
         /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
-        if (m0 < mask_m_lo || m0 > mask_m_hi) {
-            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
-             * unbounded), none when k is past the sequence. In this thread's local column units
-             * (query = m0 + col_in + 8j + c) that is [lo, hi]; 8j + c are compile-time constants, so
-             * each element costs two compares. */
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
-                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
-                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
-                if (key >= len_k) lo = BLOCK_M;
-#pragma unroll
-                for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c)
-                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
-            }
-        }
-        /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / 8; ++j) {
-            const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
-                s_rmem[4 * j + 2 * h + 1] =
-                    ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
-            }
-        }
+        if (m0 < mask_m_lo || m0 > mask_m_hi) fa_hbwd_mask<BLOCK_M>(s_rmem, prm, key0, len_k, mask_base, m0);
+        fa_hbwd_probs<BLOCK_M>(s_rmem, lse2_pair, prm.scale_log2); /* P, in place */
         if constexpr (Cfg::EARLY_DV) {
             fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
             fa_hbwd_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
@@ -463,16 +429,7 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         }
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
-        /* dS = P ∘ (dP - D) (P in fp32) */
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / 8; ++j) {
-            const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
-                dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
-            }
-        }
+        fa_hbwd_dscores<BLOCK_M>(dp_rmem, s_rmem, dvec_pair); /* dS = P ∘ (dP - D) (P in fp32) */
         if constexpr (!Cfg::EARLY_DV) fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
         fa_hbwd_pack<Cfg, BF16>(dp_rmem, ds_rmem);
 
