@@ -8,9 +8,10 @@
  *     1. cudaMemsetAsync of the fp32 dQ accumulator(s)
  *     2. pre-pass kernel: D = rowsum(dO∘O), LSE in log2 units (+inf where LSE = -inf, so P = 0),
  *        and per-block dsink partials
- *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 the
- *        Hopper kernel (bwd_hopper_sm90a.cu) for the problems it covers (hopper_tiles.h), else
- *        the portable one (bwd_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter
+ *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
+ *        Hopper kernel (bwd_hopper_sm90a.cu for buckets 64/128, bwd_hopper256_sm90a.cu for
+ *        256) for the problems it covers (hopper_tiles.h and the plan below), else the portable
+ *        one (bwd_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
@@ -19,7 +20,7 @@
  *
  * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the deterministic-mode
  * split count of bwd_tiles.h) and G = GQA group splits:
- *   dq_accum     S × total_q × heads_q × d × 4 bytes
+ *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one, head-major)
  *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
  *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
@@ -204,7 +205,7 @@ typedef struct fa_bwd_plan {
     int64_t prepass_blocks_per_head;
     int need_sink;           /* sinks given and dsink requested                                 */
     int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
-    int hopper;              /* 1: the Hopper main kernel (bwd_hopper_sm90a.cu) instead              */
+    int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
     int device_ordinal;
     size_t off_dq, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
 } fa_bwd_plan;
