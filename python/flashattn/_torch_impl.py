@@ -292,9 +292,22 @@ class _AttentionFunction(torch.autograd.Function):
         return tuple(grads)
 
 
-def _compiling():
-    """True while torch.compile traces: then the registered ops must appear in the graph."""
-    return torch.compiler.is_compiling()
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # a torch without it: always take the dispatcher
+    def _get_current_dispatch_mode():
+        return True
+
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _use_ops(*tensors):
+    """True when the call must go through the registered ops: while torch.compile traces (the ops
+    must appear in the graph), under a dispatch mode (FakeTensorMode and the like), or for tensor
+    subclasses (DTensor, ...), which all need the dispatcher and the ops' fake kernels."""
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+        return True
+    return any(t is not None and type(t) not in _PLAIN_TENSOR_TYPES for t in tensors)
 
 
 # ---- entry points used by the public functions ---------------------------------------------
@@ -367,7 +380,7 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     scale = _core.default_scale(q.shape[-1], softmax_scale)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal), wl,
             wr, _core.check_softcap(softcap), alibi_slopes, sink_logits, bool(deterministic))
-    if _compiling():
+    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
         return torch.ops.flashattn.fwd(*args)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sink_logits)):
         return _AttentionFunction.apply(*args)
@@ -400,5 +413,6 @@ def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=
             bool(causal), wl, wr, _core.check_softcap(softcap), alibi_slopes, sink_logits,
             bool(deterministic))
     with torch.no_grad():
-        dq, dk, dv, dsink = torch.ops.flashattn.bwd(*args) if _compiling() else _bwd_impl(*args)
+        use_ops = _use_ops(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
+        dq, dk, dv, dsink = torch.ops.flashattn.bwd(*args) if use_ops else _bwd_impl(*args)
     return dq, dk, dv, (dsink if sink_logits is not None else None)

@@ -69,3 +69,20 @@ def test_compile_varlen_with_padding_helpers():
     # graph breaks allowed; the attention op itself stays in the graph.
     compiled = torch.compile(fn, backend="aot_eager")(x, mask, w)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_fake_tensor_mode_and_eager_path_agree():
+    """Eager calls skip the dispatcher (an autograd.Function over the ops' bodies); under a
+    dispatch mode such as FakeTensorMode they must still go through the registered ops and their
+    fake kernels (no data pointer is touched), with the same output shape and dtype as eager."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x, wq, wk, wv, sink = make_inputs()
+    eager = block(x, wq, wk, wv, sink)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fx, fwq, fwk, fwv, fsink = (mode.from_tensor(t) for t in (x, wq, wk, wv, sink))
+        fake = block(fx, fwq, fwk, fwv, fsink)
+    assert type(fake).__name__ == "FakeTensor"
+    assert fake.shape == eager.shape and fake.dtype == eager.dtype
+    grads = torch.autograd.grad(eager.square().sum(), (x, sink))
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
