@@ -249,19 +249,24 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _input_grads(ctx, grad_out, bwd):
+    """The gradients of fwd's inputs (dq, dk, dv, dsink in their slots) through `bwd` (the op, or
+    its body in eager mode)."""
     q, k, v, out, lse, cu_q, cu_k, alibi, sink = ctx.saved_tensors
     max_q, max_k, scale, causal, wl, wr, softcap, deterministic = ctx.scalars
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv, dsink = torch.ops.flashattn.bwd(
-        grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-        alibi, sink, deterministic)
+    dq, dk, dv, dsink = bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr,
+                            softcap, alibi, sink, deterministic)
     grads = [None] * len(_FWD_ARGS)
     grads[0], grads[1], grads[2] = dq, dk, dv
     if ctx.has_sink:
         grads[13] = dsink
     return tuple(grads)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    return _input_grads(ctx, grad_out, torch.ops.flashattn.bwd)
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -279,17 +284,7 @@ class _AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, cu_q, cu_k, alibi, sink = ctx.saved_tensors
-        max_q, max_k, scale, causal, wl, wr, softcap, deterministic = ctx.scalars
-        if grad_out is None:
-            grad_out = torch.zeros_like(out)
-        dq, dk, dv, dsink = _bwd_impl(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale,
-                                      causal, wl, wr, softcap, alibi, sink, deterministic)
-        grads = [None] * len(_FWD_ARGS)
-        grads[0], grads[1], grads[2] = dq, dk, dv
-        if ctx.has_sink:
-            grads[13] = dsink
-        return tuple(grads)
+        return _input_grads(ctx, grad_out, _bwd_impl)
 
 
 try:
