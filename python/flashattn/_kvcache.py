@@ -284,5 +284,5 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
                      None if table is None else table.data_ptr(),
                      0 if table is None else table.stride(0), num_splits)
         with ti._guard(q):
-            _lib.kvcache_forward(p)
+            _lib.kvcache_forward(p, ti._workspace_alloc(q))
     return (out, lse) if return_softmax_lse else out

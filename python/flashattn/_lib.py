@@ -303,19 +303,38 @@ def _raise_for(status, call):
     raise cls("flashattn: %s failed (%s): %s" % (call, name, detail), status)
 
 
-def forward(params):
+def _with_workspace(params, check_name, alloc):
+    """When `alloc` is given (CUDA calls from PyTorch), ask the library how much scratch the call
+    wants (fa_check_*) and hand it memory from `alloc(nbytes)` (PyTorch's caching allocator)
+    instead of letting it cudaMallocAsync / cudaFreeAsync on every call. Returns the buffer,
+    which must stay alive until the call has been enqueued. Errors are left to the call itself."""
+    if alloc is None:
+        return None
+    size = ctypes.c_size_t(0)
+    if getattr(lib, check_name)(ctypes.byref(params), ctypes.byref(size)) != FA_OK or size.value == 0:
+        return None
+    buf, address = alloc(size.value)
+    params.workspace = address
+    params.workspace_bytes = size.value
+    return buf
+
+
+def forward(params, alloc=None):
+    keep = _with_workspace(params, "fa_check_forward", alloc)  # noqa: F841 (alive during the call)
     status = lib.fa_forward(ctypes.byref(params))
     if status != FA_OK:
         _raise_for(status, "fa_forward")
 
 
-def backward(params):
+def backward(params, alloc=None):
+    keep = _with_workspace(params, "fa_check_backward", alloc)  # noqa: F841
     status = lib.fa_backward(ctypes.byref(params))
     if status != FA_OK:
         _raise_for(status, "fa_backward")
 
 
-def kvcache_forward(params):
+def kvcache_forward(params, alloc=None):
+    keep = _with_workspace(params, "fa_check_kvcache", alloc)  # noqa: F841
     status = lib.fa_kvcache_forward(ctypes.byref(params))
     if status != FA_OK:
         _raise_for(status, "fa_kvcache_forward")

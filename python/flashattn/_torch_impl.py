@@ -130,6 +130,18 @@ def _run_realigning(run, inputs):
         run(*(t.clone(memory_format=torch.contiguous_format) for t in inputs))
 
 
+def _workspace_alloc(t):
+    """For CUDA calls: the library's scratch from PyTorch's caching allocator on t's device (the
+    current stream's pool, so reuse is ordered after the call), as _lib's `alloc` callback."""
+    if not t.is_cuda:
+        return None
+
+    def alloc(nbytes):
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=t.device)
+        return buf, buf.data_ptr()
+    return alloc
+
+
 def _guard(t):
     """Make t's GPU the current device for the call (the library runs on the current device)."""
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
@@ -156,7 +168,7 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
         def run(q, k, v):
             _lib.forward(_params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
                                  softmax_scale, causal, window_left, window_right, softcap,
-                                 alibi_slopes, sink_logits, False))
+                                 alibi_slopes, sink_logits, False), _workspace_alloc(q))
 
         with _guard(q):
             _run_realigning(run, (q, k, v))
@@ -208,7 +220,7 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                         deterministic)
             _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv),
                                _address(dsink) if sink_logits is not None else None)
-            _lib.backward(p)
+            _lib.backward(p, _workspace_alloc(q))
 
         with _guard(q):
             _run_realigning(run, (q, k, v, out, dout))

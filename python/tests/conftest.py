@@ -29,11 +29,11 @@ def captured(monkeypatch):
     calls = []
 
     def wrap(name, fn):
-        def recorder(params):
+        def recorder(params, alloc=None):
             copy = lib.FaParams()
             ctypes.pointer(copy)[0] = params
             calls.append((name, copy))
-            return fn(params)
+            return fn(params, alloc)
         return recorder
 
     monkeypatch.setattr(lib, "forward", wrap("forward", lib.forward))

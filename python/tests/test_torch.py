@@ -309,12 +309,12 @@ def test_alignment_error_retries_with_dense_copies(monkeypatch, captured):
     real_forward = lib.forward
     state = {"calls": 0}
 
-    def picky_forward(params):
+    def picky_forward(params, alloc=None):
         state["calls"] += 1
         if state["calls"] == 1:
             raise lib.FlashAttnValueError("flashattn: fa_forward failed (FA_ERR_ALIGNMENT): q",
                                           lib.FA_ERR_ALIGNMENT)
-        return real_forward(params)
+        return real_forward(params, alloc)
 
     monkeypatch.setattr(lib, "forward", picky_forward)
     base = torch.randn(1, 9, 2, 17)
@@ -323,3 +323,48 @@ def test_alignment_error_retries_with_dense_copies(monkeypatch, captured):
     assert state["calls"] == 2
     expected = flashattn.flash_attn_func(q.contiguous(), q.contiguous(), q.contiguous())
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_caller_workspace_from_the_allocator_hook(monkeypatch):
+    """CUDA calls take the library's scratch from PyTorch's caching allocator (_workspace_alloc,
+    fa_check_* gives the size) instead of cudaMallocAsync per call. The same hook driven on the CPU:
+    the sizes asked are the ones fa_check_* reports, and out, lse and the gradients are bitwise the
+    ones of the library's own allocation; the kv-cache call goes through it too."""
+    from flashattn import _torch_impl as ti
+
+    seeded("workspace-hook")
+    q = rand((2, 113, 4, 64), torch.float32, 0.3)
+    k = rand((2, 203, 2, 64), torch.float32, -0.2)
+    v = rand((2, 203, 2, 64), torch.float32, 0.5)
+    dout = torch.randn(2, 113, 4, 64)
+
+    def run():
+        out, lse = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[:2]
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        return [out.detach(), lse.detach()] + list(grads)
+
+    own = run()
+    asked = []
+
+    def hook(t):
+        def alloc(nbytes):
+            asked.append(nbytes)
+            buf = torch.full((nbytes + 256,), 0xA5, dtype=torch.uint8)  # poisoned, 256-aligned view
+            return buf, (buf.data_ptr() + 255) // 256 * 256
+        return alloc
+
+    monkeypatch.setattr(ti, "_workspace_alloc", hook)
+    hooked = run()
+    assert len(asked) == 2 and all(n > 0 for n in asked), asked
+    for a, b in zip(own, hooked):
+        assert torch.equal(a, b)
+    kc = torch.randn(2, 64, 2, 64)
+    vc = torch.randn(2, 64, 2, 64) + 0.5
+    qd = torch.randn(2, 1, 4, 64)
+    seqlens = torch.tensor([17, 64], dtype=torch.int32)
+    before = len(asked)
+    o_hooked = flashattn.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, num_splits=3)
+    monkeypatch.undo()
+    o_own = flashattn.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, num_splits=3)
+    assert torch.equal(o_hooked, o_own)
+    assert len(asked) == before + 1 and asked[-1] > 0, asked  # split-KV partial states
