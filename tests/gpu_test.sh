@@ -56,6 +56,8 @@ for tool in memcheck racecheck synccheck; do
     echo "-- $tool: flashattn check --device cuda --quick"
     "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD/flashattn" check --device cuda --quick \
         || fail "$tool on flashattn check --quick"
+    echo "-- $tool: Hopper forward with packed GQA/MQA tiles (fa_gpu_paths packed)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$PATHS" packed || fail "$tool on $PATHS packed"
 done
 
 # ---- 5. CUDA backward (appended by the backward helper) ------------------------------------------

@@ -76,6 +76,47 @@ FA_TEST(tiles_hopper_dispatch) {
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f) != NULL, "d = 32");
 }
 
+FA_TEST(tiles_hopper_pack_gqa) {
+    FA_CHECK(fa_hopper_pack_rows(1) == 8 && fa_hopper_pack_rows(8) == 8 && fa_hopper_pack_rows(9) == 16 &&
+                 fa_hopper_pack_rows(64) == 64,
+             "a packed head's rows: seqlen_q rounded up to 8 (a 1024-byte swizzle atom)");
+    FA_CHECK(fa_hopper_pack_heads(128, 4, 8) == 8 && fa_hopper_pack_heads(128, 4, 32) == 16 &&
+                 fa_hopper_pack_heads(128, 13, 6) == 6,
+             "small sq: the whole group (up to 16 heads of 8 rows) in one tile");
+    FA_CHECK(fa_hopper_pack_heads(128, 40, 6) == 3 && fa_hopper_pack_heads(128, 48, 6) == 2 &&
+                 fa_hopper_pack_heads(256, 33, 8) == 3 && fa_hopper_pack_tiles(256, 33, 8) == 3,
+             "heads per tile: what fits, balanced over the fewest tiles");
+    FA_CHECK(fa_hopper_pack_heads(64, 96, 2) == 2 && fa_hopper_pack_heads(64, 97, 2) == 0,
+             "bucket 64: 192-row tiles hold 2 heads up to sq 96");
+    FA_CHECK(fa_hopper_pack_heads(128, 65, 4) == 0 && fa_hopper_pack_heads(128, 4, 1) == 0 &&
+                 fa_hopper_pack_heads(0, 4, 8) == 0 && fa_hopper_pack_heads(128, 0, 8) == 0,
+             "no packing: one head per tile, MHA, no bucket, no rows");
+    static const int buckets[] = {64, 128, 256};
+    for (int bi = 0; bi < 3; bi++)
+        for (int sq = 1; sq <= 200; sq++)
+            for (int group = 1; group <= 64; group++) {
+                const int b = buckets[bi], heads = fa_hopper_pack_heads(b, sq, group);
+                const int tiles = fa_hopper_pack_tiles(b, sq, group), rows = fa_hopper_pack_rows(sq);
+                if (heads == 0) {
+                    FA_CHECK(tiles == 0 && (group < 2 || 2 * rows > fa_hopper_block_m(b)),
+                             "bucket %d sq %d group %d: unpacked only when nothing packs", b, sq, group);
+                    continue;
+                }
+                const int fit = fa_hopper_block_m(b) / rows;
+                FA_CHECK(heads >= 2 && heads <= group && heads * rows <= fa_hopper_block_m(b),
+                         "bucket %d sq %d group %d: %d heads of %d rows fit the tile", b, sq, group, heads, rows);
+                FA_CHECK(tiles == (group + fit - 1) / fit && tiles * heads >= group && (tiles - 1) * heads < group,
+                         "bucket %d sq %d group %d: fewest tiles, none empty", b, sq, group);
+                FA_CHECK(rows % 8 == 0 && rows * 128 % 1024 == 0, "every head starts on a swizzle atom");
+            }
+    FA_CHECK(fa_hopper_pack_gqa(128, 4, 4, 0, 0) == 4 && fa_hopper_pack_gqa(128, 4, 4, 0, 1) == 4 &&
+                 fa_hopper_pack_gqa(128, 4, 4, 0, -1) == 0,
+             "hq 32 / hkv 8, sq 4, d 128: 4 heads per tile by default and forced, none when off");
+    FA_CHECK(fa_hopper_pack_gqa(128, 4, 4, 1, 1) == 0, "varlen: never packed");
+    FA_CHECK(fa_hopper_pack_gqa(128, 100, 4, 0, 1) == 0 && fa_hopper_pack_gqa(64, 96, 4, 0, 0) == 2,
+             "sq 100: one head per 128-row tile; bucket 64 (192 rows): 2");
+}
+
 FA_TEST(tiles_hopper_backward) {
     static const int buckets[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {

@@ -55,6 +55,18 @@
  * {64, rows, 1, 1} at column 64·s lands as slab s, zero-filled past the last column and, for a
  * fixed-length batch, past the sequence's last row.
  *
+ * Packed GQA/MQA tiles (template flag PACK; hopper_tiles.h's fa_hopper_pack_gqa decides, fixed-length
+ * batches with seqlen_q <= BLOCK_M / 2 only): one CTA = the seqlen_q rows of pack_heads consecutive
+ * query heads of one kv head, tile row r = g·pack_rows + i (pack_rows = seqlen_q rounded up to 8)
+ * being query row i of head head_first + g, so one K/V stream serves the whole group. Q: one TMA
+ * box {64, pack_rows, 1, 1} per head and slab (a map of its own), at slab row g·pack_rows, a
+ * multiple of 8 rows: every head starts on a 1024-byte swizzle atom and the slab's layout is the
+ * unpacked one; rows i >= seqlen_q are the box's zero fill; rows past the tile's last head keep
+ * whatever the buffer held (finite or not: every operation on them stays in their own row, and
+ * nothing of them is stored). The mask uses i, not r; LSE, the sink and O go per (head, i); O by
+ * 16-byte st.global from the staging tile (as varlen). The unpacked instantiations are the code
+ * they were (PACK = false compiles the packed branches out).
+ *
  * Varlen: a tile may run past its sequence into the next one (or into the rows after the last
  * sequence, which may hold anything, NaN included). Those query rows are computed and dropped;
  * those keys are masked (their scores are overwritten with -inf); those V rows are zeroed in
@@ -65,6 +77,8 @@
 #include <math.h>
 #include <math_constants.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fa_cuda_common.cuh"
 #include "fa_tiles.h"
@@ -145,6 +159,11 @@ struct fa_hopper_params {
     float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
     float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
     int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
+    /* packed tiles (kernel template flag PACK) only: */
+    int heads_kv;
+    int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
+    int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
+    int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
 };
 
 /* ---- device helpers -------------------------------------------------------------------------- */
@@ -209,16 +228,18 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
  * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
  * window_right + 1) (len_k when unbounded). This thread's elements of the S tile starting at key
- * n0: rows row0 + 8h, columns n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
+ * n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
+ * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
  * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
  * sequence included). */
-template <class Cfg>
-__device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2], int n0, int row0, int lane,
-                                               int len_k, int shift, int window_left, int window_right) {
+template <class Cfg, bool PACK>
+__device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2], int n0, int row0,
+                                               const int (&pack_i)[2], int lane, int len_k, int shift,
+                                               int window_left, int window_right) {
     const int col0 = n0 + 2 * (lane % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int diag = row0 + 8 * h + shift;
+        const int diag = (PACK ? pack_i[h] : row0 + 8 * h) + shift;
         const int hi = window_right >= 0 ? min(len_k, diag + window_right + 1) : len_k;
         /* local columns 8j + c of this thread are visible iff first <= 8j + c < end */
         const int first = window_left >= 0 ? diag - window_left - col0 : 0, end = hi - col0;
@@ -262,16 +283,17 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
 }
 
 /* Softcap, mask and online softmax of a ready S tile (the score path shared by every round). */
-template <class Cfg>
+template <class Cfg, bool PACK>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
-                                                 bool needs_mask, int n0, int row0, int lane, int len_k, int shift) {
+                                                 bool needs_mask, int n0, int row0, const int (&pack_i)[2], int lane,
+                                                 int len_k, int shift) {
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
         for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
     }
     if (needs_mask)
-        fa_hopper_mask<Cfg>(s_rmem, n0, row0, lane, len_k, shift, prm.window_left, prm.window_right);
+        fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
 }
 
@@ -311,9 +333,11 @@ __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_roun
  * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) the head varies fastest, then
  * the batch, then the query block from the last (the most keys) to the first, so the static
  * round robin over CTAs hands out the longest tiles first; otherwise the query block varies
- * fastest (neighbouring CTAs share K/V in L2). */
+ * fastest (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
+ * group varies fastest, then the kv head, then the batch. */
 struct fa_hopper_work {
-    int m0, head, batch, head_kv;
+    int m0, head, batch, head_kv;  /* packed: head = the tile's first query head                    */
+    int pack_heads;                /* packed: query heads in this tile                              */
     int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
     int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
     int64_t q_start;               /* varlen: first packed row of the sequence                      */
@@ -331,9 +355,18 @@ __device__ __forceinline__ int64_t fa_hopper_tile_index(int64_t k, const fa_hopp
     return k * gridDim.x + i;
 }
 
-template <class Cfg>
+template <class Cfg, bool PACK>
 __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, fa_hopper_work &w) {
-    if (prm.heavy_first) {
+    if (PACK) {
+        const int64_t units = (int64_t)prm.heads_kv * prm.pack_tiles;
+        const int unit = (int)(t % units);
+        w.batch = (int)(t / units);
+        w.head_kv = unit / prm.pack_tiles;
+        const int first = (unit % prm.pack_tiles) * prm.pack_heads;
+        w.head = w.head_kv * prm.group + first;
+        w.pack_heads = min(prm.pack_heads, prm.group - first);
+        w.m0 = 0;
+    } else if (prm.heavy_first) {
         w.head = (int)(t % prm.heads_q);
         const int64_t rest = t / prm.heads_q;
         w.batch = (int)(rest % prm.batch);
@@ -344,8 +377,8 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
         w.head = (int)(rest % prm.heads_q);
         w.batch = (int)(rest / prm.heads_q);
     }
-    const bool varlen = prm.cu_seqlens_q != nullptr;
-    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+    const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(PACK ? nullptr : prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
                                              prm.seqlen_q, prm.seqlen_k, w.batch);
     w.len_q = seq.len_q;
     w.len_k = seq.len_k;
@@ -355,7 +388,7 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     w.k_row = varlen ? (int)seq.k_start : 0;
     w.tma_batch = varlen ? 0 : w.batch;
     w.shift = w.len_k - w.len_q;
-    w.head_kv = w.head / prm.group;
+    if (!PACK) w.head_kv = w.head / prm.group;
     /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
     const int last_row = min(w.m0 + Cfg::BLOCK_M, w.len_q) - 1;
     int key_lo = 0, key_hi = w.len_k;
@@ -366,9 +399,9 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     return true;
 }
 
-template <int BUCKET, bool BF16>
+template <int BUCKET, bool BF16, bool PACK>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
-    fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1} */
+    fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
                          const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                      */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
@@ -422,16 +455,28 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
                 const int64_t t = fa_hopper_tile_index(k, prm);
                 fa_hopper_work w;
-                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
                 /* Q: the previous tile's consumers must be done with the buffer. One box per
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
-                 * still counted in the transaction bytes (the full box lands). */
+                 * still counted in the transaction bytes (the full box lands). Packed: one box
+                 * of pack_rows rows per head and slab, head g at slab row g·pack_rows (a multiple
+                 * of 8: a 1024-byte swizzle atom), pack_heads · SLABS boxes in the transaction. */
                 if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
-                mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+                if (PACK) {
+                    const uint32_t head_bytes = (uint32_t)prm.pack_rows * 128u;
+                    mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS * head_bytes);
+                    for (int g = 0; g < w.pack_heads; ++g)
 #pragma unroll
-                for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                    tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
-                                w.head, w.tma_batch);
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES + (uint32_t)g * head_bytes,
+                                        &tmap_q, q_full, 64 * slab, 0, w.head + g, w.batch);
+                } else {
+                    mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+#pragma unroll
+                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
+                                    w.head, w.tma_batch);
+                }
                 /* Tile j (processing order) is key tile fa_hopper_key_tile(w, j). Order K_0, then
                  * K_j before V_{j-1}: the consumers' round j needs K_j first. */
                 for (int j = 0; j <= w.n_tiles; ++j) {
@@ -469,23 +514,37 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     const int warp = tid / 32, lane = tid % 32;
     const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * 128; /* rows 64c.. of slab 0        */
     const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
-    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
+    /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
+     * fixed for the whole kernel (pack_rows is). */
+    int pack_g[2] = {0, 0}, pack_i[2] = {0, 0};
+    if (PACK) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
+            pack_g[h] = r / prm.pack_rows;
+            pack_i[h] = r - pack_g[h] * prm.pack_rows;
+        }
+    }
 
     int tiles_done = 0, kv_base = 0;
     for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
         const int64_t t = fa_hopper_tile_index(k, prm);
         fa_hopper_work w;
-        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg>(t, prm, w)) continue;
+        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
         const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
         const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
+        /* the query rows of this warpgroup span [mask_row_first, mask_row_last] (packed: any row
+         * of a head may sit in any warpgroup) */
+        const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
 
         /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
          * the first row's window end, or left of the last row's window start. */
         auto needs_mask = [&](int n0) -> bool {
             return n0 + BLOCK_N > len_k ||
-                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > wg_row_first + shift + prm.window_right) ||
-                   (prm.window_left >= 0 && n0 < wg_row_last + shift - prm.window_left);
+                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > mask_row_first + shift + prm.window_right) ||
+                   (prm.window_left >= 0 && n0 < mask_row_last + shift - prm.window_left);
         };
         /* Own O buffer: Q is free for the next tile once this warp's last S GEMM has read it. */
         auto release_q = [&]() {
@@ -520,8 +579,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile(w, 0) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
-                                      shift);
+                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
+                                            lane, len_k, shift);
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
                 /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
@@ -566,8 +625,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile(w, j) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, lane, len_k,
-                                      shift);
+                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
+                                            lane, len_k, shift);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
@@ -601,12 +660,20 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         /* ---- epilogue: sink, normalisation, LSE. The sink joins the denominator under the larger
          * of the row max and the sink (a sink far above every score must not overflow exp2):
          * m = max(max_scaled, sink), O (relative to max_scaled) rescaled by corr = exp2(max_scaled - m). */
-        const float sink = prm.sink_logits != nullptr ? prm.sink_logits[w.head] * 1.4426950408889634f : -CUDART_INF_F;
+        const float sink_tile =
+            !PACK && prm.sink_logits != nullptr ? prm.sink_logits[w.head] * 1.4426950408889634f : -CUDART_INF_F;
         const int64_t lse_row0 = varlen ? (int64_t)w.head * prm.total_q + w.q_start
                                         : ((int64_t)w.batch * prm.heads_q + w.head) * prm.seqlen_q;
         float inv_sum[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+            /* packed: row h is query row pack_i[h] of head w.head + pack_g[h]; real iff that head is
+             * in the tile and the row in the sequence (the clamp keeps the sink's load in bounds) */
+            const bool pack_real = PACK && pack_g[h] < w.pack_heads && pack_i[h] < w.len_q;
+            const float sink = !PACK ? sink_tile
+                               : prm.sink_logits != nullptr
+                                   ? prm.sink_logits[w.head + min(pack_g[h], w.pack_heads - 1)] * 1.4426950408889634f
+                                   : -CUDART_INF_F;
             float sum = fa_quad_sum(row_sum[h]);
             const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * prm.score_mul;
             float m = fmaxf(max_scaled, sink);
@@ -614,6 +681,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             const float corr = exp2f(max_scaled - m);
             sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
             inv_sum[h] = sum > 0.0f ? corr / sum : 0.0f; /* no visible key: O = 0 */
+            if (PACK) {
+                if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
+                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] =
+                        sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+                continue;
+            }
             const int row = row0 + 8 * h;
             if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
                 prm.lse[lse_row0 + row] = sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
@@ -622,7 +695,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         /* The staging rows are free again: the previous tile's TMA store has read them (thread 0
          * issued it and waits here), or this warpgroup's st.global copy of them is done (the
          * barrier). With O in Q's buffer, the Q TMA of this tile is complete (q_full above). */
-        if (prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
+        if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
         bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
 
         /* O -> this consumer's 64 rows of the staging tile (its own rows only), in the 128-byte
@@ -643,7 +716,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                                                           o_rmem[4 * j + 2 * h + 1] * inv_sum[h]));
             }
 
-        if (prm.tma_store) {
+        if (!PACK && prm.tma_store) {
             /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
              * warpgroup's 128 threads meet before one of them issues the stores. Its completion
              * is awaited only before the buffer is written again (next tile, or kernel end). */
@@ -669,14 +742,23 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)w.head * prm.o_head_stride +
                                (varlen ? w.q_start * prm.o_row_stride : (int64_t)w.batch * prm.o_batch_stride);
             const int row_chunks = prm.head_dim_v / 8;
-            const int rows = max(0, min(64, w.len_q - wg_row_first));
+            /* packed: every row of the warpgroup is looked at, the real ones (head g < pack_heads,
+             * i < len_q) go to head w.head + g, row i */
+            const int rows = PACK ? 64 : max(0, min(64, w.len_q - wg_row_first));
             for (int idx = tid; idx < rows * row_chunks; idx += 128) {
                 const int r = idx / row_chunks, chunk = idx % row_chunks;
                 const int tr = 64 * consumer + r;
+                const int pg = PACK ? tr / prm.pack_rows : 0, pi = PACK ? tr - pg * prm.pack_rows : 0;
+                if (PACK && (pg >= w.pack_heads || pi >= w.len_q)) continue;
                 uint32_t v4[4];
                 ld_shared_v4_b32(v4, o_smem + (uint32_t)(chunk / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)tr * 128 +
                                          (uint32_t)(((chunk % 8) ^ (tr % 8)) * 16));
-                st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
+                if (PACK)
+                    st_global_v4_b32(o_gmem + (int64_t)pg * prm.o_head_stride + (int64_t)pi * prm.o_row_stride +
+                                         chunk * 8,
+                                     v4);
+                else
+                    st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
             }
             if (!Cfg::O_OWN) {
                 bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128); /* every read of Q's buffer done */
@@ -686,16 +768,49 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         ++tiles_done;
     }
     /* the shared-memory source of the last TMA store must outlive its reads */
-    if (prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
+    if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
+
+/* Packing mode from the environment (hopper_tiles.h's fa_hopper_pack_gqa): FA_CUDA_PACK_GQA=0
+ * never packs (timing, bisecting), =1 packs whenever at least 2 query heads fit in a tile, unset
+ * or anything else: the default. */
+static int fa_hopper_pack_mode(void) {
+    const char *mode = getenv("FA_CUDA_PACK_GQA");
+    if (mode == nullptr) return 0;
+    return strcmp(mode, "1") == 0 ? 1 : strcmp(mode, "0") == 0 ? -1 : 0;
+}
+
+/* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
+template <int BUCKET, bool BF16, bool PACK>
+static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
+                               const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
+                               int device_ordinal, cudaStream_t stream) {
+    using Cfg = fa_hopper_config<BUCKET>;
+    /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
+    static unsigned long long configured = 0;
+    const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
+    if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
+                      "cudaFuncSetAttribute(Hopper forward shared memory)");
+        __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
+    }
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK>
+        <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm);
+    FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
+    return FA_OK;
+}
 
 template <int BUCKET, bool BF16>
 static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hopper_config<BUCKET>;
     const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const bool varlen = p->cu_seqlens_q != nullptr;
+    /* Packed GQA/MQA tiles (hopper_tiles.h): query heads per tile, 0 = unpacked. */
+    const int pack_heads = fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
+    const bool pack = pack_heads > 0;
     /* Varlen maps: the packed rows, batch extent 1. No key row at all: no key tile is ever
      * loaded, but the maps must still be valid (they then point at q). */
     const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
@@ -705,8 +820,10 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     static const char *const path = "the Hopper forward";
     CUtensorMap tmap_q, tmap_k, tmap_v, tmap_o;
     fa_status st;
+    /* packed: one box per query head, pack_rows rows (seqlen_q rounded up to 8) */
+    const int q_box_rows = pack ? fa_hopper_pack_rows(p->seqlen_q) : Cfg::BLOCK_M;
     if ((st = fa_hopper_make_map(&tmap_q, path, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
-                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
+                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, q_box_rows)) != FA_OK ||
         (st = fa_hopper_make_map(&tmap_k, path, "k", type, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
                                  no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->k_row_stride,
                                  p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK ||
@@ -714,22 +831,12 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
                                  no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->v_row_stride,
                                  p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
         return st;
-    if (!varlen) {
+    if (!varlen && !pack) {
         if ((st = fa_hopper_make_map(&tmap_o, path, "o", type, p->o, p->head_dim_v, rows_q, p->heads_q, map_batch,
                                      p->o_row_stride, p->o_head_stride, p->o_batch_stride, 64)) != FA_OK)
             return st;
     } else {
-        tmap_o = tmap_q; /* unused: the varlen epilogue stores with st.global */
-    }
-
-    /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
-    static unsigned long long configured = 0;
-    const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
-    if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
-                      "cudaFuncSetAttribute(Hopper forward shared memory)");
-        __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
+        tmap_o = tmap_q; /* unused: the varlen and packed epilogues store with st.global */
     }
 
     fa_hopper_params prm;
@@ -749,14 +856,25 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     prm.group = p->group;
     prm.head_dim_v = p->head_dim_v;
     prm.batch = p->batch;
-    prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
-    prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
-    prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
     prm.window_left = p->window_left;
     prm.window_right = p->window_right;
     prm.softcap_pre = p->softcap_pre;
     prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
-    prm.tma_store = !varlen;
+    prm.tma_store = !varlen && !pack;
+    prm.heads_kv = p->heads_kv;
+    if (pack) {
+        prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
+        prm.pack_heads = pack_heads;
+        prm.pack_tiles = (p->group + pack_heads - 1) / pack_heads;
+        prm.num_m_blocks = 1;
+        prm.total_tiles = (int64_t)prm.pack_tiles * p->heads_kv * p->batch;
+        prm.heavy_first = 0; /* every packed tile streams the same key range */
+    } else {
+        prm.pack_rows = prm.pack_heads = prm.pack_tiles = 0;
+        prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+        prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
+        prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
+    }
     /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
      * or one CTA per tile (hopper_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
      * either way. */
@@ -767,10 +885,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     prm.snake = persistent && fa_hopper_snake_order();
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
-    fa_hopper_fwd_kernel<BUCKET, BF16><<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k,
-                                                                                                tmap_v, tmap_o, prm);
-    FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
-    return FA_OK;
+    return pack ? fa_hopper_run<BUCKET, BF16, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)
+                : fa_hopper_run<BUCKET, BF16, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
+                                                     stream);
 }
 
 extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,

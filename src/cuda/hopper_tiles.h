@@ -93,6 +93,45 @@ FA_HOPPER_FN int fa_hopper_persistent(int bucket) { return fa_hopper_o_own_buffe
  * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */
 FA_HOPPER_FN int fa_hopper_snake_order(void) { return 1; }
 
+/* ---- packed GQA/MQA tiles (small seqlen_q) ---------------------------------------------------
+ * With seqlen_q <= BLOCK_M / 2 a tile of one query head holds at most half a tile of real rows,
+ * and the group's query heads each stream the same K/V. A packed tile instead holds the rows of
+ * pack_heads consecutive query heads of one kv head: tile row r = g·pack_rows + i is query row i
+ * of query head head_first + g. pack_rows = seqlen_q rounded up to 8, so each head's rows start
+ * on a 1024-byte swizzle atom of the 128-byte-swizzled Q slabs (one TMA box {64, pack_rows} per
+ * head and slab lands exactly in the layout the unpacked tile has; rows i >= seqlen_q are the
+ * box's zero fill). Fixed-length batches only (varlen tiles run unpacked). */
+
+/* Rows one query head occupies in a packed tile. */
+FA_HOPPER_FN int fa_hopper_pack_rows(int seqlen_q) { return (seqlen_q + 7) / 8 * 8; }
+
+/* Query heads per packed tile: every whole head that fits into BLOCK_M rows, then balanced over
+ * the fewest tiles that hold the group (group 6 at 4 per tile: 3 + 3, not 4 + 2); 0 when fewer
+ * than 2 heads fit or the group has one head (packing changes nothing). */
+FA_HOPPER_FN int fa_hopper_pack_heads(int bucket, int seqlen_q, int group) {
+    const int fit = bucket > 0 && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
+    const int tiles = fit >= 2 && group >= 2 ? (group + fit - 1) / fit : 0;
+    return tiles > 0 ? (group + tiles - 1) / tiles : 0;
+}
+
+/* Packed tiles per (batch, kv head); 0 when not packing. */
+FA_HOPPER_FN int fa_hopper_pack_tiles(int bucket, int seqlen_q, int group) {
+    const int heads = fa_hopper_pack_heads(bucket, seqlen_q, group);
+    return heads > 0 ? (group + heads - 1) / heads : 0;
+}
+
+/* Query heads per tile the Hopper forward runs with: 0 = unpacked (the usual tiles of BLOCK_M
+ * rows of one head), else fa_hopper_pack_heads(). mode 0 (default) and 1: pack whenever at
+ * least 2 heads fit; -1: never (FA_CUDA_PACK_GQA=0, for timing the two side by side). Packing
+ * never costs a wave: every tile of a fixed-length batch with seqlen_q <= BLOCK_M / 2 streams
+ * the same key range and computes all BLOCK_M rows whatever number of them is real, so a tile
+ * takes the same time packed or not, and the packed grid has group / pack_heads times fewer
+ * tiles for the same multiprocessors (lab/hopper/gqa_pack/README.md: the arithmetic). Not for
+ * varlen batches (their tiles stay unpacked). */
+FA_HOPPER_FN int fa_hopper_pack_gqa(int bucket, int seqlen_q, int group, int varlen, int mode) {
+    return varlen || mode < 0 ? 0 : fa_hopper_pack_heads(bucket, seqlen_q, group);
+}
+
 /* A tensor-map stride the TMA accepts (in elements of a 16-bit tensor): along an axis of extent
  * 1 anything (never stepped along), else a positive multiple of 8 (16 bytes) below 2^39 (2^40
  * bytes). hopper_tma.cu's fa_hopper_make_map applies this rule. */
