@@ -155,14 +155,18 @@ FA_TEST(tiles_hopper_backward) {
                  fa_hopper_bwd_bucket(128, 256) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&
                  fa_hopper_bwd_bucket(200, 196) == 0,
              "d < 64, d > 256, d not a multiple of 8 and mixed buckets: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, 0.0f, 0) == NULL, "sm_90 bf16 d = 256");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, 0.0f, 0) == NULL, "sm_90 f16 d = 192");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) == NULL, "sm_90 bf16 d = 128");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, 0.0f, 0) == NULL, "sm_90 f16 d = 64");
-    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) != NULL, "sm_80: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, 0.0f, 0) != NULL, "ALiBi: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 30.0f, 0) != NULL, "softcap: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 1) != NULL,
+    const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0) == NULL, "sm_90 bf16 d = 256");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0) == NULL, "sm_90 f16 d = 192");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0) == NULL, "sm_90 bf16 d = 128");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0) == NULL, "sm_90 f16 d = 64");
+    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0) != NULL, "sm_80: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0) != NULL, "ALiBi: portable");
+    /* softcap is no argument: every softcap problem with a positive scale takes the Hopper kernel */
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0) != NULL,
+             "negative scale: portable (masked scores are -inf before the scale), with softcap too");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) != NULL, "zero scale_log2: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 1) != NULL,
              "deterministic: portable (the Hopper kernel's dQ uses atomics)");
     FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
                  !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),

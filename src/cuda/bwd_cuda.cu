@@ -269,7 +269,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const char *force = getenv("FA_CUDA_BACKWARD");
     plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
-                                             (int)p->head_dim_v, p->alibi_slopes != NULL, p->softcap,
+                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
                                              p->deterministic) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&

@@ -4,8 +4,9 @@
  * The sibling of bwd_hopper_sm90a.cu (buckets 64 and 128), whose file comment describes what the
  * two share: bwd_cuda.cu's pre-pass (D = rowsum(dO∘O), dsink) and zeroed fp32 dQ accumulator
  * around it, the coverage (f16 / bf16, MHA / GQA / MQA, fixed-length and varlen batches, causal
- * and sliding windows with causal folded in, sinks through the LSE; not ALiBi, softcap or the
- * deterministic mode), the forward's LSE read here and converted to log2 units, the producer's
+ * and sliding windows with causal folded in, sinks through the LSE, softcap in the SOFTCAP
+ * instantiations; not ALiBi or the deterministic mode), the forward's LSE read here and converted
+ * to log2 units, the producer's
  * stage protocol, the varlen zeroing and the mask. fa_bwd_launch_hopper() dispatches here. From
  * lab/hopper_bwd/v2 (d = 256 only, fixed length, causal or not; 37/37 checks on the H200 at
  * 1.11-1.15x FA2), with the library's varlen, windows, LSE and dQ layout added.
@@ -226,7 +227,7 @@ __device__ __forceinline__ void fa_hbwd256_store_dkdv(const fa_hbwd_params &prm,
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <bool BF16>
+template <bool BF16, bool SOFTCAP>
 __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
     fa_hbwd256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -301,8 +302,8 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
         if (warp == 0) {
             /* Lane 0 issues every TMA load; all lanes store the LSE2 and D rows of each
              * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
-             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and every
-             * lane's arrival after its own stores. Iterations in order (query head, query
+             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and its
+             * plain arrival after the warp's stores. Iterations in order (query head, query
              * block). */
             if (lane == 0) {
                 tma_prefetch_tensormap(&tmap_q);
@@ -334,7 +335,14 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
                                         64 * slab, q_row0 + m0, head, tma_batch);
                         }
                     }
-                    fa_hbwd_store_vectors<BLOCK_M>(lse2_smem, dvec_smem, s, lane, m0, len_q, lse_head, dsum_head);
+#pragma unroll 1
+                    for (int r = lane; r < BLOCK_M; r += 32) {
+                        const bool in_seq = m0 + r < len_q;
+                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
+                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+                    }
                     /* each lane releases its own stores (lane 0's second arrival) */
                     mbarrier_arrive(stage_full(s));
                     if (++s == STAGES) {
@@ -415,16 +423,58 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+        if constexpr (SOFTCAP) fa_hbwd_softcap_tanh(s_rmem, prm.softcap_pre);
 
         /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
-        if (m0 < mask_m_lo || m0 > mask_m_hi) fa_hbwd_mask<BLOCK_M>(s_rmem, prm, key0, len_k, mask_base, m0);
-        fa_hbwd_probs<BLOCK_M>(s_rmem, lse2_pair, prm.scale_log2); /* P, in place */
-        fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
+        if (m0 < mask_m_lo || m0 > mask_m_hi) {
+            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
+             * unbounded), none when k is past the sequence; in this thread's local column units
+             * (query = m0 + col_in + 8j + c) that is [lo, hi]: two compares per element. */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
+                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
+                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
+                if (key >= len_k) lo = BLOCK_M;
+#pragma unroll
+                for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+            }
+        }
+        if constexpr (SOFTCAP) {
+            /* P packed for dV, s_rmem keeps w = P·(1 - tc²) (bwd_hopper_common.cuh) */
+            fa_hbwd_softcap_probs_w<Cfg, BF16>(s_rmem, p_rmem, lse2_pair, prm.softcap_post_log2);
+        } else {
+            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
+                    s_rmem[4 * j + 2 * h + 1] =
+                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+                }
+            }
+            fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
+        }
         fa_hbwd256_issue_atb<BF16>(dv_rmem, p_rmem, do_stage(s) + col_slab_off); /* group: dV_c += Pᵀ dO */
         wgmma_wait_group<1>(); /* dPᵀ ready; dV_c may still run */
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
-        fa_hbwd_dscores<BLOCK_M>(dp_rmem, s_rmem, dvec_pair); /* dS = P ∘ (dP - D) (P in fp32) */
+        /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j) {
+            const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+            }
+        }
         fa_hbwd_pack<Cfg, BF16>(dp_rmem, ds_rmem);
 
         /* dSᵀ -> this consumer's dS buffer t % 2, rows = queries, 64 keys per row. stmatrix.trans
@@ -491,7 +541,7 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16>
+template <bool BF16, bool SOFTCAP>
 static fa_status fa_hbwd256_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hbwd256_config;
     static const char *const path = "the Hopper backward (d = 256)";
@@ -504,7 +554,7 @@ static fa_status fa_hbwd256_launch(const fa_bwd_params *p, int device_ordinal, c
         FA_OK)
         return st;
     static unsigned long long configured = 0;
-    if ((st = fa_hbwd_opt_in_smem(fa_hbwd256_main_kernel<BF16>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
+    if ((st = fa_hbwd_opt_in_smem(fa_hbwd256_main_kernel<BF16, SOFTCAP>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
         FA_OK)
         return st;
     const fa_hbwd_params prm = fa_hbwd_make_params(p);
@@ -514,8 +564,8 @@ static fa_status fa_hbwd256_launch(const fa_bwd_params *p, int device_ordinal, c
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    fa_hbwd256_main_kernel<BF16><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v,
-                                                                                 prm);
+    fa_hbwd256_main_kernel<BF16, SOFTCAP><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k,
+                                                                                          tmap_v, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
     return FA_OK;
 }
@@ -525,6 +575,10 @@ extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype 
     if (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v) != 256)
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: not the Hopper backward's bucket 256",
                             prm->head_dim, prm->head_dim_v);
-    return dtype == FA_DTYPE_BF16 ? fa_hbwd256_launch<true>(prm, device_ordinal, stream)
-                                  : fa_hbwd256_launch<false>(prm, device_ordinal, stream);
+    const bool bf16 = dtype == FA_DTYPE_BF16;
+    if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
+        return bf16 ? fa_hbwd256_launch<true, true>(prm, device_ordinal, stream)
+                    : fa_hbwd256_launch<false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_hbwd256_launch<true, false>(prm, device_ordinal, stream)
+                : fa_hbwd256_launch<false, false>(prm, device_ordinal, stream);
 }

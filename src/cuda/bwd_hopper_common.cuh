@@ -36,6 +36,8 @@ struct fa_hbwd_params {
     int window_left, window_right;
     float scale_log2;              /* softmax_scale · log2(e)                                       */
     float softmax_scale;           /* dK's factor                                                   */
+    float softcap_pre;             /* softmax_scale / softcap (the SOFTCAP kernels only)            */
+    float softcap_post_log2;       /* softcap · log2(e)                                             */
 };
 
 /* ---- device helpers -------------------------------------------------------------------------- */
@@ -106,71 +108,70 @@ __device__ __forceinline__ void fa_hbwd_pack(const float (&acc)[Cfg::BLOCK_M / 2
         for (int x = 0; x < 4; ++x) frag[kk][x] = fa_hbwd_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
-/* Producer warp: the LSE2 and D rows m0 .. m0 + BLOCK_M - 1 of one query block into stage s
- * (lane-strided rows; the LSE converted to log2 units, +inf where it is -inf so that P = 0, and
- * +inf / 0 for rows past the sequence). lse_head / dsum_head point at the query head's row 0. */
-template <int BLOCK_M>
-__device__ __forceinline__ void fa_hbwd_store_vectors(uint32_t lse2_smem, uint32_t dvec_smem, int s, int lane, int m0,
-                                                      int len_q, const float *lse_head, const float *dsum_head) {
-#pragma unroll 1
-    for (int r = lane; r < BLOCK_M; r += 32) {
-        const bool in_seq = m0 + r < len_q;
-        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
-        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
-        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
-        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
-    }
+/* ---- softcap (the SOFTCAP instantiations; bwd_cuda.cu picks them when softcap > 0) -------------
+ * The forward's scores are s = softcap·tanh(scale·q·k / softcap), in log2 units tc·softcap·log2(e)
+ * with tc = tanh(...) (fa_tanh, the forward's own function, so P is recomputed exactly as the
+ * forward normalised it). dS = P∘(dP - D)∘(1 - tc²): both kernels keep one fp32 value per element
+ * across the dPᵀ GEMM, as without softcap; which one depends on when dV needs P:
+ *   dV issued before dPᵀ is awaited (bucket 256): P is packed to 16 bits for dV at once and the
+ *     fp32 register keeps w = P·(1 - tc²) in its place (fa_hbwd_softcap_probs_w);
+ *   dV issued after dS (buckets 64 and 128 with softcap): the register keeps tc across the GEMM,
+ *     and P, w and dS are computed together once dPᵀ is ready (fa_hbwd_softcap_ds).
+ * Masked elements are tc = -inf (the mask runs after the tanh): P = 2^-inf = 0, and the factor
+ * max(1 - tc², 0) = 0 keeps 0·inf out of w. */
+
+/* Sᵀ (fp32 accumulator) -> tc = tanh(Sᵀ·softmax_scale / softcap), in place. */
+template <int N>
+__device__ __forceinline__ void fa_hbwd_softcap_tanh(float (&s_rmem)[N], float softcap_pre) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * softcap_pre);
 }
 
-/* Masked scores of the Sᵀ accumulator -> -inf. Element 4j + 2h + c is key key0 + 8h and query
- * m0 + 8j + col_in + c. Key k sees queries [k - shift - window_right, k - shift + window_left] (a
- * side -1: unbounded), none when k is past the sequence; in this thread's local column units
- * (query = m0 + col_in + 8j + c) that is [lo, hi], with mask_base = key0 - shift - col_in: two
- * compares per element against compile-time constants. */
-template <int BLOCK_M>
-__device__ __forceinline__ void fa_hbwd_mask(float (&s_rmem)[BLOCK_M / 2], const fa_hbwd_params &prm, int key0,
-                                             int len_k, int mask_base, int m0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
-        int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
-        const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
-        if (key >= len_k) lo = BLOCK_M;
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-                if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
-    }
-}
+/* 1 - tc² (0 for a masked element, tc = -inf). */
+__device__ __forceinline__ float fa_hbwd_softcap_slope(float tc) { return fmaxf(fmaf(-tc, tc, 1.0f), 0.0f); }
 
-/* P = 2^(s·scale·log2e - LSE2[query]) in place: one FFMA + one MUFU.EX2 per element; LSE2 = +inf
- * gives 0. lse2_pair: this thread's pair of queries 8j + col_in, + 1 of the stage (+32 B per j). */
-template <int BLOCK_M>
-__device__ __forceinline__ void fa_hbwd_probs(float (&s_rmem)[BLOCK_M / 2], uint32_t lse2_pair, float scale_log2) {
+/* tc (masked -inf) -> P = 2^(tc·softcap·log2e - LSE2) packed into the A fragments p_rmem (k-slice
+ * kk = elements 8kk .. 8kk+7, pairs as fa_hbwd_pack), and s_rmem <- w = P·(1 - tc²) in fp32.
+ * Element 4j + 2h + c is query 8j + col_in + c: LSE2 of queries 8j + col_in, +1 at lse2_pair + 32j. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_hbwd_softcap_probs_w(float (&s_rmem)[Cfg::BLOCK_M / 2],
+                                                        uint32_t (&p_rmem)[Cfg::BLOCK_M / 16][4], uint32_t lse2_pair,
+                                                        float softcap_post_log2) {
 #pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) {
+    for (int j = 0; j < Cfg::BLOCK_M / 8; ++j) {
         const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], scale_log2, -lse2.x));
-            s_rmem[4 * j + 2 * h + 1] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], scale_log2, -lse2.y));
+            const float tc0 = s_rmem[4 * j + 2 * h], tc1 = s_rmem[4 * j + 2 * h + 1];
+            const float p0 = ex2_approx_ftz_f32(fmaf(tc0, softcap_post_log2, -lse2.x));
+            const float p1 = ex2_approx_ftz_f32(fmaf(tc1, softcap_post_log2, -lse2.y));
+            p_rmem[j / 2][2 * (j % 2) + h] = fa_hbwd_pack2<BF16>(p0, p1); /* elements 8kk + 2x, +1 */
+            s_rmem[4 * j + 2 * h] = p0 * fa_hbwd_softcap_slope(tc0);
+            s_rmem[4 * j + 2 * h + 1] = p1 * fa_hbwd_softcap_slope(tc1);
         }
     }
 }
 
-/* dS = P ∘ (dP - D[query]) in place in the dPᵀ accumulator (P in fp32); dvec_pair as lse2_pair. */
-template <int BLOCK_M>
-__device__ __forceinline__ void fa_hbwd_dscores(float (&dp_rmem)[BLOCK_M / 2], const float (&s_rmem)[BLOCK_M / 2],
-                                                uint32_t dvec_pair) {
+/* tc (masked -inf) and dPᵀ -> P = 2^(tc·softcap·log2e - LSE2) into s_rmem (fp32, packed by the
+ * caller) and dS = P·(1 - tc²)·(dPᵀ - D) into dp_rmem. LSE2 and D of queries 8j + col_in, +1 at
+ * lse2_pair + 32j and dvec_pair + 32j. */
+template <int N>
+__device__ __forceinline__ void fa_hbwd_softcap_ds(float (&s_rmem)[N], float (&dp_rmem)[N], uint32_t lse2_pair,
+                                                   uint32_t dvec_pair, float softcap_post_log2) {
 #pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) {
+    for (int j = 0; j < N / 4; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
         const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
-            dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
-        }
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int e = 4 * j + 2 * h + c;
+                const float tc = s_rmem[e];
+                const float p = ex2_approx_ftz_f32(fmaf(tc, softcap_post_log2, -(c ? lse2.y : lse2.x)));
+                dp_rmem[e] = p * fa_hbwd_softcap_slope(tc) * (dp_rmem[e] - (c ? dv2.y : dv2.x));
+                s_rmem[e] = p;
+            }
     }
 }
 
@@ -205,6 +206,8 @@ static inline fa_hbwd_params fa_hbwd_make_params(const fa_bwd_params *p) {
     prm.window_right = p->window_right;
     prm.scale_log2 = p->scale_log2;
     prm.softmax_scale = p->softmax_scale;
+    prm.softcap_pre = p->softcap_pre;
+    prm.softcap_post_log2 = p->softcap_post_log2;
     return prm;
 }
 

@@ -12,12 +12,14 @@
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..128 in one bucket (64 or 128: columns past
  * d or dv read as zeros, never written; bucket 256 is bwd_hopper256_sm90a.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
  * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
- * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink). Not here:
- * ALiBi, softcap, the deterministic mode (dQ is summed with fp32 atomics): portable kernel.
+ * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink); softcap (the
+ * SOFTCAP instantiations, see below). Not here: ALiBi, the deterministic mode (dQ is summed with
+ * fp32 atomics): portable kernel.
  *
  * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
  * D = rowsum(dO∘O): dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D), dQ = scale·dS K, dK = scale·dSᵀ Q,
  * dK/dV summed over the query heads of a kv group. A row with LSE = -inf contributes nothing.
+ * Softcap: S = softcap·tanh(scale·Q Kᵀ / softcap) and dS = P∘(dP - D)∘(1 - tanh²).
  *
  * One CTA = BLOCK_N = 128 keys [n0, n0 + 128) of one (kv head, batch); grid (key blocks,
  * heads_kv, batch); 384 threads:
@@ -55,6 +57,12 @@
  *   fence.proxy.async; named barrier DS_FULL (both halves of dS are in smem); issue the dQ piece;
  *   wait for everything; every consumer thread arrives on stage_empty[s]; red.global.add.v2.f32 of
  *   the dQ piece into the fp32 accumulator.
+ * Softcap (template flag SOFTCAP; off, the kernel is the one above, instruction for instruction):
+ * after the Sᵀ wait tc = tanh(Sᵀ·scale / softcap) in place of Sᵀ, then the mask (tc = -inf); tc,
+ * not P, stays in the fp32 registers across the dPᵀ wait; then P, dS = P∘(1 - tc²)∘(dPᵀ - D)
+ * together (bwd_hopper_common.cuh's softcap section) and dV is issued with dK at both buckets
+ * (no EARLY_DV: P packed before the dPᵀ wait plus w = P·(1 - tc²) spilled 4 bytes at bucket 128
+ * with ptxas 13; this way the consumers peak at R220 (128) and R237 (64), no spill).
  * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
  * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
  * t-2, the last GEMM that read buffer t % 2 (modelled by lab/hopper_bwd/v1/pipeline_model.py).
@@ -231,7 +239,7 @@ __device__ __forceinline__ void fa_hbwd_store_dkdv(const fa_hbwd_params &prm, co
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16>
+template <int BUCKET, bool BF16, bool SOFTCAP>
 __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
     fa_hbwd_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
@@ -240,6 +248,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                         const fa_hbwd_params prm) {
     using Cfg = fa_hbwd_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
+    /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
+    constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
 
     const int n0 = blockIdx.x * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
     const bool varlen = prm.cu_seqlens_q != nullptr;
@@ -337,7 +347,14 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                                         64 * slab, q_row0 + m0, head, tma_batch);
                         }
                     }
-                    fa_hbwd_store_vectors<BLOCK_M>(lse2_smem, dvec_smem, s, lane, m0, len_q, lse_head, dsum_head);
+#pragma unroll 1
+                    for (int r = lane; r < BLOCK_M; r += 32) {
+                        const bool in_seq = m0 + r < len_q;
+                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
+                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+                    }
                     /* each lane releases its own stores (lane 0's second arrival) */
                     mbarrier_arrive(stage_full(s));
                     if (++s == STAGES) {
@@ -416,11 +433,42 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+        if constexpr (SOFTCAP) fa_hbwd_softcap_tanh(s_rmem, prm.softcap_pre);
 
         /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
-        if (m0 < mask_m_lo || m0 > mask_m_hi) fa_hbwd_mask<BLOCK_M>(s_rmem, prm, key0, len_k, mask_base, m0);
-        fa_hbwd_probs<BLOCK_M>(s_rmem, lse2_pair, prm.scale_log2); /* P, in place */
-        if constexpr (Cfg::EARLY_DV) {
+        if (m0 < mask_m_lo || m0 > mask_m_hi) {
+            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
+             * unbounded), none when k is past the sequence. In this thread's local column units
+             * (query = m0 + col_in + 8j + c) that is [lo, hi]; 8j + c are compile-time constants, so
+             * each element costs two compares. */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
+                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
+                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
+                if (key >= len_k) lo = BLOCK_M;
+#pragma unroll
+                for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+            }
+        }
+        if constexpr (!SOFTCAP) {
+            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
+                    s_rmem[4 * j + 2 * h + 1] =
+                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+                }
+            }
+        }
+        if constexpr (EARLY_DV) {
             fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
             fa_hbwd_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
             wgmma_wait_group<1>(); /* dPᵀ ready; dV may still run */
@@ -429,8 +477,22 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
         }
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
-        fa_hbwd_dscores<BLOCK_M>(dp_rmem, s_rmem, dvec_pair); /* dS = P ∘ (dP - D) (P in fp32) */
-        if constexpr (!Cfg::EARLY_DV) fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
+        if constexpr (SOFTCAP) {
+            /* P (into s_rmem, which held tc) and dS = P ∘ (1 - tc²) ∘ (dP - D) */
+            fa_hbwd_softcap_ds(s_rmem, dp_rmem, lse2_pair, dvec_pair, prm.softcap_post_log2);
+        } else {
+            /* dS = P ∘ (dP - D) (P in fp32) */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                    dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                }
+            }
+        }
+        if constexpr (!EARLY_DV) fa_hbwd_pack<Cfg, BF16>(s_rmem, p_rmem);
         fa_hbwd_pack<Cfg, BF16>(dp_rmem, ds_rmem);
 
         /* dSᵀ -> dS buffer t % 2, slab `consumer` (its 64 keys), rows = queries. stmatrix.trans of
@@ -447,7 +509,7 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                 stmatrix_x4_trans(slab + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
             }
         }
-        if constexpr (!Cfg::EARLY_DV) fa_hbwd_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
+        if constexpr (!EARLY_DV) fa_hbwd_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
         fa_hbwd_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                                  /* dK += dSᵀ Q */
 
         /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
@@ -501,7 +563,7 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16>
+template <int BUCKET, bool BF16, bool SOFTCAP>
 static fa_status fa_hbwd_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hbwd_config<BUCKET>;
     static const char *const path = "the Hopper backward";
@@ -514,7 +576,7 @@ static fa_status fa_hbwd_launch(const fa_bwd_params *p, int device_ordinal, cuda
         FA_OK)
         return st;
     static unsigned long long configured = 0;
-    if ((st = fa_hbwd_opt_in_smem(fa_hbwd_main_kernel<BUCKET, BF16>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
+    if ((st = fa_hbwd_opt_in_smem(fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
         FA_OK)
         return st;
     const fa_hbwd_params prm = fa_hbwd_make_params(p);
@@ -524,22 +586,29 @@ static fa_status fa_hbwd_launch(const fa_bwd_params *p, int device_ordinal, cuda
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    fa_hbwd_main_kernel<BUCKET, BF16><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k,
-                                                                                     tmap_v, prm);
+    fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do,
+                                                                                              tmap_k, tmap_v, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
+}
+
+/* Bucket BUCKET's instantiation for the dtype and softcap (softcap_pre > 0, as every CUDA kernel
+ * decides it). */
+template <int BUCKET>
+static fa_status fa_hbwd_launch_bucket(const fa_bwd_params *prm, bool bf16, int device_ordinal, cudaStream_t stream) {
+    if (prm->softcap_pre > 0.0f)
+        return bf16 ? fa_hbwd_launch<BUCKET, true, true>(prm, device_ordinal, stream)
+                    : fa_hbwd_launch<BUCKET, false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_hbwd_launch<BUCKET, true, false>(prm, device_ordinal, stream)
+                : fa_hbwd_launch<BUCKET, false, false>(prm, device_ordinal, stream);
 }
 
 extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
                                           cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
     switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
-    case 64:
-        return bf16 ? fa_hbwd_launch<64, true>(prm, device_ordinal, stream)
-                    : fa_hbwd_launch<64, false>(prm, device_ordinal, stream);
-    case 128:
-        return bf16 ? fa_hbwd_launch<128, true>(prm, device_ordinal, stream)
-                    : fa_hbwd_launch<128, false>(prm, device_ordinal, stream);
+    case 64: return fa_hbwd_launch_bucket<64>(prm, bf16, device_ordinal, stream);
+    case 128: return fa_hbwd_launch_bucket<128>(prm, bf16, device_ordinal, stream);
     case 256: return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",

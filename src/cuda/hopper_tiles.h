@@ -209,16 +209,21 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;
 }
 
-/* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do). */
+/* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).
+ * scale_log2 = softmax_scale · log2(e). Softcap is covered whatever its value (the SOFTCAP
+ * instantiations), so it is no argument. A non-positive scale is not covered: without softcap the
+ * mask writes -inf into the raw scores, which P = 2^(s·scale_log2 - LSE2) turns into 0 only for
+ * a positive scale; with softcap and a negative scale every CUDA kernel reads softcap as off
+ * (softcap_pre = scale / softcap < 0), the same case. */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
-                                                    int head_dim_v, int has_alibi, float softcap,
+                                                    int head_dim_v, int has_alibi, float scale_log2,
                                                     int deterministic) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
     if (has_alibi) return "does not implement ALiBi";
-    if (softcap > 0.0f) return "does not implement softcap";
+    if (!(scale_log2 > 0.0f)) return "needs a positive softmax_scale";
     if (deterministic) return "accumulates dQ with fp32 atomics (deterministic mode runs the portable kernel)";
     return NULL;
 }

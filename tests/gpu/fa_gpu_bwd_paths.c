@@ -33,6 +33,9 @@
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
  * Head dims 64, 96, 128 (bwd_hopper_sm90a.cu) and 192, 256 (bwd_hopper256_sm90a.cu).
+ * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
+ * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
+ * Two cases with a negative softmax_scale check the dispatch: both runs take the portable kernel.
  * Part of `make gpu-test` (tests/gpu_test.sh step 6). Exit status 0 = every case passes.
  * Usage: fa_gpu_bwd_paths [small]   (small: short problems of the same kinds, for compute-sanitizer)
  */
@@ -67,6 +70,18 @@ typedef struct bwd_case {
     int varlen;                            /* lens_q / lens_k hold `batch` sequence lengths           */
     int lens_q[MAX_SEQS], lens_k[MAX_SEQS];
 } bwd_case;
+
+/* What a case changes in the scores (all zero: the defaults). */
+typedef struct score_options {
+    float softcap;       /* > 0: softcap on                                                       */
+    float q_amplitude;   /* q uniform in ±2·q_amplitude (0: ±2)                                   */
+    float softmax_scale; /* 0: the default 1/sqrt(d)                                              */
+} score_options;
+
+typedef struct softcap_case {
+    bwd_case c;
+    score_options scores;
+} softcap_case;
 
 /* ---- 16-bit conversions and random inputs ---------------------------------------------------- */
 
@@ -273,7 +288,7 @@ static void set_tensor(fa_params *p, int t, void *ptr, const tensor_view *v) {
 #undef SET_TENSOR
 }
 
-static int run_case(const bwd_case *c) {
+static int run_case(const bwd_case *c, const score_options *opt) {
     const int hq = c->heads_q, d = c->head_dim;
     const double c_abs = c->dtype == FA_DTYPE_BF16 ? 1e-2 : 2.5e-3;
     seq_geometry gq, gk;
@@ -308,7 +323,9 @@ static int run_case(const bwd_case *c) {
         const seq_geometry *g = is_query_side(t) ? &gq : &gk;
         mark_view(mask[v->buf], v, g);
         if (t == BUF_O || t >= BUF_DQ) continue; /* o comes from fa_forward */
-        const float lo = t == BUF_DO ? -1.0f : -2.0f, hi = t == BUF_DO ? 1.0f : 2.0f, offset = t == BUF_V ? 0.5f : 0.0f;
+        const float amplitude = t == BUF_Q && opt->q_amplitude > 0.0f ? opt->q_amplitude : 1.0f;
+        const float lo = t == BUF_DO ? -1.0f : -2.0f * amplitude, hi = t == BUF_DO ? 1.0f : 2.0f * amplitude;
+        const float offset = t == BUF_V ? 0.5f : 0.0f;
         for (int b = 0; b < g->batch; ++b)
             for (int64_t i = 0; i < seq_len(g, b); ++i)
                 for (int h = 0; h < v->heads; ++h)
@@ -359,6 +376,8 @@ static int run_case(const bwd_case *c) {
     p.window_right = c->window_right;
     p.sink_logits = sinks;
     p.dsink = dsink;
+    p.softcap = opt->softcap;
+    p.softmax_scale = opt->softmax_scale;
 
     fa_status s = fa_forward(&p);
     if (s != FA_OK) {
@@ -537,9 +556,65 @@ int main(int argc, char **argv) {
         {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
          {0}},
     };
+    /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
+    const softcap_case big_softcap_cases[] = {
+        {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
+          {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
+          -1, 0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
+          {0}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
+          1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
+          0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+         {25.0f, 10.0f, 0.0f}},
+        {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
+          {0}, {0}},
+         {40.0f, 15.0f, 0.0f}},
+        {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
+          {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
+          100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
+          {0}, {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"bf16 d128 causal softmax_scale -0.09 (portable both runs)", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
+          0, {0}, {0}},
+         {0.0f, 0.0f, -0.09f}},
+        {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
+          0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, -0.125f}},
+    };
+    const softcap_case small_softcap_cases[] = {
+        {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
+          {70, 0, 131, 33}, {91, 7, 131, 25}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
+          50, 20, 0, PADDED, 0, {0}, {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
+          {0}, {0}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+          {70, 0, 131, 33}, {91, 7, 131, 25}},
+         {30.0f, 10.0f, 0.0f}},
+    };
+    const score_options plain = {0.0f, 0.0f, 0.0f};
     const int small = argc > 1 && strcmp(argv[1], "small") == 0;
     const bwd_case *cases = small ? small_cases : big_cases;
     const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0]) : (int)(sizeof big_cases / sizeof big_cases[0]);
+    const softcap_case *sc_cases = small ? small_softcap_cases : big_softcap_cases;
+    const int n_sc = small ? (int)(sizeof small_softcap_cases / sizeof small_softcap_cases[0])
+                           : (int)(sizeof big_softcap_cases / sizeof big_softcap_cases[0]);
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
         printf("fa_gpu_bwd_paths: no CUDA device\n");
@@ -550,7 +625,8 @@ int main(int argc, char **argv) {
                                               : ": no Hopper backward here, both runs use the portable kernel");
     printf("per tensor: max|default - portable| / max|portable| = ratio\n");
     int fails = 0;
-    for (int i = 0; i < n; ++i) fails += run_case(&cases[i]);
-    printf("fa_gpu_bwd_paths: %d passed, %d failed\n", n - fails, fails);
+    for (int i = 0; i < n; ++i) fails += run_case(&cases[i], &plain);
+    for (int i = 0; i < n_sc; ++i) fails += run_case(&sc_cases[i].c, &sc_cases[i].scores);
+    printf("fa_gpu_bwd_paths: %d passed, %d failed\n", n + n_sc - fails, fails);
     return fails ? 1 : 0;
 }
