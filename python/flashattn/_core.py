@@ -52,6 +52,77 @@ class Options:
         self.deterministic = bool(deterministic)
 
 
+class PlanCache:
+    """Per-signature cache of the eager PyTorch calls (flash_attn_func's ops and checks,
+    flash_attn_with_kvcache).
+
+    A key holds everything a call's checks and its FaParams depend on except data: the shape,
+    strides, dtype and device of every tensor (None for an absent optional one), every option as
+    given, the thread count. The plan under it holds what the first call with that signature
+    derived: a fully built FaParams `template` with its addresses cleared (template_of), which
+    each later call copies and completes with its own (data pointers, stream), the output
+    shapes, and `workspace_bytes` (fa_check_*'s answer, filled by _lib._with_workspace; None
+    until asked). A hit skips the Python checks that depend only on the signature (they passed
+    for it) and the second validation in C (fa_check_*); the library still validates every
+    call, and everything that depends on values (pointers, cache lengths) is checked per call as
+    before. A miss, and a call without a key, builds its FaParams from scratch as before.
+    Calls never share a mutable struct: each one copies the template (FaParams.from_buffer_copy)
+    before patching it, and plans are not changed after insertion except for the idempotent
+    workspace_bytes, so concurrent threads are safe under the GIL. Keys are only built from
+    plain Python scalars (an option of another type, a tensor subclass: no key, the call takes
+    the uncached path). At most `capacity` plans; when full the oldest is dropped."""
+
+    __slots__ = ("_plans", "capacity", "get")
+
+    def __init__(self, capacity=64):
+        self._plans = {}
+        self.capacity = capacity
+        self.get = self._plans.get
+
+    def put(self, key, plan):
+        plans = self._plans
+        while len(plans) >= self.capacity:
+            try:
+                del plans[next(iter(plans))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread changed it
+                break
+        plans[key] = plan
+
+    def clear(self):
+        self._plans.clear()
+
+    def __len__(self):
+        return len(self._plans)
+
+
+def template_of(p):
+    """p (a FaParams) as a PlanCache template: every address cleared, so that a plan never holds
+    one (each call sets its own)."""
+    for name in _lib.POINTER_FIELDS:
+        setattr(p, name, None)
+    return p
+
+
+_PLAIN_SCALARS = frozenset((int, float, bool, type(None)))
+
+
+def plain_scalars(*values):
+    """True if every value is an int, float, bool or None (hashable, immutable, and equal only to
+    values that convert the same way): what may go into a PlanCache key as given."""
+    for x in values:
+        if type(x) not in _PLAIN_SCALARS:
+            return False
+    return True
+
+
+def window_key(window_size):
+    """window_size as a key part (a tuple of plain scalars), or None if it cannot be one."""
+    if type(window_size) is tuple or type(window_size) is list:
+        if len(window_size) == 2 and plain_scalars(*window_size):
+            return tuple(window_size)
+    return None
+
+
 def default_scale(head_dim, softmax_scale):
     """softmax_scale=None means 1/sqrt(head_dim) of the caller's (unpadded) head_dim. The C API
     reads 0 as "default", so an explicit 0 is passed as the smallest normal float (the scores

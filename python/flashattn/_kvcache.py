@@ -190,14 +190,75 @@ def numpy_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
 
 # ---- torch -------------------------------------------------------------------------------------
 
+# Plans of recent call signatures (see _core.PlanCache): a decoding loop calls this once per layer
+# and token with the same shapes and options, so after the first call only the data pointers
+# (and the stream) change; a hit skips the signature's checks and rebuilding the FaParams.
+_plans = _core.PlanCache()
 
-def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                       cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
-                       window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                       return_softmax_lse, sink_logits):
-    torch = _torch_module()
-    from . import _torch_impl as ti
+_ti = None
 
+
+def _torch_impl():
+    global _ti
+    if _ti is None:
+        from . import _torch_impl as ti
+        _ti = ti
+    return _ti
+
+
+class _TorchPlan:
+    """What torch_with_kvcache derives from a call signature: `template` (FaParams with every
+    non-pointer field; None when batch = 0: nothing to call), `workspace_bytes` (see
+    _lib._with_workspace), output shapes, and whether any tensor passed by address is empty (it
+    then gets a placeholder address, see _torch_impl._address)."""
+
+    __slots__ = ("template", "workspace_bytes", "batch", "out_shape", "lse_shape", "any_empty",
+                 "is_cuda")
+
+
+def _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+               cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
+               softcap, rotary_interleaved, alibi_slopes, num_splits, sink_logits):
+    """The PlanCache key of a call, or None when it gets none (a tensor subclass or a non-tensor
+    where a tensor goes, an option that is not a plain scalar): such calls are not cached."""
+    tensor = torch.Tensor
+    if type(q) is not tensor or type(k_cache) is not tensor or type(v_cache) is not tensor:
+        return None
+    window = _core.window_key(window_size)
+    if window is None or not _core.plain_scalars(softmax_scale, causal, softcap,
+                                                 rotary_interleaved, num_splits):
+        return None
+    if type(cache_seqlens) is tensor:
+        seqlens = (cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+                   cache_seqlens.device)
+    elif cache_seqlens is None or type(cache_seqlens) is int:
+        seqlens = type(cache_seqlens)  # the value goes into a tensor made per call
+    else:
+        return None
+    extras = None
+    if not (k is None and v is None and rotary_cos is None and rotary_sin is None and
+            cache_batch_idx is None and cache_leftpad is None and block_table is None and
+            alibi_slopes is None and sink_logits is None):
+        extras = []
+        for t in (k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table,
+                  alibi_slopes, sink_logits):
+            if t is None or type(t) is int:
+                extras.append(type(t))
+            elif type(t) is tensor:
+                extras.append((t.shape, t.stride(), t.dtype, t.device))
+            else:
+                return None
+        extras = tuple(extras)
+    return (q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(),
+            k_cache.dtype, k_cache.device, v_cache.shape, v_cache.stride(), v_cache.dtype,
+            v_cache.device, seqlens, extras, softmax_scale, causal, window, softcap,
+            rotary_interleaved, num_splits, _core._num_threads)
+
+
+def _torch_check(torch, ti, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                 cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits):
+    """The checks that depend only on the call signature, in order, each with its message.
+    Returns the dtype code and (batch, seqlen_k, page_size, num_pages, cache_batch)."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v),
                     ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         if t is not None:
@@ -215,74 +276,196 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
         if t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError("flashattn: %s must have a contiguous last dimension (it is updated in "
                              "place, so it cannot be copied)" % name)
-    batch, sq, hq, d = q.shape
-    device_code, stream = ti._device_and_stream(q)
-
-    def int_table(x, name, shape=None):
+    batch = q.shape[0]
+    table_shape = None
+    for name, x, shape in (("cache_seqlens", cache_seqlens, (batch,)),
+                           ("cache_batch_idx", cache_batch_idx, (batch,)),
+                           ("cache_leftpad", cache_leftpad, (batch,)),
+                           ("block_table", block_table, None)):
         if x is None:
-            return None
-        if not isinstance(x, torch.Tensor):
-            x = torch.full((batch,), int(x), dtype=torch.int32, device=q.device)
-        ti._check_tensor(name, x, q.device)
-        if x.dtype.is_floating_point:
-            raise TypeError("flashattn: %s must be an integer tensor (torch.int32)" % name)
-        x = x.to(torch.int32).contiguous()
-        if shape is not None and tuple(x.shape) != shape:
-            raise ValueError("flashattn: %s must have shape %s, got %s" % (name, shape, tuple(x.shape)))
-        return x
-
-    seqlens = int_table(cache_seqlens, "cache_seqlens", (batch,))
-    batch_idx = int_table(cache_batch_idx, "cache_batch_idx", (batch,))
-    leftpad = int_table(cache_leftpad, "cache_leftpad", (batch,))
-    table = int_table(block_table, "block_table")
-    seqlen_k, page_size, num_pages, cache_batch = _paged_geometry(
-        tuple(k_cache.shape), None if table is None else tuple(table.shape))
-    if table is not None and table.shape[0] != batch:
-        raise ValueError("flashattn: block_table has %d rows but the batch is %d" % (table.shape[0], batch))
-    q_c = ti._contig_last(q.detach())
-    k_c = v_c = None
-    if k is not None:
-        k_c, v_c = ti._contig_last(k.detach()), ti._contig_last(v.detach())
-    cos = sin = None
-    if rotary_cos is not None:
-        cos = rotary_cos.detach().to(q.dtype).contiguous()
-        sin = rotary_sin.detach().to(q.dtype).contiguous()
-    alibi = None
+            continue
+        if isinstance(x, torch.Tensor):
+            ti._check_tensor(name, x, q.device)
+            if x.dtype.is_floating_point:
+                raise TypeError("flashattn: %s must be an integer tensor (torch.int32)" % name)
+            x_shape = tuple(x.shape)
+        else:
+            int(x)  # an int stands for (batch,) copies of itself (_int32_table)
+            x_shape = (batch,)
+        if shape is not None and x_shape != shape:
+            raise ValueError("flashattn: %s must have shape %s, got %s" % (name, shape, x_shape))
+        if name == "block_table":
+            table_shape = x_shape
+    geometry = _paged_geometry(tuple(k_cache.shape), table_shape)
+    if table_shape is not None and table_shape[0] != batch:
+        raise ValueError("flashattn: block_table has %d rows but the batch is %d" % (table_shape[0], batch))
+    hq = q.shape[2]
     if alibi_slopes is not None:
         ti._check_tensor("alibi_slopes", alibi_slopes, q.device)
         _core.check_alibi_shape(alibi_slopes.shape, batch, hq)
         if alibi_slopes.dtype != torch.float32:
             raise TypeError("flashattn: alibi_slopes must be torch.float32, got %s" % alibi_slopes.dtype)
-        alibi = ti._contig_last(alibi_slopes.detach())
-    sink = None
     if sink_logits is not None:
         ti._check_tensor("sink_logits", sink_logits, q.device)
         _core.check_sink_shape(sink_logits.shape, hq)
-        sink = sink_logits.detach().float().contiguous()
+    return code, batch, geometry
 
-    dv = v_cache.shape[-1]
-    out = torch.empty((batch, sq, hq, dv), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, hq, sq), dtype=torch.float32, device=q.device)
-    if batch > 0:
-        opts = _core.Options(d, softmax_scale, causal, window_size, softcap)
-        extra = {}
-        if alibi is not None:
-            extra["alibi_ptr"] = alibi.data_ptr()
-            extra["alibi_batch_stride"] = alibi.stride(0) if alibi.dim() == 2 else 0
-        if sink is not None:
-            extra["sink_ptr"] = sink.data_ptr()
-        p = _core.make_params(device_code, code, ti._view(q_c), ti._view(k_cache.detach()),
-                              ti._view(v_cache.detach()), ti._view(out), ti._address(lse), batch,
-                              sq, seqlen_k, opts, stream=stream, **extra)
-        _fill_params(p, seqlen_k, page_size, num_pages, cache_batch,
-                     None if k_c is None else ti._view(k_c), None if v_c is None else ti._view(v_c),
-                     None if cos is None else cos.data_ptr(), None if sin is None else sin.data_ptr(),
-                     None if cos is None else tuple(cos.shape), rotary_interleaved,
-                     None if seqlens is None else seqlens.data_ptr(),
-                     None if batch_idx is None else batch_idx.data_ptr(),
-                     None if leftpad is None else leftpad.data_ptr(),
-                     None if table is None else table.data_ptr(),
-                     0 if table is None else table.stride(0), num_splits)
-        with ti._guard(q):
+
+def _torch_plan(q, k_cache, v_cache, knew, vnew, batch):
+    """A new _TorchPlan for the signature of this call (tensors as passed to the library), with
+    no template yet."""
+    plan = _TorchPlan()
+    _, sq, hq, _ = q.shape
+    plan.batch = batch
+    plan.out_shape = (batch, sq, hq, v_cache.shape[-1])
+    plan.lse_shape = (batch, hq, sq)
+    plan.workspace_bytes = None
+    plan.is_cuda = q.is_cuda
+    shapes = [q.shape, k_cache.shape, v_cache.shape, plan.out_shape, plan.lse_shape]
+    if knew is not None:
+        shapes += [knew.shape, vnew.shape]
+    plan.any_empty = any(0 in shape for shape in shapes)
+    plan.template = None
+    return plan
+
+
+def _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqlens, batch_idx,
+                  leftpad, table, alibi, sink, code, geometry, softmax_scale, causal, window_size,
+                  softcap, rotary_interleaved, num_splits):
+    """The FaParams of a call built from scratch (a plan's first call, and calls without a plan).
+    Raises for the options the signature checks do not cover (window_size, softmax_scale,
+    softcap, num_splits), as the call did before it had plans."""
+    batch, sq, _, d = q.shape
+    seqlen_k, page_size, num_pages, cache_batch = geometry
+    device_code, stream = ti._device_and_stream(q)
+    opts = _core.Options(d, softmax_scale, causal, window_size, softcap)
+    extra = {}
+    if alibi is not None:
+        extra["alibi_ptr"] = alibi.data_ptr()
+        extra["alibi_batch_stride"] = alibi.stride(0) if alibi.dim() == 2 else 0
+    if sink is not None:
+        extra["sink_ptr"] = sink.data_ptr()
+    p = _core.make_params(device_code, code, ti._view(q), ti._view(k_cache), ti._view(v_cache),
+                          ti._view(out), None if lse is None else ti._address(lse), batch, sq,
+                          seqlen_k, opts, stream=stream, **extra)
+    _fill_params(p, seqlen_k, page_size, num_pages, cache_batch,
+                 None if knew is None else ti._view(knew), None if vnew is None else ti._view(vnew),
+                 None if cos is None else cos.data_ptr(), None if sin is None else sin.data_ptr(),
+                 None if cos is None else tuple(cos.shape), rotary_interleaved,
+                 None if seqlens is None else seqlens.data_ptr(),
+                 None if batch_idx is None else batch_idx.data_ptr(),
+                 None if leftpad is None else leftpad.data_ptr(),
+                 None if table is None else table.data_ptr(),
+                 0 if table is None else table.stride(0), num_splits)
+    return p
+
+
+def _int32_table(torch, x, q):
+    """An integer table as the library reads it: int32, contiguous (x itself when it already is);
+    an int stands for (batch,) copies of itself."""
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        return torch.full((q.shape[0],), int(x), dtype=torch.int32, device=q.device)
+    if x.dtype is torch.int32 and x.is_contiguous():
+        return x
+    return x.to(torch.int32).contiguous()
+
+
+def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                       cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                       window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                       return_softmax_lse, sink_logits):
+    torch = _torch or _torch_module()
+    ti = _ti or _torch_impl()
+
+    key = _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                     cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                     window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                     sink_logits)
+    plan = None if key is None else _plans.get(key)
+    if plan is None:
+        code, batch, geometry = _torch_check(
+            torch, ti, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+            cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits)
+
+    # The tensors as the library reads them; no copy of those that already are.
+    if q.stride(-1) != 1 and q.shape[-1] > 1:
+        q = q.detach().contiguous()
+    seqlens = _int32_table(torch, cache_seqlens, q)
+    batch_idx = table = leftpad = knew = vnew = cos = sin = alibi = sink = None
+    has_extras = not (k is None and rotary_cos is None and cache_batch_idx is None and
+                      cache_leftpad is None and block_table is None and alibi_slopes is None and
+                      sink_logits is None)
+    if has_extras:
+        batch_idx = _int32_table(torch, cache_batch_idx, q)
+        leftpad = _int32_table(torch, cache_leftpad, q)
+        table = _int32_table(torch, block_table, q)
+        if k is not None:
+            knew, vnew = ti._contig_last(k.detach()), ti._contig_last(v.detach())
+        if rotary_cos is not None:
+            cos = rotary_cos.detach().to(q.dtype).contiguous()
+            sin = rotary_sin.detach().to(q.dtype).contiguous()
+        if alibi_slopes is not None:
+            alibi = ti._contig_last(alibi_slopes.detach())
+        if sink_logits is not None:
+            sink = sink_logits.detach().float().contiguous()
+
+    new = plan is None
+    if new:
+        plan = _torch_plan(q, k_cache, v_cache, knew, vnew, batch)
+    device = q.device
+    out = torch.empty(*plan.out_shape, dtype=q.dtype, device=device)
+    # Without return_softmax_lse the library writes no lse at all (lse = NULL).
+    lse = torch.empty(*plan.lse_shape, dtype=torch.float32, device=device) \
+        if return_softmax_lse else None
+    if plan.batch == 0:
+        if new and key is not None:
+            _plans.put(key, plan)
+        return (out, lse) if return_softmax_lse else out
+    if new:
+        p = _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqlens,
+                          batch_idx, leftpad, table, alibi, sink, code, geometry, softmax_scale,
+                          causal, window_size, softcap, rotary_interleaved, num_splits)
+        plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
+        if key is not None:
+            _plans.put(key, plan)
+    else:
+        # A hit: the plan's FaParams, copied for this call, with this call's addresses.
+        p = _lib.FaParams.from_buffer_copy(plan.template)
+        if plan.any_empty:
+            address = ti._address
+            p.q, p.k, p.v, p.o = address(q), address(k_cache), address(v_cache), address(out)
+            p.lse = None if lse is None else address(lse)
+            if knew is not None:
+                p.k_new, p.v_new = address(knew), address(vnew)
+        else:
+            p.q, p.k = q.data_ptr(), k_cache.data_ptr()
+            p.v, p.o = v_cache.data_ptr(), out.data_ptr()
+            p.lse = None if lse is None else lse.data_ptr()
+            if knew is not None:
+                p.k_new, p.v_new = knew.data_ptr(), vnew.data_ptr()
+        if seqlens is not None:
+            p.cache_seqlens = seqlens.data_ptr()
+        if has_extras:
+            if batch_idx is not None:
+                p.cache_batch_idx = batch_idx.data_ptr()
+            if leftpad is not None:
+                p.cache_leftpad = leftpad.data_ptr()
+            if table is not None:
+                p.block_table = table.data_ptr()
+            if cos is not None:
+                p.rotary_cos, p.rotary_sin = cos.data_ptr(), sin.data_ptr()
+            if alibi is not None:
+                p.alibi_slopes = alibi.data_ptr()
+            if sink is not None:
+                p.sink_logits = sink.data_ptr()
+        if plan.is_cuda:
+            p.stream = ti._current_stream(q)
+    p.plan = plan
+    if plan.is_cuda and ti._needs_device_switch(q):
+        with torch.cuda.device(device):
             _lib.kvcache_forward(p, ti._workspace_alloc(q))
+    else:
+        _lib.kvcache_forward(p, ti._workspace_alloc(q))
     return (out, lse) if return_softmax_lse else out

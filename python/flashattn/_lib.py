@@ -185,6 +185,16 @@ class FaParams(ctypes.Structure):
         ]
     )
 
+    # Not a field (Python-side only, not copied with the struct): the cached plan of the call's
+    # signature (_core.PlanCache), where `_with_workspace` remembers the workspace size that
+    # fa_check_* reported, so that this second full validation runs once per signature. None:
+    # ask fa_check_* on every call.
+    plan = None
+
+
+# Every address in FaParams (tensors, tables, stream, workspace).
+POINTER_FIELDS = tuple(name for name, kind in FaParams._fields_ if kind is _ptr)
+
 
 # ---- finding and loading the library ----------------------------------------------------------
 
@@ -306,38 +316,53 @@ def _raise_for(status, call):
 def _with_workspace(params, check_name, alloc):
     """When `alloc` is given (CUDA calls from PyTorch), ask the library how much scratch the call
     wants (fa_check_*) and hand it memory from `alloc(nbytes)` (PyTorch's caching allocator)
-    instead of letting it cudaMallocAsync / cudaFreeAsync on every call. Returns the buffer,
-    which must stay alive until the call has been enqueued. Errors are left to the call itself."""
+    instead of letting it cudaMallocAsync / cudaFreeAsync on every call. The size depends only on
+    what a call signature fixes (shapes, strides, dtypes, options, device), so with `params.plan`
+    set it is asked once per signature and remembered there. Returns the buffer, which must stay
+    alive until the call has been enqueued. Errors are left to the call itself."""
     if alloc is None:
         return None
-    size = ctypes.c_size_t(0)
-    if getattr(lib, check_name)(ctypes.byref(params), ctypes.byref(size)) != FA_OK or size.value == 0:
+    plan = params.plan
+    nbytes = None if plan is None else plan.workspace_bytes
+    if nbytes is None:
+        size = ctypes.c_size_t(0)
+        if getattr(lib, check_name)(ctypes.byref(params), ctypes.byref(size)) != FA_OK:
+            return None
+        nbytes = size.value
+        if plan is not None:
+            plan.workspace_bytes = nbytes
+    if nbytes == 0:
         return None
-    buf, address = alloc(size.value)
+    buf, address = alloc(nbytes)
     params.workspace = address
-    params.workspace_bytes = size.value
+    params.workspace_bytes = nbytes
     return buf
 
 
-def forward(params, alloc=None):
-    keep = _with_workspace(params, "fa_check_forward", alloc)  # noqa: F841 (alive during the call)
-    status = lib.fa_forward(ctypes.byref(params))
+def _call(entry, check_name, params, alloc):
+    keep = _with_workspace(params, check_name, alloc)
+    status = getattr(lib, entry)(ctypes.byref(params))
+    if status == FA_ERR_WORKSPACE and keep is not None and params.plan is not None:
+        # The remembered size no longer suffices (an environment switch such as
+        # FA_CUDA_BACKWARD=portable changed the kernel's plan): ask again. Nothing was written.
+        params.plan.workspace_bytes = None
+        params.workspace, params.workspace_bytes = None, 0
+        keep = _with_workspace(params, check_name, alloc)  # noqa: F841 (alive during the call)
+        status = getattr(lib, entry)(ctypes.byref(params))
     if status != FA_OK:
-        _raise_for(status, "fa_forward")
+        _raise_for(status, entry)
+
+
+def forward(params, alloc=None):
+    _call("fa_forward", "fa_check_forward", params, alloc)
 
 
 def backward(params, alloc=None):
-    keep = _with_workspace(params, "fa_check_backward", alloc)  # noqa: F841
-    status = lib.fa_backward(ctypes.byref(params))
-    if status != FA_OK:
-        _raise_for(status, "fa_backward")
+    _call("fa_backward", "fa_check_backward", params, alloc)
 
 
 def kvcache_forward(params, alloc=None):
-    keep = _with_workspace(params, "fa_check_kvcache", alloc)  # noqa: F841
-    status = lib.fa_kvcache_forward(ctypes.byref(params))
-    if status != FA_OK:
-        _raise_for(status, "fa_kvcache_forward")
+    _call("fa_kvcache_forward", "fa_check_kvcache", params, alloc)
 
 
 def standard_forward(params):

@@ -63,11 +63,23 @@ def _view(t):
     return _core.View(_address(t), t.shape, strides)
 
 
+# torch's own fast accessors (what torch.compile's generated code calls), when this torch has them.
+_raw_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_raw_current_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def _current_stream(t):
+    """The cudaStream_t (as an int) of the current stream of CUDA tensor t's device."""
+    if _raw_current_stream is not None:
+        return _raw_current_stream(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
 def _device_and_stream(t):
+    if t.is_cuda:
+        return _lib.FA_DEVICE_CUDA, _current_stream(t)
     if t.device.type == "cpu":
         return _lib.FA_DEVICE_CPU, None
-    if t.device.type == "cuda":
-        return _lib.FA_DEVICE_CUDA, torch.cuda.current_stream(t.device).cuda_stream
     raise ValueError("flashattn: tensors on device %s are not supported (cpu or cuda)" % t.device)
 
 
@@ -96,7 +108,7 @@ class _Geometry:
 
     def alloc(self, shape, dtype, device):
         maker = torch.zeros if self.varlen else torch.empty
-        return maker(shape, dtype=dtype, device=device)
+        return maker(*shape, dtype=dtype, device=device)  # ints, not a tuple: faster to parse
 
 
 def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
@@ -118,16 +130,17 @@ def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, cau
                              stream=stream, **extra)
 
 
-def _run_realigning(run, inputs):
-    """run(*inputs); if the device path reports FA_ERR_ALIGNMENT (an input's address or strides
-    do not suit its vector loads), run once more on dense copies of the inputs. The library
-    writes nothing on error, so the retry starts clean."""
-    try:
-        run(*inputs)
-    except _lib.FlashAttnValueError as err:
-        if err.status != _lib.FA_ERR_ALIGNMENT:
-            raise
-        run(*(t.clone(memory_format=torch.contiguous_format) for t in inputs))
+def _dense_copies(err, *inputs):
+    """After `err` from a call: dense copies of its inputs for one more try if err is
+    FA_ERR_ALIGNMENT (an input's address or strides do not suit the device path's vector loads);
+    any other error is raised again. The library writes nothing on error, so the retry starts
+    clean."""
+    if err.status != _lib.FA_ERR_ALIGNMENT:
+        raise err
+    return tuple(t.clone(memory_format=torch.contiguous_format) for t in inputs)
+
+
+_allocators = {}  # device -> its `alloc` for _workspace_alloc (made once per device)
 
 
 def _workspace_alloc(t):
@@ -135,16 +148,95 @@ def _workspace_alloc(t):
     current stream's pool, so reuse is ordered after the call), as _lib's `alloc` callback."""
     if not t.is_cuda:
         return None
-
-    def alloc(nbytes):
-        buf = torch.empty(nbytes, dtype=torch.uint8, device=t.device)
-        return buf, buf.data_ptr()
+    device = t.device
+    alloc = _allocators.get(device)
+    if alloc is None:
+        def alloc(nbytes):
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            return buf, buf.data_ptr()
+        _allocators[device] = alloc
     return alloc
 
 
+def _needs_device_switch(t):
+    """True if t is on a GPU that is not the current device (the library runs on the current
+    device)."""
+    if not t.is_cuda:
+        return False
+    return _raw_current_device is None or _raw_current_device() != t.get_device()
+
+
+_NO_GUARD = contextlib.nullcontext()
+
+
 def _guard(t):
-    """Make t's GPU the current device for the call (the library runs on the current device)."""
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+    """Make t's GPU the current device for the call (the library runs on the current device);
+    nothing to do when it already is, or on the CPU."""
+    return torch.cuda.device(t.device) if _needs_device_switch(t) else _NO_GUARD
+
+
+# ---- plans of the op bodies ------------------------------------------------------------------
+
+# Per-signature plans of the two op bodies (see _core.PlanCache): a training step calls them with
+# the same shapes and options layer after layer, so after the first call only the data pointers
+# (and the stream) change. The keys hold every tensor's shape, strides, dtype and device and every
+# scalar argument (the ops' schema makes them plain floats, ints and bools).
+_fwd_plans = _core.PlanCache()
+_bwd_plans = _core.PlanCache()
+
+
+class _OpPlan:
+    """What an op body derives from its call signature: the geometry, whether the head dims are
+    padded (CUDA), the shape of the output it allocates, and after the first call with batch > 0
+    the FaParams `template` (with `any_empty`: an input passed by address is empty and gets a
+    placeholder, see _address) and `workspace_bytes` (see _lib._with_workspace)."""
+
+    __slots__ = ("geo", "padded", "out_shape", "template", "any_empty", "workspace_bytes")
+
+    def __init__(self, q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
+        self.geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+        self.padded = _needs_padding(q, v)
+        dv = v.shape[-1]
+        if self.padded:
+            dv += -dv % 8
+        self.out_shape = tuple(q.shape[:-1]) + (dv,)
+        self.template = None
+        self.any_empty = False
+        self.workspace_bytes = None
+
+
+def _sig(t):
+    """A tensor's part of a plan key (None for an absent optional tensor)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _from_template(plan, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
+    """For a plan hit: this call's own copy of the plan's FaParams with its data pointers (and
+    stream). (A plan's first call, and a call without plans, builds its FaParams with _params.)"""
+    p = _lib.FaParams.from_buffer_copy(plan.template)
+    p.plan = plan
+    if plan.any_empty:
+        p.q, p.k, p.v = _address(q), _address(k), _address(v)
+        p.o, p.lse = _address(o), _address(lse)
+    else:
+        p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        p.o, p.lse = o.data_ptr(), lse.data_ptr()
+    if cu_seqlens_q is not None:
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+    if alibi_slopes is not None:
+        p.alibi_slopes = alibi_slopes.data_ptr()
+    if sink_logits is not None:
+        p.sink_logits = sink_logits.data_ptr()
+    if q.is_cuda:
+        p.stream = _current_stream(q)
+    return p
+
+
+def _any_empty(*tensors):
+    for t in tensors:
+        if 0 in t.shape:
+            return True
+    return False
 
 
 # ---- forward op ---------------------------------------------------------------------------
@@ -157,22 +249,43 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
               deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """out [.., heads_q, head_dim_v] and lse (fp32). `deterministic` is unused here; it rides
     along so the autograd formula can see it."""
-    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+           v.shape, v.stride(), v.dtype, v.device, _sig(cu_seqlens_q), _sig(cu_seqlens_k),
+           max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+           _sig(alibi_slopes), _sig(sink_logits), _core._num_threads)
+    plan = _fwd_plans.get(key)
+    if plan is None:
+        plan = _OpPlan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+        new = True
+    else:
+        new = False
+    geo = plan.geo
     lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
-    padded = _needs_padding(q, v)
-    if padded:
+    if plan.padded:
         q, k, v = _pad_last(q, 8), _pad_last(k, 8), _pad_last(v, 8)
-    out = geo.alloc(tuple(q.shape[:-1]) + (v.shape[-1],), q.dtype, q.device)
+    out = geo.alloc(plan.out_shape, q.dtype, q.device)
     if geo.batch > 0:
-        def run(q, k, v):
-            _lib.forward(_params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
-                                 softmax_scale, causal, window_left, window_right, softcap,
-                                 alibi_slopes, sink_logits, False), _workspace_alloc(q))
-
+        if new:
+            p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+                        window_left, window_right, softcap, alibi_slopes, sink_logits, False)
+            plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
+            plan.any_empty = _any_empty(q, k, v, out, lse)
+            p.plan = plan
+        else:
+            p = _from_template(plan, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                               sink_logits)
         with _guard(q):
-            _run_realigning(run, (q, k, v))
-    if padded:
+            try:
+                _lib.forward(p, _workspace_alloc(q))
+            except _lib.FlashAttnValueError as err:
+                q, k, v = _dense_copies(err, q, k, v)
+                _lib.forward(_params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
+                                     softmax_scale, causal, window_left, window_right, softcap,
+                                     alibi_slopes, sink_logits, False), _workspace_alloc(q))
+    if new:
+        _fwd_plans.put(key, plan)
+    if plan.padded:
         out = out[..., :geo.dv].contiguous()
     return out, lse
 
@@ -200,33 +313,65 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
               alibi_slopes: Optional[torch.Tensor], sink_logits: Optional[torch.Tensor],
               deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (shaped like q, k, v) and dsink ([heads_q] fp32, or empty without sinks)."""
-    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    key = (dout.shape, dout.stride(), dout.dtype, dout.device, q.shape, q.stride(), q.dtype,
+           q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(), v.dtype,
+           v.device, out.shape, out.stride(), out.dtype, out.device, _sig(lse),
+           _sig(cu_seqlens_q), _sig(cu_seqlens_k), max_seqlen_q, max_seqlen_k, softmax_scale,
+           causal, window_left, window_right, softcap, _sig(alibi_slopes), _sig(sink_logits),
+           deterministic, _core._num_threads)
+    plan = _bwd_plans.get(key)
+    if plan is None:
+        plan = _OpPlan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+        new = True
+    else:
+        new = False
+    geo = plan.geo
     d, dv_dim = q.shape[-1], v.shape[-1]
-    dsink = torch.empty((geo.hq if sink_logits is not None else 0,), dtype=torch.float32,
-                        device=q.device)
+    device = q.device
+    dsink = torch.empty(geo.hq if sink_logits is not None else 0, dtype=torch.float32,
+                        device=device)
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
     out, dout = _contig_last(out), _contig_last(dout)
     lse = lse.contiguous()
-    padded = _needs_padding(q, v)
-    if padded:
+    if plan.padded:
         q, k, v, out, dout = (_pad_last(t, 8) for t in (q, k, v, out, dout))
-    dq = geo.alloc(q.shape, q.dtype, q.device)
-    dk = geo.alloc(k.shape, k.dtype, k.device)
-    dv = geo.alloc(v.shape, v.dtype, v.device)
+    dq = geo.alloc(q.shape, q.dtype, device)
+    dk = geo.alloc(k.shape, k.dtype, device)
+    dv = geo.alloc(v.shape, v.dtype, device)
     if geo.batch > 0:
-        def run(q, k, v, out, dout):
+        dsink_ptr = _address(dsink) if sink_logits is not None else None
+        if new:
             p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
                         window_left, window_right, softcap, alibi_slopes, sink_logits,
                         deterministic)
-            _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv),
-                               _address(dsink) if sink_logits is not None else None)
-            _lib.backward(p, _workspace_alloc(q))
-
+            _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv), dsink_ptr)
+            plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
+            plan.any_empty = _any_empty(q, k, v, out, lse, dout, dq, dk, dv)
+            p.plan = plan
+        else:
+            p = _from_template(plan, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                               sink_logits)
+            if plan.any_empty:
+                p.dout, p.dq, p.dk, p.dv = _address(dout), _address(dq), _address(dk), _address(dv)
+            else:
+                p.dout, p.dq, p.dk, p.dv = (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                            dv.data_ptr())
+            p.dsink = dsink_ptr
         with _guard(q):
-            _run_realigning(run, (q, k, v, out, dout))
+            try:
+                _lib.backward(p, _workspace_alloc(q))
+            except _lib.FlashAttnValueError as err:
+                q, k, v, out, dout = _dense_copies(err, q, k, v, out, dout)
+                p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                            causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
+                            deterministic)
+                _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv), dsink_ptr)
+                _lib.backward(p, _workspace_alloc(q))
     elif sink_logits is not None:
         dsink.zero_()
-    if padded:
+    if new:
+        _bwd_plans.put(key, plan)
+    if plan.padded:
         dq = dq[..., :d].contiguous()
         dk = dk[..., :d].contiguous()
         dv = dv[..., :dv_dim].contiguous()
@@ -329,10 +474,11 @@ def _check_tensor(name, t, device):
                          "device)" % (name, t.device, device))
 
 
-def _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    alibi_slopes, sink_logits):
-    """Checks done in Python before the op (shapes, dtypes, devices); returns the optional
-    tensors converted as the op wants them (int32 cu_seqlens, fp32 slopes and sinks)."""
+def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                  alibi_slopes, sink_logits):
+    """Checks done in Python before the op (shapes, dtypes, devices); they depend only on the
+    call signature. Returns max_seqlen_q, max_seqlen_k as the op takes them (0 without
+    cu_seqlens)."""
     for name, t in (("k", k), ("v", v)):
         _check_tensor(name, t, q.device)
     if q.device.type not in ("cpu", "cuda"):
@@ -352,8 +498,6 @@ def _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         batch = _core.check_cu_seqlens_shapes(cu_seqlens_q.shape, cu_seqlens_k.shape)
         if cu_seqlens_q.dtype.is_floating_point or cu_seqlens_k.dtype.is_floating_point:
             raise TypeError("flashattn: cu_seqlens must be integer tensors (torch.int32)")
-        cu_seqlens_q = cu_seqlens_q.to(torch.int32).contiguous()
-        cu_seqlens_k = cu_seqlens_k.to(torch.int32).contiguous()
         if max_seqlen_q is None or max_seqlen_k is None:
             raise TypeError("flashattn: max_seqlen_q and max_seqlen_k are required with "
                             "cu_seqlens")
@@ -366,30 +510,103 @@ def _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         if alibi_slopes.dtype != torch.float32:
             raise TypeError("flashattn: alibi_slopes must be torch.float32, got %s"
                             % alibi_slopes.dtype)
-        alibi_slopes = _contig_last(alibi_slopes)
     if sink_logits is not None:
         _check_tensor("sink_logits", sink_logits, q.device)
         _core.check_sink_shape(sink_logits.shape, hq)
         if not sink_logits.dtype.is_floating_point:
             raise TypeError("flashattn: sink_logits must be a floating-point tensor")
+    return max_seqlen_q, max_seqlen_k
+
+
+def _convert_inputs(cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
+    """The optional tensors (checked) as the op wants them: int32 contiguous cu_seqlens, fp32
+    slopes and sinks; the tensor itself where it already is."""
+    if cu_seqlens_q is not None:
+        cu_seqlens_q = cu_seqlens_q.to(torch.int32).contiguous()
+        cu_seqlens_k = cu_seqlens_k.to(torch.int32).contiguous()
+    if alibi_slopes is not None:
+        alibi_slopes = _contig_last(alibi_slopes)
+    if sink_logits is not None:
         sink_logits = sink_logits.float().contiguous()
+    return cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits
+
+
+def _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    alibi_slopes, sink_logits):
+    """_check_inputs, then the optional tensors converted as the op wants them."""
+    max_seqlen_q, max_seqlen_k = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                               max_seqlen_k, alibi_slopes, sink_logits)
+    cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits = _convert_inputs(
+        cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
     return cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, sink_logits
+
+
+# attention(): per call signature (see _core.PlanCache), the op's scalar arguments as the
+# signature's checks (which passed) and defaults made them.
+_checked = _core.PlanCache()
+
+
+def _attention_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+                   deterministic):
+    """The key of an attention() call in _checked, or None (a tensor subclass or a non-tensor
+    where a tensor goes, an argument that is not a plain scalar): such calls are not cached."""
+    plain = _PLAIN_TENSOR_TYPES
+    if type(q) not in plain or type(k) not in plain or type(v) not in plain:
+        return None
+    window = _core.window_key(window_size)
+    if window is None or not _core.plain_scalars(max_seqlen_q, max_seqlen_k, softmax_scale,
+                                                 causal, softcap, deterministic):
+        return None
+    extras = None
+    if not (cu_seqlens_q is None and cu_seqlens_k is None and alibi_slopes is None and
+            sink_logits is None):
+        extras = []
+        for t in (cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
+            if t is None:
+                extras.append(None)
+            elif type(t) in plain:
+                extras.append((t.shape, t.stride(), t.dtype, t.device))
+            else:
+                return None
+        extras = tuple(extras)
+    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+            v.shape, v.stride(), v.dtype, v.device, extras, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window, softcap, deterministic)
 
 
 def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
               softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False):
     """(out, lse) through the autograd-aware op."""
-    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-     sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, alibi_slopes, sink_logits)
-    _, wl, wr = _core.window_fields(window_size)
-    scale = _core.default_scale(q.shape[-1], softmax_scale)
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal), wl,
-            wr, _core.check_softcap(softcap), alibi_slopes, sink_logits, bool(deterministic))
-    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
+    # While torch.compile traces, this runs once per graph and on fake tensors: no cache.
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else _attention_key(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, sink_logits, deterministic)
+    scalars = None if key is None else _checked.get(key)
+    if scalars is None:
+        max_seqlen_q, max_seqlen_k = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                   max_seqlen_q, max_seqlen_k, alibi_slopes,
+                                                   sink_logits)
+        _, wl, wr = _core.window_fields(window_size)
+        scalars = (max_seqlen_q, max_seqlen_k, _core.default_scale(q.shape[-1], softmax_scale),
+                   bool(causal), wl, wr, _core.check_softcap(softcap), bool(deterministic))
+        if key is not None:
+            _checked.put(key, scalars)
+    max_seqlen_q, max_seqlen_k, scale, causal, wl, wr, softcap, deterministic = scalars
+    if not (cu_seqlens_q is None and alibi_slopes is None and sink_logits is None):
+        cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits = _convert_inputs(
+            cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, wl,
+            wr, softcap, alibi_slopes, sink_logits, deterministic)
+    # With a key every tensor is a plain one and nothing is being traced: only a dispatch mode
+    # needs the ops.
+    if _get_current_dispatch_mode() is not None if key is not None else \
+            _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits):
         return torch.ops.flashattn.fwd(*args)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sink_logits)):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (sink_logits is not None and sink_logits.requires_grad)):
         return _AttentionFunction.apply(*args)
     return _fwd_impl(*args)
 

@@ -349,3 +349,82 @@ def test_torch_cuda(dtype_name, case):
     if case[5] % 8 or case[6] % 8:
         pytest.skip("the CUDA path takes head dims that are multiples of 8")
     run_and_check(dtype_name, case, torch_converter("cuda", dtype_name), torch_to_numpy)
+
+
+class NoPlans:
+    """Stands in for a _core.PlanCache that never holds a plan: every call takes the uncached
+    path (all checks, a FaParams built from scratch)."""
+
+    def get(self, key):
+        return None
+
+    def put(self, key, plan):
+        pass
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_torch_plan_cache_is_keyed_by_signature(monkeypatch):
+    """torch_with_kvcache keeps a plan per call signature (shapes, strides, dtypes, devices,
+    options) and on a hit only patches the data pointers: every call of a sequence that hits
+    plans (other shapes and options in between) gives bitwise the results of the same call with
+    no plan at all (caches appended too), and an option change (causal, window, softcap,
+    num_splits, an int cache_seqlens) gets its own plan and its own answer."""
+    from flashattn import _kvcache
+
+    conv = torch_converter("cpu", "float32")
+    full = {"append": True, "rotary": 16, "leftpad": True, "batch_idx": True, "alibi": True,
+            "sink": True, "causal": True}
+
+    def problem(seed, o, batch=3, capacity=24):
+        q, kc, vc, kw = make_problem(np.random.default_rng(seed), np.float32, batch, 2, 4, 2, 32,
+                                     32, capacity, o)
+        if "rotary_cos" in kw:  # tables that differ from seed to seed, as the other data do
+            kw["rotary_cos"] = kw["rotary_cos"] * (1.0 + 0.01 * seed)
+            kw["rotary_sin"] = kw["rotary_sin"] * (1.0 - 0.01 * seed)
+        return conv(q), conv(kc), conv(vc), {key: conv(val, key) for key, val in kw.items()}
+
+    def run(prob, **options):
+        q, kc, vc, kw = prob
+        kc, vc = kc.clone(), vc.clone()  # appended in place: each run starts from the same cache
+        out, lse = flashattn.flash_attn_with_kvcache(q, kc, vc, return_softmax_lse=True,
+                                                     **dict(kw, **options))
+        return out, lse, kc, vc
+
+    a1, a2 = problem(1, full), problem(2, full)  # one signature, other data
+    b = problem(3, full, batch=2)  # another shape
+    p1, p2 = problem(4, {"page": 3, "append": True}), problem(5, {"page": 3, "append": True})
+    i1, i2 = problem(6, {"seqlens_int": True}), problem(7, {"seqlens_int": True})
+    i2[3]["cache_seqlens"] -= 5  # another int than i1's: the same signature
+    sequence = [
+        (a1, {}), (b, {}), (a1, {"causal": False}), (a1, {"window_size": (3, 1)}),
+        (p1, {}), (i1, {}), (a2, {}), (a2, {"causal": False}), (a2, {"window_size": (3, 1)}),
+        (a2, {"softcap": 2.0}), (a2, {"num_splits": 2}), (p2, {}), (i2, {}), (b, {}),
+        (a1, {"softcap": 2.0}), (a2, {"softmax_scale": 0.3}),
+    ]
+    made = []
+    real_plan = _kvcache._torch_plan
+    monkeypatch.setattr(_kvcache, "_torch_plan", lambda *a: made.append(1) or real_plan(*a))
+    _kvcache._plans.clear()
+    cached = [run(prob, **o) for prob, o in sequence]
+    # a1 {}, b, a1 causal=False, a1 window, p1, i1, a2 softcap, a2 num_splits, a2 scale; the
+    # rest are hits
+    assert len(made) == 9, "plans made: %d (hits missing or signatures confused)" % len(made)
+    monkeypatch.setattr(_kvcache, "_plans", NoPlans())
+    fresh = [run(prob, **o) for prob, o in sequence]
+    assert len(made) == 9 + len(sequence)
+    for (prob, o), got, want in zip(sequence, cached, fresh):
+        for name, x, y in zip(("out", "lse", "k_cache", "v_cache"), got, want):
+            assert torch.equal(x, y), "%s differs for options %s" % (name, o)
+    # the masks and softcap that share a problem give different answers (so the check above can
+    # tell them apart; split-KV is meant to give the same one)
+    outs = [got[0] for (prob, o), got in zip(sequence, cached)
+            if prob is a2 and "num_splits" not in o]
+    assert len(outs) == 5
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):
+            assert not torch.equal(outs[i], outs[j])
+    assert not torch.equal(cached[0][0], cached[6][0])  # a1 and a2: other data, other result
+    # without return_softmax_lse (no lse written at all) out is the same
+    q, kc, vc, kw = a2
+    assert torch.equal(flashattn.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), **kw),
+                       cached[6][0])

@@ -368,3 +368,122 @@ def test_caller_workspace_from_the_allocator_hook(monkeypatch):
     o_own = flashattn.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, num_splits=3)
     assert torch.equal(o_hooked, o_own)
     assert len(asked) == before + 1 and asked[-1] > 0, asked  # split-KV partial states
+
+
+class NoPlans:
+    """Stands in for a _core.PlanCache that never holds a plan: every call takes the uncached
+    path (all checks, each FaParams built from scratch)."""
+
+    def get(self, key):
+        return None
+
+    def put(self, key, plan):
+        pass
+
+
+def test_plan_caches_are_keyed_by_signature(monkeypatch):
+    """The eager calls keep plans per call signature (attention()'s checks, each op body's
+    FaParams) and on a hit only patch the data pointers: every call of a sequence that hits plans
+    (other shapes and options in between) gives bitwise the outputs and gradients of the same
+    call with no plans, and an option change gets its own plan and its own answer."""
+    from flashattn import _torch_impl as ti
+
+    def problem(seed, batch=2, hkv=2):
+        seeded("plans-%d" % seed)
+        q = rand((batch, 33, 4, 32), torch.float32, 0.2)
+        k = rand((batch, 47, hkv, 32), torch.float32, -0.1)
+        v = rand((batch, 47, hkv, 32), torch.float32, 0.5)
+        extra = {"alibi_slopes": torch.rand(4) * 0.3,
+                 "sink_logits": torch.randn(4).requires_grad_()}
+        return q, k, v, torch.randn(batch, 33, 4, 32), extra
+
+    def varlen_problem(seed, lens_q, lens_k):
+        seeded("plans-varlen-%d" % seed)
+        q = rand((sum(lens_q), 4, 32), torch.float32)
+        k = rand((sum(lens_k), 2, 32), torch.float32)
+        v = rand((sum(lens_k), 2, 32), torch.float32, 0.5)
+        cu = [torch.tensor([0] + np.cumsum(lens).tolist(), dtype=torch.int32)
+              for lens in (lens_q, lens_k)]
+        return q, k, v, torch.randn(sum(lens_q), 4, 32), {"cu": cu}
+
+    def run(prob, **options):
+        q, k, v, dout, extra = prob
+        kw = {name: extra[name] for name in ("alibi_slopes", "sink_logits")
+              if options.pop(name, False)}
+        if "cu" in extra:
+            out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, *extra["cu"], 30, 30,
+                                                           return_attn_probs=True, **options)
+        else:
+            out, lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True,
+                                                    **options, **kw)
+        leaves = [q, k, v] + ([kw["sink_logits"]] if "sink_logits" in kw else [])
+        return [out.detach(), lse] + list(torch.autograd.grad(out, leaves, dout))
+
+    a1, a2, b = problem(1), problem(2), problem(3, batch=1, hkv=4)
+    v1 = varlen_problem(1, [5, 20, 8], [30, 0, 17])
+    v2 = varlen_problem(2, [11, 11, 11], [7, 25, 15])  # the same totals, other cu_seqlens
+    window = {"causal": True, "window_size": (7, 3)}
+    sequence = [
+        (a1, {"causal": True}), (b, {"causal": True}), (a1, {}), (a1, window),
+        (a1, {"alibi_slopes": True, "softcap": 3.0}), (a1, {"sink_logits": True}),
+        (v1, {"causal": True}), (a2, {"causal": True}), (a2, {}), (a2, window),
+        (a2, {"alibi_slopes": True, "softcap": 3.0}), (a2, {"sink_logits": True}),
+        (v2, {"causal": True}), (b, {"causal": True}),
+        (a2, {"causal": True, "deterministic": True}),
+        (a2, {"alibi_slopes": True, "softcap": 1.0}), (a2, {"causal": True, "softmax_scale": 0.3}),
+    ]
+    for plans in (ti._checked, ti._fwd_plans, ti._bwd_plans):
+        plans.clear()
+    cached = [run(prob, **dict(o)) for prob, o in sequence]
+    # a1 x 5 options, b, v1, another softcap, a scale; deterministic: the forward's plan, its
+    # own backward plan
+    assert (len(ti._checked), len(ti._fwd_plans), len(ti._bwd_plans)) == (10, 9, 10)
+    for name in ("_checked", "_fwd_plans", "_bwd_plans"):
+        monkeypatch.setattr(ti, name, NoPlans())
+    fresh = [run(prob, **dict(o)) for prob, o in sequence]
+    for (prob, o), got, want in zip(sequence, cached, fresh):
+        assert len(got) == len(want)
+        for x, y in zip(got, want):
+            assert torch.equal(x, y), "differs for options %s" % o
+    # the options that share a problem give different answers (so the check above can tell)
+    outs = [got[0] for (prob, o), got in zip(sequence, cached) if prob is a2 and
+            "deterministic" not in o]
+    assert len(outs) == 7
+    for i in range(len(outs)):
+        for j in range(i + 1, len(outs)):
+            assert not torch.equal(outs[i], outs[j])
+    assert not torch.equal(cached[0][0], cached[7][0])
+    assert not torch.equal(cached[6][0], cached[12][0])
+
+
+def test_remembered_workspace_size_is_asked_again_when_short(monkeypatch):
+    """A plan remembers the workspace size fa_check_* gave for its signature (asked once, not per
+    call); should the library want more later (an environment switch that changes a kernel's
+    plan), the call asks fa_check_* again and succeeds instead of failing with FA_ERR_WORKSPACE."""
+    from flashattn import _kvcache
+    from flashattn import _torch_impl as ti
+
+    asked = []
+
+    def hook(t):
+        def alloc(nbytes):
+            asked.append(nbytes)
+            buf = torch.full((nbytes + 256,), 0xA5, dtype=torch.uint8)  # 256-aligned view
+            return buf, (buf.data_ptr() + 255) // 256 * 256
+        return alloc
+
+    monkeypatch.setattr(ti, "_workspace_alloc", hook)
+    seeded("stale-workspace")
+    kc, vc = torch.randn(2, 64, 2, 64), torch.randn(2, 64, 2, 64) + 0.5
+    q = torch.randn(2, 1, 4, 64)
+    seqlens = torch.tensor([17, 64], dtype=torch.int32)
+    _kvcache._plans.clear()
+    first = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=3)
+    second = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=3)
+    (plan,) = list(_kvcache._plans._plans.values())
+    need = plan.workspace_bytes
+    assert need > 0 and asked == [need, need]
+    plan.workspace_bytes = 8  # stale: less than the library wants
+    third = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=3)
+    assert asked == [need, need, 8, need] and plan.workspace_bytes == need
+    assert torch.equal(first, second) and torch.equal(first, third)
