@@ -67,7 +67,7 @@ done
 wait
 echo "ptxas: <kernel template args> registers, spills (ILi<bucket>ELb<bf16>ELb<det>, 256: ILb<bf16>ELb<det>)"
 cat "$OUTDIR"/ptxas_*.log | grep -E "Compiling entry|spill|Used" | grep -A2 "main_kernel" | grep -v "^--" |
-    sed -E 's/.*(fa_hbwd[0-9]*_main_kernelI[^E]*E[^E]*E[^E]*E).*/\1/; s/ptxas info *: //' | paste - - - | sed -E 's/ +/ /g'
+    sed -E 's/.*(fa_hbwd[0-9]*_main_kernelI[^E]*E[^E]*E[^E]*E[^E]*E).*/\1/; s/ptxas info *: //' | paste - - - | sed -E 's/ +/ /g'
 CC_FLAGS="-std=c11 -O2 -Wall -Wextra -Iinclude -I$CUDA_HOME/include"
 LIBS="$B/libflashattn.a -L$CUDA_HOME/lib64 -lcudart -lstdc++ -lm -lpthread -ldl -lrt"
 for t in fa_gpu_bwd_paths fa_gpu_backward fa_gpu_determinism; do
@@ -77,7 +77,7 @@ stamp "built"
 
 # ---- 2-4. tests ----------------------------------------------------------------------------------
 if [ "$MODE" = all ] || [ "$MODE" = test ]; then
-    step bwd_paths_det 150 ./$B/fa_gpu_bwd_paths det
+    step bwd_paths_det 240 ./$B/fa_gpu_bwd_paths det
     step bwd_paths 60 ./$B/fa_gpu_bwd_paths
     step gpu_backward 30 ./$B/fa_gpu_backward
     step determinism 30 ./$B/fa_gpu_determinism
