@@ -86,8 +86,11 @@ ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/
     "$BUILD/libflashattn.a" -o "$BWDP" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
     || fail "build $BWDP"
 "$BWDP" || fail "backward kernels disagree (tests/gpu/fa_gpu_bwd_paths.c)"
+echo "-- the same with deterministic = 1 (semaphore-ordered dQ; dq/dk/dv bitwise equal over 3 runs)"
+"$BWDP" det || fail "deterministic backward (tests/gpu/fa_gpu_bwd_paths.c det)"
 for tool in memcheck racecheck synccheck; do
-    echo "-- $tool: backward kernels (small problems, every Hopper backward bucket)"
+    echo "-- $tool: backward kernels (small problems, every Hopper backward bucket, both modes)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$BWDP" small || fail "$tool on $BWDP small"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$BWDP" small det || fail "$tool on $BWDP small det"
 done
 echo "gpu-test: all passed"

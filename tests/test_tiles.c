@@ -156,18 +156,21 @@ FA_TEST(tiles_hopper_backward) {
                  fa_hopper_bwd_bucket(200, 196) == 0,
              "d < 64, d > 256, d not a multiple of 8 and mixed buckets: portable");
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0) == NULL, "sm_90 bf16 d = 256");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0) == NULL, "sm_90 f16 d = 192");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0) == NULL, "sm_90 bf16 d = 128");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0) == NULL, "sm_90 f16 d = 64");
-    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0) != NULL, "sm_80: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0) != NULL, "ALiBi: portable");
-    /* softcap is no argument: every softcap problem with a positive scale takes the Hopper kernel */
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0) != NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2) == NULL, "sm_90 bf16 d = 256");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2) == NULL, "sm_90 f16 d = 192");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2) == NULL, "sm_90 bf16 d = 128");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2) == NULL, "sm_90 f16 d = 64");
+    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2) != NULL, "sm_80: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2) != NULL, "ALiBi: portable");
+    /* softcap and deterministic are no arguments: such problems with a positive scale take the Hopper kernel */
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2) != NULL,
              "negative scale: portable (masked scores are -inf before the scale), with softcap too");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f, 0) != NULL, "zero scale_log2: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 1) != NULL,
-             "deterministic: portable (the Hopper kernel's dQ uses atomics)");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, 0.0f) != NULL, "zero scale_log2: portable");
+    /* deterministic mode: one int32 semaphore per (sequence, query head, query block, dQ piece) */
+    FA_CHECK(fa_hopper_bwd_semaphores(128, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
+                 fa_hopper_bwd_semaphores(64, 2, 8, 1000) == 2 * 8 * 8 * 2 &&
+                 fa_hopper_bwd_semaphores(256, 1, 4, 64) == 4 * 1 * 2 && fa_hopper_bwd_semaphores(0, 1, 1, 1) == 0,
+             "dQ semaphores: batch x heads_q x ceil(seqlen_q / BLOCK_M) x 2");
     FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
                  !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),
              "TMA strides: positive multiples of 8 below 2^39, anything along an axis of extent 1");

@@ -35,6 +35,7 @@ typedef struct bench_case {
     int repeats;        /* timed calls; 0 = adaptive (at least 3, more while under a time budget) */
     int warmups;        /* untimed calls before timing                                           */
     uint64_t seed;
+    int deterministic;  /* fa_params.deterministic (the backward's bitwise-repeatable dq)          */
 } bench_case;
 
 /* Where extra_mem_bytes comes from. */

@@ -41,6 +41,7 @@ typedef struct bench_options {
     int impl_given; /* --impl given: standard also appears (as skipped) for bwd / fwdbwd      */
     int threads, repeats, warmups;
     int json, gemm;
+    int deterministic;
     uint64_t seed;
     double standard_limit; /* bytes the standard path may materialise; beyond it, skipped       */
 } bench_options;
@@ -85,6 +86,7 @@ static void print_help(void) {
         "  --repeats N            timed calls (default: adaptive, >= 3 on cpu, >= 10 on cuda)\n"
         "  --warmup N             untimed calls first (default 1 on cpu, 3 on cuda)\n"
         "  --seed N               input seed (default %d)\n"
+        "  --deterministic        fa_params.deterministic = 1 (bitwise-repeatable backward)\n"
         "  --gemm                 also time an fp32 GEMM n=2048 through an installed BLAS\n"
         "  --no-gemm              do not (the CPU default sweep measures it)\n"
         "  --json                 one JSON object per measurement per line\n"
@@ -224,6 +226,8 @@ static int parse_run_flag(int argc, char **argv, int *i, bench_options *o) {
         o->seed = (uint64_t)cli_parse_int(CMD, "--seed", v, 0, INT64_MAX);
     } else if (!strcmp(argv[*i], "--json")) {
         o->json = 1;
+    } else if (!strcmp(argv[*i], "--deterministic")) {
+        o->deterministic = 1;
     } else if (!strcmp(argv[*i], "--gemm")) {
         o->gemm = 1;
     } else if (!strcmp(argv[*i], "--no-gemm")) {
@@ -443,6 +447,7 @@ static void for_each_configuration(const bench_options *o, sweep_state *s,
     c.repeats = o->repeats;
     c.warmups = o->warmups;
     c.seed = o->seed;
+    c.deterministic = o->deterministic;
     int n_sk = o->sk.count ? o->sk.count : 1;
     for (int t = 0; t < o->n_dtypes; t++)
     for (int m = 0; m < o->n_modes; m++)

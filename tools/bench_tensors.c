@@ -24,6 +24,7 @@ void bench_case_params(const bench_case *c, fa_params *p) {
     p->window_left = c->window_left;
     p->window_right = c->window_right;
     p->num_threads = c->threads;
+    p->deterministic = c->deterministic;
 }
 
 bench_sizes bench_case_sizes(const bench_case *c) {

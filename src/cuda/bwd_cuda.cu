@@ -5,7 +5,7 @@
  *                            shared memory) and the workspace size
  *   fa_cuda_backward         plans the call and runs, asynchronously on p->stream:
  *     0. workspace: p->workspace, or cudaMallocAsync / cudaFreeAsync on the stream
- *     1. cudaMemsetAsync of the fp32 dQ accumulator(s)
+ *     1. cudaMemsetAsync of the fp32 dQ accumulator(s) (and the Hopper kernels' dQ semaphores)
  *     2. pre-pass kernel: D = rowsum(dO∘O), LSE in log2 units (+inf where LSE = -inf, so P = 0),
  *        and per-block dsink partials
  *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
@@ -18,16 +18,20 @@
  *
  * No device synchronisation, no host read of cu_seqlens. Every CUDA call and launch is checked.
  *
- * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the deterministic-mode
- * split count of bwd_tiles.h) and G = GQA group splits:
+ * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the portable kernels'
+ * deterministic-mode split count of bwd_tiles.h) and G = GQA group splits:
  *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one, head-major)
+ *   dq semaphores  Hopper kernels, deterministic mode: batch × heads_q × query blocks × 2 × 4
+ *                bytes (hopper_tiles.h; zeroed by the same memset as dq_accum, which it follows)
  *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
  *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
  *   dk/dv parts  G × total_k × heads_kv × (d + dv) × 4       (only when G > 1)
- * Deterministic mode costs (S - 1) extra dQ buffers: S ≈ SMs / (batch × heads_kv × G), capped
- * by the number of key blocks; e.g. b = 1, 16 heads, d = 128 on 132 SMs: S = 9, 9 × the 512 MiB
- * of one fp32 dQ at 64k tokens.
+ * Deterministic mode on the portable kernels costs (S - 1) extra dQ buffers: S ≈ SMs / (batch ×
+ * heads_kv × G), capped by the number of key blocks; e.g. b = 1, 16 heads, d = 128 on 132 SMs:
+ * S = 9, 9 × the 512 MiB of one fp32 dQ at 64k tokens. The Hopper kernels instead order each dQ
+ * tile's additions by key block (bwd_hopper_common.cuh, "deterministic dQ"): one dQ buffer and
+ * a few KiB of semaphores.
  */
 #include <cuda_fp16.h>
 #include <math.h>
@@ -207,7 +211,8 @@ typedef struct fa_bwd_plan {
     int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
     int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
     int device_ordinal;
-    size_t off_dq, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
+    size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
+    size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
 } fa_bwd_plan;
 
 /* Every stride the Hopper kernel's TMA maps step along (hopper_tiles.h's rule; an axis of
@@ -265,12 +270,11 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
     /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
-     * has one dQ accumulator (no deterministic splits). */
+     * has one dQ accumulator (deterministic mode: semaphores instead of splits). */
     const char *force = getenv("FA_CUDA_BACKWARD");
     plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
-                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
-                                             p->deterministic) == NULL &&
+                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
                    /* a masked score is -inf before the scale: with a negative one, P = 2^+inf */
@@ -285,8 +289,9 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         plan->hopper ? 1 : fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
     plan->heads_per_split = (int)((pb->group + plan->group_splits - 1) / plan->group_splits);
     const int64_t bhs = p->batch * p->heads_kv * plan->group_splits;
-    plan->dq_splits = p->deterministic ? fa_bwd_deterministic_splits(plan->key_blocks, bhs, dev.sm_count) : 1;
-    plan->blocks_per_head = (int)(p->deterministic ? plan->dq_splits : plan->key_blocks);
+    const int split_dq = p->deterministic && !plan->hopper; /* the portable kernels' deterministic mode */
+    plan->dq_splits = split_dq ? fa_bwd_deterministic_splits(plan->key_blocks, bhs, dev.sm_count) : 1;
+    plan->blocks_per_head = (int)(split_dq ? plan->dq_splits : plan->key_blocks);
     if (plan->key_blocks > INT32_MAX || bhs > INT32_MAX / (plan->blocks_per_head > 0 ? plan->blocks_per_head : 1))
         return fa_set_error(FA_ERR_INVALID_SIZE,
                             "batch × heads_kv × key blocks = %lld × %lld × %lld exceeds the CUDA grid limit",
@@ -308,6 +313,13 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     size_t off = 0;
     plan->off_dq = off;
     off = fa_cuda_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
+    plan->off_sem = off;
+    plan->sem_bytes =
+        plan->hopper && p->deterministic
+            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch,
+                                               p->heads_q, p->seqlen_q) * 4
+            : 0;
+    off = fa_cuda_align256(off + plan->sem_bytes);
     plan->off_lse = off;
     if (!plan->hopper) off = fa_cuda_align256(off + row_elems * 4);
     plan->off_dsum = off;
@@ -359,10 +371,11 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     float *sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
     const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
 
-    /* 1. zero dQ accumulators */
+    /* 1. zero dQ accumulators (and the semaphores right after them) */
+    const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
+                                                  : (size_t)plan->dq_splits * dq_elems * 4;
     if (dq_elems > 0)
-        FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)plan->dq_splits * dq_elems * 4, stream),
-                      "cudaMemsetAsync(dq accumulator)");
+        FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
 
     /* 2. pre-pass */
     if (p->total_q > 0) {
@@ -428,7 +441,8 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.lse = p->lse;
         prm.dsum = dsum;
         prm.dq_accum = dq_accum;
-        prm.dq_accum_split_elems = p->deterministic ? (int64_t)dq_elems : 0;
+        prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
+        prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
         prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
         prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
         prm.group_splits = plan->group_splits;

@@ -5,8 +5,9 @@
  * two share: bwd_cuda.cu's pre-pass (D = rowsum(dO∘O), dsink) and zeroed fp32 dQ accumulator
  * around it, the coverage (f16 / bf16, MHA / GQA / MQA, fixed-length and varlen batches, causal
  * and sliding windows with causal folded in, sinks through the LSE, softcap in the SOFTCAP
- * instantiations; not ALiBi or the deterministic mode), the forward's LSE read here and converted
- * to log2 units, the producer's
+ * instantiations; not ALiBi), the deterministic mode (template DET: dQ additions ordered by key
+ * block, producer warps 1 and 2 keeping the turns of the two consumers' column pieces;
+ * bwd_hopper_common.cuh), the forward's LSE read here and converted to log2 units, the producer's
  * stage protocol, the varlen zeroing and the mask. fa_bwd_launch_hopper() dispatches here. From
  * lab/hopper_bwd/v2 (d = 256 only, fixed length, causal or not; 37/37 checks on the H200 at
  * 1.11-1.15x FA2), with the library's varlen, windows, LSE and dQ layout added.
@@ -227,7 +228,7 @@ __device__ __forceinline__ void fa_hbwd256_store_dkdv(const fa_hbwd_params &prm,
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP>
+template <bool BF16, bool SOFTCAP, bool DET>
 __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
     fa_hbwd256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -237,7 +238,9 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
     using Cfg = fa_hbwd256_config;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
-    const int n0 = blockIdx.x * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
+    /* deterministic mode: highest key block first (bwd_hopper_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
                                              prm.seqlen_q, prm.seqlen_k, batch);
@@ -298,7 +301,11 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
     if (warpgroup == 0) {
         /* ================= producer ================= */
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        /* Deterministic mode: the warp index is lane 0's, which ptxas knows to be warp-uniform;
+         * with threadIdx.x / 32 the branch to the turn keepers made it spill the consumers'
+         * loop-invariant values (softcap at buckets 64 and 256, ptxas 13). */
+        const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+        const int lane = threadIdx.x % 32;
         if (warp == 0) {
             /* Lane 0 issues every TMA load; all lanes store the LSE2 and D rows of each
              * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
@@ -353,6 +360,10 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
                 lse_head += lse_head_pitch;
                 dsum_head += prm.total_q;
             }
+        } else if (DET && warp <= Cfg::CONSUMER_WGS) {
+            /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
+            fa_hbwd_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, head_kv, m_first, n_m, len_q, len_k, shift,
+                                   warp - 1, lane);
         }
         return;
     }
@@ -521,6 +532,9 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
          * col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d are skipped */
         float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
         const int dq_row_pitch = prm.head_dim;
+        /* deterministic mode: the higher key blocks have added these columns (the turn keeper
+         * acquired at gpu scope, then arrived on DQ_TURN) */
+        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = 16 * warp + lane / 4 + 8 * h;
@@ -534,6 +548,8 @@ __global__ void __launch_bounds__(fa_hbwd256_config::THREADS, 1)
                 }
             }
         }
+        /* this thread's adds are performed for the keeper before it passes the turn on */
+        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
     }
 
     fa_hbwd256_store_dkdv<BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col0, col_in);
@@ -553,19 +569,19 @@ static fa_status fa_hbwd256_launch(const fa_bwd_params *p, int device_ordinal, c
     if ((st = fa_hbwd_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
         FA_OK)
         return st;
-    static unsigned long long configured = 0;
-    if ((st = fa_hbwd_opt_in_smem(fa_hbwd256_main_kernel<BF16, SOFTCAP>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
-        FA_OK)
-        return st;
-    const fa_hbwd_params prm = fa_hbwd_make_params(p);
+    const bool det = p->dq_semaphore != nullptr;
+    auto kernel = det ? fa_hbwd256_main_kernel<BF16, SOFTCAP, true> : fa_hbwd256_main_kernel<BF16, SOFTCAP, false>;
+    static unsigned long long configured[2] = {0, 0};
+    if ((st = fa_hbwd_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
+    fa_hbwd_params prm = fa_hbwd_make_params(p);
+    prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    fa_hbwd256_main_kernel<BF16, SOFTCAP><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k,
-                                                                                          tmap_v, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
     return FA_OK;
 }

@@ -38,6 +38,8 @@ struct fa_hbwd_params {
     float softmax_scale;           /* dK's factor                                                   */
     float softcap_pre;             /* softmax_scale / softcap (the SOFTCAP kernels only)            */
     float softcap_post_log2;       /* softcap · log2(e)                                             */
+    int *dq_semaphore;             /* deterministic mode: [b, heads_q, query_blocks, 2] int32, zeroed */
+    int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
 };
 
 /* ---- device helpers -------------------------------------------------------------------------- */
@@ -61,6 +63,75 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_hbwd_params &
     q_hi = len_q;
     if (prm.window_right >= 0) q_lo = max(0, n0 - shift - prm.window_right);
     if (prm.window_left >= 0) q_hi = min(len_q, n1 - 1 - shift + prm.window_left + 1);
+}
+
+/* ---- deterministic dQ ---------------------------------------------------------------------------
+ * Every CTA adds its dQ piece of a tile (query head, BLOCK_M query rows) into the fp32
+ * accumulator with red.global.add: one addition per element and key block. In deterministic mode
+ * the key blocks of a tile add in a fixed order, from the highest key block to the lowest, so each
+ * element's fp32 sum is always rounded in the same order. The order is kept by a semaphore per
+ * (sequence, query head, query block, consumer piece) in the workspace, zeroed before the kernel:
+ * it counts the key blocks that have added; key block n adds when it reads
+ * rank = last_key_block(tile) - n. The key blocks that add into a tile are contiguous (a key
+ * block's query range [q_lo, q_hi) is monotone in n on both ends, and the empty ones lie beyond
+ * both ends; lab/hopper_bwd/deterministic/order_model.py checks this exhaustively), so the ranks
+ * are 0, 1, 2, ... in that order.
+ *
+ * Why descending: key block n + 1 reaches a tile no later than key block n (its query range
+ * starts no earlier, so the tile comes no later in its loop), so the blocks arrive in about that
+ * order and seldom wait (causal: two iterations apart). Deadlock freedom: a CTA waits only for
+ * higher key blocks of its own (kv head, sequence); the grid runs key block
+ * n = gridDim.x - 1 - blockIdx.x, so those have smaller linear block indices, and CUDA hands out
+ * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
+ * and never waits for an unfinished one (README of lab/hopper_bwd/deterministic).
+ *
+ * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
+ * same iterations as the consumers; per tile it polls the semaphore until it reads the rank
+ * (relaxed loads, then fence.acq_rel.gpu: acquire) and arrives on named barrier DQ_TURN + c;
+ * consumer c's 128 threads bar.sync on it just before their red.adds (normally long granted) and
+ * bar.arrive on DQ_DONE + c after them; the keeper bar.syncs on DQ_DONE + c (the consumers' adds
+ * are then performed for it) and passes the tile on with red.release.gpu (+1, cumulative: it
+ * orders the adds the barrier made visible to it). The acquire/release latencies stay off the
+ * consumers' path. One phase of each barrier per tile: the keeper grants tile t + 1 only after
+ * DQ_DONE of tile t, and the consumers arrive on DQ_DONE of t + 1 only after DQ_TURN of t + 1.
+ * Named barriers rather than mbarriers: a consumer's bar.sync is one instruction, where an mbarrier
+ * wait is a loop, and with it ptxas spilled 40 bytes at bucket 64 (addresses kept across it). */
+
+/* Named barrier ids of the deterministic mode, + the consumer (ids the kernels' own barriers do
+ * not use); each joins the keeper warp and the consumer warpgroup. */
+enum { FA_HBWD_BAR_DQ_TURN = 12, FA_HBWD_BAR_DQ_DONE = 14, FA_HBWD_DQ_TURN_THREADS = 32 + 128 };
+
+/* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):
+ * the last key any of its rows sees, clamped to the sequence. */
+__device__ __forceinline__ int fa_hbwd_last_key_block(const fa_hbwd_params &prm, int m, int block_m, int block_n,
+                                                      int len_q, int len_k, int shift) {
+    const int last_row = min((m + 1) * block_m, len_q) - 1;
+    int last_key = len_k - 1;
+    if (prm.window_right >= 0) last_key = min(last_key, last_row + shift + prm.window_right);
+    return last_key / block_n;
+}
+
+/* The turn keeper of dQ piece `piece` (a whole warp; lane 0 passes the turn on): for every
+ * iteration of this CTA (query head of the group, query block m in [m_first, m_first + n_m)),
+ * wait for the turn of key block n_block, grant it to the consumer (DQ_TURN), wait for its adds
+ * (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value
+ * in every lane). An ordering bug hangs here: tests run under a timeout. */
+__device__ __forceinline__ void fa_hbwd_dq_turn_keeper(const fa_hbwd_params &prm, int n_block, int block_m,
+                                                       int block_n, int batch, int head_kv, int m_first, int n_m,
+                                                       int len_q, int len_k, int shift, int piece, int lane) {
+    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+        int *sem = prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2 + piece;
+#pragma unroll 1
+        for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
+            const int rank = fa_hbwd_last_key_block(prm, m, block_m, block_n, len_q, len_k, shift) - n_block;
+            while (ld_relaxed_gpu_s32(sem) != rank) {
+            }
+            fence_acq_rel_gpu(); /* acquire: the higher key blocks' adds happen before ours */
+            bar_arrive(FA_HBWD_BAR_DQ_TURN + piece, FA_HBWD_DQ_TURN_THREADS);
+            bar_sync(FA_HBWD_BAR_DQ_DONE + piece, FA_HBWD_DQ_TURN_THREADS); /* the consumer's adds are done */
+            if (lane == 0) red_release_gpu_add_s32(sem, 1);                  /* ... before the next key block's */
+        }
+    }
 }
 
 /* Zero rows [row_lo, rows) of `slabs` slabs of [rows, 64] 16-bit elements (128-byte rows; the
@@ -208,6 +279,8 @@ static inline fa_hbwd_params fa_hbwd_make_params(const fa_bwd_params *p) {
     prm.softmax_scale = p->softmax_scale;
     prm.softcap_pre = p->softcap_pre;
     prm.softcap_post_log2 = p->softcap_post_log2;
+    prm.dq_semaphore = p->dq_semaphore;
+    prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
     return prm;
 }
 

@@ -13,8 +13,12 @@
  * d or dv read as zeros, never written; bucket 256 is bwd_hopper256_sm90a.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
  * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
  * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink); softcap (the
- * SOFTCAP instantiations, see below). Not here: ALiBi, the deterministic mode (dQ is summed with
- * fp32 atomics): portable kernel.
+ * SOFTCAP instantiations, see below). Not here: ALiBi: portable kernel. Deterministic mode
+ * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
+ * first (bwd_hopper_common.cuh, "deterministic dQ"): the grid runs key block
+ * gridDim.x - 1 - blockIdx.x, producer warps 1 and 2 keep the turns of the consumers' dQ pieces,
+ * and each consumer waits for its turn (named barrier DQ_TURN) just before its red.adds and
+ * reports them done (DQ_DONE).
  *
  * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
  * D = rowsum(dO∘O): dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D), dQ = scale·dS K, dK = scale·dSᵀ Q,
@@ -239,7 +243,7 @@ __device__ __forceinline__ void fa_hbwd_store_dkdv(const fa_hbwd_params &prm, co
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool DET>
 __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
     fa_hbwd_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
@@ -251,7 +255,9 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
     constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
 
-    const int n0 = blockIdx.x * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
+    /* deterministic mode: highest key block first (bwd_hopper_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
                                              prm.seqlen_q, prm.seqlen_k, batch);
@@ -312,7 +318,11 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
     if (warpgroup == 0) {
         /* ================= producer ================= */
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        /* Deterministic mode: the warp index is lane 0's, which ptxas knows to be warp-uniform;
+         * with threadIdx.x / 32 the branch to the turn keepers made it spill the consumers'
+         * loop-invariant values (softcap at buckets 64 and 256, ptxas 13). */
+        const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+        const int lane = threadIdx.x % 32;
         if (warp == 0) {
             /* Lane 0 issues every TMA load; all lanes load the LSE2 and D rows of each
              * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
@@ -365,6 +375,10 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                 lse_head += lse_head_pitch;
                 dsum_head += prm.total_q;
             }
+        } else if (DET && warp <= Cfg::CONSUMER_WGS) {
+            /* the whole warp: turn keeper of consumer warp - 1's dQ piece */
+            fa_hbwd_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, head_kv, m_first, n_m, len_q, len_k, shift,
+                                   warp - 1, lane);
         }
         return;
     }
@@ -543,6 +557,9 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
          * are skipped */
         float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
         const int dq_row_pitch = prm.head_dim;
+        /* deterministic mode: the higher key blocks have added this piece (the turn keeper
+         * acquired at gpu scope, then arrived on DQ_TURN) */
+        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = dq_row0 + 16 * warp + lane / 4 + 8 * h;
@@ -556,6 +573,8 @@ __global__ void __launch_bounds__(fa_hbwd_config<BUCKET>::THREADS, 1)
                 }
             }
         }
+        /* this thread's adds are performed for the keeper before it passes the turn on */
+        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
     }
 
     fa_hbwd_store_dkdv<Cfg, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col_in);
@@ -575,19 +594,20 @@ static fa_status fa_hbwd_launch(const fa_bwd_params *p, int device_ordinal, cuda
     if ((st = fa_hbwd_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
         FA_OK)
         return st;
-    static unsigned long long configured = 0;
-    if ((st = fa_hbwd_opt_in_smem(fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP>, Cfg::SMEM_BYTES, device_ordinal, &configured)) !=
-        FA_OK)
-        return st;
-    const fa_hbwd_params prm = fa_hbwd_make_params(p);
+    const bool det = p->dq_semaphore != nullptr;
+    auto kernel =
+        det ? fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP, true> : fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP, false>;
+    static unsigned long long configured[2] = {0, 0};
+    if ((st = fa_hbwd_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
+    fa_hbwd_params prm = fa_hbwd_make_params(p);
+    prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    fa_hbwd_main_kernel<BUCKET, BF16, SOFTCAP><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do,
-                                                                                              tmap_k, tmap_v, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
 }

@@ -51,6 +51,8 @@ struct fa_bwd_params {
                               the Hopper kernels: [heads_q, total_q, d] (one head's rows
                               contiguous for their dQ reductions)                               */
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
+    int *dq_semaphore;     /* the Hopper kernels in deterministic mode: [batch, heads_q, query
+                              blocks, 2] int32, zeroed (hopper_tiles.h); NULL otherwise         */
     float *dk_partial;     /* group_splits > 1: [group_splits, total_k, heads_kv, d] fp32      */
     float *dv_partial;     /*                   [group_splits, total_k, heads_kv, dv] fp32     */
     int group_splits;      /* query-head groups per kv head handled by separate blocks          */
@@ -67,7 +69,7 @@ fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int gr
 /* The Hopper main kernel (bwd_hopper_sm90a.cu) in place of the above, for the problems
  * fa_hopper_bwd_unsupported() (hopper_tiles.h) accepts, with group_splits = 1 and one dQ
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
- * (hopper_tiles.h's fa_hopper_tma_stride_ok). */
+ * (hopper_tiles.h's fa_hopper_tma_stride_ok). dq_semaphore != NULL: deterministic dQ. */
 fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 /* Its bucket-256 kernel (bwd_hopper256_sm90a.cu), which fa_bwd_launch_hopper calls for d and dv in
  * 136..256; same contract. */

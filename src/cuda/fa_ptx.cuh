@@ -429,6 +429,24 @@ __device__ __forceinline__ void red_global_add_v2_f32(float *gmem, float x, floa
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(gmem), "f"(x), "f"(y) : "memory");
 }
 
+/* ---- inter-CTA ordering (PTX ISA "Memory Consistency Model", "ld", "red", "Membar/Fence") -------
+ * A semaphore handed from CTA to CTA: the owner releases it with red.release.gpu (its own earlier
+ * accesses, and those of the threads that synchronised with it through a CTA barrier, happen
+ * before the increment); the next owner polls with relaxed gpu-scope loads (no L1 invalidation
+ * per poll) and, once it reads the value it waits for, fence.acq_rel.gpu makes the poll an acquire
+ * (the fence-based acquire pattern). */
+__device__ __forceinline__ int ld_relaxed_gpu_s32(const int *gmem) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(gmem) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+
+__device__ __forceinline__ void red_release_gpu_add_s32(int *gmem, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(gmem), "r"(v) : "memory");
+}
+
 /* ---- named barriers (PTX ISA "Parallel Synchronization and Communication Instructions: bar,
  * barrier") -------------------------------------------------------------------------------------
  * 16 per CTA (id 0 is __syncthreads). `count` threads (multiple of 32) complete a phase; bar.sync

@@ -197,6 +197,14 @@ FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
     return 1 + fa_hopper_bwd_stages(bucket) * (bucket == 256 ? 3 : 2);
 }
 
+/* Deterministic mode (bwd_hopper_common.cuh, "deterministic dQ"): int32 semaphores
+ * [batch, heads_q, query blocks, 2], one per (sequence, query head, query block of BLOCK_M rows,
+ * consumer's dQ piece), zeroed before the main kernel. */
+FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, long long heads_q, long long seqlen_q) {
+    const long long block_m = fa_hopper_bwd_block_m(bucket);
+    return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
+}
+
 /* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]);
  * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
  * mbarriers; 1024 bytes to align the window to the swizzle atom. */
@@ -214,17 +222,17 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
  * instantiations), so it is no argument. A non-positive scale is not covered: without softcap the
  * mask writes -inf into the raw scores, which P = 2^(s·scale_log2 - LSE2) turns into 0 only for
  * a positive scale; with softcap and a negative scale every CUDA kernel reads softcap as off
- * (softcap_pre = scale / softcap < 0), the same case. */
+ * (softcap_pre = scale / softcap < 0), the same case. Both modes: deterministic = 1 orders each
+ * dQ tile's additions by key block (the DET instantiations, semaphores), so it is no argument
+ * either. */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
-                                                    int head_dim_v, int has_alibi, float scale_log2,
-                                                    int deterministic) {
+                                                    int head_dim_v, int has_alibi, float scale_log2) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
     if (has_alibi) return "does not implement ALiBi";
     if (!(scale_log2 > 0.0f)) return "needs a positive softmax_scale";
-    if (deterministic) return "accumulates dQ with fp32 atomics (deterministic mode runs the portable kernel)";
     return NULL;
 }
 

@@ -9,7 +9,9 @@
  *   - dq, dk, dv (and dsink) of the default kernel differ from the portable one's by more than
  *     the tolerance below, or contain NaN: every output is NaN-poisoned (all bits set) before each
  *     call, so an element left unwritten (e.g. dk/dv of keys no query sees) shows up as NaN;
- *   - the default kernel's dk or dv differ bitwise between its two runs (dq may: fp32 atomics);
+ *   - the default kernel's dk or dv differ bitwise between its two runs (dq may: fp32 atomics;
+ *     with `det`, deterministic = 1 in every call, a third default run after the portable one,
+ *     and dq must repeat bitwise too);
  *   - an output element outside the tensors' declared extent (gaps of padded strides, varlen rows
  *     past total_q / total_k) is written by either kernel.
  * Inputs outside the declared extent and the varlen rows between the last sequence and total_q /
@@ -37,7 +39,9 @@
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
  * Two cases with a negative softmax_scale check the dispatch: both runs take the portable kernel.
  * Part of `make gpu-test` (tests/gpu_test.sh step 6). Exit status 0 = every case passes.
- * Usage: fa_gpu_bwd_paths [small]   (small: short problems of the same kinds, for compute-sanitizer)
+ * Usage: fa_gpu_bwd_paths [small] [det]   (small: short problems of the same kinds, for
+ *        compute-sanitizer; det: deterministic mode, plus 4k-8k-token problems whose key-block
+ *        chains span several waves of the grid)
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
 #include <cuda_runtime.h>
@@ -216,7 +220,9 @@ static void compare_view(compare_stats *st, const uint16_t *got, const uint16_t 
         }                                                                                         \
     } while (0)
 
-enum { RUN_DEFAULT, RUN_DEFAULT_AGAIN, RUN_PORTABLE, NUM_RUNS };
+/* RUN_DEFAULT_THIRD: deterministic mode only (after the portable run, on a fresh workspace). */
+enum { RUN_DEFAULT, RUN_DEFAULT_AGAIN, RUN_PORTABLE, RUN_DEFAULT_THIRD, NUM_RUNS };
+static int deterministic_mode; /* `det`: fa_params.deterministic = 1 */
 
 static void set_geometry(seq_geometry *g, const bwd_case *c, const int *lens, int seqlen) {
     memset(g, 0, sizeof *g);
@@ -290,6 +296,7 @@ static void set_tensor(fa_params *p, int t, void *ptr, const tensor_view *v) {
 
 static int run_case(const bwd_case *c, const score_options *opt) {
     const int hq = c->heads_q, d = c->head_dim;
+    const int runs = deterministic_mode ? NUM_RUNS : RUN_DEFAULT_THIRD;
     const double c_abs = c->dtype == FA_DTYPE_BF16 ? 1e-2 : 2.5e-3;
     seq_geometry gq, gk;
     set_geometry(&gq, c, c->lens_q, c->seqlen_q);
@@ -378,6 +385,7 @@ static int run_case(const bwd_case *c, const score_options *opt) {
     p.dsink = dsink;
     p.softcap = opt->softcap;
     p.softmax_scale = opt->softmax_scale;
+    p.deterministic = deterministic_mode;
 
     fa_status s = fa_forward(&p);
     if (s != FA_OK) {
@@ -400,7 +408,7 @@ static int run_case(const bwd_case *c, const score_options *opt) {
 
     CHECK_CUDA(cudaEventCreate(&start));
     CHECK_CUDA(cudaEventCreate(&stop));
-    for (int run = 0; run < NUM_RUNS; ++run) {
+    for (int run = 0; run < runs; ++run) {
         if (run == RUN_PORTABLE)
             setenv("FA_CUDA_BACKWARD", "portable", 1);
         else
@@ -429,7 +437,7 @@ static int run_case(const bwd_case *c, const score_options *opt) {
         char line[1024];
         int len = 0;
         long stray = 0, repeat_differs = 0;
-        for (int run = 0; run < NUM_RUNS; ++run) /* nothing written outside the declared tensors */
+        for (int run = 0; run < runs; ++run) /* nothing written outside the declared tensors */
             for (int t = BUF_DQ; t < NUM_BUFS; ++t)
                 for (size_t e = 0; out_host[run][t] && e < buf_elems[t]; ++e)
                     stray += mask[t][e] == ELEM_OUTSIDE && out_host[run][t][e] != POISON16;
@@ -438,13 +446,15 @@ static int run_case(const bwd_case *c, const score_options *opt) {
             const seq_geometry *g = is_query_side(t) ? &gq : &gk;
             compare_stats st;
             compare_view(&st, out_host[RUN_DEFAULT][v->buf], out_host[RUN_PORTABLE][v->buf], v, g, c->dtype, c_abs);
-            if (t != BUF_DQ) { /* dk, dv: bitwise repeatable */
+            if (t != BUF_DQ || deterministic_mode) { /* dk, dv (deterministic mode: dq too): bitwise repeatable */
+                const uint16_t *first = out_host[RUN_DEFAULT][v->buf], *again = out_host[RUN_DEFAULT_AGAIN][v->buf];
+                const uint16_t *third = deterministic_mode ? out_host[RUN_DEFAULT_THIRD][v->buf] : again;
                 for (int b = 0; b < g->batch; ++b)
                     for (int64_t i = 0; i < seq_len(g, b); ++i)
                         for (int h = 0; h < v->heads; ++h)
                             for (int e = 0; e < d; ++e) {
                                 const size_t x = view_index(v, g, b, i, h, e);
-                                repeat_differs += out_host[RUN_DEFAULT][v->buf][x] != out_host[RUN_DEFAULT_AGAIN][v->buf][x];
+                                repeat_differs += first[x] != again[x] || first[x] != third[x];
                             }
             }
             failed |= st.nan_count != 0 || st.over_count != 0;
@@ -470,8 +480,9 @@ static int run_case(const bwd_case *c, const score_options *opt) {
                             bad ? " BAD" : "");
         }
         failed |= stray != 0 || repeat_differs != 0;
-        printf("%s %s:%s; repeat dk/dv %s; stray writes %ld; ms default %.2f portable %.2f\n",
-               failed ? "FAIL" : "ok  ", c->name, line, repeat_differs ? "DIFFER" : "same", stray,
+        printf("%s %s:%s; repeat %s %s; stray writes %ld; ms default %.2f portable %.2f\n",
+               failed ? "FAIL" : "ok  ", c->name, line, deterministic_mode ? "dq/dk/dv (3 runs)" : "dk/dv",
+               repeat_differs ? "DIFFER" : "same", stray,
                run_ms[RUN_DEFAULT_AGAIN], run_ms[RUN_PORTABLE]);
     }
 
@@ -609,7 +620,27 @@ int main(int argc, char **argv) {
          {30.0f, 10.0f, 0.0f}},
     };
     const score_options plain = {0.0f, 0.0f, 0.0f};
-    const int small = argc > 1 && strcmp(argv[1], "small") == 0;
+    /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
+     * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
+    const bwd_case det_cases[] = {
+        {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
+         {6000, 2500, 4100}, {6000, 2000, 4500}},
+    };
+    int small = 0;
+    for (int a = 1; a < argc; ++a) {
+        if (strcmp(argv[a], "small") == 0)
+            small = 1;
+        else if (strcmp(argv[a], "det") == 0)
+            deterministic_mode = 1;
+        else {
+            printf("usage: fa_gpu_bwd_paths [small] [det]\n");
+            return 2;
+        }
+    }
     const bwd_case *cases = small ? small_cases : big_cases;
     const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0]) : (int)(sizeof big_cases / sizeof big_cases[0]);
     const softcap_case *sc_cases = small ? small_softcap_cases : big_softcap_cases;
@@ -624,9 +655,24 @@ int main(int argc, char **argv) {
            prop.major == 9 && prop.minor == 0 ? ""
                                               : ": no Hopper backward here, both runs use the portable kernel");
     printf("per tensor: max|default - portable| / max|portable| = ratio\n");
-    int fails = 0;
-    for (int i = 0; i < n; ++i) fails += run_case(&cases[i], &plain);
-    for (int i = 0; i < n_sc; ++i) fails += run_case(&sc_cases[i].c, &sc_cases[i].scores);
-    printf("fa_gpu_bwd_paths: %d passed, %d failed\n", n + n_sc - fails, fails);
+    printf("%s\n", deterministic_mode ? "deterministic = 1: dq, dk, dv must repeat bitwise over 3 default runs"
+                                       : "deterministic = 0");
+    int fails = 0, total = n + n_sc;
+    for (int i = 0; i < n; ++i) {
+        fails += run_case(&cases[i], &plain);
+        fflush(stdout); /* under a timeout, the last line names a case that hung */
+    }
+    for (int i = 0; i < n_sc; ++i) {
+        fails += run_case(&sc_cases[i].c, &sc_cases[i].scores);
+        fflush(stdout);
+    }
+    if (deterministic_mode && !small) {
+        total += (int)(sizeof det_cases / sizeof det_cases[0]);
+        for (int i = 0; i < (int)(sizeof det_cases / sizeof det_cases[0]); ++i) {
+            fails += run_case(&det_cases[i], &plain);
+            fflush(stdout);
+        }
+    }
+    printf("fa_gpu_bwd_paths: %d passed, %d failed\n", total - fails, fails);
     return fails ? 1 : 0;
 }
