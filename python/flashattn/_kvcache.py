@@ -427,6 +427,8 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
         p = _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqlens,
                           batch_idx, leftpad, table, alibi, sink, code, geometry, softmax_scale,
                           causal, window_size, softcap, rotary_interleaved, num_splits)
+        if key is not None:
+            p.num_threads = key[-1]  # the key's, should set_num_threads have run since (a thread)
         plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
         if key is not None:
             _plans.put(key, plan)

@@ -269,6 +269,7 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
         if new:
             p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
                         window_left, window_right, softcap, alibi_slopes, sink_logits, False)
+            p.num_threads = key[-1]  # the key's, should set_num_threads have run since (a thread)
             plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
             plan.any_empty = _any_empty(q, k, v, out, lse)
             p.plan = plan
@@ -345,6 +346,7 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                         window_left, window_right, softcap, alibi_slopes, sink_logits,
                         deterministic)
             _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv), dsink_ptr)
+            p.num_threads = key[-1]  # the key's, should set_num_threads have run since (a thread)
             plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
             plan.any_empty = _any_empty(q, k, v, out, lse, dout, dq, dk, dv)
             p.plan = plan

@@ -487,3 +487,52 @@ def test_remembered_workspace_size_is_asked_again_when_short(monkeypatch):
     third = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=3)
     assert asked == [need, need, 8, need] and plan.workspace_bytes == need
     assert torch.equal(first, second) and torch.equal(first, third)
+
+
+def test_plan_keeps_the_thread_count_of_its_key(monkeypatch):
+    """A plan's FaParams carries the thread count of its key, even when set_num_threads runs (in
+    another thread) between the key and the FaParams of the call that makes the plan: the later
+    calls that hit the plan run with the key's count."""
+    from flashattn import _core, _kvcache, _lib
+    from flashattn import _torch_impl as ti
+
+    seen = []
+
+    def recording(fn):
+        def call(params, alloc=None):
+            seen.append(params.num_threads)
+            return fn(params, alloc)
+        return call
+
+    for name in ("forward", "backward", "kvcache_forward"):
+        monkeypatch.setattr(_lib, name, recording(getattr(_lib, name)))
+    real_make_params = _core.make_params
+
+    def make_params_racing(*args, **kwargs):
+        flashattn.set_num_threads(1)  # another thread, between this call's key and its FaParams
+        try:
+            return real_make_params(*args, **kwargs)
+        finally:
+            flashattn.set_num_threads(2)
+
+    monkeypatch.setattr(_core, "_num_threads", 2)
+    for plans in (ti._checked, ti._fwd_plans, ti._bwd_plans, _kvcache._plans):
+        plans.clear()
+    seeded("thread-race")
+    q, k, v = (rand((1, 9, 2, 16), torch.float32) for _ in range(3))
+    kc, vc = torch.randn(1, 16, 2, 16), torch.randn(1, 16, 2, 16)
+
+    def forward_backward():
+        out = flashattn.flash_attn_func(q, k, v, causal=True)
+        torch.autograd.grad(out.sum(), (q, k, v))
+
+    def decode():
+        flashattn.flash_attn_with_kvcache(q[:, :1].detach(), kc, vc, cache_seqlens=5)
+
+    for call, calls in ((forward_backward, 2), (decode, 1)):
+        monkeypatch.setattr(_core, "make_params", make_params_racing)
+        call()  # misses: the plans are made
+        monkeypatch.setattr(_core, "make_params", real_make_params)
+        del seen[:]
+        call()  # hits
+        assert seen == [2] * calls, seen
