@@ -87,3 +87,16 @@ static void run_level(const char *level) {
 FA_TEST(isa_scalar) { run_level("scalar"); }
 FA_TEST(isa_avx2) { run_level("avx2"); }
 FA_TEST(isa_avx512) { run_level("avx512"); }
+/* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps; the fp32 score GEMM
+ * of the same level is tested too (FA_CPU_BF16DOT=0; on other CPUs this repeats isa_avx512). */
+FA_TEST(isa_avx512_without_bf16dot) {
+    char *previous = getenv("FA_CPU_BF16DOT") ? strdup(getenv("FA_CPU_BF16DOT")) : NULL;
+    setenv("FA_CPU_BF16DOT", "0", 1);
+    run_level("avx512");
+    if (previous) {
+        setenv("FA_CPU_BF16DOT", previous, 1);
+        free(previous);
+    } else {
+        unsetenv("FA_CPU_BF16DOT");
+    }
+}

@@ -30,6 +30,11 @@
  *         s_t [keys][rows_pad] = scale · K Qᵀ,  dp_t = V dOᵀ,  -> P, dS as above
  *         dq_acc += dS K
  *
+ * bf16 inputs with kern->gemm_bf16 (AVX512-BF16): the two GEMMs whose operands are both inputs,
+ * S = Q Kᵀ and dP = dO Vᵀ (both schemes and pass 2), run on bf16 operands (vdpbf16ps): the A rows
+ * are the caller's bf16 rows read in place, the B tiles are packed as bf16 pairs instead of the
+ * fp32 transposes k_t / v_t / q_t / do_t. P and dS stay fp32, so do the GEMMs that read them.
+ *
  * Every output element is written by exactly one item, whose arithmetic order does not depend
  * on the thread that runs it, and the scheme depends on the problem and the machine's core
  * count, not on num_threads: results are bitwise identical for any thread count and run to run
@@ -64,6 +69,7 @@ typedef struct bwd_ctx {
     size_t elem;
     int q_direct, do_direct;   /* fp32 rows with padded width usable in place (pass 1)        */
     int k_direct, v_direct;    /* same for K (A and B operand) and V (A operand) in pass 2     */
+    int bf16dot;               /* bf16 input and kern->gemm_bf16: S and dP by the bf16 GEMM    */
 } bwd_ctx;
 
 typedef struct bwd_scratch {
@@ -73,6 +79,8 @@ typedef struct bwd_scratch {
     float *q_t, *do_t, *k_rows, *v_rows, *dq_acc;
     /* fused scheme: dQ of a whole GQA group [group][len_q][d_pad] */
     float *dq_all;
+    /* bf16dot: pass 1's k_t / v_t and pass 2's q_t / do_t as gemm_bf16 B operands (bf16 pairs) */
+    uint16_t *k_pairs, *v_pairs, *q_pairs, *do_pairs;
     /* both */
     float *row_tmp, *row_tmp2, *stage, *lse, *dsum, *slope;
     int32_t *lo_rel, *hi_rel, *diag_rel;
@@ -109,6 +117,11 @@ static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *bas
     s->dsum = TAKE_F32(rows_max);
     s->slope = TAKE_F32(rows_max);
 #undef TAKE_F32
+    int64_t d_even = fa_cpu_round_up(d, 2), dv_even = fa_cpu_round_up(dv, 2);
+    s->k_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(d_even * KV_KEYS));
+    s->v_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(dv_even * KV_KEYS));
+    s->q_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(d_even * BLOCK_ROWS));
+    s->do_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(dv_even * BLOCK_ROWS));
     s->lo_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
     s->hi_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
     s->diag_rel = (int32_t *)fa_cpu_take(&a, sizeof(int32_t) * (size_t)rows_max);
@@ -135,6 +148,15 @@ static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t
     for (int64_t r = 0; r < n_rows; r++)
         kern->to_f32(stage + r * width, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
     fa_cpu_transpose_rows(dst, ld, stage, n_rows, width);
+}
+
+/* bf16 rows of a caller tensor as gemm_bf16's B operand: dst [ceil(width/2)][ld][2] pairs, lanes
+ * n_rows..ld-1 zero (converted into `stage` [n_rows][width] first, then packed from L1). */
+static void load_rows_pairs(const fa_cpu_kernels *kern, uint16_t *dst, int64_t ld, float *stage, const void *base,
+                            int64_t row_stride, int64_t n_rows, int64_t width) {
+    for (int64_t r = 0; r < n_rows; r++)
+        kern->to_f32(stage + r * width, (const uint16_t *)base + r * row_stride, width, FA_DTYPE_BF16);
+    fa_cpu_pack_pairs_bf16(dst, ld, stage, width, n_rows, width);
 }
 
 /* n_rows rows of a caller tensor as a GEMM operand (row r at element offset off + r·row_stride):
@@ -195,10 +217,16 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
 
     int64_t k_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
     int64_t v_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-    load_rows_transposed(kern, w->k_t, keys_pad, w->stage, (const char *)p->k + k_off * (int64_t)elem,
-                         p->k_row_stride, n_keys, d, p->dtype);
-    load_rows_transposed(kern, w->v_t, keys_pad, w->stage, (const char *)p->v + v_off * (int64_t)elem,
-                         p->v_row_stride, n_keys, dv, p->dtype);
+    if (c->bf16dot) {
+        load_rows_pairs(kern, w->k_pairs, keys_pad, w->stage, (const uint16_t *)p->k + k_off, p->k_row_stride, n_keys, d);
+        load_rows_pairs(kern, w->v_pairs, keys_pad, w->stage, (const uint16_t *)p->v + v_off, p->v_row_stride, n_keys,
+                        dv);
+    } else {
+        load_rows_transposed(kern, w->k_t, keys_pad, w->stage, (const char *)p->k + k_off * (int64_t)elem,
+                             p->k_row_stride, n_keys, d, p->dtype);
+        load_rows_transposed(kern, w->v_t, keys_pad, w->stage, (const char *)p->v + v_off * (int64_t)elem,
+                             p->v_row_stride, n_keys, dv, p->dtype);
+    }
     memset(w->dk_acc, 0, sizeof(float) * (size_t)(n_keys * d_pad));
     memset(w->dv_acc, 0, sizeof(float) * (size_t)(n_keys * dv_pad));
     /* fused dQ needs K rows as a GEMM B operand (padded width) */
@@ -239,9 +267,15 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
             }
 
             /* s[r][j] = scale · q_r · k_j */
-            fa_cpu_gemm_args qk = {n_rows, keys_pad, d, q_rows, ldq, 1, w->k_t, keys_pad, w->s, keys_pad,
-                                   FA_CPU_GEMM_STORE, score_scale, NULL};
-            kern->gemm(&qk);
+            if (c->bf16dot) {
+                fa_cpu_gemm_bf16_args qk = {n_rows, keys_pad, d, (const uint16_t *)p->q + q_off, p->q_row_stride,
+                                            w->k_pairs, keys_pad, w->s, keys_pad, score_scale};
+                kern->gemm_bf16(&qk);
+            } else {
+                fa_cpu_gemm_args qk = {n_rows, keys_pad, d, q_rows, ldq, 1, w->k_t, keys_pad, w->s, keys_pad,
+                                       FA_CPU_GEMM_STORE, score_scale, NULL};
+                kern->gemm(&qk);
+            }
             if (apply_softcap || apply_alibi || needs_mask) {
                 for (int64_t r = 0; r < n_rows; r++) {
                     int64_t lo, hi;
@@ -257,9 +291,15 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                 kern->transform_scores(&t);
             }
             /* dp[r][j] = do_r · v_j */
-            fa_cpu_gemm_args dov = {n_rows, keys_pad, dv, do_rows, lddo, 1, w->v_t, keys_pad, w->dp, keys_pad,
-                                    FA_CPU_GEMM_STORE, 1.0f, NULL};
-            kern->gemm(&dov);
+            if (c->bf16dot) {
+                fa_cpu_gemm_bf16_args dov = {n_rows, keys_pad, dv, (const uint16_t *)p->dout + do_off, p->do_row_stride,
+                                             w->v_pairs, keys_pad, w->dp, keys_pad, 1.0f};
+                kern->gemm_bf16(&dov);
+            } else {
+                fa_cpu_gemm_args dov = {n_rows, keys_pad, dv, do_rows, lddo, 1, w->v_t, keys_pad, w->dp, keys_pad,
+                                        FA_CPU_GEMM_STORE, 1.0f, NULL};
+                kern->gemm(&dov);
+            }
             fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, keys_pad, keys_pad, n_rows, 0,
                                   w->lse, w->dsum, p->softmax_scale};
             kern->grad_scores(&g);
@@ -339,10 +379,17 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
 
     int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
     int64_t do_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-    load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
-                         p->q_row_stride, n_rows, d, p->dtype);
-    load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
-                         p->do_row_stride, n_rows, dv, p->dtype);
+    if (c->bf16dot) {
+        load_rows_pairs(kern, w->q_pairs, rows_pad, w->stage, (const uint16_t *)p->q + q_off, p->q_row_stride, n_rows,
+                        d);
+        load_rows_pairs(kern, w->do_pairs, rows_pad, w->stage, (const uint16_t *)p->dout + do_off, p->do_row_stride,
+                        n_rows, dv);
+    } else {
+        load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
+                             p->q_row_stride, n_rows, d, p->dtype);
+        load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
+                             p->do_row_stride, n_rows, dv, p->dtype);
+    }
     /* padding lanes: LSE -inf makes their P and dS zero */
     for (int64_t r = 0; r < rows_pad; r++) {
         w->lse[r] = r < n_rows ? p->lse[lse_base + i0 + r] : -INFINITY;
@@ -361,16 +408,24 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
             fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
         int64_t v_off =
             fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-        int64_t ldk, ldv;
+        int64_t ldk, ldv = 0;
         const float *k_rows = operand_rows(kern, c->k_direct, p->k, k_off, p->k_row_stride, n_keys, d, p->dtype,
                                            w->k_rows, d_pad, &ldk);
-        const float *v_rows = operand_rows(kern, c->v_direct, p->v, v_off, p->v_row_stride, n_keys, dv, p->dtype,
-                                           w->v_rows, dv, &ldv);
+        /* V is only the A operand of dP: the bf16 GEMM reads the caller's rows itself */
+        const float *v_rows = c->bf16dot ? NULL
+                                         : operand_rows(kern, c->v_direct, p->v, v_off, p->v_row_stride, n_keys, dv,
+                                                        p->dtype, w->v_rows, dv, &ldv);
 
         /* s_t[j][r] = scale · k_j · q_r */
-        fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
-                               FA_CPU_GEMM_STORE, score_scale, NULL};
-        kern->gemm(&qk);
+        if (c->bf16dot) {
+            fa_cpu_gemm_bf16_args qk = {n_keys, rows_pad, d, (const uint16_t *)p->k + k_off, p->k_row_stride,
+                                        w->q_pairs, rows_pad, w->s, rows_pad, score_scale};
+            kern->gemm_bf16(&qk);
+        } else {
+            fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
+                                   FA_CPU_GEMM_STORE, score_scale, NULL};
+            kern->gemm(&qk);
+        }
         int needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j0 + n_keys);
         if (apply_softcap || apply_alibi || needs_mask) {
             for (int64_t r = 0; r < rows_pad; r++) {
@@ -389,9 +444,15 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
             kern->transform_scores(&t);
         }
         /* dp_t[j][r] = v_j · do_r */
-        fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
-                                FA_CPU_GEMM_STORE, 1.0f, NULL};
-        kern->gemm(&vdo);
+        if (c->bf16dot) {
+            fa_cpu_gemm_bf16_args vdo = {n_keys, rows_pad, dv, (const uint16_t *)p->v + v_off, p->v_row_stride,
+                                         w->do_pairs, rows_pad, w->dp, rows_pad, 1.0f};
+            kern->gemm_bf16(&vdo);
+        } else {
+            fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
+                                    FA_CPU_GEMM_STORE, 1.0f, NULL};
+            kern->gemm(&vdo);
+        }
         fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
                               w->lse, w->dsum, p->softmax_scale};
         kern->grad_scores(&g);
@@ -475,6 +536,7 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.d_pad = fa_cpu_round_up(c.d, FA_CPU_PAD);
     c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
     c.elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    c.bf16dot = p->dtype == FA_DTYPE_BF16 && c.kern->gemm_bf16 != NULL;
     /* fp32 rows are used in place unless a GEMM would stream them more than twice (one pass per
      * panel of columns; rows of one head lie far apart and conflict in L1): see cpu_forward.c */
     const int fp32 = p->dtype == FA_DTYPE_F32, panel2 = (int)(2 * c.kern->gemm_panel);

@@ -9,6 +9,10 @@
  * lowers the level for testing and comparisons (it is read on every call, so a test can switch
  * levels between calls; asking for a level the CPU lacks gives the best one it has). On
  * architectures other than x86-64 only the scalar kernels exist and are always used.
+ *
+ * On CPUs with AVX512-BF16 the avx512 level (detected or forced) also computes the score GEMMs
+ * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); the level's name stays "avx512", and
+ * FA_CPU_BF16DOT=0 turns that off.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,7 +28,12 @@
 
 typedef enum { FA_ISA_SCALAR = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2 } fa_cpu_isa_level;
 
-static fa_cpu_isa_level detected_level(void) {
+/* Bit of the cached detection that records AVX512-BF16 (with the AVX-512 level). */
+#define FA_ISA_BF16DOT_BIT 4
+
+/* The detected level; *bf16dot = the AVX-512 level may use its AVX512-BF16 GEMM. */
+static fa_cpu_isa_level detected_level(int *bf16dot) {
+    *bf16dot = 0;
 #ifdef FA_CPU_HAVE_X86_KERNELS
     /* the features the kernels_avx512.c / kernels_avx2.c objects are compiled for */
     static atomic_int cached = -1; /* every thread that races here computes the same value */
@@ -38,16 +47,22 @@ static fa_cpu_isa_level detected_level(void) {
         int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
         level = avx512 ? FA_ISA_AVX512 : avx2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
+#ifdef FA_CPU_HAVE_BF16DOT
+        /* AVX512_BF16: CPUID leaf 7, subleaf 1, EAX bit 5 (its state is the AVX-512 state) */
+        if (avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)))
+            level |= 1 << FA_ISA_BF16DOT_BIT;
+#endif
         atomic_store(&cached, level);
     }
-    return (fa_cpu_isa_level)level;
+    *bf16dot = (level >> FA_ISA_BF16DOT_BIT) & 1;
+    return (fa_cpu_isa_level)(level & ((1 << FA_ISA_BF16DOT_BIT) - 1));
 #else
     return FA_ISA_SCALAR;
 #endif
 }
 
-static fa_cpu_isa_level selected_level(void) {
-    fa_cpu_isa_level level = detected_level();
+static fa_cpu_isa_level selected_level(int *bf16dot) {
+    fa_cpu_isa_level level = detected_level(bf16dot);
     const char *forced = getenv("FA_CPU_ISA");
     if (forced) {
         fa_cpu_isa_level want = level;
@@ -59,10 +74,24 @@ static fa_cpu_isa_level selected_level(void) {
     return level;
 }
 
+#ifdef FA_CPU_HAVE_BF16DOT
+/* FA_CPU_BF16DOT=0 keeps bf16 problems on the fp32 GEMM at the avx512 level (read on every call, like
+ * FA_CPU_ISA, so tests run both on a CPU that has AVX512-BF16). */
+static int bf16dot_disabled(void) {
+    const char *s = getenv("FA_CPU_BF16DOT");
+    return s != NULL && s[0] == '0';
+}
+#endif
+
 const fa_cpu_kernels *fa_cpu_select_kernels(void) {
-    switch (selected_level()) {
+    int bf16dot;
+    switch (selected_level(&bf16dot)) {
 #ifdef FA_CPU_HAVE_X86_KERNELS
-    case FA_ISA_AVX512: return fa_cpu_kernels_avx512();
+    case FA_ISA_AVX512:
+#ifdef FA_CPU_HAVE_BF16DOT
+        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_avx512_bf16();
+#endif
+        return fa_cpu_kernels_avx512();
     case FA_ISA_AVX2: return fa_cpu_kernels_avx2();
 #endif
     default: return fa_cpu_kernels_scalar();

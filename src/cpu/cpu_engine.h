@@ -12,10 +12,14 @@
  *   cpu_dispatch.c   picks the SIMD kernels at run time (FA_CPU_ISA can force a lower level)
  *   kernels_*.c      one set of inner kernels per instruction set (scalar C, AVX2, AVX-512),
  *                    all generated from kernels_impl.h over a small vector abstraction
+ *   gemm_bf16_avx512.c  the bf16 × bf16 score GEMM on AVX512-BF16 (vdpbf16ps), used by the
+ *                    AVX-512 level when the CPU has it
  *   cpu_convert.h    scalar f16 / bf16 <-> f32 conversions (round to nearest even)
  *
  * Every inner kernel works on fp32 tiles in per-thread scratch memory; the drivers convert the
- * caller's f16 / bf16 / f32 rows into those tiles and round the results back on store.
+ * caller's f16 / bf16 / f32 rows into those tiles and round the results back on store. The one
+ * exception is gemm_bf16 (AVX512-BF16 CPUs, bf16 problems): the score GEMMs S = Q Kᵀ and
+ * dP = dO Vᵀ read bf16 rows in place and bf16-pair tiles, and write fp32.
  *
  * Tile vocabulary used throughout (a "row" is one query row, a "key" one key/value row):
  *   keys-major score tile   s[key][row]  rows are the SIMD lanes (forward, dQ pass)
@@ -52,6 +56,11 @@
 #define FA_CPU_DOT_MAX_ROWS 4
 /* ALiBi distances are computed in int32 lanes, clamped to ±2^30 (farther than any sequence). */
 #define FA_CPU_DIAG_LIMIT ((int64_t)1 << 30)
+/* The compiler knows AVX512-BF16 (target attribute and intrinsics): gemm_bf16_avx512.c is built. */
+#if (defined(__x86_64__) || defined(_M_X64)) &&                                                                   \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#define FA_CPU_HAVE_BF16DOT 1
+#endif
 /* Upper bound on worker threads (num_threads is clamped to it). */
 #define FA_CPU_MAX_THREADS 256
 
@@ -89,6 +98,23 @@ typedef struct fa_cpu_gemm_args {
     float alpha;            /* FA_CPU_GEMM_STORE                                               */
     const float *row_scale; /* FA_CPU_GEMM_SCALE_ROWS: [m]                                     */
 } fa_cpu_gemm_args;
+
+/* C[m][n] = alpha · sum_k A[m][k] · B[k][n] with both operands bf16 (AVX512-BF16): every product
+ * of two bf16 is exact in fp32 and the sums are fp32, so this is the fp32 GEMM of the same values
+ * up to the order of the additions (and denormal inputs / results, which vdpbf16ps flushes to 0).
+ * A: rows of bf16 at a + m·lda, k elements each (read in place, e.g. the caller's K rows).
+ * B: packed in pairs of k, b[(k/2)·2·ldb + 2·n + k%2] (fa_cpu_pack_pairs_bf16); n is a
+ * multiple of FA_CPU_PAD, columns n..ldb-1 and an odd k's last second slot are 0. */
+typedef struct fa_cpu_gemm_bf16_args {
+    int64_t m, n, k;
+    const uint16_t *a;
+    int64_t lda;
+    const uint16_t *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+    float alpha;
+} fa_cpu_gemm_bf16_args;
 
 /* Score transformation of one tile, in place: softcap, ALiBi, then the key-range mask.
  * Masks and biases are given per query row relative to the tile's first key j0, so a kernel
@@ -152,12 +178,20 @@ typedef struct fa_cpu_kernels {
     /* dst[i] = (float)src[i] for n elements of dtype; and back with round-to-nearest-even. */
     void (*to_f32)(float *dst, const void *src, int64_t n, fa_dtype dtype);
     void (*from_f32)(void *dst, const float *src, int64_t n, fa_dtype dtype);
+    /* bf16 × bf16 GEMM (fa_cpu_gemm_bf16_args), or NULL: the drivers then use gemm on fp32
+     * copies. Set only in the AVX-512 level's table for CPUs with AVX512-BF16. */
+    void (*gemm_bf16)(const fa_cpu_gemm_bf16_args *g);
 } fa_cpu_kernels;
 
 const fa_cpu_kernels *fa_cpu_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)
 const fa_cpu_kernels *fa_cpu_kernels_avx2(void);
 const fa_cpu_kernels *fa_cpu_kernels_avx512(void);
+#ifdef FA_CPU_HAVE_BF16DOT
+/* the AVX-512 table with gemm_bf16 set (only for CPUs with AVX512-BF16) */
+const fa_cpu_kernels *fa_cpu_kernels_avx512_bf16(void);
+void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g);
+#endif
 #endif
 
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */
@@ -263,5 +297,11 @@ double fa_cpu_item_finish_row(const fa_cpu_item_rows *rows, const fa_params *p, 
 
 /* Transpose: dst[k][r] = src[r·width + k] for r < n_rows, k < width; lanes n_rows..ld-1 zero. */
 void fa_cpu_transpose_rows(float *dst, int64_t ld, const float *src, int64_t n_rows, int64_t width);
+
+/* The B operand of gemm_bf16 from fp32 rows that hold bf16 values (converted from bf16, so the
+ * high 16 bits are exact): dst[(k/2)·2·ld + 2·r + k%2] = src[r·src_ld + k] for r < n_rows,
+ * k < width; lanes n_rows..ld-1 and, for odd width, the last pair's second slot are 0. */
+void fa_cpu_pack_pairs_bf16(uint16_t *dst, int64_t ld, const float *src, int64_t src_ld, int64_t n_rows,
+                            int64_t width);
 
 #endif /* FA_CPU_ENGINE_H */

@@ -15,7 +15,9 @@
  *   q_t   [d][rows_pad]          Qᵀ of the item, packed once (rows are the SIMD lanes)
  *   for each key block of FA_CPU_BLOCK_KEYS keys inside the union of the rows' key ranges:
  *     s_t [n_keys][rows_pad] = scale · K Qᵀ         GEMM, A = K rows read in place (fp32 input);
- *                                                   dot products instead for <= 4 rows (decoding)
+ *                                                   dot products instead for <= 4 rows (decoding);
+ *                                                   bf16 input with kern->gemm_bf16: K rows read in
+ *                                                   place as bf16, Qᵀ packed once as bf16 pairs
  *     softcap / ALiBi / mask on s_t                  mask only on tiles cut by a row's range
  *     online softmax on s_t: per-row max and sum are vectors across the lanes; s_t -> P
  *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
@@ -64,11 +66,13 @@ typedef struct fwd_ctx {
     size_t scratch_bytes;
     int64_t d, dv, dv_pad;
     int fp32;                  /* fp32 input: K / V rows may be used in place (see forward_item) */
+    int bf16dot;               /* bf16 input and kern->gemm_bf16: scores by the bf16 GEMM       */
 } fwd_ctx;
 
 /* Per-thread scratch of one item (see the file comment for the shapes). */
 typedef struct fwd_scratch {
     float *q_t, *q_rows, *s_t, *o_acc, *k_buf, *v_buf, *row_tmp;
+    uint16_t *q_pairs; /* [ceil(d/2)][BLOCK_ROWS][2] Qᵀ for gemm_bf16                         */
     fa_cpu_item_rows row;
 } fwd_scratch;
 
@@ -86,6 +90,7 @@ static size_t forward_scratch_layout(const fa_problem *pb, char *base, fwd_scrat
     s->k_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * d));
     s->v_buf = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
     s->row_tmp = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)tmp);
+    s->q_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(fa_cpu_round_up(d, 2) * BLOCK_ROWS));
     fa_cpu_item_rows_take(&a, &s->row);
     return a.used;
 }
@@ -128,7 +133,10 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
                                     p->q_row_stride, p->q_head_stride);
         kern->to_f32(w->q_rows + r * d, (const char *)p->q + off * (int64_t)elem, d, p->dtype);
     }
-    fa_cpu_transpose_rows(w->q_t, rows_pad, w->q_rows, rows, d);
+    /* bf16 scores by vdpbf16ps: Qᵀ as bf16 pairs, K rows in place (decoding tiles keep keys_dot) */
+    const int bf16dot = c->bf16dot && rows > FA_CPU_DOT_MAX_ROWS;
+    if (bf16dot) fa_cpu_pack_pairs_bf16(w->q_pairs, rows_pad, w->q_rows, d, rows, d);
+    else fa_cpu_transpose_rows(w->q_t, rows_pad, w->q_rows, rows, d);
     memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
     /* fp32 K and V rows are used in place (no copy) unless the GEMM would stream them more than
      * twice (one pass per panel of columns): rows of one head lie far apart and conflict in L1,
@@ -150,7 +158,10 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
                                       p->k_head_stride);
         int64_t v_off = fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride,
                                       p->v_head_stride);
-        if (k_direct) {
+        if (bf16dot) {
+            k_rows = NULL; /* the bf16 GEMM reads the caller's rows itself */
+            ldk = 0;
+        } else if (k_direct) {
             k_rows = (const float *)p->k + k_off;
             ldk = p->k_row_stride;
         } else {
@@ -173,7 +184,11 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
 
         /* s_t[j][r] = scale · k_j · q_r: a GEMM, or dot products when a few rows (decoding) would
          * leave most of the GEMM's lanes empty */
-        if (rows <= FA_CPU_DOT_MAX_ROWS) {
+        if (bf16dot) {
+            fa_cpu_gemm_bf16_args qk = {n_keys, rows_pad, d, (const uint16_t *)p->k + k_off, p->k_row_stride,
+                                        w->q_pairs, rows_pad, w->s_t, rows_pad, score_scale};
+            kern->gemm_bf16(&qk);
+        } else if (rows <= FA_CPU_DOT_MAX_ROWS) {
             kern->keys_dot(k_rows, ldk, n_keys, w->q_rows, d, rows, d, score_scale, w->s_t, rows_pad, rows_pad, v_rows,
                            ldv, dv);
         } else {
@@ -244,6 +259,7 @@ fa_status fa_cpu_forward(const fa_problem *pb) {
     c.dv = p->head_dim_v;
     c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
     c.fp32 = p->dtype == FA_DTYPE_F32;
+    c.bf16dot = p->dtype == FA_DTYPE_BF16 && c.kern->gemm_bf16 != NULL;
 
     int threads = fa_cpu_thread_count(pb);
     if (threads > c.total_items) threads = (int)c.total_items;

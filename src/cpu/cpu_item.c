@@ -2,10 +2,12 @@
  * cpu_item.c: the per-row state of a forward or decode work item (cpu_forward.c, cpu_kvcache.c):
  * key ranges and their span, the score tile's masks, and the normalised output row. Both drivers
  * tile their items the same way (query rows are the lanes of keys-major tiles); they differ in
- * which rows an item holds and where its keys come from.
+ * which rows an item holds and where its keys come from. Also the tile transpose and the bf16
+ * pair packing (gemm_bf16's B operand) that the forward and backward drivers share.
  */
 #include <math.h>
 
+#include "cpu_convert.h"
 #include "cpu_engine.h"
 
 void fa_cpu_item_rows_take(fa_cpu_arena *arena, fa_cpu_item_rows *rows) {
@@ -95,5 +97,19 @@ void fa_cpu_transpose_rows(float *dst, int64_t ld, const float *src, int64_t n_r
         float *lane = dst + k * ld;
         for (int64_t r = 0; r < n_rows; r++) lane[r] = src[r * width + k];
         for (int64_t r = n_rows; r < ld; r++) lane[r] = 0.0f;
+    }
+}
+
+void fa_cpu_pack_pairs_bf16(uint16_t *dst, int64_t ld, const float *src, int64_t src_ld, int64_t n_rows,
+                            int64_t width) {
+    for (int64_t k = 0; k < width; k += 2) {
+        uint16_t *pair_row = dst + k * ld; /* pair k/2 starts at (k/2)·2·ld */
+        const int second = k + 1 < width;
+        for (int64_t r = 0; r < n_rows; r++) {
+            const float *x = src + r * src_ld + k;
+            pair_row[2 * r] = (uint16_t)(fa_f32_bits(x[0]) >> 16);
+            pair_row[2 * r + 1] = second ? (uint16_t)(fa_f32_bits(x[1]) >> 16) : 0;
+        }
+        for (int64_t r = 2 * n_rows; r < 2 * ld; r++) pair_row[r] = 0;
     }
 }

@@ -3,7 +3,8 @@
  * registers. The GEMM register tile is 6 rows × 4 vectors (24 accumulators, 4 B vectors, one
  * broadcast A value), i.e. 6 × 64 floats of C per pass over k.
  * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c (see the Makefile) and only
- * called after cpu_dispatch.c has checked those features at run time.
+ * called after cpu_dispatch.c has checked those features at run time. A second table adds the
+ * AVX512-BF16 GEMM for CPUs that have it (cpu_dispatch.c checks CPUID for it as well).
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -69,3 +70,9 @@ static inline void vf_store_bf16(uint16_t *p, fa_vf x) {
 }
 
 #include "kernels_impl.h"
+
+#ifdef FA_CPU_HAVE_BF16DOT
+/* Same kernels and name; the score GEMMs of bf16 problems use vdpbf16ps (gemm_bf16_avx512.c). */
+static const fa_cpu_kernels kernel_table_bf16 = FA_KERNEL_TABLE(fa_cpu_gemm_bf16_avx512);
+const fa_cpu_kernels *fa_cpu_kernels_avx512_bf16(void) { return &kernel_table_bf16; }
+#endif

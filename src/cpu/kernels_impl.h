@@ -364,9 +364,13 @@ static void kernel_from_f32(void *dst, const float *src, int64_t n, fa_dtype dty
     }
 }
 
-static const fa_cpu_kernels kernel_table = {
-    FA_ISA_NAME,        FA_GEMM_VECS * FA_VL, kernel_gemm,     kernel_transform_scores, kernel_softmax_step, kernel_grad_scores,
-    kernel_keys_dot,    kernel_to_f32,   kernel_from_f32,
-};
+/* This level's table with the given bf16 GEMM (NULL, or an AVX512-BF16 one: kernels_avx512.c). */
+#define FA_KERNEL_TABLE(gemm_bf16_fn)                                                                          \
+    {                                                                                                          \
+        FA_ISA_NAME, FA_GEMM_VECS * FA_VL, kernel_gemm, kernel_transform_scores, kernel_softmax_step,          \
+            kernel_grad_scores, kernel_keys_dot, kernel_to_f32, kernel_from_f32, gemm_bf16_fn,                 \
+    }
+
+static const fa_cpu_kernels kernel_table = FA_KERNEL_TABLE(NULL);
 
 const fa_cpu_kernels *FA_KERNELS_GETTER(void) { return &kernel_table; }
