@@ -1,12 +1,13 @@
 #!/bin/bash
-# The real multi-GPU run of ring attention (issue 7), for nvidia-h200-x2 or larger. NOT RUN YET.
+# The real multi-GPU run of ring attention (issue 7), for nvidia-h200-x2 or larger.
 #
-#   bash lab/ring/run_multi_gpu.sh [build|unit|c|check|bench|all]   (default all; repository root)
+#   bash lab/ring/run_multi_gpu.sh [build|unit|c|ccheck|cbench|check|bench|all]   (default all; repository root)
 #
 #   build  library + fa_tests for sm_90 with the NCCL transport (build-ring-gpu/), nccl.h from the
 #          toolkit or pip's nvidia-nccl wheel (NCCL_HOME)
 #   unit   fa_tests ring: the C ring simulated on one GPU (ranks as threads) and the CPU cases
-#   c      lab/ring/ring_nccl_check: the C API over the library's NCCL transport, one thread per
+#   c      (= ccheck then cbench; RING_TOKENS="32768 ..." overrides the bench's lengths)
+#          lab/ring/ring_nccl_check: the C API over the library's NCCL transport, one thread per
 #          GPU (ncclCommInitAll): outputs and gradients against fa_forward / fa_backward on one
 #          GPU; then `ring_nccl_check bench`: 32k..256k tokens, 1 GPU vs the ring
 #   check  torchrun, one process per GPU: flashattn.ring with the NCCL backend against float64
@@ -68,9 +69,11 @@ fi
 if [ "$MODE" = all ] || [ "$MODE" = unit ]; then
     step unit 300 "./$BUILD/fa_tests" ring
 fi
-if [ "$MODE" = all ] || [ "$MODE" = c ]; then
-    step c_check 300 "./$BUILD/ring_nccl_check" check
-    step c_bench 500 "./$BUILD/ring_nccl_check" bench
+if [ "$MODE" = all ] || [ "$MODE" = c ] || [ "$MODE" = ccheck ]; then
+    step c_check 240 "./$BUILD/ring_nccl_check" check
+fi
+if [ "$MODE" = all ] || [ "$MODE" = c ] || [ "$MODE" = cbench ]; then
+    step c_bench 400 "./$BUILD/ring_nccl_check" bench ${RING_TOKENS:-}
 fi
 export FLASHATTN_LIB=$PWD/$BUILD/libflashattn.so PYTHONPATH=$PWD/python
 TORCHRUN=(python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPU")
