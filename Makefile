@@ -4,6 +4,7 @@
 #   make run        the main job: `flashattn bench` default sweep on the best device present
 #   make test       all tests (unit tests, a short `flashattn check`, sanitizer build, Python tests)
 #   make gpu-test   on a machine with an NVIDIA GPU: GPU check sweep, determinism, compute-sanitizer
+#   make multi-gpu-test  on a machine with 2+ NVIDIA GPUs: ring attention over NCCL
 #   FA_NO_CUDA=1    build without CUDA even when nvcc exists
 #   CUDA_ARCHS="80 90"  SASS targets for the portable kernels (default 80 90; PTX for the highest)
 
@@ -66,7 +67,7 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/ob
 TOOL_C  := $(wildcard tools/*.c) tests/reference.c tests/sweep.c
 TEST_C  := $(wildcard tests/*.c)
 
-.PHONY: all lib run test gpu-test clean bench check print-cuda-libs print-cuda-include
+.PHONY: all lib run test gpu-test multi-gpu-test clean bench check print-cuda-libs print-cuda-include print-nccl-h
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
@@ -111,6 +112,14 @@ test:
 
 gpu-test:
 	@sh tests/gpu_test.sh
+
+# On a machine with 2 or more NVIDIA GPUs: ring attention over NCCL against one GPU and float64.
+multi-gpu-test:
+	@bash tests/multi_gpu_test.sh test
+
+# nccl.h as the build found it (empty: no NCCL, the ring's NCCL transport is compiled out).
+print-nccl-h:
+	@echo $(NCCL_H)
 
 # The link flags a program using libflashattn.a needs for the CUDA part (empty without CUDA).
 print-cuda-libs:

@@ -109,6 +109,16 @@ if [ "$built" -eq 1 ]; then
             done
             echo "$passed passed, $failed failed"' sh "$BUILD_DIR" "$cuda_include" \
             "$(make -s BUILD="$BUILD_DIR" print-cuda-libs)"
+        nccl_h=$(make -s BUILD="$BUILD_DIR" print-nccl-h)
+        if [ -n "$nccl_h" ]; then
+            run_stage "multi-GPU test program (compile only; runs in make multi-gpu-test)" sh -c '
+                if ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -I"$1" -I"$2" \
+                    -c tests/multi_gpu/ring_nccl_check.c -o "$3/ring_nccl_check.o"; then
+                    echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi' sh "$cuda_include" \
+                "$(dirname "$nccl_h")" "$BUILD_DIR"
+        else
+            echo "nccl.h not found: tests/multi_gpu/ring_nccl_check.c not compiled (NCCL transport compiled out)"
+        fi
     else
         echo "CPU-only build (no nvcc): nothing to compile"
     fi

@@ -9,12 +9,12 @@
  *                                       whole sequence on GPU 0. Pass: max |ring - 1 GPU| <= 4
  *                                       units in the last place of bf16 at the tensor's largest
  *                                       magnitude (both round partial results differently; the
- *                                       float64 rule is checked by bench_ring.py)
+ *                                       float64 rule is checked by bench/bench_ring.py)
  *   ring_nccl_check bench [tokens ...]  one layer (batch 1, hq 32, hkv 8, d 128, causal,
  *                                       zig-zag): forward and backward ms on 1 GPU and on the
  *                                       ring, speed-up and efficiency (default 32k..256k)
  *
- * Built and run by lab/ring/run_multi_gpu.sh (needs nccl.h and libnccl). Exit status 0 when
+ * Built and run by tests/multi_gpu_test.sh (make multi-gpu-test) (needs nccl.h and libnccl). Exit status 0 when
  * every check passed.
  */
 #include <math.h>
