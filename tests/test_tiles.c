@@ -4,6 +4,7 @@
  * checked here on the CPU, so a tile change that cannot fit a GPU fails CI before any GPU run.
  */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "cuda/fa_tiles.h"
 #include "cuda/hopper_tiles.h"
@@ -44,7 +45,8 @@ FA_TEST(tiles_hopper_forward) {
         size_t with_o = 2 * fa_hopper_q_bytes(b) + 2 * (size_t)fa_hopper_stages(b) * fa_hopper_kv_bytes(b) +
                         fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
-        FA_CHECK(fa_hopper_persistent(b) == fa_hopper_o_own_buffer(b), "bucket %d: persistent iff own O", b);
+        FA_CHECK(fa_hopper_persistent(b, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1),
+                 "bucket %d: persistent iff own O and even tiles (no heavy-first order)", b);
     }
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");
@@ -54,6 +56,52 @@ FA_TEST(tiles_hopper_forward) {
     FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(64, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
                  fa_hopper_bucket(264, 264) == 0,
              "below 64, mixed buckets, non-multiples of 8 and > 256 are not covered");
+}
+
+/* The head-grouped heavy-first order visits every (unit, query block) exactly once; within a
+ * group the query blocks never increase (longest first) and only the group's units appear; groups
+ * come in unit order. */
+FA_TEST(tiles_grouped_order) {
+    const int64_t units_list[] = {1, 3, 8, 128, 130};
+    const int m_list[] = {1, 2, 11, 16, 64};
+    const int group_list[] = {1, 4, 8, 9, 200};
+    for (size_t ui = 0; ui < sizeof units_list / sizeof units_list[0]; ++ui)
+        for (size_t mi = 0; mi < sizeof m_list / sizeof m_list[0]; ++mi)
+            for (size_t gi = 0; gi < sizeof group_list / sizeof group_list[0]; ++gi) {
+                const int64_t units = units_list[ui];
+                const int m = m_list[mi], group = group_list[gi];
+                const int64_t total = units * m;
+                unsigned char *seen = calloc((size_t)total, 1);
+                FA_CHECK(seen != NULL, "allocation");
+                if (seen == NULL) return;
+                int ok_range = 1, ok_once = 1, ok_order = 1;
+                fa_tile_pos prev = {-1, m};
+                for (int64_t t = 0; t < total; ++t) {
+                    const fa_tile_pos pos = fa_fwd_grouped_tile(t, units, m, group);
+                    if (pos.unit < 0 || pos.unit >= units || pos.m_block < 0 || pos.m_block >= m) {
+                        ok_range = 0;
+                        break;
+                    }
+                    const int64_t idx = pos.unit * m + pos.m_block;
+                    if (seen[idx]) ok_once = 0;
+                    seen[idx] = 1;
+                    const int64_t g = t / ((int64_t)group * m), gp = prev.unit < 0 ? g : prev.unit / group;
+                    if (pos.unit / group != g) ok_order = 0;                     /* the group's units only */
+                    if (gp == g && t % ((int64_t)group * m) != 0 && pos.m_block > prev.m_block)
+                        ok_order = 0;                                            /* longest first        */
+                    prev = pos;
+                }
+                free(seen);
+                FA_CHECK(ok_range && ok_once && ok_order,
+                         "grouped order units %lld, m blocks %d, group %d: range %d, once %d, order %d",
+                         (long long)units, m, group, ok_range, ok_once, ok_order);
+            }
+    /* group >= units: the plain longest-first order over all units (unit fastest) */
+    const fa_tile_pos a = fa_fwd_grouped_tile(0, 5, 3, 8), b = fa_fwd_grouped_tile(5, 5, 3, 8);
+    FA_CHECK(a.unit == 0 && a.m_block == 2 && b.unit == 0 && b.m_block == 1, "one group = unit-fastest longest first");
+    FA_CHECK(fa_fwd_head_group(16, 132) == 9 && fa_fwd_head_group(64, 132) == 3 && fa_fwd_head_group(11, 132) == 12 &&
+                 fa_fwd_head_group(132, 132) == 1 && fa_fwd_head_group(1000, 132) == 1 && fa_fwd_head_group(0, 132) == 1,
+             "head group: ceil(sm_count / m blocks), at least 1");
 }
 
 FA_TEST(tiles_hopper_dispatch) {

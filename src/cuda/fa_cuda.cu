@@ -257,6 +257,7 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.num_m_blocks = (int)((p->seqlen_q + fa_fwd_block_m(bucket) - 1) / fa_fwd_block_m(bucket));
     prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;
+    prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
 
     cudaStream_t stream = (cudaStream_t)p->stream;
     if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {

@@ -11,9 +11,11 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "fa_internal.h"
 #include "fa_ptx.cuh"
+#include "fa_tiles.h"
 
 /* ---- host: CUDA error checking ------------------------------------------------------------- */
 
@@ -181,9 +183,20 @@ struct fa_fwd_params {
     const float *alibi_slopes;   /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL */
     int64_t alibi_batch_stride;
     const float *sink_logits;    /* [heads_q] or NULL                                         */
-    int heavy_first;             /* 1: grid (heads_q, b, m_blocks), last query block first    */
+    int heavy_first;             /* portable: grid (heads_q, b, m_blocks), last query block first;
+                                    Hopper: tiles in head groups, longest first (fa_fwd_grouped_tile) */
+    int head_group;              /* Hopper, heavy_first: (batch, head) units per group         */
     int num_m_blocks;
 };
+
+/* Units per group of the heavy-first tile order (fa_tiles.h) for `resident_ctas` CTAs running
+ * at once; FA_CUDA_HEAD_GROUP=N in the environment overrides it (tuning and A/B runs: N at least
+ * batch · heads_q gives the plain longest-first order over all units). */
+static inline int fa_cuda_head_group(int num_m_blocks, int resident_ctas) {
+    const char *env = getenv("FA_CUDA_HEAD_GROUP");
+    const int forced = env != nullptr ? atoi(env) : 0;
+    return forced > 0 ? forced : fa_fwd_head_group(num_m_blocks, resident_ctas);
+}
 
 /* ---- host: checks, parameter copies and workspace shared by the three host files ------------ */
 /*

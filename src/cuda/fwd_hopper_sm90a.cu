@@ -33,9 +33,9 @@
  *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
  *   (varlen: the next sequence's rows follow).
  *
- * Grid: the CTAs walk the query tiles (numbered longest first under causal masks) in rounds of
- * gridDim.x, snake order (fa_hopper_tile_index). With a persistent grid (fa_hopper_persistent:
- * one CTA per multiprocessor; else one CTA per tile) the producer loads the next tile's Q as
+ * Grid: the CTAs walk the query tiles in rounds of gridDim.x, snake order (fa_hopper_tile_index).
+ * With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor, even tiles only; else
+ * one CTA per tile, numbered longest first in head groups under causal masks) the producer loads the next tile's Q as
  * soon as the consumers release Q's buffer (q_empty: after their last S GEMM with an own O
  * buffer, after the O store otherwise) and its first K/V stages while they still run this tile's
  * epilogue, so per-tile start-up latency hides behind work.
@@ -153,7 +153,8 @@ struct fa_hopper_params {
     int heads_q, group, head_dim_v;
     int batch, num_m_blocks;
     int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
-    int heavy_first;               /* tile order (head, batch, m block descending): longest first   */
+    int heavy_first;               /* tile order: head groups, longest first (fa_fwd_grouped_tile)  */
+    int head_group;                /* heavy_first: (batch, head) units per group                    */
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
     int window_left, window_right;
     float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
@@ -330,10 +331,10 @@ __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_roun
 }
 
 /* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
- * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) the head varies fastest, then
- * the batch, then the query block from the last (the most keys) to the first, so the static
- * round robin over CTAs hands out the longest tiles first; otherwise the query block varies
- * fastest (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
+ * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) in head groups, longest
+ * first within a group (fa_fwd_grouped_tile: the CTAs running together share K/V in L2, and the
+ * hardware hands out the longest tiles first); otherwise the query block varies fastest
+ * (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
  * group varies fastest, then the kv head, then the batch. */
 struct fa_hopper_work {
     int m0, head, batch, head_kv;  /* packed: head = the tile's first query head                    */
@@ -367,10 +368,11 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
         w.pack_heads = min(prm.pack_heads, prm.group - first);
         w.m0 = 0;
     } else if (prm.heavy_first) {
-        w.head = (int)(t % prm.heads_q);
-        const int64_t rest = t / prm.heads_q;
-        w.batch = (int)(rest % prm.batch);
-        w.m0 = (prm.num_m_blocks - 1 - (int)(rest / prm.batch)) * Cfg::BLOCK_M;
+        const fa_tile_pos pos =
+            fa_fwd_grouped_tile(t, (int64_t)prm.heads_q * prm.batch, prm.num_m_blocks, prm.head_group);
+        w.head = (int)(pos.unit % prm.heads_q);
+        w.batch = (int)(pos.unit / prm.heads_q);
+        w.m0 = pos.m_block * Cfg::BLOCK_M;
     } else {
         w.m0 = (int)(t % prm.num_m_blocks) * Cfg::BLOCK_M;
         const int64_t rest = t / prm.num_m_blocks;
@@ -881,8 +883,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     int sm_count = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
-    const bool persistent = fa_hopper_persistent(BUCKET) || prm.total_tiles > 2147483647;
+    const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first) || prm.total_tiles > 2147483647;
     prm.snake = persistent && fa_hopper_snake_order();
+    prm.head_group = fa_cuda_head_group(prm.num_m_blocks, sm_count); /* one CTA per multiprocessor */
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
     return pack ? fa_hopper_run<BUCKET, BF16, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)

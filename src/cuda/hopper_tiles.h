@@ -81,12 +81,15 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
 }
 
 /* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
- * O has its own buffer: the next tile's Q and K/V then load under this tile's epilogue. With the
- * snake order below this gains 5-7 % on causal problems at 2k-8k and 0-5 % non-causal on the
- * H200; a plain round robin over uneven causal tiles was up to 18 % slower than one CTA per tile
- * (the hardware's dynamic hand-out). Bucket 256 (O staged in Q's buffer) keeps one CTA per tile
- * in longest-first order: persistent gained nothing there (NOTES.md). */
-FA_HOPPER_FN int fa_hopper_persistent(int bucket) { return fa_hopper_o_own_buffer(bucket); }
+ * O has its own buffer and the tiles are even (no heavy-first order): the next tile's Q and K/V
+ * then load under this tile's epilogue (+0-5 % non-causal on the H200). Under causal-like masks
+ * (heavy_first) one CTA per tile in head-grouped longest-first order (fa_fwd_grouped_tile): the
+ * hardware hands the next tile to whichever multiprocessor is free, and the CTAs running together
+ * share K/V in L2; the persistent grid's static split of uneven tiles lost 5-20 % against it
+ * (NOTES.md). Bucket 256 (O staged in Q's buffer) always runs one CTA per tile. */
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first) {
+    return fa_hopper_o_own_buffer(bucket) && !heavy_first;
+}
 
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
  * 2G + i, 4G - 1 - i, ...: every other round reversed), which pairs a CTA's long tile of one round
