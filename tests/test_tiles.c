@@ -45,8 +45,10 @@ FA_TEST(tiles_hopper_forward) {
         size_t with_o = 2 * fa_hopper_q_bytes(b) + 2 * (size_t)fa_hopper_stages(b) * fa_hopper_kv_bytes(b) +
                         fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
-        FA_CHECK(fa_hopper_persistent(b, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1),
-                 "bucket %d: persistent iff own O and even tiles (no heavy-first order)", b);
+        FA_CHECK(fa_hopper_persistent(b, 0, 64) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 8) &&
+                     !fa_hopper_persistent(b, 1, 128) &&
+                     fa_hopper_persistent(b, 1, 7) == fa_hopper_o_own_buffer(b),
+                 "bucket %d: persistent iff own O and even tiles or short causal (< 8 query blocks)", b);
     }
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");

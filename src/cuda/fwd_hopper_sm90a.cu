@@ -883,9 +883,14 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     int sm_count = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
-    const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first) || prm.total_tiles > 2147483647;
+    const bool persistent =
+        fa_hopper_persistent(BUCKET, prm.heavy_first, prm.num_m_blocks) || prm.total_tiles > 2147483647;
     prm.snake = persistent && fa_hopper_snake_order();
-    prm.head_group = fa_cuda_head_group(prm.num_m_blocks, sm_count); /* one CTA per multiprocessor */
+    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
+     * persistent grid's static snake split takes them longest first over all units */
+    const int64_t units = (int64_t)p->heads_q * p->batch;
+    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
+                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
     return pack ? fa_hopper_run<BUCKET, BF16, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)

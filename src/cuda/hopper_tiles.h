@@ -83,12 +83,17 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
 /* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
  * O has its own buffer and the tiles are even (no heavy-first order): the next tile's Q and K/V
  * then load under this tile's epilogue (+0-5 % non-causal on the H200). Under causal-like masks
- * (heavy_first) one CTA per tile in head-grouped longest-first order (fa_fwd_grouped_tile): the
- * hardware hands the next tile to whichever multiprocessor is free, and the CTAs running together
- * share K/V in L2; the persistent grid's static split of uneven tiles lost 5-20 % against it
- * (NOTES.md). Bucket 256 (O staged in Q's buffer) always runs one CTA per tile. */
-FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first) {
-    return fa_hopper_o_own_buffer(bucket) && !heavy_first;
+ * (heavy_first) with at least FA_HOPPER_GROUPED_MIN_BLOCKS query blocks: one CTA per tile in
+ * head-grouped longest-first order (fa_fwd_grouped_tile): the hardware hands the next tile to
+ * whichever multiprocessor is free, and the CTAs running together share K/V in L2 (+5-12 % at
+ * 2k-8k against the persistent grid's longest-first order over all units). Shorter causal
+ * sequences (tiles of a few key blocks) keep the persistent grid, whose start-up hiding is worth
+ * more there (512 tokens: 1.2-1.3x one CTA per tile). Bucket 256 (O staged in Q's buffer) always
+ * runs one CTA per tile. NOTES.md has the measurements. */
+enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
+
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
+    return fa_hopper_o_own_buffer(bucket) && (!heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS);
 }
 
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
