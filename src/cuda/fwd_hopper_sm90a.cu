@@ -34,11 +34,11 @@
  *   (varlen: the next sequence's rows follow).
  *
  * Grid: the CTAs walk the query tiles in rounds of gridDim.x, snake order (fa_hopper_tile_index).
- * With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor, even tiles only; else
- * one CTA per tile, numbered longest first in head groups under causal masks) the producer loads the next tile's Q as
- * soon as the consumers release Q's buffer (q_empty: after their last S GEMM with an own O
- * buffer, after the O store otherwise) and its first K/V stages while they still run this tile's
- * epilogue, so per-tile start-up latency hides behind work.
+ * With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor for even tiles and short
+ * causal ones; else one CTA per tile, numbered longest first in head groups under causal masks)
+ * the producer loads the next tile's Q as soon as the consumers release Q's buffer (q_empty: after
+ * their last S GEMM with an own O buffer, after the O store otherwise) and its first K/V stages
+ * while they still run this tile's epilogue, so per-tile start-up latency hides behind work.
  *
  * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
  *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
