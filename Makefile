@@ -13,7 +13,7 @@ BUILD   ?= build
 OPT     ?= -O3
 SAN     ?=
 CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -fPIC \
-                -fvisibility=hidden -Iinclude -Isrc -D_GNU_SOURCE -pthread $(SAN)
+                -fvisibility=hidden -Iinclude -Isrc -I. -D_GNU_SOURCE -pthread $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS)
 LDLIBS  = -lm -pthread
@@ -21,9 +21,10 @@ LDLIBS  = -lm -pthread
 UNAME_M := $(shell uname -m)
 
 # ---- CPU sources ------------------------------------------------------------------------------
+# src/api: validation and dispatch; src/cpu: the CPU engine; src/ring: ring attention.
 # src/cpu/*_avx512.c and *_avx2.c are compiled with their ISA flags and picked at run time;
 # on other architectures they are left out and the scalar kernels are used.
-LIB_C      := $(wildcard src/*.c) $(wildcard src/cpu/*.c)
+LIB_C      := $(wildcard src/api/*.c) $(wildcard src/cpu/*.c) $(wildcard src/ring/*.c)
 SIMD512_C  := $(filter %_avx512.c,$(LIB_C))
 SIMD2_C    := $(filter %_avx2.c,$(LIB_C))
 ifneq ($(filter x86_64 amd64,$(UNAME_M)),)
@@ -41,17 +42,21 @@ endif
 CUDA_ARCHS ?= 80 90
 ifneq ($(strip $(NVCC)),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-  CU_SRC    := $(wildcard src/cuda/*.cu)
-  LIB_C     := $(filter-out src/fa_cuda_stub.c src/fa_ring_cuda_stub.c,$(LIB_C))
+  # src/cuda: host-side planning and launch; common/: PTX wrappers, params, tiles; kernels/: one
+  # file per technique and architecture; instances/: generated per-head-dim instantiations.
+  CU_SRC    := $(wildcard src/cuda/*.cu src/cuda/common/*.cu src/cuda/kernels/*.cu \
+                 src/cuda/instances/*.cu src/ring/*.cu)
+  LIB_C     := $(filter-out src/api/fa_cuda_stub.c src/ring/fa_ring_cuda_stub.c,$(LIB_C))
   LAST_ARCH := $(lastword $(CUDA_ARCHS))
   GENCODE   := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
-  # Hopper-only sources (wgmma/TMA/setmaxnreg) are named *_sm90a.cu and built for sm_90a alone.
+  # Hopper-only kernels (wgmma/TMA/setmaxnreg), src/cuda/kernels/*_sm90*.cu, are built for sm_90a alone.
   GENCODE_SM90A := -gencode arch=compute_90a,code=sm_90a
+  SM90A_SRC     := $(wildcard src/cuda/kernels/*_sm90*.cu)
   NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
                --expt-relaxed-constexpr -Xptxas=--warn-on-spills
   CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lstdc++ -ldl -lrt
-  # NCCL, ring attention's transport (src/cuda/ring_cuda.cu): compiled in when nccl.h is found
+  # NCCL, ring attention's transport (src/ring/ring_nccl.cu): compiled in when nccl.h is found
   # (NCCL_HOME=<dir with include/nccl.h>, e.g. pip's nvidia/nccl, else the toolkit, /usr, /usr/local);
   # libnccl.so.2 itself is opened at run time, so the library does not link it.
   NCCL_H     := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
@@ -64,8 +69,10 @@ else
 endif
 
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
-TOOL_C  := $(wildcard tools/*.c) tests/reference.c tests/sweep.c
-TEST_C  := $(wildcard tests/*.c)
+# oracle/: the float64 reference and the randomised sweep, shared by the tests and the tool.
+ORACLE_C := $(wildcard oracle/*.c)
+TOOL_C  := $(wildcard tools/*.c) $(ORACLE_C)
+TEST_C  := $(wildcard tests/*.c) $(ORACLE_C)
 
 .PHONY: all lib run test gpu-test multi-gpu-test clean bench check print-cuda-libs print-cuda-include print-nccl-h
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
@@ -80,13 +87,11 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/obj/%_sm90a.o: %_sm90a.cu
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(GENCODE_SM90A) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(GENCODE) -MMD -MP -c $< -o $@
-$(BUILD)/obj/src/cuda/ring_cuda.o: NVCCFLAGS += $(NCCL_FLAGS)
+$(patsubst %.cu,$(BUILD)/obj/%.o,$(SM90A_SRC)): GENCODE = $(GENCODE_SM90A)
+$(BUILD)/obj/src/ring/ring_nccl.o: NVCCFLAGS += $(NCCL_FLAGS)
 
 $(BUILD)/libflashattn.a: $(LIB_OBJ)
 	@rm -f $@
@@ -97,6 +102,13 @@ $(BUILD)/libflashattn.so: $(LIB_OBJ)
 $(BUILD)/flashattn: $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_C)) $(BUILD)/libflashattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 $(BUILD)/fa_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_C)) $(BUILD)/libflashattn.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# The GPU test programs, one binary with modes (tests/gpu/main.c); needs a CUDA build.
+GPU_TEST_C := $(wildcard tests/gpu/*.c)
+$(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_C)): CFLAGS += -Werror $(if $(CUDA_HOME),-I$(CUDA_HOME)/include)
+$(BUILD)/fa_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_C)) $(BUILD)/libflashattn.a
+	$(if $(strip $(NVCC)),,@echo "fa_gpu_tests needs a CUDA build (nvcc not found or FA_NO_CUDA set)"; exit 1)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 # The main job: the default benchmark sweep (speed-up and memory saving over standard attention).

@@ -23,7 +23,7 @@ L2-sized input rotation, no wrapper cost). Memory for ours always comes from the
 built (--tool): its measured extra bytes (workspace + device allocations during the calls) plus
 the outputs it preallocates (o, lse, dq, dk, dv), which SDPA's number includes.
 
-Writes bench/results/gpu-<date>.md (Markdown table), .json (all numbers) and .svg (TFLOP/s
+Writes bench/results/gpu.md (Markdown table), .json (all numbers) and .svg (TFLOP/s
 against sequence length) and prints the table last.
 """
 import argparse
@@ -234,7 +234,7 @@ def main():
     mem_tool = a.tool if os.path.exists(a.tool) else None
     res["memory"] = measure_memory(mem_s, impls, mem_tool) if "bwd" in modes else []
     os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"{a.tag}-{date}")
+    stem = os.path.join(a.out, a.tag)
     md = markdown(res, impls)
     with open(stem + ".md", "w") as fh:
         fh.write(md)

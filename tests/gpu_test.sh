@@ -4,10 +4,10 @@
 #   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
 #      (default kernels), then `--quick` with the portable forward forced
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
-#      (tests/gpu/fa_gpu_determinism.c)
+#      (tests/gpu/determinism.c)
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
-#   5. backward repeatability and compute-sanitizer (tests/gpu/fa_gpu_backward.c)
-#   6. the default backward kernel against the portable one (tests/gpu/fa_gpu_bwd_paths.c)
+#   5. backward repeatability and compute-sanitizer (tests/gpu/backward.c)
+#   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
 # Exits non-zero on the first failing step. BUILD (default build-gpu) and CUDA_ARCHS (default:
 # the local GPU's compute capability) can be overridden.
 set -u
@@ -26,11 +26,8 @@ JOBS=$(nproc 2> /dev/null || echo 4)
 echo "gpu-test: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), CUDA_ARCHS=$CUDA_ARCHS"
 
 echo "== 1. build ($BUILD)"
-make BUILD="$BUILD" CUDA_ARCHS="$CUDA_ARCHS" NVCC="$NVCC" -j"$JOBS" all || fail "build"
-DET="$BUILD/fa_gpu_determinism"
-${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_determinism.c \
-    "$BUILD/libflashattn.a" -o "$DET" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
-    || fail "build $DET"
+make BUILD="$BUILD" CUDA_ARCHS="$CUDA_ARCHS" NVCC="$NVCC" -j"$JOBS" all "$BUILD/fa_gpu_tests" || fail "build"
+GPU="$BUILD/fa_gpu_tests"
 
 echo "== 2. flashattn check --device cuda --full (default kernels: the Hopper forward on sm_90)"
 "$BUILD/flashattn" check --device cuda --full || fail "flashattn check --device cuda"
@@ -39,58 +36,46 @@ FA_CUDA_FORWARD=portable "$BUILD/flashattn" check --device cuda --quick \
     || fail "flashattn check --device cuda with FA_CUDA_FORWARD=portable"
 
 echo "== 3. determinism"
-"$DET" || fail "forward determinism"
-PATHS="$BUILD/fa_gpu_paths"
-${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_paths.c \
-    "$BUILD/libflashattn.a" -o "$PATHS" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
-    || fail "build $PATHS"
+"$GPU" determinism || fail "forward determinism"
 echo "-- the default forward kernel against the portable one on large problems"
-"$PATHS" || fail "forward kernels disagree (tests/gpu/fa_gpu_paths.c)"
+"$GPU" paths || fail "forward kernels disagree (tests/gpu/paths.c)"
 
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 [ -x "$SAN" ] || fail "compute-sanitizer not found"
 for tool in memcheck racecheck synccheck; do
     echo "-- $tool: forward (small problems)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$DET" small || fail "$tool on $DET small"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" determinism small || fail "$tool on determinism small"
     echo "-- $tool: flashattn check --device cuda --quick"
     "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD/flashattn" check --device cuda --quick \
         || fail "$tool on flashattn check --quick"
-    echo "-- $tool: Hopper forward with packed GQA/MQA tiles (fa_gpu_paths packed)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$PATHS" packed || fail "$tool on $PATHS packed"
+    echo "-- $tool: Hopper forward with packed GQA/MQA tiles (paths packed)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" paths packed || fail "$tool on paths packed"
 done
 
-# ---- 5. CUDA backward (appended by the backward helper) ------------------------------------------
+# ---- 5. CUDA backward ---------------------------------------------------------------------------
 # Repeatability (each problem runs twice: dk/dv bitwise equal in every mode, dq too with
 # deterministic = 1) and compute-sanitizer memcheck/racecheck on small problems that reach every
-# backward kernel path (tests/gpu/fa_gpu_backward.c). Value checks of the backward are in step 2.
+# backward kernel path (tests/gpu/backward.c). Value checks of the backward are in step 2.
 echo "== 5. backward repeatability and compute-sanitizer"
-BWD="$BUILD/fa_gpu_backward"
-${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_backward.c \
-    "$BUILD/libflashattn.a" -o "$BWD" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
-    || fail "build $BWD"
-"$BWD" || fail "backward repeatability"
+"$GPU" backward || fail "backward repeatability"
 for tool in memcheck racecheck; do
     echo "-- $tool: backward (small problems)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$BWD" 0 1 2 || fail "$tool on $BWD"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" backward 0 1 2 || fail "$tool on backward 0 1 2"
 done
 
 # ---- 6. the CUDA backward's two kernels ---------------------------------------------------------
 # The default backward (the Hopper kernel on sm_90 for the problems it covers) against the
 # portable one (FA_CUDA_BACKWARD=portable) on 1k-4k-token problems: dq/dk/dv/dsink within a
 # tolerance, nothing left unwritten or written outside the tensors, no NaN leaking from padding,
-# dk/dv bitwise repeatable (tests/gpu/fa_gpu_bwd_paths.c); then memcheck on its small problems.
+# dk/dv bitwise repeatable (tests/gpu/bwd_paths.c); then memcheck on its small problems.
 echo "== 6. backward kernels: default against portable"
-BWDP="$BUILD/fa_gpu_bwd_paths"
-${CC:-cc} -std=c11 -O2 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/gpu/fa_gpu_bwd_paths.c \
-    "$BUILD/libflashattn.a" -o "$BWDP" -L"$CUDA_HOME/lib64" -lcudart -lstdc++ -lm -lpthread -ldl -lrt \
-    || fail "build $BWDP"
-"$BWDP" || fail "backward kernels disagree (tests/gpu/fa_gpu_bwd_paths.c)"
+"$GPU" bwd_paths || fail "backward kernels disagree (tests/gpu/bwd_paths.c)"
 echo "-- the same with deterministic = 1 (semaphore-ordered dQ; dq/dk/dv bitwise equal over 3 runs)"
-"$BWDP" det || fail "deterministic backward (tests/gpu/fa_gpu_bwd_paths.c det)"
+"$GPU" bwd_paths det || fail "deterministic backward (tests/gpu/bwd_paths.c det)"
 for tool in memcheck racecheck synccheck; do
     echo "-- $tool: backward kernels (small problems, every Hopper backward bucket, both modes)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$BWDP" small || fail "$tool on $BWDP small"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$BWDP" small det || fail "$tool on $BWDP small det"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small || fail "$tool on bwd_paths small"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det || fail "$tool on bwd_paths small det"
 done
 echo "gpu-test: all passed"

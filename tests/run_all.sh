@@ -3,8 +3,8 @@
 #
 #   1. build (make -j2: library, flashattn tool, unit-test binary)
 #   2. build/fa_tests                     unit tests (oracle self-checks, every feature, errors, threads)
-#   3. tests/gpu/*.c                      the GPU test programs compile and link (CUDA builds)
-#      src/cuda/gen_wgmma.py --check      the generated wgmma wrappers in fa_ptx.cuh are current
+#   3. build/fa_gpu_tests                 the GPU test programs compile and link (CUDA builds)
+#      generators --check                 src/cuda/common/ptx.cuh's wgmma block and src/cuda/instances are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. python/run_tests.sh                the Python package's tests, when present
@@ -97,18 +97,11 @@ if [ "$built" -eq 1 ]; then
         fail_stage "tests/header_cxx.cc did not compile or link as C++"
     fi
 
-    banner "GPU test programs compile and link (tests/gpu/*.c; they run in make gpu-test)"
+    banner "GPU test programs compile and link (tests/gpu/*.c as $BUILD_DIR/fa_gpu_tests; they run in make gpu-test)"
     cuda_include=$(make -s BUILD="$BUILD_DIR" print-cuda-include)
     if [ -n "$cuda_include" ]; then
-        run_stage "GPU test programs" sh -c '
-            passed=0; failed=0
-            for src in tests/gpu/*.c; do
-                exe="$1/$(basename "$src" .c)"
-                if ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -I"$2" "$src" "$1/libflashattn.a" \
-                    -lm -pthread $3 -o "$exe"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-            done
-            echo "$passed passed, $failed failed"' sh "$BUILD_DIR" "$cuda_include" \
-            "$(make -s BUILD="$BUILD_DIR" print-cuda-libs)"
+        run_stage "GPU test programs" sh -c 'if make -j"$1" BUILD="$2" "$2/fa_gpu_tests"; then
+            echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi' sh "$JOBS" "$BUILD_DIR"
         nccl_h=$(make -s BUILD="$BUILD_DIR" print-nccl-h)
         if [ -n "$nccl_h" ]; then
             run_stage "multi-GPU test program (compile only; runs in make multi-gpu-test)" sh -c '
@@ -123,10 +116,11 @@ if [ "$built" -eq 1 ]; then
         echo "CPU-only build (no nvcc): nothing to compile"
     fi
 
-    banner "generated wgmma wrappers in src/cuda/fa_ptx.cuh (src/cuda/gen_wgmma.py --check)"
-    run_stage "wgmma wrappers" sh -c 'if python3 src/cuda/gen_wgmma.py --check; then echo "1 passed, 0 failed";
-        else echo "src/cuda/fa_ptx.cuh: the generated block is stale: run python3 src/cuda/gen_wgmma.py";
-        echo "0 passed, 1 failed"; fi'
+    banner "generated sources are current (src/cuda/common/gen_wgmma.py, src/cuda/instances/generate.py)"
+    run_stage "generated sources" sh -c 'p=0; f=0
+        for g in src/cuda/common/gen_wgmma.py src/cuda/instances/generate.py; do
+            if python3 "$g" --check; then p=$((p + 1)); else echo "stale: run python3 $g"; f=$((f + 1)); fi
+        done; echo "$p passed, $f failed"'
 
     banner "check sweep ($BUILD_DIR/flashattn check --quick)"
     if [ -x "$BUILD_DIR/flashattn" ]; then

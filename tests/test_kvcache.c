@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/fa_internal.h"
+#include "api/fa_internal.h"
 #include "test_util.h"
 
 static uint64_t case_seed(void) {

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/fa_ring.h"
+#include "ring/fa_ring.h"
 #include "test_util.h"
 
 #define MAX_WORLD 8

@@ -1,13 +1,13 @@
 /*
- * test_tiles.c: the tile-shape functions of the CUDA forward kernels (src/cuda/fa_tiles.h, the
- * portable mma.sync kernel; src/cuda/hopper_tiles.h, the sm_90a kernel) are pure C functions:
+ * test_tiles.c: the tile-shape functions of the CUDA forward kernels (fwd_tiles.h, the
+ * portable mma.sync kernel; sm90_tiles.h, the sm_90a kernel) are pure C functions:
  * checked here on the CPU, so a tile change that cannot fit a GPU fails CI before any GPU run.
  */
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "cuda/fa_tiles.h"
-#include "cuda/hopper_tiles.h"
+#include "cuda/common/fwd_tiles.h"
+#include "cuda/common/sm90_tiles.h"
 #include "test.h"
 
 /* Opt-in shared memory per block: A100 (sm_80) 163 KiB, H100/H200 (sm_90) 227 KiB. */

@@ -4,8 +4,8 @@
 #ifndef FA_TESTS_TEST_UTIL_H
 #define FA_TESTS_TEST_UTIL_H
 
-#include "reference.h"
-#include "sweep_case.h"
+#include "oracle/reference.h"
+#include "oracle/sweep_case.h"
 #include "test.h"
 
 /* A spec with the given dtype and shape, everything else off (contiguous, backward on). */

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../tests/reference.h"
+#include "oracle/reference.h"
 #include "bench.h"
 #include "cli.h"
 

@@ -1,5 +1,5 @@
 /*
- * check.h: `flashattn check`, the randomised correctness sweep (tests/sweep.c) from the command
+ * check.h: `flashattn check`, the randomised correctness sweep (oracle/sweep.c) from the command
  * line.
  */
 #ifndef FA_TOOL_CHECK_H

@@ -1,13 +1,13 @@
 /*
  * check_cmd.c: `flashattn check`: parses the flags into fa_sweep_options and runs fa_sweep_run
- * (tests/sweep.c), which prints one line per case and direction and a summary.
+ * (oracle/sweep.c), which prints one line per case and direction and a summary.
  * Exit status: 0 all passed, 1 a check failed or the sweep could not run, 2 a usage error.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tests/sweep.h"
+#include "oracle/sweep.h"
 #include "check.h"
 #include "cli.h"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tests/reference.h"
+#include "oracle/reference.h"
 
 tool_rng tool_rng_seeded(uint64_t seed) {
     tool_rng rng = {seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull, 0.0, 0};

@@ -1,7 +1,7 @@
 /*
  * tensors.h: host buffers for the tool: a seeded normal RNG fast enough for large inputs (two
  * values per Box-Muller step), filling buffers of any dtype, and allocations that are touched so
- * they are resident before memory is measured. dtype conversion comes from tests/reference.h.
+ * they are resident before memory is measured. dtype conversion comes from oracle/reference.h.
  */
 #ifndef FA_TOOL_TENSORS_H
 #define FA_TOOL_TENSORS_H

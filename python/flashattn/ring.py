@@ -63,7 +63,7 @@ def shard_ranges(seqlen, world_size, rank, sharding="zigzag"):
 
 
 def plan_step(rank, world_size, step, sharding, causal):
-    """(owner, block, q_part, k_part) of a ring step; see fa_ring_plan_step in src/fa_ring.h."""
+    """(owner, block, q_part, k_part) of a ring step; see fa_ring_plan_step in src/ring/fa_ring.h."""
     owner = (rank - step) % world_size
     if not causal:
         return owner, FULL, ALL, ALL
@@ -133,7 +133,7 @@ def unshard(shards, sharding="zigzag", dim=1, cu_seqlens=None):
 
 class _Geometry:
     """Per owner: rows of its shard (tokens per sequence, batched; packed rows, varlen) and of
-    its first chunk; varlen: the cu_seqlens of every step's call (see src/fa_ring.c)."""
+    its first chunk; varlen: the cu_seqlens of every step's call (see src/ring/fa_ring.c)."""
 
     def __init__(self, rank, world, sharding, causal, batch, seqlen=None, lengths=None):
         self.rank, self.world, self.sharding, self.causal = rank, world, sharding, causal

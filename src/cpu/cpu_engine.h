@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fa_internal.h"
+#include "api/fa_internal.h"
 
 /* Widest SIMD vector in floats; tile leading dimensions and padded head dims are multiples of it. */
 #define FA_CPU_PAD 16

@@ -1,0 +1,130 @@
+"""bench/bench_decode.py: decode attention on the GPU, flashattn next to PyTorch SDPA.
+
+Times, on the standard decode shapes (one query token, 32 query / 8 kv heads, d = 128, bf16;
+batch x context 1 x 8k, 32 x 8k, 8 x 64k, 128 x 2k):
+  - flashattn.flash_attn_with_kvcache on a contiguous cache (through the Python package),
+  - torch SDPA with the FLASH_ATTENTION and CUDNN_ATTENTION backends (enable_gqa=True) on the
+    same values in SDPA's (batch, heads, seq, dim) layout,
+each call between CUDA events after a 256 MiB write that evicts the L2, median of the timed calls.
+Effective bandwidth = K and V bytes read / time. The flashattn CLI results (`flashattn bench
+--mode decode --json`, every page size) are merged in when --cli-json is given, and so is their
+copy bandwidth. Prints a markdown table last and writes <out>/decode.{md,json}
+(default bench/results/).
+
+  PYTHONPATH=python FLASHATTN_LIB=build/libflashattn.so \
+      python bench/bench_decode.py --cli-json /tmp/decode_cli.json
+"""
+
+import argparse
+import json
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(1, 8192), (32, 8192), (8, 65536), (128, 2048)]
+HQ, HKV, D = 32, 8, 128
+
+
+def time_ms(fn, flush, calls):
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    for _ in range(3):
+        fn()
+    for i in range(calls):
+        flush.zero_()
+        start[i].record()
+        fn()
+        end[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--cli-json", default=None)
+    ap.add_argument("--calls", type=int, default=30)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    import flashattn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    rows = []
+    for batch, ctx in SHAPES:
+        torch.manual_seed(0)
+        q = torch.randn(batch, 1, HQ, D, device="cuda", dtype=torch.bfloat16)
+        kc = torch.randn(batch, ctx, HKV, D, device="cuda", dtype=torch.bfloat16)
+        vc = torch.randn(batch, ctx, HKV, D, device="cuda", dtype=torch.bfloat16) + 0.5
+        kv_bytes = 2 * batch * ctx * HKV * D * 2
+        seqlens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+        impls = {"flashattn (python, contiguous)": lambda: flashattn.flash_attn_with_kvcache(
+            q, kc, vc, cache_seqlens=seqlens, causal=True)}
+        qs, ks, vs = q.transpose(1, 2).contiguous(), kc.transpose(1, 2).contiguous(), vc.transpose(1, 2).contiguous()
+        for name, backend in (("sdpa FLASH_ATTENTION", SDPBackend.FLASH_ATTENTION),
+                              ("sdpa CUDNN_ATTENTION", SDPBackend.CUDNN_ATTENTION)):
+            def run(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)
+            impls[name] = run
+        reference = None
+        for name, fn in impls.items():
+            row = {"impl": name, "b": batch, "ctx": ctx, "page_size": 0, "kv_bytes": kv_bytes}
+            try:
+                out = fn()
+                out = out if name.startswith("flashattn") else out.transpose(1, 2)
+                if reference is None:
+                    reference = out.float()
+                row["max_diff_vs_first"] = float((out.float() - reference).abs().max())
+                row["ms"] = time_ms(fn, flush, args.calls)
+                row["GBps"] = kv_bytes / (row["ms"] * 1e-3) * 1e-9
+            except Exception as err:  # a backend that refuses the shape or enable_gqa
+                row["error"] = "%s: %s" % (type(err).__name__, str(err).splitlines()[0][:160])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+    copy_gbps = None
+    if args.cli_json and os.path.exists(args.cli_json):
+        with open(args.cli_json) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                r = json.loads(line)
+                copy_gbps = r.get("copy_GBps") or copy_gbps
+                row = {"impl": "flashattn (CLI, %s)" % ("contiguous" if r["page_size"] == 0 else "page %d" % r["page_size"]),
+                       "b": r["b"], "ctx": r["cache_len"], "page_size": r["page_size"], "kv_bytes": r["kv_bytes"],
+                       "ms": r.get("ms"), "GBps": r.get("GBps")}
+                if r.get("status") != "ok":
+                    row["error"] = r.get("note", "failed")
+                rows.append(row)
+
+    rows.sort(key=lambda r: (SHAPES.index((r["b"], r["ctx"])) if (r["b"], r["ctx"]) in SHAPES else 99, r["impl"]))
+    lines = ["# Decode attention on %s (bf16, 1 query token, hq 32, hkv 8, d 128)" % torch.cuda.get_device_name(),
+             "",
+             "GB/s = K+V bytes / median time (L2 flushed before each call)%s." % (
+                 "; device copy bandwidth (read + write) %.0f GB/s" % copy_gbps if copy_gbps else ""),
+             "",
+             "| batch x ctx | implementation | ms | GB/s | % of copy | note |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = "%.4f" % r["ms"] if r.get("ms") else "-"
+        gbps = "%.0f" % r["GBps"] if r.get("GBps") else "-"
+        frac = "%.0f%%" % (100 * r["GBps"] / copy_gbps) if r.get("GBps") and copy_gbps else "-"
+        note = r.get("error", "")
+        if "max_diff_vs_first" in r and r["max_diff_vs_first"] > 0:
+            note = (note + " max|diff| vs flashattn %.1e" % r["max_diff_vs_first"]).strip()
+        lines.append("| %d x %d | %s | %s | %s | %s | %s |" % (r["b"], r["ctx"], r["impl"], ms, gbps, frac, note))
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "decode.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "decode.json"), "w") as f:
+        json.dump({"copy_GBps": copy_gbps, "rows": rows}, f, indent=1)
+    print()
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

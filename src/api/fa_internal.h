@@ -1,0 +1,227 @@
+/*
+ * fa_internal.h: what every engine (CPU, CUDA) sees after the API layer has validated a call.
+ *
+ * fa_api.c turns the caller's fa_params into an fa_problem: a validated copy with every default
+ * resolved (head_dim_v, softmax_scale, window folded with causal) plus derived sizes. Engines
+ * receive only fa_problem and may assume everything documented here holds.
+ *
+ * This header is C11 and also compiles as CUDA C++ (the mask helpers are host+device).
+ */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashattn.h"
+
+#ifdef __CUDACC__
+#define FA_HD __host__ __device__ __forceinline__
+#else
+#define FA_HD static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fa_problem {
+    /* The caller's params after validation, with:
+     *   head_dim_v    != 0 (defaulted to head_dim)
+     *   softmax_scale != 0 (defaulted to 1/sqrt(head_dim))
+     *   window_left / window_right: the effective window with causal folded in; -1 = unbounded.
+     *     (use_window = 0 sets both to -1 first; causal then sets window_right = min(right, 0).)
+     *   varlen: total_q / total_k as given; non-varlen: total_q = batch*seqlen_q, same for k. */
+    fa_params p;
+    int varlen;          /* cu_seqlens given                                                   */
+    int has_mask;        /* window_left >= 0 or window_right >= 0                              */
+    int64_t group;       /* heads_q / heads_kv: query heads sharing one kv head                 */
+    float scale_log2;    /* softmax_scale · log2(e): scores in base-2 units with one FMA        */
+} fa_problem;
+
+/* Record a detailed message for the calling thread and return `status` (printf-style). */
+fa_status fa_set_error(fa_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- validation steps shared by fa_api.c and fa_kvcache.c (src/api/fa_validate.c) --------------- */
+
+/* Sizes are kept below 2^31 so every engine may index rows and heads with 32-bit integers and
+ * varlen offsets fit the int32 cu_seqlens. */
+#define FA_MAX_EXTENT ((int64_t)INT32_MAX)
+
+#define FA_REQUIRE_PTR(ptr, field)                                                                \
+    do {                                                                                          \
+        if ((ptr) == NULL) return fa_set_error(FA_ERR_NULL_POINTER, "%s is NULL", field);         \
+    } while (0)
+
+#define FA_REQUIRE_RANGE(value, lo, hi, status, field)                                            \
+    do {                                                                                          \
+        if ((value) < (lo) || (value) > (hi))                                                     \
+            return fa_set_error(status, "%s = %lld is out of range [%lld, %lld]", field,          \
+                                (long long)(value), (long long)(lo), (long long)(hi));            \
+    } while (0)
+
+/* a*b + c without overflow into *out; 0 on overflow. All operands non-negative. */
+int fa_mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out);
+
+/* One tensor as the validator sees it: three strided axes of known extent over a contiguous
+ * last dimension. A varlen tensor has no batch axis (extent 1) and `rows` packed rows. */
+typedef struct fa_tensor_view {
+    const char *name;               /* field prefix in messages: "<name>_<axis>_stride"        */
+    const char *const *axis_names;  /* names of the three axes; NULL = batch, row, head        */
+    int is_output;
+    int64_t extent[3];
+    int64_t stride[3];
+    int64_t dim; /* contiguous last dimension */
+} fa_tensor_view;
+
+/* Strides non-negative, largest offset within int64, and (outputs) no two elements at one
+ * address. Returns FA_OK or sets the error. */
+fa_status fa_check_tensor_view(const fa_tensor_view *t);
+
+/* Steps every attention call shares, on pb->p in place (pb->p already holds the caller's copy):
+ * device / dtype / num_threads, sizes and heads (head_dim_v defaulted, group set), scalars
+ * (softmax_scale defaulted, scale_log2, softcap, ALiBi stride) and the window folded with causal
+ * (has_mask set). */
+fa_status fa_validate_common(fa_problem *pb);
+
+/* ---- per-sequence geometry (host side; CPU engines) ----------------------------------------- */
+
+/* Start rows and lengths of sequence b. Non-varlen: starts are 0 and the batch stride selects
+ * the sequence (see fa_row_offset). Varlen: starts are the cu_seqlens entries. */
+typedef struct fa_seq {
+    int64_t q_start, k_start; /* first packed row (varlen) or 0                               */
+    int64_t len_q, len_k;     /* tokens in this sequence                                      */
+} fa_seq;
+
+static inline fa_seq fa_sequence(const fa_problem *pb, int64_t b) {
+    fa_seq s;
+    if (pb->varlen) {
+        s.q_start = pb->p.cu_seqlens_q[b];
+        s.k_start = pb->p.cu_seqlens_k[b];
+        s.len_q = pb->p.cu_seqlens_q[b + 1] - s.q_start;
+        s.len_k = pb->p.cu_seqlens_k[b + 1] - s.k_start;
+    } else {
+        s.q_start = 0;
+        s.k_start = 0;
+        s.len_q = pb->p.seqlen_q;
+        s.len_k = pb->p.seqlen_k;
+    }
+    return s;
+}
+
+/* Element offset of (sequence b, row `row` within it, head h) for a tensor with the given
+ * strides; row_start is fa_seq.q_start or .k_start. */
+static inline int64_t fa_row_offset(const fa_problem *pb, int64_t b, int64_t row_start, int64_t row,
+                                    int64_t h, int64_t batch_stride, int64_t row_stride,
+                                    int64_t head_stride) {
+    int64_t base = pb->varlen ? (row_start + row) * row_stride : b * batch_stride + row * row_stride;
+    return base + h * head_stride;
+}
+
+/* Offset of the first lse element of (sequence b, head h); rows follow contiguously. */
+static inline int64_t fa_lse_offset(const fa_problem *pb, int64_t b, int64_t q_start, int64_t h) {
+    return pb->varlen ? h * pb->p.total_q + q_start : (b * pb->p.heads_q + h) * pb->p.seqlen_q;
+}
+
+/* ---- masks (host and device) ---------------------------------------------------------------- */
+
+/* Visible keys of query row i form one contiguous range [*lo, *hi) (empty when *hi <= *lo).
+ * shift = len_k - len_q aligns the diagonal to the bottom-right corner. */
+FA_HD void fa_key_range(int64_t i, int64_t len_q, int64_t len_k, int64_t window_left,
+                        int64_t window_right, int64_t *lo, int64_t *hi) {
+    int64_t diag = i + len_k - len_q;
+    int64_t a = 0, b = len_k;
+    if (window_left >= 0 && diag - window_left > a) a = diag - window_left;
+    if (window_right >= 0 && diag + window_right + 1 < b) b = diag + window_right + 1;
+    *lo = a;
+    *hi = b;
+}
+
+/* ALiBi bias of (query i, key j): -slope·|i + len_k - len_q - j|. */
+FA_HD float fa_alibi_bias(float slope, int64_t i, int64_t j, int64_t len_q, int64_t len_k) {
+    int64_t dist = i + len_k - len_q - j;
+    if (dist < 0) dist = -dist;
+    return -slope * (float)dist;
+}
+
+/* ---- engines -------------------------------------------------------------------------------- */
+
+/* FA_ERR_WORKSPACE when the caller gave a workspace (p->workspace) smaller than the `needed` bytes
+ * the engine reported (src/api/fa_validate.c). */
+fa_status fa_check_workspace_size(const fa_params *p, size_t needed);
+
+/* CPU engine (src/cpu/). All take a validated problem. */
+fa_status fa_cpu_forward(const fa_problem *pb);
+fa_status fa_cpu_backward(const fa_problem *pb);
+fa_status fa_cpu_standard_forward(const fa_problem *pb);
+size_t fa_cpu_forward_workspace(const fa_problem *pb);  /* bytes; 0 if none                   */
+size_t fa_cpu_backward_workspace(const fa_problem *pb);
+const char *fa_cpu_isa_name(void);
+
+/* CUDA engine (src/cuda/, or src/api/fa_cuda_stub.c when built without nvcc). The check functions
+ * apply the device path's own limits (head dims, alignment) and report its workspace. */
+int fa_cuda_is_available(void);
+int fa_cuda_built(void);
+fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspace_bytes);
+fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes);
+fa_status fa_cuda_forward(const fa_problem *pb);
+fa_status fa_cuda_backward(const fa_problem *pb);
+
+/* ==== KV cache (issue 5: fa_kvcache_forward, fa_merge_states) ============================= */
+
+/* The fa_problem given to the KV-cache engines has the same resolution as for fa_forward (window
+ * folded with causal, scale, head_dim_v, group), plus: varlen = 0, p.cache_batch defaulted to
+ * batch when 0. CPU: the int32 arrays (cache_seqlens, cache_batch_idx, cache_leftpad,
+ * block_table) were validated on the host. CUDA: none of them is read on the host (device memory);
+ * the kernels clamp to bounds. */
+fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes);
+fa_status fa_cuda_kvcache_forward(const fa_problem *pb);
+fa_status fa_cuda_merge_states(const fa_merge_params *m); /* m validated by fa_merge_states   */
+
+/* CPU engine (src/cpu/cpu_kvcache.c, src/cpu/cpu_merge.c). */
+fa_status fa_cpu_kvcache_forward(const fa_problem *pb);
+size_t fa_cpu_kvcache_workspace(const fa_problem *pb); /* bytes, an upper bound for the call  */
+fa_status fa_cpu_merge_states(const fa_merge_params *m);
+
+/* Most splits the engines use when num_splits = 0 (the heuristic's cap). */
+#define FA_KV_MAX_SPLITS 128
+
+/* Split-KV (flash-decoding) heuristic, shared by the CPU and CUDA engines. `work_units` is what
+ * runs in parallel without splitting (e.g. batch × heads_kv × query blocks), `key_blocks` the
+ * key blocks of the longest sequence, `workers` the parallel workers (CPU threads, GPU SMs ×
+ * blocks per SM), `max_splits` a cap (>= 1). Rule (FlashAttention-2's): when the units nearly
+ * fill the workers (>= 80 %) do not split; otherwise, for each split count s that changes the
+ * blocks per split (ceil(key_blocks / s) differs from s - 1's), the wave efficiency is
+ * e(s) = w / ceil(w) with w = work_units · s / workers; return the smallest s whose
+ * efficiency is at least 85 % of the best. Returns 1..min(max_splits, workers, key_blocks). */
+FA_HD int fa_num_splits_heuristic(int64_t work_units, int64_t key_blocks, int64_t workers,
+                                  int64_t max_splits) {
+    if (work_units < 1 || key_blocks <= 1 || workers <= 1 || max_splits <= 1) return 1;
+    if (10 * work_units >= 8 * workers) return 1;
+    int64_t limit = max_splits;
+    if (limit > workers) limit = workers;
+    if (limit > key_blocks) limit = key_blocks;
+    if (limit > 1024) limit = 1024;
+    double best = 0.0;
+    /* pass 0 finds the best efficiency, pass 1 the smallest split count within 85 % of it */
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t s = 1; s <= limit; ++s) {
+            if (s > 1 && (key_blocks + s - 1) / s == (key_blocks + s - 2) / (s - 1)) continue;
+            double waves = (double)(work_units * s) / (double)workers;
+            double efficiency = waves / ceil(waves);
+            if (pass == 0 && efficiency > best) best = efficiency;
+            if (pass == 1 && efficiency >= 0.85 * best) return (int)s;
+        }
+    }
+    return 1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FA_INTERNAL_H */

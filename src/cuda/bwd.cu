@@ -1,0 +1,542 @@
+/*
+ * bwd.cu: the CUDA backward's host side and its small kernels.
+ *
+ *   fa_cuda_check_backward   the backward kernels' own limits (dtype, dims, alignment, sizes,
+ *                            shared memory) and the workspace size
+ *   fa_cuda_backward         plans the call and runs, asynchronously on p->stream:
+ *     0. workspace: p->workspace, or cudaMallocAsync / cudaFreeAsync on the stream
+ *     1. cudaMemsetAsync of the fp32 dQ accumulator(s) (and the Hopper kernels' dQ semaphores)
+ *     2. pre-pass kernel: D = rowsum(dO∘O), LSE in log2 units (+inf where LSE = -inf, so P = 0),
+ *        and per-block dsink partials
+ *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
+ *        Hopper kernel (bwd_sm90.cu for buckets 64/128, bwd_sm90_hdim256.cu for
+ *        256) for the problems it covers (sm90_tiles.h and the plan below), else the portable
+ *        one (instances/bwd_sm80_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter
+ *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
+ *        group was split, dk = scale · Σ partials, dv = Σ partials)
+ *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
+ *
+ * No device synchronisation, no host read of cu_seqlens. Every CUDA call and launch is checked.
+ *
+ * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the portable kernels'
+ * deterministic-mode split count of bwd_tiles.h) and G = GQA group splits:
+ *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one, head-major)
+ *   dq semaphores  Hopper kernels, deterministic mode: batch × heads_q × query blocks × 2 × 4
+ *                bytes (sm90_tiles.h; zeroed by the same memset as dq_accum, which it follows)
+ *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
+ *                                             so its workspace is no larger than FlashAttention-2's)
+ *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
+ *   dk/dv parts  G × total_k × heads_kv × (d + dv) × 4       (only when G > 1)
+ * Deterministic mode on the portable kernels costs (S - 1) extra dQ buffers: S ≈ SMs / (batch ×
+ * heads_kv × G), capped by the number of key blocks; e.g. b = 1, 16 heads, d = 128 on 132 SMs:
+ * S = 9, 9 × the 512 MiB of one fp32 dQ at 64k tokens. The Hopper kernels instead order each dQ
+ * tile's additions by key block (bwd_sm90_common.cuh, "deterministic dQ"): one dQ buffer and
+ * a few KiB of semaphores.
+ */
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/common/bwd_launch.h"
+#include "cuda/common/bwd_tiles.h"
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/bwd_bigsmem_launch.h" /* main kernel v2 (bwd_sm80_bigsmem.cuh) on sm_90+, where its smem fits */
+#include "cuda/common/sm90_tiles.h"   /* the Hopper main kernel's coverage (bwd_sm90.cu) */
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small kernels ------------------------------------------------------------------------- */
+
+/* Raw 16-bit element -> float. */
+template <bool BF16>
+__device__ __forceinline__ float fa_bwd_to_float(uint32_t bits16) {
+    if (BF16) return __uint_as_float(bits16 << 16);
+    return __half2float(__ushort_as_half((unsigned short)bits16));
+}
+
+struct fa_bwd_prepass_params {
+    const void *o;              /* [b, seqlen_q, heads_q, dv]                                  */
+    const void *dout;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    const float *lse;           /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q], natural log */
+    const float *sink_logits;   /* [heads_q] or NULL                                           */
+    const int32_t *cu_seqlens_q; /* device, or NULL                                           */
+    int64_t total_q;
+    int batch, seqlen_q, heads_q, head_dim_v;
+    int lanes_per_row;          /* power of two >= dv / 8, <= 32                               */
+    int rows_per_block;         /* 256 / lanes_per_row                                        */
+    int blocks_per_head;
+    float *lse_log2;            /* [heads_q, total_q], or NULL: not needed (Hopper kernel)     */
+    float *dsum;                /* [heads_q, total_q]                                          */
+    float *sink_partial;        /* [heads_q, blocks_per_head] or NULL                          */
+};
+
+/* One block: rows_per_block packed rows of one head. lanes_per_row lanes read 16 bytes each of
+ * the row's O and dO and reduce the dot product with shuffles. */
+template <bool BF16>
+__global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepass_params pp) {
+    __shared__ float sink_terms[256];
+    const int h = blockIdx.x / pp.blocks_per_head;
+    const int chunk = blockIdx.x % pp.blocks_per_head;
+    const int item = threadIdx.x / pp.lanes_per_row;
+    const int lane_in_row = threadIdx.x % pp.lanes_per_row;
+    const int64_t row = (int64_t)chunk * pp.rows_per_block + item;
+    const bool row_ok = row < pp.total_q;
+    const bool varlen = pp.cu_seqlens_q != nullptr;
+    /* Rows past the last sequence (varlen padding up to total_q) are never read: the caller's O
+     * and dO need not cover them. */
+    const bool in_sequence = row_ok && (!varlen || row < pp.cu_seqlens_q[pp.batch]);
+    int64_t b = 0, i = row;
+    if (!varlen) {
+        b = row / pp.seqlen_q;
+        i = row - b * pp.seqlen_q;
+    }
+
+    float dot = 0.0f;
+    if (in_sequence && lane_in_row * 8 < pp.head_dim_v) {
+        const int64_t o_off = varlen ? row * pp.o_row_stride + (int64_t)h * pp.o_head_stride
+                                     : b * pp.o_batch_stride + i * pp.o_row_stride + (int64_t)h * pp.o_head_stride;
+        const int64_t do_off = varlen ? row * pp.do_row_stride + (int64_t)h * pp.do_head_stride
+                                      : b * pp.do_batch_stride + i * pp.do_row_stride + (int64_t)h * pp.do_head_stride;
+        const uint4 ov = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.o) + o_off) + lane_in_row);
+        const uint4 dv = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.dout) + do_off) + lane_in_row);
+        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            dot = fmaf(fa_bwd_to_float<BF16>(ow[w] & 0xffffu), fa_bwd_to_float<BF16>(dw[w] & 0xffffu), dot);
+            dot = fmaf(fa_bwd_to_float<BF16>(ow[w] >> 16), fa_bwd_to_float<BF16>(dw[w] >> 16), dot);
+        }
+    }
+    /* Reduce over the row's lanes (aligned groups of lanes_per_row inside a warp). */
+    for (int off = pp.lanes_per_row / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+
+    float sink_term = 0.0f;
+    if (row_ok && lane_in_row == 0) {
+        const float lse = varlen ? pp.lse[(int64_t)h * pp.total_q + row]
+                                 : pp.lse[(b * pp.heads_q + h) * pp.seqlen_q + i];
+        const int64_t out = (int64_t)h * pp.total_q + row;
+        if (pp.lse_log2 != nullptr) pp.lse_log2[out] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+        pp.dsum[out] = dot;
+        /* Rows past the last sequence and fully masked rows contribute nothing. */
+        if (pp.sink_partial != nullptr && in_sequence && lse != -INFINITY)
+            sink_term = expf(pp.sink_logits[h] - lse) * dot;
+    }
+    if (pp.sink_partial == nullptr) return;
+    /* Fixed-order block sum of the rows' exp(t_h - LSE)·D (deterministic). */
+    if (lane_in_row == 0) sink_terms[item] = sink_term;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float sum = 0.0f;
+        for (int r = threadIdx.x; r < pp.rows_per_block; r += 32) sum += sink_terms[r];
+        for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (threadIdx.x == 0) pp.sink_partial[(int64_t)h * pp.blocks_per_head + chunk] = sum;
+    }
+}
+
+/* dsink_h = -Σ partials of head h, one warp per head, fixed order. */
+__global__ void __launch_bounds__(32) fa_bwd_dsink_kernel(const float *sink_partial, int blocks_per_head,
+                                                        float *dsink) {
+    const int h = blockIdx.x;
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < blocks_per_head; c += 32) sum += sink_partial[(int64_t)h * blocks_per_head + c];
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (threadIdx.x == 0) dsink[h] = -sum;
+}
+
+struct fa_bwd_convert_params {
+    const float *src;           /* [splits, total_rows, heads, dim] fp32, or with head_major    */
+    int head_major;             /* 1: src is [heads, total_rows, dim] (one split)               */
+    int splits;
+    int64_t split_elems;        /* total_rows · heads · dim                                     */
+    int64_t total_rows;
+    int heads, dim;
+    float scale;
+    void *dst;                  /* [b, seqlen, heads, dim] 16-bit, strides below               */
+    int64_t batch_stride, row_stride, head_stride;
+    const int32_t *cu_seqlens;  /* device, or NULL                                             */
+    int batch, seqlen;
+};
+
+/* dst = scale · Σ_s src[s] for 8 consecutive elements per thread, summed in split order. Rows
+ * past the last sequence (varlen padding) are not written. */
+template <bool BF16>
+__global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_convert_params cp) {
+    const int chunks = cp.dim / 8;
+    const int64_t item = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const int chunk = (int)(item % chunks);
+    const int64_t rest = item / chunks;
+    const int h = (int)(rest % cp.heads);
+    const int64_t row = rest / cp.heads;
+    if (row >= cp.total_rows) return;
+    int64_t off;
+    if (cp.cu_seqlens != nullptr) {
+        if (row >= cp.cu_seqlens[cp.batch]) return;
+        off = row * cp.row_stride + (int64_t)h * cp.head_stride;
+    } else {
+        const int64_t b = row / cp.seqlen, i = row - b * cp.seqlen;
+        off = b * cp.batch_stride + i * cp.row_stride + (int64_t)h * cp.head_stride;
+    }
+    const int64_t src_row = cp.head_major ? (int64_t)h * cp.total_rows + row : row * cp.heads + h;
+    const float4 *src = reinterpret_cast<const float4 *>(cp.src + src_row * cp.dim + chunk * 8);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int s = 0; s < cp.splits; ++s) {
+        const float4 lo = __ldg(src), hi = __ldg(src + 1);
+        acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
+        acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
+        src += cp.split_elems / 4;
+    }
+    uint32_t packed[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+        packed[w] = BF16 ? cvt_rn_bf16x2_f32(acc[2 * w] * cp.scale, acc[2 * w + 1] * cp.scale)
+                         : cvt_rn_f16x2_f32(acc[2 * w] * cp.scale, acc[2 * w + 1] * cp.scale);
+    st_global_v4_b32(static_cast<uint16_t *>(cp.dst) + off + chunk * 8, packed);
+}
+
+/* ---- planning ------------------------------------------------------------------------------ */
+
+typedef struct fa_bwd_plan {
+    int bucket;
+    int block_k;
+    int64_t key_blocks;      /* ceil(seqlen_k / block_k)                                       */
+    int group_splits, heads_per_split;
+    int dq_splits;           /* 1, or deterministic splits                                     */
+    int blocks_per_head;     /* key_blocks, or dq_splits                                        */
+    int64_t grid;            /* main-kernel blocks                                              */
+    int prepass_lanes, prepass_rows;
+    int64_t prepass_blocks_per_head;
+    int need_sink;           /* sinks given and dsink requested                                 */
+    int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
+    int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
+    int device_ordinal;
+    size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
+    size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
+} fa_bwd_plan;
+
+/* Every stride the Hopper kernel's TMA maps step along (sm90_tiles.h's rule; an axis of
+ * extent 1 is never stepped along). Checked while planning, so the pre-pass knows which kernel
+ * follows it. */
+static int hopper_bwd_strides_ok(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const int64_t batch = pb->varlen ? 1 : p->batch;
+    const int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q, rows_k = pb->varlen ? p->total_k : p->seqlen_k;
+    return fa_hopper_tma_stride_ok(p->q_row_stride, rows_q) && fa_hopper_tma_stride_ok(p->q_head_stride, p->heads_q) &&
+           fa_hopper_tma_stride_ok(p->q_batch_stride, batch) && fa_hopper_tma_stride_ok(p->do_row_stride, rows_q) &&
+           fa_hopper_tma_stride_ok(p->do_head_stride, p->heads_q) &&
+           fa_hopper_tma_stride_ok(p->do_batch_stride, batch) && fa_hopper_tma_stride_ok(p->k_row_stride, rows_k) &&
+           fa_hopper_tma_stride_ok(p->k_head_stride, p->heads_kv) && fa_hopper_tma_stride_ok(p->k_batch_stride, batch) &&
+           fa_hopper_tma_stride_ok(p->v_row_stride, rows_k) && fa_hopper_tma_stride_ok(p->v_head_stride, p->heads_kv) &&
+           fa_hopper_tma_stride_ok(p->v_batch_stride, batch);
+}
+
+/* Limits of the CUDA backward and its plan (workspace layout, grid, splits). */
+static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
+    const fa_params *p = &pb->p;
+    static const char *const path = "the CUDA backward";
+    const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
+    fa_status s;
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dout", p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dq", p->dq, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dk", p->dk, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("dv", p->dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("dsink", p->dsink, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_k", p->cu_seqlens_k, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK)
+        return s;
+    /* Rows, keys and mask arithmetic are int32 in the kernel: keep every sequence below 2^30. */
+    const int64_t max_len = (int64_t)1 << 30;
+    if (p->seqlen_q >= max_len || p->seqlen_k >= max_len)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "seqlen_q = %lld, seqlen_k = %lld: the CUDA backward needs both below 2^30",
+                            (long long)p->seqlen_q, (long long)p->seqlen_k);
+
+    fa_cuda_device_info dev;
+    if ((s = fa_cuda_current_device_sm80(&dev)) != FA_OK) return s;
+
+    const int bucket = fa_bwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    plan->v2 = dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
+    const size_t smem = plan->v2 ? fa_bwd_bigsmem_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
+    if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
+
+    /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
+     * has one dQ accumulator (deterministic mode: semaphores instead of splits). */
+    const char *force = getenv("FA_CUDA_BACKWARD");
+    plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
+                   fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
+                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2) == NULL &&
+                   p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
+                   hopper_bwd_strides_ok(pb) &&
+                   /* a masked score is -inf before the scale: with a negative one, P = 2^+inf */
+                   pb->scale_log2 > 0.0f &&
+                   fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
+                       dev.smem_optin;
+    plan->device_ordinal = dev.ordinal;
+    plan->bucket = bucket;
+    plan->block_k = plan->v2 ? fa_bwd_bigsmem_block_k(bucket) : fa_bwd_block_k(bucket);
+    plan->key_blocks = (p->seqlen_k + plan->block_k - 1) / plan->block_k;
+    plan->group_splits =
+        plan->hopper ? 1 : fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
+    plan->heads_per_split = (int)((pb->group + plan->group_splits - 1) / plan->group_splits);
+    const int64_t bhs = p->batch * p->heads_kv * plan->group_splits;
+    const int split_dq = p->deterministic && !plan->hopper; /* the portable kernels' deterministic mode */
+    plan->dq_splits = split_dq ? fa_bwd_deterministic_splits(plan->key_blocks, bhs, dev.sm_count) : 1;
+    plan->blocks_per_head = (int)(split_dq ? plan->dq_splits : plan->key_blocks);
+    if (plan->key_blocks > INT32_MAX || bhs > INT32_MAX / (plan->blocks_per_head > 0 ? plan->blocks_per_head : 1))
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "batch × heads_kv × key blocks = %lld × %lld × %lld exceeds the CUDA grid limit",
+                            (long long)p->batch, (long long)p->heads_kv, (long long)plan->key_blocks);
+    plan->grid = bhs * plan->blocks_per_head;
+
+    int lanes = 1;
+    while (lanes * 8 < p->head_dim_v) lanes *= 2;
+    plan->prepass_lanes = lanes;
+    plan->prepass_rows = 256 / lanes;
+    plan->prepass_blocks_per_head = (p->total_q + plan->prepass_rows - 1) / plan->prepass_rows;
+    if (plan->prepass_blocks_per_head * p->heads_q > INT32_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "total_q × heads_q = %lld × %lld exceeds the CUDA grid limit",
+                            (long long)p->total_q, (long long)p->heads_q);
+    plan->need_sink = p->sink_logits != NULL && p->dsink != NULL;
+
+    const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+    const size_t row_elems = (size_t)p->heads_q * (size_t)p->total_q;
+    size_t off = 0;
+    plan->off_dq = off;
+    off = fa_cuda_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
+    plan->off_sem = off;
+    plan->sem_bytes =
+        plan->hopper && p->deterministic
+            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch,
+                                               p->heads_q, p->seqlen_q) * 4
+            : 0;
+    off = fa_cuda_align256(off + plan->sem_bytes);
+    plan->off_lse = off;
+    if (!plan->hopper) off = fa_cuda_align256(off + row_elems * 4);
+    plan->off_dsum = off;
+    off = fa_cuda_align256(off + row_elems * 4);
+    plan->off_sink = off;
+    if (plan->need_sink)
+        off = fa_cuda_align256(off + (size_t)p->heads_q * (size_t)plan->prepass_blocks_per_head * 4);
+    plan->off_dkp = off;
+    plan->off_dvp = off;
+    if (plan->group_splits > 1) {
+        const size_t kv_rows = (size_t)plan->group_splits * (size_t)p->total_k * (size_t)p->heads_kv;
+        off = fa_cuda_align256(off + kv_rows * (size_t)p->head_dim * 4);
+        plan->off_dvp = off;
+        off = fa_cuda_align256(off + kv_rows * (size_t)p->head_dim_v * 4);
+    }
+    plan->bytes = off;
+    return FA_OK;
+}
+
+extern "C" fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes) {
+    if (workspace_bytes) *workspace_bytes = 0;
+    fa_bwd_plan plan;
+    fa_status s = plan_backward(pb, &plan);
+    if (s == FA_OK && workspace_bytes) *workspace_bytes = plan.bytes;
+    return s;
+}
+
+/* ---- run ----------------------------------------------------------------------------------- */
+
+static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype, cudaStream_t stream,
+                                const char *what) {
+    const int64_t items = cp->total_rows * cp->heads * (cp->dim / 8);
+    if (items == 0) return FA_OK;
+    const int64_t blocks = (items + 255) / 256;
+    if (blocks > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many elements", what);
+    if (dtype == FA_DTYPE_BF16)
+        fa_bwd_convert_kernel<true><<<(unsigned)blocks, 256, 0, stream>>>(*cp);
+    else
+        fa_bwd_convert_kernel<false><<<(unsigned)blocks, 256, 0, stream>>>(*cp);
+    FA_CUDA_CHECK_LAUNCH(what);
+    return FA_OK;
+}
+
+static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    float *dq_accum = reinterpret_cast<float *>(ws + plan->off_dq);
+    float *lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
+    float *dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
+    float *sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
+    const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+
+    /* 1. zero dQ accumulators (and the semaphores right after them) */
+    const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
+                                                  : (size_t)plan->dq_splits * dq_elems * 4;
+    if (dq_elems > 0)
+        FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
+
+    /* 2. pre-pass */
+    if (p->total_q > 0) {
+        fa_bwd_prepass_params pp;
+        pp.o = p->o;
+        pp.dout = p->dout;
+        pp.o_batch_stride = p->o_batch_stride;
+        pp.o_row_stride = p->o_row_stride;
+        pp.o_head_stride = p->o_head_stride;
+        pp.do_batch_stride = p->do_batch_stride;
+        pp.do_row_stride = p->do_row_stride;
+        pp.do_head_stride = p->do_head_stride;
+        pp.lse = p->lse;
+        pp.sink_logits = p->sink_logits;
+        pp.cu_seqlens_q = p->cu_seqlens_q;
+        pp.total_q = p->total_q;
+        pp.batch = (int)p->batch;
+        pp.seqlen_q = (int)p->seqlen_q;
+        pp.heads_q = (int)p->heads_q;
+        pp.head_dim_v = (int)p->head_dim_v;
+        pp.lanes_per_row = plan->prepass_lanes;
+        pp.rows_per_block = plan->prepass_rows;
+        pp.blocks_per_head = (int)plan->prepass_blocks_per_head;
+        pp.lse_log2 = lse_log2;
+        pp.dsum = dsum;
+        pp.sink_partial = sink_partial;
+        const unsigned blocks = (unsigned)(plan->prepass_blocks_per_head * p->heads_q);
+        if (p->dtype == FA_DTYPE_BF16)
+            fa_bwd_prepass_kernel<true><<<blocks, 256, 0, stream>>>(pp);
+        else
+            fa_bwd_prepass_kernel<false><<<blocks, 256, 0, stream>>>(pp);
+        FA_CUDA_CHECK_LAUNCH("backward pre-pass kernel launch");
+    }
+
+    /* 3. main kernel */
+    if (plan->grid > 0) {
+        fa_bwd_params prm;
+        fa_cuda_fill_shared_params(&prm, pb);
+        prm.q = p->q;
+        prm.k = p->k;
+        prm.v = p->v;
+        prm.dout = p->dout;
+        prm.dk = p->dk;
+        prm.dv = p->dv;
+        prm.do_batch_stride = p->do_batch_stride;
+        prm.do_row_stride = p->do_row_stride;
+        prm.do_head_stride = p->do_head_stride;
+        prm.dk_batch_stride = p->dk_batch_stride;
+        prm.dk_row_stride = p->dk_row_stride;
+        prm.dk_head_stride = p->dk_head_stride;
+        prm.dv_batch_stride = p->dv_batch_stride;
+        prm.dv_row_stride = p->dv_row_stride;
+        prm.dv_head_stride = p->dv_head_stride;
+        prm.cu_seqlens_q = p->cu_seqlens_q;
+        prm.cu_seqlens_k = p->cu_seqlens_k;
+        prm.total_q = p->total_q;
+        prm.total_k = p->total_k;
+        /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
+        prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
+        prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
+        prm.softmax_scale = p->softmax_scale;
+        prm.lse_log2 = lse_log2;
+        prm.lse = p->lse;
+        prm.dsum = dsum;
+        prm.dq_accum = dq_accum;
+        prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
+        prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
+        prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
+        prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
+        prm.group_splits = plan->group_splits;
+        prm.heads_per_split = plan->heads_per_split;
+        prm.blocks_per_head = plan->blocks_per_head;
+        fa_status s;
+        if (plan->hopper) {
+            if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
+        } else if (plan->v2) {
+            switch (plan->bucket) {
+            case 64: s = fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
+            case 128: s = fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
+            default: s = fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+            }
+            if (s != FA_OK) return s;
+        } else
+        switch (plan->bucket) {
+        case 64: s = fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
+        case 128: s = fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
+        default: s = fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+        }
+        if (s != FA_OK) return s;
+    }
+
+    /* 4. conversions */
+    fa_bwd_convert_params cp;
+    cp.src = dq_accum;
+    cp.head_major = plan->hopper; /* the Hopper kernels' accumulator layout */
+    cp.splits = plan->dq_splits;
+    cp.split_elems = (int64_t)dq_elems;
+    cp.total_rows = p->total_q;
+    cp.heads = (int)p->heads_q;
+    cp.dim = (int)p->head_dim;
+    cp.scale = p->softmax_scale;
+    cp.dst = p->dq;
+    cp.batch_stride = p->dq_batch_stride;
+    cp.row_stride = p->dq_row_stride;
+    cp.head_stride = p->dq_head_stride;
+    cp.cu_seqlens = p->cu_seqlens_q;
+    cp.batch = (int)p->batch;
+    cp.seqlen = (int)p->seqlen_q;
+    fa_status s = launch_convert(&cp, p->dtype, stream, "backward dq conversion kernel launch");
+    if (s != FA_OK) return s;
+    if (plan->group_splits > 1) {
+        const int64_t kv_rows = p->total_k * p->heads_kv;
+        cp.head_major = 0;
+        cp.splits = plan->group_splits;
+        cp.total_rows = p->total_k;
+        cp.heads = (int)p->heads_kv;
+        cp.cu_seqlens = p->cu_seqlens_k;
+        cp.seqlen = (int)p->seqlen_k;
+        cp.src = reinterpret_cast<const float *>(ws + plan->off_dkp);
+        cp.split_elems = kv_rows * p->head_dim;
+        cp.dim = (int)p->head_dim;
+        cp.scale = p->softmax_scale;
+        cp.dst = p->dk;
+        cp.batch_stride = p->dk_batch_stride;
+        cp.row_stride = p->dk_row_stride;
+        cp.head_stride = p->dk_head_stride;
+        if ((s = launch_convert(&cp, p->dtype, stream, "backward dk reduction kernel launch")) != FA_OK) return s;
+        cp.src = reinterpret_cast<const float *>(ws + plan->off_dvp);
+        cp.split_elems = kv_rows * p->head_dim_v;
+        cp.dim = (int)p->head_dim_v;
+        cp.scale = 1.0f;
+        cp.dst = p->dv;
+        cp.batch_stride = p->dv_batch_stride;
+        cp.row_stride = p->dv_row_stride;
+        cp.head_stride = p->dv_head_stride;
+        if ((s = launch_convert(&cp, p->dtype, stream, "backward dv reduction kernel launch")) != FA_OK) return s;
+    }
+
+    /* 5. dsink */
+    if (p->dsink != NULL) {
+        if (plan->need_sink && plan->prepass_blocks_per_head > 0) {
+            fa_bwd_dsink_kernel<<<(unsigned)p->heads_q, 32, 0, stream>>>(
+                sink_partial, (int)plan->prepass_blocks_per_head, p->dsink);
+            FA_CUDA_CHECK_LAUNCH("backward dsink kernel launch");
+        } else {
+            FA_CUDA_CHECK(cudaMemsetAsync(p->dsink, 0, (size_t)p->heads_q * sizeof(float), stream),
+                          "cudaMemsetAsync(dsink)");
+        }
+    }
+    return FA_OK;
+}
+
+extern "C" fa_status fa_cuda_backward(const fa_problem *pb) {
+    fa_bwd_plan plan;
+    fa_status s = plan_backward(pb, &plan);
+    if (s != FA_OK) return s;
+    const fa_params *p = &pb->p;
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+
+    fa_cuda_workspace ws;
+    if ((s = fa_cuda_workspace_acquire(p->workspace, plan.bytes, stream, "backward", &ws)) != FA_OK) return s;
+    s = run_backward(pb, &plan, ws.base, stream);
+    return fa_cuda_workspace_release(&ws, stream, "backward", s);
+}

@@ -1,0 +1,80 @@
+/*
+ * bwd_launch.h: the backward kernels' parameter block and the extern "C" launchers of the main
+ * kernel, one per head-dim bucket (instances/bwd_sm80_hdim<bucket>.cu). bwd.cu plans the call,
+ * runs the pre-pass, fills fa_bwd_params and calls one of these, then the dQ (and, with a split
+ * GQA group, dK/dV) conversion.
+ */
+#ifndef FA_BWD_LAUNCH_H
+#define FA_BWD_LAUNCH_H
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_common.cuh"
+
+/* Everything the main backward kernel reads, passed by value. Strides in elements; window sides
+ * -1 = unbounded (causal already folded into window_right), clamped by the host so that every
+ * index expression below stays inside int32. "Packed row" = the row's index in [0, total):
+ * cu_seqlens_q[b] + i with varlen, b·seqlen_q + i without. */
+struct fa_bwd_params {
+    const void *q;    /* [b, seqlen_q, heads_q, d]                                            */
+    const void *k;    /* [b, seqlen_k, heads_kv, d]                                           */
+    const void *v;    /* [b, seqlen_k, heads_kv, dv]                                          */
+    const void *dout; /* [b, seqlen_q, heads_q, dv]                                           */
+    void *dk;         /* [b, seqlen_k, heads_kv, d]  written when group_splits == 1           */
+    void *dv;         /* [b, seqlen_k, heads_kv, dv] written when group_splits == 1           */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL                             */
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;    /* packed rows                                               */
+    int batch;
+    int seqlen_q, seqlen_k;      /* per sequence (varlen: the maxima)                          */
+    int heads_q, heads_kv, group;
+    int head_dim, head_dim_v;
+    int window_left, window_right;
+    float softmax_scale;
+    float scale_log2;        /* softmax_scale · log2(e)                                        */
+    float softcap_pre;       /* softmax_scale / softcap; 0 = softcap off                       */
+    float softcap_post_log2; /* softcap · log2(e)                                              */
+    const float *alibi_slopes; /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL    */
+    int64_t alibi_batch_stride;
+    /* workspace, filled by the pre-pass */
+    const float *lse_log2; /* [heads_q, total_q] LSE·log2(e); +inf where LSE = -inf (P = 0);
+                              NULL for the Hopper kernel, which converts lse itself            */
+    const float *lse;      /* the forward's LSE: [b, heads_q, seqlen_q], varlen [heads_q, total_q] */
+    const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
+    float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
+                              the Hopper kernels: [heads_q, total_q, d] (one head's rows
+                              contiguous for their dQ reductions)                               */
+    int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
+    int *dq_semaphore;     /* the Hopper kernels in deterministic mode: [batch, heads_q, query
+                              blocks, 2] int32, zeroed (sm90_tiles.h); NULL otherwise         */
+    float *dk_partial;     /* group_splits > 1: [group_splits, total_k, heads_kv, d] fp32      */
+    float *dv_partial;     /*                   [group_splits, total_k, heads_kv, dv] fp32     */
+    int group_splits;      /* query-head groups per kv head handled by separate blocks          */
+    int heads_per_split;
+    int blocks_per_head;   /* blocks per (b, kv head, group split): key blocks, or dQ splits   */
+};
+
+extern "C" {
+/* Run the main kernel for `dtype` (F16 or BF16) on `grid` blocks, asynchronously on `stream`.
+ * Returns FA_OK or FA_ERR_CUDA with a message. */
+fa_status fa_bwd_launch_hdim64(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+fa_status fa_bwd_launch_hdim128(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+/* The Hopper main kernel (bwd_sm90.cu) in place of the above, for the problems
+ * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits = 1 and one dQ
+ * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
+ * (sm90_tiles.h's fa_hopper_tma_stride_ok). dq_semaphore != NULL: deterministic dQ. */
+fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
+/* Its bucket-256 kernel (bwd_sm90_hdim256.cu), which fa_bwd_launch_hopper calls for d and dv in
+ * 136..256; same contract. */
+fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                  cudaStream_t stream);
+}
+
+#endif /* FA_BWD_LAUNCH_H */

@@ -1,0 +1,291 @@
+/*
+ * cuda_common.cuh: what the CUDA forward, backward and decode (kvcache) code shares: host
+ * error checking, the per-device property cache, element-type traits, the shared-memory swizzle,
+ * quad reductions, sequence geometry on the device, and (at the end) the host's common checks,
+ * parameter copies and workspace handling. Keep names stable and add new things at the end.
+ *
+ * Host code here is C++ compiled by nvcc; kernels are reached only through extern "C" launchers.
+ */
+#ifndef FA_CUDA_COMMON_CUH
+#define FA_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "api/fa_internal.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/fwd_tiles.h"
+
+/* ---- host: CUDA error checking ------------------------------------------------------------- */
+
+/* Evaluate a CUDA runtime call; on failure record "what: CUDA error text (file:line)" and return
+ * FA_ERR_CUDA from the enclosing function. Never exits. */
+#define FA_CUDA_CHECK(call, what)                                                                 \
+    do {                                                                                          \
+        cudaError_t fa_cuda_err_ = (call);                                                        \
+        if (fa_cuda_err_ != cudaSuccess)                                                          \
+            return fa_set_error(FA_ERR_CUDA, "%s: %s (%s, %s:%d)", (what),                        \
+                                cudaGetErrorString(fa_cuda_err_), cudaGetErrorName(fa_cuda_err_),  \
+                                __FILE__, __LINE__);                                              \
+    } while (0)
+
+/* After a <<<>>> launch: report a launch failure (bad configuration, missing kernel image). */
+#define FA_CUDA_CHECK_LAUNCH(what) FA_CUDA_CHECK(cudaGetLastError(), (what))
+
+/* Largest gridDim.y and gridDim.z of a launch. */
+enum { FA_CUDA_GRID_YZ_MAX = 65535 };
+
+/* ---- host: device properties, queried once per device ordinal ----------------------------- */
+
+typedef struct fa_cuda_device_info {
+    int ordinal;         /* CUDA device ordinal                                                 */
+    int sm_count;        /* multiprocessors                                                     */
+    int cc_major;        /* compute capability                                                  */
+    int cc_minor;
+    size_t smem_optin;   /* max dynamic shared memory per block after opting in (bytes)         */
+    size_t smem_per_sm;  /* shared memory per multiprocessor (bytes)                             */
+} fa_cuda_device_info;
+
+/* Properties of the calling thread's current device (cached per ordinal, thread-safe).
+ * Defined in fwd.cu. */
+fa_status fa_cuda_current_device(fa_cuda_device_info *info);
+
+/* ---- device: element types ----------------------------------------------------------------- */
+
+/* Tag types for the two 16-bit input types: the tensor-core instruction and the fp32 -> 16-bit
+ * pair conversion differ, nothing else does (kernels move elements as raw bits). */
+struct fa_bf16 {
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        mma_m16n8k16_f32_bf16(d, a, b);
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+        return cvt_rn_bf16x2_f32(lo, hi);
+    }
+};
+struct fa_f16 {
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+        mma_m16n8k16_f32_f16(d, a, b);
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+        return cvt_rn_f16x2_f32(lo, hi);
+    }
+};
+
+/* ---- device: shared-memory swizzle ---------------------------------------------------------- */
+/*
+ * A tile of rows × CHUNKS 16-byte chunks (8 16-bit elements each), CHUNKS a multiple of 8, is
+ * stored row after row, but chunk c of row r sits at position c ^ (r & 7) within its row.
+ * Why: ldmatrix reads, per 8-lane phase, one 16-byte chunk from each of 8 consecutive rows at the
+ * same logical chunk. Unswizzled, with rows 128·k bytes long, all 8 land in the same 4 banks
+ * (8-way conflict); XOR-ing the chunk index with the row's low 3 bits spreads them over all 32
+ * banks. The XOR only touches the low 3 bits of c, so a chunk stays inside its own 128-byte
+ * group of the row. The 16-byte cp.async writes of a warp cover whole rows and are not affected.
+ * Returns the chunk's index (multiply by 16 for the byte offset).
+ */
+template <int CHUNKS>
+__device__ __forceinline__ uint32_t fa_swizzled_chunk(int row, int chunk) {
+    static_assert(CHUNKS % 8 == 0, "fa_swizzled_chunk: rows must be a multiple of 8 chunks (64 elements)");
+    return (uint32_t)(row * CHUNKS + (chunk ^ (row & 7)));
+}
+
+/* ---- device: reductions over the 4 lanes of a quad (lanes 4g..4g+3 share mma rows) ---------- */
+
+__device__ __forceinline__ float fa_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x;
+}
+
+__device__ __forceinline__ float fa_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
+/* ---- device: softcap's tanh ---------------------------------------------------------------- */
+
+/* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units: absolute error ~1e-7, exact limits ±1
+ * (tanh.approx.f32 is only good to ~5e-4, too coarse for softcap). Every kernel uses this one, so
+ * the backward recomputes exactly the scores the forward normalised. */
+__device__ __forceinline__ float fa_tanh(float x) {
+    const float e2x = ex2_approx_ftz_f32(x * 2.8853900817779268f); /* 2·log2(e) */
+    return 1.0f - 2.0f * rcp_approx_ftz_f32(1.0f + e2x);
+}
+
+/* ---- device: sequence geometry ------------------------------------------------------------- */
+
+/* Rows of sequence b. Non-varlen: starts 0, lengths seqlen_q/k. Varlen: read from cu_seqlens in
+ * device memory and clamped so that every row index stays inside [0, total) even when the
+ * cu_seqlens contents are inconsistent (the host never reads them, so it could not check). */
+struct fa_seq_rows {
+    int64_t q_start, k_start; /* first packed row (varlen) or 0                               */
+    int len_q, len_k;         /* tokens in this sequence, >= 0                                */
+};
+
+__device__ __forceinline__ int64_t fa_clamp64(int64_t x, int64_t lo, int64_t hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+__device__ __forceinline__ fa_seq_rows fa_sequence_rows(const int32_t *cu_seqlens_q,
+                                                        const int32_t *cu_seqlens_k, int64_t total_q,
+                                                        int64_t total_k, int seqlen_q, int seqlen_k,
+                                                        int b) {
+    fa_seq_rows s;
+    if (cu_seqlens_q == nullptr) {
+        s.q_start = 0;
+        s.k_start = 0;
+        s.len_q = seqlen_q;
+        s.len_k = seqlen_k;
+        return s;
+    }
+    int64_t q0 = fa_clamp64(cu_seqlens_q[b], 0, total_q);
+    int64_t q1 = fa_clamp64(cu_seqlens_q[b + 1], q0, total_q);
+    int64_t k0 = fa_clamp64(cu_seqlens_k[b], 0, total_k);
+    int64_t k1 = fa_clamp64(cu_seqlens_k[b + 1], k0, total_k);
+    s.q_start = q0;
+    s.k_start = k0;
+    s.len_q = (int)(q1 - q0);
+    s.len_k = (int)(k1 - k0);
+    return s;
+}
+
+/* ---- forward kernel parameters (filled by fwd.cu, read by fwd_*.cu) --------------------- */
+
+/* Everything a forward kernel needs, passed by value. Strides in elements; window sides -1 =
+ * unbounded (causal already folded into window_right). */
+struct fa_fwd_params {
+    const void *q; /* [b, seqlen_q, heads_q, d]  (varlen: [total_q, heads_q, d])               */
+    const void *k; /* [b, seqlen_k, heads_kv, d]                                               */
+    const void *v; /* [b, seqlen_k, heads_kv, dv]                                              */
+    void *o;       /* [b, seqlen_q, heads_q, dv]                                               */
+    float *lse;    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL          */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL                             */
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;    /* packed rows (bounds every varlen access)                  */
+    int batch;
+    int seqlen_q, seqlen_k;      /* per sequence (varlen: the maxima; they size the grid)     */
+    int heads_q, heads_kv, group; /* group = heads_q / heads_kv                               */
+    int head_dim, head_dim_v;    /* actual dims; the kernel's bucket may be larger            */
+    int window_left, window_right;
+    /* Scores: plain path p = 2^(acc·score_mul - max·score_mul) with score_mul = scale·log2(e).
+     * transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites every score into
+     * log2 units first and then uses score_mul = 1. */
+    int transform_scores;
+    float score_mul;
+    float scale_log2;            /* softmax_scale · log2(e)                                    */
+    float softcap_pre;           /* softmax_scale / softcap (0 when softcap is off)           */
+    float softcap_post_log2;     /* softcap · log2(e)                                         */
+    const float *alibi_slopes;   /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL */
+    int64_t alibi_batch_stride;
+    const float *sink_logits;    /* [heads_q] or NULL                                         */
+    int heavy_first;             /* portable: grid (heads_q, b, m_blocks), last query block first;
+                                    Hopper: tiles in head groups, longest first (fa_fwd_grouped_tile) */
+    int head_group;              /* Hopper, heavy_first: (batch, head) units per group         */
+    int num_m_blocks;
+};
+
+/* Units per group of the heavy-first tile order (fwd_tiles.h) for `resident_ctas` CTAs running
+ * at once; FA_CUDA_HEAD_GROUP=N in the environment overrides it (tuning and A/B runs: N at least
+ * batch · heads_q gives the plain longest-first order over all units). */
+static inline int fa_cuda_head_group(int num_m_blocks, int resident_ctas) {
+    const char *env = getenv("FA_CUDA_HEAD_GROUP");
+    const int forced = env != nullptr ? atoi(env) : 0;
+    return forced > 0 ? forced : fa_fwd_head_group(num_m_blocks, resident_ctas);
+}
+
+/* ---- host: checks, parameter copies and workspace shared by the three host files ------------ */
+/*
+ * fwd.cu (forward), bwd.cu (backward) and kvcache.cu (decode) validate and launch
+ * alike. `path` / `kernel` / `what` name the caller in error messages ("the CUDA backward",
+ * "the CUDA backward kernel", "backward"). Defined in fwd.cu except the templates.
+ */
+
+/* dtype f16 or bf16; head_dim and head_dim_v multiples of 8 in 8..256. */
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path);
+
+/* ptr (NULL passes) aligned to `bytes`, a power of two: "name = ptr is not N-byte aligned". */
+fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes);
+
+/* A 16-bit tensor the kernels move in 16-byte vectors: base 16-byte aligned, row and head
+ * strides (and the batch stride when check_batch) multiples of 8 elements. */
+fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                                 int64_t head_stride, int check_batch, const char *path);
+
+/* The current device's properties (fa_cuda_current_device); FA_ERR_DEVICE below sm_80. */
+fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
+
+/* FA_ERR_UNSUPPORTED when `kernel` needs more shared memory per block than dev allows. */
+fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
+
+/* The fields every kernel parameter block (fa_fwd_params, fa_kv_params, fa_bwd_params) has under
+ * the same name: q/k/v strides, sizes, the score transform's constants and ALiBi. */
+template <typename Params>
+static inline void fa_cuda_fill_shared_params(Params *prm, const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    prm->q_batch_stride = p->q_batch_stride;
+    prm->q_row_stride = p->q_row_stride;
+    prm->q_head_stride = p->q_head_stride;
+    prm->k_batch_stride = p->k_batch_stride;
+    prm->k_row_stride = p->k_row_stride;
+    prm->k_head_stride = p->k_head_stride;
+    prm->v_batch_stride = p->v_batch_stride;
+    prm->v_row_stride = p->v_row_stride;
+    prm->v_head_stride = p->v_head_stride;
+    prm->batch = (int)p->batch;
+    prm->seqlen_q = (int)p->seqlen_q;
+    prm->seqlen_k = (int)p->seqlen_k;
+    prm->heads_q = (int)p->heads_q;
+    prm->heads_kv = (int)p->heads_kv;
+    prm->group = (int)pb->group;
+    prm->head_dim = (int)p->head_dim;
+    prm->head_dim_v = (int)p->head_dim_v;
+    prm->scale_log2 = pb->scale_log2;
+    /* softcap_post_log2 is read only when softcap_pre != 0 (it is negative with a negative scale) */
+    prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
+    prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
+    prm->alibi_slopes = p->alibi_slopes;
+    prm->alibi_batch_stride = p->alibi_batch_stride;
+}
+
+/* fa_cuda_fill_shared_params plus what the forward and the decode kernel also share: o strides,
+ * window, sinks and the choice of the score path. */
+template <typename Params>
+static inline void fa_cuda_fill_forward_params(Params *prm, const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    fa_cuda_fill_shared_params(prm, pb);
+    prm->o_batch_stride = p->o_batch_stride;
+    prm->o_row_stride = p->o_row_stride;
+    prm->o_head_stride = p->o_head_stride;
+    prm->window_left = p->window_left;
+    prm->window_right = p->window_right;
+    prm->sink_logits = p->sink_logits;
+    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
+     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
+    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
+    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
+}
+
+/* Workspace regions start at multiples of 256 bytes. */
+static inline size_t fa_cuda_align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* The device workspace of one call: the caller's, or cudaMallocAsync'd on the stream. */
+typedef struct fa_cuda_workspace {
+    uint8_t *base;
+    bool owned; /* cudaFreeAsync it in fa_cuda_workspace_release */
+} fa_cuda_workspace;
+
+/* ws->base = given, or (given NULL, bytes > 0) `bytes` from cudaMallocAsync on `stream`;
+ * FA_ERR_ALLOC when that fails. */
+fa_status fa_cuda_workspace_acquire(void *given, size_t bytes, cudaStream_t stream, const char *what,
+                                    fa_cuda_workspace *ws);
+
+/* Frees an owned workspace, stream-ordered (after the work queued before it). Returns `status`,
+ * or FA_ERR_CUDA when status was FA_OK and the free failed. */
+fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, const char *what, fa_status status);
+
+#endif /* FA_CUDA_COMMON_CUH */

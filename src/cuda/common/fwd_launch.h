@@ -1,0 +1,35 @@
+/*
+ * fwd_launch.h: the extern "C" launchers of the forward kernels, one per head-dim bucket
+ * (instances/fwd_sm80_hdim<bucket>.cu). fwd.cu fills fa_fwd_params and calls one of them.
+ *
+ * Each launcher runs the kernel for `dtype` (F16 or BF16) asynchronously on `stream`, on the
+ * current device `device_ordinal`, and returns FA_OK or FA_ERR_CUDA with a message.
+ */
+#ifndef FA_FWD_LAUNCH_H
+#define FA_FWD_LAUNCH_H
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_common.cuh"
+
+extern "C" {
+typedef enum fa_cuda_fwd_kernel { FA_CUDA_FWD_PORTABLE = 0, FA_CUDA_FWD_HOPPER = 1 } fa_cuda_fwd_kernel;
+
+/* The kernel fa_cuda_forward runs for a validated problem on `dev` (fwd.cu). */
+fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const fa_cuda_device_info *dev);
+
+fa_status fa_fwd_launch_hdim64(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                               cudaStream_t stream);
+fa_status fa_fwd_launch_hdim128(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
+fa_status fa_fwd_launch_hdim256(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
+/* The Hopper kernel (fwd_sm90.cu), for compute capability 9.0 and the problems
+ * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts. FA_ERR_STRIDE when a tensor's strides
+ * do not fit a TMA tensor map (positive multiples of 16 bytes below 2^40), before anything is
+ * launched: the caller then runs the portable kernel. */
+fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                               cudaStream_t stream);
+}
+
+#endif /* FA_FWD_LAUNCH_H */

@@ -1,0 +1,84 @@
+/*
+ * kvcache_launch.h: the KV-cache decode kernel's parameter block and its extern "C" launchers,
+ * one per head-dim bucket (instances/kvcache_sm80_hdim<bucket>.cu). kvcache.cu plans the call
+ * (bucket, row tiles, splits, workspace), fills fa_kv_params and calls one of these: one launch
+ * per call, the split-KV merge included (kernel step 6).
+ */
+#ifndef FA_KVCACHE_LAUNCH_H
+#define FA_KVCACHE_LAUNCH_H
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_common.cuh"
+
+/* Everything the decode kernel reads, passed by value. Strides in elements. The int32 arrays are
+ * device memory, read and clamped by the kernel only. Window sides -1 = unbounded (causal already
+ * folded into window_right). "Slot" = position in a sequence's cache (0 .. seqlen_k - 1); key j
+ * of the attention is slot pad + j (pad = cache_leftpad[b]). */
+struct fa_kv_params {
+    const void *q;     /* [batch, seqlen_q, heads_q, d]                                          */
+    void *k;           /* cache: [cache_batch, seqlen_k, heads_kv, d] or pages [num_pages,
+                          page_size, heads_kv, d] (batch stride = page stride); written when
+                          appending                                                             */
+    void *v;           /* the same with dv                                                       */
+    void *o;           /* [batch, seqlen_q, heads_q, dv], written when num_splits == 1           */
+    float *lse;        /* [batch, heads_q, seqlen_q] or NULL, written when num_splits == 1      */
+    const void *k_new; /* [batch, seqlen_q, heads_kv, d] or NULL (no append)                    */
+    const void *v_new; /* [batch, seqlen_q, heads_kv, dv]                                       */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
+    int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
+
+    const int32_t *cache_seqlens;   /* [batch] or NULL (= seqlen_k)                             */
+    const int32_t *cache_batch_idx; /* [batch] or NULL (= b)                                    */
+    const int32_t *cache_leftpad;   /* [batch] or NULL (= 0)                                    */
+    const int32_t *block_table;     /* [batch, block_table_batch_stride] or NULL (contiguous)  */
+    int64_t block_table_batch_stride;
+    int page_size;    /* paged only                                                            */
+    int num_pages;    /* paged only                                                            */
+    int cache_batch;  /* contiguous only: rows of k / v                                        */
+
+    const void *rotary_cos; /* [rotary_seqlen, rotary_dim / 2], dtype of q, or NULL             */
+    const void *rotary_sin;
+    int rotary_dim, rotary_seqlen, rotary_interleaved;
+    int rotary_q_per_token; /* 1: query t at position L0 - pad + t (causal / windowed), 0: all at L0 - pad */
+
+    int batch, seqlen_q, seqlen_k; /* seqlen_k = the cache capacity per sequence                */
+    int heads_q, heads_kv, group;
+    int head_dim, head_dim_v;
+    int rows_packed;  /* group × seqlen_q: packed query rows of one (batch, kv head)            */
+    int row_tiles;    /* ceil(rows_packed / FA_KV_BLOCK_M)                                     */
+    int num_splits;   /* >= 1; > 1: partial states to o_partial / lse_partial                  */
+    int window_left, window_right;
+
+    /* Scores as in fa_fwd_params: plain path p = 2^(acc·score_mul - max·score_mul); with
+     * transform_scores (softcap, ALiBi, non-positive scale) every score is first rewritten in
+     * log2 units and score_mul = 1. */
+    int transform_scores;
+    float score_mul, scale_log2, softcap_pre, softcap_post_log2;
+    const float *alibi_slopes; /* [heads_q] or [batch, heads_q] via alibi_batch_stride, or NULL */
+    int64_t alibi_batch_stride;
+    const float *sink_logits;  /* [heads_q] or NULL                                             */
+
+    float *o_partial;   /* [num_splits, batch, heads_q, seqlen_q, dv] fp32 (num_splits > 1)     */
+    float *lse_partial; /* [num_splits, batch, heads_q, seqlen_q] fp32, natural log            */
+    /* [batch, heads_kv, row_tiles, num_splits] done flags of the fused merge (num_splits > 1):
+     * any value on entry, 0 after the call; split_tag: this call's flag value (never 0), see
+     * the kernel's step 6 */
+    unsigned long long *split_flags;
+    unsigned long long split_tag;
+};
+
+extern "C" {
+fa_status fa_kv_launch_hdim64(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                              cudaStream_t stream);
+fa_status fa_kv_launch_hdim128(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                               cudaStream_t stream);
+fa_status fa_kv_launch_hdim256(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                               cudaStream_t stream);
+}
+
+#endif /* FA_KVCACHE_LAUNCH_H */

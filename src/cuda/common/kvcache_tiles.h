@@ -1,0 +1,80 @@
+/*
+ * kvcache_tiles.h: tile sizes of the CUDA KV-cache decode kernel (kvcache_sm80.cuh) as
+ * pure functions of the head-dim bucket, usable from C (host code, tests) and from CUDA (where
+ * the kernel takes them as compile-time constants; in C++ they are constexpr).
+ *
+ * One block = the BLOCK_M packed query rows ("GQA packing": the group's query heads × the query
+ * tokens, row r = token (r / group), head (r % group)) of one (batch, kv head, split). The block
+ * streams the split's key tiles of BLOCK_N cache slots through a STAGES-deep cp.async pipeline;
+ * each of the 4 warps owns 16 slots of every tile (keys split across warps, not rows), keeps its
+ * own online-softmax state for all 16 rows, and the 4 states are merged in shared memory at the
+ * end. Each K/V byte is read from memory once per block, whatever the group size.
+ */
+#ifndef FA_KVCACHE_TILES_H
+#define FA_KVCACHE_TILES_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+#define FA_KV_TILES_FN static constexpr inline
+#else
+#define FA_KV_TILES_FN static inline
+#endif
+
+/* Head-dim buckets (d and dv padded up to the bucket of max(d, dv) by zero-filled loads, as the
+ * forward does): 64, 128, 256; 0 = none fits (> 256). */
+FA_KV_TILES_FN int fa_kv_hdim_bucket(int head_dim, int head_dim_v) {
+    return (head_dim > head_dim_v ? head_dim : head_dim_v) <= 64    ? 64
+           : (head_dim > head_dim_v ? head_dim : head_dim_v) <= 128 ? 128
+           : (head_dim > head_dim_v ? head_dim : head_dim_v) <= 256 ? 256
+                                                                    : 0;
+}
+
+/* Packed query rows per block: one m16 tile of mma.m16n8k16. Decoding has group × seqlen_q rows
+ * (4 for 32 q / 8 kv heads, one token): the tile is mostly zero padding, which costs tensor-core
+ * time the kernel has plenty of (it is bound by memory: ~4 FLOP per cache byte at 4 rows). */
+enum { FA_KV_BLOCK_M = 16 };
+
+/* Cache slots per tile: 64, 16 per warp (one k16 step of P·V per warp and tile). */
+enum { FA_KV_BLOCK_N = 64 };
+
+enum { FA_KV_WARPS = 4 };
+
+/* The split heuristic's floor: a split streams at least this many key tiles (kvcache.cu). */
+enum { FA_KV_MIN_SPLIT_TILES = 8 };
+
+/* Pipeline depth. The kernel is bound by HBM bandwidth: at 4.8 TB/s and ~1 µs loaded latency the
+ * chip needs ~4-5 MB in flight, ~35 KB per SM. A stage holds K and V of one tile: 16 KB (d 64),
+ * 32 KB (d 128), 64 KB (d 256). d 64: 4 stages (3 in flight, 66 KB/block, 3 blocks/SM on sm_90);
+ * d 128: 3 stages (2 in flight, 100 KB/block, 2 blocks/SM); d 256: 2 stages (1 in flight,
+ * 136 KB, 1 block/SM; 3 would not fit the 163 KB of an sm_80 block). */
+FA_KV_TILES_FN int fa_kv_stages(int bucket) { return bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2; }
+
+/* The kernel's launch bounds: the blocks per SM its shared memory allows on sm_90 (3 / 2 / 1 at
+ * d 64 / 128 / 256), so ptxas budgets registers for them (without a minimum it caps d 64 at 128
+ * registers and spills). */
+FA_KV_TILES_FN int fa_kv_min_blocks(int bucket) { return bucket <= 64 ? 3 : bucket <= 128 ? 2 : 1; }
+
+/* Q fragments stay in registers for the whole loop up to d 128 (32 registers); at 256 the O
+ * accumulator (128 registers) leaves no room and Q is re-read from shared memory each tile. */
+FA_KV_TILES_FN int fa_kv_q_in_regs(int bucket) { return bucket <= 128; }
+
+/* Dynamic shared memory of one block: the Q tile, then STAGES × (K tile + V tile), 2 bytes per
+ * element. After the loop the stage area is reused for the warps' fp32 partial states. */
+FA_KV_TILES_FN size_t fa_kv_smem_bytes(int bucket) {
+    return (size_t)2 * (size_t)FA_KV_BLOCK_M * (size_t)bucket +
+           (size_t)fa_kv_stages(bucket) * (size_t)2 * 2 * (size_t)FA_KV_BLOCK_N * (size_t)bucket;
+}
+
+/* Resident blocks per SM the shared memory allows (the heuristic's "workers" per SM); registers
+ * (<= 255 × 128 threads) and threads (128) never limit below this. 1 KB per block is reserved by
+ * the hardware on sm_80/sm_90. */
+FA_KV_TILES_FN int fa_kv_blocks_per_sm(int bucket, size_t smem_per_sm) {
+    return fa_kv_smem_bytes(bucket) + 1024 > smem_per_sm
+               ? 1
+               : (int)(smem_per_sm / (fa_kv_smem_bytes(bucket) + 1024)) > 8
+                     ? 8
+                     : (int)(smem_per_sm / (fa_kv_smem_bytes(bucket) + 1024));
+}
+
+#endif /* FA_KVCACHE_TILES_H */

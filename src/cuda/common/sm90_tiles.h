@@ -1,0 +1,247 @@
+/*
+ * sm90_tiles.h: tile shapes of the Hopper forward kernel (fwd_sm90.cu) and the
+ * rule that decides which problems it takes, as pure functions usable from C (host code, tests)
+ * and from CUDA (where the kernel takes them as compile-time constants; in C++ they are
+ * constexpr).
+ *
+ * One CTA = BLOCK_M query rows of one (batch, query head): a producer warpgroup issuing TMA
+ * loads and BLOCK_M / 64 consumer warpgroups of 64 rows each. Q [BLOCK_M, bucket] stays in shared
+ * memory; K and
+ * V tiles [BLOCK_N, bucket] stream through a STAGES-deep ring. Every tile is stored as
+ * bucket/64 slabs of [rows, 64] 16-bit elements (128-byte rows, 128-byte swizzle).
+ */
+#ifndef FA_HOPPER_TILES_H
+#define FA_HOPPER_TILES_H
+
+#include <stddef.h>
+
+#include "flashattn.h"
+
+#ifdef __cplusplus
+#define FA_HOPPER_FN static constexpr inline
+#else
+#define FA_HOPPER_FN static inline
+#endif
+
+/* Head-dim bucket of the kernel: d and dv are zero-padded up to it by the TMA loads (columns past
+ * the tensor's last one read as zeros). 64 (d <= 64), 128, 256; 0 = out of range. d and dv must
+ * fall in the same bucket (one Q/K/V/O slab count). */
+FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
+    return head_dim < 64 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 256 ||
+                   head_dim_v % 8 != 0
+               ? 0
+           : (head_dim <= 64) != (head_dim_v <= 64) || (head_dim <= 128) != (head_dim_v <= 128) ? 0
+           : head_dim <= 64                                                                      ? 64
+           : head_dim <= 128                                                                     ? 128
+                                                                                                 : 256;
+}
+
+/* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
+ * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, NOTES.md);
+ * else 128 rows, 2 consumers. */
+FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
+
+/* Keys per tile. Buckets 64 and 128: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
+ * consumers' 240 registers with the next S in flight). 256: 80 (O alone is 128 registers, and
+ * Q 64 KiB + 2 stages × (K + V) 40 KiB each = 224 KiB, the shared-memory limit). */
+FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 256 ? 80 : 128; }
+
+/* K/V ring depth: 3 at bucket 64 (16 KiB per K or V tile), else 2 (bucket 128: 160 KiB in all). */
+FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
+
+/* Ping-pong between the two consumer warpgroups (one's softmax under the other's GEMMs): on up
+ * to bucket 128; at 256 each warpgroup's GEMMs are long enough to hide its own softmax. */
+FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return bucket <= 128; }
+
+/* Bytes of one [rows, bucket] 16-bit tile (Q, O) and of one K or V stage. */
+FA_HOPPER_FN size_t fa_hopper_q_bytes(int bucket) { return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket; }
+FA_HOPPER_FN size_t fa_hopper_kv_bytes(int bucket) { return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket; }
+
+/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each. */
+FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)); }
+
+/* Shared memory an H100/H200 block may opt into. */
+enum { FA_HOPPER_SMEM_LIMIT = 232448 };
+
+/* The CTA is persistent (it walks several query tiles), so O is staged in its own buffer when
+ * that fits: the next tile's Q can then land while this tile's O is written out. Buckets 64 and
+ * 128 fit; at 256 (Q 64 KiB + K/V 160 KiB) O reuses Q's buffer and the next Q waits for the store. */
+FA_HOPPER_FN int fa_hopper_o_own_buffer(int bucket) {
+    return fa_hopper_q_bytes(bucket) * 2 + 2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) +
+               fa_hopper_barrier_bytes(bucket) + 1024 <=
+           FA_HOPPER_SMEM_LIMIT;
+}
+
+/* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then O (when it
+ * has its own buffer), then the mbarriers, plus 1024 bytes to align the window to the swizzle
+ * atom. */
+FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
+    return fa_hopper_q_bytes(bucket) * (fa_hopper_o_own_buffer(bucket) ? 2 : 1) +
+           2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
+}
+
+/* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
+ * O has its own buffer and the tiles are even (no heavy-first order): the next tile's Q and K/V
+ * then load under this tile's epilogue (+0-5 % non-causal on the H200). Under causal-like masks
+ * (heavy_first) with at least FA_HOPPER_GROUPED_MIN_BLOCKS query blocks: one CTA per tile in
+ * head-grouped longest-first order (fa_fwd_grouped_tile): the hardware hands the next tile to
+ * whichever multiprocessor is free, and the CTAs running together share K/V in L2 (+5-12 % at
+ * 2k-8k against the persistent grid's longest-first order over all units). Shorter causal
+ * sequences (tiles of a few key blocks) keep the persistent grid, whose start-up hiding is worth
+ * more there (512 tokens: 1.2-1.3x one CTA per tile). Bucket 256 (O staged in Q's buffer) always
+ * runs one CTA per tile. NOTES.md has the measurements. */
+enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
+
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
+    return fa_hopper_o_own_buffer(bucket) && (!heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS);
+}
+
+/* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
+ * 2G + i, 4G - 1 - i, ...: every other round reversed), which pairs a CTA's long tile of one round
+ * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */
+FA_HOPPER_FN int fa_hopper_snake_order(void) { return 1; }
+
+/* ---- packed GQA/MQA tiles (small seqlen_q) ---------------------------------------------------
+ * With seqlen_q <= BLOCK_M / 2 a tile of one query head holds at most half a tile of real rows,
+ * and the group's query heads each stream the same K/V. A packed tile instead holds the rows of
+ * pack_heads consecutive query heads of one kv head: tile row r = g·pack_rows + i is query row i
+ * of query head head_first + g. pack_rows = seqlen_q rounded up to 8, so each head's rows start
+ * on a 1024-byte swizzle atom of the 128-byte-swizzled Q slabs (one TMA box {64, pack_rows} per
+ * head and slab lands exactly in the layout the unpacked tile has; rows i >= seqlen_q are the
+ * box's zero fill). Fixed-length batches only (varlen tiles run unpacked). */
+
+/* Rows one query head occupies in a packed tile. */
+FA_HOPPER_FN int fa_hopper_pack_rows(int seqlen_q) { return (seqlen_q + 7) / 8 * 8; }
+
+/* Query heads per packed tile: every whole head that fits into BLOCK_M rows, then balanced over
+ * the fewest tiles that hold the group (group 6 at 4 per tile: 3 + 3, not 4 + 2); 0 when fewer
+ * than 2 heads fit or the group has one head (packing changes nothing). */
+FA_HOPPER_FN int fa_hopper_pack_heads(int bucket, int seqlen_q, int group) {
+    const int fit = bucket > 0 && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
+    const int tiles = fit >= 2 && group >= 2 ? (group + fit - 1) / fit : 0;
+    return tiles > 0 ? (group + tiles - 1) / tiles : 0;
+}
+
+/* Packed tiles per (batch, kv head); 0 when not packing. */
+FA_HOPPER_FN int fa_hopper_pack_tiles(int bucket, int seqlen_q, int group) {
+    const int heads = fa_hopper_pack_heads(bucket, seqlen_q, group);
+    return heads > 0 ? (group + heads - 1) / heads : 0;
+}
+
+/* Query heads per tile the Hopper forward runs with: 0 = unpacked (the usual tiles of BLOCK_M
+ * rows of one head), else fa_hopper_pack_heads(). mode 0 (default) and 1: pack whenever at
+ * least 2 heads fit; -1: never (FA_CUDA_PACK_GQA=0, for timing the two side by side). Packing
+ * never costs a wave: every tile of a fixed-length batch with seqlen_q <= BLOCK_M / 2 streams
+ * the same key range and computes all BLOCK_M rows whatever number of them is real, so a tile
+ * takes the same time packed or not, and the packed grid has group / pack_heads times fewer
+ * tiles for the same multiprocessors (lab/hopper/gqa_pack/README.md: the arithmetic). Not for
+ * varlen batches (their tiles stay unpacked). */
+FA_HOPPER_FN int fa_hopper_pack_gqa(int bucket, int seqlen_q, int group, int varlen, int mode) {
+    return varlen || mode < 0 ? 0 : fa_hopper_pack_heads(bucket, seqlen_q, group);
+}
+
+/* A tensor-map stride the TMA accepts (in elements of a 16-bit tensor): along an axis of extent
+ * 1 anything (never stepped along), else a positive multiple of 8 (16 bytes) below 2^39 (2^40
+ * bytes). tma.cu's fa_hopper_make_map applies this rule. */
+FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
+    return extent == 1 || (stride > 0 && stride % 8 == 0 && stride < (1ll << 39));
+}
+
+/* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
+ * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on. */
+#ifdef __cplusplus
+static inline
+#else
+static inline
+#endif
+    const char *
+    fa_hopper_fwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim, int head_dim_v,
+                              int has_alibi, float scale_log2, float softcap) {
+    if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
+    if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
+    if (has_alibi) return "does not implement ALiBi";
+    if (!(scale_log2 > 0.0f) && !(softcap > 0.0f)) return "needs a positive softmax_scale (or softcap)";
+    return NULL;
+}
+
+/* ---- backward (bwd_sm90.cu, bucket 256: bwd_sm90_hdim256.cu) -------------
+ * One CTA = BLOCK_N keys of one (batch, kv head): a producer warpgroup and two consumer
+ * warpgroups whose dK and dV stay in fp32 registers while the CTA walks the query blocks
+ * (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles stream through a
+ * STAGES-deep ring. Buckets 64 and 128: BLOCK_N = 128, each consumer owns 64 keys × all bucket
+ * columns of dK/dV. Bucket 256: BLOCK_N = 64 (dK and dV of 64 keys × 256 columns would be 256
+ * fp32 registers per thread), both consumers compute the whole Sᵀ and dPᵀ of the 64 keys and
+ * each owns 128 head-dim columns of dK, dV and dQ (lab/hopper_bwd/v2/README.md). */
+
+/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, both in one bucket (64,
+ * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
+FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
+    return fa_hopper_bucket(head_dim, head_dim_v);
+}
+
+/* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
+ * dK and dV 32 each), 64 at buckets 128 and 256 (dK and dV are 64 registers each, so Sᵀ and dPᵀ
+ * get 32; at 256 that is each consumer's 128-column share). */
+FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 : bucket > 0 ? 64 : 0; }
+
+/* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma) at buckets 64 and 128; at 256 the
+ * two consumers share the same 64 keys (each owns half the head-dim columns). */
+FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket == 256 ? 64 : bucket > 0 ? 128 : 0; }
+
+/* Q / dO ring depth (bucket 256: 2 × 64 KiB, all that fits next to K and V). */
+FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
+
+/* dS buffers [BLOCK_M, BLOCK_N] per use: one shared by both consumers at buckets 64 and 128 (each
+ * writes its 64 keys); at 256 each consumer writes a whole copy for its own dQ columns. Double
+ * buffered either way. */
+FA_HOPPER_FN int fa_hopper_bwd_ds_copies(int bucket) { return bucket == 256 ? 2 : 1; }
+
+/* mbarriers: kv_full, STAGES stage_full, then the stage_empty barriers: one per stage at buckets
+ * 64 and 128 (the consumers meet on a named barrier every iteration), one per stage and consumer
+ * at 256 (the consumers never meet, so each releases the stage on its own barrier). */
+FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
+    return 1 + fa_hopper_bwd_stages(bucket) * (bucket == 256 ? 3 : 2);
+}
+
+/* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores
+ * [batch, heads_q, query blocks, 2], one per (sequence, query head, query block of BLOCK_M rows,
+ * consumer's dQ piece), zeroed before the main kernel. */
+FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, long long heads_q, long long seqlen_q) {
+    const long long block_m = fa_hopper_bwd_block_m(bucket);
+    return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
+}
+
+/* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]);
+ * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
+ * mbarriers; 1024 bytes to align the window to the swizzle atom. */
+FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
+    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket +
+           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
+           2 * (size_t)fa_hopper_bwd_ds_copies(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
+               (size_t)fa_hopper_bwd_block_n(bucket) +
+           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
+           8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;
+}
+
+/* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).
+ * scale_log2 = softmax_scale · log2(e). Softcap is covered whatever its value (the SOFTCAP
+ * instantiations), so it is no argument. A non-positive scale is not covered: without softcap the
+ * mask writes -inf into the raw scores, which P = 2^(s·scale_log2 - LSE2) turns into 0 only for
+ * a positive scale; with softcap and a negative scale every CUDA kernel reads softcap as off
+ * (softcap_pre = scale / softcap < 0), the same case. Both modes: deterministic = 1 orders each
+ * dQ tile's additions by key block (the DET instantiations, semaphores), so it is no argument
+ * either. */
+static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
+                                                    int head_dim_v, int has_alibi, float scale_log2) {
+    if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
+    if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
+    if (has_alibi) return "does not implement ALiBi";
+    if (!(scale_log2 > 0.0f)) return "needs a positive softmax_scale";
+    return NULL;
+}
+
+#endif /* FA_HOPPER_TILES_H */

@@ -1,0 +1,275 @@
+/*
+ * fwd.cu: host side of the CUDA engine's forward path, and the engine's shared host pieces.
+ *
+ *   fa_cuda_built / fa_cuda_is_available     build and device presence
+ *   fa_cuda_current_device                   per-device properties, queried once per ordinal
+ *   fa_cuda_check_* / fa_cuda_workspace_*    checks and workspace handling the forward, backward
+ *                                            and decode host code share (cuda_common.cuh)
+ *   fa_cuda_check_forward                    the forward kernels' own limits (dims, alignment,
+ *                                            grid and shared-memory limits); no workspace
+ *   fa_cuda_forward                          fills fa_fwd_params, picks the head-dim bucket and
+ *                                            calls its extern "C" launcher (fwd_hdim*.cu)
+ *
+ * Everything runs asynchronously on p->stream: no device synchronisation, no allocation in the
+ * forward, and cu_seqlens (device memory) are never read here.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fwd_tiles.h"
+#include "cuda/common/fwd_launch.h"
+#include "cuda/common/sm90_tiles.h"
+
+/* ---- availability ------------------------------------------------------------------------- */
+
+extern "C" int fa_cuda_built(void) { return 1; }
+
+extern "C" int fa_cuda_is_available(void) {
+    /* -1 unknown, 0 no, 1 yes; racing first calls compute the same answer. */
+    static int available = -1;
+    int cached = __atomic_load_n(&available, __ATOMIC_ACQUIRE);
+    if (cached >= 0) return cached;
+    int count = 0;
+    const int yes = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    if (!yes) (void)cudaGetLastError(); /* do not leave a sticky "no device" error behind */
+    __atomic_store_n(&available, yes, __ATOMIC_RELEASE);
+    return yes;
+}
+
+/* ---- device properties ---------------------------------------------------------------------- */
+
+enum { FA_CUDA_MAX_CACHED_DEVICES = 64 };
+static fa_cuda_device_info fa_device_cache[FA_CUDA_MAX_CACHED_DEVICES];
+static int fa_device_cached[FA_CUDA_MAX_CACHED_DEVICES];
+static pthread_mutex_t fa_device_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static fa_status query_device(int ordinal, fa_cuda_device_info *info) {
+    int sm_count = 0, major = 0, minor = 0, smem_optin = 0, smem_sm = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal),
+                  "cudaDeviceGetAttribute(multiprocessor count)");
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal),
+                  "cudaDeviceGetAttribute(compute capability)");
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal),
+                  "cudaDeviceGetAttribute(compute capability)");
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
+                  "cudaDeviceGetAttribute(shared memory per block, opt-in)");
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, ordinal),
+                  "cudaDeviceGetAttribute(shared memory per multiprocessor)");
+    info->ordinal = ordinal;
+    info->sm_count = sm_count;
+    info->cc_major = major;
+    info->cc_minor = minor;
+    info->smem_optin = (size_t)smem_optin;
+    info->smem_per_sm = (size_t)smem_sm;
+    return FA_OK;
+}
+
+fa_status fa_cuda_current_device(fa_cuda_device_info *info) {
+    int ordinal = 0;
+    FA_CUDA_CHECK(cudaGetDevice(&ordinal), "cudaGetDevice");
+    if (ordinal >= 0 && ordinal < FA_CUDA_MAX_CACHED_DEVICES &&
+        __atomic_load_n(&fa_device_cached[ordinal], __ATOMIC_ACQUIRE)) {
+        *info = fa_device_cache[ordinal];
+        return FA_OK;
+    }
+    fa_status s = query_device(ordinal, info);
+    if (s != FA_OK) return s;
+    if (ordinal >= 0 && ordinal < FA_CUDA_MAX_CACHED_DEVICES) {
+        pthread_mutex_lock(&fa_device_cache_lock);
+        fa_device_cache[ordinal] = *info;
+        __atomic_store_n(&fa_device_cached[ordinal], 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&fa_device_cache_lock);
+    }
+    return FA_OK;
+}
+
+fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev) {
+    fa_status s = fa_cuda_current_device(dev);
+    if (s != FA_OK) return s;
+    if (dev->cc_major < 8)
+        return fa_set_error(FA_ERR_DEVICE,
+                            "CUDA device %d has compute capability %d.%d; the CUDA path needs 8.0 or newer",
+                            dev->ordinal, dev->cc_major, dev->cc_minor);
+    return FA_OK;
+}
+
+/* ---- checks shared by the forward, backward and decode paths -------------------------------- */
+
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path) {
+    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
+    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld: %s needs a multiple of 8 in 8..256",
+                            (long long)p->head_dim, path);
+    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: %s needs a multiple of 8 in 8..256",
+                            (long long)p->head_dim_v, path);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes) {
+    if (((uintptr_t)ptr & (uintptr_t)(bytes - 1)) != 0)
+        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not %u-byte aligned", name, ptr, bytes);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                                 int64_t head_stride, int check_batch, const char *path) {
+    if (((uintptr_t)ptr & 15u) != 0)
+        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 16-byte aligned (%s moves 16-byte vectors)",
+                            name, ptr, path);
+    const int64_t strides[3] = {batch_stride, row_stride, head_stride};
+    static const char *const axis[3] = {"batch", "row", "head"};
+    for (int i = check_batch ? 0 : 1; i < 3; ++i)
+        if (strides[i] % 8 != 0)
+            return fa_set_error(FA_ERR_ALIGNMENT,
+                                "%s_%s_stride = %lld is not a multiple of 8 elements (16 bytes), which %s needs",
+                                name, axis[i], (long long)strides[i], path);
+    return FA_OK;
+}
+
+fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel) {
+    if (smem > dev->smem_optin)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "head_dim = %lld, head_dim_v = %lld: %s needs %zu bytes of shared memory per "
+                            "block, device %d allows %zu",
+                            (long long)p->head_dim, (long long)p->head_dim_v, kernel, smem, dev->ordinal,
+                            dev->smem_optin);
+    return FA_OK;
+}
+
+/* ---- workspace shared by the backward and the split-KV decode -------------------------------- */
+
+fa_status fa_cuda_workspace_acquire(void *given, size_t bytes, cudaStream_t stream, const char *what,
+                                    fa_cuda_workspace *ws) {
+    ws->base = static_cast<uint8_t *>(given);
+    ws->owned = given == nullptr && bytes > 0;
+    if (!ws->owned) return FA_OK;
+    void *mem = nullptr;
+    const cudaError_t e = cudaMallocAsync(&mem, bytes, stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* allocation failures are not sticky; do not leave it set */
+        ws->owned = false;
+        return fa_set_error(FA_ERR_ALLOC, "cudaMallocAsync(%zu bytes of %s workspace): %s", bytes, what,
+                            cudaGetErrorString(e));
+    }
+    ws->base = static_cast<uint8_t *>(mem);
+    return FA_OK;
+}
+
+fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, const char *what, fa_status status) {
+    if (!ws->owned) return status;
+    ws->owned = false;
+    /* Stream-ordered: freed after the kernels queued before it have run. */
+    const cudaError_t e = cudaFreeAsync(ws->base, stream);
+    if (e != cudaSuccess && status == FA_OK)
+        status = fa_set_error(FA_ERR_CUDA, "cudaFreeAsync(%s workspace): %s", what, cudaGetErrorString(e));
+    return status;
+}
+
+/* ---- forward: limits ------------------------------------------------------------------------ */
+
+static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
+    const fa_params *p = &pb->p;
+    static const char *const path = "the CUDA forward";
+    fa_status s;
+    const int check_batch = !pb->varlen;
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_k", p->cu_seqlens_k, 4)) != FA_OK)
+        return s;
+
+    /* Sizes: rows and keys are int in the kernels; the grid has 65535 in y and z. */
+    const int64_t int_max = 2147483647;
+    if (p->seqlen_q > int_max - 256 || p->seqlen_k > int_max - 256)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "seqlen_q = %lld, seqlen_k = %lld: the CUDA forward needs both below 2^31 - 256",
+                            (long long)p->seqlen_q, (long long)p->seqlen_k);
+    if (pb->varlen && (p->total_q > int_max - 256 || p->total_k > int_max - 256))
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "total_q = %lld, total_k = %lld: the CUDA forward needs both below 2^31 - 256",
+                            (long long)p->total_q, (long long)p->total_k);
+    if (p->heads_q > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "heads_q = %lld exceeds %d, the CUDA grid limit of the forward",
+                            (long long)p->heads_q, FA_CUDA_GRID_YZ_MAX);
+    if (p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "batch = %lld exceeds %d, the CUDA grid limit of the forward",
+                            (long long)p->batch, FA_CUDA_GRID_YZ_MAX);
+
+    if ((s = fa_cuda_current_device_sm80(dev)) != FA_OK) return s;
+    const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    return fa_cuda_check_smem(p, dev, fa_fwd_smem_bytes(bucket), "the CUDA forward kernel");
+}
+
+extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspace_bytes) {
+    if (workspace_bytes) *workspace_bytes = 0;
+    fa_cuda_device_info dev;
+    return check_forward(pb, &dev);
+}
+
+/* ---- forward: launch ------------------------------------------------------------------------ */
+
+/* Which forward kernel runs: the Hopper one on compute capability 9.0 for the problems it covers
+ * (sm90_tiles.h), else the portable one. FA_CUDA_FORWARD=portable in the environment forces
+ * the portable kernel (tests run the GPU sweep through both). */
+extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const fa_cuda_device_info *dev) {
+    const fa_params *p = &pb->p;
+    const char *force = getenv("FA_CUDA_FORWARD");
+    if (force != nullptr && strcmp(force, "portable") == 0) return FA_CUDA_FWD_PORTABLE;
+    const char *why = fa_hopper_fwd_unsupported(dev->cc_major, dev->cc_minor, p->dtype, (int)p->head_dim,
+                                                (int)p->head_dim_v, p->alibi_slopes != nullptr, pb->scale_log2,
+                                                p->softcap);
+    return why == nullptr ? FA_CUDA_FWD_HOPPER : FA_CUDA_FWD_PORTABLE;
+}
+
+extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
+    fa_cuda_device_info dev;
+    fa_status s = check_forward(pb, &dev);
+    if (s != FA_OK) return s;
+    const fa_params *p = &pb->p;
+    const int64_t rows_q = pb->varlen ? p->total_q : p->batch * p->seqlen_q;
+    if (rows_q == 0 || p->seqlen_q == 0) return FA_OK; /* no query row: nothing to write */
+
+    const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    fa_fwd_params prm;
+    fa_cuda_fill_forward_params(&prm, pb);
+    prm.q = p->q;
+    prm.k = p->k;
+    prm.v = p->v;
+    prm.o = p->o;
+    prm.lse = p->lse;
+    prm.cu_seqlens_q = pb->varlen ? p->cu_seqlens_q : nullptr;
+    prm.cu_seqlens_k = pb->varlen ? p->cu_seqlens_k : nullptr;
+    prm.total_q = p->total_q;
+    prm.total_k = p->total_k;
+    prm.num_m_blocks = (int)((p->seqlen_q + fa_fwd_block_m(bucket) - 1) / fa_fwd_block_m(bucket));
+    prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
+                      prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;
+    prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
+
+    cudaStream_t stream = (cudaStream_t)p->stream;
+    if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
+        s = fa_fwd_launch_hopper(&prm, p->dtype, dev.ordinal, stream);
+        if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
+    }
+    switch (bucket) {
+    case 64: return fa_fwd_launch_hdim64(&prm, p->dtype, dev.ordinal, stream);
+    case 128: return fa_fwd_launch_hdim128(&prm, p->dtype, dev.ordinal, stream);
+    case 256: return fa_fwd_launch_hdim256(&prm, p->dtype, dev.ordinal, stream);
+    default:
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",
+                            (long long)p->head_dim, (long long)p->head_dim_v);
+    }
+}

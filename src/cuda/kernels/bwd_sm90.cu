@@ -1,0 +1,637 @@
+/*
+ * bwd_sm90.cu: the backward main kernel for Hopper (sm_90a), FlashAttention-3's design in
+ * our own code: TMA loads, wgmma, warp specialisation, dK/dV accumulated in registers across the
+ * query loop, dQ reduced in fp32 global memory. Compiled for `arch=compute_90a,code=sm_90a` only
+ * (the Makefile's *_sm90a.cu rule). bwd.cu runs its pre-pass (D = rowsum(dO∘O), dsink
+ * partials), the zeroing of the dQ accumulator and the conversions around it, exactly as around
+ * the portable main kernel; fa_bwd_launch_hopper() replaces only the main kernel, for the
+ * problems fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts. This kernel reads the forward's
+ * LSE itself, so the workspace holds no LSE·log2e copy. First run on the H200 as
+ * lab/hopper_bwd/v1 (NOTES.md).
+ *
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..128 in one bucket (64 or 128: columns past
+ * d or dv read as zeros, never written; bucket 256 is bwd_sm90_hdim256.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
+ * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
+ * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink); softcap (the
+ * SOFTCAP instantiations, see below). Not here: ALiBi: portable kernel. Deterministic mode
+ * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
+ * first (bwd_sm90_common.cuh, "deterministic dQ"): the grid runs key block
+ * gridDim.x - 1 - blockIdx.x, producer warps 1 and 2 keep the turns of the consumers' dQ pieces,
+ * and each consumer waits for its turn (named barrier DQ_TURN) just before its red.adds and
+ * reports them done (DQ_DONE).
+ *
+ * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
+ * D = rowsum(dO∘O): dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D), dQ = scale·dS K, dK = scale·dSᵀ Q,
+ * dK/dV summed over the query heads of a kv group. A row with LSE = -inf contributes nothing.
+ * Softcap: S = softcap·tanh(scale·Q Kᵀ / softcap) and dS = P∘(dP - D)∘(1 - tanh²).
+ *
+ * One CTA = BLOCK_N = 128 keys [n0, n0 + 128) of one (kv head, batch); grid (key blocks,
+ * heads_kv, batch); 384 threads:
+ *   warpgroup 0, producer (setmaxnreg 24), warp 0: lane 0 issues K and V of the key block once
+ *     (kv_full), then for every iteration t = (query head of the group, query block; query block
+ *     fastest) Q_t and dO_t [BLOCK_M, bucket] by TMA into stage t % STAGES of a ring
+ *     (stage_full / stage_empty mbarriers); meanwhile the warp's 32 lanes load the rows'
+ *     LSE·log2e (from the forward's LSE; +inf where LSE = -inf) and D (the pre-pass's) into the
+ *     stage with st.shared: +inf and 0 for rows past the sequence (so P = 0 there);
+ *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
+ *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations.
+ * Query blocks no key of the block can see (causal, window) are skipped: the loop runs over
+ * [q_lo, q_hi) of fa_hopper_bwd_query_range.
+ *
+ * GEMM orientation (M = 64 rows per warpgroup; A from registers only in K-major form; B from
+ * shared memory K-major or, for 16-bit types, MN-major with imm-trans-b = 1):
+ *   Sᵀ  = K_c Qᵀ     SS   A = K rows of c, B = Q, both K-major over d            N = BLOCK_M
+ *   dPᵀ = V_c dOᵀ    SS   A = V rows of c, B = dO, both K-major over d           N = BLOCK_M
+ *   dV_c += Pᵀ dO    RS   A = Pᵀ from registers: the fp32 accumulator of Sᵀ (keys × queries)
+ *                         packed to 16 bits is the A fragment of a GEMM with K = queries;
+ *                         B = dO [queries, d] MN-major (trans-b), the forward's V operand  N = bucket
+ *   dK_c += dSᵀ Q    RS   the same with dSᵀ and Q                                N = bucket
+ *   dQ  = dS K       SS   dS with queries as rows is the transpose of the registers; each
+ *                         consumer writes its dSᵀ with stmatrix.trans into a shared dS tile
+ *                         [BLOCK_M queries, 128 keys] (keys contiguous: a K-major A, two 64-key
+ *                         slabs, consumer c writes slab c); B = K [keys, d] MN-major (trans-b).
+ *                         The consumers split dQ [BLOCK_M, bucket] into two m64 × n64 pieces
+ *                         (rows 64c.. at BLOCK_M = 128, columns 64c.. at bucket 128).
+ *
+ * One consumer iteration t (stage s = t % STAGES):
+ *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed, see below);
+ *   issue Sᵀ and dPᵀ (two wgmma groups); wait for Sᵀ: mask, P = 2^(Sᵀ·scale·log2e - LSE2);
+ *   (bucket 128: pack P, issue dV += Pᵀ dO); wait for dPᵀ: dS = P∘(dPᵀ - D); pack dS;
+ *   stmatrix.trans dS into dS buffer t % 2; (bucket 64: issue dV); issue dK += dSᵀ Q;
+ *   fence.proxy.async; named barrier DS_FULL (both halves of dS are in smem); issue the dQ piece;
+ *   wait for everything; every consumer thread arrives on stage_empty[s]; red.global.add.v2.f32 of
+ *   the dQ piece into the fp32 accumulator.
+ * Softcap (template flag SOFTCAP; off, the kernel is the one above, instruction for instruction):
+ * after the Sᵀ wait tc = tanh(Sᵀ·scale / softcap) in place of Sᵀ, then the mask (tc = -inf); tc,
+ * not P, stays in the fp32 registers across the dPᵀ wait; then P, dS = P∘(1 - tc²)∘(dPᵀ - D)
+ * together (bwd_sm90_common.cuh's softcap section) and dV is issued with dK at both buckets
+ * (no EARLY_DV: P packed before the dPᵀ wait plus w = P·(1 - tc²) spilled 4 bytes at bucket 128
+ * with ptxas 13; this way the consumers peak at R220 (128) and R237 (64), no spill).
+ * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
+ * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
+ * t-2, the last GEMM that read buffer t % 2 (modelled by lab/hopper_bwd/v1/pipeline_model.py).
+ *
+ * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
+ * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
+ * warp 0 after its own vector stores); stage_empty[s] (256 arrivals: every consumer thread after
+ * its last read of the stage). Each thread releases its own accesses: one lane arriving after
+ * __syncwarp for the whole warp is also correct, but compute-sanitizer racecheck reports the
+ * other lanes' accesses as hazards (it did, on the H200), and 32 arrivals cost next to nothing.
+ * Use u of stage s (u = t / STAGES) is phase u:
+ * consumers wait full with parity u & 1, producers wait empty with parity (u & 1) ^ 1 (passes at
+ * once for u = 0).
+ *
+ * Shared memory (1024-byte aligned; every tile is 64-column slabs of 128-byte rows in the
+ * 128-byte swizzle, each slab 1024-byte aligned; layout and descriptors as src/cuda/common/ptx.cuh's Hopper
+ * section): K [SLABS][128][64] | V [SLABS][128][64] | Q [STAGES][SLABS][BLOCK_M][64] |
+ * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | LSE2 [STAGES][BLOCK_M] fp32 |
+ * D [STAGES][BLOCK_M] fp32 | mbarriers. TMA maps view a tensor as 4-D {d, rows, heads, batch}
+ * (varlen: {d, total, heads, 1}); one box {64, rows, 1, 1} at column 64·s lands as slab s.
+ *
+ * Varlen: a key block or query block may run past its sequence into the next one (or into rows
+ * after the last sequence, which may hold anything, NaN included). Those K/V rows (once, after
+ * kv_full) and Q/dO rows (per iteration that needs it) are zeroed in shared memory by the
+ * consumers before any GEMM reads them, so 0·NaN never reaches an accumulator; keys past the
+ * sequence are masked and their dK/dV rows not written; query rows past it have P = 0 (LSE2 =
+ * +inf) and dS = 0 (zero dO, D = 0) and their dQ rows are not written. Fixed-length batches get
+ * the same zeros from the TMA's out-of-bounds fill.
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <limits.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cuda/kernels/bwd_sm90_common.cuh"
+#include "cuda/common/bwd_launch.h"
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/sm90_tiles.h"
+#include "cuda/common/tma.h"
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+template <int BUCKET>
+struct fa_bwd_sm90_config {
+    static constexpr int D = BUCKET;
+    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(BUCKET);
+    static constexpr int BLOCK_N = fa_hopper_bwd_block_n(BUCKET);
+    static constexpr int STAGES = fa_hopper_bwd_stages(BUCKET);
+    static constexpr int CONSUMER_WGS = 2;
+    static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
+    static constexpr int PRODUCER_REGS = 24;
+    static constexpr int CONSUMER_REGS = 240;
+    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* 168: the cap __launch_bounds__ sets */
+    static constexpr int SLABS = D / 64;
+    static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
+    static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
+    static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;       /* Q, dO and dS slabs */
+    static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;     /* one Q or dO stage */
+    static constexpr uint32_t DS_BYTES = Q_SLAB_BYTES * (BLOCK_N / 64);
+    static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;            /* one LSE2 or D stage */
+    static constexpr uint32_t K_OFFSET = 0;
+    static constexpr uint32_t V_OFFSET = KV_BYTES;
+    static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
+    static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
+    static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
+    static constexpr uint32_t LSE_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
+    static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
+    static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
+    static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
+    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
+    static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
+    static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
+    /* dQ [BLOCK_M, D] in two m64 × n64 pieces: rows 64c.. at BLOCK_M = 128, columns 64c.. at D = 128 */
+    static constexpr bool DQ_SPLIT_ROWS = BLOCK_M == 128;
+    /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128;
+     * at 64 the fp32 P, dPᵀ (64 registers each) and the in-flight 16-bit P do not fit 240
+     * registers together (ptxas spilled 48 bytes), so dV is issued with dK, after dS. */
+    static constexpr bool EARLY_DV = BLOCK_M == 64;
+
+    static_assert(BLOCK_N == 64 * CONSUMER_WGS, "each consumer owns 64 keys (wgmma M)");
+    static_assert((BLOCK_M / 64) * (D / 64) == CONSUMER_WGS, "dQ: one m64 x n64 piece per consumer");
+    static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256, "wgmma N of Sᵀ; TMA box rows <= 256");
+    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0,
+                  "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
+    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536, "register file");
+    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
+    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
+    static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
+};
+
+/* Named barrier ids (0 is __syncthreads); each joins the 256 consumer threads. */
+enum fa_bwd_sm90_named_barrier {
+    FA_HBWD_BAR_DS_FULL = 1, /* both consumers' dS halves are in shared memory                      */
+    FA_HBWD_BAR_KV_TAIL = 2, /* varlen: K/V rows past the sequence zeroed                           */
+    FA_HBWD_BAR_Q_TAIL = 3   /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
+};
+
+/* ---- device helpers (the shared ones: bwd_sm90_common.cuh) ----------------------------------- */
+
+/* acc [64 keys, D] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed) times a
+ * [BLOCK_M, D] stage (dO or Q) read MN-major: LBO = slab stride (BLOCK_M·128 B), SBO = 1024 B
+ * (8 query rows), k16 step = 16 rows = +2048 B. One commit group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_issue_atb(float (&acc)[Cfg::D / 2], uint32_t (&a_rmem)[Cfg::BLOCK_M / 16][4],
+                                                  uint32_t b_stage) {
+    const uint64_t b_desc = wgmma_desc_sw128(b_stage, Cfg::Q_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(acc[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wgmma_fence_operand(a_rmem[kk][x]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+        wgmma_rs_f32_transb<Cfg::D, BF16>(acc, a_rmem[kk], b_desc + ((kk * 2048) >> 4), 1);
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* dQ piece [64, 64] = dS rows (K-major over the 128 keys: step kk = slab kk/4, +32·(kk%4)) times
+ * K [keys, 64 columns] read MN-major (LBO = K slab stride, SBO = 1024 B, +2048 B per 16 keys).
+ * One commit group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_issue_dq(float (&acc)[32], uint32_t ds_rows, uint32_t k_cols) {
+    const uint64_t a_desc = wgmma_desc_sw128(ds_rows, 16, 1024);
+    const uint64_t b_desc = wgmma_desc_sw128(k_cols, Cfg::KV_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk) {
+        const uint64_t a_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        wgmma_ss_f32_transb<64, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* dK (scaled) and dV rows key0 and key0 + 8 of this thread (accumulator layout: element
+ * 4j + 2h + c is row key0 + 8h, column 8j + 2(l%4) + c), columns below d / dv, 4-byte stores. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params &prm, const float (&dk_rmem)[Cfg::D / 2],
+                                                   const float (&dv_rmem)[Cfg::D / 2], int key0, int len_k,
+                                                   int64_t k_start, int batch, int head_kv, int col_in) {
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= len_k) continue;
+        const int64_t dk_off = varlen ? (k_start + key) * prm.dk_row_stride
+                                      : (int64_t)batch * prm.dk_batch_stride + (int64_t)key * prm.dk_row_stride;
+        const int64_t dv_off = varlen ? (k_start + key) * prm.dv_row_stride
+                                      : (int64_t)batch * prm.dv_batch_stride + (int64_t)key * prm.dv_row_stride;
+        uint16_t *dk_row = static_cast<uint16_t *>(prm.dk) + dk_off + (int64_t)head_kv * prm.dk_head_stride;
+        uint16_t *dv_row = static_cast<uint16_t *>(prm.dv) + dv_off + (int64_t)head_kv * prm.dv_head_stride;
+#pragma unroll
+        for (int j = 0; j < Cfg::D / 8; ++j) {
+            const int col = 8 * j + col_in;
+            if (col < prm.head_dim)
+                *reinterpret_cast<uint32_t *>(dk_row + col) = fa_bwd_sm90_pack2<BF16>(
+                    dk_rmem[4 * j + 2 * h] * prm.softmax_scale, dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale);
+            if (col < prm.head_dim_v)
+                *reinterpret_cast<uint32_t *>(dv_row + col) =
+                    fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
+        }
+    }
+}
+
+/* ---- main kernel ------------------------------------------------------------------------------ */
+
+template <int BUCKET, bool BF16, bool SOFTCAP, bool DET>
+__global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
+    fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
+                        const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
+                        const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
+                        const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
+                        const fa_bwd_sm90_params prm) {
+    using Cfg = fa_bwd_sm90_config<BUCKET>;
+    constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
+    /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
+    constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
+
+    /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+                                             prm.seqlen_q, prm.seqlen_k, batch);
+    const int len_q = seq.len_q, len_k = seq.len_k, shift = len_k - len_q;
+    if (n0 >= len_k) return; /* past this sequence's keys: nothing to do (uniform over the CTA) */
+    /* first packed row of the sequence in the pre-pass vectors and the dQ accumulator */
+    const int64_t q_packed0 = varlen ? seq.q_start : (int64_t)batch * prm.seqlen_q;
+    int q_lo, q_hi;
+    fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
+    const int m_first = q_lo / BLOCK_M;
+    const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    const int iterations = prm.group * n_m;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (iterations == 0) {
+        /* no query row sees these keys: dK = dV = 0 (uniform over the CTA, before any barrier) */
+        if (warpgroup > 0) {
+            const int consumer = warpgroup - 1, tid = threadIdx.x % 128;
+            float zero_rmem[D / 2];
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) zero_rmem[i] = 0.0f;
+            fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, zero_rmem, zero_rmem, n0 + 64 * consumer + 16 * (tid / 32) + (tid % 32) / 4,
+                                          len_k, seq.k_start, batch, head_kv, 2 * (tid % 4));
+        }
+        return;
+    }
+
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
+    auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto ds_buffer = [&](int b) -> uint32_t { return smem + Cfg::DS_OFFSET + (uint32_t)b * Cfg::DS_BYTES; };
+    /* LSE2 and D [STAGES][BLOCK_M] fp32, addressed as 32-bit shared addresses (fewer registers
+     * than generic pointers in the consumers' tight budget) */
+    const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
+    const uint32_t bars = smem + Cfg::BAR_OFFSET;
+    const uint32_t kv_full = bars;
+    auto stage_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
+    auto stage_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + STAGES + s); };
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(kv_full, 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(stage_full(s), Cfg::FULL_ARRIVALS);
+            mbarrier_init(stage_empty(s), Cfg::EMPTY_ARRIVALS);
+        }
+        fence_mbarrier_init_release_cluster();
+    }
+    /* every thread sees initialised barriers before any wait or arrive */
+    __syncthreads();
+
+    /* TMA coordinates: varlen maps are {d, total, heads, 1} */
+    const int k_row = (varlen ? (int)seq.k_start : 0) + n0;
+    const int q_row0 = varlen ? (int)seq.q_start : 0;
+    const int tma_batch = varlen ? 0 : batch;
+
+    if (warpgroup == 0) {
+        /* ================= producer ================= */
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        /* Deterministic mode: the warp index is lane 0's, which ptxas knows to be warp-uniform;
+         * with threadIdx.x / 32 the branch to the turn keepers made it spill the consumers'
+         * loop-invariant values (softcap at buckets 64 and 256, ptxas 13). */
+        const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+        const int lane = threadIdx.x % 32;
+        if (warp == 0) {
+            /* Lane 0 issues every TMA load; all lanes load the LSE2 and D rows of each
+             * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
+             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and every
+             * lane's arrival after its own stores. Iterations in order (query head, query
+             * block); this warp lives on the producers' 24 registers. */
+            if (lane == 0) {
+                tma_prefetch_tensormap(&tmap_q);
+                tma_prefetch_tensormap(&tmap_do);
+                mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+                for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                    tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, kv_full, 64 * slab, k_row,
+                                head_kv, tma_batch);
+                    tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, kv_full, 64 * slab, k_row,
+                                head_kv, tma_batch);
+                }
+            }
+            const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
+            const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
+                                    (int64_t)(head_kv * prm.group) * lse_head_pitch;
+            const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
+            int s = 0, phase = 1;
+            for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+                for (int m0 = m_first * BLOCK_M; m0 < q_hi; m0 += BLOCK_M) {
+                    fa_bwd_sm90_wait(stage_empty(s), phase);
+                    if (lane == 0) {
+                        mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                            tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, stage_full(s),
+                                        64 * slab, q_row0 + m0, head, tma_batch);
+                            tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_do, stage_full(s),
+                                        64 * slab, q_row0 + m0, head, tma_batch);
+                        }
+                    }
+#pragma unroll 1
+                    for (int r = lane; r < BLOCK_M; r += 32) {
+                        const bool in_seq = m0 + r < len_q;
+                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
+                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+                    }
+                    /* each lane releases its own stores (lane 0's second arrival) */
+                    mbarrier_arrive(stage_full(s));
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+                lse_head += lse_head_pitch;
+                dsum_head += prm.total_q;
+            }
+        } else if (DET && warp <= Cfg::CONSUMER_WGS) {
+            /* the whole warp: turn keeper of consumer warp - 1's dQ piece */
+            fa_bwd_sm90_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, head_kv, m_first, n_m, len_q, len_k, shift,
+                                   warp - 1, lane);
+        }
+        return;
+    }
+
+    /* ================= consumers ================= */
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+    const int consumer = warpgroup - 1;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
+    const uint32_t k_wg = k_smem + (uint32_t)consumer * 64 * 128; /* keys 64c.. of slab 0 */
+    const uint32_t v_wg = v_smem + (uint32_t)consumer * 64 * 128;
+    /* this thread's accumulator rows (keys): key0 and key0 + 8; columns (queries / d) 8j + 2(l%4) + {0,1} */
+    const int key0 = n0 + 64 * consumer + 16 * warp + lane / 4;
+    const int col_in = 2 * (lane % 4);
+    /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: this warpgroup's keys
+     * [wg_first_key, wg_first_key + 63] run past the sequence (always), or its last key is right
+     * of the first row's window, or its first key left of the last row's window. */
+    const int wg_first_key = n0 + 64 * consumer, wg_last_key = wg_first_key + 63;
+    const int mask_m_lo = wg_last_key >= len_k      ? INT_MAX
+                          : prm.window_right >= 0 ? wg_last_key - shift - prm.window_right
+                                                  : INT_MIN;
+    const int mask_m_hi = prm.window_left >= 0 ? wg_first_key - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
+    const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
+    /* dQ piece of this consumer: rows dq_row0.., columns dq_col0.. of the [BLOCK_M, D] tile */
+    const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * consumer : 0;
+    const int dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * consumer;
+
+    float dk_rmem[D / 2], dv_rmem[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) {
+        dk_rmem[i] = 0.0f;
+        dv_rmem[i] = 0.0f;
+    }
+
+    fa_bwd_sm90_wait(kv_full, 0);
+    if (varlen && n0 + BLOCK_N > len_k) {
+        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
+        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
+    }
+
+    for (int t = 0; t < iterations; ++t) {
+        const int s = t % STAGES, use = t / STAGES;
+        const int head = head_kv * prm.group + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
+        /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
+        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
+        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
+
+        float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
+        uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
+
+        fa_bwd_sm90_wait(stage_full(s), use & 1);
+        if (varlen && m0 + BLOCK_M > len_q) {
+            /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
+            fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fence_proxy_async_shared_cta();
+            bar_sync(FA_HBWD_BAR_Q_TAIL, 256);
+        }
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s));   /* group: Sᵀ  */
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
+
+        wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+        if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
+
+        /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
+        if (m0 < mask_m_lo || m0 > mask_m_hi) {
+            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
+             * unbounded), none when k is past the sequence. In this thread's local column units
+             * (query = m0 + col_in + 8j + c) that is [lo, hi]; 8j + c are compile-time constants, so
+             * each element costs two compares. */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
+                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
+                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
+                if (key >= len_k) lo = BLOCK_M;
+#pragma unroll
+                for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+            }
+        }
+        if constexpr (!SOFTCAP) {
+            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
+                    s_rmem[4 * j + 2 * h + 1] =
+                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+                }
+            }
+        }
+        if constexpr (EARLY_DV) {
+            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+            fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
+            wgmma_wait_group<1>(); /* dPᵀ ready; dV may still run */
+        } else {
+            wgmma_wait_group<0>(); /* dPᵀ ready */
+        }
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        if constexpr (SOFTCAP) {
+            /* P (into s_rmem, which held tc) and dS = P ∘ (1 - tc²) ∘ (dP - D) */
+            fa_bwd_sm90_softcap_ds(s_rmem, dp_rmem, lse2_pair, dvec_pair, prm.softcap_post_log2);
+        } else {
+            /* dS = P ∘ (dP - D) (P in fp32) */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                    dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                }
+            }
+        }
+        if constexpr (!EARLY_DV) fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+        fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
+
+        /* dSᵀ -> dS buffer t % 2, slab `consumer` (its 64 keys), rows = queries. stmatrix.trans of
+         * k-slice kk: matrix i = lane / 8 (i & 1: keys +8, i >> 1: queries +8), stored row
+         * R = lane % 8 is query 16kk + 8(i >> 1) + R, holding the 8 keys 16w + 8(i & 1) .. +7 of
+         * the slab = 16-byte chunk 2w + (i & 1), swizzled by the row's bits 0-2 (= R). */
+        {
+            const int i = lane / 8, r = lane % 8;
+            const uint32_t slab = ds_buffer(t & 1) + (uint32_t)consumer * Cfg::Q_SLAB_BYTES;
+            const uint32_t chunk = (uint32_t)((2 * warp + (i & 1)) ^ r);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+                const int query = 16 * kk + 8 * (i >> 1) + r;
+                stmatrix_x4_trans(slab + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
+            }
+        }
+        if constexpr (!EARLY_DV) fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
+        fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                                  /* dK += dSᵀ Q */
+
+        /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
+         * both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD_BAR_DS_FULL, 256);
+
+        float dq_rmem[32];
+        fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(t & 1) + (uint32_t)dq_row0 * 128,
+                                    k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
+        wgmma_wait_group<0>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) {
+            wgmma_fence_operand(dk_rmem[i]);
+            wgmma_fence_operand(dv_rmem[i]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                wgmma_fence_operand(p_rmem[kk][x]);
+                wgmma_fence_operand(ds_rmem[kk][x]);
+            }
+        /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
+        mbarrier_arrive(stage_empty(s));
+
+        /* dQ piece += into the fp32 accumulator [heads_q, total_q, d]: rows dq_row0 + 16w + l/4
+         * + 8h, columns dq_col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d
+         * are skipped */
+        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
+        const int dq_row_pitch = prm.head_dim;
+        /* deterministic mode: the higher key blocks have added this piece (the turn keeper
+         * acquired at gpu scope, then arrived on DQ_TURN) */
+        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = dq_row0 + 16 * warp + lane / 4 + 8 * h;
+            if (m0 + row < len_q) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int col = dq_col0 + 8 * j + col_in;
+                    if (D == 64 || col < prm.head_dim)
+                        red_global_add_v2_f32(dq_block + row * dq_row_pitch + col, dq_rmem[4 * j + 2 * h],
+                                              dq_rmem[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+        /* this thread's adds are performed for the keeper before it passes the turn on */
+        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
+    }
+
+    fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col_in);
+}
+
+/* ---- host ------------------------------------------------------------------------------------ */
+
+template <int BUCKET, bool BF16, bool SOFTCAP>
+static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
+    using Cfg = fa_bwd_sm90_config<BUCKET>;
+    static const char *const path = "the Hopper backward";
+    const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
+    if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v;
+    fa_status st;
+    if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
+        FA_OK)
+        return st;
+    const bool det = p->dq_semaphore != nullptr;
+    auto kernel =
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, true> : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, false>;
+    static unsigned long long configured[2] = {0, 0};
+    if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
+    fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
+    prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+    if (key_blocks == 0) return FA_OK;
+    if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
+                            path, (long long)key_blocks, p->heads_kv, p->batch);
+    const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
+    FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
+    return FA_OK;
+}
+
+/* Bucket BUCKET's instantiation for the dtype and softcap (softcap_pre > 0, as every CUDA kernel
+ * decides it). */
+template <int BUCKET>
+static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, bool bf16, int device_ordinal, cudaStream_t stream) {
+    if (prm->softcap_pre > 0.0f)
+        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_launch<BUCKET, false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false>(prm, device_ordinal, stream)
+                : fa_bwd_sm90_launch<BUCKET, false, false>(prm, device_ordinal, stream);
+}
+
+extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                          cudaStream_t stream) {
+    const bool bf16 = dtype == FA_DTYPE_BF16;
+    switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
+    case 64: return fa_bwd_sm90_launch_bucket<64>(prm, bf16, device_ordinal, stream);
+    case 128: return fa_bwd_sm90_launch_bucket<128>(prm, bf16, device_ordinal, stream);
+    case 256: return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
+    default:
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
+                            prm->head_dim, prm->head_dim_v);
+    }
+}

@@ -1,0 +1,325 @@
+/*
+ * bwd_sm90_common.cuh: what the two Hopper backward kernels share: bwd_sm90.cu (buckets
+ * 64 and 128: each consumer warpgroup owns 64 keys) and bwd_sm90_hdim256.cu (bucket 256: both
+ * consumers share 64 keys, each owns 128 head-dim columns). The kernel arguments, the mbarrier
+ * wait, the query range of a key block, the varlen row zeroing, the Sᵀ / dPᵀ GEMM (K-major A and
+ * B over the head dim), the packing of an accumulator into A fragments, and on the host the TMA
+ * maps, the arguments and the shared-memory opt-in. Every kernel configuration `Cfg` these
+ * templates take names D, BLOCK_M, KV_SLAB_BYTES and Q_SLAB_BYTES as its file comment describes.
+ * Included only by *_sm90a.cu files (sm_90a code).
+ */
+#ifndef FA_BWD_HOPPER_COMMON_CUH
+#define FA_BWD_HOPPER_COMMON_CUH
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/common/bwd_launch.h"
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/sm90_tiles.h"
+#include "cuda/common/tma.h"
+
+/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
+struct fa_bwd_sm90_params {
+    void *dk, *dv;                 /* [b, sk, hkv, d], [b, sk, hkv, dv] (varlen [total_k, ...])     */
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+    float *dq_accum;               /* [heads_q, total_q, d] fp32 (head-major), zeroed: Σ dS·K (unscaled) */
+    const float *lse;              /* the forward's LSE: [b, heads_q, seqlen_q] (varlen [heads_q, total_q]) */
+    const float *dsum;             /* [heads_q, total_q] D = rowsum(dO∘O)                           */
+    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;      /* packed rows (fixed length: batch · seqlen)                    */
+    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
+    int heads_q, group, head_dim, head_dim_v;
+    int window_left, window_right;
+    float scale_log2;              /* softmax_scale · log2(e)                                       */
+    float softmax_scale;           /* dK's factor                                                   */
+    float softcap_pre;             /* softmax_scale / softcap (the SOFTCAP kernels only)            */
+    float softcap_post_log2;       /* softcap · log2(e)                                             */
+    int *dq_semaphore;             /* deterministic mode: [b, heads_q, query_blocks, 2] int32, zeroed */
+    int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
+};
+
+/* ---- device helpers -------------------------------------------------------------------------- */
+
+/* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
+__device__ __forceinline__ void fa_bwd_sm90_wait(uint32_t bar, uint32_t parity) {
+    while (!mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t fa_bwd_sm90_pack2(float lo, float hi) {
+    return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
+}
+
+/* Query rows [q_lo, q_hi) that see at least one key of [n0, n1) (n1 <= len_k): key j is visible
+ * to row i iff i + shift - window_left <= j <= i + shift + window_right (sides -1 unbounded). */
+__device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_params &prm, int n0, int n1, int len_q,
+                                                          int shift, int &q_lo, int &q_hi) {
+    q_lo = 0;
+    q_hi = len_q;
+    if (prm.window_right >= 0) q_lo = max(0, n0 - shift - prm.window_right);
+    if (prm.window_left >= 0) q_hi = min(len_q, n1 - 1 - shift + prm.window_left + 1);
+}
+
+/* ---- deterministic dQ ---------------------------------------------------------------------------
+ * Every CTA adds its dQ piece of a tile (query head, BLOCK_M query rows) into the fp32
+ * accumulator with red.global.add: one addition per element and key block. In deterministic mode
+ * the key blocks of a tile add in a fixed order, from the highest key block to the lowest, so each
+ * element's fp32 sum is always rounded in the same order. The order is kept by a semaphore per
+ * (sequence, query head, query block, consumer piece) in the workspace, zeroed before the kernel:
+ * it counts the key blocks that have added; key block n adds when it reads
+ * rank = last_key_block(tile) - n. The key blocks that add into a tile are contiguous (a key
+ * block's query range [q_lo, q_hi) is monotone in n on both ends, and the empty ones lie beyond
+ * both ends; lab/hopper_bwd/deterministic/order_model.py checks this exhaustively), so the ranks
+ * are 0, 1, 2, ... in that order.
+ *
+ * Why descending: key block n + 1 reaches a tile no later than key block n (its query range
+ * starts no earlier, so the tile comes no later in its loop), so the blocks arrive in about that
+ * order and seldom wait (causal: two iterations apart). Deadlock freedom: a CTA waits only for
+ * higher key blocks of its own (kv head, sequence); the grid runs key block
+ * n = gridDim.x - 1 - blockIdx.x, so those have smaller linear block indices, and CUDA hands out
+ * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
+ * and never waits for an unfinished one (README of lab/hopper_bwd/deterministic).
+ *
+ * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
+ * same iterations as the consumers; per tile it polls the semaphore until it reads the rank
+ * (relaxed loads, then fence.acq_rel.gpu: acquire) and arrives on named barrier DQ_TURN + c;
+ * consumer c's 128 threads bar.sync on it just before their red.adds (normally long granted) and
+ * bar.arrive on DQ_DONE + c after them; the keeper bar.syncs on DQ_DONE + c (the consumers' adds
+ * are then performed for it) and passes the tile on with red.release.gpu (+1, cumulative: it
+ * orders the adds the barrier made visible to it). The acquire/release latencies stay off the
+ * consumers' path. One phase of each barrier per tile: the keeper grants tile t + 1 only after
+ * DQ_DONE of tile t, and the consumers arrive on DQ_DONE of t + 1 only after DQ_TURN of t + 1.
+ * Named barriers rather than mbarriers: a consumer's bar.sync is one instruction, where an mbarrier
+ * wait is a loop, and with it ptxas spilled 40 bytes at bucket 64 (addresses kept across it). */
+
+/* Named barrier ids of the deterministic mode, + the consumer (ids the kernels' own barriers do
+ * not use); each joins the keeper warp and the consumer warpgroup. */
+enum { FA_HBWD_BAR_DQ_TURN = 12, FA_HBWD_BAR_DQ_DONE = 14, FA_HBWD_DQ_TURN_THREADS = 32 + 128 };
+
+/* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):
+ * the last key any of its rows sees, clamped to the sequence. */
+__device__ __forceinline__ int fa_bwd_sm90_last_key_block(const fa_bwd_sm90_params &prm, int m, int block_m, int block_n,
+                                                      int len_q, int len_k, int shift) {
+    const int last_row = min((m + 1) * block_m, len_q) - 1;
+    int last_key = len_k - 1;
+    if (prm.window_right >= 0) last_key = min(last_key, last_row + shift + prm.window_right);
+    return last_key / block_n;
+}
+
+/* The turn keeper of dQ piece `piece` (a whole warp; lane 0 passes the turn on): for every
+ * iteration of this CTA (query head of the group, query block m in [m_first, m_first + n_m)),
+ * wait for the turn of key block n_block, grant it to the consumer (DQ_TURN), wait for its adds
+ * (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value
+ * in every lane). An ordering bug hangs here: tests run under a timeout. */
+__device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, int n_block, int block_m,
+                                                       int block_n, int batch, int head_kv, int m_first, int n_m,
+                                                       int len_q, int len_k, int shift, int piece, int lane) {
+    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+        int *sem = prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2 + piece;
+#pragma unroll 1
+        for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
+            const int rank = fa_bwd_sm90_last_key_block(prm, m, block_m, block_n, len_q, len_k, shift) - n_block;
+            while (ld_relaxed_gpu_s32(sem) != rank) {
+            }
+            fence_acq_rel_gpu(); /* acquire: the higher key blocks' adds happen before ours */
+            bar_arrive(FA_HBWD_BAR_DQ_TURN + piece, FA_HBWD_DQ_TURN_THREADS);
+            bar_sync(FA_HBWD_BAR_DQ_DONE + piece, FA_HBWD_DQ_TURN_THREADS); /* the consumer's adds are done */
+            if (lane == 0) red_release_gpu_add_s32(sem, 1);                  /* ... before the next key block's */
+        }
+    }
+}
+
+/* Zero rows [row_lo, rows) of `slabs` slabs of [rows, 64] 16-bit elements (128-byte rows; the
+ * swizzle permutes 16-byte chunks inside a row, so whole rows are contiguous either way). Called
+ * by all 256 consumer threads (thread index ct = threadIdx.x - 128). */
+__device__ __forceinline__ void fa_bwd_sm90_zero_rows(uint32_t tile, uint32_t slab_bytes, int slabs, int rows, int row_lo,
+                                                  int ct) {
+    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+    const int chunks = (rows - row_lo) * 8;
+    for (int s = 0; s < slabs; ++s)
+        for (int i = ct; i < chunks; i += 256)
+            st_shared_v4_b32(tile + (uint32_t)s * slab_bytes + (uint32_t)row_lo * 128 + (uint32_t)i * 16, zero);
+}
+
+
+/* A = 64 rows of a K-major [rows, D] tile (K or V, slab stride KV_SLAB_BYTES) starting at a_wg, B = a
+ * K-major [BLOCK_M, D] stage (Q or dO): acc = A Bᵀ, D/16 k16 steps over the head dim (step kk:
+ * slab kk/4, +32·(kk%4) bytes). One commit group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_issue_abt(float (&acc)[Cfg::BLOCK_M / 2], uint32_t a_wg, uint32_t b_stage) {
+    const uint64_t a_desc = wgmma_desc_sw128(a_wg, 16, 1024);
+    const uint64_t b_desc = wgmma_desc_sw128(b_stage, 16, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::D / 16; ++kk) {
+        const uint64_t a_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        const uint64_t b_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        wgmma_ss_f32<Cfg::BLOCK_M, BF16>(acc, a_desc + a_step, b_desc + b_step, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* fp32 accumulator (keys × queries, accumulator layout) -> 16-bit A fragments with K = queries:
+ * k-slice kk (queries 16kk .. 16kk+15) is acc[8kk .. 8kk+7], packed pairwise (src/cuda/common/ptx.cuh). */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M / 2],
+                                             uint32_t (&frag)[Cfg::BLOCK_M / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) frag[kk][x] = fa_bwd_sm90_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
+}
+
+/* ---- softcap (the SOFTCAP instantiations; bwd.cu picks them when softcap > 0) -------------
+ * The forward's scores are s = softcap·tanh(scale·q·k / softcap), in log2 units tc·softcap·log2(e)
+ * with tc = tanh(...) (fa_tanh, the forward's own function, so P is recomputed exactly as the
+ * forward normalised it). dS = P∘(dP - D)∘(1 - tc²): both kernels keep one fp32 value per element
+ * across the dPᵀ GEMM, as without softcap; which one depends on when dV needs P:
+ *   dV issued before dPᵀ is awaited (bucket 256): P is packed to 16 bits for dV at once and the
+ *     fp32 register keeps w = P·(1 - tc²) in its place (fa_bwd_sm90_softcap_probs_w);
+ *   dV issued after dS (buckets 64 and 128 with softcap): the register keeps tc across the GEMM,
+ *     and P, w and dS are computed together once dPᵀ is ready (fa_bwd_sm90_softcap_ds).
+ * Masked elements are tc = -inf (the mask runs after the tanh): P = 2^-inf = 0, and the factor
+ * max(1 - tc², 0) = 0 keeps 0·inf out of w. */
+
+/* Sᵀ (fp32 accumulator) -> tc = tanh(Sᵀ·softmax_scale / softcap), in place. */
+template <int N>
+__device__ __forceinline__ void fa_bwd_sm90_softcap_tanh(float (&s_rmem)[N], float softcap_pre) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * softcap_pre);
+}
+
+/* 1 - tc² (0 for a masked element, tc = -inf). */
+__device__ __forceinline__ float fa_bwd_sm90_softcap_slope(float tc) { return fmaxf(fmaf(-tc, tc, 1.0f), 0.0f); }
+
+/* tc (masked -inf) -> P = 2^(tc·softcap·log2e - LSE2) packed into the A fragments p_rmem (k-slice
+ * kk = elements 8kk .. 8kk+7, pairs as fa_bwd_sm90_pack), and s_rmem <- w = P·(1 - tc²) in fp32.
+ * Element 4j + 2h + c is query 8j + col_in + c: LSE2 of queries 8j + col_in, +1 at lse2_pair + 32j. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_softcap_probs_w(float (&s_rmem)[Cfg::BLOCK_M / 2],
+                                                        uint32_t (&p_rmem)[Cfg::BLOCK_M / 16][4], uint32_t lse2_pair,
+                                                        float softcap_post_log2) {
+#pragma unroll
+    for (int j = 0; j < Cfg::BLOCK_M / 8; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float tc0 = s_rmem[4 * j + 2 * h], tc1 = s_rmem[4 * j + 2 * h + 1];
+            const float p0 = ex2_approx_ftz_f32(fmaf(tc0, softcap_post_log2, -lse2.x));
+            const float p1 = ex2_approx_ftz_f32(fmaf(tc1, softcap_post_log2, -lse2.y));
+            p_rmem[j / 2][2 * (j % 2) + h] = fa_bwd_sm90_pack2<BF16>(p0, p1); /* elements 8kk + 2x, +1 */
+            s_rmem[4 * j + 2 * h] = p0 * fa_bwd_sm90_softcap_slope(tc0);
+            s_rmem[4 * j + 2 * h + 1] = p1 * fa_bwd_sm90_softcap_slope(tc1);
+        }
+    }
+}
+
+/* tc (masked -inf) and dPᵀ -> P = 2^(tc·softcap·log2e - LSE2) into s_rmem (fp32, packed by the
+ * caller) and dS = P·(1 - tc²)·(dPᵀ - D) into dp_rmem. LSE2 and D of queries 8j + col_in, +1 at
+ * lse2_pair + 32j and dvec_pair + 32j. */
+template <int N>
+__device__ __forceinline__ void fa_bwd_sm90_softcap_ds(float (&s_rmem)[N], float (&dp_rmem)[N], uint32_t lse2_pair,
+                                                   uint32_t dvec_pair, float softcap_post_log2) {
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+        const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int e = 4 * j + 2 * h + c;
+                const float tc = s_rmem[e];
+                const float p = ex2_approx_ftz_f32(fmaf(tc, softcap_post_log2, -(c ? lse2.y : lse2.x)));
+                dp_rmem[e] = p * fa_bwd_sm90_softcap_slope(tc) * (dp_rmem[e] - (c ? dv2.y : dv2.x));
+                s_rmem[e] = p;
+            }
+    }
+}
+
+/* ---- host -------------------------------------------------------------------------------------- */
+
+/* The kernel arguments from the backward's parameter block (window sides already clamped and
+ * causal folded in by bwd.cu). */
+static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p) {
+    fa_bwd_sm90_params prm;
+    prm.dk = p->dk;
+    prm.dv = p->dv;
+    prm.dk_batch_stride = p->dk_batch_stride;
+    prm.dk_row_stride = p->dk_row_stride;
+    prm.dk_head_stride = p->dk_head_stride;
+    prm.dv_batch_stride = p->dv_batch_stride;
+    prm.dv_row_stride = p->dv_row_stride;
+    prm.dv_head_stride = p->dv_head_stride;
+    prm.dq_accum = p->dq_accum;
+    prm.lse = p->lse;
+    prm.dsum = p->dsum;
+    prm.cu_seqlens_q = p->cu_seqlens_q;
+    prm.cu_seqlens_k = p->cu_seqlens_k;
+    prm.total_q = p->total_q;
+    prm.total_k = p->total_k;
+    prm.seqlen_q = p->seqlen_q;
+    prm.seqlen_k = p->seqlen_k;
+    prm.heads_q = p->heads_q;
+    prm.group = p->group;
+    prm.head_dim = p->head_dim;
+    prm.head_dim_v = p->head_dim_v;
+    prm.window_left = p->window_left;
+    prm.window_right = p->window_right;
+    prm.scale_log2 = p->scale_log2;
+    prm.softmax_scale = p->softmax_scale;
+    prm.softcap_pre = p->softcap_pre;
+    prm.softcap_post_log2 = p->softcap_post_log2;
+    prm.dq_semaphore = p->dq_semaphore;
+    prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
+    return prm;
+}
+
+/* TMA maps of Q and dO (box rows block_m) and of K and V (box rows block_n): a tensor as the 4-D
+ * {d, rows, heads, batch}, varlen {d, total, heads, 1}. The caller has returned early when a
+ * tensor has no rows. `path` names the kernel in messages. */
+static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16, int block_m, int block_n,
+                                          const char *path, CUtensorMap *tmap_q, CUtensorMap *tmap_do,
+                                          CUtensorMap *tmap_k, CUtensorMap *tmap_v) {
+    const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const bool varlen = p->cu_seqlens_q != nullptr;
+    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
+    const int64_t map_batch = varlen ? 1 : p->batch;
+    fa_status st;
+    if ((st = fa_hopper_make_map(tmap_q, path, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
+                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, block_m)) != FA_OK ||
+        (st = fa_hopper_make_map(tmap_do, path, "dout", type, p->dout, p->head_dim_v, rows_q, p->heads_q, map_batch,
+                                 p->do_row_stride, p->do_head_stride, p->do_batch_stride, block_m)) != FA_OK ||
+        (st = fa_hopper_make_map(tmap_k, path, "k", type, p->k, p->head_dim, rows_k, p->heads_kv, map_batch,
+                                 p->k_row_stride, p->k_head_stride, p->k_batch_stride, block_n)) != FA_OK ||
+        (st = fa_hopper_make_map(tmap_v, path, "v", type, p->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
+                                 p->v_row_stride, p->v_head_stride, p->v_batch_stride, block_n)) != FA_OK)
+        return st;
+    return FA_OK;
+}
+
+/* > 48 KiB of dynamic shared memory needs the per-device opt-in for each kernel, set once per
+ * device: bit d of *configured (one word per kernel instantiation) records device d. */
+template <class Kernel>
+static inline fa_status fa_bwd_sm90_opt_in_smem(Kernel *kernel, uint32_t smem_bytes, int device_ordinal,
+                                            unsigned long long *configured) {
+    const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
+    if (bit == 0 || !(__atomic_load_n(configured, __ATOMIC_ACQUIRE) & bit)) {
+        FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes),
+                      "cudaFuncSetAttribute(Hopper backward shared memory)");
+        __atomic_fetch_or(configured, bit, __ATOMIC_RELEASE);
+    }
+    return FA_OK;
+}
+
+#endif /* FA_BWD_HOPPER_COMMON_CUH */

@@ -1,0 +1,600 @@
+/*
+ * bwd_sm90_hdim256.cu: the Hopper (sm_90a) backward main kernel for head-dim bucket 256 (d and
+ * dv multiples of 8 in 136..256, one bucket; columns past d or dv read as zeros, never written).
+ * The sibling of bwd_sm90.cu (buckets 64 and 128), whose file comment describes what the
+ * two share: bwd.cu's pre-pass (D = rowsum(dO∘O), dsink) and zeroed fp32 dQ accumulator
+ * around it, the coverage (f16 / bf16, MHA / GQA / MQA, fixed-length and varlen batches, causal
+ * and sliding windows with causal folded in, sinks through the LSE, softcap in the SOFTCAP
+ * instantiations; not ALiBi), the deterministic mode (template DET: dQ additions ordered by key
+ * block, producer warps 1 and 2 keeping the turns of the two consumers' column pieces;
+ * bwd_sm90_common.cuh), the forward's LSE read here and converted to log2 units, the producer's
+ * stage protocol, the varlen zeroing and the mask. fa_bwd_launch_hopper() dispatches here. From
+ * lab/hopper_bwd/v2 (d = 256 only, fixed length, causal or not; 37/37 checks on the H200 at
+ * 1.11-1.15x FA2), with the library's varlen, windows, LSE and dQ layout added.
+ *
+ * Why another kernel: at d = 256 a warpgroup cannot hold dK and dV of 64 keys × 256 columns in
+ * fp32 registers (256 per thread), so the head-dim columns are split between the consumers:
+ *
+ * One CTA = BLOCK_N = 64 keys [n0, n0 + 64) of one (kv head, batch); grid (key blocks, heads_kv,
+ * batch); 384 threads:
+ *   warpgroup 0, producer (setmaxnreg 24), warp 0: lane 0 issues K and V of the key block once
+ *     (kv_full), then for every iteration t = (query head of the group, query block; query block
+ *     fastest) Q_t and dO_t [64, 256] by TMA into stage t % 2 of a ring; meanwhile the warp's 32
+ *     lanes store the rows' LSE·log2e (+inf where LSE = -inf or past the sequence) and D (0 past
+ *     it) into the stage; each lane then arrives on stage_full;
+ *   warpgroups 1 and 2, consumers (setmaxnreg 240): BOTH work on all 64 keys; consumer c owns
+ *     head-dim columns 128c .. 128c+127 of dK, dV (fp32 registers, 64 + 64 per thread, over all
+ *     iterations) and of every dQ tile. Each computes the whole Sᵀ and dPᵀ [64 keys, 64 queries]
+ *     itself (it needs all of Pᵀ and dSᵀ as A fragments for its columns: 7 GEMM units of
+ *     64×64×256 per iteration instead of 5) and writes its own copy of dS for its own dQ, so the
+ *     two consumers never wait for each other (one's softmax overlaps the other's GEMMs).
+ *
+ * GEMM orientation (M = 64 keys; A from registers only in K-major form; B from shared memory
+ * K-major or MN-major with imm-trans-b = 1):
+ *   Sᵀ   = K Qᵀ             SS  A = K [64 keys, 256] K-major, B = Q stage K-major,   N = 64 queries
+ *   dPᵀ  = V dOᵀ            SS  A = V, B = dO,                                        N = 64
+ *   dV_c += Pᵀ dO[:, c]     RS  A = Pᵀ packed from the Sᵀ accumulator (K = queries); B = dO
+ *                               slabs 2c, 2c+1 read MN-major (trans-b),               N = 128
+ *   dK_c += dSᵀ Q[:, c]     RS  the same with dSᵀ and Q,                              N = 128
+ *   dQ_c  = dS K[:, c]      SS  A = this consumer's dS copy [64 queries, 64 keys] K-major, written
+ *                               from its dSᵀ fragment with stmatrix.trans; B = K slabs 2c, 2c+1
+ *                               MN-major (trans-b),                                   N = 128
+ *
+ * One consumer iteration t (stage s = t % 2, dS buffer t % 2 of this consumer):
+ *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed by both consumers, then
+ *   named barrier Q_TAIL of the 256 consumer threads); issue Sᵀ, dPᵀ; wait for Sᵀ: mask,
+ *   P = 2^(Sᵀ·scale·log2e - LSE2); pack P; issue dV_c; wait for dPᵀ: dS = P∘(dPᵀ - D); pack dS;
+ *   stmatrix.trans dS into the buffer; issue dK_c; fence.proxy.async; named barrier DS_READY_c
+ *   (this consumer's 128 threads: its dS copy is whole); wait for dV_c and dK_c (their A
+ *   fragments are then free: issuing dQ behind them made ptxas serialise the wgmma for lack of
+ *   registers, lab v2); issue dQ_c; wait; every thread arrives on stage_empty[s][c];
+ *   red.global.add.v2.f32 of the dQ piece [64, 128] into the accumulator.
+ * The dS double buffer: warp w writes buffer t % 2 at iteration t only after passing DS_READY_c
+ * of iteration t-1, which the other warps of c reach only after their wait for the dQ GEMM of
+ * iteration t-2, the last one that read buffer t % 2 (lab/hopper_bwd/v2/pipeline_model.py).
+ *
+ * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
+ * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
+ * warp 0 after its own vector stores); stage_empty[s][c] (128 arrivals: every thread of consumer
+ * c after its last read of the stage). Use u of stage s is phase u: consumers wait full with
+ * parity u & 1, the producer waits both empties with parity (u & 1) ^ 1. One empty barrier per
+ * consumer: the two consumers drift apart with no barrier in common.
+ *
+ * Every thread releases its own shared-memory accesses. One lane arriving after __syncwarp for
+ * its whole warp is also ordered by the memory model, but compute-sanitizer racecheck does not
+ * credit it: on the H200 it reported the other lanes' LSE2/D stores against the consumers' reads
+ * (the 64/128 kernel, first form of this file; lab v2 likewise). The 33 and 128 arrivals cost
+ * next to nothing.
+ *
+ * Shared memory (1024-byte aligned; every tile is 64-column slabs of 128-byte rows in the
+ * 128-byte swizzle, each slab 1024-byte aligned): K [4][64][64] | V [4][64][64] |
+ * Q [2][4][64][64] | dO [2][4][64][64] | dS [2 consumers][2 buffers][64][64] | LSE2 [2][64] fp32 |
+ * D [2][64] fp32 | mbarriers: 231,480 bytes with the alignment slack (sm90_tiles.h).
+ *
+ * Varlen and windows exactly as the 64/128 kernel: K/V rows past the sequence and Q/dO rows past
+ * it zeroed in shared memory before any GEMM (NaN in the next sequence's rows never reaches an
+ * accumulator); keys past the sequence masked and not written; query blocks no key of the block
+ * sees skipped; key blocks no query sees get dK = dV = 0.
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cuda/kernels/bwd_sm90_common.cuh"
+#include "cuda/common/bwd_launch.h"
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/sm90_tiles.h"
+#include "cuda/common/tma.h"
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+struct fa_bwd_sm90_d256_config {
+    static constexpr int D = 256;
+    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D); /* 64 queries: Sᵀ, dPᵀ 32 fp32 registers each */
+    static constexpr int BLOCK_N = fa_hopper_bwd_block_n(D); /* 64 keys, shared by both consumers */
+    static constexpr int STAGES = fa_hopper_bwd_stages(D);
+    static constexpr int CONSUMER_WGS = 2;
+    static constexpr int COLS = D / CONSUMER_WGS; /* head-dim columns of dK, dV, dQ per consumer */
+    static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
+    static constexpr int PRODUCER_REGS = 24;
+    static constexpr int CONSUMER_REGS = 240;
+    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* 168: the cap __launch_bounds__ sets */
+    static constexpr int SLABS = D / 64;
+    static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
+    static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
+    static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;       /* Q and dO slabs */
+    static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;     /* one Q or dO stage */
+    static constexpr uint32_t DS_BYTES = BLOCK_M * BLOCK_N * 2;   /* one dS buffer [64 queries][64 keys] */
+    static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;            /* one LSE2 or D stage */
+    static constexpr uint32_t K_OFFSET = 0;
+    static constexpr uint32_t V_OFFSET = KV_BYTES;
+    static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
+    static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
+    static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
+    static constexpr uint32_t LSE_OFFSET = DS_OFFSET + CONSUMER_WGS * 2 * DS_BYTES;
+    static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
+    static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
+    /* kv_full, stage_full[STAGES], stage_empty[STAGES][CONSUMER_WGS] */
+    static constexpr int NUM_BARRIERS = 1 + STAGES * (1 + CONSUMER_WGS);
+    static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
+    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
+    static constexpr int FULL_ARRIVALS = 1 + 32; /* producer lane 0's expect_tx, then each lane after its stores */
+    static constexpr int EMPTY_ARRIVALS = 128;   /* every thread of one consumer after its reads */
+
+    static_assert(BLOCK_M == 64 && BLOCK_N == 64, "lab v2's tile: 64 keys (wgmma M) × 64 queries");
+    static_assert(COLS == 128, "each consumer owns two 64-column slabs");
+    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
+                      DS_BYTES % 1024 == 0,
+                  "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
+    static_assert(LSE_OFFSET % 16 == 0 && BAR_OFFSET % 8 == 0, "vector and mbarrier alignment");
+    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536, "register file");
+    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
+    static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D) && CONSUMER_WGS == fa_hopper_bwd_ds_copies(D),
+                  "sm90_tiles.h agrees with the barriers and dS copies");
+    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");
+    static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
+};
+
+/* Named barrier ids (0 is __syncthreads). */
+enum fa_bwd_sm90_d256_named_barrier {
+    FA_HBWD256_BAR_DS_READY = 1, /* + consumer (128 threads): this consumer's dS copy is in shared memory */
+    FA_HBWD256_BAR_KV_TAIL = 3,  /* 256 consumer threads, varlen: K/V rows past the sequence zeroed    */
+    FA_HBWD256_BAR_Q_TAIL = 4    /* 256 consumer threads, varlen: Q/dO rows past the sequence zeroed   */
+};
+
+/* ---- device helpers (the shared ones: bwd_sm90_common.cuh) ----------------------------------- */
+
+/* acc [64 keys, 128 columns] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed)
+ * times the 128 columns of a [BLOCK_M, 256] stage (dO or Q) that start at b_cols (slab 2c), read
+ * MN-major: LBO = slab stride (BLOCK_M·128 B), SBO = 1024 B (8 query rows), k16 step = 16 rows =
+ * +2048 B. One commit group; nothing waits here. */
+template <bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_atb(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2],
+                                                     uint32_t (&a_rmem)[fa_bwd_sm90_d256_config::BLOCK_M / 16][4],
+                                                     uint32_t b_cols) {
+    using Cfg = fa_bwd_sm90_d256_config;
+    const uint64_t b_desc = wgmma_desc_sw128(b_cols, Cfg::Q_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wgmma_fence_operand(a_rmem[kk][x]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+        wgmma_rs_f32_transb<Cfg::COLS, BF16>(acc, a_rmem[kk], b_desc + ((kk * 2048) >> 4), 1);
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* dQ_c [64 queries, 128 columns] = dS (K-major over the 64 keys of one slab: step kk = +32·kk
+ * bytes) times K [64 keys, columns 128c..] read MN-major (LBO = K slab stride, SBO = 1024 B,
+ * +2048 B per 16 keys). One commit group; nothing waits here. */
+template <bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_dq(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2], uint32_t ds_tile,
+                                                    uint32_t k_cols) {
+    using Cfg = fa_bwd_sm90_d256_config;
+    const uint64_t a_desc = wgmma_desc_sw128(ds_tile, 16, 1024);
+    const uint64_t b_desc = wgmma_desc_sw128(k_cols, Cfg::KV_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+        wgmma_ss_f32_transb<Cfg::COLS, BF16>(acc, a_desc + ((kk * 32) >> 4), b_desc + ((kk * 2048) >> 4),
+                                             kk > 0 ? 1 : 0);
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* dK (scaled) and dV rows key0 and key0 + 8 of this thread, columns col0 + 8j + col_in + {0,1}
+ * (accumulator layout: element 4j + 2h + c is row key0 + 8h, column col0 + 8j + col_in + c) below
+ * d / dv, 4-byte stores; keys past the sequence are skipped. */
+template <bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_d256_store_dkdv(const fa_bwd_sm90_params &prm,
+                                                      const float (&dk_rmem)[fa_bwd_sm90_d256_config::COLS / 2],
+                                                      const float (&dv_rmem)[fa_bwd_sm90_d256_config::COLS / 2], int key0,
+                                                      int len_k, int64_t k_start, int batch, int head_kv, int col0,
+                                                      int col_in) {
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= len_k) continue;
+        const int64_t dk_off = varlen ? (k_start + key) * prm.dk_row_stride
+                                      : (int64_t)batch * prm.dk_batch_stride + (int64_t)key * prm.dk_row_stride;
+        const int64_t dv_off = varlen ? (k_start + key) * prm.dv_row_stride
+                                      : (int64_t)batch * prm.dv_batch_stride + (int64_t)key * prm.dv_row_stride;
+        uint16_t *dk_row = static_cast<uint16_t *>(prm.dk) + dk_off + (int64_t)head_kv * prm.dk_head_stride;
+        uint16_t *dv_row = static_cast<uint16_t *>(prm.dv) + dv_off + (int64_t)head_kv * prm.dv_head_stride;
+#pragma unroll
+        for (int j = 0; j < fa_bwd_sm90_d256_config::COLS / 8; ++j) {
+            const int col = col0 + 8 * j + col_in;
+            if (col < prm.head_dim)
+                *reinterpret_cast<uint32_t *>(dk_row + col) = fa_bwd_sm90_pack2<BF16>(
+                    dk_rmem[4 * j + 2 * h] * prm.softmax_scale, dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale);
+            if (col < prm.head_dim_v)
+                *reinterpret_cast<uint32_t *>(dv_row + col) =
+                    fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
+        }
+    }
+}
+
+/* ---- main kernel ------------------------------------------------------------------------------ */
+
+template <bool BF16, bool SOFTCAP, bool DET>
+__global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
+    fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
+                           const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
+                           const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 64, 1, 1}  */
+                           const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, 64, 1, 1} */
+                           const fa_bwd_sm90_params prm) {
+    using Cfg = fa_bwd_sm90_d256_config;
+    constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
+
+    /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+                                             prm.seqlen_q, prm.seqlen_k, batch);
+    const int len_q = seq.len_q, len_k = seq.len_k, shift = len_k - len_q;
+    if (n0 >= len_k) return; /* past this sequence's keys: nothing to do (uniform over the CTA) */
+    /* first packed row of the sequence in the pre-pass vectors and the dQ accumulator */
+    const int64_t q_packed0 = varlen ? seq.q_start : (int64_t)batch * prm.seqlen_q;
+    int q_lo, q_hi;
+    fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
+    const int m_first = q_lo / BLOCK_M;
+    const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    const int iterations = prm.group * n_m;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (iterations == 0) {
+        /* no query row sees these keys: dK = dV = 0 (uniform over the CTA, before any barrier) */
+        if (warpgroup > 0) {
+            const int tid = threadIdx.x % 128;
+            float zero_rmem[COLS / 2];
+#pragma unroll
+            for (int i = 0; i < COLS / 2; ++i) zero_rmem[i] = 0.0f;
+            fa_bwd_sm90_d256_store_dkdv<BF16>(prm, zero_rmem, zero_rmem, n0 + 16 * (tid / 32) + (tid % 32) / 4, len_k,
+                                        seq.k_start, batch, head_kv, COLS * (warpgroup - 1), 2 * (tid % 4));
+        }
+        return;
+    }
+
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
+    auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    /* LSE2 and D [STAGES][BLOCK_M] fp32 as 32-bit shared addresses */
+    const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
+    const uint32_t bars = smem + Cfg::BAR_OFFSET;
+    const uint32_t kv_full = bars;
+    auto stage_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
+    auto stage_empty = [&](int s, int c) -> uint32_t {
+        return bars + 8u * (uint32_t)(1 + STAGES + s * Cfg::CONSUMER_WGS + c);
+    };
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(kv_full, 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(stage_full(s), Cfg::FULL_ARRIVALS);
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_init(stage_empty(s, c), Cfg::EMPTY_ARRIVALS);
+        }
+        fence_mbarrier_init_release_cluster();
+    }
+    /* every thread sees initialised barriers before any wait or arrive */
+    __syncthreads();
+
+    /* TMA coordinates: varlen maps are {d, total, heads, 1} */
+    const int k_row = (varlen ? (int)seq.k_start : 0) + n0;
+    const int q_row0 = varlen ? (int)seq.q_start : 0;
+    const int tma_batch = varlen ? 0 : batch;
+
+    if (warpgroup == 0) {
+        /* ================= producer ================= */
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        /* Deterministic mode: the warp index is lane 0's, which ptxas knows to be warp-uniform;
+         * with threadIdx.x / 32 the branch to the turn keepers made it spill the consumers'
+         * loop-invariant values (softcap at buckets 64 and 256, ptxas 13). */
+        const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+        const int lane = threadIdx.x % 32;
+        if (warp == 0) {
+            /* Lane 0 issues every TMA load; all lanes store the LSE2 and D rows of each
+             * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
+             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and its
+             * plain arrival after the warp's stores. Iterations in order (query head, query
+             * block). */
+            if (lane == 0) {
+                tma_prefetch_tensormap(&tmap_q);
+                tma_prefetch_tensormap(&tmap_do);
+                mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+                for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                    tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, kv_full, 64 * slab, k_row,
+                                head_kv, tma_batch);
+                    tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, kv_full, 64 * slab, k_row,
+                                head_kv, tma_batch);
+                }
+            }
+            const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
+            const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
+                                    (int64_t)(head_kv * prm.group) * lse_head_pitch;
+            const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
+            int s = 0, phase = 1;
+            for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+                for (int m0 = m_first * BLOCK_M; m0 < q_hi; m0 += BLOCK_M) {
+                    /* both consumers have released the stage (each on its own barrier) */
+                    fa_bwd_sm90_wait(stage_empty(s, 0), phase);
+                    fa_bwd_sm90_wait(stage_empty(s, 1), phase);
+                    if (lane == 0) {
+                        mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                            tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, stage_full(s),
+                                        64 * slab, q_row0 + m0, head, tma_batch);
+                            tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_do, stage_full(s),
+                                        64 * slab, q_row0 + m0, head, tma_batch);
+                        }
+                    }
+#pragma unroll 1
+                    for (int r = lane; r < BLOCK_M; r += 32) {
+                        const bool in_seq = m0 + r < len_q;
+                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
+                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+                    }
+                    /* each lane releases its own stores (lane 0's second arrival) */
+                    mbarrier_arrive(stage_full(s));
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+                lse_head += lse_head_pitch;
+                dsum_head += prm.total_q;
+            }
+        } else if (DET && warp <= Cfg::CONSUMER_WGS) {
+            /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
+            fa_bwd_sm90_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, head_kv, m_first, n_m, len_q, len_k, shift,
+                                   warp - 1, lane);
+        }
+        return;
+    }
+
+    /* ================= consumers ================= */
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+    const int consumer = warpgroup - 1;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
+    /* this thread's accumulator rows (keys): key0 and key0 + 8; columns (queries, or head-dim
+     * columns col0 + ...) 8j + 2(l%4) + {0,1} */
+    const int key0 = n0 + 16 * warp + lane / 4;
+    const int col_in = 2 * (lane % 4);
+    const int col0 = COLS * consumer;                                         /* this consumer's columns */
+    const uint32_t col_slab_off = (uint32_t)(col0 / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
+    const uint32_t k_cols = k_smem + (uint32_t)(col0 / 64) * Cfg::KV_SLAB_BYTES;
+    const uint32_t ds_base = smem + Cfg::DS_OFFSET + (uint32_t)consumer * 2 * Cfg::DS_BYTES;
+    /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: the keys [n0, n0 + 63]
+     * run past the sequence (always), or the last key is right of the first row's window, or the
+     * first key left of the last row's window. */
+    const int last_key = n0 + BLOCK_N - 1;
+    const int mask_m_lo = last_key >= len_k           ? INT_MAX
+                          : prm.window_right >= 0 ? last_key - shift - prm.window_right
+                                                  : INT_MIN;
+    const int mask_m_hi = prm.window_left >= 0 ? n0 - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
+    const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
+
+    float dk_rmem[COLS / 2], dv_rmem[COLS / 2];
+#pragma unroll
+    for (int i = 0; i < COLS / 2; ++i) {
+        dk_rmem[i] = 0.0f;
+        dv_rmem[i] = 0.0f;
+    }
+
+    fa_bwd_sm90_wait(kv_full, 0);
+    if (varlen && n0 + BLOCK_N > len_k) {
+        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
+        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD256_BAR_KV_TAIL, 256);
+    }
+
+    for (int t = 0; t < iterations; ++t) {
+        const int s = t % STAGES, use = t / STAGES;
+        const int head = head_kv * prm.group + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
+        /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
+        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
+        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
+        const uint32_t ds_tile = ds_base + (uint32_t)(t & 1) * Cfg::DS_BYTES;
+
+        float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
+        uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
+
+        fa_bwd_sm90_wait(stage_full(s), use & 1);
+        if (varlen && m0 + BLOCK_M > len_q) {
+            /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration;
+             * both read every column of the stage) */
+            fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fence_proxy_async_shared_cta();
+            bar_sync(FA_HBWD256_BAR_Q_TAIL, 256);
+        }
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_smem, q_stage(s));   /* group: Sᵀ  */
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_smem, do_stage(s)); /* group: dPᵀ */
+
+        wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+        if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
+
+        /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
+        if (m0 < mask_m_lo || m0 > mask_m_hi) {
+            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
+             * unbounded), none when k is past the sequence; in this thread's local column units
+             * (query = m0 + col_in + 8j + c) that is [lo, hi]: two compares per element. */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
+                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
+                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
+                if (key >= len_k) lo = BLOCK_M;
+#pragma unroll
+                for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+            }
+        }
+        if constexpr (SOFTCAP) {
+            /* P packed for dV, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
+            fa_bwd_sm90_softcap_probs_w<Cfg, BF16>(s_rmem, p_rmem, lse2_pair, prm.softcap_post_log2);
+        } else {
+            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
+                    s_rmem[4 * j + 2 * h + 1] =
+                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+                }
+            }
+            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+        }
+        fa_bwd_sm90_d256_issue_atb<BF16>(dv_rmem, p_rmem, do_stage(s) + col_slab_off); /* group: dV_c += Pᵀ dO */
+        wgmma_wait_group<1>(); /* dPᵀ ready; dV_c may still run */
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j) {
+            const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+            }
+        }
+        fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
+
+        /* dSᵀ -> this consumer's dS buffer t % 2, rows = queries, 64 keys per row. stmatrix.trans
+         * of k-slice kk: matrix i = lane / 8 (i & 1: keys +8, i >> 1: queries +8), stored row
+         * R = lane % 8 is query 16kk + 8(i >> 1) + R, holding the 8 keys 16w + 8(i & 1) .. +7 =
+         * 16-byte chunk 2w + (i & 1) of the row, swizzled by the row's bits 0-2 (= R). */
+        {
+            const int i = lane / 8, r = lane % 8;
+            const uint32_t chunk = (uint32_t)((2 * warp + (i & 1)) ^ r);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+                const int query = 16 * kk + 8 * (i >> 1) + r;
+                stmatrix_x4_trans(ds_tile + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
+            }
+        }
+        fa_bwd_sm90_d256_issue_atb<BF16>(dk_rmem, ds_rmem, q_stage(s) + col_slab_off); /* group: dK_c += dSᵀ Q */
+
+        /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
+         * the 4 warps of this consumer meet (its dQ GEMM reads all their rows) */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD256_BAR_DS_READY + consumer, 128);
+        wgmma_wait_group<0>(); /* dV_c, dK_c retired: their A fragments are free */
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                wgmma_fence_operand(p_rmem[kk][x]);
+                wgmma_fence_operand(ds_rmem[kk][x]);
+            }
+
+        float dq_rmem[COLS / 2];
+        fa_bwd_sm90_d256_issue_dq<BF16>(dq_rmem, ds_tile, k_cols); /* group: dQ_c */
+        wgmma_wait_group<0>();
+#pragma unroll
+        for (int i = 0; i < COLS / 2; ++i) {
+            wgmma_fence_operand(dq_rmem[i]);
+            wgmma_fence_operand(dk_rmem[i]);
+            wgmma_fence_operand(dv_rmem[i]);
+        }
+        /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
+        mbarrier_arrive(stage_empty(s, consumer));
+
+        /* dQ_c += into the fp32 accumulator [heads_q, total_q, d]: rows 16w + l/4 + 8h, columns
+         * col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d are skipped */
+        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
+        const int dq_row_pitch = prm.head_dim;
+        /* deterministic mode: the higher key blocks have added these columns (the turn keeper
+         * acquired at gpu scope, then arrived on DQ_TURN) */
+        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = 16 * warp + lane / 4 + 8 * h;
+            if (m0 + row < len_q) {
+#pragma unroll
+                for (int j = 0; j < COLS / 8; ++j) {
+                    const int col = col0 + 8 * j + col_in;
+                    if (col < prm.head_dim)
+                        red_global_add_v2_f32(dq_block + row * dq_row_pitch + col, dq_rmem[4 * j + 2 * h],
+                                              dq_rmem[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+        /* this thread's adds are performed for the keeper before it passes the turn on */
+        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
+    }
+
+    fa_bwd_sm90_d256_store_dkdv<BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col0, col_in);
+}
+
+/* ---- host ------------------------------------------------------------------------------------ */
+
+template <bool BF16, bool SOFTCAP>
+static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
+    using Cfg = fa_bwd_sm90_d256_config;
+    static const char *const path = "the Hopper backward (d = 256)";
+    const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
+    if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v;
+    fa_status st;
+    if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
+        FA_OK)
+        return st;
+    const bool det = p->dq_semaphore != nullptr;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, true> : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, false>;
+    static unsigned long long configured[2] = {0, 0};
+    if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
+    fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
+    prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+    if (key_blocks == 0) return FA_OK;
+    if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
+                            path, (long long)key_blocks, p->heads_kv, p->batch);
+    const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
+    FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
+    return FA_OK;
+}
+
+extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                             cudaStream_t stream) {
+    if (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v) != 256)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: not the Hopper backward's bucket 256",
+                            prm->head_dim, prm->head_dim_v);
+    const bool bf16 = dtype == FA_DTYPE_BF16;
+    if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, true>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_d256_launch<true, false>(prm, device_ordinal, stream)
+                : fa_bwd_sm90_d256_launch<false, false>(prm, device_ordinal, stream);
+}

@@ -1,0 +1,918 @@
+/*
+ * fwd_sm90.cu: the forward kernel for Hopper (sm_90a), FlashAttention-3's design in our
+ * own code: TMA loads, wgmma, warp specialisation, ping-pong consumers, intra-warpgroup overlap.
+ * Compiled for `arch=compute_90a,code=sm_90a` only (the Makefile's *_sm90a.cu rule); fwd.cu
+ * calls fa_fwd_launch_hopper() on compute capability 9.0 for the problems
+ * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
+ *
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..256 in one bucket (64, 128, 256; columns up
+ * to the bucket read as zeros); MHA / GQA / MQA; fixed-length and varlen batches; causal
+ * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
+ * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
+ * Not here: ALiBi (portable path).
+ *
+ * One CTA = BLOCK_M query rows of one (batch, query head) (sm90_tiles.h: 192 at bucket 64, else
+ * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
+ *
+ *   warpgroup 0, producer (setmaxnreg 24): one thread issues every TMA load. Q [BLOCK_M, bucket]
+ *     once, then the tile range's key tiles from the last to the first, K_j and V_j
+ *     [BLOCK_N, bucket] each into a STAGES-deep ring of shared-memory stages, in the order the
+ *     consumers need them: K_0, K_1, V_0, K_2, V_1, ... (j counts tiles in processing order).
+ *   warpgroups 1 .. C, consumers (setmaxnreg 240 with 2, 160 with 3): consumer c owns rows 64c .. 64c+63 of
+ *     the tile. Per key tile j (FlashAttention-3's intra-warpgroup overlap, paper Alg. 2):
+ *       issue S_j = Q K_jᵀ          (wgmma m64nBLOCK_Nk16, A = Q and B = K from smem, K-major)
+ *       issue O += P_{j-1} V_{j-1}  (wgmma m64nBUCKETk16, A = P from registers, B = V MN-major)
+ *       wait for S_j only; release K_j's stage; softcap; mask; online softmax of S_j (exp2, the
+ *       scale in one FFMA) while the P·V wgmma still runs;
+ *       wait for P·V; release V_{j-1}'s stage; O *= exp2(m_old - m_new); P_j = 16-bit(S_j).
+ *     Ping-pong (bucket <= 128): named barriers make the consumers issue their GEMMs in turns
+ *     (round robin), so one warpgroup's softmax overlaps another's GEMMs (paper §3.1).
+ *   Epilogue: sink, O /= rowsum, LSE by the lane holding column 0 of each row; O staged through
+ *   shared memory (its own buffer at buckets 64/128, else this warpgroup's rows of the Q tile;
+ *   same 128-byte swizzle), then written by a TMA store (fixed-length batches: the tensor map
+ *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
+ *   (varlen: the next sequence's rows follow).
+ *
+ * Grid: the CTAs walk the query tiles in rounds of gridDim.x, snake order (fa_hopper_tile_index).
+ * With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor for even tiles and short
+ * causal ones; else one CTA per tile, numbered longest first in head groups under causal masks)
+ * the producer loads the next tile's Q as soon as the consumers release Q's buffer (q_empty: after
+ * their last S GEMM with an own O buffer, after the O store otherwise) and its first K/V stages
+ * while they still run this tile's epilogue, so per-tile start-up latency hides behind work.
+ *
+ * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
+ *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
+ *   k_empty[s], v_empty[s]: 4·C arrivals, lane 0 of each consumer warp, after that warp's
+ *     wgmma.wait_group has retired the GEMM that read the stage.
+ *   Use u of stage s (u = g / STAGES, g counting key tiles across the CTA's query tiles) is
+ *   phase u: consumers wait full[s] with parity u & 1; the producer waits empty[s] with parity
+ *   (u & 1) ^ 1, which passes at once for u = 0. q_full / q_empty: phase = query tiles done.
+ *
+ * Every tile in shared memory (Q, each K/V stage) is bucket/64 slabs of [rows, 64] 16-bit
+ * elements (128-byte rows), 1024-byte aligned, 128-byte swizzled; the slab layout and the wgmma
+ * descriptors are documented in src/cuda/common/ptx.cuh's Hopper section. The TMA maps view a tensor as 4-D
+ * {d, rows, heads, batch} (innermost first; varlen: {d, total, heads, 1}); one box
+ * {64, rows, 1, 1} at column 64·s lands as slab s, zero-filled past the last column and, for a
+ * fixed-length batch, past the sequence's last row.
+ *
+ * Packed GQA/MQA tiles (template flag PACK; sm90_tiles.h's fa_hopper_pack_gqa decides, fixed-length
+ * batches with seqlen_q <= BLOCK_M / 2 only): one CTA = the seqlen_q rows of pack_heads consecutive
+ * query heads of one kv head, tile row r = g·pack_rows + i (pack_rows = seqlen_q rounded up to 8)
+ * being query row i of head head_first + g, so one K/V stream serves the whole group. Q: one TMA
+ * box {64, pack_rows, 1, 1} per head and slab (a map of its own), at slab row g·pack_rows, a
+ * multiple of 8 rows: every head starts on a 1024-byte swizzle atom and the slab's layout is the
+ * unpacked one; rows i >= seqlen_q are the box's zero fill; rows past the tile's last head keep
+ * whatever the buffer held (finite or not: every operation on them stays in their own row, and
+ * nothing of them is stored). The mask uses i, not r; LSE, the sink and O go per (head, i); O by
+ * 16-byte st.global from the staging tile (as varlen). The unpacked instantiations are the code
+ * they were (PACK = false compiles the packed branches out).
+ *
+ * Varlen: a tile may run past its sequence into the next one (or into the rows after the last
+ * sequence, which may hold anything, NaN included). Those query rows are computed and dropped;
+ * those keys are masked (their scores are overwritten with -inf); those V rows are zeroed in
+ * shared memory before the P·V that would read them (P = 0 there, but 0 · NaN = NaN).
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <math_constants.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fwd_tiles.h"
+#include "cuda/common/fwd_launch.h"
+#include "cuda/common/sm90_tiles.h"
+#include "cuda/common/tma.h"
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+template <int BUCKET>
+struct fa_hopper_config {
+    static constexpr int D = BUCKET;
+    static constexpr int BLOCK_M = fa_hopper_block_m(D);
+    static constexpr int BLOCK_N = fa_hopper_block_n(D);
+    static constexpr int STAGES = fa_hopper_stages(D);
+    static constexpr bool PINGPONG = fa_hopper_pingpong(D) != 0;
+    static constexpr int CONSUMER_WGS = BLOCK_M / 64;
+    static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
+    static constexpr int PRODUCER_REGS = 24;
+    /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
+    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
+    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* the cap __launch_bounds__ sets */
+    static constexpr int SLABS = D / 64;                 /* 64-column slabs per row           */
+    static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
+    static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
+    static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;   /* also the Q loads' tx bytes */
+    static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS; /* one K or V stage           */
+    static constexpr bool O_OWN = fa_hopper_o_own_buffer(D) != 0; /* O staged apart from Q     */
+    static constexpr uint32_t K_OFFSET = Q_BYTES;
+    static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * KV_BYTES;
+    static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * KV_BYTES : 0;
+    static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * KV_BYTES + (O_OWN ? Q_BYTES : 0);
+    /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
+    static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
+    static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
+    /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
+     * thread 0 of every consumer once its O store has read the buffer it shares with Q */
+    static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
+    static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(D);
+
+    static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
+    static_assert(D % 64 == 0 && D <= 256, "bucket: whole 64-column slabs, wgmma N <= 256");
+    static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "key tile: whole k16 steps of P V; TMA box <= 256");
+    static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
+                  "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
+    static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
+    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536,
+                  "register file: producer + consumers after setmaxnreg");
+    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS,
+                  "setmaxnreg: .dec from the launch cap to PRODUCER_REGS, .inc to CONSUMER_REGS");
+    static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
+};
+
+/* Named barrier ids (0 is __syncthreads). */
+enum fa_hopper_named_barrier {
+    FA_HOPPER_BAR_SCHED_FIRST = 1,    /* 1 + c: consumer c may issue its GEMMs (256 threads: c and the
+                                         consumer before it in the round robin)                      */
+    FA_HOPPER_BAR_EPILOGUE_FIRST = 4, /* 4 + c: consumer c's O tile is in smem (128 threads)        */
+    FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
+};
+
+/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
+struct fa_hopper_params {
+    void *o;                       /* [b, seqlen_q, heads_q, dv] (varlen [total_q, ...]): st.global path */
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    float *lse;                    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; or NULL */
+    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;
+    const float *sink_logits;      /* [heads_q] or NULL                                             */
+    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
+    int heads_q, group, head_dim_v;
+    int batch, num_m_blocks;
+    int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
+    int heavy_first;               /* tile order: head groups, longest first (fa_fwd_grouped_tile)  */
+    int head_group;                /* heavy_first: (batch, head) units per group                    */
+    int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
+    int window_left, window_right;
+    float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
+    float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
+    int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
+    /* packed tiles (kernel template flag PACK) only: */
+    int heads_kv;
+    int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
+    int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
+    int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
+};
+
+/* ---- device helpers -------------------------------------------------------------------------- */
+
+/* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
+__device__ __forceinline__ void fa_hopper_wait(uint32_t bar, uint32_t parity) {
+    while (!mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
+    return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
+}
+
+/* S = Q K_jᵀ for this consumer's 64 rows: D/16 wgmma (k16 steps over the head dim). A = Q rows
+ * [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk reads slab kk/4 at
+ * +32·(kk%4) bytes. The first step has scale-d = 0 (S is overwritten). Issued and committed as
+ * one wgmma group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t q_wg, uint32_t k_tile) {
+    const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, 1024);
+    const uint64_t k_desc = wgmma_desc_sw128(k_tile, 16, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::D / 16; ++kk) {
+        /* descriptors advance in 16-byte units in their low bits (start-address field) */
+        const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+}
+
+/* O += P V_j: BLOCK_N/16 wgmma (k16 steps over the keys). A = P from registers (p_rmem[kk] is
+ * the A fragment of keys 16kk .. 16kk+15, see src/cuda/common/ptx.cuh), B = the V stage at v_tile read
+ * MN-major: LBO = slab stride (BLOCK_N·128 B), SBO = 1024 B (8 keys), k16 step = +2048 B. One
+ * wgmma group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4],
+                                                   uint32_t v_tile) {
+    const uint64_t v_desc = wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+        wgmma_rs_f32_transb<Cfg::D, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+}
+
+/* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
+ * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
+ * window_right + 1) (len_k when unbounded). This thread's elements of the S tile starting at key
+ * n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
+ * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
+ * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
+ * sequence included). */
+template <class Cfg, bool PACK>
+__device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2], int n0, int row0,
+                                               const int (&pack_i)[2], int lane, int len_k, int shift,
+                                               int window_left, int window_right) {
+    const int col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int diag = (PACK ? pack_i[h] : row0 + 8 * h) + shift;
+        const int hi = window_right >= 0 ? min(len_k, diag + window_right + 1) : len_k;
+        /* local columns 8j + c of this thread are visible iff first <= 8j + c < end */
+        const int first = window_left >= 0 ? diag - window_left - col0 : 0, end = hi - col0;
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+                if (8 * j + c >= end || 8 * j + c < first) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+    }
+}
+
+/* Online softmax of one S tile, base 2. For each of this thread's 2 rows: new max m (raw score
+ * units, the quad's 4 lanes agree), alpha = 2^((m_old - m)·score_mul) (returned: O must be
+ * multiplied by it), s <- 2^(s·score_mul - m·score_mul) in place (one FFMA + one MUFU.EX2 per
+ * score), row_sum = row_sum·alpha + Σ s (this thread's columns only; the quad is summed once at
+ * the end). A row whose max is still -inf uses 0 in place of m·score_mul: every exp2 is then
+ * 2^-inf = 0 and no inf - inf appears. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
+                                                  float (&row_sum)[2], float (&alpha)[2], float score_mul) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float m = row_max[h];
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j) m = fmaxf(m, fmaxf(s_rmem[4 * j + 2 * h], s_rmem[4 * j + 2 * h + 1]));
+        m = fa_quad_max(m);
+        const float m_scaled = m == -CUDART_INF_F ? 0.0f : m * score_mul;
+        alpha[h] = ex2_approx_ftz_f32(row_max[h] * score_mul - m_scaled);
+        row_max[h] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float p = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + c], score_mul, -m_scaled));
+                s_rmem[4 * j + 2 * h + c] = p;
+                sum += p;
+            }
+        row_sum[h] = fmaf(row_sum[h], alpha[h], sum);
+    }
+}
+
+/* Softcap, mask and online softmax of a ready S tile (the score path shared by every round). */
+template <class Cfg, bool PACK>
+__device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
+                                                 float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
+                                                 bool needs_mask, int n0, int row0, const int (&pack_i)[2], int lane,
+                                                 int len_k, int shift) {
+    if (prm.softcap_pre != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
+    }
+    if (needs_mask)
+        fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
+    fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
+}
+
+/* P (fp32, accumulator layout) -> 16-bit A fragments of the P V GEMM: k-slice kk of keys
+ * 16kk .. 16kk+15 is s_rmem[8kk .. 8kk+7], packed pairwise (see src/cuda/common/ptx.cuh). */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_hopper_convert_p(const float (&s_rmem)[Cfg::BLOCK_N / 2],
+                                                    uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+            p_rmem[kk][x] = fa_hopper_pack2<BF16>(s_rmem[8 * kk + 2 * x], s_rmem[8 * kk + 2 * x + 1]);
+}
+
+/* Ping-pong turn-taking (see the file comment), round robin 0, 1, .., C-1, 0, ...: consumer c
+ * waits on barrier SCHED_FIRST + c before issuing its GEMMs and then arrives on the next
+ * consumer's barrier. The last consumer pre-arrives once on SCHED_FIRST (consumer 0 goes first)
+ * and skips its arrival after its last round, so every barrier ends balanced (n syncs by its
+ * consumer, n arrivals by the one before). Modelled for 2 and 3 consumers (no deadlock, balanced)
+ * by lab/hopper/v2/pipeline_model.py. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_wait_turn(int consumer) {
+    if (Cfg::PINGPONG) bar_sync(FA_HOPPER_BAR_SCHED_FIRST + consumer, 256);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_round) {
+    if (!Cfg::PINGPONG) return;
+    if (consumer < Cfg::CONSUMER_WGS - 1)
+        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST + consumer + 1, 256);
+    else if (!last_round)
+        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
+}
+
+/* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
+ * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) in head groups, longest
+ * first within a group (fa_fwd_grouped_tile: the CTAs running together share K/V in L2, and the
+ * hardware hands out the longest tiles first); otherwise the query block varies fastest
+ * (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
+ * group varies fastest, then the kv head, then the batch. */
+struct fa_hopper_work {
+    int m0, head, batch, head_kv;  /* packed: head = the tile's first query head                    */
+    int pack_heads;                /* packed: query heads in this tile                              */
+    int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
+    int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
+    int64_t q_start;               /* varlen: first packed row of the sequence                      */
+    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
+};
+
+/* Key tile (index of its first key / BLOCK_N) that round j (0 <= j < n_tiles) of work w
+ * processes: the last first (varlen relies on it: that tile's V rows past the sequence are
+ * zeroed in round 0). */
+__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j) { return w.tile_hi - 1 - j; }
+
+/* Tile of round k of this CTA's walk (may be >= total_tiles in the last round: skipped). */
+__device__ __forceinline__ int64_t fa_hopper_tile_index(int64_t k, const fa_hopper_params &prm) {
+    const int64_t i = (prm.snake && (k & 1)) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return k * gridDim.x + i;
+}
+
+template <class Cfg, bool PACK>
+__device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, fa_hopper_work &w) {
+    if (PACK) {
+        const int64_t units = (int64_t)prm.heads_kv * prm.pack_tiles;
+        const int unit = (int)(t % units);
+        w.batch = (int)(t / units);
+        w.head_kv = unit / prm.pack_tiles;
+        const int first = (unit % prm.pack_tiles) * prm.pack_heads;
+        w.head = w.head_kv * prm.group + first;
+        w.pack_heads = min(prm.pack_heads, prm.group - first);
+        w.m0 = 0;
+    } else if (prm.heavy_first) {
+        const fa_tile_pos pos =
+            fa_fwd_grouped_tile(t, (int64_t)prm.heads_q * prm.batch, prm.num_m_blocks, prm.head_group);
+        w.head = (int)(pos.unit % prm.heads_q);
+        w.batch = (int)(pos.unit / prm.heads_q);
+        w.m0 = pos.m_block * Cfg::BLOCK_M;
+    } else {
+        w.m0 = (int)(t % prm.num_m_blocks) * Cfg::BLOCK_M;
+        const int64_t rest = t / prm.num_m_blocks;
+        w.head = (int)(rest % prm.heads_q);
+        w.batch = (int)(rest / prm.heads_q);
+    }
+    const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(PACK ? nullptr : prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+                                             prm.seqlen_q, prm.seqlen_k, w.batch);
+    w.len_q = seq.len_q;
+    w.len_k = seq.len_k;
+    if (w.m0 >= w.len_q) return false; /* past this sequence's last query row: skipped by both roles */
+    w.q_start = seq.q_start;
+    w.q_row = (varlen ? (int)seq.q_start : 0) + w.m0; /* varlen maps are {d, total, heads, 1} */
+    w.k_row = varlen ? (int)seq.k_start : 0;
+    w.tma_batch = varlen ? 0 : w.batch;
+    w.shift = w.len_k - w.len_q;
+    if (!PACK) w.head_kv = w.head / prm.group;
+    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
+    const int last_row = min(w.m0 + Cfg::BLOCK_M, w.len_q) - 1;
+    int key_lo = 0, key_hi = w.len_k;
+    if (prm.window_left >= 0) key_lo = max(0, w.m0 + w.shift - prm.window_left);
+    if (prm.window_right >= 0) key_hi = max(0, min(w.len_k, last_row + w.shift + prm.window_right + 1));
+    w.tile_hi = (key_hi + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+    w.n_tiles = key_hi > key_lo ? w.tile_hi - key_lo / Cfg::BLOCK_N : 0;
+    return true;
+}
+
+template <int BUCKET, bool BF16, bool PACK>
+__global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
+    fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
+                         const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
+                         const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                      */
+                         const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
+                         const fa_hopper_params prm) {
+    using Cfg = fa_hopper_config<BUCKET>;
+    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, D = Cfg::D;
+
+    /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS][BLOCK_M][64] |
+     * k [STAGES][SLABS][BLOCK_N][64] | v [STAGES][SLABS][BLOCK_N][64] | o [SLABS][BLOCK_M][64]
+     * (own buffer only) | mbarriers. */
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t q_smem = smem;
+    const uint32_t o_smem = Cfg::O_OWN ? smem + Cfg::O_OFFSET : q_smem;
+    auto k_stage = [&](int s) -> uint32_t { return smem + Cfg::K_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
+    auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
+    const uint32_t bars = smem + Cfg::BAR_OFFSET;
+    const uint32_t q_full = bars, q_empty = bars + 8u;
+    auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
+    auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + STAGES + s); };
+    auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 3 * STAGES + s); };
+
+    /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
+     * (fence.mbarrier_init), then a CTA barrier before anyone waits or arrives. */
+    if (threadIdx.x == 0) {
+        mbarrier_init(q_full, 1);
+        mbarrier_init(q_empty, Cfg::Q_EMPTY_ARRIVALS);
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(k_full(s), 1);
+            mbarrier_init(v_full(s), 1);
+            mbarrier_init(k_empty(s), Cfg::EMPTY_ARRIVALS);
+            mbarrier_init(v_empty(s), Cfg::EMPTY_ARRIVALS);
+        }
+        fence_mbarrier_init_release_cluster();
+    }
+    __syncthreads();
+
+    /* Both roles walk the same tiles (t = blockIdx.x, + gridDim.x, ...) and count the processed
+     * ones (tiles_done: phase of q_full / q_empty) and the key tiles so far (kv_base: use g of
+     * the K/V ring is stage g % STAGES, phase g / STAGES, continuing across query tiles). */
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        /* ================= producer ================= */
+        setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_tensormap(&tmap_q);
+            tma_prefetch_tensormap(&tmap_k);
+            tma_prefetch_tensormap(&tmap_v);
+            int tiles_done = 0, kv_base = 0;
+            for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
+                const int64_t t = fa_hopper_tile_index(k, prm);
+                fa_hopper_work w;
+                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
+                /* Q: the previous tile's consumers must be done with the buffer. One box per
+                 * 64-column slab; rows past the tensor and columns past d are zero-filled but
+                 * still counted in the transaction bytes (the full box lands). Packed: one box
+                 * of pack_rows rows per head and slab, head g at slab row g·pack_rows (a multiple
+                 * of 8: a 1024-byte swizzle atom), pack_heads · SLABS boxes in the transaction. */
+                if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+                if (PACK) {
+                    const uint32_t head_bytes = (uint32_t)prm.pack_rows * 128u;
+                    mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS * head_bytes);
+                    for (int g = 0; g < w.pack_heads; ++g)
+#pragma unroll
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES + (uint32_t)g * head_bytes,
+                                        &tmap_q, q_full, 64 * slab, 0, w.head + g, w.batch);
+                } else {
+                    mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+#pragma unroll
+                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
+                                    w.head, w.tma_batch);
+                }
+                /* Tile j (processing order) is key tile fa_hopper_key_tile(w, j). Order K_0, then
+                 * K_j before V_{j-1}: the consumers' round j needs K_j first. */
+                for (int j = 0; j <= w.n_tiles; ++j) {
+                    if (j < w.n_tiles) {
+                        const int g = kv_base + j, s = g % STAGES;
+                        fa_hopper_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_arrive_expect_tx(k_full(s), Cfg::KV_BYTES);
+#pragma unroll
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
+                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j) * BLOCK_N, w.head_kv, w.tma_batch);
+                    }
+                    if (j > 0) {
+                        const int g = kv_base + j - 1, s = g % STAGES;
+                        fa_hopper_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_arrive_expect_tx(v_full(s), Cfg::KV_BYTES);
+#pragma unroll
+                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                            tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
+                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j - 1) * BLOCK_N, w.head_kv,
+                                        w.tma_batch);
+                    }
+                }
+                kv_base += w.n_tiles;
+                ++tiles_done;
+            }
+        }
+        return;
+    }
+
+    /* ================= consumers ================= */
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+    const int consumer = warpgroup - 1;
+    const int tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32;
+    const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * 128; /* rows 64c.. of slab 0        */
+    const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
+    const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
+    /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
+     * fixed for the whole kernel (pack_rows is). */
+    int pack_g[2] = {0, 0}, pack_i[2] = {0, 0};
+    if (PACK) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
+            pack_g[h] = r / prm.pack_rows;
+            pack_i[h] = r - pack_g[h] * prm.pack_rows;
+        }
+    }
+
+    int tiles_done = 0, kv_base = 0;
+    for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
+        const int64_t t = fa_hopper_tile_index(k, prm);
+        fa_hopper_work w;
+        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
+        const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
+        const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
+        const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
+        /* the query rows of this warpgroup span [mask_row_first, mask_row_last] (packed: any row
+         * of a head may sit in any warpgroup) */
+        const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
+
+        /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
+         * the first row's window end, or left of the last row's window start. */
+        auto needs_mask = [&](int n0) -> bool {
+            return n0 + BLOCK_N > len_k ||
+                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > mask_row_first + shift + prm.window_right) ||
+                   (prm.window_left >= 0 && n0 < mask_row_last + shift - prm.window_left);
+        };
+        /* Own O buffer: Q is free for the next tile once this warp's last S GEMM has read it. */
+        auto release_q = [&]() {
+            if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
+        };
+
+        float o_rmem[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o_rmem[i] = 0.0f;
+        float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+        float row_sum[2] = {0.0f, 0.0f};
+        uint32_t p_rmem[BLOCK_N / 16][4];
+
+        fa_hopper_wait(q_full, tiles_done & 1); /* this tile's Q landed */
+
+        if (n_tiles > 0) {
+            if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
+                bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
+
+            /* ---- round 0: S_0 alone */
+            {
+                const int g = kv_base, ks = g % STAGES;
+                float s_rmem[BLOCK_N / 2];
+                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                fa_hopper_wait_turn<Cfg>(consumer);
+                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
+                wgmma_wait_group<0>();
+#pragma unroll
+                for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+                if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
+                if (n_tiles == 1) release_q();
+                const int n0 = fa_hopper_key_tile(w, 0) * BLOCK_N;
+                float alpha[2]; /* O = 0: unused */
+                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
+                                            lane, len_k, shift);
+                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+
+                /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
+                 * rows after the last, possibly NaN). All consumers zero them (each a share of
+                 * the chunks) and then meet on a named barrier; fence.proxy.async orders the
+                 * st.shared before the wgmma (async proxy) reads of round 1. Placed after this
+                 * round's GEMM issue, so no consumer can be waiting for another one's ping-pong
+                 * turn here. */
+                if (varlen && n0 + BLOCK_N > len_k) {
+                    const int vs = g % STAGES;
+                    fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                    const int valid = max(0, len_k - n0);
+                    const int chunks_per_slab = (BLOCK_N - valid) * 8;
+                    for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS;
+                         idx += 128 * Cfg::CONSUMER_WGS) {
+                        const int slab = idx / chunks_per_slab, rest = idx % chunks_per_slab;
+                        const uint32_t addr = v_stage(vs) + (uint32_t)slab * Cfg::KV_SLAB_BYTES +
+                                              (uint32_t)(valid + rest / 8) * 128 + (uint32_t)(rest % 8) * 16;
+                        const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+                        st_shared_v4_b32(addr, zero);
+                    }
+                    fence_proxy_async_shared_cta();
+                    bar_sync(FA_HOPPER_BAR_V_TAIL, 128 * Cfg::CONSUMER_WGS);
+                }
+            }
+
+            /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
+            for (int j = 1; j < n_tiles; ++j) {
+                const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
+                float s_rmem[BLOCK_N / 2];
+                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                fa_hopper_wait_turn<Cfg>(consumer);
+                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
+                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
+
+                wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
+#pragma unroll
+                for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+                if (lane == 0) mbarrier_arrive(k_empty(ks));
+                if (j == n_tiles - 1) release_q();
+                const int n0 = fa_hopper_key_tile(w, j) * BLOCK_N;
+                float alpha[2];
+                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
+                                            lane, len_k, shift);
+
+                wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+#pragma unroll
+                for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
+                if (lane == 0) mbarrier_arrive(v_empty(vs));
+                /* O was relative to the old max; P_j (next round's A) is relative to the new one */
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+            }
+
+            /* ---- last: O += P_{n-1} V_{n-1} */
+            {
+                const int g = kv_base + n_tiles - 1, vs = g % STAGES;
+                fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                wgmma_wait_group<0>();
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                if (lane == 0) mbarrier_arrive(v_empty(vs));
+            }
+        } else {
+            release_q(); /* no key tile: Q was never read */
+        }
+        kv_base += n_tiles;
+
+        /* ---- epilogue: sink, normalisation, LSE. The sink joins the denominator under the larger
+         * of the row max and the sink (a sink far above every score must not overflow exp2):
+         * m = max(max_scaled, sink), O (relative to max_scaled) rescaled by corr = exp2(max_scaled - m). */
+        const float sink_tile =
+            !PACK && prm.sink_logits != nullptr ? prm.sink_logits[w.head] * 1.4426950408889634f : -CUDART_INF_F;
+        const int64_t lse_row0 = varlen ? (int64_t)w.head * prm.total_q + w.q_start
+                                        : ((int64_t)w.batch * prm.heads_q + w.head) * prm.seqlen_q;
+        float inv_sum[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            /* packed: row h is query row pack_i[h] of head w.head + pack_g[h]; real iff that head is
+             * in the tile and the row in the sequence (the clamp keeps the sink's load in bounds) */
+            const bool pack_real = PACK && pack_g[h] < w.pack_heads && pack_i[h] < w.len_q;
+            const float sink = !PACK ? sink_tile
+                               : prm.sink_logits != nullptr
+                                   ? prm.sink_logits[w.head + min(pack_g[h], w.pack_heads - 1)] * 1.4426950408889634f
+                                   : -CUDART_INF_F;
+            float sum = fa_quad_sum(row_sum[h]);
+            const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * prm.score_mul;
+            float m = fmaxf(max_scaled, sink);
+            if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
+            const float corr = exp2f(max_scaled - m);
+            sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
+            inv_sum[h] = sum > 0.0f ? corr / sum : 0.0f; /* no visible key: O = 0 */
+            if (PACK) {
+                if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
+                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] =
+                        sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+                continue;
+            }
+            const int row = row0 + 8 * h;
+            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
+                prm.lse[lse_row0 + row] = sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+        }
+
+        /* The staging rows are free again: the previous tile's TMA store has read them (thread 0
+         * issued it and waits here), or this warpgroup's st.global copy of them is done (the
+         * barrier). With O in Q's buffer, the Q TMA of this tile is complete (q_full above). */
+        if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
+        bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
+
+        /* O -> this consumer's 64 rows of the staging tile (its own rows only), in the 128-byte
+         * swizzle: element (r, col) of slab col/64 sits at r·128 + ((col%64/8) ^ (r%8))·16 +
+         * (col%8)·2. Each thread stores the pair d[4j+2h], d[4j+2h+1] (row r0 + 8h, columns
+         * 8j + 2(l%4) + {0,1}): one 4-byte store; per store instruction the 8 rows of a warp hit 8
+         * different 16-byte chunks and the 4 lanes of a quad the 4 words of each, so the 32 lanes
+         * cover all 32 banks. */
+        const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::Q_SLAB_BYTES +
+                                      (uint32_t)(tile_row + 8 * h) * 128 +
+                                      (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
+                st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
+                                                          o_rmem[4 * j + 2 * h + 1] * inv_sum[h]));
+            }
+
+        if (!PACK && prm.tma_store) {
+            /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
+             * warpgroup's 128 threads meet before one of them issues the stores. Its completion
+             * is awaited only before the buffer is written again (next tile, or kernel end). */
+            fence_proxy_async_shared_cta();
+            bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
+            if (tid == 0) {
+                if (wg_row_first < w.len_q) /* else every row is past the sequence */
+#pragma unroll
+                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::Q_SLAB_BYTES, 64 * slab, wg_row_first,
+                                     w.head, w.batch);
+                tma_store_commit_group();
+                if (!Cfg::O_OWN) {
+                    tma_store_wait_group_read<0>(); /* Q's buffer is read: the next Q may land */
+                    mbarrier_arrive(q_empty);
+                }
+            }
+        } else {
+            /* The warpgroup's rows are complete in smem after its barrier; then 16-byte chunks of
+             * the valid rows (< len_q) and columns (< dv) go out, consecutive threads on
+             * consecutive chunks of a row. */
+            bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
+            uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)w.head * prm.o_head_stride +
+                               (varlen ? w.q_start * prm.o_row_stride : (int64_t)w.batch * prm.o_batch_stride);
+            const int row_chunks = prm.head_dim_v / 8;
+            /* packed: every row of the warpgroup is looked at, the real ones (head g < pack_heads,
+             * i < len_q) go to head w.head + g, row i */
+            const int rows = PACK ? 64 : max(0, min(64, w.len_q - wg_row_first));
+            for (int idx = tid; idx < rows * row_chunks; idx += 128) {
+                const int r = idx / row_chunks, chunk = idx % row_chunks;
+                const int tr = 64 * consumer + r;
+                const int pg = PACK ? tr / prm.pack_rows : 0, pi = PACK ? tr - pg * prm.pack_rows : 0;
+                if (PACK && (pg >= w.pack_heads || pi >= w.len_q)) continue;
+                uint32_t v4[4];
+                ld_shared_v4_b32(v4, o_smem + (uint32_t)(chunk / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)tr * 128 +
+                                         (uint32_t)(((chunk % 8) ^ (tr % 8)) * 16));
+                if (PACK)
+                    st_global_v4_b32(o_gmem + (int64_t)pg * prm.o_head_stride + (int64_t)pi * prm.o_row_stride +
+                                         chunk * 8,
+                                     v4);
+                else
+                    st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
+            }
+            if (!Cfg::O_OWN) {
+                bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128); /* every read of Q's buffer done */
+                if (tid == 0) mbarrier_arrive(q_empty);
+            }
+        }
+        ++tiles_done;
+    }
+    /* the shared-memory source of the last TMA store must outlive its reads */
+    if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
+}
+
+/* ---- host ------------------------------------------------------------------------------------ */
+
+/* Packing mode from the environment (sm90_tiles.h's fa_hopper_pack_gqa): FA_CUDA_PACK_GQA=0
+ * never packs (timing, bisecting), =1 packs whenever at least 2 query heads fit in a tile, unset
+ * or anything else: the default. */
+static int fa_hopper_pack_mode(void) {
+    const char *mode = getenv("FA_CUDA_PACK_GQA");
+    if (mode == nullptr) return 0;
+    return strcmp(mode, "1") == 0 ? 1 : strcmp(mode, "0") == 0 ? -1 : 0;
+}
+
+/* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
+template <int BUCKET, bool BF16, bool PACK>
+static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
+                               const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
+                               int device_ordinal, cudaStream_t stream) {
+    using Cfg = fa_hopper_config<BUCKET>;
+    /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
+    static unsigned long long configured = 0;
+    const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
+    if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
+                      "cudaFuncSetAttribute(Hopper forward shared memory)");
+        __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
+    }
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK>
+        <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm);
+    FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
+    return FA_OK;
+}
+
+template <int BUCKET, bool BF16>
+static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cudaStream_t stream) {
+    using Cfg = fa_hopper_config<BUCKET>;
+    const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const bool varlen = p->cu_seqlens_q != nullptr;
+    /* Packed GQA/MQA tiles (sm90_tiles.h): query heads per tile, 0 = unpacked. */
+    const int pack_heads = fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
+    const bool pack = pack_heads > 0;
+    /* Varlen maps: the packed rows, batch extent 1. No key row at all: no key tile is ever
+     * loaded, but the maps must still be valid (they then point at q). */
+    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
+    const int64_t map_batch = varlen ? 1 : p->batch;
+    const bool no_keys = rows_k == 0;
+    static const char *const path = "the Hopper forward";
+    CUtensorMap tmap_q, tmap_k, tmap_v, tmap_o;
+    fa_status st;
+    /* packed: one box per query head, pack_rows rows (seqlen_q rounded up to 8) */
+    const int q_box_rows = pack ? fa_hopper_pack_rows(p->seqlen_q) : Cfg::BLOCK_M;
+    if ((st = fa_hopper_make_map(&tmap_q, path, "q", type, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
+                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, q_box_rows)) != FA_OK ||
+        (st = fa_hopper_make_map(&tmap_k, path, "k", type, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
+                                 no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->k_row_stride,
+                                 p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK ||
+        (st = fa_hopper_make_map(&tmap_v, path, "v", type, no_keys ? p->q : p->v, p->head_dim_v, no_keys ? 1 : rows_k,
+                                 no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->v_row_stride,
+                                 p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
+        return st;
+    if (!varlen && !pack) {
+        if ((st = fa_hopper_make_map(&tmap_o, path, "o", type, p->o, p->head_dim_v, rows_q, p->heads_q, map_batch,
+                                     p->o_row_stride, p->o_head_stride, p->o_batch_stride, 64)) != FA_OK)
+            return st;
+    } else {
+        tmap_o = tmap_q; /* unused: the varlen and packed epilogues store with st.global */
+    }
+
+    fa_hopper_params prm;
+    prm.o = p->o;
+    prm.o_batch_stride = p->o_batch_stride;
+    prm.o_row_stride = p->o_row_stride;
+    prm.o_head_stride = p->o_head_stride;
+    prm.lse = p->lse;
+    prm.cu_seqlens_q = p->cu_seqlens_q;
+    prm.cu_seqlens_k = p->cu_seqlens_k;
+    prm.total_q = p->total_q;
+    prm.total_k = p->total_k;
+    prm.sink_logits = p->sink_logits;
+    prm.seqlen_q = p->seqlen_q;
+    prm.seqlen_k = p->seqlen_k;
+    prm.heads_q = p->heads_q;
+    prm.group = p->group;
+    prm.head_dim_v = p->head_dim_v;
+    prm.batch = p->batch;
+    prm.window_left = p->window_left;
+    prm.window_right = p->window_right;
+    prm.softcap_pre = p->softcap_pre;
+    prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
+    prm.tma_store = !varlen && !pack;
+    prm.heads_kv = p->heads_kv;
+    if (pack) {
+        prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
+        prm.pack_heads = pack_heads;
+        prm.pack_tiles = (p->group + pack_heads - 1) / pack_heads;
+        prm.num_m_blocks = 1;
+        prm.total_tiles = (int64_t)prm.pack_tiles * p->heads_kv * p->batch;
+        prm.heavy_first = 0; /* every packed tile streams the same key range */
+    } else {
+        prm.pack_rows = prm.pack_heads = prm.pack_tiles = 0;
+        prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+        prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
+        prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
+    }
+    /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
+     * or one CTA per tile (sm90_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
+     * either way. */
+    int sm_count = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
+                  "cudaDeviceGetAttribute(multiprocessor count)");
+    const bool persistent =
+        fa_hopper_persistent(BUCKET, prm.heavy_first, prm.num_m_blocks) || prm.total_tiles > 2147483647;
+    prm.snake = persistent && fa_hopper_snake_order();
+    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
+     * persistent grid's static snake split takes them longest first over all units */
+    const int64_t units = (int64_t)p->heads_q * p->batch;
+    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
+                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
+    const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    if (grid == 0) return FA_OK;
+    return pack ? fa_hopper_run<BUCKET, BF16, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)
+                : fa_hopper_run<BUCKET, BF16, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
+                                                     stream);
+}
+
+extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                          cudaStream_t stream) {
+    const bool bf16 = dtype == FA_DTYPE_BF16;
+    switch (fa_hopper_bucket(prm->head_dim, prm->head_dim_v)) {
+    case 64:
+        return bf16 ? fa_hopper_launch<64, true>(prm, device_ordinal, stream)
+                    : fa_hopper_launch<64, false>(prm, device_ordinal, stream);
+    case 128:
+        return bf16 ? fa_hopper_launch<128, true>(prm, device_ordinal, stream)
+                    : fa_hopper_launch<128, false>(prm, device_ordinal, stream);
+    case 256:
+        return bf16 ? fa_hopper_launch<256, true>(prm, device_ordinal, stream)
+                    : fa_hopper_launch<256, false>(prm, device_ordinal, stream);
+    default:
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper forward kernel",
+                            prm->head_dim, prm->head_dim_v);
+    }
+}

@@ -1,0 +1,463 @@
+/*
+ * kvcache.cu: host side of the CUDA KV-cache decode path, and the merge of partial attention
+ * states on the device.
+ *
+ *   fa_cuda_check_kvcache     the decode kernel's limits (dims, alignment, grid, shared memory)
+ *                             and its workspace (partial states when the key range is split)
+ *   fa_cuda_kvcache_forward   plans the call (head-dim bucket, row tiles, splits) and runs the
+ *                             decode kernel (kvcache_sm80.cuh), in which the block that finds
+ *                             every split of its row tile done merges them: one launch per call
+ *   fa_cuda_merge_states      the public fa_merge_states on the device (the merge kernel below)
+ *
+ * Everything runs asynchronously on the caller's stream: no synchronisation, the int32 cache
+ * arrays (device memory) are never read here, the workspace is the caller's or comes from
+ * cudaMallocAsync / cudaFreeAsync on the stream.
+ */
+#include <cuda_fp16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/kvcache_launch.h"
+#include "cuda/common/kvcache_tiles.h"
+
+/* ---- merge kernel ------------------------------------------------------------------------- */
+
+/* A merge of num_states partial states per output row. Output rows are indexed by (outer, inner,
+ * head) so that both the public layout ([rows, heads], outer = 1) and the decode kernel's
+ * ([batch, seqlen_q, heads_q] for o, [batch, heads_q, seqlen_q] for lse) are plain strides.
+ * Strides in elements of the tensor's own type. */
+struct fa_merge_args {
+    const void *o_parts; /* [state][outer][inner][head][dv]                                     */
+    int parts_dtype;     /* fa_dtype                                                             */
+    int64_t part_state_stride, part_outer_stride, part_inner_stride, part_head_stride;
+    const float *lse_parts; /* [state][outer][inner][head], natural log                         */
+    int64_t lsep_state_stride, lsep_outer_stride, lsep_inner_stride, lsep_head_stride;
+    void *o;       /* [outer][inner][head][dv]                                                   */
+    int out_dtype; /* fa_dtype                                                                   */
+    int64_t o_outer_stride, o_inner_stride, o_head_stride;
+    float *lse; /* [outer][inner][head] or NULL                                                  */
+    int64_t lse_outer_stride, lse_inner_stride, lse_head_stride;
+    int64_t num_states, outer, inner, heads;
+    int head_dim_v; /* <= FA_MERGE_MAX_DV                                                         */
+};
+
+enum {
+    FA_MERGE_WARPS = 4,
+    FA_MERGE_THREADS = 32 * FA_MERGE_WARPS,
+    FA_MERGE_COLS = 128,      /* columns per pass: lane l holds l + 32·i, i < 4              */
+    FA_MERGE_MAX_DV = 512,    /* = FA_MAX_HEAD_DIM: at most 4 passes                           */
+    FA_MERGE_BATCH = 8,       /* states one warp loads at once (independent loads in flight)  */
+    FA_MERGE_LSE_CACHE = 1024 /* states whose lse is kept in shared memory; more: re-read     */
+};
+
+__device__ __forceinline__ float fa_merge_load(const void *base, int dtype, int64_t index) {
+    if (dtype == FA_DTYPE_F32) return ((const float *)base)[index];
+    const uint16_t bits = ((const uint16_t *)base)[index];
+    return dtype == FA_DTYPE_F16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float((uint32_t)bits << 16);
+}
+
+__device__ __forceinline__ void fa_merge_store(void *base, int dtype, int64_t index, float x) {
+    if (dtype == FA_DTYPE_F32) {
+        ((float *)base)[index] = x;
+    } else if (dtype == FA_DTYPE_F16) {
+        ((uint16_t *)base)[index] = (uint16_t)(fa_f16::pack2(x, 0.0f) & 0xffffu);
+    } else {
+        ((uint16_t *)base)[index] = (uint16_t)(fa_bf16::pack2(x, 0.0f) & 0xffffu);
+    }
+}
+
+/* Shared memory of one merge block. */
+struct fa_merge_smem {
+    float lse[FA_MERGE_LSE_CACHE];
+    float acc[FA_MERGE_WARPS][FA_MERGE_MAX_DV];
+    float max[FA_MERGE_WARPS];
+    float sum[FA_MERGE_WARPS];
+};
+
+/* One output row (out, in, head), by the whole block: lse = m + log Σ_s e^{lse_s - m} with
+ * m = max_s lse_s, o = Σ_s e^{lse_s - m} o_s / Σ_s e^{lse_s - m}. A state with lse_s = -inf (or
+ * NaN) is empty: its o_s is never read. All states empty: o = 0, lse = -inf.
+ * Pass 1 reads every lse once (the first FA_MERGE_LSE_CACHE into shared memory) for the max;
+ * pass 2 walks 128-column slices: warp w takes states 8w .. 8w + 7, then + 32, ..., lane l
+ * columns l + 32i, so each warp has up to 32 independent loads in flight; the warps' sums meet
+ * in shared memory. Ends with a barrier, so the caller may reuse `sm` at once. */
+__device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out, int64_t in, int64_t head,
+                                             fa_merge_smem &sm) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int dv = a.head_dim_v;
+    const int64_t states = a.num_states;
+    const int64_t elem_bytes = a.parts_dtype == FA_DTYPE_F32 ? 4 : 2;
+    const float *lse_row = a.lse_parts + out * a.lsep_outer_stride + in * a.lsep_inner_stride +
+                           head * a.lsep_head_stride;
+    const char *part_row =
+        (const char *)a.o_parts +
+        (out * a.part_outer_stride + in * a.part_inner_stride + head * a.part_head_stride) * elem_bytes;
+    auto lse_of = [&](int64_t s) -> float {
+        return s < FA_MERGE_LSE_CACHE ? sm.lse[s] : lse_row[s * a.lsep_state_stride];
+    };
+
+    /* pass 1: the largest lse */
+    float m = -CUDART_INF_F;
+    for (int64_t s = tid; s < states; s += FA_MERGE_THREADS) {
+        const float v = lse_row[s * a.lsep_state_stride];
+        if (s < FA_MERGE_LSE_CACHE) sm.lse[s] = v;
+        m = fmaxf(m, v);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0) sm.max[warp] = m;
+    __syncthreads(); /* sm.max and sm.lse complete */
+#pragma unroll
+    for (int w = 0; w < FA_MERGE_WARPS; ++w) m = fmaxf(m, sm.max[w]);
+    const bool any = m > -CUDART_INF_F; /* block-uniform */
+
+    /* the normaliser: thread-strided partial sums, warp-reduced, block-reduced below */
+    float z = 0.0f;
+    if (any)
+        for (int64_t s = tid; s < states; s += FA_MERGE_THREADS) {
+            const float v = lse_of(s);
+            z += v > -CUDART_INF_F ? expf(v - m) : 0.0f;
+        }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
+
+    /* pass 2: weighted sums of o, 128 columns at a time */
+    constexpr int PER_LANE = FA_MERGE_COLS / 32;
+    for (int col0 = 0; col0 < dv; col0 += FA_MERGE_COLS) {
+        float acc[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.0f;
+        for (int64_t s0 = (int64_t)warp * FA_MERGE_BATCH; any && s0 < states;
+             s0 += (int64_t)FA_MERGE_WARPS * FA_MERGE_BATCH) {
+            float wgt[FA_MERGE_BATCH];
+#pragma unroll
+            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                const float v = s0 + j < states ? lse_of(s0 + j) : -CUDART_INF_F;
+                wgt[j] = v > -CUDART_INF_F ? expf(v - m) : 0.0f;
+            }
+            float x[FA_MERGE_BATCH][PER_LANE];
+#pragma unroll
+            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                const char *state = part_row + (s0 + j) * a.part_state_stride * elem_bytes;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; ++i) {
+                    const int col = col0 + lane + 32 * i;
+                    x[j][i] = wgt[j] > 0.0f && col < dv ? fa_merge_load(state, a.parts_dtype, col) : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < FA_MERGE_BATCH; ++j)
+#pragma unroll
+                for (int i = 0; i < PER_LANE; ++i) acc[i] = fmaf(wgt[j], x[j][i], acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i)
+            if (col0 + lane + 32 * i < dv) sm.acc[warp][col0 + lane + 32 * i] = acc[i];
+    }
+    if (lane == 0) sm.sum[warp] = z;
+    __syncthreads(); /* sm.acc and sm.sum complete */
+
+    float z_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < FA_MERGE_WARPS; ++w) z_all += sm.sum[w];
+    const float inv = z_all > 0.0f ? 1.0f / z_all : 0.0f;
+    const int64_t o_row = out * a.o_outer_stride + in * a.o_inner_stride + head * a.o_head_stride;
+    for (int col = tid; col < dv; col += FA_MERGE_THREADS) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FA_MERGE_WARPS; ++w) sum += sm.acc[w][col];
+        fa_merge_store(a.o, a.out_dtype, o_row + col, sum * inv);
+    }
+    if (tid == 0 && a.lse != nullptr)
+        a.lse[out * a.lse_outer_stride + in * a.lse_inner_stride + head * a.lse_head_stride] =
+            z_all > 0.0f ? m + logf(z_all) : -CUDART_INF_F;
+    __syncthreads(); /* every read of sm done before the next row overwrites it */
+}
+
+/* Grid-stride over output rows: x = head, y = inner, z = outer (no 64-bit division). */
+__global__ void __launch_bounds__(FA_MERGE_THREADS, 1) fa_merge_kernel(const fa_merge_args a) {
+    __shared__ fa_merge_smem sm;
+    for (int64_t out = blockIdx.z; out < a.outer; out += gridDim.z)
+        for (int64_t in = blockIdx.y; in < a.inner; in += gridDim.y)
+            for (int64_t head = blockIdx.x; head < a.heads; head += gridDim.x) fa_merge_row(a, out, in, head, sm);
+}
+
+/* Launch the merge on `stream`. */
+static fa_status launch_merge(const fa_merge_args *args, cudaStream_t stream) {
+    if (args->outer <= 0 || args->inner <= 0 || args->heads <= 0) return FA_OK;
+    const int64_t max_x = (int64_t)1 << 20, max_yz = 65535;
+    const dim3 grid((unsigned)(args->heads < max_x ? args->heads : max_x),
+                    (unsigned)(args->inner < max_yz ? args->inner : max_yz),
+                    (unsigned)(args->outer < max_yz ? args->outer : max_yz));
+    fa_merge_kernel<<<grid, FA_MERGE_THREADS, 0, stream>>>(*args);
+    FA_CUDA_CHECK_LAUNCH("merge kernel");
+    return FA_OK;
+}
+
+/* ---- decode: limits and plan ----------------------------------------------------------------- */
+
+typedef struct fa_kv_plan {
+    fa_cuda_device_info dev;
+    int bucket;
+    int row_tiles;
+    int num_splits;
+    size_t off_lse_partial; /* byte offsets in the workspace of lse_partial and split_flags     */
+    size_t off_flags;
+    size_t workspace_bytes; /* 0 without splits                                                 */
+} fa_kv_plan;
+
+static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
+    const fa_params *p = &pb->p;
+    static const char *const path = "the CUDA KV-cache path";
+    fa_status s;
+    /* paged caches: the batch stride is the page stride */
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
+        return s;
+    if (p->k_new != NULL &&
+        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
+                                     path)) != FA_OK ||
+         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
+                                     path)) != FA_OK))
+        return s;
+    if ((s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_seqlens", p->cache_seqlens, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_batch_idx", p->cache_batch_idx, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cache_leftpad", p->cache_leftpad, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("block_table", p->block_table, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("rotary_cos", p->rotary_cos, 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("rotary_sin", p->rotary_sin, 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK)
+        return s;
+    if (p->rotary_cos != NULL && (p->rotary_dim < 2 || p->rotary_dim > p->head_dim || p->rotary_dim % 2 != 0 ||
+                                  p->rotary_seqlen < 1 || p->rotary_seqlen > INT32_MAX))
+        return fa_set_error(FA_ERR_INVALID_SIZE, "rotary_dim = %lld / rotary_seqlen = %lld: out of range",
+                            (long long)p->rotary_dim, (long long)p->rotary_seqlen);
+
+    /* Slots, rows and their mask arithmetic are int32 in the kernel; the grid has 65535 in y/z. */
+    const int64_t max_len = (int64_t)1 << 30;
+    if (p->seqlen_q >= max_len || p->seqlen_k >= max_len || p->seqlen_q * pb->group >= max_len)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "seqlen_q = %lld, seqlen_k = %lld, group = %lld: the CUDA KV-cache path needs "
+                            "seqlen_k and seqlen_q × heads_q / heads_kv below 2^30",
+                            (long long)p->seqlen_q, (long long)p->seqlen_k, (long long)pb->group);
+    if (p->batch > 65535 || p->heads_kv > 65535)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "batch = %lld, heads_kv = %lld: the CUDA KV-cache grid allows at most 65535 of each",
+                            (long long)p->batch, (long long)p->heads_kv);
+    if (p->block_table != NULL && (p->page_size > INT32_MAX || p->num_pages > INT32_MAX))
+        return fa_set_error(FA_ERR_INVALID_SIZE, "page_size = %lld, num_pages = %lld: must be below 2^31",
+                            (long long)p->page_size, (long long)p->num_pages);
+    if (p->block_table == NULL && (p->cache_batch < 1 || p->cache_batch > INT32_MAX))
+        return fa_set_error(FA_ERR_INVALID_SIZE, "cache_batch = %lld is out of range", (long long)p->cache_batch);
+
+    if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
+    plan->bucket = fa_kv_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    if ((s = fa_cuda_check_smem(p, &plan->dev, fa_kv_smem_bytes(plan->bucket), "the CUDA KV-cache kernel")) != FA_OK)
+        return s;
+
+    /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which
+     * includes the appended tokens), narrowed by a two-sided window; a range of n slots touches
+     * at most (n + 126) / 64 slot-aligned tiles. */
+    const int64_t rows_packed = p->seqlen_q * pb->group;
+    plan->row_tiles = (int)((rows_packed + FA_KV_BLOCK_M - 1) / FA_KV_BLOCK_M);
+    int64_t est_keys = p->seqlen_k;
+    if (p->window_left >= 0 && p->window_right >= 0) {
+        const int64_t tokens = p->seqlen_q < FA_KV_BLOCK_M ? p->seqlen_q : FA_KV_BLOCK_M;
+        const int64_t span = (int64_t)p->window_left + p->window_right + tokens;
+        if (span < est_keys) est_keys = span;
+    }
+    const int64_t key_blocks = est_keys > 0 ? (est_keys + 2 * FA_KV_BLOCK_N - 2) / FA_KV_BLOCK_N : 0;
+    const int64_t units = p->batch * p->heads_kv * plan->row_tiles;
+    const int64_t workers = (int64_t)plan->dev.sm_count * fa_kv_blocks_per_sm(plan->bucket, plan->dev.smem_per_sm);
+    int64_t splits;
+    if (p->num_splits == 0) {
+        /* The wave rule's count, but no more than one block per SM unless every split still
+         * streams FA_KV_MIN_SPLIT_TILES key tiles: a block has a fixed cost of several µs (start,
+         * instruction fetch of a ~100 KB kernel, epilogue, done flag) that short splits do not
+         * amortise, and two blocks per SM at different points of that code stall more on
+         * instruction fetch. H200, 1 × 8k (129 tiles, 8 kv heads), per call back to back: 16
+         * splits × 8 tiles (128 blocks) 18.9 µs, 24 × 6 21.0, 33 × 4 (the wave rule's 264) 23.0. */
+        const int64_t per_sm = (int64_t)plan->dev.sm_count / units;
+        const int64_t long_splits = key_blocks / FA_KV_MIN_SPLIT_TILES;
+        const int64_t most = per_sm > long_splits ? per_sm : long_splits;
+        splits = fa_num_splits_heuristic(units, key_blocks, workers, FA_KV_MAX_SPLITS);
+        if (splits > most) splits = most;
+    } else {
+        /* num_splits = n: at most n, and never more than there are key tiles (or the cap) */
+        splits = p->num_splits;
+        if (splits > key_blocks) splits = key_blocks;
+        if (splits > FA_KV_MAX_SPLITS) splits = FA_KV_MAX_SPLITS;
+    }
+    if (splits < 1) splits = 1;
+    plan->num_splits = (int)splits;
+    if ((int64_t)plan->row_tiles * splits > INT32_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "seqlen_q × group = %lld: too many query row tiles for the grid",
+                            (long long)rows_packed);
+
+    /* Workspace with splits: o_partial fp32 [splits][b][hq][t][dv], lse_partial fp32
+     * [splits][b][hq][t], then one 64-bit done flag per (b, kv head, row tile, split). */
+    plan->off_lse_partial = 0;
+    plan->off_flags = 0;
+    plan->workspace_bytes = 0;
+    if (splits > 1) {
+        const double rows = (double)splits * (double)p->batch * (double)p->heads_q * (double)p->seqlen_q;
+        if (rows * (double)(p->head_dim_v + 1) * 4.0 + 8.0 * (double)units * (double)splits > 9.0e18)
+            return fa_set_error(FA_ERR_OVERFLOW, "the split-KV workspace size overflows");
+        const size_t part_rows = (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q;
+        plan->off_lse_partial = fa_cuda_align256(part_rows * (size_t)p->head_dim_v * 4);
+        plan->off_flags = fa_cuda_align256(plan->off_lse_partial + part_rows * 4);
+        plan->workspace_bytes = fa_cuda_align256(plan->off_flags + (size_t)units * (size_t)splits * 8);
+    }
+    return FA_OK;
+}
+
+extern "C" fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes) {
+    if (workspace_bytes) *workspace_bytes = 0;
+    fa_kv_plan plan;
+    fa_status s = plan_kvcache(pb, &plan);
+    if (s == FA_OK && workspace_bytes) *workspace_bytes = plan.workspace_bytes;
+    return s;
+}
+
+/* ---- decode: run ------------------------------------------------------------------------------ */
+
+/* A tag per call for the fused merge's done flags (kvcache_sm80.cuh, step 6): a flag holding
+ * another value counts as not done, so consecutive calls get different tags; never 0 (the value
+ * a merging block leaves). The call counter goes through a 64-bit mix (splitmix64's finaliser,
+ * a bijection) so that tags look random: a caller's workspace that held other data (small
+ * integers, say) before its first use cannot plausibly contain this call's tag. */
+static unsigned long long next_split_tag(void) {
+    static unsigned long long calls = 0;
+    unsigned long long tag;
+    do {
+        unsigned long long z = __atomic_add_fetch(&calls, 1ull, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        tag = z ^ (z >> 31);
+    } while (tag == 0);
+    return tag;
+}
+
+static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8_t *ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    fa_kv_params prm;
+    fa_cuda_fill_forward_params(&prm, pb);
+    prm.q = p->q;
+    prm.k = (void *)p->k; /* written when appending (the API's cache is const for the plain call) */
+    prm.v = (void *)p->v;
+    prm.o = p->o;
+    prm.lse = p->lse;
+    prm.k_new = p->k_new;
+    prm.v_new = p->v_new;
+    prm.knew_batch_stride = p->knew_batch_stride;
+    prm.knew_row_stride = p->knew_row_stride;
+    prm.knew_head_stride = p->knew_head_stride;
+    prm.vnew_batch_stride = p->vnew_batch_stride;
+    prm.vnew_row_stride = p->vnew_row_stride;
+    prm.vnew_head_stride = p->vnew_head_stride;
+    prm.cache_seqlens = p->cache_seqlens;
+    prm.cache_batch_idx = p->block_table != NULL ? NULL : p->cache_batch_idx;
+    prm.cache_leftpad = p->cache_leftpad;
+    prm.block_table = p->block_table;
+    prm.block_table_batch_stride = p->block_table != NULL ? p->block_table_batch_stride : 0;
+    prm.page_size = p->block_table != NULL ? (int)p->page_size : 1;
+    prm.num_pages = p->block_table != NULL ? (int)p->num_pages : 1;
+    prm.cache_batch = p->block_table != NULL ? 1 : (int)p->cache_batch;
+    prm.rotary_cos = p->rotary_cos;
+    prm.rotary_sin = p->rotary_sin;
+    prm.rotary_dim = p->rotary_cos != NULL ? (int)p->rotary_dim : 0;
+    prm.rotary_seqlen = p->rotary_cos != NULL ? (int)p->rotary_seqlen : 1;
+    prm.rotary_interleaved = p->rotary_interleaved != 0;
+    prm.rotary_q_per_token = pb->has_mask;
+    prm.rows_packed = (int)(p->seqlen_q * pb->group);
+    prm.row_tiles = plan->row_tiles;
+    prm.num_splits = plan->num_splits;
+    prm.o_partial = plan->num_splits > 1 ? (float *)ws : NULL;
+    prm.lse_partial = plan->num_splits > 1 ? (float *)(ws + plan->off_lse_partial) : NULL;
+    prm.split_flags = plan->num_splits > 1 ? (unsigned long long *)(ws + plan->off_flags) : NULL;
+    prm.split_tag = next_split_tag();
+
+    fa_status s;
+    switch (plan->bucket) {
+    case 64: s = fa_kv_launch_hdim64(&prm, p->dtype, plan->dev.ordinal, stream); break;
+    case 128: s = fa_kv_launch_hdim128(&prm, p->dtype, plan->dev.ordinal, stream); break;
+    case 256: s = fa_kv_launch_hdim256(&prm, p->dtype, plan->dev.ordinal, stream); break;
+    default:
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA KV-cache kernel",
+                            (long long)p->head_dim, (long long)p->head_dim_v);
+    }
+    return s;
+}
+
+extern "C" fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
+    fa_kv_plan plan;
+    fa_status s = plan_kvcache(pb, &plan);
+    if (s != FA_OK) return s;
+    const fa_params *p = &pb->p;
+    if (p->seqlen_q < 1) return FA_OK; /* nothing to attend or append */
+    if ((s = fa_check_workspace_size(p, plan.workspace_bytes)) != FA_OK) return s;
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+
+    fa_cuda_workspace ws;
+    if ((s = fa_cuda_workspace_acquire(p->workspace, plan.workspace_bytes, stream, "split-KV", &ws)) != FA_OK)
+        return s;
+    s = run_kvcache(pb, &plan, ws.base, stream);
+    return fa_cuda_workspace_release(&ws, stream, "split-KV", s);
+}
+
+/* ---- fa_merge_states on the device ---------------------------------------------------------- */
+
+extern "C" fa_status fa_cuda_merge_states(const fa_merge_params *mp) {
+    if (mp->parts_dtype != FA_DTYPE_F32 && mp->parts_dtype != FA_DTYPE_F16 && mp->parts_dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "parts_dtype = %d: the CUDA merge supports f32, f16 and bf16",
+                            (int)mp->parts_dtype);
+    if (mp->out_dtype != FA_DTYPE_F32 && mp->out_dtype != FA_DTYPE_F16 && mp->out_dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "out_dtype = %d: the CUDA merge supports f32, f16 and bf16",
+                            (int)mp->out_dtype);
+    if (mp->head_dim_v < 1 || mp->head_dim_v > FA_MERGE_MAX_DV)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: the CUDA merge supports 1..%d",
+                            (long long)mp->head_dim_v, (int)FA_MERGE_MAX_DV);
+    fa_status s;
+    fa_cuda_device_info dev;
+    if ((s = fa_cuda_check_aligned("o_parts", mp->o_parts, mp->parts_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse_parts", mp->lse_parts, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("o", mp->o, mp->out_dtype == FA_DTYPE_F32 ? 4 : 2)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", mp->lse, 4)) != FA_OK ||
+        (s = fa_cuda_current_device_sm80(&dev)) != FA_OK)
+        return s;
+    if (mp->rows == 0) return FA_OK;
+    fa_merge_args m;
+    m.o_parts = mp->o_parts;
+    m.parts_dtype = mp->parts_dtype;
+    m.part_state_stride = mp->o_parts_state_stride;
+    m.part_outer_stride = 0;
+    m.part_inner_stride = mp->o_parts_row_stride;
+    m.part_head_stride = mp->o_parts_head_stride;
+    m.lse_parts = mp->lse_parts;
+    m.lsep_state_stride = mp->lse_parts_state_stride;
+    m.lsep_outer_stride = 0;
+    m.lsep_inner_stride = mp->lse_parts_row_stride;
+    m.lsep_head_stride = mp->lse_parts_head_stride;
+    m.o = mp->o;
+    m.out_dtype = mp->out_dtype;
+    m.o_outer_stride = 0;
+    m.o_inner_stride = mp->o_row_stride;
+    m.o_head_stride = mp->o_head_stride;
+    m.lse = mp->lse;
+    m.lse_outer_stride = 0;
+    m.lse_inner_stride = mp->lse_row_stride;
+    m.lse_head_stride = mp->lse_head_stride;
+    m.num_states = mp->num_states;
+    m.outer = 1;
+    m.inner = mp->rows;
+    m.heads = mp->heads;
+    m.head_dim_v = (int)mp->head_dim_v;
+    return launch_merge(&m, static_cast<cudaStream_t>(mp->stream));
+}

@@ -1,0 +1,678 @@
+/*
+ * fa_gpu_bwd_paths.c: the CUDA backward's two kernels on problems large enough that every CTA of
+ * the Hopper backward walks many query blocks: the default kernel (the Hopper one on sm_90 for the
+ * problems it covers) against the portable one (FA_CUDA_BACKWARD=portable), which the randomised
+ * sweep checks against float64 on smaller problems. One fa_forward (default kernel), then three
+ * fa_backward calls on the same inputs: default, default again, portable.
+ *
+ * What fails a case:
+ *   - dq, dk, dv (and dsink) of the default kernel differ from the portable one's by more than
+ *     the tolerance below, or contain NaN: every output is NaN-poisoned (all bits set) before each
+ *     call, so an element left unwritten (e.g. dk/dv of keys no query sees) shows up as NaN;
+ *   - the default kernel's dk or dv differ bitwise between its two runs (dq may: fp32 atomics;
+ *     with `det`, deterministic = 1 in every call, a third default run after the portable one,
+ *     and dq must repeat bitwise too);
+ *   - an output element outside the tensors' declared extent (gaps of padded strides, varlen rows
+ *     past total_q / total_k) is written by either kernel.
+ * Inputs outside the declared extent and the varlen rows between the last sequence and total_q /
+ * total_k (q, k, v, o, dout, lse) are NaN, so a kernel that loads them without masking leaks NaN.
+ *
+ * Tolerance. Both kernels recompute S = QKᵀ in fp32 (in different orders), round P and dS to the
+ * 16-bit dtype before their MMAs, accumulate in fp32 (dq by atomics in any order) and round dq,
+ * dk, dv to 16 bits. The summation order alone moves the fp32 results by ~1e-6; what moves them
+ * more is where P and dS are rounded (before or after the softmax scale, which flips a 16-bit
+ * rounding of every element, or where a recomputed S straddles a rounding boundary): per term a
+ * relative change of up to one 16-bit ulp with a random sign. Terms of dq/dk/dv have random signs,
+ * so the sums and these errors both grow like √n: the difference is a fixed fraction of the
+ * tensor's typical magnitude, not of each element (an element can be small by cancellation), plus
+ * one output-rounding ulp of the element itself. Rule, per element with ref = portable:
+ *     |default - ref| <= c_abs·max|ref| + 2^-7·|ref|,   c_abs = 1e-2 (bf16), 2.5e-3 (f16).
+ * A numpy model of two kernels differing in exactly those roundings
+ * (lab/bwd_paths/01_tolerance_model.py) needs c_abs = 3.2e-3 (bf16) and 2.9e-4 (f16) at n = 2048,
+ * so these leave a 3× (bf16) and 8× (f16) margin, while a dropped or doubled 64-query or 128-key
+ * block changes an element by ~√(64/n) ≈ 15 % of the typical magnitude, several times c_abs·max.
+ * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a
+ * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
+ *
+ * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu).
+ * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
+ * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
+ * Two cases with a negative softmax_scale check the dispatch: both runs take the portable kernel.
+ * Part of `make gpu-test` (tests/gpu_test.sh step 6). Exit status 0 = every case passes.
+ * Usage: fa_gpu_bwd_paths [small] [det]   (small: short problems of the same kinds, for
+ *        compute-sanitizer; det: deterministic mode, plus 4k-8k-token problems whose key-block
+ *        chains span several waves of the grid)
+ */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashattn.h"
+
+/* ---- cases ----------------------------------------------------------------------------------- */
+
+typedef enum tensor_layout {
+    LAYOUT_CONTIGUOUS, /* every tensor dense [b, s, h, d] (fa_set_contiguous_strides)            */
+    LAYOUT_PACKED_QKV, /* q, k, v views of one [b, s, hq + 2·hkv, d] tensor, dq, dk, dv of another
+                          (self-attention: seqlen_q = seqlen_k); o and dout dense                  */
+    LAYOUT_PADDED      /* every tensor with head stride d + 8, row stride h·(d + 8) + 16 and batch
+                          stride s·row + 64 elements: gaps a kernel must neither read nor write   */
+} tensor_layout;
+
+#define MAX_SEQS 4
+typedef struct bwd_case {
+    const char *name;
+    fa_dtype dtype;
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+    int causal, window_left, window_right; /* window sides < 0: unbounded; use_window if either >= 0 */
+    int sinks;                             /* sink logits and dsink                                 */
+    tensor_layout layout;
+    int varlen;                            /* lens_q / lens_k hold `batch` sequence lengths           */
+    int lens_q[MAX_SEQS], lens_k[MAX_SEQS];
+} bwd_case;
+
+/* What a case changes in the scores (all zero: the defaults). */
+typedef struct score_options {
+    float softcap;       /* > 0: softcap on                                                       */
+    float q_amplitude;   /* q uniform in ±2·q_amplitude (0: ±2)                                   */
+    float softmax_scale; /* 0: the default 1/sqrt(d)                                              */
+} score_options;
+
+typedef struct softcap_case {
+    bwd_case c;
+    score_options scores;
+} softcap_case;
+
+/* ---- 16-bit conversions and random inputs ---------------------------------------------------- */
+
+#define POISON16 0xffffu /* NaN in bf16 and f16 */
+
+static uint16_t float_to_16(float f, fa_dtype dtype) { /* round to nearest even; |f| < 65504 */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dtype == FA_DTYPE_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const float a = fabsf(f);
+    if (a < 6.103515625e-05f) /* below 2^-14: subnormal, a multiple of 2^-24 (1024 encodes 2^-14) */
+        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
+    memcpy(&u, &a, 4);
+    u += 0xfffu + ((u >> 13) & 1u); /* round away the 13 low mantissa bits, ties to even */
+    return (uint16_t)(sign | (uint16_t)((u >> 13) - ((127u - 15u) << 10)));
+}
+
+static float float_from_16(uint16_t x, fa_dtype dtype) {
+    if (dtype == FA_DTYPE_BF16) {
+        const uint32_t u = (uint32_t)x << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    const int exponent = (x >> 10) & 0x1f, mantissa = x & 0x3ff;
+    float a;
+    if (exponent == 0)
+        a = ldexpf((float)mantissa, -24);
+    else if (exponent == 31)
+        a = mantissa ? NAN : INFINITY;
+    else
+        a = ldexpf((float)(mantissa | 0x400), exponent - 25);
+    return (x & 0x8000) ? -a : a;
+}
+
+static uint32_t rng_state = 2891336453u;
+static float random_uniform(float lo, float hi) { /* xorshift32, uniform in [lo, hi) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return lo + (hi - lo) * (float)(rng_state >> 8) / 16777216.0f;
+}
+
+/* ---- tensor views over buffers --------------------------------------------------------------- */
+
+enum { BUF_Q, BUF_K, BUF_V, BUF_O, BUF_DO, BUF_DQ, BUF_DK, BUF_DV, NUM_BUFS };
+static const char *const tensor_names[NUM_BUFS] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+
+static int is_query_side(int t) { return t == BUF_Q || t == BUF_O || t == BUF_DO || t == BUF_DQ; }
+
+/* A [batch, seq, heads, dim] tensor inside buffer `buf`, as fa_params sees it. */
+typedef struct tensor_view {
+    int buf;
+    size_t offset;                                /* elements from the buffer's start             */
+    int64_t batch_stride, row_stride, head_stride; /* elements                                  */
+    int heads, dim;
+} tensor_view;
+
+/* The geometry of one side (queries or keys) of a case. */
+typedef struct seq_geometry {
+    int varlen, batch, seqlen;
+    int cu[MAX_SEQS + 1]; /* varlen: prefix sums of the lengths                                */
+    int64_t total;        /* varlen: declared rows (cu[batch] + 3 rows that belong to no sequence) */
+    int64_t alloc_rows;   /* rows the buffers hold: varlen total + 5, else batch · seqlen        */
+} seq_geometry;
+
+static int seq_len(const seq_geometry *g, int b) { return g->varlen ? g->cu[b + 1] - g->cu[b] : g->seqlen; }
+
+static size_t view_index(const tensor_view *t, const seq_geometry *g, int b, int64_t i, int h, int c) {
+    const int64_t row = g->varlen ? (g->cu[b] + i) * t->row_stride : b * t->batch_stride + i * t->row_stride;
+    return t->offset + (size_t)(row + (int64_t)h * t->head_stride + c);
+}
+
+/* Mask of a buffer's elements: what each one is. */
+enum { ELEM_OUTSIDE = 0, ELEM_DECLARED_PAD = 1, ELEM_LOGICAL = 2 };
+
+static void mark_view(uint8_t *mask, const tensor_view *t, const seq_geometry *g) {
+    for (int b = 0; b < g->batch; ++b)
+        for (int64_t i = 0; i < seq_len(g, b); ++i)
+            for (int h = 0; h < t->heads; ++h)
+                for (int c = 0; c < t->dim; ++c) mask[view_index(t, g, b, i, h, c)] = ELEM_LOGICAL;
+    if (!g->varlen) return;
+    for (int64_t row = g->cu[g->batch]; row < g->total; ++row) /* rows in the tensor, in no sequence */
+        for (int h = 0; h < t->heads; ++h)
+            for (int c = 0; c < t->dim; ++c) {
+                uint8_t *m = &mask[t->offset + (size_t)(row * t->row_stride + (int64_t)h * t->head_stride + c)];
+                if (*m == ELEM_OUTSIDE) *m = ELEM_DECLARED_PAD;
+            }
+}
+
+/* ---- one case ---------------------------------------------------------------------------------- */
+
+typedef struct compare_stats {
+    double max_ref, max_diff, worst_ratio; /* worst_ratio: max over elements of |diff| / allowed  */
+    long nan_count, over_count;
+} compare_stats;
+
+static void compare_view(compare_stats *st, const uint16_t *got, const uint16_t *ref, const tensor_view *t,
+                         const seq_geometry *g, fa_dtype dtype, double c_abs) {
+    memset(st, 0, sizeof *st);
+    for (int pass = 0; pass < 2; ++pass) /* pass 0: max|ref|, pass 1: differences */
+        for (int b = 0; b < g->batch; ++b)
+            for (int64_t i = 0; i < seq_len(g, b); ++i)
+                for (int h = 0; h < t->heads; ++h)
+                    for (int c = 0; c < t->dim; ++c) {
+                        const size_t e = view_index(t, g, b, i, h, c);
+                        const double a = float_from_16(got[e], dtype), r = float_from_16(ref[e], dtype);
+                        if (pass == 0) {
+                            if (!isnan(r) && fabs(r) > st->max_ref) st->max_ref = fabs(r);
+                            continue;
+                        }
+                        if (isnan(a) || isnan(r)) {
+                            ++st->nan_count;
+                            continue;
+                        }
+                        const double diff = fabs(a - r), allowed = c_abs * st->max_ref + 0.0078125 * fabs(r);
+                        if (diff > st->max_diff) st->max_diff = diff;
+                        if (diff > allowed) ++st->over_count;
+                        const double ratio = allowed > 0.0 ? diff / allowed : (diff > 0.0 ? INFINITY : 0.0);
+                        if (ratio > st->worst_ratio) st->worst_ratio = ratio;
+                    }
+}
+
+#define CHECK_CUDA(call)                                                                          \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            printf("FAIL %s: %s: %s\n", c->name, #call, cudaGetErrorString(e_));                  \
+            failed = 1;                                                                           \
+            goto done;                                                                            \
+        }                                                                                         \
+    } while (0)
+
+/* RUN_DEFAULT_THIRD: deterministic mode only (after the portable run, on a fresh workspace). */
+enum { RUN_DEFAULT, RUN_DEFAULT_AGAIN, RUN_PORTABLE, RUN_DEFAULT_THIRD, NUM_RUNS };
+static int deterministic_mode; /* `det`: fa_params.deterministic = 1 */
+
+static void set_geometry(seq_geometry *g, const bwd_case *c, const int *lens, int seqlen) {
+    memset(g, 0, sizeof *g);
+    g->varlen = c->varlen;
+    g->batch = c->batch;
+    g->seqlen = seqlen;
+    if (c->varlen) {
+        for (int b = 0; b < c->batch; ++b) g->cu[b + 1] = g->cu[b] + lens[b];
+        g->total = g->cu[c->batch] + 3;
+        g->alloc_rows = g->total + 5;
+    } else {
+        g->alloc_rows = (int64_t)c->batch * seqlen;
+    }
+}
+
+/* Lays out the eight tensors of case c; returns each buffer's element count in buf_elems. */
+static void set_views(tensor_view *views, size_t *buf_elems, const bwd_case *c, const seq_geometry *gq,
+                      const seq_geometry *gk) {
+    const int hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim;
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        const int is_q_side = is_query_side(t);
+        const seq_geometry *g = is_q_side ? gq : gk;
+        tensor_view *v = &views[t];
+        memset(v, 0, sizeof *v);
+        v->buf = t;
+        v->heads = is_q_side ? hq : hkv;
+        v->dim = d;
+        const int padded = c->layout == LAYOUT_PADDED;
+        v->head_stride = padded ? d + 8 : d;
+        v->row_stride = (int64_t)v->heads * v->head_stride + (padded ? 16 : 0);
+        v->batch_stride = (int64_t)g->seqlen * v->row_stride + (padded ? 64 : 0);
+        buf_elems[t] = (size_t)(g->varlen ? g->alloc_rows * v->row_stride : (int64_t)g->batch * v->batch_stride);
+    }
+    if (c->layout != LAYOUT_PACKED_QKV) return;
+    const int64_t row = (int64_t)(hq + 2 * hkv) * d; /* one token of the packed tensor */
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        if (t == BUF_O || t == BUF_DO) continue;
+        tensor_view *v = &views[t];
+        const int slot = (t == BUF_K || t == BUF_DK) ? 1 : (t == BUF_V || t == BUF_DV) ? 2 : 0;
+        v->buf = t < BUF_DQ ? BUF_Q : BUF_DQ;
+        v->offset = slot == 0 ? 0 : (size_t)(slot == 1 ? hq : hq + hkv) * d;
+        v->row_stride = row;
+        v->batch_stride = (int64_t)gq->seqlen * row;
+        buf_elems[t] = 0;
+    }
+    buf_elems[BUF_Q] = buf_elems[BUF_DQ] =
+        (size_t)(gq->varlen ? gq->alloc_rows * row : (int64_t)gq->batch * gq->seqlen * row);
+}
+
+/* Points fa_params' tensor t (BUF_*) at ptr with the view's strides. */
+static void set_tensor(fa_params *p, int t, void *ptr, const tensor_view *v) {
+#define SET_TENSOR(field, prefix)                   \
+    do {                                            \
+        p->field = ptr;                             \
+        p->prefix##_batch_stride = v->batch_stride; \
+        p->prefix##_row_stride = v->row_stride;     \
+        p->prefix##_head_stride = v->head_stride;   \
+    } while (0)
+    switch (t) {
+    case BUF_Q: SET_TENSOR(q, q); break;
+    case BUF_K: SET_TENSOR(k, k); break;
+    case BUF_V: SET_TENSOR(v, v); break;
+    case BUF_O: SET_TENSOR(o, o); break;
+    case BUF_DO: SET_TENSOR(dout, do); break;
+    case BUF_DQ: SET_TENSOR(dq, dq); break;
+    case BUF_DK: SET_TENSOR(dk, dk); break;
+    default: SET_TENSOR(dv, dv); break;
+    }
+#undef SET_TENSOR
+}
+
+static int run_case(const bwd_case *c, const score_options *opt) {
+    const int hq = c->heads_q, d = c->head_dim;
+    const int runs = deterministic_mode ? NUM_RUNS : RUN_DEFAULT_THIRD;
+    const double c_abs = c->dtype == FA_DTYPE_BF16 ? 1e-2 : 2.5e-3;
+    seq_geometry gq, gk;
+    set_geometry(&gq, c, c->lens_q, c->seqlen_q);
+    set_geometry(&gk, c, c->lens_k, c->seqlen_k);
+    tensor_view views[NUM_BUFS];
+    size_t buf_elems[NUM_BUFS];
+    set_views(views, buf_elems, c, &gq, &gk);
+
+    int failed = 0;
+    uint16_t *host[NUM_BUFS] = {0}, *out_host[NUM_RUNS][NUM_BUFS] = {{0}};
+    uint8_t *mask[NUM_BUFS] = {0};
+    void *dev[NUM_BUFS] = {0};
+    float *lse = NULL, *sinks = NULL, *dsink = NULL, *lse_host = NULL;
+    float dsink_host[NUM_RUNS][64], run_ms[NUM_RUNS] = {0};
+    cudaEvent_t start = NULL, stop = NULL;
+    int *cu_q = NULL, *cu_k = NULL;
+    const size_t lse_elems = c->varlen ? (size_t)(hq * gq.total) + 64 : (size_t)c->batch * hq * c->seqlen_q;
+
+    /* Buffers: NaN everywhere, then random values at the logical elements of the inputs. */
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        if (buf_elems[t] == 0) continue;
+        host[t] = malloc(buf_elems[t] * 2);
+        mask[t] = calloc(buf_elems[t], 1);
+        for (int run = 0; run < NUM_RUNS; ++run)
+            if (t >= BUF_DQ) out_host[run][t] = malloc(buf_elems[t] * 2);
+        memset(host[t], 0xff, buf_elems[t] * 2);
+        CHECK_CUDA(cudaMalloc(&dev[t], buf_elems[t] * 2));
+    }
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        const tensor_view *v = &views[t];
+        const seq_geometry *g = is_query_side(t) ? &gq : &gk;
+        mark_view(mask[v->buf], v, g);
+        if (t == BUF_O || t >= BUF_DQ) continue; /* o comes from fa_forward */
+        const float amplitude = t == BUF_Q && opt->q_amplitude > 0.0f ? opt->q_amplitude : 1.0f;
+        const float lo = t == BUF_DO ? -1.0f : -2.0f * amplitude, hi = t == BUF_DO ? 1.0f : 2.0f * amplitude;
+        const float offset = t == BUF_V ? 0.5f : 0.0f;
+        for (int b = 0; b < g->batch; ++b)
+            for (int64_t i = 0; i < seq_len(g, b); ++i)
+                for (int h = 0; h < v->heads; ++h)
+                    for (int e = 0; e < d; ++e)
+                        host[v->buf][view_index(v, g, b, i, h, e)] = float_to_16(random_uniform(lo, hi) + offset, c->dtype);
+    }
+    for (int t = 0; t < NUM_BUFS; ++t)
+        if (host[t]) CHECK_CUDA(cudaMemcpy(dev[t], host[t], buf_elems[t] * 2, cudaMemcpyHostToDevice));
+    lse_host = malloc(lse_elems * 4);
+    CHECK_CUDA(cudaMalloc((void **)&lse, lse_elems * 4));
+    CHECK_CUDA(cudaMemset(lse, 0xff, lse_elems * 4));
+    if (c->sinks) {
+        float sink_host[64];
+        for (int h = 0; h < hq; ++h) sink_host[h] = 6.0f + 0.75f * (float)(h % 4); /* near LSE ≈ log(keys) + 1 */
+        CHECK_CUDA(cudaMalloc((void **)&sinks, hq * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dsink, hq * 4));
+        CHECK_CUDA(cudaMemcpy(sinks, sink_host, hq * 4, cudaMemcpyHostToDevice));
+    }
+    if (c->varlen) {
+        CHECK_CUDA(cudaMalloc((void **)&cu_q, sizeof gq.cu));
+        CHECK_CUDA(cudaMalloc((void **)&cu_k, sizeof gk.cu));
+        CHECK_CUDA(cudaMemcpy(cu_q, gq.cu, sizeof gq.cu, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(cu_k, gk.cu, sizeof gk.cu, cudaMemcpyHostToDevice));
+    }
+
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.device = FA_DEVICE_CUDA;
+    p.dtype = c->dtype;
+    p.batch = c->batch;
+    p.seqlen_q = c->seqlen_q; /* varlen: the longest sequence */
+    p.seqlen_k = c->seqlen_k;
+    p.heads_q = hq;
+    p.heads_kv = c->heads_kv;
+    p.head_dim = d;
+    p.head_dim_v = d;
+    if (c->varlen) {
+        p.cu_seqlens_q = cu_q;
+        p.cu_seqlens_k = cu_k;
+        p.total_q = gq.total;
+        p.total_k = gk.total;
+    }
+    for (int t = 0; t < NUM_BUFS; ++t) set_tensor(&p, t, (uint16_t *)dev[views[t].buf] + views[t].offset, &views[t]);
+    p.lse = lse;
+    p.causal = c->causal;
+    p.use_window = c->window_left >= 0 || c->window_right >= 0;
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+    p.sink_logits = sinks;
+    p.dsink = dsink;
+    p.softcap = opt->softcap;
+    p.softmax_scale = opt->softmax_scale;
+    p.deterministic = deterministic_mode;
+
+    fa_status s = fa_forward(&p);
+    if (s != FA_OK) {
+        printf("FAIL %s: fa_forward: %s: %s\n", c->name, fa_strerror(s), fa_last_error());
+        failed = 1;
+        goto done;
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    /* NaN back into o and lse wherever fa_forward may have written outside the sequences. */
+    CHECK_CUDA(cudaMemcpy(host[BUF_O], dev[BUF_O], buf_elems[BUF_O] * 2, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < buf_elems[BUF_O]; ++e)
+        if (mask[BUF_O][e] != ELEM_LOGICAL) host[BUF_O][e] = POISON16;
+    CHECK_CUDA(cudaMemcpy(dev[BUF_O], host[BUF_O], buf_elems[BUF_O] * 2, cudaMemcpyHostToDevice));
+    if (c->varlen) {
+        CHECK_CUDA(cudaMemcpy(lse_host, lse, lse_elems * 4, cudaMemcpyDeviceToHost));
+        for (size_t e = 0; e < lse_elems; ++e)
+            if (e >= (size_t)(hq * gq.total) || (int64_t)(e % (size_t)gq.total) >= gq.cu[c->batch]) lse_host[e] = NAN;
+        CHECK_CUDA(cudaMemcpy(lse, lse_host, lse_elems * 4, cudaMemcpyHostToDevice));
+    }
+
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    for (int run = 0; run < runs; ++run) {
+        if (run == RUN_PORTABLE)
+            setenv("FA_CUDA_BACKWARD", "portable", 1);
+        else
+            unsetenv("FA_CUDA_BACKWARD");
+        for (int t = BUF_DQ; t < NUM_BUFS; ++t)
+            if (dev[t]) CHECK_CUDA(cudaMemset(dev[t], 0xff, buf_elems[t] * 2)); /* NaN poison */
+        if (dsink) CHECK_CUDA(cudaMemset(dsink, 0xff, hq * 4));
+        CHECK_CUDA(cudaEventRecord(start, 0));
+        s = fa_backward(&p);
+        unsetenv("FA_CUDA_BACKWARD");
+        if (s != FA_OK) {
+            printf("FAIL %s: fa_backward (%s): %s: %s\n", c->name, run == RUN_PORTABLE ? "portable" : "default",
+                   fa_strerror(s), fa_last_error());
+            failed = 1;
+            goto done;
+        }
+        CHECK_CUDA(cudaEventRecord(stop, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaEventElapsedTime(&run_ms[run], start, stop));
+        for (int t = BUF_DQ; t < NUM_BUFS; ++t)
+            if (dev[t]) CHECK_CUDA(cudaMemcpy(out_host[run][t], dev[t], buf_elems[t] * 2, cudaMemcpyDeviceToHost));
+        if (dsink) CHECK_CUDA(cudaMemcpy(dsink_host[run], dsink, hq * 4, cudaMemcpyDeviceToHost));
+    }
+
+    {
+        char line[1024];
+        int len = 0;
+        long stray = 0, repeat_differs = 0;
+        for (int run = 0; run < runs; ++run) /* nothing written outside the declared tensors */
+            for (int t = BUF_DQ; t < NUM_BUFS; ++t)
+                for (size_t e = 0; out_host[run][t] && e < buf_elems[t]; ++e)
+                    stray += mask[t][e] == ELEM_OUTSIDE && out_host[run][t][e] != POISON16;
+        for (int t = BUF_DQ; t < NUM_BUFS; ++t) {
+            const tensor_view *v = &views[t];
+            const seq_geometry *g = is_query_side(t) ? &gq : &gk;
+            compare_stats st;
+            compare_view(&st, out_host[RUN_DEFAULT][v->buf], out_host[RUN_PORTABLE][v->buf], v, g, c->dtype, c_abs);
+            if (t != BUF_DQ || deterministic_mode) { /* dk, dv (deterministic mode: dq too): bitwise repeatable */
+                const uint16_t *first = out_host[RUN_DEFAULT][v->buf], *again = out_host[RUN_DEFAULT_AGAIN][v->buf];
+                const uint16_t *third = deterministic_mode ? out_host[RUN_DEFAULT_THIRD][v->buf] : again;
+                for (int b = 0; b < g->batch; ++b)
+                    for (int64_t i = 0; i < seq_len(g, b); ++i)
+                        for (int h = 0; h < v->heads; ++h)
+                            for (int e = 0; e < d; ++e) {
+                                const size_t x = view_index(v, g, b, i, h, e);
+                                repeat_differs += first[x] != again[x] || first[x] != third[x];
+                            }
+            }
+            failed |= st.nan_count != 0 || st.over_count != 0;
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s %.1e/%.2f=%.1e%s", tensor_names[t],
+                            st.max_diff, st.max_ref, st.max_ref > 0 ? st.max_diff / st.max_ref : 0.0,
+                            st.nan_count ? " NaN" : "");
+            if (st.nan_count || st.over_count)
+                len += snprintf(line + len, sizeof line - (size_t)len, " [%ld NaN, %ld over tol, worst %.1f× tol]",
+                                st.nan_count, st.over_count, st.worst_ratio);
+        }
+        if (dsink) {
+            double max_ref = 0.0, max_diff = 0.0;
+            long bad = 0;
+            for (int h = 0; h < hq; ++h)
+                if (fabs(dsink_host[RUN_PORTABLE][h]) > max_ref) max_ref = fabs(dsink_host[RUN_PORTABLE][h]);
+            for (int h = 0; h < hq; ++h) {
+                const double a = dsink_host[RUN_DEFAULT][h], r = dsink_host[RUN_PORTABLE][h], diff = fabs(a - r);
+                if (isnan(a) || isnan(r) || diff > 1e-3 * (max_ref + fabs(r))) ++bad;
+                if (diff > max_diff) max_diff = diff;
+            }
+            failed |= bad != 0;
+            len += snprintf(line + len, sizeof line - (size_t)len, " dsink %.1e/%.2f%s", max_diff, max_ref,
+                            bad ? " BAD" : "");
+        }
+        failed |= stray != 0 || repeat_differs != 0;
+        printf("%s %s:%s; repeat %s %s; stray writes %ld; ms default %.2f portable %.2f\n",
+               failed ? "FAIL" : "ok  ", c->name, line, deterministic_mode ? "dq/dk/dv (3 runs)" : "dk/dv",
+               repeat_differs ? "DIFFER" : "same", stray,
+               run_ms[RUN_DEFAULT_AGAIN], run_ms[RUN_PORTABLE]);
+    }
+
+done:
+    unsetenv("FA_CUDA_BACKWARD");
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        if (dev[t]) cudaFree(dev[t]);
+        free(host[t]);
+        free(mask[t]);
+        for (int run = 0; run < NUM_RUNS; ++run) free(out_host[run][t]);
+    }
+    if (lse) cudaFree(lse);
+    if (sinks) cudaFree(sinks);
+    if (dsink) cudaFree(dsink);
+    if (cu_q) cudaFree(cu_q);
+    if (cu_k) cudaFree(cu_k);
+    free(lse_host);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    return failed;
+}
+
+int gpu_bwd_paths_main(int argc, char **argv) {
+    const fa_dtype B = FA_DTYPE_BF16, H = FA_DTYPE_F16;
+    const tensor_layout DENSE = LAYOUT_CONTIGUOUS, PACKED = LAYOUT_PACKED_QKV, PADDED = LAYOUT_PADDED;
+    /* name, dtype, batch, sq, sk, hq, hkv, d, causal, window left/right, sinks, layout, varlen, lens */
+    const bwd_case big_cases[] = {
+        {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d64 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1, -1, 0,
+         DENSE, 0, {0}, {0}},
+        {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d64 window left 200 sq=1000 sk=3000 (keys no query sees)", B, 2, 1000, 3000, 4, 4, 64, 0, 200, -1,
+         0, DENSE, 0, {0}, {0}},
+        {"bf16 d128 causal sinks s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 1, DENSE, 0, {0}, {0}},
+        {"f16 d64 varlen causal GQA 8/2 (an empty sequence)", H, 4, 1531, 1531, 8, 2, 64, 1, -1, -1, 0, DENSE, 1,
+         {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+        {"bf16 d128 varlen causal window 300 sinks MQA 8/1 (no keys, no queries)", B, 4, 2047, 2047, 8, 1, 128, 1,
+         300, -1, 1, DENSE, 1, {1200, 190, 0, 2047}, {1000, 0, 300, 2047}},
+        {"bf16 d96 causal packed qkv s=2000 b=2 h=8", B, 2, 2000, 2000, 8, 8, 96, 1, -1, -1, 0, PACKED, 0, {0}, {0}},
+        {"f16 d128 varlen packed qkv GQA 8/2 sinks", H, 3, 1000, 1000, 8, 2, 128, 0, -1, -1, 1, PACKED, 1,
+         {1000, 0, 777}, {1000, 0, 777}},
+        {"bf16 d64 causal padded strides sq=1500 sk=1800 b=2 GQA 16/4", B, 2, 1500, 1800, 16, 4, 64, 1, -1, -1, 0,
+         PADDED, 0, {0}, {0}},
+        {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
+         PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+        /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
+        {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d192 causal sq=1500 sk=600 MQA 4/1 (rows with no key)", B, 1, 1500, 600, 4, 1, 192, 1, -1, -1, 0,
+         DENSE, 0, {0}, {0}},
+        {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}},
+        {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
+         DENSE, 0, {0}, {0}},
+        {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
+         DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}},
+        {"f16 d192 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100, 100,
+         0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+        {"bf16 d256 causal packed qkv s=1200 b=2 h=4", B, 2, 1200, 1200, 4, 4, 256, 1, -1, -1, 0, PACKED, 0, {0},
+         {0}},
+        {"f16 d192 varlen packed qkv GQA 4/2 sinks", H, 3, 900, 900, 4, 2, 192, 0, -1, -1, 1, PACKED, 1,
+         {900, 0, 517}, {900, 0, 517}},
+        {"bf16 d256 causal padded strides sq=700 sk=900 GQA 8/2", B, 2, 700, 900, 8, 2, 256, 1, -1, -1, 0, PADDED,
+         0, {0}, {0}},
+        {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
+         PADDED, 1, {900, 413, 71}, {1000, 0, 200}},
+    };
+    /* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
+    const bwd_case small_cases[] = {
+        {"small f16 d64 varlen causal GQA 4/2", H, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
+         {70, 0, 131, 33}, {91, 7, 131, 25}},
+        {"small bf16 d128 varlen causal window 40 sinks MQA 4/1", B, 4, 200, 200, 4, 1, 128, 1, 40, -1, 1, DENSE, 1,
+         {120, 19, 0, 200}, {100, 0, 30, 200}},
+        {"small bf16 d96 causal packed qkv s=200 b=2 h=4", B, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0, {0},
+         {0}},
+        {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
+         0, PADDED, 0, {0}, {0}},
+        {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+         {70, 0, 131, 33}, {91, 7, 131, 25}},
+        {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
+         0, PADDED, 0, {0}, {0}},
+        {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
+         {0}},
+    };
+    /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
+    const softcap_case big_softcap_cases[] = {
+        {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
+          {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
+          -1, 0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
+          {0}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
+          1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
+          0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+         {25.0f, 10.0f, 0.0f}},
+        {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
+          {0}, {0}},
+         {40.0f, 15.0f, 0.0f}},
+        {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
+          {0}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
+          100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
+          {0}, {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"bf16 d128 causal softmax_scale -0.09 (portable both runs)", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
+          0, {0}, {0}},
+         {0.0f, 0.0f, -0.09f}},
+        {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
+          0, DENSE, 0, {0}, {0}},
+         {30.0f, 10.0f, -0.125f}},
+    };
+    const softcap_case small_softcap_cases[] = {
+        {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
+          {70, 0, 131, 33}, {91, 7, 131, 25}},
+         {30.0f, 10.0f, 0.0f}},
+        {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
+          50, 20, 0, PADDED, 0, {0}, {0}},
+         {20.0f, 8.0f, 0.0f}},
+        {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
+          {0}, {0}},
+         {50.0f, 20.0f, 0.0f}},
+        {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+          {70, 0, 131, 33}, {91, 7, 131, 25}},
+         {30.0f, 10.0f, 0.0f}},
+    };
+    const score_options plain = {0.0f, 0.0f, 0.0f};
+    /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
+     * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
+    const bwd_case det_cases[] = {
+        {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+        {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
+         {6000, 2500, 4100}, {6000, 2000, 4500}},
+    };
+    int small = 0;
+    for (int a = 1; a < argc; ++a) {
+        if (strcmp(argv[a], "small") == 0)
+            small = 1;
+        else if (strcmp(argv[a], "det") == 0)
+            deterministic_mode = 1;
+        else {
+            printf("usage: fa_gpu_bwd_paths [small] [det]\n");
+            return 2;
+        }
+    }
+    const bwd_case *cases = small ? small_cases : big_cases;
+    const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0]) : (int)(sizeof big_cases / sizeof big_cases[0]);
+    const softcap_case *sc_cases = small ? small_softcap_cases : big_softcap_cases;
+    const int n_sc = small ? (int)(sizeof small_softcap_cases / sizeof small_softcap_cases[0])
+                           : (int)(sizeof big_softcap_cases / sizeof big_softcap_cases[0]);
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        printf("fa_gpu_bwd_paths: no CUDA device\n");
+        return 1;
+    }
+    printf("fa_gpu_bwd_paths: %s (cc %d.%d)%s\n", prop.name, prop.major, prop.minor,
+           prop.major == 9 && prop.minor == 0 ? ""
+                                              : ": no Hopper backward here, both runs use the portable kernel");
+    printf("per tensor: max|default - portable| / max|portable| = ratio\n");
+    printf("%s\n", deterministic_mode ? "deterministic = 1: dq, dk, dv must repeat bitwise over 3 default runs"
+                                       : "deterministic = 0");
+    int fails = 0, total = n + n_sc;
+    for (int i = 0; i < n; ++i) {
+        fails += run_case(&cases[i], &plain);
+        fflush(stdout); /* under a timeout, the last line names a case that hung */
+    }
+    for (int i = 0; i < n_sc; ++i) {
+        fails += run_case(&sc_cases[i].c, &sc_cases[i].scores);
+        fflush(stdout);
+    }
+    if (deterministic_mode && !small) {
+        total += (int)(sizeof det_cases / sizeof det_cases[0]);
+        for (int i = 0; i < (int)(sizeof det_cases / sizeof det_cases[0]); ++i) {
+            fails += run_case(&det_cases[i], &plain);
+            fflush(stdout);
+        }
+    }
+    printf("fa_gpu_bwd_paths: %d passed, %d failed\n", total - fails, fails);
+    return fails ? 1 : 0;
+}

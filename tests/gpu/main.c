@@ -1,0 +1,34 @@
+/*
+ * tests/gpu/main.c: `fa_gpu_tests MODE [ARGS]`, the GPU test programs in one binary (built by
+ * `make $(BUILD)/fa_gpu_tests` when nvcc is present; run by `make gpu-test`):
+ *   determinism [small]     the CUDA forward is bitwise repeatable (determinism.c)
+ *   paths [packed]          the default forward kernel against the portable one (paths.c)
+ *   backward [CASE...]      backward repeatability on problems reaching every kernel path (backward.c)
+ *   bwd_paths [small] [det] the default backward kernel against the portable one (bwd_paths.c)
+ * Each mode exits non-zero on failure.
+ */
+#include <stdio.h>
+#include <string.h>
+
+int gpu_determinism_main(int argc, char **argv);
+int gpu_paths_main(int argc, char **argv);
+int gpu_backward_main(int argc, char **argv);
+int gpu_bwd_paths_main(int argc, char **argv);
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} modes[] = {
+    {"determinism", gpu_determinism_main},
+    {"paths", gpu_paths_main},
+    {"backward", gpu_backward_main},
+    {"bwd_paths", gpu_bwd_paths_main},
+};
+
+int main(int argc, char **argv) {
+    if (argc >= 2)
+        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+            if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths [ARGS]\n");
+    return 2;
+}

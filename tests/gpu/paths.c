@@ -1,0 +1,202 @@
+/*
+ * fa_gpu_paths.c: the CUDA forward's two kernels on problems large enough that every CTA of the
+ * Hopper kernel's persistent grid walks several query tiles (snake order, Q of the next tile
+ * loaded under the epilogue): the default kernel (the Hopper one on sm_90) against the portable
+ * one (FA_CUDA_FORWARD=portable), which the randomised sweep checks against float64 on smaller
+ * problems. Both round P to 16 bits before P·V, so they agree to a few 16-bit ulps of O; LSE is
+ * fp32 on both. Outputs are NaN-poisoned before each call, so an unwritten element fails.
+ * Packed GQA/MQA tiles (small seqlen_q, lab/hopper/gqa_pack): the cases with pack = 1 run the
+ * default kernel with FA_CUDA_PACK_GQA=1 (packed whenever 2 query heads fit a tile), so small
+ * problems the cost model would leave unpacked are packed too; pack = 0 leaves the choice to the
+ * model. `fa_gpu_paths packed` runs only the packed cases (small: for compute-sanitizer).
+ * Part of `make gpu-test` (tests/gpu_test.sh). Exit status 0 = every case agrees.
+ */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashattn.h"
+
+typedef struct path_case {
+    const char *name;
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, window_left;
+    float softcap;
+    int varlen; /* 3 sequences of seqlen_q·{1/3, 1, 2/3} queries and seqlen_k·{1, 1/2, 1} keys */
+    int pack;   /* 1: FA_CUDA_PACK_GQA=1 for the default kernel; 0: unset (the cost model decides) */
+    int sinks;  /* sink logits, a different one per query head */
+} path_case;
+
+static unsigned int path_rng = 88172645u;
+static unsigned short random_bf16(float offset) {
+    path_rng ^= path_rng << 13;
+    path_rng ^= path_rng >> 17;
+    path_rng ^= path_rng << 5;
+    float f = (float)(path_rng >> 8) / 16777216.0f * 4.0f - 2.0f + offset;
+    unsigned int u;
+    memcpy(&u, &f, 4);
+    return (unsigned short)(u >> 16);
+}
+
+static float bf16_to_float(unsigned short x) {
+    unsigned int u = (unsigned int)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define CHECK_CUDA(call)                                                                          \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            printf("FAIL %s: %s: %s\n", c->name, #call, cudaGetErrorString(e_));                  \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+static int run_case(const path_case *c) {
+    const int hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim;
+    int cu_q[4] = {0, c->seqlen_q / 3, c->seqlen_q / 3 + c->seqlen_q, c->seqlen_q / 3 + c->seqlen_q + 2 * c->seqlen_q / 3};
+    int cu_k[4] = {0, c->seqlen_k, c->seqlen_k + c->seqlen_k / 2, 2 * c->seqlen_k + c->seqlen_k / 2};
+    const int batch = c->varlen ? 3 : c->batch;
+    const long rows_q = c->varlen ? cu_q[3] : (long)batch * c->seqlen_q;
+    const long rows_k = c->varlen ? cu_k[3] : (long)batch * c->seqlen_k;
+    const size_t nq = (size_t)rows_q * hq * d, nk = (size_t)rows_k * hkv * d, no = nq, nl = (size_t)rows_q * hq;
+    unsigned short *h = malloc(2 * (nq + 2 * nk)), *o_out[2] = {malloc(2 * no), malloc(2 * no)};
+    float *l_out[2] = {malloc(4 * nl), malloc(4 * nl)};
+    for (size_t i = 0; i < nq + 2 * nk; ++i) h[i] = random_bf16(i >= nq + nk ? 0.5f : 0.0f); /* v offset */
+    void *q, *k, *v, *o;
+    float *lse, *sink = NULL;
+    int *dcu_q, *dcu_k;
+    CHECK_CUDA(cudaMalloc(&q, 2 * nq));
+    CHECK_CUDA(cudaMalloc(&k, 2 * nk));
+    CHECK_CUDA(cudaMalloc(&v, 2 * nk));
+    CHECK_CUDA(cudaMalloc(&o, 2 * no));
+    CHECK_CUDA(cudaMalloc((void **)&lse, 4 * nl));
+    CHECK_CUDA(cudaMalloc((void **)&dcu_q, sizeof cu_q));
+    CHECK_CUDA(cudaMalloc((void **)&dcu_k, sizeof cu_k));
+    CHECK_CUDA(cudaMemcpy(q, h, 2 * nq, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(k, h + nq, 2 * nk, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nk, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dcu_q, cu_q, sizeof cu_q, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dcu_k, cu_k, sizeof cu_k, cudaMemcpyHostToDevice));
+    if (c->sinks) {
+        float sink_h[256];
+        for (int i = 0; i < hq && i < 256; ++i) sink_h[i] = -1.5f + 0.37f * (float)(i % 11);
+        CHECK_CUDA(cudaMalloc((void **)&sink, sizeof(float) * (size_t)hq));
+        CHECK_CUDA(cudaMemcpy(sink, sink_h, sizeof(float) * (size_t)hq, cudaMemcpyHostToDevice));
+    }
+
+    fa_params p;
+    memset(&p, 0, sizeof p);
+    p.device = FA_DEVICE_CUDA;
+    p.dtype = FA_DTYPE_BF16;
+    p.batch = batch;
+    p.seqlen_q = c->seqlen_q; /* varlen: the longest sequence (the middle one) */
+    p.seqlen_k = c->seqlen_k;
+    p.heads_q = hq;
+    p.heads_kv = hkv;
+    p.head_dim = d;
+    p.head_dim_v = d;
+    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+    if (c->varlen) {
+        p.cu_seqlens_q = dcu_q;
+        p.cu_seqlens_k = dcu_k;
+        p.total_q = rows_q;
+        p.total_k = rows_k;
+    }
+    fa_set_contiguous_strides(&p);
+    p.causal = c->causal;
+    p.use_window = c->window_left >= 0;
+    p.window_left = c->window_left;
+    p.window_right = -1;
+    p.softcap = c->softcap;
+    p.sink_logits = sink;
+    for (int path = 0; path < 2; ++path) { /* 0: default kernel, 1: portable */
+        if (path == 1)
+            setenv("FA_CUDA_FORWARD", "portable", 1);
+        else
+            unsetenv("FA_CUDA_FORWARD");
+        if (path == 0 && c->pack)
+            setenv("FA_CUDA_PACK_GQA", "1", 1);
+        else
+            unsetenv("FA_CUDA_PACK_GQA");
+        CHECK_CUDA(cudaMemset(o, 0xff, 2 * no)); /* NaN poison */
+        CHECK_CUDA(cudaMemset(lse, 0xff, 4 * nl));
+        fa_status s = fa_forward(&p);
+        if (s != FA_OK) {
+            printf("FAIL %s: fa_forward (%s): %s: %s\n", c->name, path ? "portable" : "default", fa_strerror(s),
+                   fa_last_error());
+            return 1;
+        }
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(o_out[path], o, 2 * no, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(l_out[path], lse, 4 * nl, cudaMemcpyDeviceToHost));
+    }
+    unsetenv("FA_CUDA_FORWARD");
+    unsetenv("FA_CUDA_PACK_GQA");
+    double max_o = 0.0, max_do = 0.0, max_dl = 0.0;
+    long unwritten = 0;
+    for (size_t i = 0; i < no; ++i) {
+        const float a = bf16_to_float(o_out[0][i]), b = bf16_to_float(o_out[1][i]);
+        if (isnan(a) || isnan(b)) {
+            ++unwritten;
+            continue;
+        }
+        if (fabs(b) > max_o) max_o = fabs(b);
+        if (fabs(a - b) > max_do) max_do = fabs(a - b);
+    }
+    for (size_t i = 0; i < nl; ++i) {
+        const float a = l_out[0][i], b = l_out[1][i];
+        if (isnan(a) || isnan(b)) {
+            ++unwritten;
+            continue;
+        }
+        if (!(isinf(a) && isinf(b) && a == b) && fabs(a - b) > max_dl) max_dl = fabs(a - b);
+    }
+    /* a few bf16 ulps (2^-8 relative) of the largest output; LSE within 2e-3 */
+    const int ok = unwritten == 0 && max_do <= 3.0 * 0.0078125 * max_o && max_dl <= 2e-3;
+    printf("%s %s: max|O| %.3f, max|dO| %.2e, max|dLSE| %.2e, unwritten %ld\n", ok ? "ok  " : "FAIL", c->name, max_o,
+           max_do, max_dl, unwritten);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(dcu_q), cudaFree(dcu_k);
+    if (sink) cudaFree(sink);
+    free(h), free(o_out[0]), free(o_out[1]), free(l_out[0]), free(l_out[1]);
+    return !ok;
+}
+
+int gpu_paths_main(int argc, char **argv) {
+    const path_case cases[] = {
+        {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0},
+        {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0},
+        {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0},
+        {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0},
+        {"d128 varlen causal h=16 softcap", 0, 3000, 3000, 16, 8, 128, 1, -1, 20.0f, 1, 0, 0},
+        {"d64 window 300 sq=2000 sk=5000 h=16", 2, 2000, 5000, 16, 16, 64, 0, 300, 0.0f, 0, 0, 0},
+        /* packed GQA/MQA tiles (pack = 1), sq 1..64, groups 2..16 */
+        {"pack d128 GQA 32/8 causal sq=4 sk=1000", 2, 4, 1000, 32, 8, 128, 1, -1, 0.0f, 0, 1, 0},
+        {"pack d128 GQA 8/4 sq=1 sk=517", 3, 1, 517, 8, 4, 128, 0, -1, 0.0f, 0, 1, 0},
+        {"pack d128 MQA 16/1 causal sinks sq=7 sk=300", 2, 7, 300, 16, 1, 128, 1, -1, 0.0f, 0, 1, 1},
+        {"pack d96 GQA 12/4 sq=5 sk=333", 2, 5, 333, 12, 4, 96, 0, -1, 0.0f, 0, 1, 0},
+        {"pack d64 GQA 24/3 window 64 sq=13 sk=700", 2, 13, 700, 24, 3, 64, 0, 64, 0.0f, 0, 1, 0},
+        {"pack d64 MQA 6/1 causal sq=64 sk=640 (3 heads/tile)", 1, 64, 640, 6, 1, 64, 1, -1, 0.0f, 0, 1, 0},
+        {"pack d256 GQA 16/2 causal softcap sinks sq=33 sk=411 (3+3+2)", 2, 33, 411, 16, 2, 256, 1, -1, 30.0f, 0, 1, 1},
+        {"pack d256 GQA 4/2 causal sq=sk=64", 3, 64, 64, 4, 2, 256, 1, -1, 0.0f, 0, 1, 0},
+        {"pack d128 GQA 6/2 window 100 sinks sq=40 sk=2000", 2, 40, 2000, 6, 2, 128, 0, 100, 0.0f, 0, 1, 1},
+        {"pack d128 GQA 8/2 causal sq=20 > sk=10 (rows with no key)", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 0},
+        {"pack d128 GQA 8/2 causal sinks sq=20 > sk=10", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 1},
+        /* the cost model's own choice on a decode-like batch (it packs: 512 -> 128 tiles) */
+        {"model d128 GQA 32/8 causal sq=4 sk=2048 b=16", 16, 4, 2048, 32, 8, 128, 1, -1, 0.0f, 0, 0, 0},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    const int packed_only = argc > 1 && strcmp(argv[1], "packed") == 0;
+    int fails = 0, runs = 0;
+    for (int i = 0; i < n; ++i) {
+        if (packed_only && !cases[i].pack) continue;
+        fails += run_case(&cases[i]);
+        ++runs;
+    }
+    printf("fa_gpu_paths: %d passed, %d failed\n", runs - fails, fails);
+    return fails ? 1 : 0;
+}
