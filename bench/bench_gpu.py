@@ -1,14 +1,16 @@
-"""Side-by-side GPU benchmark: flashattn against PyTorch SDPA's FLASH_ATTENTION (FlashAttention-2)
-and CUDNN_ATTENTION backends, measured in one run on the same inputs.
+"""Side-by-side GPU benchmark: flashattn against FlashAttention-4 (when `flash_attn.cute` is
+importable) and PyTorch SDPA's CUDNN_ATTENTION and FLASH_ATTENTION (FlashAttention-2) backends,
+measured in one run on the same inputs.
 
 Run where PyTorch and a CUDA GPU are present, from the repository root, after `make`:
 
     python3 bench/bench_gpu.py [--quick] [--out bench/results] [--d 64,128,256] [--seqlens 512,...]
 
 Shapes are the FlashAttention papers' standard ones: b·s = 16k tokens, hidden 2048 (h = 2048/d),
-bf16, causal and not. FLOPs: forward 4·b·h·s²·d (halved when causal), backward 2.5× forward.
+bf16, causal and not, plus the GQA shape NVIDIA publishes for cuDNN (b1, s16k, 64 query / 8 kv
+heads, d128; --no-gqa leaves it out). FLOPs: forward 4·b·h·s²·d (halved when causal), backward 2.5× forward.
 Timing: triton.testing.do_bench median (events, warm-up, repeats), the same method as the anchors
-in ../shared/anchors. Backward is timed as torch.autograd.grad of the forward output for every
+of the published anchors. Backward is timed as torch.autograd.grad of the forward output for every
 implementation alike. Also measured: peak extra memory of causal fwd+bwd at long sequence
 (b=1, h=16, d=128) above q, k, v.
 
@@ -16,7 +18,7 @@ Our numbers come, by default (--ours python), from flashattn.flash_attn_func tim
 exactly like the SDPA backends, interleaved with them shape by shape in one process: the same
 do_bench timing and the same power state. That matters on an H200: under sustained load these
 kernels run at the software power cap (SM clock ~1740 MHz instead of 1980), and a tool that times
-short bursts between pauses measures up to ~10 % more (NOTES.md, lab/device/session_p.sh). The
+short bursts between pauses measures up to ~10 % more (docs/tuning-log.md). The
 price is the Python wrapper's launch cost (a few % at the shortest shapes). --ours cli takes our
 numbers from the `flashattn bench --device cuda --json` tool instead (CUDA events, median,
 L2-sized input rotation, no wrapper cost). Memory for ours always comes from the tool when it is
@@ -45,6 +47,15 @@ from report import write_svg  # noqa: E402
 import subprocess  # noqa: E402
 
 SDPA_BACKENDS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def fa4_available():
+    """FlashAttention-4's interface, or the reason it cannot be imported."""
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: F401
+        return True, ""
+    except Exception as e:  # not installed, or no kernel for this GPU
+        return False, repr(e).splitlines()[0][:200]
 
 
 def bench_ms(fn):
@@ -82,55 +93,70 @@ def make_fns(name, q, k, v, causal):
     if name == "flashattn":
         import flashattn
         return lambda: flashattn.flash_attn_func(q, k, v, causal=causal)
+    if name == "fa4":
+        from flash_attn.cute import flash_attn_func as fa4_func
+
+        def f4():
+            r = fa4_func(q, k, v, causal=causal)
+            return r[0] if isinstance(r, tuple) else r
+        return f4
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     be = SDPA_BACKENDS[name]
+    gqa = kt.shape[1] != qt.shape[1]
 
     def f():
         with sdpa_kernel(be):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                  enable_gqa=gqa).transpose(1, 2)
     return f
 
 
-def measure_speed(d_list, s_list, impls, modes, ours_cli=None):
+def standard_shapes(d_list, s_list, gqa=True):
+    """(b, s, hq, hkv, d, causal): b·s = 16k tokens, hidden 2048, then the GQA 64/8 shape."""
+    shapes = [(16384 // s, s, 2048 // d, 2048 // d, d, causal)
+              for d in d_list for causal in (False, True) for s in s_list]
+    if gqa:
+        shapes += [(1, 16384, 64, 8, 128, causal) for causal in (False, True)]
+    return shapes
+
+
+def measure_speed(shapes, impls, modes, ours_cli=None):
     rows = []
-    total_tokens = 16384
-    for d in d_list:
-        for causal in (False, True):
-            for s in s_list:
-                b, h = total_tokens // s, 2048 // d
-                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
-                                       requires_grad=True) for _ in range(3))
-                do = torch.randn_like(q)
-                flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"d": d, "causal": causal, "s": s, "b": b, "h": h}
-                for name in impls:
-                    if name == "flashattn" and ours_cli is not None:
-                        row[name] = ours_cli.get((d, causal, s), {"error": "no result"})
-                        continue
-                    try:
-                        f = make_fns(name, q, k, v, causal)
-                        cell = {}
-                        if "fwd" in modes:
-                            with torch.no_grad():
-                                f()
-                                ms = bench_ms(f)
-                            cell["fwd_ms"] = round(ms, 4)
-                            cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
-                        if "bwd" in modes:
-                            o = f()
-                            g = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-                            g()
-                            ms = bench_ms(g)
-                            cell["bwd_ms"] = round(ms, 4)
-                            cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
-                            del o
-                        row[name] = cell
-                    except Exception as e:  # an unsupported shape for one backend is a result too
-                        row[name] = {"error": str(e).splitlines()[0][:160]}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                del q, k, v, do
-                torch.cuda.empty_cache()
+    for b, s, h, hkv, d, causal in shapes:
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=True) for _ in range(2))
+        do = torch.randn_like(q)
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        row = {"d": d, "causal": causal, "s": s, "b": b, "h": h, "hkv": hkv}
+        for name in impls:
+            if name == "flashattn" and ours_cli is not None and hkv == h:
+                row[name] = ours_cli.get((d, causal, s), {"error": "no result"})
+                continue
+            try:
+                f = make_fns(name, q, k, v, causal)
+                cell = {}
+                if "fwd" in modes:
+                    with torch.no_grad():
+                        f()
+                        ms = bench_ms(f)
+                    cell["fwd_ms"] = round(ms, 4)
+                    cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
+                if "bwd" in modes:
+                    o = f()
+                    g = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+                    g()
+                    ms = bench_ms(g)
+                    cell["bwd_ms"] = round(ms, 4)
+                    cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
+                    del o
+                row[name] = cell
+            except Exception as e:  # an unsupported shape for one backend is a result too
+                row[name] = {"error": str(e).splitlines()[0][:160]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del q, k, v, do
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -182,19 +208,24 @@ def measure_memory(seqlens, impls, tool=None):
 
 
 def markdown(res, impls):
-    lines = [f"# GPU benchmark {res['env']['date']}", "",
-             f"GPU: {res['env']['gpu']}; torch {res['env']['torch']}; cuDNN {res['env']['cudnn']}; "
-             "bf16; b·s = 16k tokens, hidden 2048. TFLOP/s (FlashAttention convention); "
-             "median of triton.testing.do_bench.", ""]
-    head = "| d | causal | seqlen | " + " | ".join(f"{n} fwd | {n} bwd" for n in impls) + " |"
-    lines += [head, "|" + "---|" * (3 + 2 * len(impls))]
+    env = res["env"]
+    fa4 = f"; FlashAttention-4 {env['fa4']}" if "fa4" in env else ""
+    lines = [f"# GPU benchmark {env['date']}", "",
+             f"GPU: {env['gpu']}; torch {env['torch']}; cuDNN {env['cudnn']}{fa4}; "
+             "bf16; b·s = 16k tokens, hidden 2048 (heads = 2048 / d) unless the heads column says "
+             "otherwise. TFLOP/s (FlashAttention convention: fwd 4·b·h·s²·d, halved causal; bwd 2.5× fwd); "
+             "median of triton.testing.do_bench, all implementations interleaved shape by shape in one "
+             "process. Written by bench/bench_gpu.py.", ""]
+    head = "| d | causal | seqlen | heads q/kv | " + " | ".join(f"{n} fwd | {n} bwd" for n in impls) + " |"
+    lines += [head, "|" + "---|" * (4 + 2 * len(impls))]
     for r in res["speed"]:
         cells = []
         for n in impls:
             c = r.get(n, {})
             cells += ["err", "err"] if "error" in c else [str(c.get("fwd_tflops", "-")),
                                                         str(c.get("bwd_tflops", "-"))]
-        lines.append(f"| {r['d']} | {int(r['causal'])} | {r['s']} | " + " | ".join(cells) + " |")
+        heads = f"{r['h']}/{r.get('hkv', r['h'])}" + (f" (b{r['b']})" if r.get("hkv", r["h"]) != r["h"] else "")
+        lines.append(f"| {r['d']} | {int(r['causal'])} | {r['s']} | {heads} | " + " | ".join(cells) + " |")
     if res["memory"]:
         lines += ["", "Peak extra memory, causal fwd+bwd, b=1, h=16, d=128 (MiB above q, k, v, dO):", "",
                   "| seqlen | impl | extra MiB |", "|---|---|---|"]
@@ -209,7 +240,9 @@ def main():
     ap.add_argument("--d", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--modes", default="fwd,bwd")
-    ap.add_argument("--impls", default="flashattn,fa2,cudnn")
+    ap.add_argument("--impls", default="flashattn,fa4,cudnn,fa2",
+                    help="fa4 is dropped (with the reason printed) when flash_attn.cute is not importable")
+    ap.add_argument("--no-gqa", action="store_true", help="leave out the b1 64/8-head GQA shape")
     ap.add_argument("--mem-seqlens", default="4096,16384,65536")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--tag", default="gpu")
@@ -219,15 +252,27 @@ def main():
     d_list = [128] if a.quick else [int(x) for x in a.d.split(",")]
     s_list = [1024, 4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
     impls = a.impls.split(",")
+    if "fa4" in impls:
+        ok, why = fa4_available()
+        if not ok:
+            print(f"FlashAttention-4 not measured: {why}", flush=True)
+            impls.remove("fa4")
     modes = a.modes.split(",")
     date = datetime.date.today().isoformat()
     res = {"env": {"date": date, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "cudnn": torch.backends.cudnn.version()}}
+                   "cudnn": torch.backends.cudnn.version(), "impls": impls}}
+    if "fa4" in impls:
+        import importlib.metadata as md
+        try:
+            res["env"]["fa4"] = md.version("flash-attn-4")
+        except Exception:
+            res["env"]["fa4"] = "unknown version"
     print(res["env"], flush=True)
     tool = a.tool if a.ours == "cli" else None
     res["env"]["ours_via"] = "flashattn bench (CUDA events)" if tool else "flash_attn_func (torch)"
     ours = cli_rows(tool, d_list, s_list, modes) if tool and "flashattn" in impls else None
-    res["speed"] = measure_speed(d_list, s_list, impls, modes, ours)
+    shapes = standard_shapes(d_list, s_list, gqa=not (a.no_gqa or a.quick))
+    res["speed"] = measure_speed(shapes, impls, modes, ours)
     mem_s = [int(x) for x in a.mem_seqlens.split(",")] if a.mem_seqlens else []
     # Memory of ours always through the tool when it is built: the library's workspace comes from
     # cudaMallocAsync, which torch's allocator statistics do not see.
@@ -240,7 +285,7 @@ def main():
         fh.write(md)
     with open(stem + ".json", "w") as fh:
         json.dump(res, fh, indent=1)
-    write_svg(res["speed"], impls, stem + ".svg",
+    write_svg([r for r in res["speed"] if r.get("hkv", r["h"]) == r["h"]], impls, stem + ".svg",
               title=f"{res['env']['gpu']}, bf16, b·s = 16k, hidden 2048 ({date})")
     print(md)
 

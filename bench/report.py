@@ -6,7 +6,7 @@ write_svg(rows, impls, path, title) takes the "speed" rows of bench_gpu.py (one 
 """
 import math
 
-COLORS = {"flashattn": "#d62728", "fa2": "#1f77b4", "cudnn": "#2ca02c", "standard": "#7f7f7f"}
+COLORS = {"flashattn": "#d62728", "fa4": "#ff7f0e", "fa2": "#1f77b4", "cudnn": "#2ca02c", "standard": "#7f7f7f"}
 PANEL_W, PANEL_H, MARGIN = 260, 190, 48
 
 
