@@ -396,6 +396,24 @@ __device__ __forceinline__ void tma_store_wait_group_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
+/* Add the box at (c0 .. c2) of shared memory at src into a 3-D fp32 tensor map's elements
+ * (cp.reduce.async.bulk.tensor ... .add: each element added atomically in L2; parts outside the
+ * tensor are skipped). Completion as tma_store_4d (bulk groups of the issuing thread); the
+ * source is written and fenced as for tma_store_4d. */
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+/* cp.async.bulk.wait_group N: wait until at most N of this thread's bulk groups are still
+ * pending, writes included (the global memory they write is then written). */
+template <int N>
+__device__ __forceinline__ void tma_store_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* prefetch.tensormap: bring the tensor map (a kernel parameter) into the descriptor cache. */
 __device__ __forceinline__ void tma_prefetch_tensormap(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
@@ -407,6 +425,13 @@ __device__ __forceinline__ void tma_prefetch_tensormap(const CUtensorMap *map) {
  * barrier that hands the data over. */
 __device__ __forceinline__ void fence_proxy_async_shared_cta() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* fence.proxy.async.global: orders this thread's generic-proxy global accesses with its
+ * async-proxy ones (bulk reductions) on either side, e.g. a semaphore acquire before the bulk
+ * reductions it guards, or their completion before the release that passes the turn on. */
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 /* ---- register -> shared matrix stores (PTX ISA "Data Movement and Conversion Instructions:

@@ -207,17 +207,23 @@ FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
 
 /* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores
  * [batch, heads_q, query blocks, 2], one per (sequence, query head, query block of BLOCK_M rows,
- * consumer's dQ piece), zeroed before the main kernel. */
+ * consumer's dQ piece; buckets 64 and 128 use piece 0's for the whole tile, their one dQ writer
+ * adds both pieces), zeroed before the main kernel. */
 FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, long long heads_q, long long seqlen_q) {
     const long long block_m = fa_hopper_bwd_block_m(bucket);
     return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
 }
 
+/* dQ staging of buckets 64 and 128: each consumer's fp32 dQ piece [64, 64] goes through shared
+ * memory to one bulk reduce-add per 32 columns (kernels/bwd_sm90.cu); bucket 256 (no room left)
+ * adds from registers. */
+FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) { return bucket == 256 ? 0 : 2 * 64 * 64 * 4; }
+
 /* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]);
- * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
- * mbarriers; 1024 bytes to align the window to the swizzle atom. */
+ * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; the dQ staging; STAGES × (LSE·log2e and D
+ * [BLOCK_M] fp32); the mbarriers; 1024 bytes to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
-    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket +
+    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket + fa_hopper_bwd_dq_staging_bytes(bucket) +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
            2 * (size_t)fa_hopper_bwd_ds_copies(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
                (size_t)fa_hopper_bwd_block_n(bucket) +

@@ -61,3 +61,24 @@ fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *nam
                             (unsigned long long)stride_bytes[2], box_rows);
     return FA_OK;
 }
+
+fa_status fa_hopper_make_accum_map(CUtensorMap *map, const char *path, float *base, int64_t dim, int64_t rows,
+                                   int64_t heads, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = fa_hopper_encode_fn();
+    if (encode == nullptr)
+        return fa_set_error(FA_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the CUDA driver");
+    const cuuint64_t dims[3] = {(cuuint64_t)dim, (cuuint64_t)rows, (cuuint64_t)heads};
+    const cuuint64_t stride_bytes[2] = {(cuuint64_t)(4 * dim), (cuuint64_t)(4 * dim * rows)};
+    const cuuint32_t box[3] = {32, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, stride_bytes, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return fa_set_error(FA_ERR_CUDA,
+                            "cuTensorMapEncodeTiled(%s dq accumulator) failed with CUresult %d: dims {%llu, %llu, "
+                            "%llu}, box {32, %d, 1}",
+                            path, (int)r, (unsigned long long)dims[0], (unsigned long long)dims[1],
+                            (unsigned long long)dims[2], box_rows);
+    return FA_OK;
+}

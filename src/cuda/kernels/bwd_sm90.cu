@@ -1,7 +1,8 @@
 /*
  * bwd_sm90.cu: the backward main kernel for Hopper (sm_90a), FlashAttention-3's design in
  * our own code: TMA loads, wgmma, warp specialisation, dK/dV accumulated in registers across the
- * query loop, dQ reduced in fp32 global memory. Compiled for `arch=compute_90a,code=sm_90a` only
+ * query loop, dQ staged in shared memory and added into an fp32 accumulator in global memory by
+ * bulk tensor reduce-adds. Compiled for `arch=compute_90a,code=sm_90a` only
  * (the Makefile's *_sm90a.cu rule). bwd.cu runs its pre-pass (D = rowsum(dO∘O), dsink
  * partials), the zeroing of the dQ accumulator and the conversions around it, exactly as around
  * the portable main kernel; fa_bwd_launch_hopper() replaces only the main kernel, for the
@@ -16,9 +17,8 @@
  * SOFTCAP instantiations, see below). Not here: ALiBi: portable kernel. Deterministic mode
  * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
  * first (bwd_sm90_common.cuh, "deterministic dQ"): the grid runs key block
- * gridDim.x - 1 - blockIdx.x, producer warps 1 and 2 keep the turns of the consumers' dQ pieces,
- * and each consumer waits for its turn (named barrier DQ_TURN) just before its red.adds and
- * reports them done (DQ_DONE).
+ * gridDim.x - 1 - blockIdx.x and the dQ writer (producer warp 1) waits for each tile's turn
+ * before its reduce-adds and passes it on once they are written (fa_bwd_sm90_dq_writer).
  *
  * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
  * D = rowsum(dO∘O): dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D), dQ = scale·dS K, dK = scale·dSᵀ Q,
@@ -33,6 +33,10 @@
  *     (stage_full / stage_empty mbarriers); meanwhile the warp's 32 lanes load the rows'
  *     LSE·log2e (from the forward's LSE; +inf where LSE = -inf) and D (the pre-pass's) into the
  *     stage with st.shared: +inf and 0 for rows past the sequence (so P = 0 there);
+ *   warp 1, the dQ writer: per iteration, adds the two staged dQ pieces into the accumulator
+ *     with cp.reduce.async.bulk.tensor (one TMA instruction per 32 columns instead of one
+ *     red.global per element pair from 256 threads: half the L2 reduction traffic, and the
+ *     consumers' issue slots stay on the GEMMs; FlashAttention-3/4's design); warps 2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
  *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations.
  * Query blocks no key of the block can see (causal, window) are skipped: the loop runs over
@@ -57,10 +61,11 @@
  *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed, see below);
  *   issue Sᵀ and dPᵀ (two wgmma groups); wait for Sᵀ: mask, P = 2^(Sᵀ·scale·log2e - LSE2);
  *   (bucket 128: pack P, issue dV += Pᵀ dO); wait for dPᵀ: dS = P∘(dPᵀ - D); pack dS;
- *   stmatrix.trans dS into dS buffer t % 2; (bucket 64: issue dV); issue dK += dSᵀ Q;
- *   fence.proxy.async; named barrier DS_FULL (both halves of dS are in smem); issue the dQ piece;
- *   wait for everything; every consumer thread arrives on stage_empty[s]; red.global.add.v2.f32 of
- *   the dQ piece into the fp32 accumulator.
+ *   stmatrix.trans dS into dS buffer t % 2; (bucket 64: issue dV); fence.proxy.async; named
+ *   barrier DS_FULL (both halves of dS are in smem); issue the dQ piece, then dK += dSᵀ Q; wait
+ *   for all but dK; named barrier DQ_EMPTY + c (the writer has read the previous piece); store the
+ *   dQ piece into the staging (while dK runs); fence.proxy.async; arrive on DQ_FULL + c; wait for
+ *   dK; every consumer thread arrives on stage_empty[s].
  * Softcap (template flag SOFTCAP; off, the kernel is the one above, instruction for instruction):
  * after the Sᵀ wait tc = tanh(Sᵀ·scale / softcap) in place of Sᵀ, then the mask (tc = -inf); tc,
  * not P, stays in the fp32 registers across the dPᵀ wait; then P, dS = P∘(1 - tc²)∘(dPᵀ - D)
@@ -84,16 +89,19 @@
  * Shared memory (1024-byte aligned; every tile is 64-column slabs of 128-byte rows in the
  * 128-byte swizzle, each slab 1024-byte aligned; layout and descriptors as src/cuda/common/ptx.cuh's Hopper
  * section): K [SLABS][128][64] | V [SLABS][128][64] | Q [STAGES][SLABS][BLOCK_M][64] |
- * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | LSE2 [STAGES][BLOCK_M] fp32 |
- * D [STAGES][BLOCK_M] fp32 | mbarriers. TMA maps view a tensor as 4-D {d, rows, heads, batch}
- * (varlen: {d, total, heads, 1}); one box {64, rows, 1, 1} at column 64·s lands as slab s.
+ * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | dQ staging [2][2][64][32] fp32 |
+ * LSE2 [STAGES][BLOCK_M] fp32 | D [STAGES][BLOCK_M] fp32 | mbarriers. TMA maps view a tensor as
+ * 4-D {d, rows, heads, batch} (varlen: {d, total, heads, 1}); one box {64, rows, 1, 1} at column
+ * 64·s lands as slab s. The dQ accumulator [heads_q, total_q, d] fp32 is the 3-D map
+ * {d, total_q, heads_q}, box {32, 64, 1}: one staging slab.
  *
  * Varlen: a key block or query block may run past its sequence into the next one (or into rows
  * after the last sequence, which may hold anything, NaN included). Those K/V rows (once, after
  * kv_full) and Q/dO rows (per iteration that needs it) are zeroed in shared memory by the
  * consumers before any GEMM reads them, so 0·NaN never reaches an accumulator; keys past the
  * sequence are masked and their dK/dV rows not written; query rows past it have P = 0 (LSE2 =
- * +inf) and dS = 0 (zero dO, D = 0) and their dQ rows are not written. Fixed-length batches get
+ * +inf) and dS = 0 (zero dO, D = 0) and their dQ rows are staged as zeros (the reduce-add may
+ * reach the next sequence's rows: + 0 changes nothing, in any order). Fixed-length batches get
  * the same zeros from the TMA's out-of-bounds fill.
  */
 #include <cuda.h>
@@ -134,7 +142,12 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    static constexpr uint32_t LSE_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    /* dQ staging: per consumer its fp32 piece [64, 64] as two slabs [64 rows][32 columns] of
+     * 128-byte rows in the 128-byte swizzle (the accumulator map's box) */
+    static constexpr uint32_t DQ_SLAB_BYTES = 64 * 128;
+    static constexpr uint32_t DQ_PIECE_BYTES = 2 * DQ_SLAB_BYTES;
+    static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
     static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
@@ -152,7 +165,9 @@ struct fa_bwd_sm90_config {
     static_assert(BLOCK_N == 64 * CONSUMER_WGS, "each consumer owns 64 keys (wgmma M)");
     static_assert((BLOCK_M / 64) * (D / 64) == CONSUMER_WGS, "dQ: one m64 x n64 piece per consumer");
     static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256, "wgmma N of Sᵀ; TMA box rows <= 256");
-    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0,
+    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET), "dQ staging");
+    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
+                      DQ_OFFSET % 1024 == 0,
                   "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536, "register file");
     static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
@@ -164,8 +179,12 @@ struct fa_bwd_sm90_config {
 enum fa_bwd_sm90_named_barrier {
     FA_HBWD_BAR_DS_FULL = 1, /* both consumers' dS halves are in shared memory                      */
     FA_HBWD_BAR_KV_TAIL = 2, /* varlen: K/V rows past the sequence zeroed                           */
-    FA_HBWD_BAR_Q_TAIL = 3   /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
+    FA_HBWD_BAR_Q_TAIL = 3,  /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
+    FA_HBWD_BAR_DQ_EMPTY = 4, /* + consumer: the writer's reductions have read the staged dQ piece */
+    FA_HBWD_BAR_DQ_FULL = 6   /* + consumer: the consumer's dQ piece is staged                      */
 };
+/* DQ_EMPTY and DQ_FULL join consumer c's warpgroup and the dQ writer warp. */
+enum { FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
 
 /* ---- device helpers (the shared ones: bwd_sm90_common.cuh) ----------------------------------- */
 
@@ -241,6 +260,63 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
     }
 }
 
+/* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
+ * block m) and adds both staged dQ pieces of each into the accumulator with bulk tensor
+ * reduce-adds (two boxes of 32 columns per piece, lane 0 issues them, one bulk group per piece).
+ * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
+ * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
+ * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
+ * (the semaphore of piece 0 reads rank = last key block of the tile - n_block: the higher key
+ * blocks have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
+ * written (not only read) and pass the turn on with red.release; the proxy fences order the
+ * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
+template <class Cfg, bool DET>
+__device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq, const fa_bwd_sm90_params &prm,
+                                                      uint32_t dq_smem, int n_block, int batch, int head_kv,
+                                                      int m_first, int n_m, int len_q, int len_k, int shift,
+                                                      int q_packed0, int lane) {
+#pragma unroll 1
+    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+        int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
+                       : nullptr;
+#pragma unroll 1
+        for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
+            if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
+            __syncwarp();
+            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+            if constexpr (!DET) tma_store_wait_group_read<0>();
+            __syncwarp();
+            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+            if constexpr (DET) {
+                const int rank =
+                    fa_bwd_sm90_last_key_block(prm, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift) - n_block;
+                while (ld_relaxed_gpu_s32(sem) != rank) {
+                }
+                fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
+                fence_proxy_async_global(); /* ... and before our bulk reductions */
+            }
+            const int row0 = q_packed0 + m * Cfg::BLOCK_M;
+#pragma unroll
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
+                const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * c : 0, dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * c;
+                bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
+                if (lane == 0) {
+                    const uint32_t piece = dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES;
+                    tma_reduce_add_3d(tmap_dq, piece, dq_col0, row0 + dq_row0, head);
+                    tma_reduce_add_3d(tmap_dq, piece + Cfg::DQ_SLAB_BYTES, dq_col0 + 32, row0 + dq_row0, head);
+                    tma_store_commit_group();
+                }
+            }
+            if constexpr (DET) {
+                tma_store_wait_group<0>();  /* lane 0's additions are written */
+                fence_proxy_async_global(); /* ... before the release */
+                if (lane == 0) red_release_gpu_add_s32(sem, 1);
+            }
+        }
+    }
+    if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
+}
+
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
 template <int BUCKET, bool BF16, bool SOFTCAP, bool DET>
@@ -249,6 +325,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
+                        const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 64, 1}   */
                         const fa_bwd_sm90_params prm) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
@@ -291,6 +368,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
     auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
     auto ds_buffer = [&](int b) -> uint32_t { return smem + Cfg::DS_OFFSET + (uint32_t)b * Cfg::DS_BYTES; };
+    const uint32_t dq_smem = smem + Cfg::DQ_OFFSET;
     /* LSE2 and D [STAGES][BLOCK_M] fp32, addressed as 32-bit shared addresses (fewer registers
      * than generic pointers in the consumers' tight budget) */
     const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
@@ -318,10 +396,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     if (warpgroup == 0) {
         /* ================= producer ================= */
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        /* Deterministic mode: the warp index is lane 0's, which ptxas knows to be warp-uniform;
-         * with threadIdx.x / 32 the branch to the turn keepers made it spill the consumers'
-         * loop-invariant values (softcap at buckets 64 and 256, ptxas 13). */
-        const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+        /* The warp index is lane 0's, which ptxas knows to be warp-uniform; with threadIdx.x / 32
+         * a branch to a second producer warp made it spill the consumers' loop-invariant values
+         * (softcap at buckets 64 and 256, ptxas 13). */
+        const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
             /* Lane 0 issues every TMA load; all lanes load the LSE2 and D rows of each
@@ -375,10 +453,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                 lse_head += lse_head_pitch;
                 dsum_head += prm.total_q;
             }
-        } else if (DET && warp <= Cfg::CONSUMER_WGS) {
-            /* the whole warp: turn keeper of consumer warp - 1's dQ piece */
-            fa_bwd_sm90_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, head_kv, m_first, n_m, len_q, len_k, shift,
-                                   warp - 1, lane);
+        } else if (warp == 1) {
+            if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
+            fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, head_kv, m_first, n_m, len_q, len_k,
+                                        shift, (int)q_packed0, lane);
         }
         return;
     }
@@ -425,7 +503,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
-        const int head = head_kv * prm.group + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
+        const int m0 = (m_first + t % n_m) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
         const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -524,19 +602,56 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             }
         }
         if constexpr (!EARLY_DV) fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
-        fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                                  /* dK += dSᵀ Q */
 
         /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
          * both consumers meet */
         fence_proxy_async_shared_cta();
         bar_sync(FA_HBWD_BAR_DS_FULL, 256);
 
+        /* dQ before dK: once dQ has retired, its piece is staged while dK still runs */
         float dq_rmem[32];
         fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(t & 1) + (uint32_t)dq_row0 * 128,
                                     k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
-        wgmma_wait_group<0>();
+        fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                           /* dK += dSᵀ Q */
+        wgmma_wait_group<1>(); /* dV and dQ retired; dK may still run */
 #pragma unroll
         for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
+
+        /* Stage the dQ piece for the writer warp: element 4j + 2h + c is row 16w + l/4 + 8h of the
+         * piece, column 8j + 2(l%4) + c: slab j/4, 16-byte chunk 2(j%4) + (l%4)/2 swizzled by the
+         * row's bits 0-2 (= l/4), +8 bytes for odd l: the 8 rows of a store land on 8 different
+         * chunk pairs (conflict-free). Rows past the sequence are staged as zeros (they add into
+         * the next sequence's rows, or are skipped past the accumulator's last row). */
+        if (m0 + BLOCK_M > len_q) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (m0 + dq_row0 + 16 * warp + lane / 4 + 8 * h >= len_q)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        dq_rmem[4 * j + 2 * h] = 0.0f;
+                        dq_rmem[4 * j + 2 * h + 1] = 0.0f;
+                    }
+        }
+        bar_sync(FA_HBWD_BAR_DQ_EMPTY + consumer, FA_HBWD_DQ_HANDOFF_THREADS); /* the writer has read it */
+        {
+            const uint32_t piece = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES;
+            const uint32_t swz = (uint32_t)(lane / 4);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t row = piece + (uint32_t)(16 * warp + lane / 4 + 8 * h) * 128 + 8u * (lane & 1);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const uint32_t chunk = (uint32_t)(2 * (j % 4) + (lane % 4) / 2) ^ swz;
+                    st_shared_v2_f32(row + (uint32_t)(j / 4) * Cfg::DQ_SLAB_BYTES + chunk * 16,
+                                     dq_rmem[4 * j + 2 * h], dq_rmem[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+        /* generic-proxy stores -> the bulk reduction (async proxy) */
+        fence_proxy_async_shared_cta();
+        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
+
+        wgmma_wait_group<0>(); /* dK retired */
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) {
             wgmma_fence_operand(dk_rmem[i]);
@@ -551,30 +666,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             }
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s));
-
-        /* dQ piece += into the fp32 accumulator [heads_q, total_q, d]: rows dq_row0 + 16w + l/4
-         * + 8h, columns dq_col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d
-         * are skipped */
-        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
-        const int dq_row_pitch = prm.head_dim;
-        /* deterministic mode: the higher key blocks have added this piece (the turn keeper
-         * acquired at gpu scope, then arrived on DQ_TURN) */
-        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = dq_row0 + 16 * warp + lane / 4 + 8 * h;
-            if (m0 + row < len_q) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int col = dq_col0 + 8 * j + col_in;
-                    if (D == 64 || col < prm.head_dim)
-                        red_global_add_v2_f32(dq_block + row * dq_row_pitch + col, dq_rmem[4 * j + 2 * h],
-                                              dq_rmem[4 * j + 2 * h + 1]);
-                }
-            }
-        }
-        /* this thread's adds are performed for the keeper before it passes the turn on */
-        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
     }
 
     fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col_in);
@@ -589,10 +680,11 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq;
     fa_status st;
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
-        FA_OK)
+            FA_OK ||
+        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 64)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
     auto kernel =
@@ -607,7 +699,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
 }

@@ -85,6 +85,10 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
  * and never waits for an unfinished one (README of lab/hopper_bwd/deterministic).
  *
+ * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile with
+ * bulk reduce-adds and keeps the turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket
+ * 256, below: the consumers add from registers.
+ *
  * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
  * same iterations as the consumers; per tile it polls the semaphore until it reads the rank
  * (relaxed loads, then fence.acq_rel.gpu: acquire) and arrives on named barrier DQ_TURN + c;
