@@ -271,7 +271,7 @@ FA_API const char *fa_version(void);              /* "0.1.0"                    
 FA_API int fa_cuda_available(void);               /* 1 if built with CUDA and a GPU is present */
 FA_API const char *fa_cpu_isa(void);              /* SIMD level the CPU path uses: "avx512", "avx2", "scalar" */
 
-/* ==== context parallelism: ring attention (issue 7) ========================================== */
+/* ==== context parallelism: ring attention ==================================================== */
 /*
  * Self-attention over sequences sharded across W ranks (GPUs of one job, or anything a transport
  * connects): rank r keeps its query shard; the key/value shards travel around the ring (r sends

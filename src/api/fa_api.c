@@ -63,7 +63,7 @@ int fa_cuda_available(void) { return fa_cuda_is_available(); }
 
 const char *fa_cpu_isa(void) { return fa_cpu_isa_name(); }
 
-/* ---- helpers -------------------------------------------------------------------------------- */
+/* ---- internal functions ---------------------------------------------------------------------- */
 
 static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb,
                                 int64_t rows, int64_t heads, int64_t dim, int64_t bs, int64_t rs,

@@ -5,7 +5,7 @@
  * resolved (head_dim_v, softmax_scale, window folded with causal) plus derived sizes. Engines
  * receive only fa_problem and may assume everything documented here holds.
  *
- * This header is C11 and also compiles as CUDA C++ (the mask helpers are host+device).
+ * This header is C11 and also compiles as CUDA C++ (the mask functions are host+device).
  */
 #ifndef FA_INTERNAL_H
 #define FA_INTERNAL_H
@@ -172,7 +172,7 @@ fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_forward(const fa_problem *pb);
 fa_status fa_cuda_backward(const fa_problem *pb);
 
-/* ==== KV cache (issue 5: fa_kvcache_forward, fa_merge_states) ============================= */
+/* ==== KV cache (fa_kvcache_forward, fa_merge_states) ====================================== */
 
 /* The fa_problem given to the KV-cache engines has the same resolution as for fa_forward (window
  * folded with causal, scale, head_dim_v, group), plus: varlen = 0, p.cache_batch defaulted to

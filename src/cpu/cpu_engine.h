@@ -36,7 +36,7 @@
 
 /* Widest SIMD vector in floats; tile leading dimensions and padded head dims are multiples of it. */
 #define FA_CPU_PAD 16
-/* Tile sizes (lab/cpu/ experiments override them with -D; see NOTES.md for the measurements).
+/* Tile sizes (experiments override them with -D; docs/tuning-log.md, "CPU tile sweep").
  * Query rows per forward / dQ work item (lanes of a keys-major tile; a multiple of FA_CPU_PAD). */
 #ifndef FA_CPU_BLOCK_ROWS
 #define FA_CPU_BLOCK_ROWS 64

@@ -140,7 +140,7 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
     /* fp32 K and V rows are used in place (no copy) unless the GEMM would stream them more than
      * twice (one pass per panel of columns): rows of one head lie far apart and conflict in L1,
-     * so then a contiguous copy is faster (AVX2: +12-20 %, NOTES.md) */
+     * so then a contiguous copy is faster (AVX2: +12-20 %, docs/tuning-log.md) */
     const int k_direct = c->fp32 && rows_pad <= 2 * kern->gemm_panel;
     const int v_direct = c->fp32 && dv == dv_pad && dv_pad <= 2 * kern->gemm_panel;
     if (!v_direct) memset(w->v_buf, 0, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));

@@ -72,7 +72,7 @@ typedef struct kv_layout {
 /* Streaming layout: when a whole GQA group's rows (group · seqlen_q) are few, one item takes
  * several kv heads and reads, for each key tile, the rows of all its kv heads slot by slot: the
  * cache [.., slot, kv head, d] is then read nearly sequentially instead of one head's 2 KB-strided
- * rows at a time, which the hardware prefetchers follow (lab/decode/02_stride_read.c: 30 GB/s
+ * rows at a time, which the hardware prefetchers follow (docs/tuning-log.md, CPU decode: 30 GB/s
  * sequential against 8 GB/s per head on one core). It needs the dot-product scores (a GEMM would
  * compute every lane for every kv head). KV_STREAM_KEYS keys per tile keep the converted V of
  * up to KV_STREAM_HEADS heads in L2. */

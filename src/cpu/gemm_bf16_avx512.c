@@ -2,7 +2,7 @@
  * gemm_bf16_avx512.c: the bf16 × bf16 GEMM of the CPU engine (fa_cpu_gemm_bf16_args) on
  * AVX512-BF16. vdpbf16ps multiplies the two bf16 pairs of each 32-bit lane and adds both
  * products to an fp32 accumulator lane, so one instruction does the work of two FMAs on
- * converted operands (lab/cpu/08_bf16dot: 2.0× on the score GEMM's tile on Zen 4).
+ * converted operands (2.0× on the score GEMM's tile on Zen 4; docs/tuning-log.md).
  *
  * Register tile: 6 rows × 4 vectors of C (24 accumulators), as the fp32 micro-kernel of
  * kernels_avx512.c. Per pair of k: 4 loads of B (16 columns × 2 k each), one 32-bit broadcast

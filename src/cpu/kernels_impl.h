@@ -17,7 +17,7 @@
  *   16-bit vf_load_f16 vf_store_f16 vf_load_bf16 vf_store_bf16 (round to nearest even)
  *
  * Numerics. exp uses Cody-Waite range reduction x = n·ln2 + r, |r| <= ln2/2, and a degree-6
- * polynomial fitted in lab/cpu/01_fit_poly.py (< 1 ulp before the final scaling). tanh uses an
+ * polynomial fitted offline (< 1 ulp before the final scaling; docs/tuning-log.md). tanh uses an
  * odd polynomial for |y| < 0.625 and 1 - 2/(e^{2|y|} + 1) above; both measured below 1.5 ulp.
  */
 #include <math.h>

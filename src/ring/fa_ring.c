@@ -1,5 +1,5 @@
 /*
- * fa_ring.c: context parallelism by ring attention (issue 7): fa_ring_forward / fa_ring_backward,
+ * fa_ring.c: context parallelism by ring attention: fa_ring_forward / fa_ring_backward,
  * the sharding and the ring schedule, and the CPU implementation of the ring's element-wise
  * operations (the CUDA one is src/ring/ring_nccl.cu).
  *

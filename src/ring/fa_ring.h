@@ -1,5 +1,5 @@
 /*
- * fa_ring.h: internals of ring attention (issue 7; public API in include/flashattn.h, algorithm
+ * fa_ring.h: internals of ring attention (public API in include/flashattn.h, algorithm
  * in src/ring/fa_ring.c).
  *
  *   - the ring schedule: which K/V shard a rank holds at each step and which part of the block

@@ -1,4 +1,4 @@
-// ring_nccl.cu: the CUDA side of ring attention (issue 7; algorithm in src/ring/fa_ring.c):
+// ring_nccl.cu: the CUDA side of ring attention (algorithm in src/ring/fa_ring.c):
 //
 //   - the ring's element-wise operations on device memory (fa_ring_backend): strided copies with
 //     dtype conversion (pack K/V, store results), fp32 accumulation of gradient parts, and the

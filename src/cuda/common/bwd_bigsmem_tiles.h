@@ -1,7 +1,7 @@
 /*
  * bwd_bigsmem_tiles.h: tile sizes of the backward main kernel v2 (bwd_sm80_bigsmem.cuh, used on sm_90+),
  * pure functions of the head-dim bucket, usable from C and (constexpr) from CUDA. The v1 kernel
- * (sm_8x fallback) keeps bwd_tiles.h. History: lab/cuda_bwd/v2/README.md, NOTES.md.
+ * (sm_8x fallback) keeps bwd_tiles.h. History: docs/tuning-log.md (CUDA backward v2).
  *
  * Blocks (BLOCK_K keys of one (batch, kv head), BLOCK_Q query rows per iteration, 8 warps):
  *   d = 64:  128 × 128      d = 128: 128 × 64      d = 256: 64 × 64

@@ -76,7 +76,7 @@ FA_TILES_FN int fa_fwd_heavy_first(int window_left, int window_right) {
  * unit varying fastest. Tiles of one group run at the same time and share their K/V in L2: the
  * same order over all units at once (group = units) puts a different unit's K/V on every
  * multiprocessor, and at b8 h16 s2k d128 causal read 1.04 GB from DRAM per call against 0.20 GB
- * for groups of 8 (ncu), which cost ~18 % of the SM clock under the power cap (NOTES.md). */
+ * for groups of 8 (ncu), which cost ~18 % of the SM clock under the power cap (docs/tuning-log.md). */
 typedef struct fa_tile_pos {
     int64_t unit; /* batch · heads + head                                                    */
     int m_block;  /* query block (BLOCK_M rows)                                              */

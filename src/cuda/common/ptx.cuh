@@ -1,6 +1,6 @@
 /*
  * src/cuda/common/ptx.cuh: tiny inline-PTX wrappers, one per instruction, named after it. Shared by the CUDA
- * forward (fwd_*.cu) and backward (bwd_*.cu) kernels: both helpers include this header, so keep
+ * forward (fwd_*.cu) and backward (bwd_*.cu) kernels: both include this header, so keep
  * every existing name and signature stable; new wrappers go at the end (the backward's under its
  * "backward" comment).
  *
@@ -262,7 +262,7 @@ __device__ __forceinline__ void st_shared_v4_b32(uint32_t smem_addr, const uint3
  *
  * ---- wgmma accumulator layout (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
  * Instructions: Register Fragments and Shared Memory Matrix Layouts"; verified on an H200, see
- * ../shared/research/hopper-kernel-notes.md §3.7). For m64nNk16 with fp32 accumulators d[0..N/2),
+ * docs/hopper.md, "Accumulator fragment layout"). For m64nNk16 with fp32 accumulators d[0..N/2),
  * thread t of the warpgroup (warp w = t/32, lane l = t%32) holds
  *     row(i) = 16·w + l/4 + 8·((i >> 1) & 1)         two rows per thread: r0 and r0 + 8
  *     col(i) = 8·(i >> 2) + 2·(l % 4) + (i & 1)      d[8j .. 8j+7] cover columns 16j .. 16j+15
@@ -274,9 +274,9 @@ __device__ __forceinline__ void st_shared_v4_b32(uint32_t smem_addr, const uint3
  *     a[2] = pack(d[8j+4], d[8j+5])  row r0,     columns 16j + 8 + 2(l%4) + {0,1}
  *     a[3] = pack(d[8j+6], d[8j+7])  row r0 + 8, same columns
  * i.e. an fp32 accumulator of N columns is, after packing, exactly the A operand of a K = N GEMM
- * (verified on an H200, notes §3.6 mode 3). This is how P = softmax(S) feeds O += P V.
+ * (docs/hopper.md, "Verification on the H200", mode 3). This is how P = softmax(S) feeds O += P V.
  *
- * ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"; notes §3.4, 3.5):
+ * ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"; docs/hopper.md):
  *     bits  0-13  start address >> 4       bits 16-29  leading-dimension byte offset (LBO) >> 4
  *     bits 32-45  stride-dimension byte offset (SBO) >> 4
  *     bits 49-51  base offset (0: every tile here is 1024-byte aligned)
@@ -287,10 +287,10 @@ __device__ __forceinline__ void st_shared_v4_b32(uint32_t smem_addr, const uint3
  * smem), and wgmma with layout 1 reads it.
  *   K-major operand (Q as A, K as B of S = Q Kᵀ; rows of 64 16-bit elements = 128 bytes): atoms of
  *     8 rows × 128 B; SBO = 1024 B between 8-row groups; LBO unused (16); k16 step kk inside a
- *     64-column slab: start address + 32·kk bytes (notes §3.6 mode 0, exact on an H200).
+ *     64-column slab: start address + 32·kk bytes (docs/hopper.md verification mode 0, exact).
  *   MN-major operand (V as B of O = P V: K = keys, N = head dim contiguous): atoms of 8 keys ×
  *     64 columns; LBO = byte distance between 64-column slabs, SBO = 1024 B between 8-key groups;
- *     k16 step: start address + 16·128 = 2048 bytes; imm-trans-b = 1 (notes §3.6 mode 1, exact;
+ *     k16 step: start address + 16·128 = 2048 bytes; imm-trans-b = 1 (docs/hopper.md mode 1, exact;
  *     LBO and SBO swapped is wrong, mode 2).
  */
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -37,7 +37,7 @@ FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
 }
 
 /* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
- * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, NOTES.md);
+ * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, docs/tuning-log.md);
  * else 128 rows, 2 consumers. */
 FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
 
@@ -89,7 +89,7 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
  * 2k-8k against the persistent grid's longest-first order over all units). Shorter causal
  * sequences (tiles of a few key blocks) keep the persistent grid, whose start-up hiding is worth
  * more there (512 tokens: 1.2-1.3x one CTA per tile). Bucket 256 (O staged in Q's buffer) always
- * runs one CTA per tile. NOTES.md has the measurements. */
+ * runs one CTA per tile. docs/tuning-log.md has the measurements. */
 enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
 
 FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
@@ -134,7 +134,7 @@ FA_HOPPER_FN int fa_hopper_pack_tiles(int bucket, int seqlen_q, int group) {
  * never costs a wave: every tile of a fixed-length batch with seqlen_q <= BLOCK_M / 2 streams
  * the same key range and computes all BLOCK_M rows whatever number of them is real, so a tile
  * takes the same time packed or not, and the packed grid has group / pack_heads times fewer
- * tiles for the same multiprocessors (lab/hopper/gqa_pack/README.md: the arithmetic). Not for
+ * tiles for the same multiprocessors (docs/tuning-log.md, packed GQA/MQA tiles). Not for
  * varlen batches (their tiles stay unpacked). */
 FA_HOPPER_FN int fa_hopper_pack_gqa(int bucket, int seqlen_q, int group, int varlen, int mode) {
     return varlen || mode < 0 ? 0 : fa_hopper_pack_heads(bucket, seqlen_q, group);
@@ -173,7 +173,7 @@ static inline
  * STAGES-deep ring. Buckets 64 and 128: BLOCK_N = 128, each consumer owns 64 keys × all bucket
  * columns of dK/dV. Bucket 256: BLOCK_N = 64 (dK and dV of 64 keys × 256 columns would be 256
  * fp32 registers per thread), both consumers compute the whole Sᵀ and dPᵀ of the 64 keys and
- * each owns 128 head-dim columns of dK, dV and dQ (lab/hopper_bwd/v2/README.md). */
+ * each owns 128 head-dim columns of dK, dV and dQ (docs/design.md, "Hopper backward"). */
 
 /* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, both in one bucket (64,
  * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */

@@ -1,6 +1,6 @@
 /*
  * bwd_sm80_bigsmem.cuh: the CUDA backward main kernel v2 (FlashAttention-2 scheme, mma.sync
- * m16n8k16), 1.2-1.5x the v1 kernel on an H200 (NOTES.md). Its shared memory (173-217 KiB) fits
+ * m16n8k16), 1.2-1.5x the v1 kernel on an H200 (docs/tuning-log.md). Its shared memory (173-217 KiB) fits
  * sm_90 only: below that bwd.cu keeps the v1 kernel (bwd_sm80.cuh).
  * Same contract as bwd_sm80.cuh (fa_bwd_params, workspace, grid, every feature);
  * different warp tiles, shared-memory layout and loop structure:
@@ -20,7 +20,7 @@
  *      A and B from shared memory (dQ runs first so its reductions drain under these MMAs)
  * At the end dK·scale and dV are stored (fp32 partials when the GQA group is split).
  *
- * Why (NOTES.md, 2026-11-29 rows): v1 kept P^T/dS^T in registers with 16-key warp tiles, which
+ * Why (docs/tuning-log.md, CUDA backward v2): v1 kept P^T/dS^T in registers with 16-key warp tiles, which
  * costs 800 KB of ldmatrix per 128 × 64 tile at d = 128 and, with its per-k-step head-dim
  * branches and one reused fragment register set, issued every ldmatrix right before its MMAs.
  * Here: 32 × 32 tiles for S^T/dP^T and dQ, 64 × 64 for dV/dK (512 KB per 128 × 64 tile), no

@@ -8,7 +8,7 @@
  * the portable main kernel; fa_bwd_launch_hopper() replaces only the main kernel, for the
  * problems fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts. This kernel reads the forward's
  * LSE itself, so the workspace holds no LSE·log2e copy. First run on the H200 as
- * lab/hopper_bwd/v1 (NOTES.md).
+ * an experiment (docs/tuning-log.md, Hopper backward).
  *
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..128 in one bucket (64 or 128: columns past
  * d or dv read as zeros, never written; bucket 256 is bwd_sm90_hdim256.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
@@ -74,7 +74,7 @@
  * with ptxas 13; this way the consumers peak at R220 (128) and R237 (64), no spill).
  * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
  * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
- * t-2, the last GEMM that read buffer t % 2 (modelled by lab/hopper_bwd/v1/pipeline_model.py).
+ * t-2, the last GEMM that read buffer t % 2 (checked by a model of the protocol: docs/tuning-log.md).
  *
  * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
  * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
@@ -186,7 +186,7 @@ enum fa_bwd_sm90_named_barrier {
 /* DQ_EMPTY and DQ_FULL join consumer c's warpgroup and the dQ writer warp. */
 enum { FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
 
-/* ---- device helpers (the shared ones: bwd_sm90_common.cuh) ----------------------------------- */
+/* ---- device functions (the shared ones: bwd_sm90_common.cuh) --------------------------------- */
 
 /* acc [64 keys, D] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed) times a
  * [BLOCK_M, D] stage (dO or Q) read MN-major: LBO = slab stride (BLOCK_M·128 B), SBO = 1024 B

@@ -42,7 +42,7 @@ struct fa_bwd_sm90_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
 };
 
-/* ---- device helpers -------------------------------------------------------------------------- */
+/* ---- device functions ------------------------------------------------------------------------ */
 
 /* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
 __device__ __forceinline__ void fa_bwd_sm90_wait(uint32_t bar, uint32_t parity) {
@@ -74,7 +74,7 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  * it counts the key blocks that have added; key block n adds when it reads
  * rank = last_key_block(tile) - n. The key blocks that add into a tile are contiguous (a key
  * block's query range [q_lo, q_hi) is monotone in n on both ends, and the empty ones lie beyond
- * both ends; lab/hopper_bwd/deterministic/order_model.py checks this exhaustively), so the ranks
+ * both ends; an exhaustive check over 81,000 problems confirmed it: docs/tuning-log.md), so the ranks
  * are 0, 1, 2, ... in that order.
  *
  * Why descending: key block n + 1 reaches a tile no later than key block n (its query range
@@ -83,7 +83,7 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  * higher key blocks of its own (kv head, sequence); the grid runs key block
  * n = gridDim.x - 1 - blockIdx.x, so those have smaller linear block indices, and CUDA hands out
  * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
- * and never waits for an unfinished one (README of lab/hopper_bwd/deterministic).
+ * and never waits for an unfinished one (docs/hopper.md, "Global reductions and inter-CTA order").
  *
  * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile with
  * bulk reduce-adds and keeps the turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket

@@ -9,7 +9,7 @@
  * block, producer warps 1 and 2 keeping the turns of the two consumers' column pieces;
  * bwd_sm90_common.cuh), the forward's LSE read here and converted to log2 units, the producer's
  * stage protocol, the varlen zeroing and the mask. fa_bwd_launch_hopper() dispatches here. From
- * lab/hopper_bwd/v2 (d = 256 only, fixed length, causal or not; 37/37 checks on the H200 at
+ * an experiment (docs/tuning-log.md: d = 256 only, fixed length, causal or not; 37/37 checks at
  * 1.11-1.15x FA2), with the library's varlen, windows, LSE and dQ layout added.
  *
  * Why another kernel: at d = 256 a warpgroup cannot hold dK and dV of 64 keys × 256 columns in
@@ -51,7 +51,7 @@
  *   red.global.add.v2.f32 of the dQ piece [64, 128] into the accumulator.
  * The dS double buffer: warp w writes buffer t % 2 at iteration t only after passing DS_READY_c
  * of iteration t-1, which the other warps of c reach only after their wait for the dQ GEMM of
- * iteration t-2, the last one that read buffer t % 2 (lab/hopper_bwd/v2/pipeline_model.py).
+ * iteration t-2, the last one that read buffer t % 2 (checked by a model: docs/tuning-log.md).
  *
  * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
  * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
@@ -145,7 +145,7 @@ enum fa_bwd_sm90_d256_named_barrier {
     FA_HBWD256_BAR_Q_TAIL = 4    /* 256 consumer threads, varlen: Q/dO rows past the sequence zeroed   */
 };
 
-/* ---- device helpers (the shared ones: bwd_sm90_common.cuh) ----------------------------------- */
+/* ---- device functions (the shared ones: bwd_sm90_common.cuh) --------------------------------- */
 
 /* acc [64 keys, 128 columns] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed)
  * times the 128 columns of a [BLOCK_M, 256] stage (dO or Q) that start at b_cols (slab 2c), read

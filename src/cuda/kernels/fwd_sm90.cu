@@ -167,7 +167,7 @@ struct fa_hopper_params {
     int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
 };
 
-/* ---- device helpers -------------------------------------------------------------------------- */
+/* ---- device functions ------------------------------------------------------------------------ */
 
 /* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
 __device__ __forceinline__ void fa_hopper_wait(uint32_t bar, uint32_t parity) {
@@ -315,7 +315,7 @@ __device__ __forceinline__ void fa_hopper_convert_p(const float (&s_rmem)[Cfg::B
  * consumer's barrier. The last consumer pre-arrives once on SCHED_FIRST (consumer 0 goes first)
  * and skips its arrival after its last round, so every barrier ends balanced (n syncs by its
  * consumer, n arrivals by the one before). Modelled for 2 and 3 consumers (no deadlock, balanced)
- * by lab/hopper/v2/pipeline_model.py. */
+ * (docs/hopper.md, "Named barriers"; the model: docs/tuning-log.md). */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_wait_turn(int consumer) {
     if (Cfg::PINGPONG) bar_sync(FA_HOPPER_BAR_SCHED_FIRST + consumer, 256);
