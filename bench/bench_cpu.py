@@ -1,7 +1,7 @@
 """CPU side by side: flashattn against PyTorch's CPU SDPA (its flash-attention CPU kernel), in one
 process on the same tensors, forward and backward, GFLOP/s with the FlashAttention convention
-(forward 4·b·h·s²·d, halved when causal; backward 2.5× forward). The shapes are those of
-../shared/anchors/torch_cpu_anchors.py. Median of 5 timed calls after one warm-up.
+(forward 4·b·h·s²·d, halved when causal; backward 2.5× forward). The shapes are SHAPES below
+(b, h, s, d, causal). Median of 5 timed calls after one warm-up.
 
     PYTHONPATH=python FLASHATTN_LIB=build/libflashattn.so python3 bench/bench_cpu.py [--threads 2]
 """

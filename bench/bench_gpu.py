@@ -8,9 +8,10 @@ Run where PyTorch and a CUDA GPU are present, from the repository root, after `m
 
 Shapes are the FlashAttention papers' standard ones: b·s = 16k tokens, hidden 2048 (h = 2048/d),
 bf16, causal and not, plus the GQA shape NVIDIA publishes for cuDNN (b1, s16k, 64 query / 8 kv
-heads, d128; --no-gqa leaves it out). FLOPs: forward 4·b·h·s²·d (halved when causal), backward 2.5× forward.
-Timing: triton.testing.do_bench median (events, warm-up, repeats), the same method as the anchors
-of the published anchors. Backward is timed as torch.autograd.grad of the forward output for every
+heads, d128; --no-gqa leaves it out). FLOPs: forward 4·b·h·s²·d (halved when causal), backward
+2.5× forward. Timing: triton.testing.do_bench median (events, warm-up, repeats), the same method
+for every implementation (docs/design.md, "Measurement method"). Backward is timed as
+torch.autograd.grad of the forward output for every
 implementation alike. Also measured: peak extra memory of causal fwd+bwd at long sequence
 (b=1, h=16, d=128) above q, k, v.
 
@@ -18,7 +19,7 @@ Our numbers come, by default (--ours python), from flashattn.flash_attn_func tim
 exactly like the SDPA backends, interleaved with them shape by shape in one process: the same
 do_bench timing and the same power state. That matters on an H200: under sustained load these
 kernels run at the software power cap (SM clock ~1740 MHz instead of 1980), and a tool that times
-short bursts between pauses measures up to ~10 % more (docs/tuning-log.md). The
+short bursts between pauses measures up to ~10 % more (docs/tuning-log.md, "Power cap"). The
 price is the Python wrapper's launch cost (a few % at the shortest shapes). --ours cli takes our
 numbers from the `flashattn bench --device cuda --json` tool instead (CUDA events, median,
 L2-sized input rotation, no wrapper cost). Memory for ours always comes from the tool when it is

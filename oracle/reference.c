@@ -1384,7 +1384,7 @@ double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_hos
     return ctx.max_diff;
 }
 
-/* ==== KV-cache decoding and state merging (issue 5) ======================================== */
+/* ==== KV-cache decoding and state merging ================================================== */
 
 /* Value written into cache slots no sequence attends (alternating sign): a kernel that reads
  * the wrong slot gets scores far off, while a kernel that loads such a slot and masks it (P = 0)
@@ -1582,7 +1582,7 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
         for (size_t e = 0; e < buf->bytes / es; e++)
             fa_test_store(buf->host, s->dtype, (int64_t)e, e % 2 ? KV_GARBAGE : -KV_GARBAGE);
     }
-    /* (the parameters the index helper reads are set first) */
+    /* (the parameters kv_cache_index reads are set first) */
     for (int64_t i = 0; i < b; i++)
         for (int64_t slot = kp->start[i]; slot < kp->cached[i] + appended; slot++)
             for (int64_t h = 0; h < hkv; h++) {

@@ -237,7 +237,7 @@ double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_hos
                         const void *b_host);
 const char *fa_test_tensor_name(int tensor);
 
-/* ==== KV-cache decoding and state merging (issue 5) ======================================== */
+/* ==== KV-cache decoding and state merging ================================================== */
 
 /* A fa_kvcache_forward test problem: q, caches (contiguous or paged), optional appended k/v,
  * rotary tables, cache_seqlens / cache_batch_idx / cache_leftpad / block_table, every mask

@@ -334,7 +334,7 @@ void fa_case_format(const fa_case_result *r, int backward, int verbose, char *bu
     if (n == 0 && size) buf[0] = '\0';
 }
 
-/* ---- KV-cache and merge cases (issue 5) ------------------------------------------------- */
+/* ---- KV-cache and merge cases --------------------------------------------------------- */
 
 /* Mirror `count` buffers on the device (all of them, outputs included, as they are now). */
 static int buffers_upload(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,

@@ -14,7 +14,7 @@
  * needs no CUDA headers; head dims the CUDA path rejects (fa_check_forward) are counted as
  * skipped, not passed.
  *
- * KV-cache decoding (issue 5) adds two families after those: fa_kvcache_forward cases (contiguous
+ * KV-cache decoding adds two families after those: fa_kvcache_forward cases (contiguous
  * and paged caches with pages of 1..256 tokens, appends with rotary, cache_batch_idx, left
  * padding, speculative / chunked query lengths, every mask feature, forced split counts) checked
  * by fa_kv_verify, and fa_merge_states cases (1..133 states with empty ones) checked by

@@ -38,7 +38,7 @@ void fa_case_describe(const fa_test_spec *spec, char *buf, size_t size);
 /* Per-tensor "name err/tol" list for the forward (backward = 0) or backward part. */
 void fa_case_format(const fa_case_result *r, int backward, int verbose, char *buf, size_t size);
 
-/* ---- KV-cache and merge cases (issue 5) ------------------------------------------------- */
+/* ---- KV-cache and merge cases --------------------------------------------------------- */
 
 /* fa_kvcache_forward on `device` (CUDA: every buffer mirrored on the device, results copied
  * back) checked by fa_kv_verify; configurations the CUDA path refuses (head dim, alignment,

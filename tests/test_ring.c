@@ -1,5 +1,5 @@
 /*
- * test_ring.c: ring attention (fa_ring_forward / fa_ring_backward, issue 7) without a second GPU.
+ * test_ring.c: ring attention (fa_ring_forward / fa_ring_backward) without a second GPU.
  *
  *   - the sharding (fa_ring_shard): every token in exactly one chunk, chunks balanced, zig-zag
  *     pairs chunk r with 2W-1-r;

@@ -184,7 +184,7 @@ FA_TEST(tiles_hopper_backward) {
                      "bucket %d: one shared dS, one empty barrier per stage", b);
         } else {
             /* both consumers on the same 64 keys, each with 128 columns of dK, dV and dQ */
-            FA_CHECK(n == 64 && m == 64, "bucket 256: 64 keys x 64 queries (lab/hopper_bwd/v2)");
+            FA_CHECK(n == 64 && m == 64, "bucket 256: 64 keys x 64 queries");
             /* Sᵀ, dPᵀ (m/2 each) + dK, dV of 128 columns (64 each); the dQ piece (64) after them */
             FA_CHECK(m + 128 <= 192, "bucket 256: accumulators %d registers leave room in 240", m + 128);
             FA_CHECK(fa_hopper_bwd_ds_copies(b) == 2 && fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b),

@@ -1,5 +1,5 @@
 /*
- * test_util.c: helpers shared by the unit tests.
+ * test_util.c: functions shared by the unit tests.
  */
 #include "test_util.h"
 

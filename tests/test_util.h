@@ -1,5 +1,5 @@
 /*
- * test_util.h: helpers shared by the unit tests (on top of reference.h and sweep_case.h).
+ * test_util.h: functions shared by the unit tests (on top of reference.h and sweep_case.h).
  */
 #ifndef FA_TESTS_TEST_UTIL_H
 #define FA_TESTS_TEST_UTIL_H

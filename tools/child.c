@@ -1,5 +1,5 @@
 /*
- * child.c: fork + pipe helper (see child.h).
+ * child.c: run a function in a forked child and read its output through a pipe (see child.h).
  */
 #include "child.h"
 

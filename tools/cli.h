@@ -1,5 +1,5 @@
 /*
- * cli.h: small helpers shared by the `flashattn` sub-commands: usage errors (exit status 2),
+ * cli.h: small functions shared by the `flashattn` sub-commands: usage errors (exit status 2),
  * flag matching ("--sq 512" and "--sq=512"), integer and list parsing, dtype/device names.
  */
 #ifndef FA_CLI_H

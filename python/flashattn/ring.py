@@ -1,4 +1,4 @@
-"""Context parallelism: ring attention over torch.distributed (issue 7).
+"""Context parallelism: ring attention over torch.distributed.
 
 The sequence is sharded across the ranks of a process group; every rank keeps its query shard
 while the key/value shards travel around the ring (rank r sends to r + 1, receives from r - 1),

@@ -1,6 +1,6 @@
 /*
  * fa_gpu_backward.c: the CUDA backward's repeatability check and compute-sanitizer driver
- * (tests/gpu_test.sh step 5; also lab/cuda_bwd/run_*.sh):
+ * (tests/gpu_test.sh step 5):
  * a few small problems that between them reach every kernel path (head-dim buckets 64/128/256,
  * GQA with and without a split group, varlen with an empty sequence, masks, softcap, ALiBi,
  * sinks, deterministic mode, caller workspace). Inputs are random; memory behaviour and

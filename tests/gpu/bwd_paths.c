@@ -28,7 +28,7 @@
  * one output-rounding ulp of the element itself. Rule, per element with ref = portable:
  *     |default - ref| <= c_abs·max|ref| + 2^-7·|ref|,   c_abs = 1e-2 (bf16), 2.5e-3 (f16).
  * A numpy model of two kernels differing in exactly those roundings
- * (lab/bwd_paths/01_tolerance_model.py) needs c_abs = 3.2e-3 (bf16) and 2.9e-4 (f16) at n = 2048,
+ * (docs/tuning-log.md, experiments) needs c_abs = 3.2e-3 (bf16) and 2.9e-4 (f16) at n = 2048,
  * so these leave a 3× (bf16) and 8× (f16) margin, while a dropped or doubled 64-query or 128-key
  * block changes an element by ~√(64/n) ≈ 15 % of the typical magnitude, several times c_abs·max.
  * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a

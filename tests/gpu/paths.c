@@ -5,7 +5,7 @@
  * one (FA_CUDA_FORWARD=portable), which the randomised sweep checks against float64 on smaller
  * problems. Both round P to 16 bits before P·V, so they agree to a few 16-bit ulps of O; LSE is
  * fp32 on both. Outputs are NaN-poisoned before each call, so an unwritten element fails.
- * Packed GQA/MQA tiles (small seqlen_q, lab/hopper/gqa_pack): the cases with pack = 1 run the
+ * Packed GQA/MQA tiles (small seqlen_q, fa_hopper_pack_gqa): the cases with pack = 1 run the
  * default kernel with FA_CUDA_PACK_GQA=1 (packed whenever 2 query heads fit a tile), so small
  * problems the cost model would leave unpacked are packed too; pack = 0 leaves the choice to the
  * model. `fa_gpu_paths packed` runs only the packed cases (small: for compute-sanitizer).
