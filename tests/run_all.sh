@@ -1,6 +1,7 @@
 #!/bin/sh
 # run_all.sh: everything `make test` runs, in order. POSIX sh.
 #
+#   0. tests/check_repo.sh                the repository holds the product only (no lab/, no logs)
 #   1. build (make -j2: library, flashattn tool, unit-test binary)
 #   2. build/fa_tests                     unit tests (oracle self-checks, every feature, errors, threads)
 #   3. build/fa_gpu_tests                 the GPU test programs compile and link (CUDA builds)
@@ -72,6 +73,9 @@ fail_stage() {
 }
 
 start=$(date +%s)
+
+banner "repository hygiene (tests/check_repo.sh)"
+run_stage "repository hygiene" sh tests/check_repo.sh
 
 banner "build"
 if make -j"$JOBS" BUILD="$BUILD_DIR" lib "$BUILD_DIR/fa_tests"; then
