@@ -165,10 +165,15 @@ typedef struct fa_params {
     int deterministic; /* nonzero: GPU backward gives bitwise-identical dq/dk/dv run to run
                           (the CPU path always does for a fixed num_threads)                  */
 
-    /* ---- KV-cache decoding (fa_kvcache_forward only; ignored elsewhere) ------------------- */
+    /* ---- KV-cache decoding (fa_kvcache_forward; block_table also fa_forward) --------------- */
     /* k and v are the cache: contiguous [cache_batch, seqlen_k, heads_kv, d] (seqlen_k = capacity),
      * or, with block_table, a page pool [num_pages, page_size, heads_kv, d] whose k/v batch
-     * stride is the page stride. q holds seqlen_q >= 1 new tokens per sequence. */
+     * stride is the page stride. q holds seqlen_q >= 1 new tokens per sequence.
+     * fa_forward with block_table (a paged K/V, e.g. chunked prefill; forward only): k and v are
+     * such a page pool, key t of sequence b lives in page block_table[b][t / page_size] at row
+     * t % page_size; the key lengths are seqlen_k (batched) or cu_seqlens_k[b + 1] -
+     * cu_seqlens_k[b] (varlen: cu_seqlens_k gives lengths only, total_k is ignored);
+     * block_table_batch_stride >= ceil(seqlen_k / page_size). cache_* and k_new are not used. */
     const int32_t *cache_seqlens;   /* [batch] tokens already in the cache; NULL = seqlen_k   */
     const int32_t *cache_batch_idx; /* [batch] cache row of sequence b (contiguous only); NULL = b */
     const int32_t *cache_leftpad;   /* [batch] first valid cache token of sequence b; NULL = 0 */
@@ -177,17 +182,44 @@ typedef struct fa_params {
     int64_t page_size;              /* tokens per page (>= 1) with block_table                 */
     int64_t num_pages;              /* pages in the pool, bounds every block_table entry       */
     int64_t cache_batch;            /* contiguous caches: rows of k/v; 0 = batch               */
-    const void *k_new; /* [batch, seqlen_q, heads_kv, head_dim] written into the cache at
+    const void *k_new; /* [batch, seqlen_new, heads_kv, head_dim] written into the cache at
                           cache_seqlens before attending (cache_seqlens required), or NULL      */
-    const void *v_new; /* [batch, seqlen_q, heads_kv, head_dim_v], set together with k_new     */
+    const void *v_new; /* [batch, seqlen_new, heads_kv, head_dim_v], set together with k_new   */
     int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
     int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
+    int64_t seqlen_new; /* tokens per sequence in k_new / v_new (their row axis; the strides
+                           above step over it); 0 = seqlen_q. May differ from seqlen_q: the
+                           seqlen_q queries are the last ones of the cache_seqlens + seqlen_new
+                           keys (query i at position cache_seqlens + seqlen_new - seqlen_q + i
+                           for the causal / window masks and ALiBi), as flash_attn. Needs k_new. */
     const void *rotary_cos; /* [rotary_seqlen, rotary_dim / 2], dtype of q, or NULL            */
     const void *rotary_sin; /* same shape; rotary applies to q and k_new (as flash_attn does)  */
     int64_t rotary_dim;     /* even, <= head_dim                                               */
     int64_t rotary_seqlen;  /* rows of the cos/sin tables                                      */
     int rotary_interleaved; /* nonzero: rotate pairs (0,1),(2,3)..; zero: halves (i, i+dim/2)  */
     int num_splits;         /* split-KV: 0 = heuristic, 1 = no split, n = at most n splits     */
+
+    /* ---- attention dropout (fa_forward / fa_backward) -------------------------------------- */
+    /* P_ij (the softmax probability, sinks included in its denominator) is dropped with
+     * probability dropout_p and kept elements are scaled by 1 / (1 - dropout_p):
+     * O_i = Σ_j Z_ij P_ij v_j, Z_ij = keep_ij / (1 - dropout_p). LSE is that of the softmax
+     * without dropout. keep_ij comes from a counter-based generator (Philox4x32-10) keyed by
+     * dropout_seed at a counter made of dropout_offset and the element's (sequence, query head,
+     * query row, key) (src/api/fa_philox.h gives the exact mapping): the same seed and offset
+     * give the same mask on every run, thread count and engine, and fa_backward regenerates it
+     * from the same three fields (pass the forward's values). Calls sharing a seed get
+     * independent masks when their offsets differ by at least ceil(seqlen_k / 4). Needs
+     * batch·heads_q <= 2^32. CPU only for now (CUDA: FA_ERR_UNSUPPORTED); not in
+     * fa_kvcache_forward, fa_standard_forward or ring attention. */
+    float dropout_p;         /* in [0, 1); 0 = no dropout                                     */
+    uint64_t dropout_seed;   /* Philox key                                                     */
+    uint64_t dropout_offset; /* Philox counter offset (advance it between calls sharing a seed) */
+    float *attn_probs; /* fa_forward (CPU), testing at small sizes, or NULL: [batch, heads_q,
+                          seqlen_q, seqlen_k] fp32, contiguous (varlen: seqlen_q / seqlen_k are
+                          the maxima, entries beyond a sequence's lengths are 0): P_ij, the
+                          softmax probabilities before dropout, stored negated (-P_ij) where
+                          dropout drops the element (flash_attn's S_dmask encoding; a masked
+                          key has P = 0). */
 
     /* ---- execution ------------------------------------------------------------------------ */
     int num_threads;       /* CPU worker threads; 0 = all online cores                         */
@@ -211,15 +243,15 @@ FA_API fa_status fa_check_forward(const fa_params *p, size_t *workspace_bytes);
 FA_API fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes);
 
 /* KV-cache attention (decoding, speculative decoding, chunked prefill), as flash_attn's
- * flash_attn_with_kvcache: optionally rotates q and k_new (rotary_cos/sin), writes k_new/v_new
- * into the cache at cache_seqlens[b] (in place, contiguous or paged), then attends q to the
- * cache_seqlens[b] (+ seqlen_q if appending) valid keys, starting at cache_leftpad[b]. Every
- * mask feature applies (causal aligns the new tokens to the end of the cache). Splits the cache
- * across workers when batch × heads do not fill the machine (num_splits) and merges the partial
- * states. Writes o and (if non-NULL) lse.
- * Positions for rotary are relative to cache_leftpad: new key t sits at L0 - pad + t (L0 =
- * cache_seqlens[b]); queries at L0 - pad + i when causal or windowed, else all at L0 - pad
- * (flash_attn's convention). Rotary needs k_new and rotary_seqlen >= seqlen_k. If two sequences
+ * flash_attn_with_kvcache: optionally rotates q and k_new (rotary_cos/sin), writes the
+ * seqlen_new tokens of k_new/v_new into the cache at cache_seqlens[b] (in place, contiguous or
+ * paged), then attends q to the valid keys, slots [cache_leftpad[b], cache_seqlens[b] (+
+ * seqlen_new if appending)). Every mask feature applies (causal aligns the queries to the end of
+ * the keys). Splits the cache across workers when batch × heads do not fill the machine
+ * (num_splits) and merges the partial states. Writes o and (if non-NULL) lse.
+ * Rotary positions are cache slots, left padding included (flash_attn 2.x): new key t sits at
+ * L0 + t (L0 = cache_seqlens[b]); query i at L0 + i when causal or windowed, else every query
+ * at L0. Rotary needs k_new and rotary_seqlen >= seqlen_k. If two sequences
  * append to the same cache slot (a repeated cache_batch_idx, or shared pages), sequences are
  * appended in order and the last one wins. On the CPU cache_seqlens, cache_batch_idx,
  * cache_leftpad and block_table are host memory and checked; on CUDA they are device memory,

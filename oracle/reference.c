@@ -1473,18 +1473,20 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
     if (s->head_dim_v == 0) s->head_dim_v = s->head_dim;
     if (s->pad_align <= 0) s->pad_align = 1;
     if (s->q_amplitude <= 0) s->q_amplitude = 1.0;
-    const int64_t appended = s->append ? s->seqlen_q : 0;
+    if (s->append && s->seqlen_new == 0) s->seqlen_new = s->seqlen_q;
+    if (!s->append) s->seqlen_new = 0;
+    const int64_t appended = s->seqlen_new;
     if (s->batch < 1 || s->batch > FA_TEST_MAX_BATCH || s->seqlen_q < 1 || s->heads_kv < 1 ||
         s->heads_q % s->heads_kv || s->head_dim < 1 || s->head_dim > FA_MAX_HEAD_DIM ||
         s->head_dim_v > FA_MAX_HEAD_DIM || s->capacity < appended || s->page_size < 0 ||
         (s->rotary_dim && (!s->append || s->rotary_dim % 2 || s->rotary_dim > s->head_dim)) ||
-        (s->no_seqlens && s->append) || (s->batch_idx && s->page_size))
+        (s->no_seqlens && s->append) || (s->batch_idx && s->page_size) || s->seqlen_new < 0)
         return -1;
     fa_test_rng len_rng, layout_rng, value_rng;
     fa_test_rng_seed(&len_rng, stream_seed(s->seed, 11));
     fa_test_rng_seed(&layout_rng, stream_seed(s->seed, 12));
     fa_test_rng_seed(&value_rng, stream_seed(s->seed, 13));
-    const int64_t b = s->batch, sq = s->seqlen_q, hq = s->heads_q, hkv = s->heads_kv;
+    const int64_t b = s->batch, sq = s->seqlen_q, hq = s->heads_q, hkv = s->heads_kv, sn = s->seqlen_new;
     const int64_t d = s->head_dim, dv = s->head_dim_v, align = s->pad_align;
     const size_t es = fa_test_dtype_size(s->dtype);
     fa_params *p = &kp->params;
@@ -1528,10 +1530,10 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
                    &p->v_head_stride);
     KV_ALLOC(FA_KV_VCACHE, n, es, s->append);
     if (s->append) {
-        n = kv_strides(b, sq, hkv, d, s->padded, align, &layout_rng, &p->knew_batch_stride, &p->knew_row_stride,
+        n = kv_strides(b, sn, hkv, d, s->padded, align, &layout_rng, &p->knew_batch_stride, &p->knew_row_stride,
                        &p->knew_head_stride);
         KV_ALLOC(FA_KV_KNEW, n, es, 0);
-        n = kv_strides(b, sq, hkv, dv, s->padded, align, &layout_rng, &p->vnew_batch_stride, &p->vnew_row_stride,
+        n = kv_strides(b, sn, hkv, dv, s->padded, align, &layout_rng, &p->vnew_batch_stride, &p->vnew_row_stride,
                        &p->vnew_head_stride);
         KV_ALLOC(FA_KV_VNEW, n, es, 0);
     }
@@ -1604,7 +1606,7 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
                                   s->q_amplitude * fa_test_rng_normal(&value_rng));
     if (s->append)
         for (int64_t i = 0; i < b; i++)
-            for (int64_t t = 0; t < sq; t++)
+            for (int64_t t = 0; t < sn; t++)
                 for (int64_t h = 0; h < hkv; h++) {
                     for (int64_t c = 0; c < d; c++)
                         fa_test_store(kp->buffer[FA_KV_KNEW].host, s->dtype,
@@ -1652,6 +1654,7 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
     p->batch = b;
     p->seqlen_q = sq;
     p->seqlen_k = s->capacity;
+    p->seqlen_new = sn == sq ? (fa_test_rng_uniform(&layout_rng) < 0.5 ? 0 : sn) : sn; /* 0 = seqlen_q */
     p->heads_q = hq;
     p->heads_kv = hkv;
     p->head_dim = d;
@@ -1702,6 +1705,7 @@ void fa_kv_describe(const fa_kv_spec *s, char *buf, size_t size) {
     if (s->no_seqlens) APPEND(" no-seqlens");
     if (s->leftpad) APPEND(" leftpad");
     if (s->append) APPEND(" append");
+    if (s->append && s->seqlen_new && s->seqlen_new != s->seqlen_q) APPEND("(%lld)", (long long)s->seqlen_new);
     if (s->rotary_dim) APPEND(" rotary(%lld,%s)", (long long)s->rotary_dim, s->rotary_interleaved ? "i" : "h");
     if (s->causal) APPEND(" causal");
     if (s->use_window) APPEND(" window(%d,%d)", (int)s->window_left, (int)s->window_right);
@@ -1756,7 +1760,7 @@ static void kv_check_appended(const fa_kv_problem *kp, uint8_t *written_k, uint8
     const size_t es = fa_test_dtype_size(s->dtype);
     double row[FA_MAX_HEAD_DIM];
     for (int64_t b = 0; b < s->batch; b++)
-        for (int64_t t = 0; t < s->seqlen_q; t++)
+        for (int64_t t = 0; t < s->seqlen_new; t++)
             for (int64_t h = 0; h < s->heads_kv; h++) {
                 int64_t slot = kp->cached[b] + t;
                 int64_t src = b * p->knew_batch_stride + t * p->knew_row_stride + h * p->knew_head_stride;
@@ -1764,8 +1768,8 @@ static void kv_check_appended(const fa_kv_problem *kp, uint8_t *written_k, uint8
                 double exact[FA_MAX_HEAD_DIM];
                 memcpy(exact, row, sizeof(double) * (size_t)s->head_dim);
                 if (s->rotary_dim) {
-                    kv_rotate(kp, row, kp->cached[b] - kp->start[b] + t, 0);
-                    kv_rotate(kp, exact, kp->cached[b] - kp->start[b] + t, 1);
+                    kv_rotate(kp, row, slot, 0); /* flash_attn 2.x: the slot, left padding included */
+                    kv_rotate(kp, exact, slot, 1);
                 }
                 for (int64_t c = 0; c < s->head_dim; c++) {
                     int64_t at = kv_cache_index(kp, b, slot, h, c, 0);
@@ -1812,7 +1816,7 @@ static int kv_oracle_build(const fa_kv_problem *kp, kv_oracle *o) {
     const fa_kv_spec *s = &kp->spec;
     const fa_params *p = &kp->params;
     const int64_t b_n = s->batch, sq = s->seqlen_q, hq = s->heads_q, hkv = s->heads_kv;
-    const int64_t d = s->head_dim, dv = s->head_dim_v, appended = s->append ? sq : 0;
+    const int64_t d = s->head_dim, dv = s->head_dim_v, appended = s->seqlen_new;
     memset(o, 0, sizeof *o);
     int64_t max_k = 0;
     o->cu_q[0] = o->cu_k[0] = 0;
@@ -1838,7 +1842,7 @@ static int kv_oracle_build(const fa_kv_problem *kp, kv_oracle *o) {
                     x64[c] = xb[c] = fa_test_load(kp->buffer[FA_KV_Q].host, s->dtype,
                                                   b * p->q_batch_stride + i * p->q_row_stride + h * p->q_head_stride + c);
                 if (s->rotary_dim) {
-                    int64_t pos = kp->cached[b] - kp->start[b] + (per_query ? i : 0);
+                    int64_t pos = kp->cached[b] + (per_query ? i : 0);
                     kv_rotate(kp, x64, pos, 1);
                     kv_rotate(kp, xb, pos, 0);
                 }
@@ -1864,8 +1868,8 @@ static int kv_oracle_build(const fa_kv_problem *kp, kv_oracle *o) {
                     v[c] = fa_test_load(kp->buffer[FA_KV_VNEW].host, s->dtype,
                                         b * p->vnew_batch_stride + t * p->vnew_row_stride + h * p->vnew_head_stride + c);
                 if (s->rotary_dim) {
-                    kv_rotate(kp, k64, kp->cached[b] - kp->start[b] + t, 1);
-                    kv_rotate(kp, kb, kp->cached[b] - kp->start[b] + t, 0);
+                    kv_rotate(kp, k64, slot, 1);
+                    kv_rotate(kp, kb, slot, 0);
                 }
             }
         }

@@ -249,6 +249,7 @@ typedef struct fa_kv_spec {
     int64_t capacity;            /* seqlen_k: tokens per cache row / per sequence (paged)     */
     int64_t page_size;           /* 0: contiguous cache; >= 1: paged                          */
     int append;                  /* k_new / v_new written at cache_seqlens before attending   */
+    int64_t seqlen_new;          /* tokens appended per sequence (append): 0 = seqlen_q       */
     int64_t rotary_dim;          /* 0: off (needs append)                                     */
     int rotary_interleaved;
     int no_seqlens;              /* cache_seqlens NULL (every sequence holds `capacity` keys) */

@@ -119,6 +119,13 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
                             (int)p->device);
     fa_status common = fa_validate_common(pb);
     if (common != FA_OK) return common;
+    common = fa_validate_dropout(pb, kind == CALL_STANDARD ? "fa_standard_forward" : NULL);
+    if (common != FA_OK) return common;
+    const int paged = p->block_table != NULL;
+    if (paged && kind != CALL_FORWARD)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "block_table is set: a paged K/V is supported by fa_forward only (%s)",
+                            kind == CALL_BACKWARD ? "no gradients into a page pool" : "fa_standard_forward");
 
     /* 4. tensor pointers */
     FA_REQUIRE_PTR(p->q, "q");
@@ -146,7 +153,9 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
             fa_status s = check_cu_seqlens(p->cu_seqlens_q, "cu_seqlens_q", p->batch, p->seqlen_q,
                                            p->total_q);
             if (s != FA_OK) return s;
-            s = check_cu_seqlens(p->cu_seqlens_k, "cu_seqlens_k", p->batch, p->seqlen_k, p->total_k);
+            /* paged: cu_seqlens_k gives lengths, the rows live in pages (total_k unused) */
+            s = check_cu_seqlens(p->cu_seqlens_k, "cu_seqlens_k", p->batch, p->seqlen_k,
+                                 paged ? FA_MAX_EXTENT : p->total_k);
             if (s != FA_OK) return s;
         }
     } else {
@@ -158,15 +167,22 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         p->total_k = tk;
     }
 
-    /* 6. strides */
+    if (paged) {
+        fa_status s = fa_validate_paged_kv(pb);
+        if (s != FA_OK) return s;
+    }
+
+    /* 6. strides (a paged K/V's page pool: fa_validate_paged_kv) */
     int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q;
     int64_t rows_k = pb->varlen ? p->total_k : p->seqlen_k;
     int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
     fa_tensor_view views[8];
     int nviews = 0;
     views[nviews++] = make_view("q", 0, pb, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    views[nviews++] = make_view("k", 0, pb, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-    views[nviews++] = make_view("v", 0, pb, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    if (!paged) {
+        views[nviews++] = make_view("k", 0, pb, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+        views[nviews++] = make_view("v", 0, pb, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    }
     views[nviews++] = make_view("o", kind != CALL_BACKWARD, pb, rows_q, hq, dv, p->o_batch_stride,
                                 p->o_row_stride, p->o_head_stride);
     if (kind == CALL_BACKWARD) {

@@ -38,6 +38,11 @@ typedef struct fa_problem {
     int has_mask;        /* window_left >= 0 or window_right >= 0                              */
     int64_t group;       /* heads_q / heads_kv: query heads sharing one kv head                 */
     float scale_log2;    /* softmax_scale · log2(e): scores in base-2 units with one FMA        */
+    /* dropout (p.dropout_p > 0): drop iff the element's Philox bits < dropout_threshold, kept
+     * elements scaled by dropout_keep_scale = 1 / (1 - dropout_p) (src/api/fa_philox.h) */
+    int has_dropout;
+    uint32_t dropout_threshold;
+    float dropout_keep_scale;
 } fa_problem;
 
 /* Record a detailed message for the calling thread and return `status` (printf-style). */
@@ -88,6 +93,16 @@ fa_status fa_check_tensor_view(const fa_tensor_view *t);
  * (softmax_scale defaulted, scale_log2, softcap, ALiBi stride) and the window folded with causal
  * (has_mask set). */
 fa_status fa_validate_common(fa_problem *pb);
+
+/* dropout_p, dropout_seed / offset and attn_probs for fa_forward / fa_backward (sets
+ * has_dropout, dropout_threshold, dropout_keep_scale), and their rejection where a call has no
+ * dropout (`call`, e.g. "fa_kvcache_forward", names it; NULL: the call supports them). */
+fa_status fa_validate_dropout(fa_problem *pb, const char *call);
+
+/* fa_forward with a paged K/V (p.block_table set): page_size, num_pages, the table's row
+ * stride, the page pool's strides (k / v [num_pages, page_size, heads_kv, d]) and, on the CPU,
+ * every table entry a sequence reads. Call after the varlen fields are checked. */
+fa_status fa_validate_paged_kv(const fa_problem *pb);
 
 /* ---- per-sequence geometry (host side; CPU engines) ----------------------------------------- */
 

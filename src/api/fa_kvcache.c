@@ -8,7 +8,8 @@
  *   1. params pointer, then what every call shares (fa_validate_common: device, dtype, threads,
  *      sizes, heads, scalars, window folded with causal); seqlen_q >= 1, no cu_seqlens,
  *      num_splits >= 0
- *   2. tensor pointers: q, k, v, o; k_new and v_new together and only with cache_seqlens; rotary
+ *   2. tensor pointers: q, k, v, o; k_new and v_new together and only with cache_seqlens;
+ *      seqlen_new (0 = seqlen_q) only with k_new; rotary
  *      tables together, only with k_new (as flash_attn), rotary_dim even in [2, head_dim],
  *      rotary_seqlen >= seqlen_k (every position a call can reach)
  *   3. cache geometry: paged (block_table: page_size >= 1, num_pages >= 1, the table's row
@@ -82,6 +83,26 @@ static fa_status check_pointers(const fa_params *p) {
     return FA_OK;
 }
 
+/* seqlen_new (step 2): tokens of k_new / v_new, defaulted to seqlen_q when appending; 0 when
+ * not appending. */
+static fa_status check_seqlen_new(fa_params *p) {
+    if (p->k_new == NULL) {
+        if (p->seqlen_new != 0)
+            return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                "seqlen_new = %lld is set but k_new / v_new are NULL (it counts the "
+                                "appended tokens; 0 without an append)",
+                                (long long)p->seqlen_new);
+        return FA_OK;
+    }
+    if (p->seqlen_new == 0) p->seqlen_new = p->seqlen_q;
+    if (p->seqlen_new < 1 || p->seqlen_new > FA_MAX_EXTENT)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "seqlen_new = %lld is out of range [1, %lld] (0 = seqlen_q: one new key "
+                            "per query)",
+                            (long long)p->seqlen_new, (long long)FA_MAX_EXTENT);
+    return FA_OK;
+}
+
 /* Cache geometry (step 3): paged or contiguous. */
 static fa_status check_cache_geometry(fa_params *p) {
     if (p->block_table != NULL) {
@@ -134,10 +155,10 @@ static fa_status check_strides(const fa_params *p) {
     views[n++] = view_of("v", append, slabs, slab_rows, hkv, dv, p->v_batch_stride, p->v_row_stride,
                          p->v_head_stride);
     if (append) {
-        views[n++] = view_of("knew", 0, b, sq, hkv, d, p->knew_batch_stride, p->knew_row_stride,
-                             p->knew_head_stride);
-        views[n++] = view_of("vnew", 0, b, sq, hkv, dv, p->vnew_batch_stride, p->vnew_row_stride,
-                             p->vnew_head_stride);
+        views[n++] = view_of("knew", 0, b, p->seqlen_new, hkv, d, p->knew_batch_stride,
+                             p->knew_row_stride, p->knew_head_stride);
+        views[n++] = view_of("vnew", 0, b, p->seqlen_new, hkv, dv, p->vnew_batch_stride,
+                             p->vnew_row_stride, p->vnew_head_stride);
     }
     for (int i = 0; i < n; ++i) {
         fa_status s = fa_check_tensor_view(&views[i]);
@@ -155,7 +176,7 @@ static fa_status check_strides(const fa_params *p) {
 
 /* Host-memory contents of the int32 arrays (step 5, CPU only). */
 static fa_status check_host_arrays(const fa_params *p) {
-    const int64_t append = p->k_new != NULL ? p->seqlen_q : 0;
+    const int64_t append = p->k_new != NULL ? p->seqlen_new : 0;
     for (int64_t b = 0; b < p->batch; ++b) {
         int64_t cached = p->cache_seqlens ? p->cache_seqlens[b] : p->seqlen_k;
         if (cached < 0)
@@ -166,7 +187,7 @@ static fa_status check_host_arrays(const fa_params *p) {
                                 "cache_seqlens[%lld] = %lld%s exceeds the cache capacity seqlen_k = "
                                 "%lld",
                                 (long long)b, (long long)cached,
-                                append ? " plus the seqlen_q new tokens" : "", (long long)p->seqlen_k);
+                                append ? " plus the seqlen_new new tokens" : "", (long long)p->seqlen_k);
         int64_t pad = p->cache_leftpad ? p->cache_leftpad[b] : 0;
         if (pad < 0 || pad > cached)
             return fa_set_error(FA_ERR_INVALID_SIZE,
@@ -206,6 +227,7 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     /* 1. */
     fa_status s = fa_validate_common(pb);
     if (s != FA_OK) return s;
+    if ((s = fa_validate_dropout(pb, "fa_kvcache_forward")) != FA_OK) return s;
     if (p->seqlen_q < 1)
         return fa_set_error(FA_ERR_INVALID_SIZE,
                             "seqlen_q = %lld: fa_kvcache_forward needs at least one query token "
@@ -225,6 +247,7 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
 
     /* 2.-4. */
     if ((s = check_pointers(p)) != FA_OK) return s;
+    if ((s = check_seqlen_new(p)) != FA_OK) return s;
     if ((s = check_cache_geometry(p)) != FA_OK) return s;
     if ((s = check_strides(p)) != FA_OK) return s;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "api/fa_philox.h"
 
 int fa_mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out) {
     int64_t m;
@@ -126,5 +127,80 @@ fa_status fa_validate_common(fa_problem *pb) {
     if (p->window_right < 0) p->window_right = -1;
     if (p->causal && (p->window_right < 0 || p->window_right > 0)) p->window_right = 0;
     pb->has_mask = p->window_left >= 0 || p->window_right >= 0;
+    return FA_OK;
+}
+
+fa_status fa_validate_dropout(fa_problem *pb, const char *call) {
+    const fa_params *p = &pb->p;
+    pb->has_dropout = 0;
+    pb->dropout_threshold = 0;
+    pb->dropout_keep_scale = 1.0f;
+    if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f)) /* NaN fails too */
+        return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                            "dropout_p = %g must be in [0, 1) (the probability of dropping an "
+                            "attention weight; 0 = no dropout)",
+                            (double)p->dropout_p);
+    if (call != NULL && p->dropout_p > 0.0f)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g: %s has no attention dropout (set 0)",
+                            (double)p->dropout_p, call);
+    if (call != NULL && p->attn_probs != NULL)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: %s does not return the "
+                            "probabilities (fa_forward does, on the CPU)", call);
+    if (p->dropout_p > 0.0f) {
+        int64_t rows;
+        if (!fa_mul_add_ok(p->batch, p->heads_q, 0, &rows) || rows > ((int64_t)1 << 32))
+            return fa_set_error(FA_ERR_INVALID_SIZE,
+                                "dropout_p > 0 with batch × heads_q = %lld × %lld > 2^32: the dropout "
+                                "counter holds b·heads_q + h in 32 bits",
+                                (long long)p->batch, (long long)p->heads_q);
+        pb->has_dropout = 1;
+        pb->dropout_threshold = fa_dropout_threshold(p->dropout_p);
+        pb->dropout_keep_scale = 1.0f / (1.0f - p->dropout_p);
+    }
+    if (p->attn_probs != NULL) {
+        int64_t n;
+        if (!fa_mul_add_ok(p->batch * p->heads_q, p->seqlen_q, 0, &n) || !fa_mul_add_ok(n, p->seqlen_k, 0, &n) ||
+            n > INT64_MAX / 4)
+            return fa_set_error(FA_ERR_OVERFLOW, "attn_probs: batch × heads_q × seqlen_q × seqlen_k overflows");
+    }
+    return FA_OK;
+}
+
+fa_status fa_validate_paged_kv(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    if (p->page_size < 1 || p->page_size > FA_MAX_EXTENT)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "page_size = %lld: a paged K/V (block_table set) needs pages of at least 1 "
+                            "token",
+                            (long long)p->page_size);
+    FA_REQUIRE_RANGE(p->num_pages, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "num_pages");
+    const int64_t pages_per_sequence = (p->seqlen_k + p->page_size - 1) / p->page_size;
+    if (p->block_table_batch_stride < pages_per_sequence)
+        return fa_set_error(FA_ERR_STRIDE,
+                            "block_table_batch_stride = %lld is less than the pages per sequence "
+                            "ceil(seqlen_k / page_size) = %lld",
+                            (long long)p->block_table_batch_stride, (long long)pages_per_sequence);
+    int64_t table_elements;
+    if (!fa_mul_add_ok(p->batch, p->block_table_batch_stride, 0, &table_elements))
+        return fa_set_error(FA_ERR_OVERFLOW, "batch × block_table_batch_stride overflows");
+    fa_tensor_view pool[2] = {
+        {"k", NULL, 0, {p->num_pages, p->page_size, p->heads_kv}, {p->k_batch_stride, p->k_row_stride, p->k_head_stride}, p->head_dim},
+        {"v", NULL, 0, {p->num_pages, p->page_size, p->heads_kv}, {p->v_batch_stride, p->v_row_stride, p->v_head_stride}, p->head_dim_v},
+    };
+    for (int t = 0; t < 2; ++t) {
+        fa_status s = fa_check_tensor_view(&pool[t]);
+        if (s != FA_OK) return s;
+    }
+    if (p->device != FA_DEVICE_CPU) return FA_OK; /* device memory: not read by the host */
+    for (int64_t b = 0; b < p->batch; ++b) {
+        const int64_t len_k = pb->varlen ? (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b] : p->seqlen_k;
+        for (int64_t page = 0; page * p->page_size < len_k; ++page) {
+            const int64_t id = p->block_table[b * p->block_table_batch_stride + page];
+            if (id < 0 || id >= p->num_pages)
+                return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                    "block_table[%lld][%lld] = %lld is out of range [0, num_pages = %lld)",
+                                    (long long)b, (long long)page, (long long)id, (long long)p->num_pages);
+        }
+    }
     return FA_OK;
 }

@@ -35,6 +35,10 @@
  * are the caller's bf16 rows read in place, the B tiles are packed as bf16 pairs instead of the
  * fp32 transposes k_t / v_t / q_t / do_t. P and dS stay fp32, so do the GEMMs that read them.
  *
+ * Dropout (dropout_p > 0): the mask Z (0 or 1 / (1 - p), fa_philox.h) is regenerated per tile:
+ * dP is multiplied by Z before the softmax step (dS = P ∘ (Z ∘ dP - D), D = rowsum(dO ∘ O) still),
+ * and P by Z before dV += (Z ∘ P)ᵀ dO.
+ *
  * Every output element is written by exactly one item, whose arithmetic order does not depend
  * on the thread that runs it, and the scheme depends on the problem and the machine's core
  * count, not on num_threads: results are bitwise identical for any thread count and run to run
@@ -46,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/fa_philox.h"
 #include "cpu_engine.h"
 
 #define BLOCK_ROWS FA_CPU_BLOCK_ROWS     /* split pass 2: query rows per item                   */
@@ -300,9 +305,19 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                                         FA_CPU_GEMM_STORE, 1.0f, NULL};
                 kern->gemm(&dov);
             }
+            if (pb->has_dropout) /* dP -> Z ∘ dP */
+                for (int64_t r = 0; r < n_rows; r++)
+                    fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold,
+                                         pb->dropout_keep_scale, b, h, p->heads_q, i0 + r, j0, n_keys,
+                                         w->dp + r * keys_pad, 1);
             fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, keys_pad, keys_pad, n_rows, 0,
                                   w->lse, w->dsum, p->softmax_scale};
             kern->grad_scores(&g);
+            if (pb->has_dropout) /* P -> Z ∘ P for dV */
+                for (int64_t r = 0; r < n_rows; r++)
+                    fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold,
+                                         pb->dropout_keep_scale, b, h, p->heads_q, i0 + r, j0, n_keys,
+                                         w->s + r * keys_pad, 1);
             /* dv_acc[j][:] += sum_r P[r][j] · do_r ;  dk_acc[j][:] += sum_r dS[r][j] · q_r */
             fa_cpu_gemm_args pdo = {n_keys, dv_pad, n_rows, w->s, 1, keys_pad, do_rows, lddo, w->dv_acc, dv_pad,
                                     FA_CPU_GEMM_ACCUMULATE, 1.0f, NULL};
@@ -453,6 +468,10 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
                                     FA_CPU_GEMM_STORE, 1.0f, NULL};
             kern->gemm(&vdo);
         }
+        if (pb->has_dropout) /* dP -> Z ∘ dP */
+            for (int64_t r = 0; r < n_rows; r++)
+                fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold, pb->dropout_keep_scale,
+                                     b, h, p->heads_q, i0 + r, j0, n_keys, w->dp + r, rows_pad);
         fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
                               w->lse, w->dsum, p->softmax_scale};
         kern->grad_scores(&g);

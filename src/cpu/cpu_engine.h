@@ -197,6 +197,9 @@ void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g);
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */
 const fa_cpu_kernels *fa_cpu_select_kernels(void);
 
+/* fa_forward's attn_probs output for a validated problem (cpu_probs.c). */
+fa_status fa_cpu_attn_probs(const fa_problem *pb);
+
 /* ---- threads ----------------------------------------------------------------------------------- */
 
 /* Worker threads a call of this problem uses: num_threads, or all online cores when 0. */

@@ -23,11 +23,16 @@
  *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
  *   o = o_acc / row_sum (with the sink in the denominator), lse = max + log(sum)
  * Key blocks outside every row's range are never visited (causal, sliding window).
+ * Dropout (dropout_p > 0) scales P by the element's Z (0 or 1 / (1 - p), fa_philox.h) after
+ * the softmax step has added P to the row sums, before P V.
+ * A paged K/V (block_table) is first gathered into a packed copy (fa_cpu_forward_paged), then
+ * run as an ordinary (varlen) call; attn_probs is written by a separate pass (cpu_probs.c).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/fa_philox.h"
 #include "cpu_engine.h"
 
 #define BLOCK_ROWS FA_CPU_BLOCK_ROWS
@@ -202,6 +207,12 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
 
         /* online softmax: s_t -> P, row max / sum updated, alpha = exp(old max - new max) */
         kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
+        /* dropout acts on P after the row sums took it whole: O = Σ Z·P·v / Σ P, LSE unchanged */
+        if (pb->has_dropout)
+            for (int64_t r = 0; r < rows; r++)
+                fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold,
+                                     pb->dropout_keep_scale, b, row->head[r], p->heads_q, row->query[r], j0,
+                                     n_keys, w->s_t + r, rows_pad);
 
         /* o_acc[r][:] = o_acc[r][:] · alpha[r] + sum_j P[j][r] · v_j */
         fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
@@ -231,16 +242,29 @@ static void forward_task(void *arg, int thread_index) {
     }
 }
 
-size_t fa_cpu_forward_workspace(const fa_problem *pb) {
+static size_t forward_workspace_unpaged(const fa_problem *pb) {
     size_t per_thread = fa_cpu_align64(forward_scratch_layout(pb, NULL, NULL));
     size_t starts = fa_cpu_align64(sizeof(int64_t) * (size_t)(pb->p.batch + 1));
     return 64 + starts + (size_t)fa_cpu_thread_count(pb) * per_thread;
 }
 
-fa_status fa_cpu_forward(const fa_problem *pb) {
+/* Paged K/V: bytes of the packed copy (batch · seqlen_k keys at most). */
+static size_t paged_copy_bytes(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    return fa_cpu_align64((size_t)(p->batch * p->seqlen_k * p->heads_kv * (p->head_dim + p->head_dim_v)) * elem);
+}
+
+size_t fa_cpu_forward_workspace(const fa_problem *pb) {
+    size_t bytes = forward_workspace_unpaged(pb);
+    if (pb->p.block_table) bytes += paged_copy_bytes(pb);
+    return bytes;
+}
+
+static fa_status forward_unpaged(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     fa_cpu_workspace ws;
-    if (!fa_cpu_workspace_acquire(pb, fa_cpu_forward_workspace(pb), &ws)) return FA_ERR_ALLOC;
+    if (!fa_cpu_workspace_acquire(pb, forward_workspace_unpaged(pb), &ws)) return FA_ERR_ALLOC;
 
     fwd_ctx c;
     fa_cpu_arena arena = {ws.base, 0};
@@ -265,5 +289,59 @@ fa_status fa_cpu_forward(const fa_problem *pb) {
     if (threads > c.total_items) threads = (int)c.total_items;
     if (threads > 0) fa_cpu_parallel_run(threads, forward_task, &c);
     fa_cpu_workspace_release(&ws);
+    if (p->attn_probs) return fa_cpu_attn_probs(pb);
     return FA_OK;
+}
+
+/* A paged K/V: key t of sequence b is row t % page_size of page block_table[b][t / page_size].
+ * The keys are copied into packed [rows, heads_kv, d] / [rows, heads_kv, dv] buffers (row
+ * cu_seqlens_k[b] + t in varlen, b·seqlen_k + t batched), then the call runs unpaged on them. */
+static fa_status forward_paged(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const int64_t hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
+    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t copy_bytes = paged_copy_bytes(pb), inner_bytes = forward_workspace_unpaged(pb);
+    fa_cpu_workspace ws;
+    if (!fa_cpu_workspace_acquire(pb, copy_bytes + inner_bytes, &ws)) return FA_ERR_ALLOC;
+    const int64_t rows = pb->varlen ? p->cu_seqlens_k[p->batch] : p->batch * p->seqlen_k;
+    char *k_packed = ws.base, *v_packed = ws.base + (size_t)(rows * hkv * d) * elem;
+    for (int64_t b = 0; b < p->batch; b++) {
+        fa_seq seq = fa_sequence(pb, b);
+        const int64_t first = pb->varlen ? seq.k_start : b * p->seqlen_k;
+        for (int64_t t = 0; t < seq.len_k; t++) {
+            const int64_t page = p->block_table[b * p->block_table_batch_stride + t / p->page_size];
+            const int64_t in_page = t % p->page_size;
+            for (int64_t h = 0; h < hkv; h++) {
+                const int64_t k_off = page * p->k_batch_stride + in_page * p->k_row_stride + h * p->k_head_stride;
+                const int64_t v_off = page * p->v_batch_stride + in_page * p->v_row_stride + h * p->v_head_stride;
+                memcpy(k_packed + (size_t)(((first + t) * hkv + h) * d) * elem, (const char *)p->k + k_off * (int64_t)elem,
+                       (size_t)d * elem);
+                memcpy(v_packed + (size_t)(((first + t) * hkv + h) * dv) * elem, (const char *)p->v + v_off * (int64_t)elem,
+                       (size_t)dv * elem);
+            }
+        }
+    }
+    fa_problem inner = *pb;
+    fa_params *ip = &inner.p;
+    ip->block_table = NULL;
+    ip->page_size = 0;
+    ip->num_pages = 0;
+    ip->k = k_packed;
+    ip->v = v_packed;
+    ip->k_batch_stride = pb->varlen ? 0 : p->seqlen_k * hkv * d;
+    ip->k_row_stride = hkv * d;
+    ip->k_head_stride = d;
+    ip->v_batch_stride = pb->varlen ? 0 : p->seqlen_k * hkv * dv;
+    ip->v_row_stride = hkv * dv;
+    ip->v_head_stride = dv;
+    ip->total_k = rows;
+    ip->workspace = ws.base + copy_bytes;
+    ip->workspace_bytes = inner_bytes;
+    fa_status s = forward_unpaged(&inner);
+    fa_cpu_workspace_release(&ws);
+    return s;
+}
+
+fa_status fa_cpu_forward(const fa_problem *pb) {
+    return pb->p.block_table ? forward_paged(pb) : forward_unpaged(pb);
 }

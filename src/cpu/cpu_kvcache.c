@@ -9,7 +9,8 @@
  *   row slot % page_size (paged).
  *
  * Three phases, each a parallel run over work items (cpu_threads.c):
- *   1. append (k_new set): item (b, t) writes new token t of every kv head into slot cached + t:
+ *   1. append (k_new set): item (b, t), t < seqlen_new, writes new token t of every kv head into
+ *      slot cached + t (rotary position cached + t, the slot itself, left padding included):
  *      k rotated (rotary_cos/sin) in fp32 and rounded to the dtype, v copied bit for bit. When two
  *      items would write one physical slot (repeated cache_batch_idx, pages shared between
  *      sequences), the phase runs on one thread in (b, t) order, so the last sequence wins
@@ -21,8 +22,8 @@
  *      several whole groups (up to 64 rows) and reads the cache slot by slot across its kv heads
  *      (the "streaming layout", see layout_without_splits), scoring with AVX-512 dot products
  *      (score_tile_avx512); otherwise the scores are the engine's GEMM. q rows are rotated on
- *      load (positions relative to start: query i at cached - start + i when causal or windowed,
- *      else cached - start for every query, as flash_attn). A split covers a contiguous range of
+ *      load (query i at position cached + i when causal or windowed, else cached for every
+ *      query, as flash_attn 2.x). A split covers a contiguous range of
  *      key blocks; with one split the item normalises and stores o / lse itself (sink included),
  *      otherwise it writes its partial state (fp32 o, lse without the sink) to the workspace.
  *   3. merge (splits > 1): item = a block of output rows, each merged over its splits with the
@@ -300,7 +301,7 @@ static void append_token(const kv_ctx *c, const kv_scratch *w, int64_t b, int64_
     const kv_sequence *seq = &c->seqs[b];
     const int64_t slot = seq->cached + t;
     const int64_t elem = (int64_t)c->elem;
-    if (p->rotary_cos) load_rotary(p, c->kern, seq->cached - seq->start + t, w->cos_row, w->sin_row);
+    if (p->rotary_cos) load_rotary(p, c->kern, slot, w->cos_row, w->sin_row);
     for (int64_t h = 0; h < p->heads_kv; h++) {
         const char *k_src = (const char *)p->k_new +
                             (b * p->knew_batch_stride + t * p->knew_row_stride + h * p->knew_head_stride) * elem;
@@ -325,11 +326,11 @@ static void append_task(void *arg, int thread_index) {
     kv_ctx *c = (kv_ctx *)arg;
     kv_scratch w;
     scratch_layout(c->pb, c->scratch + (size_t)thread_index * c->scratch_bytes, &w);
-    const int64_t sq = c->pb->p.seqlen_q;
+    const int64_t n_new = c->pb->p.seqlen_new;
     for (;;) {
         int64_t item = atomic_fetch_add(&c->next_item, 1);
         if (item >= c->total_items) break;
-        append_token(c, &w, item / sq, item % sq);
+        append_token(c, &w, item / n_new, item % n_new);
     }
 }
 
@@ -338,12 +339,12 @@ static int compare_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* 1 if two (b, t) items would write the same physical cache slot. ids: batch · seqlen_q. */
+/* 1 if two (b, t) items would write the same physical cache slot. ids: batch · seqlen_new. */
 static int appends_collide(const kv_ctx *c, int64_t *ids) {
     const fa_params *p = &c->pb->p;
     int64_t n = 0;
     for (int64_t b = 0; b < p->batch; b++)
-        for (int64_t t = 0; t < p->seqlen_q; t++) {
+        for (int64_t t = 0; t < p->seqlen_new; t++) {
             const kv_sequence *seq = &c->seqs[b];
             int64_t slot = seq->cached + t;
             ids[n++] = p->block_table
@@ -459,8 +460,7 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
         kern->to_f32(q_row, (const char *)p->q + off * elem, d, p->dtype);
         if (p->rotary_cos) {
             if (r == 0 || per_query_position)
-                load_rotary(p, kern, seq->cached - seq->start + (per_query_position ? i : 0), w->cos_row,
-                            w->sin_row);
+                load_rotary(p, kern, seq->cached + (per_query_position ? i : 0), w->cos_row, w->sin_row);
             rotate(q_row, w->cos_row, w->sin_row, p->rotary_dim, p->rotary_interleaved);
             kern->from_f32(w->row_tmp, q_row, d, p->dtype);
             kern->to_f32(q_row, w->row_tmp, d, p->dtype);
@@ -624,7 +624,7 @@ static kv_workspace_plan plan_workspace(const fa_problem *pb, int threads, int64
     kv_workspace_plan w;
     int64_t rows = p->batch * p->heads_q * p->seqlen_q;
     w.sequences = fa_cpu_align64(sizeof(kv_sequence) * (size_t)p->batch);
-    w.slot_ids = p->k_new ? fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch * p->seqlen_q)) : 0;
+    w.slot_ids = p->k_new ? fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch * p->seqlen_new)) : 0;
     w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
     w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
     w.per_thread = fa_cpu_align64(scratch_layout(pb, NULL, NULL));
@@ -669,7 +669,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.scratch_bytes = plan.per_thread;
     c.seqs = seqs;
 
-    const int64_t appended = p->k_new ? p->seqlen_q : 0;
+    const int64_t appended = p->k_new ? p->seqlen_new : 0;
     int64_t longest = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         kv_sequence *s = &seqs[b];
@@ -682,7 +682,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
 
     /* 1. append */
     if (p->k_new) {
-        c.total_items = p->batch * p->seqlen_q;
+        c.total_items = p->batch * p->seqlen_new;
         atomic_init(&c.next_item, 0);
         int n = appends_collide(&c, slot_ids) ? 1 : threads;
         if (n > c.total_items) n = (int)c.total_items;

@@ -237,6 +237,9 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     static const char *const path = "the CUDA backward";
     const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
     fa_status s;
+    if (pb->has_dropout)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g: %s has no attention dropout yet (CPU only)",
+                            (double)p->dropout_p, path);
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||

@@ -177,6 +177,18 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     static const char *const path = "the CUDA forward";
     fa_status s;
     const int check_batch = !pb->varlen;
+    /* features the CPU engine has and the CUDA kernels do not have yet */
+    if (pb->has_dropout)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g: %s has no attention dropout yet (CPU only)",
+                            (double)p->dropout_p, path);
+    if (p->attn_probs != nullptr)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: %s does not return probabilities (CPU only)",
+                            path);
+    if (p->block_table != nullptr)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "block_table is set: %s has no paged K/V yet (CPU only; fa_kvcache_forward "
+                            "takes paged caches on CUDA)",
+                            path);
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||

@@ -211,6 +211,11 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA KV-cache path";
     fa_status s;
+    if (p->k_new != nullptr && p->seqlen_new != p->seqlen_q)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "seqlen_new = %lld differs from seqlen_q = %lld: %s appends exactly one key "
+                            "per query token (CPU: any seqlen_new)",
+                            (long long)p->seqlen_new, (long long)p->seqlen_q, path);
     /* paged caches: the batch stride is the page stride */
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||

@@ -715,6 +715,13 @@ static fa_status prepare(const fa_ring_params *r, ring_pass pass, ring_ctx *c) {
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "ring attention does not support ALiBi (alibi_slopes set): the bias depends "
                             "on global positions");
+    if (a->dropout_p != 0.0f || a->attn_probs != NULL || a->block_table != NULL)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "ring attention does not support %s: the inner calls see one shard's "
+                            "keys at a time",
+                            a->dropout_p != 0.0f ? "dropout (dropout_p != 0)"
+                            : a->attn_probs != NULL ? "attn_probs"
+                                                    : "a paged K/V (block_table)");
     if (a->cu_seqlens_q != NULL || a->cu_seqlens_k != NULL)
         return fa_set_error(FA_ERR_CU_SEQLENS,
                             "attn.cu_seqlens_q / cu_seqlens_k must be NULL in ring attention: set "
