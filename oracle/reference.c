@@ -3,6 +3,7 @@
  * problems (see reference.h for the contract).
  */
 #include "oracle/reference.h"
+#include "api/fa_philox.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -204,6 +205,15 @@ static void ref_visible(const fa_ref_problem *rp, int64_t i, int64_t len_q, int6
     *hi = last + 1 > first ? last + 1 : first;
 }
 
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j) {
+    if (!(rp->dropout_p > 0.0f)) return 1.0;
+    int keep = fa_dropout_keep(rp->dropout_seed, rp->dropout_offset, fa_dropout_threshold(rp->dropout_p), b, h,
+                               rp->heads_q, i, j);
+    return keep ? 1.0 / (1.0 - (double)rp->dropout_p) : 0.0;
+}
+
 /* ---- the float64 oracle -------------------------------------------------------------------- */
 
 /* One (sequence b, kv head) unit: all query heads of the group, every row. Units write disjoint
@@ -259,7 +269,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
             for (int64_t c = 0; c < dv; c++) o_local[c] = 0.0;
             if (o_mag) memset(o_mag, 0, (size_t)dv * sizeof *o_mag);
             for (int64_t j = lo; j < hi; j++) {
-                double p = exp(scores[j] - lse);
+                double p = exp(scores[j] - lse) * fa_ref_dropout_factor(rp, b, h, i, j);
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
                 for (int64_t c = 0; c < dv; c++) o_local[c] += p * v_row[c];
                 if (o_mag)
@@ -292,6 +302,10 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                     dp += do_row[c] * v_row[c];
                     dp_mag += fabs(do_row[c] * v_row[c]);
                 }
+                /* dropout: O uses Z∘P, so dL/dP = Z∘dP and dV gets (Z∘P)ᵀ dO */
+                const double z = fa_ref_dropout_factor(rp, b, h, i, j);
+                dp *= z;
+                dp_mag *= z;
                 double ds = p * (dp - delta), ds_mag = p_mag * (dp_mag + delta_mag);
                 if (rp->softcap > 0) {
                     ds *= 1.0 - tanh_row[j] * tanh_row[j];
@@ -304,8 +318,8 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                     dk_mag[c] += fabs(rp->scale) * ds_mag * fabs(q_row[c]);
                 }
                 for (int64_t c = 0; c < dv; c++) {
-                    dv_row[c] += p * do_row[c];
-                    dv_mag[c] += p_mag * fabs(do_row[c]);
+                    dv_row[c] += z * p * do_row[c];
+                    dv_mag[c] += z * p_mag * fabs(do_row[c]);
                 }
             }
             if (has_sink) {
@@ -319,7 +333,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
 /* The dtype baseline for one unit: fp32 math, dtype rounding of P, dP, dS and every output. */
 static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward,
                           fa_ref_outputs *out, int64_t b, int64_t kv_head, double *dsink_part,
-                          float *scores, float *tanh_row, float *probs, float *dk_acc,
+                          float *scores, float *tanh_row, float *probs, float *probs_drop, float *dk_acc,
                           float *dv_acc) {
     const int64_t d = rp->head_dim, dv = rp->head_dim_v, hq = rp->heads_q, hkv = rp->heads_kv;
     const int64_t group = hq / hkv;
@@ -365,11 +379,14 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             if (out->lse) out->lse[lse_at] = row_max + logf(sum);
             for (int64_t j = lo; j < hi; j++)
                 probs[j] = fa_test_round_to(dtype, expf(scores[j] - row_max) / sum);
+            /* dropout: P·Z rounded, as a framework would apply nn.Dropout to P */
+            for (int64_t j = lo; j < hi; j++)
+                probs_drop[j] = fa_test_round_to(dtype, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
             if (o_row) {
                 for (int64_t c = 0; c < dv; c++) {
                     float acc = 0.0f;
                     for (int64_t j = lo; j < hi; j++)
-                        acc += probs[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
+                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
                     o_row[c] = fa_test_round_to(dtype, acc);
                 }
             }
@@ -382,8 +399,23 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
                 float dp = 0.0f;
                 for (int64_t c = 0; c < dv; c++) dp += (float)do_row[c] * (float)v_row[c];
-                scores[j] = fa_test_round_to(dtype, dp); /* scores now hold dP           */
+                dp = fa_test_round_to(dtype, dp);
+                if (rp->dropout_p > 0.0f) dp = fa_test_round_to(dtype, dp * (float)fa_ref_dropout_factor(rp, b, h, i, j));
+                scores[j] = dp; /* scores now hold dP (times Z)                                 */
                 delta += probs[j] * scores[j];
+            }
+            if (rp->dropout_p > 0.0f) {
+                /* With dropout a FlashAttention backward can only take D = rowsum(dO ∘ O) from
+                 * the stored, rounded O (the mask is not kept); Σ_j P_ij·(Z∘dP)_ij cancels
+                 * exactly where Z∘P has one nonzero term and that D does not, so the baseline
+                 * takes D the same way. */
+                delta = 0.0f;
+                for (int64_t c = 0; c < dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t j = lo; j < hi; j++)
+                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
+                    delta += (float)do_row[c] * fa_test_round_to(dtype, acc);
+                }
             }
             float dq_acc[FA_MAX_HEAD_DIM];
             for (int64_t c = 0; c < d; c++) dq_acc[c] = 0.0f;
@@ -396,7 +428,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     dq_acc[c] += ds * (float)k_row[c];
                     dk_acc[j * d + c] += ds * (float)q_row[c];
                 }
-                for (int64_t c = 0; c < dv; c++) dv_acc[j * dv + c] += probs[j] * (float)do_row[c];
+                for (int64_t c = 0; c < dv; c++) dv_acc[j * dv + c] += probs_drop[j] * (float)do_row[c];
             }
             double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
             for (int64_t c = 0; c < d; c++) dq_row[c] = fa_test_round_to(dtype, scale * dq_acc[c]);
@@ -433,7 +465,7 @@ static void *ref_worker(void *arg) {
     int64_t sk = rp->seqlen_k > 0 ? rp->seqlen_k : 1;
     int64_t group = rp->heads_q / rp->heads_kv;
     double *scores64 = malloc((size_t)sk * 2 * sizeof(double));
-    float *scratch32 = malloc((size_t)sk * 3 * sizeof(float));
+    float *scratch32 = malloc((size_t)sk * 4 * sizeof(float));
     float *dk_acc = job->baseline && job->backward
                         ? malloc((size_t)(sk * rp->head_dim) * sizeof(float)) : NULL;
     float *dv_acc = job->baseline && job->backward
@@ -449,7 +481,7 @@ static void *ref_worker(void *arg) {
         double *part = job->dsink_parts + unit * group * 2;
         if (job->baseline)
             baseline_unit(rp, job->dtype, job->backward, job->out, b, kv_head, part, scratch32,
-                          scratch32 + sk, scratch32 + 2 * sk, dk_acc, dv_acc);
+                          scratch32 + sk, scratch32 + 2 * sk, scratch32 + 3 * sk, dk_acc, dv_acc);
         else
             ref64_unit(rp, job->backward, job->out, b, kv_head, part, scores64, scores64 + sk);
     }
@@ -641,6 +673,9 @@ int fa_ref_gather(const fa_params *p, fa_ref_gathered *g) {
     if (p->causal) right = 0; /* min(right, 0) with right unbounded (-1) or >= 0 */
     rp->window_left = left;
     rp->window_right = right;
+    rp->dropout_p = p->dropout_p;
+    rp->dropout_seed = p->dropout_seed;
+    rp->dropout_offset = p->dropout_offset;
 
     const int64_t d = rp->head_dim, dv = rp->head_dim_v;
     g->q = calloc((size_t)(rp->rows_q * rp->heads_q * d) + 1, sizeof(double));
@@ -1150,6 +1185,9 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
     p->window_left = s->window_left;
     p->window_right = s->window_right;
     p->softcap = s->softcap;
+    p->dropout_p = s->dropout_p;
+    p->dropout_seed = s->dropout_seed;
+    p->dropout_offset = s->dropout_offset;
     *p = problem_params(tp, 0); /* host pointers and strides */
     return 0;
 fail:
@@ -1272,6 +1310,8 @@ void fa_test_describe(const fa_test_problem *tp, char *buf, size_t size) {
     if (s->sinks) APPEND("%ssink", used ? "+" : "");
     if (s->softmax_scale != 0) APPEND("%sscale(%g)", used ? "+" : "", (double)s->softmax_scale);
     if (s->q_amplitude > 1) APPEND("%ssharp", used ? "+" : "");
+    if (s->dropout_p > 0) APPEND("%sdropout(%g,seed %llu)", used ? "+" : "", (double)s->dropout_p,
+                                 (unsigned long long)s->dropout_seed);
     if (!used) APPEND("plain");
 #undef APPEND
 }

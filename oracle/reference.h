@@ -67,7 +67,14 @@ typedef struct fa_ref_problem {
     const double *slopes; /* [batch, heads_q] expanded ALiBi slopes, or NULL                  */
     const double *sinks;  /* [heads_q] sink logits, or NULL                                   */
     const double *q, *k, *v, *dout;             /* canonical; dout only for the backward     */
+    /* attention dropout (fa_params.dropout_*): P_ij of sequence b, head h is multiplied by
+     * Z_ij = keep ? 1 / (1 - p) : 0 with keep from src/api/fa_philox.h, the library's mask */
+    float dropout_p; /* 0 = off                                                                */
+    uint64_t dropout_seed, dropout_offset;
 } fa_ref_problem;
+
+/* Z_ij of element (b, h, i, j) (1 without dropout). */
+double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j);
 
 /* Outputs, canonical. Any pointer may be NULL when not wanted (forward: o, lse; backward: all).
  * The *_mag arrays (float64 oracle only) hold each element's term magnitude: the sum of the
@@ -144,6 +151,8 @@ typedef struct fa_test_spec {
     int pad_align;                /* padding granularity in elements (1 if 0)                 */
     int backward;                 /* allocate dout, dq, dk, dv, dsink                         */
     double q_amplitude;           /* q = amplitude·randn (0 means 1): > 1 sharpens softmax    */
+    float dropout_p;              /* attention dropout (0 = off), with the two fields below  */
+    uint64_t dropout_seed, dropout_offset;
     uint64_t seed;
 } fa_test_spec;
 

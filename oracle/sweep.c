@@ -473,7 +473,7 @@ enum recipe {
     R_PLAIN, R_CAUSAL, R_WINDOW, R_CAUSAL_WINDOW, R_SOFTCAP, R_ALIBI_HEAD, R_ALIBI_BATCH_CAUSAL,
     R_SINKS, R_SINKS_MASKED, R_GQA_CAUSAL, R_MQA_WINDOW, R_VARLEN_CAUSAL, R_VARLEN_FEATURES,
     R_MASKED_ROWS, R_PACKED_GQA, R_BHSD_SOFTCAP_WINDOW, R_EVERYTHING, R_SCALE_SHARP,
-    R_HEAD_DIM_V, R_SCALE_NEGATIVE, R_COUNT
+    R_HEAD_DIM_V, R_SCALE_NEGATIVE, R_DROPOUT, R_COUNT
 };
 
 static int64_t pick(fa_test_rng *rng, const int64_t *values, int count) {
@@ -567,6 +567,14 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
         s->causal = 1;
         if (fa_test_rng_uniform(rng) < 0.5) s->softcap = 4.0f;
         if (fa_test_rng_uniform(rng) < 0.5) { s->use_window = 1; s->window_left = left; }
+        break;
+    case R_DROPOUT: /* the oracle applies the library's mask (src/api/fa_philox.h); CUDA: skipped */
+        s->dropout_p = (float)(0.05 + 0.6 * fa_test_rng_uniform(rng));
+        s->dropout_seed = fa_test_rng_next(rng);
+        s->dropout_offset = fa_test_rng_next(rng) >> fa_test_rng_int(rng, 1, 63);
+        s->causal = fa_test_rng_uniform(rng) < 0.5;
+        if (fa_test_rng_uniform(rng) < 0.5) s->sinks = 1;
+        if (fa_test_rng_uniform(rng) < 0.5) s->varlen = 1, s->batch = fa_test_rng_int(rng, 2, 4);
         break;
     case R_HEAD_DIM_V: /* v and o narrower or wider than q and k */
         do s->head_dim_v = pick(rng, dims, 7); while (s->head_dim_v == s->head_dim);

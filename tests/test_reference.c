@@ -325,6 +325,7 @@ typedef struct fd_config {
     int varlen, causal, alibi, sinks;
     int64_t left, right; /* effective window, -1 unbounded */
     double softcap;
+    float dropout_p; /* 0 = off; the mask's seed comes from the test seed */
 } fd_config;
 
 static void run_fd(const fd_config *c, uint64_t seed) {
@@ -344,6 +345,9 @@ static void run_fd(const fd_config *c, uint64_t seed) {
     rp->softcap = c->softcap;
     rp->window_left = c->left;
     rp->window_right = c->causal ? 0 : c->right;
+    rp->dropout_p = c->dropout_p;
+    rp->dropout_seed = seed * 0x9e3779b97f4a7c15ull;
+    rp->dropout_offset = seed;
     if (c->varlen) { /* lengths with an empty query and an empty key sequence */
         static const int32_t lq[3] = {3, 0, 2}, lk[3] = {2, 3, 0};
         fp.cu_q[0] = fp.cu_k[0] = 0;
@@ -406,21 +410,24 @@ static void run_fd(const fd_config *c, uint64_t seed) {
 
 FA_TEST(reference_backward_finite_differences) {
     static const fd_config configs[] = {
-        /* name            b sq sk hq hkv d dv varlen causal alibi sinks left right softcap */
-        {"plain",          2, 3, 4, 2, 2, 3, 2, 0, 0, 0, 0, -1, -1, 0},
-        {"gqa",            1, 3, 4, 4, 2, 3, 3, 0, 0, 0, 0, -1, -1, 0},
-        {"mqa",            1, 2, 3, 3, 1, 2, 4, 0, 0, 0, 0, -1, -1, 0},
-        {"causal sq<sk",   1, 3, 5, 2, 1, 3, 2, 0, 1, 0, 0, -1, -1, 0},
-        {"causal sq>sk",   2, 5, 3, 2, 1, 3, 2, 0, 1, 0, 0, -1, -1, 0},
-        {"window",         1, 5, 5, 2, 2, 3, 2, 0, 0, 0, 0, 1, 1, 0},
-        {"window left",    1, 4, 6, 2, 1, 2, 2, 0, 1, 0, 0, 2, -1, 0},
-        {"softcap",        2, 3, 4, 2, 1, 3, 2, 0, 0, 0, 0, -1, -1, 0.7},
-        {"alibi",          2, 3, 4, 2, 2, 3, 2, 0, 1, 1, 0, -1, -1, 0},
-        {"sinks",          2, 3, 4, 2, 1, 3, 2, 0, 0, 0, 1, -1, -1, 0},
-        {"sinks sq>sk",    1, 5, 2, 2, 1, 3, 2, 0, 1, 0, 1, -1, -1, 0},
-        {"varlen",         3, 3, 3, 2, 1, 3, 2, 1, 1, 0, 1, -1, -1, 0},
-        {"everything",     2, 4, 5, 4, 2, 3, 2, 0, 1, 1, 1, 2, -1, 1.1},
-        {"everything vl",  3, 3, 3, 4, 2, 3, 3, 1, 0, 1, 1, 1, 1, 0.9},
+        /* name            b sq sk hq hkv d dv varlen causal alibi sinks left right softcap dropout */
+        {"plain",          2, 3, 4, 2, 2, 3, 2, 0, 0, 0, 0, -1, -1, 0, 0},
+        {"gqa",            1, 3, 4, 4, 2, 3, 3, 0, 0, 0, 0, -1, -1, 0, 0},
+        {"mqa",            1, 2, 3, 3, 1, 2, 4, 0, 0, 0, 0, -1, -1, 0, 0},
+        {"causal sq<sk",   1, 3, 5, 2, 1, 3, 2, 0, 1, 0, 0, -1, -1, 0, 0},
+        {"causal sq>sk",   2, 5, 3, 2, 1, 3, 2, 0, 1, 0, 0, -1, -1, 0, 0},
+        {"window",         1, 5, 5, 2, 2, 3, 2, 0, 0, 0, 0, 1, 1, 0, 0},
+        {"window left",    1, 4, 6, 2, 1, 2, 2, 0, 1, 0, 0, 2, -1, 0, 0},
+        {"softcap",        2, 3, 4, 2, 1, 3, 2, 0, 0, 0, 0, -1, -1, 0.7, 0},
+        {"alibi",          2, 3, 4, 2, 2, 3, 2, 0, 1, 1, 0, -1, -1, 0, 0},
+        {"sinks",          2, 3, 4, 2, 1, 3, 2, 0, 0, 0, 1, -1, -1, 0, 0},
+        {"sinks sq>sk",    1, 5, 2, 2, 1, 3, 2, 0, 1, 0, 1, -1, -1, 0, 0},
+        {"varlen",         3, 3, 3, 2, 1, 3, 2, 1, 1, 0, 1, -1, -1, 0, 0},
+        {"everything",     2, 4, 5, 4, 2, 3, 2, 0, 1, 1, 1, 2, -1, 1.1, 0},
+        {"everything vl",  3, 3, 3, 4, 2, 3, 3, 1, 0, 1, 1, 1, 1, 0.9, 0},
+        {"dropout",        2, 4, 7, 2, 1, 3, 2, 0, 0, 0, 0, -1, -1, 0, 0.4f},
+        {"dropout causal", 2, 5, 6, 4, 2, 3, 3, 0, 1, 1, 1, -1, -1, 0.8, 0.3f},
+        {"dropout varlen", 3, 3, 3, 2, 1, 3, 2, 1, 1, 0, 1, -1, -1, 0, 0.5f},
     };
     for (size_t n = 0; n < sizeof configs / sizeof configs[0]; n++)
         run_fd(&configs[n], fa_test_seed() + n);
