@@ -75,7 +75,8 @@ static void run_kv_feature(const char *name, kv_feature apply) {
             fa_kv_spec s = kv_base(fa_test_cpu_dtypes[t], sh->batch, sh->seqlen_q, sh->heads_q,
                                    sh->heads_kv, sh->head_dim, sh->capacity);
             apply(&s);
-            if (s.append && s.capacity < s.seqlen_q) s.capacity = s.seqlen_q;
+            int64_t appended = s.seqlen_new ? s.seqlen_new : s.seqlen_q;
+            if (s.append && s.capacity < appended) s.capacity = appended;
             expect_kv(&s, 0, name);
         }
 }
@@ -186,6 +187,37 @@ static void f_everything(fa_kv_spec *s) {
     s->num_splits = 3;
 }
 
+/* k_new / v_new with another token count than q (flash_attn accepts any): the queries are the
+ * last seqlen_q of the cache_seqlens + seqlen_new keys */
+static void f_seqlen_new_more(fa_kv_spec *s) {
+    s->append = 1;
+    s->causal = 1;
+    s->leftpad = 1;
+    s->rotary_dim = s->head_dim & ~(int64_t)1;
+    s->rotary_interleaved = 1;
+    s->seqlen_new = s->seqlen_q + 6;
+}
+static void f_seqlen_new_fewer(fa_kv_spec *s) {
+    s->append = 1;
+    s->causal = 1;
+    s->page_size = 3;
+    s->leftpad = 1;
+    s->rotary_dim = 16;
+    s->use_window = 1;
+    s->window_left = 9;
+    s->alibi = FA_TEST_ALIBI_HEAD;
+    s->seqlen_new = (s->seqlen_q + 1) / 2;
+}
+static void f_seqlen_new_noncausal(fa_kv_spec *s) {
+    s->append = 1;
+    s->rotary_dim = 16;
+    s->sinks = 1;
+    s->seqlen_new = s->seqlen_q > 1 ? s->seqlen_q - 1 : 3;
+}
+
+FA_TEST(kvcache_seqlen_new_more) { run_kv_feature("seqlen_new > seqlen_q", f_seqlen_new_more); }
+FA_TEST(kvcache_seqlen_new_fewer) { run_kv_feature("seqlen_new < seqlen_q", f_seqlen_new_fewer); }
+FA_TEST(kvcache_seqlen_new_noncausal) { run_kv_feature("seqlen_new non-causal", f_seqlen_new_noncausal); }
 FA_TEST(kvcache_plain) { run_kv_feature("plain", f_plain); }
 FA_TEST(kvcache_causal) { run_kv_feature("causal", f_causal); }
 FA_TEST(kvcache_append) { run_kv_feature("append", f_append); }
@@ -484,6 +516,13 @@ FA_TEST(kvcache_errors) {
     BAD(p.rotary_dim = 0, FA_ERR_INVALID_SIZE, "rotary_dim");
     BAD(p.rotary_seqlen = good.seqlen_k - 1, FA_ERR_INVALID_SIZE, "rotary_seqlen");
     BAD(p.seqlen_q = 0, FA_ERR_INVALID_SIZE, "seqlen_q");
+    BAD(p.seqlen_new = -1, FA_ERR_INVALID_SIZE, "seqlen_new");
+    BAD(p.seqlen_new = good.seqlen_k + 1, FA_ERR_INVALID_SIZE, "seqlen_new");
+    BAD((p.k_new = NULL, p.v_new = NULL, p.rotary_cos = NULL, p.rotary_sin = NULL, p.seqlen_new = 2),
+        FA_ERR_INVALID_ARGUMENT, "seqlen_new");
+    BAD(p.dropout_p = 0.1f, FA_ERR_UNSUPPORTED, "dropout_p");
+    BAD(p.dropout_p = 1.0f, FA_ERR_INVALID_ARGUMENT, "dropout_p");
+    BAD(p.attn_probs = (float *)kp.buffer[FA_KV_LSE].host, FA_ERR_UNSUPPORTED, "attn_probs");
     BAD(p.num_splits = -1, FA_ERR_INVALID_ARGUMENT, "num_splits");
     BAD(p.cu_seqlens_q = kp.buffer[FA_KV_SEQLENS].host, FA_ERR_UNSUPPORTED, "cu_seqlens");
     BAD(p.q = NULL, FA_ERR_NULL_POINTER, "q");
