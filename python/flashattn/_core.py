@@ -155,10 +155,11 @@ def check_softcap(softcap):
 
 
 def check_dropout(dropout_p):
-    if dropout_p is not None and float(dropout_p) != 0.0:
-        raise NotImplementedError(
-            "flashattn: dropout_p = %r is not supported (only dropout_p=0.0); apply dropout "
-            "outside attention or use flash_attn for training with attention dropout" % dropout_p)
+    """dropout_p as a float in [0, 1) (None means 0)."""
+    p = 0.0 if dropout_p is None else float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError("flashattn: dropout_p = %r must be in [0, 1)" % (dropout_p,))
+    return p
 
 
 def check_rank(name, shape, rank, layout):

@@ -171,12 +171,18 @@ class FaParams(ctypes.Structure):
         ]
         + _strides("knew") + _strides("vnew")
         + [
+            ("seqlen_new", _i64),
             ("rotary_cos", _ptr),
             ("rotary_sin", _ptr),
             ("rotary_dim", _i64),
             ("rotary_seqlen", _i64),
             ("rotary_interleaved", ctypes.c_int),
             ("num_splits", ctypes.c_int),
+            # attention dropout (fa_forward / fa_backward)
+            ("dropout_p", ctypes.c_float),
+            ("dropout_seed", ctypes.c_uint64),
+            ("dropout_offset", ctypes.c_uint64),
+            ("attn_probs", _ptr),  # float *
             # execution
             ("num_threads", ctypes.c_int),
             ("stream", _ptr),

@@ -130,6 +130,47 @@ def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, cau
                              stream=stream, **extra)
 
 
+def _philox_state():
+    """A fresh dropout state, int64 [2] on the CPU (Philox seed, offset), drawn from torch's
+    default CPU generator (which advances): torch.manual_seed reproduces the sequence of masks,
+    and the backward regenerates a call's mask from the state saved with it."""
+    state = torch.zeros(2, dtype=torch.int64)
+    state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64)[0]
+    return state
+
+
+def _set_dropout(p, dropout_p, rng_state):
+    """dropout fields of a FaParams (a plan template holds another call's seed: always set)."""
+    if dropout_p:
+        seed, offset = rng_state.tolist()
+        p.dropout_p, p.dropout_seed, p.dropout_offset = dropout_p, seed, offset
+    else:
+        p.dropout_p, p.dropout_seed, p.dropout_offset = 0.0, 0, 0
+
+
+def attn_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+               causal, window_left, window_right, softcap, alibi_slopes, sink_logits, dropout_p,
+               rng_state):
+    """flash_attn's S_dmask of a call (CPU): the softmax probabilities (batch, nheads,
+    seqlen_q, seqlen_k) in q's dtype, negated where dropout drops the element, from the library's
+    attn_probs output (the forward runs once more with the same mask)."""
+    with torch.no_grad():
+        geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+        q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+        out = geo.alloc(geo.out_shape, q.dtype, q.device)
+        lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
+        probs = torch.zeros(geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k, dtype=torch.float32,
+                            device=q.device)
+        if geo.batch > 0 and probs.numel() > 0:
+            p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+                        window_left, window_right, softcap, alibi_slopes, sink_logits, False)
+            _set_dropout(p, dropout_p, rng_state)
+            p.attn_probs = probs.data_ptr()
+            with _guard(q):
+                _lib.forward(p, _workspace_alloc(q))
+        return probs.to(q.dtype)
+
+
 def _dense_copies(err, *inputs):
     """After `err` from a call: dense copies of its inputs for one more try if err is
     FA_ERR_ALIGNMENT (an input's address or strides do not suit the device path's vector loads);
@@ -246,13 +287,15 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
               cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
               softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
               alibi_slopes: Optional[torch.Tensor], sink_logits: Optional[torch.Tensor],
-              deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+              deterministic: bool, dropout_p: float = 0.0,
+              rng_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """out [.., heads_q, head_dim_v] and lse (fp32). `deterministic` is unused here; it rides
-    along so the autograd formula can see it."""
+    along so the autograd formula can see it. dropout_p > 0: the dropout mask of rng_state
+    (int64 [2] on the CPU: Philox seed and offset, see _philox_state)."""
     key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
            v.shape, v.stride(), v.dtype, v.device, _sig(cu_seqlens_q), _sig(cu_seqlens_k),
            max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-           _sig(alibi_slopes), _sig(sink_logits), _core._num_threads)
+           _sig(alibi_slopes), _sig(sink_logits), dropout_p, _core._num_threads)
     plan = _fwd_plans.get(key)
     if plan is None:
         plan = _OpPlan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
@@ -276,14 +319,17 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
         else:
             p = _from_template(plan, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
                                sink_logits)
+        _set_dropout(p, dropout_p, rng_state)
         with _guard(q):
             try:
                 _lib.forward(p, _workspace_alloc(q))
             except _lib.FlashAttnValueError as err:
                 q, k, v = _dense_copies(err, q, k, v)
-                _lib.forward(_params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
-                                     softmax_scale, causal, window_left, window_right, softcap,
-                                     alibi_slopes, sink_logits, False), _workspace_alloc(q))
+                p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                            causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
+                            False)
+                _set_dropout(p, dropout_p, rng_state)
+                _lib.forward(p, _workspace_alloc(q))
     if new:
         _fwd_plans.put(key, plan)
     if plan.padded:
@@ -297,7 +343,7 @@ fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd_impl)
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
-              deterministic):
+              deterministic, dropout_p=0.0, rng_state=None):
     geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     out = q.new_empty(geo.out_shape)
     lse = q.new_empty(geo.lse_shape, dtype=torch.float32)
@@ -312,14 +358,15 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
               cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
               softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
               alibi_slopes: Optional[torch.Tensor], sink_logits: Optional[torch.Tensor],
-              deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+              deterministic: bool, dropout_p: float = 0.0, rng_state: Optional[torch.Tensor] = None
+              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (shaped like q, k, v) and dsink ([heads_q] fp32, or empty without sinks)."""
     key = (dout.shape, dout.stride(), dout.dtype, dout.device, q.shape, q.stride(), q.dtype,
            q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(), v.dtype,
            v.device, out.shape, out.stride(), out.dtype, out.device, _sig(lse),
            _sig(cu_seqlens_q), _sig(cu_seqlens_k), max_seqlen_q, max_seqlen_k, softmax_scale,
            causal, window_left, window_right, softcap, _sig(alibi_slopes), _sig(sink_logits),
-           deterministic, _core._num_threads)
+           deterministic, dropout_p, _core._num_threads)
     plan = _bwd_plans.get(key)
     if plan is None:
         plan = _OpPlan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
@@ -359,6 +406,7 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                 p.dout, p.dq, p.dk, p.dv = (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                                             dv.data_ptr())
             p.dsink = dsink_ptr
+        _set_dropout(p, dropout_p, rng_state)
         with _guard(q):
             try:
                 _lib.backward(p, _workspace_alloc(q))
@@ -368,6 +416,7 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                             causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
                             deterministic)
                 _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv), dsink_ptr)
+                _set_dropout(p, dropout_p, rng_state)
                 _lib.backward(p, _workspace_alloc(q))
     elif sink_logits is not None:
         dsink.zero_()
@@ -386,7 +435,7 @@ bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_bwd_impl)
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, sink_logits,
-              deterministic):
+              deterministic, dropout_p=0.0, rng_state=None):
     dsink = q.new_empty((q.shape[-2] if sink_logits is not None else 0,), dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
@@ -395,15 +444,17 @@ def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 
 _FWD_ARGS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
              "softmax_scale", "causal", "window_left", "window_right", "softcap", "alibi_slopes",
-             "sink_logits", "deterministic")
+             "sink_logits", "deterministic", "dropout_p", "rng_state")
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, alibi, sink,
-     deterministic) = inputs
+     deterministic) = inputs[:15]
+    dropout_p = inputs[15] if len(inputs) > 15 else 0.0
+    rng_state = inputs[16] if len(inputs) > 16 else None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, sink)
-    ctx.scalars = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, sink, rng_state)
+    ctx.scalars = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic, dropout_p)
     ctx.has_sink = sink is not None
     ctx.mark_non_differentiable(lse)
 
@@ -411,12 +462,12 @@ def _setup_context(ctx, inputs, output):
 def _input_grads(ctx, grad_out, bwd):
     """The gradients of fwd's inputs (dq, dk, dv, dsink in their slots) through `bwd` (the op, or
     its body in eager mode)."""
-    q, k, v, out, lse, cu_q, cu_k, alibi, sink = ctx.saved_tensors
-    max_q, max_k, scale, causal, wl, wr, softcap, deterministic = ctx.scalars
+    q, k, v, out, lse, cu_q, cu_k, alibi, sink, rng_state = ctx.saved_tensors
+    max_q, max_k, scale, causal, wl, wr, softcap, deterministic, dropout_p = ctx.scalars
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv, dsink = bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr,
-                            softcap, alibi, sink, deterministic)
+                            softcap, alibi, sink, deterministic, dropout_p, rng_state)
     grads = [None] * len(_FWD_ARGS)
     grads[0], grads[1], grads[2] = dq, dk, dv
     if ctx.has_sink:
@@ -579,8 +630,11 @@ def _attention_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-              softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False):
-    """(out, lse) through the autograd-aware op."""
+              softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False,
+              dropout_p=0.0, rng_state=None, scalars_out=None):
+    """(out, lse) through the autograd-aware op. dropout_p > 0 takes its mask from rng_state
+    (_philox_state). scalars_out (a list): receives the op's checked scalar arguments."""
+    dropout_p = float(dropout_p) if dropout_p else 0.0
     # While torch.compile traces, this runs once per graph and on fake tensors: no cache.
     compiling = torch.compiler.is_compiling()
     key = None if compiling else _attention_key(
@@ -600,8 +654,12 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     if not (cu_seqlens_q is None and alibi_slopes is None and sink_logits is None):
         cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits = _convert_inputs(
             cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
+    if scalars_out is not None:
+        scalars_out[:] = [cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+                          wl, wr, softcap, alibi_slopes, sink_logits]
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, wl,
-            wr, softcap, alibi_slopes, sink_logits, deterministic)
+            wr, softcap, alibi_slopes, sink_logits, deterministic, dropout_p,
+            rng_state if dropout_p else None)
     # With a key every tensor is a plain one and nothing is being traced: only a dispatch mode
     # needs the ops.
     if _get_current_dispatch_mode() is not None if key is not None else \
@@ -642,3 +700,86 @@ def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=
         use_ops = _use_ops(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
         dq, dk, dv, dsink = torch.ops.flashattn.bwd(*args) if use_ops else _bwd_impl(*args)
     return dq, dk, dv, (dsink if sink_logits is not None else None)
+
+
+class _NoPagedBackward(torch.autograd.Function):
+    """Marks the output of a paged-K/V call: there are no gradients into a page pool."""
+
+    @staticmethod
+    def forward(ctx, out, *inputs):
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("flashattn: no backward through flash_attn_varlen_func with "
+                                  "block_table (a paged KV cache is for inference; flash_attn has "
+                                  "no such backward either)")
+
+
+def paged_attention(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    block_table, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    sink_logits, dropout_p, rng_state):
+    """flash_attn_varlen_func with block_table (chunked prefill over a paged KV cache): q
+    (total_q, nheads, d); k_cache / v_cache (num_blocks, page_block_size, nheads_k, d / dv);
+    block_table (batch, max_blocks) int32; cu_seqlens_k gives the key lengths. Forward only.
+    Returns (out, lse)."""
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table),
+                    ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _check_tensor(name, t, q.device)
+    if k_cache.dim() != 4 or v_cache.dim() != 4 or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
+        raise ValueError("flashattn: with block_table, k and v must be page pools (num_blocks, "
+                         "page_block_size, nheads_k, headdim), got %s / %s"
+                         % (tuple(k_cache.shape), tuple(v_cache.shape)))
+    if q.dim() != 3 or q.shape[-1] != k_cache.shape[-1]:
+        raise ValueError("flashattn: q must be (total_q, nheads, headdim) with k's headdim, got %s"
+                         % (tuple(q.shape),))
+    if block_table.dim() != 2:
+        raise ValueError("flashattn: block_table must be (batch, max_blocks), got %s"
+                         % (tuple(block_table.shape),))
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError("flashattn: q, k, v must have the same dtype, got %s, %s, %s"
+                        % (q.dtype, k_cache.dtype, v_cache.dtype))
+    batch = _core.check_cu_seqlens_shapes(cu_seqlens_q.shape, cu_seqlens_k.shape)
+    if block_table.shape[0] != batch:
+        raise ValueError("flashattn: block_table has %d rows but cu_seqlens has batch %d"
+                         % (block_table.shape[0], batch))
+    hq = q.shape[1]
+    if alibi_slopes is not None:
+        _check_tensor("alibi_slopes", alibi_slopes, q.device)
+        _core.check_alibi_shape(alibi_slopes.shape, batch, hq)
+    if sink_logits is not None:
+        _check_tensor("sink_logits", sink_logits, q.device)
+        _core.check_sink_shape(sink_logits.shape, hq)
+    cu_q, cu_k, alibi, sink = _convert_inputs(cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                                              sink_logits)
+    table = block_table.to(torch.int32).contiguous()
+    page_size = k_cache.shape[1]
+    with torch.no_grad():
+        qc = _contig_last(q.detach())
+        kc, vc = _contig_last(k_cache.detach()), _contig_last(v_cache.detach())
+        geo = _Geometry(qc, kc, vc, cu_q, int(max_seqlen_q), int(max_seqlen_k))
+        out = geo.alloc(geo.out_shape, q.dtype, q.device)
+        lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
+        if batch > 0:
+            _, wl, wr = _core.window_fields(window_size)
+            # k / v are described as varlen here (their batch stride is ignored); the page pool's
+            # own strides follow
+            p = _params(qc, kc[0], vc[0], out, lse, geo, cu_q, cu_k,
+                        _core.default_scale(q.shape[-1], softmax_scale), bool(causal), wl, wr,
+                        _core.check_softcap(softcap), alibi, sink, False)
+            p.k = _address(kc)
+            p.v = _address(vc)
+            p.k_batch_stride, p.k_row_stride, p.k_head_stride = kc.stride()[:3]
+            p.v_batch_stride, p.v_row_stride, p.v_head_stride = vc.stride()[:3]
+            p.block_table = table.data_ptr()
+            p.block_table_batch_stride = table.stride(0)
+            p.page_size = page_size
+            p.num_pages = k_cache.shape[0]
+            p.total_k = 0
+            _set_dropout(p, dropout_p, rng_state)
+            with _guard(q):
+                _lib.forward(p, _workspace_alloc(q))
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k_cache, v_cache, sink_logits)):
+        out = _NoPagedBackward.apply(out, q, k_cache, v_cache)
+    return out, lse

@@ -7,8 +7,17 @@ varlen layout (total_tokens, nheads, headdim) with int32 cu_seqlens of shape (ba
 Additions to the flash_attn signatures (keyword-only, after all of flash_attn's arguments):
   sink_logits: (nheads,) learnable per-head sink logits joining every row's softmax denominator
                (gpt-oss style); the gradient flows to it.
-Not supported: dropout_p > 0 and block_table in flash_attn_varlen_func (paged KV there) raise
-NotImplementedError; flash_attn_with_kvcache takes paged caches (block_table) with any page size.
+Dropout (dropout_p > 0, torch tensors on the CPU for now; CUDA raises NotImplementedError until
+the GPU kernels have it): as FlashAttention, each attention weight is dropped with probability
+dropout_p and the kept ones are scaled by 1 / (1 - dropout_p); softmax_lse is not affected. The
+mask comes from a counter-based generator (Philox4x32-10) whose seed is drawn from torch's
+default CPU generator on every call, so torch.manual_seed reproduces a run; the backward
+regenerates the same mask. return_attn_probs=True with dropout returns S_dmask: the softmax
+probabilities (batch, nheads, seqlen_q, seqlen_k) (varlen: the max seqlens; flash_attn rounds
+them up to multiples of 128), negated where dropout dropped the element (for tests, small
+sizes). NumPy arrays take no dropout.
+flash_attn_varlen_func takes block_table (a paged KV cache, chunked prefill; forward only) and
+flash_attn_with_kvcache paged caches with any page size.
 """
 
 import os
@@ -41,20 +50,43 @@ def _reject_torch_mix(*tensors):
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-               causal, window_size, softcap, alibi_slopes, sink_logits, deterministic):
+               causal, window_size, softcap, alibi_slopes, sink_logits, deterministic,
+               dropout_p=0.0, return_attn_probs=False, block_table=None):
+    """(out, lse, S_dmask or None)."""
+    dropout_p = _core.check_dropout(dropout_p)
     if _is_torch(q):
-        return _torch_impl.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        rng_state = _torch_impl._philox_state() if dropout_p > 0 else None
+        if block_table is not None:
+            out, lse = _torch_impl.paged_attention(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
+                softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+                dropout_p, rng_state)
+            return out, lse, None
+        want_probs = return_attn_probs and dropout_p > 0
+        scalars = [] if want_probs else None
+        out, lse = _torch_impl.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, softmax_scale, causal, window_size,
+                                         softcap, alibi_slopes, sink_logits, deterministic,
+                                         dropout_p, rng_state, scalars)
+        s_dmask = None
+        if want_probs:
+            s_dmask = _torch_impl.attn_probs(q.detach(), k.detach(), v.detach(), *scalars,
+                                             dropout_p, rng_state)
+        return out, lse, s_dmask
+    _reject_torch_mix(k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits, block_table)
+    if dropout_p > 0 or block_table is not None:
+        raise NotImplementedError("flashattn: %s with NumPy arrays: pass torch tensors"
+                                  % ("dropout_p > 0" if dropout_p > 0 else "block_table"))
+    out, lse = _numpy_impl().forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, softmax_scale, causal, window_size, softcap,
-                                     alibi_slopes, sink_logits, deterministic)
-    _reject_torch_mix(k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
-    return _numpy_impl().forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                 softmax_scale, causal, window_size, softcap, alibi_slopes,
-                                 sink_logits)
+                                     alibi_slopes, sink_logits)
+    return out, lse, None
 
 
-def _result(out, lse, return_attn_probs):
+def _result(result, return_attn_probs):
     # flash_attn returns (out, softmax_lse, S_dmask); S_dmask only exists with dropout.
-    return (out, lse, None) if return_attn_probs else out
+    out, lse, s_dmask = result
+    return (out, lse, s_dmask) if return_attn_probs else out
 
 
 def _unpack(packed, name, axis, count, rank, layout):
@@ -77,35 +109,36 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     -1 is unbounded. softcap > 0: scores become softcap·tanh(scores/softcap). alibi_slopes:
     (nheads,) or (batch, nheads) fp32, bias -slope·|i + sk - sq - j|. deterministic: bitwise
     reproducible backward. sink_logits: (nheads,) per-head sink logits.
-    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None) with
-    return_attn_probs; softmax_lse is (batch, nheads, seqlen_q) fp32 (natural log).
+    dropout_p: attention dropout (torch tensors on the CPU; see the module docstring): the mask's
+    seed is drawn from torch's default generator, so torch.manual_seed reproduces the call.
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, S_dmask) with
+    return_attn_probs; softmax_lse is (batch, nheads, seqlen_q) fp32 (natural log); S_dmask is
+    None without dropout, else (batch, nheads, seqlen_q, seqlen_k) in q's dtype: the softmax
+    probabilities, negated where dropout dropped the element (S_dmask >= 0 is the kept mask).
     """
-    _core.check_dropout(dropout_p)
-    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic)
-    return _result(out, lse, return_attn_probs)
+    result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False, *, sink_logits=None):
     """flash_attn_func with qkv (batch, seqlen, 3, nheads, headdim), read in place by strides."""
-    _core.check_dropout(dropout_p)
     q, k, v = _unpack(qkv, "qkv", 2, 3, 5, "(batch, seqlen, 3, nheads, headdim)")
-    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic)
-    return _result(out, lse, return_attn_probs)
+    result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False, *, sink_logits=None):
     """flash_attn_func with kv (batch, seqlen_k, 2, nheads_k, headdim)."""
-    _core.check_dropout(dropout_p)
     k, v = _unpack(kv, "kv", 2, 2, 5, "(batch, seqlen_k, 2, nheads_k, headdim)")
-    out, lse = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic)
-    return _result(out, lse, return_attn_probs)
+    result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -115,15 +148,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """Variable-length attention: q (total_q, nheads, headdim), k (total_k, nheads_k, headdim),
     v (total_k, nheads_k, headdim_v); sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1]-1.
     max_seqlen_q/k: the longest sequence (an upper bound is fine). Masks are per sequence.
-    Returns out (total_q, nheads, headdim_v), or (out, softmax_lse (nheads, total_q), None).
+    block_table (batch, max_blocks) int32: k and v are a paged KV cache (num_blocks,
+    page_block_size, nheads_k, headdim[_v]), any page size; key t of sequence b is row
+    t % page_block_size of block block_table[b, t // page_block_size], and cu_seqlens_k gives
+    the key lengths (chunked prefill; forward only: no gradients flow into the cache).
+    dropout_p / return_attn_probs as in flash_attn_func (S_dmask (batch, nheads, max_seqlen_q,
+    max_seqlen_k)). Returns out (total_q, nheads, headdim_v), or (out, softmax_lse (nheads,
+    total_q), S_dmask).
     """
-    _core.check_dropout(dropout_p)
-    if block_table is not None:
-        raise NotImplementedError("flashattn: block_table (paged KV cache) is not supported yet")
-    out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    result = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
-                          deterministic)
-    return _result(out, lse, return_attn_probs)
+                          deterministic, dropout_p, return_attn_probs, block_table)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -131,11 +167,10 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False, *, sink_logits=None):
     """flash_attn_varlen_func with qkv (total, 3, nheads, headdim) and one cu_seqlens."""
-    _core.check_dropout(dropout_p)
     q, k, v = _unpack(qkv, "qkv", 1, 3, 4, "(total, 3, nheads, headdim)")
-    out, lse = _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale,
-                          causal, window_size, softcap, alibi_slopes, sink_logits, deterministic)
-    return _result(out, lse, return_attn_probs)
+    result = _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale,
+                          causal, window_size, softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -144,12 +179,11 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False,
                                     return_attn_probs=False, *, sink_logits=None):
     """flash_attn_varlen_func with kv (total_k, 2, nheads_k, headdim)."""
-    _core.check_dropout(dropout_p)
     k, v = _unpack(kv, "kv", 1, 2, 4, "(total_k, 2, nheads_k, headdim)")
-    out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    result = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
-                          deterministic)
-    return _result(out, lse, return_attn_probs)
+                          deterministic, dropout_p, return_attn_probs)
+    return _result(result, return_attn_probs)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -158,10 +192,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                             alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
                             sink_logits=None):
-    """Attention of q (batch, seqlen, nheads, headdim) over a KV cache, for decoding: if k and v
-    (batch, seqlen, nheads_k, headdim / headdim_v) are given they are first written into the cache
-    in place at cache_seqlens (k rotated when rotary_cos / rotary_sin are given, as q is), then
-    q attends to the cache_seqlens (+ seqlen) valid keys of its sequence, from cache_leftpad on.
+    """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, for decoding: if k and
+    v (batch, seqlen_new, nheads_k, headdim / headdim_v; seqlen_new may differ from seqlen_q) are
+    given they are first written into the cache in place at cache_seqlens (k rotated when
+    rotary_cos / rotary_sin are given, as q is), then q attends to the cache_seqlens (+
+    seqlen_new) valid keys of its sequence, from cache_leftpad on; the queries are the last
+    seqlen_q of those keys for causal / window masks (bottom-right aligned).
+    Rotary positions are cache slots, left padding included (flash_attn 2.x): new key t at
+    cache_seqlens + t; query i at cache_seqlens + i when causal or windowed, else every query at
+    cache_seqlens. On CUDA, head dims that are not a multiple of 8 are zero-padded here: that
+    copies both caches (and, when k / v are appended, writes them back) on every call.
 
     k_cache / v_cache: (batch_cache, seqlen_cache, nheads_k, headdim[_v]), or with block_table
     (batch, max_blocks) int32 a paged pool (num_blocks, page_block_size, nheads_k, headdim[_v])
@@ -190,9 +230,10 @@ def flash_attn_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen
                        softcap=0.0, alibi_slopes=None, *, sink_logits=None):
     """Forward pass returning (out, softmax_lse), batched or (with cu_seqlens) varlen. With
     torch tensors this is the autograd-aware op (the lse output is not differentiable)."""
-    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    out, lse, _ = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
                       False)
+    return out, lse
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q=None, cu_seqlens_k=None,

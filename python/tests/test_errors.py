@@ -110,12 +110,16 @@ PYTHON_ERRORS = [
     ("window not a pair", lambda: flashattn.flash_attn_func(*(arr(1, 4, 1, 8),) * 3,
                                                             window_size=3),
      TypeError, "window_size must be a pair"),
-    ("dropout", lambda: flashattn.flash_attn_func(*(arr(1, 4, 1, 8),) * 3, dropout_p=0.1),
-     NotImplementedError, "dropout_p = 0.1 is not supported"),
+    ("dropout with NumPy", lambda: flashattn.flash_attn_func(*(arr(1, 4, 1, 8),) * 3,
+                                                             dropout_p=0.1),
+     NotImplementedError, "dropout_p > 0 with NumPy arrays"),
+    ("dropout out of range", lambda: flashattn.flash_attn_func(*(arr(1, 4, 1, 8),) * 3,
+                                                               dropout_p=1.0),
+     ValueError, "dropout_p = 1.0 must be in"),
     ("block_table", lambda: flashattn.flash_attn_varlen_func(
         arr(8, 1, 8), arr(8, 1, 8), arr(8, 1, 8), np.array([0, 8], np.int32),
         np.array([0, 8], np.int32), 8, 8, block_table=np.zeros((1, 1), np.int32)),
-     NotImplementedError, "block_table"),
+     NotImplementedError, "block_table with NumPy arrays"),
     ("kvcache k without v", lambda: flashattn.flash_attn_with_kvcache(
         arr(1, 1, 1, 8), arr(1, 4, 1, 8), arr(1, 4, 1, 8), k=arr(1, 1, 1, 8)),
      ValueError, "give both k and v"),
@@ -156,8 +160,8 @@ def test_torch_errors():
         flashattn.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2, dtype=torch.float16))
     with pytest.raises(ValueError, match="FA_ERR_HEADS"):
         flashattn.flash_attn_func(torch.randn(1, 4, 3, 8), q, q)
-    with pytest.raises(NotImplementedError):
-        flashattn.flash_attn_func(q, q, q, dropout_p=0.5)
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashattn.flash_attn_func(q, q, q, dropout_p=-0.5)
     with pytest.raises(ValueError, match="tensors on device meta are not supported"):
         flashattn.flash_attn_func(q.to("meta"), q.to("meta"), q.to("meta"))
     with pytest.raises(TypeError, match="cu_seqlens must be integer"):

@@ -65,7 +65,8 @@ def kv_reference(dtype_name, q, k_cache, v_cache, k=None, v=None, rotary_cos=Non
     q64, qb, keys64, keysb, vals, cu_k = [], [], [], [], [], [0]
     for b in range(batch):
         L0, pad = int(seqlens[b]), int(pads[b])
-        qpos = L0 - pad + (np.arange(sq) if (causal or local) else np.zeros(sq, int))
+        # flash_attn 2.x: rotary positions are cache slots, left padding included
+        qpos = L0 + (np.arange(sq) if (causal or local) else np.zeros(sq, int))
         qx, qr = q[b], q[b].copy()
         if cos is not None:
             qx = np.stack([_rotate(q[b, i], cos[qpos[i]], sin[qpos[i]], rotary_interleaved, True, rnd)
@@ -74,7 +75,7 @@ def kv_reference(dtype_name, q, k_cache, v_cache, k=None, v=None, rotary_cos=Non
                            for i in range(sq)])
         q64.append(qx)
         qb.append(qr)
-        appended = sq if k is not None else 0
+        appended = k.shape[1] if k is not None else 0  # seqlen_new, may differ from sq
         for slot in range(pad, L0 + appended):
             r, c = where(b, slot)
             if slot < L0:
@@ -82,7 +83,7 @@ def kv_reference(dtype_name, q, k_cache, v_cache, k=None, v=None, rotary_cos=Non
                 keysb.append(kc[r, c])
                 vals.append(vc[r, c])
                 continue
-            t, pos = slot - L0, L0 - pad + slot - L0
+            t, pos = slot - L0, slot
             kx, kr = k[b, t], k[b, t]
             if cos is not None:
                 kx = _rotate(k[b, t], cos[pos], sin[pos], rotary_interleaved, True, rnd)
@@ -285,8 +286,8 @@ def test_numpy_errors():
     over["cache_seqlens"] = np.full(2, 100, np.int32)
     with pytest.raises(flashattn.FlashAttnValueError, match="capacity"):
         flashattn.flash_attn_with_kvcache(q, kc, vc, **over)
-    with pytest.raises(NotImplementedError, match="seqlen_new"):
-        flashattn.flash_attn_with_kvcache(np.concatenate([q, q], 1), kc, vc, **kw)
+    with pytest.raises(ValueError, match="k / v must have shapes"):
+        flashattn.flash_attn_with_kvcache(q, kc, vc, **dict(kw, k=kw["k"][:1], v=kw["v"][:1]))
 
 
 # ---- torch ----------------------------------------------------------------------------------
