@@ -1659,7 +1659,8 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
                 }
     if (s->rotary_dim) {
         p->rotary_dim = s->rotary_dim;
-        p->rotary_seqlen = s->capacity + fa_test_rng_int(&layout_rng, 0, 3);
+        /* queries rotate at L0 + i, up to capacity - seqlen_new + seqlen_q - 1 */
+        p->rotary_seqlen = s->capacity + (sq > sn ? sq - sn : 0) + fa_test_rng_int(&layout_rng, 0, 3);
         p->rotary_interleaved = s->rotary_interleaved;
         KV_ALLOC(FA_KV_COS, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);
         KV_ALLOC(FA_KV_SIN, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);

@@ -515,6 +515,10 @@ FA_TEST(kvcache_errors) {
     BAD(p.rotary_dim = 66, FA_ERR_INVALID_SIZE, "rotary_dim");
     BAD(p.rotary_dim = 0, FA_ERR_INVALID_SIZE, "rotary_dim");
     BAD(p.rotary_seqlen = good.seqlen_k - 1, FA_ERR_INVALID_SIZE, "rotary_seqlen");
+    /* one appended token for two queries: query 1 rotates at L0 + 1 <= seqlen_k, one row past
+     * what seqlen_k rows cover */
+    BAD((p.seqlen_new = good.seqlen_q - 1, p.rotary_seqlen = good.seqlen_k), FA_ERR_INVALID_SIZE,
+        "rotary_seqlen");
     BAD(p.seqlen_q = 0, FA_ERR_INVALID_SIZE, "seqlen_q");
     BAD(p.seqlen_new = -1, FA_ERR_INVALID_SIZE, "seqlen_new");
     BAD(p.seqlen_new = good.seqlen_k + 1, FA_ERR_INVALID_SIZE, "seqlen_new");

@@ -11,7 +11,7 @@
  *   2. tensor pointers: q, k, v, o; k_new and v_new together and only with cache_seqlens;
  *      seqlen_new (0 = seqlen_q) only with k_new; rotary
  *      tables together, only with k_new (as flash_attn), rotary_dim even in [2, head_dim],
- *      rotary_seqlen >= seqlen_k (every position a call can reach)
+ *      rotary_seqlen >= seqlen_k + max(0, seqlen_q - seqlen_new) (every position a call can reach)
  *   3. cache geometry: paged (block_table: page_size >= 1, num_pages >= 1, the table's row
  *      stride covers ceil(seqlen_k / page_size) pages, no cache_batch_idx) or contiguous
  *      (cache_batch defaulted to batch, >= batch without cache_batch_idx; page fields zero)
@@ -74,11 +74,16 @@ static fa_status check_pointers(const fa_params *p) {
             return fa_set_error(FA_ERR_INVALID_SIZE,
                                 "rotary_dim = %lld must be even and in [2, head_dim = %lld]",
                                 (long long)p->rotary_dim, (long long)p->head_dim);
-        if (p->rotary_seqlen < p->seqlen_k || p->rotary_seqlen > FA_MAX_EXTENT)
+        /* Query i rotates at L0 + i with L0 <= seqlen_k - seqlen_new, so with fewer new tokens
+         * than queries the last query reaches seqlen_k - seqlen_new + seqlen_q - 1. */
+        const int64_t n_new = p->seqlen_new > 0 ? p->seqlen_new : p->seqlen_q;
+        const int64_t rows = p->seqlen_k + (p->seqlen_q > n_new ? p->seqlen_q - n_new : 0);
+        if (p->rotary_seqlen < rows || p->rotary_seqlen > FA_MAX_EXTENT)
             return fa_set_error(FA_ERR_INVALID_SIZE,
-                                "rotary_seqlen = %lld: the cos/sin tables need at least seqlen_k = "
-                                "%lld rows (the cache capacity)",
-                                (long long)p->rotary_seqlen, (long long)p->seqlen_k);
+                                "rotary_seqlen = %lld: the cos/sin tables need at least %lld rows "
+                                "(seqlen_k = %lld, plus seqlen_q - seqlen_new when fewer tokens "
+                                "are appended than there are queries)",
+                                (long long)p->rotary_seqlen, (long long)rows, (long long)p->seqlen_k);
     }
     return FA_OK;
 }
