@@ -118,7 +118,7 @@ typedef struct dec_scratch {
     float *q, *o, *s, *out, *k_mult, *v_mult;
     const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows;
     const float **k_scale_row, **v_scale_row;
-    fa_cpu_item_rows rows[ITEM_KV];
+    fa_cpu_item_rows rows;
 } dec_scratch;
 
 static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
@@ -136,7 +136,7 @@ static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) *ptrs[i] = (const char **)fa_cpu_take(&a, sizeof(char *) * TILE);
     s->k_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
     s->v_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
-    for (int g = 0; g < ITEM_KV; g++) fa_cpu_item_rows_take(&a, &s->rows[g]);
+    fa_cpu_item_rows_take(&a, &s->rows);
     return a.used;
 }
 
@@ -316,7 +316,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     int64_t n_kv = p->heads_kv - kv_first < l->kv_per_item ? p->heads_kv - kv_first : l->kv_per_item;
     int64_t h0 = chunk * l->heads, n_h = pb->group - h0 < l->heads ? pb->group - h0 : l->heads;
     int64_t i0 = q_block * l->queries, n_i = len_q - i0 < l->queries ? len_q - i0 : l->queries;
-    const int64_t rows = n_h * n_i, rows_pad = fa_cpu_round_up(rows, FA_CPU_PAD);
+    const int64_t rows = n_h * n_i; /* per kv head */
 
     int64_t per_split = (len_k + l->splits - 1) / l->splits;
     per_split = (per_split + TILE - 1) / TILE * TILE;
@@ -324,24 +324,26 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     if (split_end > len_k) split_end = len_k;
     if (split_begin > len_k) split_begin = len_k;
 
+    /* rows of the item: kv head g, then query head, then query (r = g · rows + head · n_i + i);
+     * they are the lanes of one keys-major score tile, so the masks and the online softmax run
+     * once per tile for all kv heads */
+    const int64_t all = n_kv * rows, all_pad = fa_cpu_round_up(all, FA_CPU_PAD);
     const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
-    fa_cpu_key_span span = {0, 0, 0, 0};
-    for (int64_t g = 0; g < n_kv; g++) {
-        fa_cpu_item_rows *row = &w->rows[g];
-        for (int64_t r = 0; r < rows; r++) {
-            row->head[r] = (kv_first + g) * pb->group + h0 + r / n_i;
-            row->query[r] = i0 + r % n_i;
-        }
-        span = fa_cpu_item_rows_start(row, pb, b, len_q, len_k, rows, rows_pad, split_begin, split_end);
-        for (int64_t r = 0; r < rows; r++) {
-            float *q_row = w->q + (g * rows + r) * d;
-            int64_t off = b * p->q_batch_stride + row->query[r] * p->q_row_stride + row->head[r] * p->q_head_stride;
-            c->kern->to_f32(q_row, (const char *)p->q + off * es, d, p->dtype);
-            for (int64_t k = 0; k < d; k++) q_row[k] *= score_scale;
-        }
+    fa_cpu_item_rows *row = &w->rows;
+    for (int64_t r = 0; r < all; r++) {
+        int64_t g = r / rows, within = r % rows;
+        row->head[r] = (kv_first + g) * pb->group + h0 + within / n_i;
+        row->query[r] = i0 + within % n_i;
     }
-    memset(w->o, 0, sizeof(float) * (size_t)(n_kv * rows * dv));
-    memset(w->s, 0, sizeof(float) * (size_t)(TILE * rows_pad));
+    const fa_cpu_key_span span = fa_cpu_item_rows_start(row, pb, b, len_q, len_k, all, all_pad, split_begin, split_end);
+    for (int64_t r = 0; r < all; r++) {
+        float *q_row = w->q + r * d;
+        int64_t off = b * p->q_batch_stride + row->query[r] * p->q_row_stride + row->head[r] * p->q_head_stride;
+        c->kern->to_f32(q_row, (const char *)p->q + off * es, d, p->dtype);
+        for (int64_t k = 0; k < d; k++) q_row[k] *= score_scale;
+    }
+    memset(w->o, 0, sizeof(float) * (size_t)(all * dv));
+    memset(w->s, 0, sizeof(float) * (size_t)(TILE * all_pad));
 
     const int64_t shift = len_k - len_q;
     const int64_t k_bytes = row_bytes(c, d), v_bytes = row_bytes(c, dv);
@@ -352,8 +354,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     t.d = d;
     t.dv = dv;
     t.n_rows = rows;
-    t.s = w->s;
-    t.ld = rows_pad;
+    t.ld = all_pad;
     int64_t j0 = span.begin;
     if (j0 < span.end) tile_bases(c, seq, b, j0, span.end - j0 < TILE ? span.end - j0 : TILE, w->k_base_next, w->v_base_next);
     for (; j0 < span.end; j0 += TILE) {
@@ -385,68 +386,65 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
                 w->v_scale_row[j] = p->v_scale + slot_offset(p, seq, b, slot, 0, p->v_scale_batch_stride,
                                                              p->v_scale_row_stride, 0);
             }
-        const int needs_mask = !(span.full_begin <= j0 && j0 + n <= span.full_end);
         t.n_keys = n;
+        /* scores of every kv head into its lanes of the tile */
         for (int64_t g = 0; g < n_kv; g++) {
             const int64_t h = kv_first + g;
-            fa_cpu_item_rows *row = &w->rows[g];
-            for (int64_t j = 0; j < n; j++) {
-                w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
-                w->v_rows[j] = w->v_base[j] + h * p->v_head_stride * c->unit;
-            }
-            int v_scaled = 0;
+            for (int64_t j = 0; j < n; j++) w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
             t.k_mult = NULL;
             if (p->kv_dtype == FA_KV_INT8) {
-                for (int64_t j = 0; j < n; j++) {
-                    w->k_mult[j] = w->k_scale_row[j][h * p->k_scale_head_stride];
-                    w->v_mult[j] = w->v_scale_row[j][h * p->v_scale_head_stride];
-                }
+                for (int64_t j = 0; j < n; j++) w->k_mult[j] = w->k_scale_row[j][h * p->k_scale_head_stride];
                 t.k_mult = w->k_mult;
-                v_scaled = 1;
             } else if (p->kv_dtype == FA_KV_FP8_E4M3) {
-                for (int64_t j = 0; j < n; j++) {
-                    w->k_mult[j] = 256.0f * p->k_scale[h];
-                    w->v_mult[j] = 256.0f * p->v_scale[h];
-                }
+                for (int64_t j = 0; j < n; j++) w->k_mult[j] = 256.0f * p->k_scale[h];
                 t.k_mult = w->k_mult;
-                v_scaled = 1;
             }
             t.q = w->q + g * rows * d;
-            t.o = w->o + g * rows * dv;
-            t.alpha = row->alpha;
+            t.s = w->s + g * rows;
             c->dk->scores(&t);
-            fa_cpu_item_transform(c->kern, row, p, w->s, rows, rows_pad, j0, n, shift, needs_mask);
-            c->kern->softmax_step(w->s, rows_pad, n, rows_pad, row->max, row->sum, row->alpha);
-            if (v_scaled)
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t r = 0; r < rows; r++) w->s[j * rows_pad + r] *= w->v_mult[j];
+        }
+        /* softcap / ALiBi / masks and the online softmax, all rows at once */
+        const int needs_mask = !(span.full_begin <= j0 && j0 + n <= span.full_end);
+        fa_cpu_item_transform(c->kern, row, p, w->s, all, all_pad, j0, n, shift, needs_mask);
+        c->kern->softmax_step(w->s, all_pad, n, all_pad, row->max, row->sum, row->alpha);
+        /* o += P V per kv head (P times the values' dequantisation factors) */
+        for (int64_t g = 0; g < n_kv; g++) {
+            const int64_t h = kv_first + g;
+            for (int64_t j = 0; j < n; j++) w->v_rows[j] = w->v_base[j] + h * p->v_head_stride * c->unit;
+            if (p->kv_dtype == FA_KV_INT8 || p->kv_dtype == FA_KV_FP8_E4M3)
+                for (int64_t j = 0; j < n; j++) {
+                    float m = p->kv_dtype == FA_KV_INT8 ? w->v_scale_row[j][h * p->v_scale_head_stride]
+                                                        : 256.0f * p->v_scale[h];
+                    float *s_row = w->s + j * all_pad + g * rows;
+                    for (int64_t r = 0; r < rows; r++) s_row[r] *= m;
+                }
+            t.s = w->s + g * rows;
+            t.o = w->o + g * rows * dv;
+            t.alpha = row->alpha + g * rows;
             c->dk->accumulate(&t);
         }
     }
 
     /* ---- store: the final o / lse (one split) or this split's partial state ---- */
-    for (int64_t g = 0; g < n_kv; g++) {
-        const fa_cpu_item_rows *row = &w->rows[g];
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t h = row->head[r], i = row->query[r];
-            const float *o_row = w->o + (g * rows + r) * dv;
-            int64_t row_index = (b * p->heads_q + h) * len_q + i;
-            if (l->splits > 1) {
-                int64_t part = split * p->batch * p->heads_q * len_q + row_index;
-                if (row->sum[r] > 0.0f) {
-                    float *dst = c->o_part + part * dv;
-                    for (int64_t k = 0; k < dv; k++) dst[k] = o_row[k] / row->sum[r];
-                    c->lse_part[part] = (float)((double)row->max[r] + log((double)row->sum[r]));
-                } else {
-                    c->lse_part[part] = -INFINITY;
-                }
-                continue;
+    for (int64_t r = 0; r < all; r++) {
+        int64_t h = row->head[r], i = row->query[r];
+        const float *o_row = w->o + r * dv;
+        int64_t row_index = (b * p->heads_q + h) * len_q + i;
+        if (l->splits > 1) {
+            int64_t part = split * p->batch * p->heads_q * len_q + row_index;
+            if (row->sum[r] > 0.0f) {
+                float *dst = c->o_part + part * dv;
+                for (int64_t k = 0; k < dv; k++) dst[k] = o_row[k] / row->sum[r];
+                c->lse_part[part] = (float)((double)row->max[r] + log((double)row->sum[r]));
+            } else {
+                c->lse_part[part] = -INFINITY;
             }
-            double lse = fa_cpu_item_finish_row(row, p, r, o_row, dv, w->out);
-            int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
-            c->kern->from_f32((char *)p->o + off * es, w->out, dv, p->dtype);
-            if (p->lse) p->lse[row_index] = (float)lse;
+            continue;
         }
+        double lse = fa_cpu_item_finish_row(row, p, r, o_row, dv, w->out);
+        int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
+        c->kern->from_f32((char *)p->o + off * es, w->out, dv, p->dtype);
+        if (p->lse) p->lse[row_index] = (float)lse;
     }
 }
 

@@ -7,7 +7,8 @@
  * query rows that use it. An item holds the query rows of several whole kv groups (every query
  * head of a kv head, every query of a query block) and walks a key range tile by tile, slot by
  * slot across its kv heads (the order the cache is stored in). Per tile and kv head the kernels
- * read each K / V row once in its storage format, converting in registers:
+ * read each K / V row once in its storage format, converting in registers (the rows of all
+ * kv heads share one score tile, so masks and the online softmax run once per tile):
  *   scores:     s[j][r] = k_mult[j] · (k_j · q_r)         (q already holds the score scale)
  *   accumulate: o[r] = alpha[r] · o[r] + Σ_j s[j][r] · v_mult[j] · v_j
  * k_mult / v_mult carry the per-key dequantisation factors (1 for unquantised caches).
@@ -39,7 +40,7 @@ typedef struct fa_cpu_decode_tile {
     int64_t d, dv;               /* multiples of 8 (Q8_0: of 32)                               */
     const float *q;              /* [n_rows][d] fp32                                            */
     int64_t n_rows;
-    float *s;                    /* keys-major [n_keys][ld]; lanes n_rows..ld-1 set to 0        */
+    float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
     int64_t ld;
     float *o;                    /* [n_rows][dv] fp32 accumulators                              */
     const float *alpha;          /* [n_rows]                                                    */
