@@ -451,3 +451,15 @@ FA_TEST(decode_quant_errors) {
     }
     qproblem_free(&t);
 }
+
+FA_TEST(decode_quant_forward_rejects) { /* fa_forward / fa_backward do not read quantised K/V */
+    qcase c = qbase(FA_KV_INT8, FA_DTYPE_F16, 1, 1, 4, 2, 64, 32);
+    qproblem t;
+    if (!FA_CHECK(qproblem_make(&t, &c, 3), "out of memory")) return;
+    fa_params p = t.p;
+    p.cache_seqlens = NULL;
+    fa_status st = fa_forward(&p);
+    FA_CHECK(st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(), "kv_dtype") != NULL, "fa_forward: %s: %s",
+             fa_strerror(st), fa_last_error());
+    qproblem_free(&t);
+}
