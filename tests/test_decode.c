@@ -392,7 +392,7 @@ FA_TEST(decode_split_count) {
     FA_CHECK(fa_cpu_decode_split_count(1, 16384, 2, 0) == 8, "1 item, 2 threads: 8 splits");
     FA_CHECK(fa_cpu_decode_split_count(1, 700, 2, 0) == 1, "splits keep >= 512 keys");
     FA_CHECK(fa_cpu_decode_split_count(1, 100000, 256, 0) == FA_KV_MAX_SPLITS, "capped");
-    FA_CHECK(fa_cpu_decode_split_count(1, 40, 2, 9) == 2, "requested, at most one per tile");
+    FA_CHECK(fa_cpu_decode_split_count(1, FA_CPU_DECODE_KEYS + 8, 2, 9) == 2, "requested, at most one per tile");
     FA_CHECK(fa_cpu_decode_split_count(5, 1 << 20, 1, 0) == 1, "one thread: no split");
     int monotone = 1;
     for (int64_t keys = 0; keys < 5000; keys += 37)

@@ -28,8 +28,10 @@ typedef enum fa_cpu_kv_format {
     FA_CPU_KV_E4M3  /* fp8 e4m3 values, scale in k_mult / v_mult                               */
 } fa_cpu_kv_format;
 
-/* Keys per tile of the decode path. */
-#define FA_CPU_DECODE_KEYS 32
+/* Keys per tile of the decode path (experiments override it with -D). */
+#ifndef FA_CPU_DECODE_KEYS
+#define FA_CPU_DECODE_KEYS 16
+#endif
 
 typedef struct fa_cpu_decode_tile {
     fa_cpu_kv_format format;
