@@ -6,7 +6,8 @@
  * Rows are taken 4 at a time: scores hold 2 keys × 4 rows = 8 accumulators plus 2 K vectors and
  * 4 q vectors (14 of the 16 ymm registers) and reduce the 4 rows of a key with one hadd tree;
  * the accumulation holds 4 rows × 2 vectors of o. Every K / V element is loaded and converted
- * once per group of 4 rows. Formats convert in registers: f16 by vcvtph2ps, bf16 by a 16-bit
+ * once per group of 4 rows, a Q8_0 block's scale once per key and block (scores) or per 16
+ * values (accumulation). Formats convert in registers: f16 by vcvtph2ps, bf16 by a 16-bit
  * shift, int8 by sign extension, e4m3 by moving its bits into an f16 (exponent bias 7 vs 15:
  * the value is the f16's times 2^8, which the caller's k_mult / weights carry; the NaN code is
  * mapped to an f16 NaN).
@@ -43,6 +44,21 @@ static FA_CPU_ALWAYS_INLINE __m256 load8(const int format, const char *row, int6
     }
 }
 
+/* The f16 scale of the Q8_0 block holding element c, broadcast. */
+static FA_CPU_ALWAYS_INLINE __m256 q8_scale(const char *row, int64_t c) {
+    uint16_t bits;
+    memcpy(&bits, row + (c >> 5) * 34, 2);
+    return _mm256_set1_ps(_cvtsh_ss(bits));
+}
+
+/* 8 values from element c: load8, except that Q8_0 takes its block's scale from `scale` (loaded
+ * once per block and key by the caller). */
+static FA_CPU_ALWAYS_INLINE __m256 load8_scaled(const int format, const char *row, int64_t c, __m256 scale) {
+    if (format != FA_CPU_KV_Q8_0) return load8(format, row, c);
+    const char *values = row + (c >> 5) * 34 + 2 + (c & 31);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)values))), scale);
+}
+
 /* [sum(a0), sum(a1), sum(a2), sum(a3)] */
 static FA_CPU_ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -63,9 +79,12 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
     __m256 acc[4][2];
     for (int r = 0; r < ROWS; r++)
         for (int k = 0; k < KEYS; k++) acc[r][k] = _mm256_setzero_ps();
+    __m256 scale[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t c = 0; c < d; c += 8) {
         __m256 kv[2];
-        for (int k = 0; k < KEYS; k++) kv[k] = load8(format, t->k_rows[j + k], c);
+        if (format == FA_CPU_KV_Q8_0 && (c & 31) == 0)
+            for (int k = 0; k < KEYS; k++) scale[k] = q8_scale(t->k_rows[j + k], c);
+        for (int k = 0; k < KEYS; k++) kv[k] = load8_scaled(format, t->k_rows[j + k], c, scale[k]);
         for (int r = 0; r < ROWS; r++) {
             __m256 qv = _mm256_loadu_ps(q + r * d + c);
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm256_fmadd_ps(kv[k], qv, acc[r][k]);
@@ -113,7 +132,8 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
     const float *s = t->s + r0;
     for (int64_t j = 0; j < t->n_keys; j++, s += ld) {
         __m256 vv[2];
-        for (int v = 0; v < VECS; v++) vv[v] = load8(format, t->v_rows[j], c + 8 * v);
+        __m256 scale = format == FA_CPU_KV_Q8_0 ? q8_scale(t->v_rows[j], c) : _mm256_setzero_ps();
+        for (int v = 0; v < VECS; v++) vv[v] = load8_scaled(format, t->v_rows[j], c + 8 * v, scale);
         for (int r = 0; r < ROWS; r++) {
             __m256 w = _mm256_broadcast_ss(s + r);
             for (int v = 0; v < VECS; v++) acc[r][v] = _mm256_fmadd_ps(w, vv[v], acc[r][v]);
