@@ -3,7 +3,7 @@
  * scale per token and head, llama.cpp Q8_0 blocks, fp8 e4m3 with a per-head scale): attention
  * against float64 attention on the dequantised cache (error <= 2x that of fp32 attention on the
  * same dequantised cache, rounded to the dtype, + a tiny floor), contiguous and paged caches,
- * causal, softcap, sinks, split-KV, thread counts; the append's quantisation of k_new / v_new
+ * causal, softcap, sinks, split-KV, thread counts, seqlen_new > seqlen_q; the append's quantisation of k_new / v_new
  * (element error within half a quantisation step); the e4m3 conversions; the split count as a
  * pure function; and bad quantised-cache fields reported by name with nothing written.
  * (The unquantised decode path is covered by test_kvcache.c, whose decode shapes it serves.)
@@ -23,6 +23,7 @@ typedef struct qcase {
     fa_dtype dtype;
     int64_t b, sq, hq, hkv, d, cap, page;
     int causal, append, sinks, splits, threads;
+    int64_t extra_new; /* appended tokens beyond seqlen_q (seqlen_new = seqlen_q + extra_new) */
     float softcap;
 } qcase;
 
@@ -95,8 +96,9 @@ static int qproblem_make(qproblem *t, const qcase *c, uint64_t seed) {
     t->vs = malloc(rows * sizeof(float));
     t->q = malloc((size_t)(c->b * c->sq * c->hq * c->d) * es);
     t->o = malloc((size_t)(c->b * c->sq * c->hq * c->d) * es);
-    t->knew = malloc((size_t)(c->b * c->sq * c->hkv * c->d) * es);
-    t->vnew = malloc((size_t)(c->b * c->sq * c->hkv * c->d) * es);
+    const int64_t n_new = c->sq + c->extra_new;
+    t->knew = malloc((size_t)(c->b * n_new * c->hkv * c->d) * es);
+    t->vnew = malloc((size_t)(c->b * n_new * c->hkv * c->d) * es);
     t->seqlens = malloc(sizeof(int32_t) * (size_t)c->b);
     t->table = c->page ? malloc(sizeof(int32_t) * (size_t)(c->b * pages_per_seq)) : NULL;
     t->sinks = malloc(sizeof(float) * (size_t)c->hq);
@@ -113,14 +115,14 @@ static int qproblem_make(qproblem *t, const qcase *c, uint64_t seed) {
             t->vs[h] = (float)(0.02 + 0.02 * fa_test_rng_uniform(&rng));
         }
     for (int64_t i = 0; i < c->b * c->sq * c->hq * c->d; i++) fa_test_store(t->q, c->dtype, i, fa_test_rng_normal(&rng));
-    for (int64_t i = 0; i < c->b * c->sq * c->hkv * c->d; i++) {
+    for (int64_t i = 0; i < c->b * n_new * c->hkv * c->d; i++) {
         fa_test_store(t->knew, c->dtype, i, fa_test_rng_normal(&rng));
         fa_test_store(t->vnew, c->dtype, i, fa_test_rng_normal(&rng));
     }
     memset(t->o, 0x7e, (size_t)(c->b * c->sq * c->hq * c->d) * es);
     for (int64_t b = 0; b < c->b; b++)
-        t->seqlens[b] = (int32_t)fa_test_rng_int(&rng, b == 0 ? c->cap - (c->append ? c->sq : 0) : 0,
-                                                 c->cap - (c->append ? c->sq : 0));
+        t->seqlens[b] = (int32_t)fa_test_rng_int(&rng, b == 0 ? c->cap - (c->append ? n_new : 0) : 0,
+                                                 c->cap - (c->append ? n_new : 0));
     if (c->page) {
         int64_t n = c->b * pages_per_seq;
         for (int64_t i = 0; i < n; i++) t->table[i] = (int32_t)i;
@@ -171,7 +173,8 @@ static int qproblem_make(qproblem *t, const qcase *c, uint64_t seed) {
         p->v_new = t->vnew;
         p->knew_head_stride = p->vnew_head_stride = c->d;
         p->knew_row_stride = p->vnew_row_stride = c->hkv * c->d;
-        p->knew_batch_stride = p->vnew_batch_stride = c->sq * c->hkv * c->d;
+        p->knew_batch_stride = p->vnew_batch_stride = n_new * c->hkv * c->d;
+        p->seqlen_new = c->extra_new ? n_new : 0; /* 0 = seqlen_q */
     }
     p->causal = c->causal;
     p->softcap = c->softcap;
@@ -205,7 +208,7 @@ static int run_case(const qcase *c, const char *label) {
     }
     fa_status st = fa_kvcache_forward(&t.p);
     int ok = FA_CHECK(st == FA_OK, "%s: %s", label, fa_last_error());
-    const int64_t d = c->d, G = c->hq / c->hkv, appended = c->append ? c->sq : 0;
+    const int64_t d = c->d, G = c->hq / c->hkv, appended = c->append ? c->sq + c->extra_new : 0;
     double *k = malloc(sizeof(double) * (size_t)(t.p.seqlen_k * d)), *v = malloc(sizeof(double) * (size_t)(t.p.seqlen_k * d));
     double *ref = malloc(sizeof(double) * (size_t)d), *base = malloc(sizeof(double) * (size_t)d);
     double *sc = malloc(sizeof(double) * (size_t)t.p.seqlen_k);
@@ -221,7 +224,7 @@ static int run_case(const qcase *c, const char *label) {
                 if (j >= t.seqlens[b]) { /* appended token: within half a quantisation step of k_new */
                     int64_t tok = j - t.seqlens[b];
                     for (int64_t e = 0; e < d; e++) {
-                        int64_t src = ((b * c->sq + tok) * c->hkv + h) * d + e;
+                        int64_t src = ((b * (c->sq + c->extra_new) + tok) * c->hkv + h) * d + e;
                         double xs[2] = {fa_test_load(t.knew, c->dtype, src), fa_test_load(t.vnew, c->dtype, src)};
                         double got[2] = {k[j * d + e], v[j * d + e]};
                         const float *scales[2] = {t.ks, t.vs};
@@ -349,6 +352,8 @@ static void t_splits_threads(qcase *c) {
     c->splits = 5;
     c->threads = 3;
     c->append = 1;
+    c->extra_new = 2; /* seqlen_new = seqlen_q + 2: the queries are the last of the new tokens */
+    c->causal = 1;
 }
 
 FA_TEST(decode_quant_plain) { run_all(t_plain, "plain"); }

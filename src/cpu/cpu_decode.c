@@ -7,7 +7,7 @@
  * larger query blocks on an unquantised cache, the scalar ISA level on an unquantised cache.
  * FA_CPU_DECODE=0 in the environment sends unquantised calls to cpu_kvcache.c (comparisons).
  *
- * Phases: (1) append: k_new / v_new of every (b, t), in that order on one thread (a slot written
+ * Phases: (1) append: k_new / v_new of every (b, t < seqlen_new), in that order on one thread (a slot written
  * twice keeps the last sequence's token), stored in the cache's format (quantised per token and
  * head, per block, or by the per-head scale); (2) attention: items (sequence, kv block, head
  * chunk, query block, split) from an atomic queue; an item holds up to 64 rows of up to 16 kv
@@ -240,7 +240,7 @@ static void append_all(const dec_ctx *c, float *row) {
     const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2, unit = c->unit;
     for (int64_t b = 0; b < p->batch; b++) {
         const dec_seq *seq = &c->seqs[b];
-        for (int64_t t = 0; t < p->seqlen_q; t++) {
+        for (int64_t t = 0; t < p->seqlen_new; t++) {
             const int64_t slot = seq->cached + t;
             for (int64_t h = 0; h < p->heads_kv; h++) {
                 const char *k_src = (const char *)p->k_new +
@@ -519,7 +519,7 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.scratch_bytes = plan.per_thread;
     c.seqs = seqs;
 
-    const int64_t appended = p->k_new ? p->seqlen_q : 0;
+    const int64_t appended = p->k_new ? p->seqlen_new : 0;
     int64_t longest = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         dec_seq *s = &seqs[b];
