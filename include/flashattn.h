@@ -105,6 +105,18 @@ typedef enum fa_device {
     FA_DEVICE_CUDA = 1 /* device memory of the current CUDA device, computed on `stream`       */
 } fa_device;
 
+/* Storage of a quantised KV cache (fa_params.kv_dtype; fa_kvcache_forward on the CPU only). The
+ * cache's strides (k_*_stride, v_*_stride) then count bytes. */
+typedef enum fa_kv_dtype {
+    FA_KV_SAME = 0,     /* k / v hold dtype values (no quantisation)                            */
+    FA_KV_INT8 = 1,     /* int8 q, one fp32 scale per (token, kv head): x = scale · q            */
+    FA_KV_Q8_0 = 2,     /* llama.cpp block_q8_0: per 32 values an f16 scale d then 32 int8 q,
+                           34 bytes per block, x = d · q; head dims multiples of 32, no scale
+                           arrays                                                              */
+    FA_KV_FP8_E4M3 = 3  /* OCP fp8 e4m3 (max 448, no infinities), one fp32 scale per kv head:
+                           x = scale · fp8                                                     */
+} fa_kv_dtype;
+
 /* Everything one attention call needs. Zero-initialise, then set what you use; a zeroed field
  * means "off" or "default" as documented. The same struct drives fa_forward and fa_backward. */
 typedef struct fa_params {
@@ -226,6 +238,18 @@ typedef struct fa_params {
     void *stream;          /* CUDA: cudaStream_t to run on (NULL = default stream)             */
     void *workspace;       /* optional scratch in the device's memory; NULL = library allocates */
     size_t workspace_bytes; /* size of workspace                                               */
+
+    /* ---- quantised KV cache (fa_kvcache_forward, CPU; CUDA answers FA_ERR_UNSUPPORTED) ----- */
+    fa_kv_dtype kv_dtype; /* FA_KV_SAME (0): the cache is in dtype. Otherwise k / v hold the
+                             format above (strides in bytes, head dims multiples of 8), the
+                             append quantises k_new / v_new (int8 / Q8_0: scale = max|x| / 127
+                             per token and head / per block, rounded to nearest; e4m3: x / scale
+                             rounded to nearest even, saturating), and rotary is not supported */
+    float *k_scale;       /* FA_KV_INT8: [cache rows or pages, rows, heads_kv] fp32 (written by
+                             the append); FA_KV_FP8_E4M3: [heads_kv]; FA_KV_Q8_0: NULL         */
+    float *v_scale;       /* same for v                                                         */
+    int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride; /* FA_KV_INT8, floats */
+    int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;
 } fa_params;
 
 /* ---- calls ---------------------------------------------------------------------------------- */

@@ -13,6 +13,10 @@
  * every thread of the run (CPU: memcpy of 512 MiB, split among the threads; CUDA: one
  * device-to-device cudaMemcpy of 1 GiB), counted as bytes read + bytes written per second: the
  * traffic the memory sustains, which a read-mostly decode kernel can approach.
+ * CPU: --kv-dtype int8|q8_0|fp8 times a quantised cache (kv_bytes then counts its bytes: 8-bit
+ * values plus the int8 per-token scales or the Q8_0 block scales). The copy is measured between
+ * the calls of every configuration (a copy, then a few calls, repeated) and both medians are
+ * reported, so a machine whose load changes during the sweep still compares like with like.
  * CUDA inputs are rotated through several copies when one set is smaller than twice the L2, so
  * consecutive calls do not run from a warm L2.
  */
@@ -47,6 +51,8 @@ typedef struct decode_options {
     int_list b, hq, hkv, d, cache_len, page_size;
     int64_t sq;
     int splits, append, causal, threads, repeats, warmups, json;
+    fa_kv_dtype kv_dtypes[4];
+    int n_kv_dtypes;
     uint64_t seed;
 } decode_options;
 
@@ -55,6 +61,7 @@ typedef struct decode_case {
     fa_dtype dtype;
     int64_t b, sq, hq, hkv, d, cache_len, page_size;
     int splits, append, causal, threads;
+    fa_kv_dtype kv_dtype;
 } decode_case;
 
 typedef struct decode_result {
@@ -63,6 +70,7 @@ typedef struct decode_result {
     double ms;
     int calls;
     double kv_bytes;
+    double copy_gbps; /* CPU: median of the copies interleaved with this configuration's calls */
 } decode_result;
 
 static double now_seconds(void) {
@@ -103,6 +111,7 @@ static void print_help(void) {
            "  --page-size N          0 = contiguous cache, else a paged pool with a random block\n"
            "                         table (default 0)\n"
            "  --sq N                 query tokens per sequence (default 1)\n"
+           "  --kv-dtype LIST        CPU cache storage: same (default), int8, q8_0, fp8 (e4m3)\n"
            "  --append 0|1           also append sq new tokens per call (default 0)\n"
            "  --causal 0|1           causal mask (default 1)\n"
            "  --splits N             num_splits: 0 = heuristic (default), 1 = none, n = at most n\n"
@@ -168,6 +177,19 @@ static void parse_options(int argc, char **argv, decode_options *o, int *shape_g
             parse_list("--page-size", v, 0, big, &o->page_size);
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--sq"))) {
             o->sq = cli_parse_int(CMD, "--sq", v, 1, big);
+        } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--kv-dtype"))) {
+            char copy[64];
+            snprintf(copy, sizeof copy, "%s", v);
+            o->n_kv_dtypes = 0;
+            for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+                static const char *const names[4] = {"same", "int8", "q8_0", "fp8"};
+                int found = -1;
+                for (int k = 0; k < 4; k++)
+                    if (!strcmp(item, names[k])) found = k;
+                if (o->n_kv_dtypes == 4 || found < 0)
+                    cli_usage_error(CMD, "--kv-dtype: '%s' is not same, int8, q8_0 or fp8", item);
+                o->kv_dtypes[o->n_kv_dtypes++] = (fa_kv_dtype)found;
+            }
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--append"))) {
             o->append = (int)cli_parse_int(CMD, "--append", v, 0, 1);
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--causal"))) {
@@ -189,6 +211,7 @@ static void parse_options(int argc, char **argv, decode_options *o, int *shape_g
         }
     }
     if (!o->device_given) o->device = fa_cuda_available() ? FA_DEVICE_CUDA : FA_DEVICE_CPU;
+    if (o->n_kv_dtypes == 0) o->n_kv_dtypes = 1; /* FA_KV_SAME */
     if (o->n_dtypes == 0) {
         o->dtypes[0] = FA_DTYPE_BF16;
         o->n_dtypes = 1;
@@ -208,7 +231,7 @@ static void parse_options(int argc, char **argv, decode_options *o, int *shape_g
 
 typedef struct decode_host {
     void *q, *o, *k, *v, *k_new, *v_new;
-    float *lse;
+    float *lse, *k_scale, *v_scale;
     int32_t *seqlens, *block_table;
     size_t q_elems, kv_elems, new_elems, table_elems;
     int64_t num_pages, pages_per_seq, capacity;
@@ -235,6 +258,8 @@ static void free_host(decode_host *h) {
     free(h->lse);
     free(h->seqlens);
     free(h->block_table);
+    free(h->k_scale);
+    free(h->v_scale);
     memset(h, 0, sizeof *h);
 }
 
@@ -256,13 +281,22 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
         slab_rows = h->capacity;
     }
     h->q_elems = (size_t)(c->b * c->sq * c->hq * c->d);
-    h->kv_elems = (size_t)(slabs * slab_rows * c->hkv * c->d);
+    /* a quantised cache: row_units bytes per (slot, head) row instead of d elements */
+    const int64_t row_units = c->kv_dtype == FA_KV_Q8_0 ? c->d / 32 * 34 : c->d;
+    const size_t kv_es = c->kv_dtype != FA_KV_SAME ? 1 : es;
+    h->kv_elems = (size_t)(slabs * slab_rows * c->hkv * row_units);
     h->new_elems = c->append ? (size_t)(c->b * c->sq * c->hkv * c->d) : 0;
     h->table_elems = c->page_size > 0 ? (size_t)(c->b * h->pages_per_seq) : 0;
     h->q = tool_alloc_touched(h->q_elems * es);
     h->o = tool_alloc_touched(h->q_elems * es);
-    h->k = malloc(h->kv_elems * es);
-    h->v = malloc(h->kv_elems * es);
+    h->k = malloc(h->kv_elems * kv_es);
+    h->v = malloc(h->kv_elems * kv_es);
+    if (c->kv_dtype == FA_KV_INT8 || c->kv_dtype == FA_KV_FP8_E4M3) {
+        size_t n = c->kv_dtype == FA_KV_INT8 ? (size_t)(slabs * slab_rows * c->hkv) : (size_t)c->hkv;
+        h->k_scale = malloc(n * sizeof(float));
+        h->v_scale = malloc(n * sizeof(float));
+        for (size_t i = 0; h->k_scale && h->v_scale && i < n; i++) h->k_scale[i] = h->v_scale[i] = 1.0f / 64.0f;
+    }
     h->lse = tool_alloc_touched((size_t)(c->b * c->hq * c->sq) * sizeof(float));
     h->seqlens = malloc((size_t)c->b * sizeof(int32_t));
     if (c->append) {
@@ -270,15 +304,28 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
         h->v_new = tool_alloc_touched(h->new_elems * es);
     }
     if (h->table_elems) h->block_table = malloc(h->table_elems * sizeof(int32_t));
-    if (!h->q || !h->o || !h->k || !h->v || !h->lse || !h->seqlens || (c->append && (!h->k_new || !h->v_new)) ||
+    if (!h->q || !h->o || !h->k || !h->v || (c->kv_dtype == FA_KV_INT8 && (!h->k_scale || !h->v_scale)) ||
+        (c->kv_dtype == FA_KV_FP8_E4M3 && (!h->k_scale || !h->v_scale)) || !h->lse || !h->seqlens || (c->append && (!h->k_new || !h->v_new)) ||
         (h->table_elems && !h->block_table)) {
         free_host(h);
         return 0;
     }
     tool_rng rng = tool_rng_seeded(seed);
     tool_fill_normal(h->q, c->dtype, h->q_elems, 1.0f, 0.0f, &rng);
-    fill_repeated(h->k, c->dtype, h->kv_elems, 0.0f, &rng);
-    fill_repeated(h->v, c->dtype, h->kv_elems, 0.5f, &rng);
+    if (c->kv_dtype != FA_KV_SAME) { /* small codes (and, for Q8_0, the block scales 1/64) */
+        for (size_t i = 0; i < h->kv_elems; i++) {
+            ((unsigned char *)h->k)[i] = (unsigned char)((i * 2654435761u >> 13) % 61);
+            ((unsigned char *)h->v)[i] = (unsigned char)((i * 40503u >> 7) % 53);
+        }
+        if (c->kv_dtype == FA_KV_Q8_0)
+            for (size_t i = 0; i < h->kv_elems; i += 34) {
+                ((unsigned char *)h->k)[i] = ((unsigned char *)h->v)[i] = 0x00; /* f16 1/64 = 0x2400 */
+                ((unsigned char *)h->k)[i + 1] = ((unsigned char *)h->v)[i + 1] = 0x24;
+            }
+    } else {
+        fill_repeated(h->k, c->dtype, h->kv_elems, 0.0f, &rng);
+        fill_repeated(h->v, c->dtype, h->kv_elems, 0.5f, &rng);
+    }
     if (c->append) {
         tool_fill_normal(h->k_new, c->dtype, h->new_elems, 1.0f, 0.0f, &rng);
         tool_fill_normal(h->v_new, c->dtype, h->new_elems, 1.0f, 0.5f, &rng);
@@ -305,7 +352,17 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     p->heads_kv = c->hkv;
     p->head_dim = c->d;
     fa_set_contiguous_strides(p); /* q, o; k / v as [b, capacity, hkv, d], fixed below if paged */
-    p->k_batch_stride = p->v_batch_stride = slab_rows * c->hkv * c->d;
+    p->k_batch_stride = p->v_batch_stride = slab_rows * c->hkv * row_units;
+    p->k_row_stride = p->v_row_stride = c->hkv * row_units;
+    p->k_head_stride = p->v_head_stride = row_units;
+    p->kv_dtype = c->kv_dtype;
+    p->k_scale = h->k_scale;
+    p->v_scale = h->v_scale;
+    if (c->kv_dtype == FA_KV_INT8) {
+        p->k_scale_batch_stride = p->v_scale_batch_stride = slab_rows * c->hkv;
+        p->k_scale_row_stride = p->v_scale_row_stride = c->hkv;
+        p->k_scale_head_stride = p->v_scale_head_stride = 1;
+    }
     p->knew_batch_stride = p->vnew_batch_stride = c->sq * c->hkv * c->d;
     p->knew_row_stride = p->vnew_row_stride = c->hkv * c->d;
     p->knew_head_stride = p->vnew_head_stride = c->d;
@@ -331,7 +388,11 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
 
 static double kv_bytes_of(const decode_case *c) {
     double keys = (double)(c->cache_len + (c->append ? c->sq : 0));
-    return (double)c->b * keys * (double)c->hkv * 2.0 * (double)c->d * (double)cli_dtype_size(c->dtype);
+    double row = (double)c->d * (double)cli_dtype_size(c->dtype);
+    if (c->kv_dtype == FA_KV_INT8) row = (double)c->d + 4.0;
+    else if (c->kv_dtype == FA_KV_Q8_0) row = (double)(c->d / 32 * 34);
+    else if (c->kv_dtype == FA_KV_FP8_E4M3) row = (double)c->d;
+    return (double)c->b * keys * (double)c->hkv * 2.0 * row;
 }
 
 /* ---- CPU ---------------------------------------------------------------------------------------- */
@@ -348,37 +409,42 @@ static void *copy_part(void *arg) {
     return NULL;
 }
 
-/* memcpy bandwidth with `threads` threads, (read + written) bytes per second, best of 5. */
-static double cpu_copy_gbps(int threads) {
-    char *src = tool_alloc_touched(CPU_COPY_BYTES), *dst = tool_alloc_touched(CPU_COPY_BYTES);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return -1.0;
-    }
+/* One memcpy of CPU_COPY_BYTES split among `threads` threads; seconds. */
+static char *copy_src, *copy_dst;
+static double cpu_copy_once(int threads) {
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
     copy_job jobs[256];
     pthread_t ids[256];
     size_t part = CPU_COPY_BYTES / (size_t)threads / 64 * 64;
-    double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_seconds();
-        int started = 0;
-        for (int t = 0; t < threads; t++) {
-            size_t offset = (size_t)t * part;
-            jobs[t] = (copy_job){dst + offset, src + offset, t == threads - 1 ? CPU_COPY_BYTES - offset : part};
-            if (t > 0 && pthread_create(&ids[t], NULL, copy_part, &jobs[t]) == 0) started = t;
-            else if (t > 0) copy_part(&jobs[t]);
-        }
-        copy_part(&jobs[0]);
-        for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
-        double elapsed = now_seconds() - t0;
-        if (elapsed < best) best = elapsed;
+    double t0 = now_seconds();
+    int started = 0;
+    for (int t = 0; t < threads; t++) {
+        size_t offset = (size_t)t * part;
+        jobs[t] = (copy_job){copy_dst + offset, copy_src + offset, t == threads - 1 ? CPU_COPY_BYTES - offset : part};
+        if (t > 0 && pthread_create(&ids[t], NULL, copy_part, &jobs[t]) == 0) started = t;
+        else if (t > 0) copy_part(&jobs[t]);
     }
-    free(src);
-    free(dst);
-    return 2.0 * (double)CPU_COPY_BYTES / best * 1e-9;
+    copy_part(&jobs[0]);
+    for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
+    return now_seconds() - t0;
+}
+
+/* memcpy bandwidth with `threads` threads, (read + written) bytes per second, median of 5. */
+static double cpu_copy_gbps(int threads) {
+    if (!copy_src) {
+        copy_src = tool_alloc_touched(CPU_COPY_BYTES);
+        copy_dst = tool_alloc_touched(CPU_COPY_BYTES);
+        if (!copy_src || !copy_dst) {
+            free(copy_src);
+            free(copy_dst);
+            copy_src = copy_dst = NULL;
+            return -1.0;
+        }
+    }
+    double t[5];
+    for (int rep = 0; rep < 5; rep++) t[rep] = cpu_copy_once(threads);
+    return 2.0 * (double)CPU_COPY_BYTES / median(t, 5) * 1e-9;
 }
 
 static void measure_cpu(const decode_options *o, const decode_case *c, decode_result *r) {
@@ -390,15 +456,19 @@ static void measure_cpu(const decode_options *o, const decode_case *c, decode_re
     }
     fa_status st = fa_check_kvcache(&p, NULL);
     for (int i = 0; st == FA_OK && i < o->warmups; i++) st = fa_kvcache_forward(&p);
-    double samples[BENCH_MAX_REPEATS], total = 0.0;
-    int calls = 0, max_calls = o->repeats > 0 ? o->repeats : 50;
+    /* rounds of (one copy, CALLS_PER_COPY calls) until the repeats or the time budget are used */
+    enum { CALLS_PER_COPY = 3 };
+    double samples[BENCH_MAX_REPEATS], copies[BENCH_MAX_REPEATS], total = 0.0;
+    int calls = 0, n_copies = 0, max_calls = o->repeats > 0 ? o->repeats : 60;
     while (st == FA_OK && calls < max_calls) {
+        if (copy_src && calls % CALLS_PER_COPY == 0) copies[n_copies++] = cpu_copy_once(c->threads);
         double t0 = now_seconds();
         st = fa_kvcache_forward(&p);
         samples[calls] = now_seconds() - t0;
         total += samples[calls++];
-        if (o->repeats == 0 && calls >= MIN_CALLS && total > TIME_BUDGET_S) break;
+        if (o->repeats == 0 && calls >= 3 * CALLS_PER_COPY && total > TIME_BUDGET_S) break;
     }
+    if (n_copies) r->copy_gbps = 2.0 * (double)CPU_COPY_BYTES / median(copies, n_copies) * 1e-9;
     if (st != FA_OK) {
         snprintf(r->note, sizeof r->note, "%s: %s", fa_strerror(st), fa_last_error());
     } else {
@@ -551,17 +621,26 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
 
 /* ---- report ------------------------------------------------------------------------------------- */
 
+static const char *kv_dtype_label(fa_kv_dtype t) {
+    static const char *const names[4] = {"same", "int8", "q8_0", "fp8"};
+    return (int)t >= 0 && (int)t < 4 ? names[t] : "?";
+}
+
 static void report(const decode_options *o, const decode_case *c, const decode_result *r, double copy_gbps) {
+    if (r->copy_gbps > 0) copy_gbps = r->copy_gbps;
+    double tokens_per_s = r->ok ? (double)(c->b * c->sq) / (r->ms * 1e-3) : -1.0;
     double gbps = r->ok ? r->kv_bytes / (r->ms * 1e-3) * 1e-9 : -1.0;
     if (o->json) {
         printf("{\"impl\":\"flashattn\",\"device\":\"%s\",\"dtype\":\"%s\",\"mode\":\"decode\",\"b\":%lld,"
                "\"sq\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"cache_len\":%lld,\"page_size\":%lld,"
-               "\"splits\":%d,\"append\":%d,\"causal\":%d,\"threads\":%d,\"status\":\"%s\"",
+               "\"splits\":%d,\"append\":%d,\"causal\":%d,\"threads\":%d,\"kv_dtype\":\"%s\",\"status\":\"%s\"",
                cli_device_name(c->device), cli_dtype_name(c->dtype), (long long)c->b, (long long)c->sq,
                (long long)c->hq, (long long)c->hkv, (long long)c->d, (long long)c->cache_len,
-               (long long)c->page_size, c->splits, c->append, c->causal, c->threads, r->ok ? "ok" : "failed");
+               (long long)c->page_size, c->splits, c->append, c->causal, c->threads, kv_dtype_label(c->kv_dtype),
+               r->ok ? "ok" : "failed");
         if (r->ok)
-            printf(",\"ms\":%.6g,\"timed_calls\":%d,\"kv_bytes\":%.0f,\"GBps\":%.6g", r->ms, r->calls, r->kv_bytes, gbps);
+            printf(",\"ms\":%.6g,\"timed_calls\":%d,\"kv_bytes\":%.0f,\"GBps\":%.6g,\"tokens_per_s\":%.6g", r->ms, r->calls,
+                   r->kv_bytes, gbps, tokens_per_s);
         else
             printf(",\"ms\":null,\"kv_bytes\":%.0f,\"GBps\":null", r->kv_bytes);
         if (copy_gbps > 0) printf(",\"copy_GBps\":%.6g", copy_gbps);
@@ -574,12 +653,14 @@ static void report(const decode_options *o, const decode_case *c, const decode_r
         printf("}\n");
     } else {
         char kv[32];
-        printf("%-4s %4lld %3lld %4lld %4lld %4lld %7lld %5lld %6d", cli_dtype_name(c->dtype), (long long)c->b,
+        printf("%-4s %-4s %4lld %3lld %4lld %4lld %4lld %7lld %5lld %6d", cli_dtype_name(c->dtype),
+               c->kv_dtype == FA_KV_SAME ? cli_dtype_name(c->dtype) : kv_dtype_label(c->kv_dtype), (long long)c->b,
                (long long)c->sq, (long long)c->hq, (long long)c->hkv, (long long)c->d, (long long)c->cache_len,
                (long long)c->page_size, c->splits);
         if (r->ok)
-            printf(" %10.3f %10s %9.1f %9.1f %6.0f%%\n", r->ms, bench_format_bytes(r->kv_bytes, kv, sizeof kv), gbps,
-                   copy_gbps, copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0);
+            printf(" %10.3f %9.1f %10s %9.1f %9.1f %6.0f%%\n", r->ms, tokens_per_s,
+                   bench_format_bytes(r->kv_bytes, kv, sizeof kv), gbps, copy_gbps,
+                   copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0);
         else
             printf("  failed: %s\n", r->note);
     }
@@ -610,12 +691,14 @@ int bench_decode_main(int argc, char **argv) {
         printf("flashattn %s decode bench on %s", fa_version(), cli_device_name(o.device));
         if (o.device == FA_DEVICE_CPU) printf(" (%s, %d thread%s)", fa_cpu_isa(), threads, threads == 1 ? "" : "s");
         printf("; GB/s = K+V bytes read / median time; copy GB/s = (read + written) / time of a large %s\n",
-               o.device == FA_DEVICE_CUDA ? "device-to-device cudaMemcpy" : "multithreaded memcpy");
-        printf("%-4s %4s %3s %4s %4s %4s %7s %5s %6s %10s %10s %9s %9s %7s\n", "type", "b", "sq", "hq", "hkv", "d",
-               "ctx", "page", "splits", "ms", "kv bytes", "GB/s", "copy GB/s", "of copy");
+               o.device == FA_DEVICE_CUDA ? "device-to-device cudaMemcpy"
+                                          : "multithreaded memcpy (median of copies interleaved with the calls)");
+        printf("%-4s %-4s %4s %3s %4s %4s %4s %7s %5s %6s %10s %9s %10s %9s %9s %7s\n", "type", "kv", "b", "sq", "hq",
+               "hkv", "d", "ctx", "page", "splits", "ms", "tok/s", "kv bytes", "GB/s", "copy GB/s", "of copy");
     }
     int failures = 0;
     for (int t = 0; t < o.n_dtypes; t++)
+      for (int kd = 0; kd < o.n_kv_dtypes; kd++)
         for (int pair = 0; pair < n_pairs; pair++)
             for (int hi = 0; hi < o.hq.count; hi++)
                 for (int ki = 0; ki < o.hkv.count; ki++)
@@ -625,6 +708,7 @@ int bench_decode_main(int argc, char **argv) {
                             memset(&c, 0, sizeof c);
                             c.device = o.device;
                             c.dtype = o.dtypes[t];
+                            c.kv_dtype = o.kv_dtypes[kd];
                             c.b = shape_given ? o.b.values[pair / o.cache_len.count] : default_pairs[pair][0];
                             c.cache_len = shape_given ? o.cache_len.values[pair % o.cache_len.count]
                                                       : default_pairs[pair][1];

@@ -188,7 +188,13 @@ class FaParams(ctypes.Structure):
             ("stream", _ptr),
             ("workspace", _ptr),
             ("workspace_bytes", ctypes.c_size_t),
+            # quantised KV cache (fa_kvcache_forward on the CPU; 0 / NULL = the cache is in dtype)
+            ("kv_dtype", ctypes.c_int),
+            ("k_scale", _ptr),  # float *
+            ("v_scale", _ptr),
         ]
+        + [("k_scale_" + axis + "_stride", _i64) for axis in ("batch", "row", "head")]
+        + [("v_scale_" + axis + "_stride", _i64) for axis in ("batch", "row", "head")]
     )
 
     # Not a field (Python-side only, not copied with the struct): the cached plan of the call's

@@ -126,6 +126,11 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "block_table is set: a paged K/V is supported by fa_forward only (%s)",
                             kind == CALL_BACKWARD ? "no gradients into a page pool" : "fa_standard_forward");
+    if (p->kv_dtype != FA_KV_SAME || p->k_scale != NULL || p->v_scale != NULL) /* quantised caches */
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "kv_dtype = %d / k_scale / v_scale are set: quantised K/V are read by "
+                            "fa_kvcache_forward only (set kv_dtype = FA_KV_SAME and the scales to NULL)",
+                            (int)p->kv_dtype);
 
     /* 4. tensor pointers */
     FA_REQUIRE_PTR(p->q, "q");

@@ -198,6 +198,10 @@ fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_kvcache_forward(const fa_problem *pb);
 fa_status fa_cuda_merge_states(const fa_merge_params *m); /* m validated by fa_merge_states   */
 
+/* The quantised-cache fields (kv_dtype, k_scale / v_scale) of a KV-cache call whose geometry and
+ * strides are already checked (src/api/fa_kvquant.c). */
+fa_status fa_validate_kv_quant(const fa_params *p);
+
 /* CPU engine (src/cpu/cpu_kvcache.c, src/cpu/cpu_merge.c). */
 fa_status fa_cpu_kvcache_forward(const fa_problem *pb);
 size_t fa_cpu_kvcache_workspace(const fa_problem *pb); /* bytes, an upper bound for the call  */

@@ -255,6 +255,7 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     if ((s = check_seqlen_new(p)) != FA_OK) return s;
     if ((s = check_cache_geometry(p)) != FA_OK) return s;
     if ((s = check_strides(p)) != FA_OK) return s;
+    if ((s = fa_validate_kv_quant(p)) != FA_OK) return s; /* kv_dtype, k_scale / v_scale */
 
     /* 5. */
     if (p->device == FA_DEVICE_CPU && (s = check_host_arrays(p)) != FA_OK) return s;

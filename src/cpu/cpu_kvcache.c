@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_decode.h"
 #include "cpu_engine.h"
 #include "cpu_merge.h"
 
@@ -633,11 +634,13 @@ static kv_workspace_plan plan_workspace(const fa_problem *pb, int threads, int64
 }
 
 size_t fa_cpu_kvcache_workspace(const fa_problem *pb) {
+    if (fa_cpu_decode_applies(pb)) return fa_cpu_decode_workspace(pb); /* cpu_decode.c */
     int threads = fa_cpu_thread_count(pb);
     return plan_workspace(pb, threads, split_bound(pb, threads)).total;
 }
 
 fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
+    if (fa_cpu_decode_applies(pb)) return fa_cpu_decode_forward(pb); /* cpu_decode.c */
     const fa_params *p = &pb->p;
     const int threads = fa_cpu_thread_count(pb);
     kv_workspace_plan plan = plan_workspace(pb, threads, split_bound(pb, threads));

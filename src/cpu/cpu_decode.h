@@ -1,0 +1,79 @@
+/*
+ * cpu_decode.h: the CPU decode path of fa_kvcache_forward (cpu_decode.c) and its inner kernels
+ * (decode_avx2.c, decode_scalar.c).
+ *
+ * Decoding reads the whole cache once per generated token and does two multiply-adds per cached
+ * element and query row, so it is memory-bound when every K/V byte is read once for all the
+ * query rows that use it. An item holds the query rows of several whole kv groups (every query
+ * head of a kv head, every query of a query block) and walks a key range tile by tile, slot by
+ * slot across its kv heads (the order the cache is stored in). Per tile and kv head the kernels
+ * read each K / V row once in its storage format, converting in registers (the rows of all
+ * kv heads share one score tile, so masks and the online softmax run once per tile):
+ *   scores:     s[j][r] = k_mult[j] · (k_j · q_r)         (q already holds the score scale)
+ *   accumulate: o[r] = alpha[r] · o[r] + Σ_j s[j][r] · v_mult[j] · v_j
+ * k_mult / v_mult carry the per-key dequantisation factors (1 for unquantised caches).
+ */
+#ifndef FA_CPU_DECODE_H
+#define FA_CPU_DECODE_H
+
+#include "cpu_engine.h"
+
+/* Storage formats of a cache row (head_dim values). */
+typedef enum fa_cpu_kv_format {
+    FA_CPU_KV_F32 = 0,
+    FA_CPU_KV_F16,
+    FA_CPU_KV_BF16,
+    FA_CPU_KV_I8,   /* int8 values, scale per row in k_mult / v_mult                         */
+    FA_CPU_KV_Q8_0, /* blocks of 32: f16 scale, then 32 int8 (34 bytes), scale inside the row   */
+    FA_CPU_KV_E4M3  /* fp8 e4m3 values, scale in k_mult / v_mult                               */
+} fa_cpu_kv_format;
+
+/* Keys per tile of the decode path (experiments override it with -D). */
+#ifndef FA_CPU_DECODE_KEYS
+#define FA_CPU_DECODE_KEYS 16
+#endif
+
+typedef struct fa_cpu_decode_tile {
+    fa_cpu_kv_format format;
+    int64_t n_keys;              /* 1..FA_CPU_DECODE_KEYS                                      */
+    const char *const *k_rows;   /* [n_keys] K rows, d values in `format`                       */
+    const char *const *v_rows;   /* [n_keys] V rows, dv values                                  */
+    const float *k_mult, *v_mult; /* [n_keys]                                                   */
+    int64_t d, dv;               /* multiples of 8 (Q8_0: of 32)                               */
+    const float *q;              /* [n_rows][d] fp32                                            */
+    int64_t n_rows;
+    float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
+    int64_t ld;
+    float *o;                    /* [n_rows][dv] fp32 accumulators                              */
+    const float *alpha;          /* [n_rows]                                                    */
+} fa_cpu_decode_tile;
+
+typedef struct fa_cpu_decode_kernels {
+    void (*scores)(const fa_cpu_decode_tile *t);
+    void (*accumulate)(const fa_cpu_decode_tile *t);
+} fa_cpu_decode_kernels;
+
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
+#if defined(__x86_64__) || defined(_M_X64)
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
+#endif
+
+/* Scalar conversions of the 8-bit formats (shared by the kernels, the append and the tests'
+ * expectations through the documented formulas). */
+float fa_cpu_e4m3_to_f32(uint8_t x);
+uint8_t fa_cpu_f32_to_e4m3(float x); /* round to nearest even, saturating to ±448; NaN kept    */
+
+/* Whether cpu_decode.c serves this call (quantised caches always; otherwise few query rows per
+ * kv group on a CPU with AVX2, no rotary, head dims multiples of 8). */
+int fa_cpu_decode_applies(const fa_problem *pb);
+size_t fa_cpu_decode_workspace(const fa_problem *pb);
+fa_status fa_cpu_decode_forward(const fa_problem *pb);
+
+/* Split count of the decode path (pure): `units` items without splitting, `keys` keys of the
+ * longest sequence, `threads` workers, `requested` = num_splits (0 = choose). Chooses at least
+ * 4 items per thread when the keys allow splits of at least FA_CPU_DECODE_MIN_SPLIT keys, so a
+ * dynamic queue balances threads slowed by other work; at most FA_KV_MAX_SPLITS. */
+#define FA_CPU_DECODE_MIN_SPLIT 512
+int64_t fa_cpu_decode_split_count(int64_t units, int64_t keys, int threads, int requested);
+
+#endif /* FA_CPU_DECODE_H */
