@@ -91,7 +91,8 @@ typedef enum fa_status {
     FA_ERR_CUDA = 15,           /* a CUDA runtime call or kernel launch failed                  */
     FA_ERR_INVALID_ARGUMENT = 16, /* any other invalid field value (enum out of range, ...)     */
     FA_ERR_ALIGNMENT = 17,      /* a pointer or stride is not aligned as the device path needs  */
-    FA_STATUS_COUNT_ = 18
+    FA_ERR_OVERLAP = 18,        /* an output shares memory with another tensor of the call      */
+    FA_STATUS_COUNT_ = 19
 } fa_status;
 
 typedef enum fa_dtype {
