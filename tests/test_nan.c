@@ -219,3 +219,34 @@ FA_TEST(nan_kvcache_propagates) {
             fa_kv_problem_destroy(&kp);
         }
 }
+
+/* ---- the accuracy rule for dsink and dQ (D = rowsum(dO ∘ O) from the stored O) ---------------- */
+
+/* The recipe that once failed the rule (dsink up to 40x the baseline's error in bf16, dQ 4x at
+ * d = 1 / dv = 200) over many seeds: f16 and bf16 backward, tiny varlen sequences, softcap,
+ * ALiBi per batch × head and sinks; the baseline takes D from the stored O as every fused
+ * backward does (oracle/reference.c, baseline_unit). */
+FA_TEST(accuracy_dsink_and_dq_over_seeds) {
+    const int seeds = fa_test_get_level() == FA_LEVEL_SMALL ? 10 : 50;
+    static const int64_t dims[][2] = {{8, 8}, {1, 1}, {24, 200}};
+    int failed = 0, cases = 0;
+    for (int s = 0; s < seeds && failed < 3; s++)
+        for (int t = 1; t < 3; t++)
+            for (size_t dm = 0; dm < sizeof dims / sizeof dims[0]; dm++) {
+                fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[t], 5, 1 + (int64_t)dm * 3, 1 + (int64_t)dm * 4,
+                                                      4, 2, dims[dm][0]);
+                spec.head_dim_v = dims[dm][1];
+                spec.varlen = 1;
+                spec.softcap = 4.0f;
+                spec.alibi = FA_TEST_ALIBI_BATCH_HEAD;
+                spec.sinks = 1;
+                spec.backward = 1;
+                spec.seed = fa_test_seed() + 7919u * (uint64_t)s;
+                char label[96];
+                snprintf(label, sizeof label, "seed %d %s d %lld dv %lld", s, fa_test_dtype_name(spec.dtype),
+                         (long long)dims[dm][0], (long long)dims[dm][1]);
+                cases++;
+                if (!fa_test_expect_case(&spec, 2, label)) failed++;
+            }
+    fa_test_note("%d cases, %d failed", cases, failed);
+}
