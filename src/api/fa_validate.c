@@ -57,7 +57,7 @@ fa_status fa_check_tensor_view(fa_tensor_view *t) {
     if (empty || t->ptr == NULL) return FA_OK; /* no element is ever addressed */
     const int64_t elem = t->elem_bytes > 0 ? t->elem_bytes : 1;
     int64_t bytes;
-    if (!fa_mul_add_ok(max_offset + 1, elem, 0, &bytes))
+    if (max_offset == INT64_MAX || !fa_mul_add_ok(max_offset + 1, elem, 0, &bytes))
         return fa_set_error(FA_ERR_OVERFLOW,
                             "%s: the last element lies %lld elements of %lld bytes past %s, which "
                             "overflows 64-bit byte offsets",
