@@ -10,7 +10,7 @@
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 900
-FUZZ_JOBS    ?= 1
+FUZZ_JOBS    ?= 1   # > 1: parallel workers (libFuzzer then logs to fuzz-N.log)
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 .PHONY: fuzz fuzz-build fuzz-standalone
@@ -29,6 +29,7 @@ fuzz-standalone:
 
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_BUILD)/corpus
-	./$(FUZZ_BUILD)/fa_fuzz -max_total_time=$(FUZZ_SECONDS) -jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS) \
+	./$(FUZZ_BUILD)/fa_fuzz -max_total_time=$(FUZZ_SECONDS) \
+	    $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS)) \
 	    -max_len=512 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
