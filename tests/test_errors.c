@@ -704,3 +704,30 @@ FA_TEST(errors_varlen_messages_name_fields) {
              "length > seqlen_k: message '%s' names seqlen_k", fa_last_error());
     fa_test_problem_destroy(&tp);
 }
+
+/* The stride of an axis of extent 1 is unused and may hold anything: the call succeeds and gives
+ * the same result (the CPU engines once stepped a pointer by a huge unused stride, undefined
+ * behaviour that the fuzzer found under UBSan). */
+FA_TEST(errors_unused_strides_of_single_extent_axes) {
+    fa_test_spec spec = fa_test_base_spec(FA_DTYPE_F32, 1, 1, 1, 2, 1, 16);
+    spec.backward = 1;
+    fa_test_problem tp;
+    if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "create")) return;
+    fa_params p = tp.params;
+    FA_CHECK(fa_forward(&p) == FA_OK && fa_backward(&p) == FA_OK, "clean: %s", fa_last_error());
+    const size_t o_bytes = (size_t)(p.heads_q * p.head_dim) * 4;
+    float clean_o[64], clean_dk[64];
+    memcpy(clean_o, p.o, o_bytes);
+    memcpy(clean_dk, p.dk, (size_t)p.head_dim * 4);
+    p.q_batch_stride = p.k_batch_stride = p.o_batch_stride = INT64_MAX;
+    p.v_row_stride = p.k_row_stride = p.dk_row_stride = INT64_MAX - 1;
+    p.q_row_stride = p.o_row_stride = p.do_row_stride = p.dq_row_stride = INT64_MAX - 3;
+    p.k_head_stride = p.v_head_stride = p.dv_head_stride = INT64_MAX / 3;
+    p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = p.do_batch_stride = p.v_batch_stride = INT64_MAX;
+    FA_CHECK(fa_forward(&p) == FA_OK, "forward with unused huge strides: %s", fa_last_error());
+    FA_CHECK(!memcmp(p.o, clean_o, o_bytes), "forward result changed");
+    FA_CHECK(fa_backward(&p) == FA_OK, "backward with unused huge strides: %s", fa_last_error());
+    FA_CHECK(!memcmp(p.dk, clean_dk, (size_t)p.head_dim * 4), "backward result changed");
+    FA_CHECK(fa_standard_forward(&p) == FA_OK, "standard: %s", fa_last_error());
+    fa_test_problem_destroy(&tp);
+}

@@ -569,3 +569,24 @@ FA_TEST(kvcache_unused_rotary_fields_ignored) {
     FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "fa_kvcache_forward with an unused rotary_dim: %s", fa_last_error());
     fa_kv_problem_destroy(&kp);
 }
+
+/* A cache of capacity 1: the row strides of the caches are unused and may be huge (the engine
+ * once stepped a pointer by them: undefined behaviour the fuzzer found under UBSan). */
+FA_TEST(kvcache_unused_cache_row_stride) {
+    for (int splits = 1; splits <= 3; splits += 2) {
+        fa_kv_spec s = kv_base(FA_DTYPE_F32, 1, 1, 1, 1, 16, 1);
+        s.full = 1;
+        s.num_splits = splits;
+        fa_kv_problem kp;
+        if (!FA_CHECK(fa_kv_problem_create(&kp, &s) == 0, "create")) return;
+        fa_params p = kp.params;
+        FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "clean: %s", fa_last_error());
+        float clean[16];
+        memcpy(clean, p.o, sizeof clean);
+        p.k_row_stride = p.v_row_stride = INT64_MAX - 1;
+        p.k_batch_stride = p.v_batch_stride = p.q_batch_stride = p.o_batch_stride = INT64_MAX;
+        FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "huge unused strides: %s", fa_last_error());
+        FA_CHECK(!memcmp(p.o, clean, sizeof clean), "splits %d: result changed", splits);
+        fa_kv_problem_destroy(&kp);
+    }
+}

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "api/fa_validate.h"
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
@@ -198,7 +199,22 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         views[nviews++] = fa_array_view("cu_seqlens_q", 0, p->cu_seqlens_q, p->batch + 1, 4);
         views[nviews++] = fa_array_view("cu_seqlens_k", 0, p->cu_seqlens_k, p->batch + 1, 4);
     }
-    return fa_check_views(views, nviews);
+    fa_status s = fa_check_views(views, nviews);
+    if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    const int64_t nb = pb->varlen ? 1 : p->batch;
+#define ZERO_UNUSED(t, rows, heads)                                                                \
+    fa_zero_unused_strides(nb, &p->t##_batch_stride, rows, &p->t##_row_stride, heads, &p->t##_head_stride)
+    ZERO_UNUSED(q, rows_q, hq);
+    ZERO_UNUSED(k, rows_k, hkv);
+    ZERO_UNUSED(v, rows_k, hkv);
+    ZERO_UNUSED(o, rows_q, hq);
+    ZERO_UNUSED(do, rows_q, hq);
+    ZERO_UNUSED(dq, rows_q, hq);
+    ZERO_UNUSED(dk, rows_k, hkv);
+    ZERO_UNUSED(dv, rows_k, hkv);
+#undef ZERO_UNUSED
+    if (p->batch <= 1) p->alibi_batch_stride = 0;
+    return FA_OK;
 }
 
 /* Engine limits and workspace, shared by the check functions and the calls. */

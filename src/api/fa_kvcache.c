@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "api/fa_validate.h"
 
 /* ---- fa_kvcache_forward ------------------------------------------------------------------- */
 
@@ -133,7 +134,7 @@ static fa_status check_cache_geometry(fa_params *p) {
 
 /* Strides, byte spans and alignment of every array the call touches (step 4); outputs (o, lse,
  * and the caches when appending) must not share memory with anything else. */
-static fa_status check_strides(const fa_params *p) {
+static fa_status check_strides(fa_params *p) {
     const int64_t b = p->batch, sq = p->seqlen_q, hq = p->heads_q, hkv = p->heads_kv;
     const int64_t d = p->head_dim, dv = p->head_dim_v;
     const int paged = p->block_table != NULL, append = p->k_new != NULL;
@@ -188,7 +189,16 @@ static fa_status check_strides(const fa_params *p) {
         views[n++] = fa_array_view("rotary_cos", 0, p->rotary_cos, p->rotary_seqlen * (p->rotary_dim / 2), e);
         views[n++] = fa_array_view("rotary_sin", 0, p->rotary_sin, p->rotary_seqlen * (p->rotary_dim / 2), e);
     }
-    return fa_check_views(views, n);
+    fa_status s = fa_check_views(views, n);
+    if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    fa_zero_unused_strides(b, &p->q_batch_stride, sq, &p->q_row_stride, hq, &p->q_head_stride);
+    fa_zero_unused_strides(b, &p->o_batch_stride, sq, &p->o_row_stride, hq, &p->o_head_stride);
+    fa_zero_unused_strides(slabs, &p->k_batch_stride, slab_rows, &p->k_row_stride, hkv, &p->k_head_stride);
+    fa_zero_unused_strides(slabs, &p->v_batch_stride, slab_rows, &p->v_row_stride, hkv, &p->v_head_stride);
+    fa_zero_unused_strides(b, &p->knew_batch_stride, sq, &p->knew_row_stride, hkv, &p->knew_head_stride);
+    fa_zero_unused_strides(b, &p->vnew_batch_stride, sq, &p->vnew_row_stride, hkv, &p->vnew_head_stride);
+    if (b <= 1) p->alibi_batch_stride = 0;
+    return FA_OK;
 }
 
 /* Host-memory contents of the int32 arrays (step 5, CPU only). */
@@ -357,5 +367,14 @@ fa_status fa_merge_states(const fa_merge_params *m) {
     fa_status s = validate_merge(m);
     if (s != FA_OK) return s;
     if (m->rows == 0) return FA_OK;
-    return m->device == FA_DEVICE_CUDA ? fa_cuda_merge_states(m) : fa_cpu_merge_states(m);
+    if (m->device == FA_DEVICE_CUDA) return fa_cuda_merge_states(m);
+    fa_merge_params r = *m; /* strides of axes of extent 1 are unused: zeroed for the engine */
+    fa_zero_unused_strides(r.num_states, &r.o_parts_state_stride, r.rows, &r.o_parts_row_stride, r.heads,
+                           &r.o_parts_head_stride);
+    fa_zero_unused_strides(r.num_states, &r.lse_parts_state_stride, r.heads, &r.lse_parts_head_stride, r.rows,
+                           &r.lse_parts_row_stride);
+    int64_t unused = 0;
+    fa_zero_unused_strides(1, &unused, r.rows, &r.o_row_stride, r.heads, &r.o_head_stride);
+    fa_zero_unused_strides(1, &unused, r.heads, &r.lse_head_stride, r.rows, &r.lse_row_stride);
+    return fa_cpu_merge_states(&r);
 }
