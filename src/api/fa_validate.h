@@ -1,5 +1,5 @@
 /*
- * fa_validate.h: host-only validation helpers shared by fa_api.c and fa_kvcache.c that the
+ * fa_validate.h: host-only validation functions shared by fa_api.c and fa_kvcache.c that the
  * engines do not need (the rest of the validation interface is in fa_internal.h).
  */
 #ifndef FA_VALIDATE_H
