@@ -5,6 +5,7 @@
 #   make test       all tests (unit tests, a short `flashattn check`, sanitizer build, Python tests)
 #   make gpu-test   on a machine with an NVIDIA GPU: GPU check sweep, determinism, compute-sanitizer
 #   make multi-gpu-test  on a machine with 2+ NVIDIA GPUs: ring attention over NCCL
+#   make fuzz       libFuzzer run of the validation promise for FUZZ_SECONDS (tests/fuzz/fuzz.mk)
 #   FA_NO_CUDA=1    build without CUDA even when nvcc exists
 #   CUDA_ARCHS="80 90"  SASS targets for the portable kernels (default 80 90; PTX for the highest)
 
@@ -144,5 +145,9 @@ print-cuda-include:
 
 clean:
 	rm -rf $(BUILD) build-asan
+
+# The fuzzer (make fuzz) and the concurrent-callers ThreadSanitizer program.
+include tests/fuzz/fuzz.mk
+include tests/tsan/tsan.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -40,6 +40,23 @@
  *   O_i = Σ_j exp(s_ij - LSE_i) v_j,  LSE_i = log(Σ_j exp(s_ij) + exp(t_h)).
  * A row with no visible key and no sink gets O = 0 and LSE = -inf (with a sink: O = 0, LSE = t_h).
  *
+ * NaN: a NaN score (a NaN in q, in a visible key, or from an infinite input) makes that row's O
+ * and LSE NaN, as in PyTorch; it is never turned into a masked row. Keys outside a row's mask do
+ * not affect it. The backward of a NaN row gives NaN dq for the row, NaN dk / dv for the keys it
+ * sees and NaN dsink for its head; dk / dv of other keys of the same sequence and kv head may
+ * also be NaN (as in PyTorch, whose softmax of such a row is NaN everywhere). Every engine and
+ * fa_merge_states (a state with LSE NaN) behaves the same.
+ *
+ * Memory: every pointer must be aligned to its element (2 or 4 bytes; int32 and fp32 arrays to 4)
+ * and the byte span a tensor's strides reach must fit in 64 bits and in the address space
+ * (FA_ERR_ALIGNMENT, FA_ERR_OVERFLOW). An output must not share a byte with any other tensor or
+ * array of the call, input or output (FA_ERR_OVERLAP, naming both), in-place use (o == q)
+ * included. Tensors interleaved in one buffer are fine: q, k, v (or dq, dk, dv) as slices of one
+ * [batch, seq, heads_q + 2·heads_kv, dim] tensor, or a key/value cache packed along heads, share no
+ * element and are accepted. Inputs may overlap each other freely. Fields a call does not use are
+ * ignored whatever they hold (alibi_batch_stride without alibi_slopes, the rotary fields without
+ * rotary tables, the backward fields in the forward).
+ *
  * Errors: every call returns an fa_status. fa_strerror() names the code, fa_last_error() gives the
  * detailed message of the calling thread's last failed call (which field, which value). On error
  * nothing is written to any output. The library never aborts or exits.
@@ -91,7 +108,8 @@ typedef enum fa_status {
     FA_ERR_CUDA = 15,           /* a CUDA runtime call or kernel launch failed                  */
     FA_ERR_INVALID_ARGUMENT = 16, /* any other invalid field value (enum out of range, ...)     */
     FA_ERR_ALIGNMENT = 17,      /* a pointer or stride is not aligned as the device path needs  */
-    FA_STATUS_COUNT_ = 18
+    FA_ERR_OVERLAP = 18,        /* an output shares memory with another tensor of the call      */
+    FA_STATUS_COUNT_ = 19
 } fa_status;
 
 typedef enum fa_dtype {
@@ -161,7 +179,8 @@ typedef struct fa_params {
     int32_t window_right; /* keys visible to the right of the diagonal; < 0: unbounded        */
     float softcap;        /* > 0: s = softcap·tanh(s / softcap); 0: off                        */
     const float *alibi_slopes;     /* [heads_q] or [batch, heads_q] fp32, or NULL             */
-    int64_t alibi_batch_stride;    /* 0: one slope per head; heads_q (or more): per batch×head */
+    int64_t alibi_batch_stride;    /* 0: one slope per head; heads_q (or more): per batch×head;
+                                      ignored when alibi_slopes is NULL                        */
     const float *sink_logits;      /* [heads_q] fp32 learnable sink logits, or NULL           */
 
     /* ---- backward tensors (fa_backward only) ---------------------------------------------- */
@@ -206,7 +225,8 @@ typedef struct fa_params {
                            for the causal / window masks and ALiBi), as flash_attn. Needs k_new. */
     const void *rotary_cos; /* [rotary_seqlen, rotary_dim / 2], dtype of q, or NULL            */
     const void *rotary_sin; /* same shape; rotary applies to q and k_new (as flash_attn does)  */
-    int64_t rotary_dim;     /* even, <= head_dim                                               */
+    int64_t rotary_dim;     /* even, <= head_dim (ignored, like rotary_seqlen and
+                               rotary_interleaved, when rotary_cos is NULL)                    */
     int64_t rotary_seqlen;  /* rows of the cos/sin tables                                      */
     int rotary_interleaved; /* nonzero: rotate pairs (0,1),(2,3)..; zero: halves (i, i+dim/2)  */
     int num_splits;         /* split-KV: 0 = heuristic, 1 = no split, n = at most n splits     */

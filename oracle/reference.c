@@ -368,6 +368,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 if (s > row_max) row_max = s;
             }
             double *o_row = out->o ? out->o + ((seq.q_row + i) * hq + h) * dv : NULL;
+            float o_stored[FA_MAX_HEAD_DIM]; /* O as the forward stores it (dtype-rounded)     */
             int64_t lse_at = fa_ref_lse_index(rp, b, h, i);
             if (row_max == -INFINITY) {
                 if (o_row) memset(o_row, 0, (size_t)dv * sizeof *o_row);
@@ -390,10 +391,24 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     o_row[c] = fa_test_round_to(dtype, acc);
                 }
             }
+            if (backward)
+                for (int64_t c = 0; c < dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t j = lo; j < hi; j++) /* the stored O: dropout applied (Z∘P) */
+                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
+                    o_stored[c] = fa_test_round_to(dtype, acc);
+                }
             if (!backward) continue;
 
             const double *do_row = rp->dout + ((seq.q_row + i) * hq + h) * dv;
-            /* dP = dO Vᵀ rounded to the dtype; softmax backward from the saved (rounded) P */
+            /* dP = dO Vᵀ rounded to the dtype; softmax backward from the saved (rounded) P, with
+             * D = rowsum(dO ∘ O) in fp32 from the stored, dtype-rounded O. D = Σ_j P_j dP_j
+             * mathematically; a backward that receives O (rather than recomputing every P_j dP_j
+             * before any dS, a second pass over the keys) takes D from O, as FlashAttention-2/3,
+             * cuDNN and PyTorch's flash and memory-efficient SDPA backward do. O's rounding then
+             * enters D with an absolute error ~ 2^-mantissa·|dO|·|O|, which dominates dsink =
+             * -Σ_i P_sink,i·D_i and, at tiny or unequal head dims, dQ. The baseline pays the same
+             * price, so the rule compares like with like (docs/testing.md, "The accuracy rule"). */
             float delta = 0.0f;
             for (int64_t j = lo; j < hi; j++) {
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
@@ -401,22 +416,9 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 for (int64_t c = 0; c < dv; c++) dp += (float)do_row[c] * (float)v_row[c];
                 dp = fa_test_round_to(dtype, dp);
                 if (rp->dropout_p > 0.0f) dp = fa_test_round_to(dtype, dp * (float)fa_ref_dropout_factor(rp, b, h, i, j));
-                scores[j] = dp; /* scores now hold dP (times Z)                                 */
-                delta += probs[j] * scores[j];
+                scores[j] = dp; /* scores now hold dP (times the dropout factor Z)            */
             }
-            if (rp->dropout_p > 0.0f) {
-                /* With dropout a FlashAttention backward can only take D = rowsum(dO ∘ O) from
-                 * the stored, rounded O (the mask is not kept); Σ_j P_ij·(Z∘dP)_ij cancels
-                 * exactly where Z∘P has one nonzero term and that D does not, so the baseline
-                 * takes D the same way. */
-                delta = 0.0f;
-                for (int64_t c = 0; c < dv; c++) {
-                    float acc = 0.0f;
-                    for (int64_t j = lo; j < hi; j++)
-                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    delta += (float)do_row[c] * fa_test_round_to(dtype, acc);
-                }
-            }
+            for (int64_t c = 0; c < dv; c++) delta += (float)do_row[c] * o_stored[c];
             float dq_acc[FA_MAX_HEAD_DIM];
             for (int64_t c = 0; c < d; c++) dq_acc[c] = 0.0f;
             for (int64_t j = lo; j < hi; j++) {

@@ -4,7 +4,8 @@
 #   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
 #      (default kernels), then `--quick` with the portable forward forced
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
-#      (tests/gpu/determinism.c)
+#      (tests/gpu/determinism.c); the default forward against the portable one; NaN inputs
+#      propagate through every kernel (tests/gpu/nan.c)
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
 #   5. backward repeatability and compute-sanitizer (tests/gpu/backward.c)
 #   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
@@ -39,6 +40,8 @@ echo "== 3. determinism"
 "$GPU" determinism || fail "forward determinism"
 echo "-- the default forward kernel against the portable one on large problems"
 "$GPU" paths || fail "forward kernels disagree (tests/gpu/paths.c)"
+echo "-- NaN inputs propagate through every kernel (tests/gpu/nan.c)"
+"$GPU" nan || fail "NaN propagation (tests/gpu/nan.c)"
 
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")

@@ -8,7 +8,9 @@
 #      generators --check                 src/cuda/common/ptx.cuh's wgmma block and src/cuda/instances are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
-#   5. python/run_tests.sh                the Python package's tests, when present
+#   5. tests/fuzz/run.sh 60               the fuzzer (libFuzzer, ASan + UBSan) for 60 s from its corpus
+#      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
+#   6. python/run_tests.sh                the Python package's tests, when present
 #
 # Each stage reports "N passed, N failed"; the closing line is the sum, exactly
 # "N passed, N failed", and the exit status is non-zero if anything failed or did not build.
@@ -149,6 +151,12 @@ else
         fail_stage "the sanitizer build failed"
     fi
 fi
+
+banner "fuzzer (tests/fuzz/run.sh: 60 s from tests/fuzz/corpus, ASan + UBSan)"
+run_stage "fuzzer" sh tests/fuzz/run.sh "${FA_FUZZ_TEST_SECONDS:-60}"
+
+banner "concurrent callers under ThreadSanitizer (tests/tsan/tsan_callers.c, build-tsan)"
+run_stage "TSan concurrent callers" make --no-print-directory -s tsan-test
 
 if [ -f python/run_tests.sh ]; then
     banner "python tests (python/run_tests.sh)"

@@ -501,3 +501,233 @@ FA_TEST(errors_last_error_is_per_thread) {
              "main thread message: \"%s\"", fa_last_error());
     fa_test_problem_destroy(&tp);
 }
+
+/* ---- hostile values: overflow in bytes, unused fields, alignment, aliasing ------------------ */
+
+FA_TEST(errors_alibi_batch_stride_overflow) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 0)) return;
+    /* batch = 3: the last batch's slopes would lie at 2·stride + head, past int64 in elements or
+     * in bytes; accepted before, the engines then read alibi_slopes[-1] */
+    static const int64_t strides[] = {INT64_MAX, (int64_t)1 << 62, (int64_t)1 << 61};
+    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++) {
+        fa_params p = tp.params;
+        p.alibi_batch_stride = strides[i];
+        char label[64];
+        snprintf(label, sizeof label, "alibi_batch_stride %lld", (long long)strides[i]);
+        expect_error(label, &tp, &p, C_ALL, FA_ERR_OVERFLOW, FIELDS("alibi_batch_stride"));
+    }
+    fa_test_problem_destroy(&tp);
+}
+
+FA_TEST(errors_unused_alibi_batch_stride_ignored) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 0)) return;
+    fa_params p = tp.params;
+    p.alibi_slopes = NULL;
+    static const int64_t strides[] = {-5, 1, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++) {
+        p.alibi_batch_stride = strides[i];
+        fa_status f = fa_check_forward(&p, NULL), b = fa_check_backward(&p, NULL);
+        FA_CHECK(f == FA_OK && b == FA_OK,
+                 "alibi_slopes NULL, alibi_batch_stride %lld: %s / %s (%s), want FA_OK (unused)",
+                 (long long)strides[i], fa_strerror(f), fa_strerror(b), fa_last_error());
+    }
+    FA_CHECK(fa_forward(&p) == FA_OK, "fa_forward with an unused alibi_batch_stride: %s", fa_last_error());
+    fa_test_problem_destroy(&tp);
+}
+
+FA_TEST(errors_byte_offset_overflow) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 0)) return;
+    fa_params p = tp.params;
+    /* 2 · 2^61 elements fit in int64, their bytes do not */
+    p.o_batch_stride = (int64_t)1 << 61;
+    expect_error("o_batch_stride 2^61", &tp, &p, C_ALL, FA_ERR_OVERFLOW, FIELDS("o"));
+    p = tp.params;
+    p.k_batch_stride = (int64_t)1 << 61;
+    expect_error("k_batch_stride 2^61", &tp, &p, C_ALL, FA_ERR_OVERFLOW, FIELDS("k"));
+    /* heads_kv = 2: one stride of 2^62 fits in elements; the span 2 · 2^62 does not */
+    p = tp.params;
+    p.dk_head_stride = (int64_t)1 << 62;
+    expect_error("dk_head_stride 2^62", &tp, &p, C_BWDS, FA_ERR_OVERFLOW, FIELDS("dk"));
+    p = tp.params;
+    p.o_head_stride = (int64_t)1 << 62;
+    p.heads_q = 2;
+    p.heads_kv = 2;
+    expect_error("o_head_stride 2^62", &tp, &p, C_FWDS, FA_ERR_OVERFLOW, FIELDS("o"));
+    fa_test_problem_destroy(&tp);
+}
+
+FA_TEST(errors_misaligned_pointers) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 0)) return;
+    fa_params p = tp.params;
+    p.lse = (float *)(void *)((char *)p.lse + 2);
+    expect_error("lse + 2 bytes", &tp, &p, C_ALL, FA_ERR_ALIGNMENT, FIELDS("lse"));
+    p = tp.params;
+    p.q = (const char *)p.q + 2;
+    expect_error("q + 2 bytes (f32)", &tp, &p, C_ALL, FA_ERR_ALIGNMENT, FIELDS("q"));
+    p = tp.params;
+    p.dsink = (float *)(void *)((char *)p.dsink + 1);
+    expect_error("dsink + 1 byte", &tp, &p, C_BWDS, FA_ERR_ALIGNMENT, FIELDS("dsink"));
+    p = tp.params;
+    p.sink_logits = (const float *)(const void *)((const char *)p.sink_logits + 3);
+    expect_error("sink_logits + 3 bytes", &tp, &p, C_ALL, FA_ERR_ALIGNMENT, FIELDS("sink_logits"));
+    fa_test_problem_destroy(&tp);
+}
+
+/* Outputs that share memory with another tensor are rejected, naming both. */
+FA_TEST(errors_aliased_outputs) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 0)) return;
+    const fa_params base = tp.params;
+    fa_params p = base;
+    p.o = (void *)base.k; /* GQA: o is larger than k, the rows of one would clobber the other's */
+    expect_error("o == k", &tp, &p, C_FWDS, FA_ERR_OVERLAP, FIELDS("o", "k"));
+    p = base;
+    p.o = (void *)base.v;
+    expect_error("o == v", &tp, &p, C_FWDS, FA_ERR_OVERLAP, FIELDS("o", "v"));
+    p = base;
+    p.o = (void *)base.q;
+    expect_error("o == q", &tp, &p, C_FWDS, FA_ERR_OVERLAP, FIELDS("o", "q"));
+    p = base;
+    p.lse = (float *)base.o + 3;
+    expect_error("lse inside o", &tp, &p, C_FWDS, FA_ERR_OVERLAP, FIELDS("lse", "o"));
+    p = base;
+    p.dk = base.dq;
+    expect_error("dk == dq", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dk", "dq"));
+    p = base;
+    p.dv = base.dk;
+    p.dv_batch_stride = base.dk_batch_stride;
+    p.dv_row_stride = base.dk_row_stride;
+    p.dv_head_stride = base.dk_head_stride;
+    expect_error("dv == dk", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dv", "dk"));
+    p = base;
+    p.dq = (void *)base.dout;
+    expect_error("dq == dout", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dq", "dout"));
+    p = base;
+    p.dv = (char *)base.dv + 4 * (base.dv_head_stride > 0 ? base.dv_head_stride : 1) - 4;
+    p.dk = base.dv;
+    p.dk_batch_stride = base.dv_batch_stride;
+    p.dk_row_stride = base.dv_row_stride;
+    p.dk_head_stride = base.dv_head_stride;
+    expect_error("dv shifted into dk", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dv", "dk"));
+    p = base;
+    p.dsink = (float *)base.sink_logits;
+    expect_error("dsink == sink_logits", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dsink", "sink_logits"));
+    p = base;
+    p.dq = (void *)base.lse;
+    expect_error("dq == lse", &tp, &p, C_BWDS, FA_ERR_OVERLAP, FIELDS("dq", "lse"));
+    fa_test_problem_destroy(&tp);
+}
+
+/* Tensors interleaved in one buffer ([batch, seq, heads, dim] sharing rows) are disjoint and
+ * accepted; a packed layout whose head ranges collide by one head is not. */
+FA_TEST(errors_interleaved_outputs_accepted) {
+    enum { B = 2, S = 5, HQ = 4, HKV = 2, D = 8, ALL = HQ + 2 * HKV, PAD = 3 };
+    const int64_t row = ALL * D + PAD, batch_stride = S * row + 5;
+    float *qkv = calloc((size_t)(B * batch_stride), sizeof(float));
+    float *dqkv = calloc((size_t)(B * batch_stride), sizeof(float));
+    float *o = calloc((size_t)(B * S * HQ * D), sizeof(float)), *dout = calloc((size_t)(B * S * HQ * D), sizeof(float));
+    float *lse = calloc((size_t)(B * HQ * S), sizeof(float));
+    if (!FA_CHECK(qkv && dqkv && o && dout && lse, "allocation")) goto done;
+    fa_params p = {0};
+    p.batch = B;
+    p.seqlen_q = p.seqlen_k = S;
+    p.heads_q = HQ;
+    p.heads_kv = HKV;
+    p.head_dim = D;
+    p.q = qkv;
+    p.k = qkv + HQ * D;
+    p.v = qkv + (HQ + HKV) * D;
+    p.o = o;
+    p.lse = lse;
+    p.dout = dout;
+    p.dq = dqkv;
+    p.dk = dqkv + HQ * D;
+    p.dv = dqkv + (HQ + HKV) * D;
+    fa_set_contiguous_strides(&p);
+#define PACKED(t) (p.t##_batch_stride = batch_stride, p.t##_row_stride = row, p.t##_head_stride = D)
+    PACKED(q), PACKED(k), PACKED(v), PACKED(dq), PACKED(dk), PACKED(dv);
+#undef PACKED
+    FA_CHECK(fa_check_backward(&p, NULL) == FA_OK, "packed q/k/v and dq/dk/dv: %s", fa_last_error());
+    FA_CHECK(fa_check_forward(&p, NULL) == FA_OK, "packed q/k/v: %s", fa_last_error());
+    FA_CHECK(fa_backward(&p) == FA_OK, "fa_backward, packed: %s", fa_last_error());
+    p.dk = dqkv + (HQ - 1) * D; /* dk's first head is dq's last */
+    fa_status s = fa_check_backward(&p, NULL);
+    FA_CHECK(s == FA_ERR_OVERLAP && strstr(fa_last_error(), "dk") && strstr(fa_last_error(), "dq"),
+             "dk one head into dq: %s (%s)", fa_strerror(s), fa_last_error());
+done:
+    free(qkv);
+    free(dqkv);
+    free(o);
+    free(dout);
+    free(lse);
+}
+
+FA_TEST(errors_set_contiguous_strides_saturates) {
+    fa_params p = {0};
+    p.batch = 4;
+    p.seqlen_q = p.seqlen_k = (int64_t)1 << 40;
+    p.heads_q = p.heads_kv = (int64_t)1 << 30;
+    p.head_dim = 512;
+    fa_set_contiguous_strides(&p); /* sizes × strides overflow: no undefined behaviour */
+    FA_CHECK(p.q_batch_stride == INT64_MAX && p.o_batch_stride == INT64_MAX,
+             "q_batch_stride %lld, o_batch_stride %lld: want INT64_MAX (saturated)",
+             (long long)p.q_batch_stride, (long long)p.o_batch_stride);
+    FA_CHECK(p.q_head_stride == 512 && p.q_row_stride == ((int64_t)1 << 39), "row / head strides exact");
+    p.head_dim = -3;
+    p.heads_q = INT64_MIN;
+    fa_set_contiguous_strides(&p);
+    FA_CHECK(fa_check_forward(&p, NULL) != FA_OK, "nonsense sizes are rejected");
+}
+
+FA_TEST(errors_varlen_messages_name_fields) {
+    fa_test_problem tp;
+    if (!make_base(&tp, 1)) return;
+    fa_params p = tp.params;
+    p.total_q = p.cu_seqlens_q[p.batch] - 1;
+    FA_CHECK(fa_check_forward(&p, NULL) == FA_ERR_CU_SEQLENS && strstr(fa_last_error(), "total_q"),
+             "cu_seqlens_q[batch] > total_q: message '%s' names total_q", fa_last_error());
+    p = tp.params;
+    p.total_k = p.cu_seqlens_k[p.batch] - 1;
+    FA_CHECK(fa_check_forward(&p, NULL) == FA_ERR_CU_SEQLENS && strstr(fa_last_error(), "total_k"),
+             "cu_seqlens_k[batch] > total_k: message '%s' names total_k", fa_last_error());
+    p = tp.params;
+    p.seqlen_q = 4; /* sequence 0 has 5 queries */
+    FA_CHECK(fa_check_forward(&p, NULL) == FA_ERR_CU_SEQLENS && strstr(fa_last_error(), "seqlen_q"),
+             "length > seqlen_q: message '%s' names seqlen_q", fa_last_error());
+    p = tp.params;
+    p.seqlen_k = 5;
+    FA_CHECK(fa_check_forward(&p, NULL) == FA_ERR_CU_SEQLENS && strstr(fa_last_error(), "seqlen_k"),
+             "length > seqlen_k: message '%s' names seqlen_k", fa_last_error());
+    fa_test_problem_destroy(&tp);
+}
+
+/* The stride of an axis of extent 1 is unused and may hold anything: the call succeeds and gives
+ * the same result (the CPU engines once stepped a pointer by a huge unused stride, undefined
+ * behaviour that the fuzzer found under UBSan). */
+FA_TEST(errors_unused_strides_of_single_extent_axes) {
+    fa_test_spec spec = fa_test_base_spec(FA_DTYPE_F32, 1, 1, 1, 2, 1, 16);
+    spec.backward = 1;
+    fa_test_problem tp;
+    if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "create")) return;
+    fa_params p = tp.params;
+    FA_CHECK(fa_forward(&p) == FA_OK && fa_backward(&p) == FA_OK, "clean: %s", fa_last_error());
+    const size_t o_bytes = (size_t)(p.heads_q * p.head_dim) * 4;
+    float clean_o[64], clean_dk[64];
+    memcpy(clean_o, p.o, o_bytes);
+    memcpy(clean_dk, p.dk, (size_t)p.head_dim * 4);
+    p.q_batch_stride = p.k_batch_stride = p.o_batch_stride = INT64_MAX;
+    p.v_row_stride = p.k_row_stride = p.dk_row_stride = INT64_MAX - 1;
+    p.q_row_stride = p.o_row_stride = p.do_row_stride = p.dq_row_stride = INT64_MAX - 3;
+    p.k_head_stride = p.v_head_stride = p.dv_head_stride = INT64_MAX / 3;
+    p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = p.do_batch_stride = p.v_batch_stride = INT64_MAX;
+    FA_CHECK(fa_forward(&p) == FA_OK, "forward with unused huge strides: %s", fa_last_error());
+    FA_CHECK(!memcmp(p.o, clean_o, o_bytes), "forward result changed");
+    FA_CHECK(fa_backward(&p) == FA_OK, "backward with unused huge strides: %s", fa_last_error());
+    FA_CHECK(!memcmp(p.dk, clean_dk, (size_t)p.head_dim * 4), "backward result changed");
+    FA_CHECK(fa_standard_forward(&p) == FA_OK, "standard: %s", fa_last_error());
+    fa_test_problem_destroy(&tp);
+}

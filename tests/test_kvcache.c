@@ -540,6 +540,20 @@ FA_TEST(kvcache_errors) {
     BAD(p.dtype = (fa_dtype)7, FA_ERR_DTYPE, "dtype");
     BAD(p.softcap = -1.0f, FA_ERR_SOFTCAP, "softcap");
     if (!fa_cuda_available()) BAD(p.device = FA_DEVICE_CUDA, FA_ERR_DEVICE, "CUDA");
+    /* outputs sharing memory with another array */
+    BAD(p.o = (void *)p.k, FA_ERR_OVERLAP, "key cache");
+    BAD(p.o = (char *)p.v + 2 * 64 * 2, FA_ERR_OVERLAP, "value cache");
+    BAD(p.k_new = p.k, FA_ERR_OVERLAP, "k_new");
+    BAD(p.lse = (float *)p.o + 1, FA_ERR_OVERLAP, "lse");
+    BAD(p.o = (void *)p.rotary_cos, FA_ERR_OVERLAP, "rotary_cos");
+    BAD(p.o = (void *)p.cache_seqlens, FA_ERR_OVERLAP, "cache_seqlens");
+    /* byte offsets past int64, misaligned arrays */
+    BAD((p.alibi_slopes = kp.buffer[FA_KV_SEQLENS].host, p.alibi_batch_stride = INT64_MAX), FA_ERR_OVERFLOW,
+        "alibi_batch_stride");
+    BAD(p.q_batch_stride = (int64_t)1 << 62, FA_ERR_OVERFLOW, "q");
+    BAD(p.lse = (float *)(void *)((char *)p.lse + 2), FA_ERR_ALIGNMENT, "lse");
+    BAD(p.cache_seqlens = (const int32_t *)(const void *)((const char *)p.cache_seqlens + 1), FA_ERR_ALIGNMENT,
+        "cache_seqlens");
     FA_CHECK(fa_kv_untouched(&kp), "a rejected call wrote an output or the cache");
     /* contiguous caches */
     fa_kv_spec cs = kv_base(FA_DTYPE_F32, 2, 1, 2, 1, 32, 20);
@@ -573,4 +587,49 @@ FA_TEST(kvcache_errors) {
 #undef BAD_ARRAY
     fa_kv_problem_destroy(&kp);
     FA_CHECK(fa_kvcache_forward(NULL) == FA_ERR_NULL_POINTER, "NULL params");
+}
+
+/* Without rotary tables rotary_dim / rotary_seqlen are unused and ignored: huge values once gave
+ * FA_OK with a workspace of terabytes (or a wrapped, too small one). */
+FA_TEST(kvcache_unused_rotary_fields_ignored) {
+    fa_kv_spec s = kv_base(FA_DTYPE_F16, 2, 3, 4, 2, 32, 40);
+    s.append = 1;
+    fa_kv_problem kp;
+    if (!FA_CHECK(fa_kv_problem_create(&kp, &s) == 0, "create")) return;
+    fa_params p = kp.params;
+    size_t plain = 0;
+    FA_CHECK(fa_check_kvcache(&p, &plain) == FA_OK, "base: %s", fa_last_error());
+    static const int64_t dims[] = {(int64_t)1 << 31, (int64_t)1 << 40, INT64_MAX, -6, 7};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        p.rotary_dim = dims[i];
+        p.rotary_seqlen = -dims[i];
+        size_t ws = 0;
+        fa_status st = fa_check_kvcache(&p, &ws);
+        FA_CHECK(st == FA_OK && ws == plain, "rotary_dim %lld without tables: %s, workspace %zu (want %zu)",
+                 (long long)dims[i], fa_strerror(st), ws, plain);
+    }
+    p.rotary_dim = INT64_MAX;
+    FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "fa_kvcache_forward with an unused rotary_dim: %s", fa_last_error());
+    fa_kv_problem_destroy(&kp);
+}
+
+/* A cache of capacity 1: the row strides of the caches are unused and may be huge (the engine
+ * once stepped a pointer by them: undefined behaviour the fuzzer found under UBSan). */
+FA_TEST(kvcache_unused_cache_row_stride) {
+    for (int splits = 1; splits <= 3; splits += 2) {
+        fa_kv_spec s = kv_base(FA_DTYPE_F32, 1, 1, 1, 1, 16, 1);
+        s.full = 1;
+        s.num_splits = splits;
+        fa_kv_problem kp;
+        if (!FA_CHECK(fa_kv_problem_create(&kp, &s) == 0, "create")) return;
+        fa_params p = kp.params;
+        FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "clean: %s", fa_last_error());
+        float clean[16];
+        memcpy(clean, p.o, sizeof clean);
+        p.k_row_stride = p.v_row_stride = INT64_MAX - 1;
+        p.k_batch_stride = p.v_batch_stride = p.q_batch_stride = p.o_batch_stride = INT64_MAX;
+        FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "huge unused strides: %s", fa_last_error());
+        FA_CHECK(!memcmp(p.o, clean, sizeof clean), "splits %d: result changed", splits);
+        fa_kv_problem_destroy(&kp);
+    }
 }

@@ -179,7 +179,7 @@ FA_TEST(merge_errors) {
         fa_merge_params m;
         fa_status expect;
         const char *part;
-    } cases[24];
+    } cases[40];
     int n = 0;
 #define CASE(edit, status, text)                                                                 \
     do {                                                                                         \
@@ -210,6 +210,16 @@ FA_TEST(merge_errors) {
     CASE(m->o_parts_state_stride = -3, FA_ERR_STRIDE, "o_parts_state_stride");
     CASE(m->lse_parts_row_stride = -1, FA_ERR_STRIDE, "lse_parts_row_stride");
     CASE(m->o_parts_state_stride = INT64_MAX / 2, FA_ERR_OVERFLOW, "overflow");
+    /* the largest element offset fits in int64, its byte offset does not */
+    CASE((m->num_states = 1, m->heads = 1, m->rows = 2, m->lse_parts_row_stride = INT64_MAX), FA_ERR_OVERFLOW,
+         "lse_parts");
+    CASE((m->num_states = 1, m->heads = 1, m->rows = 2, m->o_parts_row_stride = INT64_MAX / 2), FA_ERR_OVERFLOW,
+         "o_parts");
+    CASE(m->o = (void *)m->o_parts, FA_ERR_OVERLAP, "o_parts");
+    CASE(m->lse = (float *)m->lse_parts, FA_ERR_OVERLAP, "lse_parts");
+    CASE(m->lse = (float *)m->o, FA_ERR_OVERLAP, "lse");
+    CASE(m->lse = (float *)(void *)((char *)m->lse + 2), FA_ERR_ALIGNMENT, "lse");
+    CASE(m->o = (char *)m->o + 1, FA_ERR_ALIGNMENT, "o");
 #undef CASE
     for (int i = 0; i < n; i++) {
         fa_status st = fa_merge_states(&cases[i].m);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "api/fa_validate.h"
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
@@ -53,6 +54,7 @@ const char *fa_strerror(fa_status status) {
     case FA_ERR_CUDA: return "FA_ERR_CUDA: CUDA error";
     case FA_ERR_INVALID_ARGUMENT: return "FA_ERR_INVALID_ARGUMENT: invalid argument";
     case FA_ERR_ALIGNMENT: return "FA_ERR_ALIGNMENT: pointer or stride not aligned for this device path";
+    case FA_ERR_OVERLAP: return "FA_ERR_OVERLAP: an output shares memory with another tensor";
     default: return "unknown fa_status";
     }
 }
@@ -65,12 +67,13 @@ const char *fa_cpu_isa(void) { return fa_cpu_isa_name(); }
 
 /* ---- internal functions ---------------------------------------------------------------------- */
 
-static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb,
+static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb, const void *ptr,
                                 int64_t rows, int64_t heads, int64_t dim, int64_t bs, int64_t rs,
                                 int64_t hs) {
     fa_tensor_view t;
+    memset(&t, 0, sizeof t);
     t.name = name;
-    t.axis_names = NULL;
+    t.field = strcmp(name, "do") == 0 ? "dout" : name;
     t.is_output = is_output;
     t.extent[0] = pb->varlen ? 1 : pb->p.batch;
     t.extent[1] = rows;
@@ -79,12 +82,16 @@ static fa_tensor_view make_view(const char *name, int is_output, const fa_proble
     t.stride[1] = rs;
     t.stride[2] = hs;
     t.dim = dim;
+    t.ptr = ptr;
+    t.elem_bytes = pb->p.dtype == FA_DTYPE_F32 ? 4 : 2;
     return t;
 }
 
-/* cu_seqlens in host memory: starts at 0, non-decreasing, lengths <= max, last <= total. */
+/* cu_seqlens in host memory: starts at 0, non-decreasing, lengths <= max, last <= total.
+ * max_name / total_name: the fields holding max_len and total (seqlen_q, total_q, ...). */
 static fa_status check_cu_seqlens(const int32_t *cu, const char *name, int64_t batch,
-                                  int64_t max_len, int64_t total) {
+                                  int64_t max_len, const char *max_name, int64_t total,
+                                  const char *total_name) {
     if (cu[0] != 0)
         return fa_set_error(FA_ERR_CU_SEQLENS, "%s[0] = %d, must be 0", name, cu[0]);
     for (int64_t b = 0; b < batch; ++b) {
@@ -94,12 +101,12 @@ static fa_status check_cu_seqlens(const int32_t *cu, const char *name, int64_t b
                                 name, name, (long long)b, cu[b], name, (long long)(b + 1), cu[b + 1]);
         if (len > max_len)
             return fa_set_error(FA_ERR_CU_SEQLENS,
-                                "%s: sequence %lld has %lld tokens, more than the max seqlen %lld",
-                                name, (long long)b, (long long)len, (long long)max_len);
+                                "%s: sequence %lld has %lld tokens, more than %s = %lld",
+                                name, (long long)b, (long long)len, max_name, (long long)max_len);
     }
     if (cu[batch] > total)
-        return fa_set_error(FA_ERR_CU_SEQLENS, "%s[batch] = %d exceeds the packed rows %lld", name,
-                            cu[batch], (long long)total);
+        return fa_set_error(FA_ERR_CU_SEQLENS, "%s[batch] = %d exceeds %s = %lld (rows of the packed "
+                            "tensors)", name, cu[batch], total_name, (long long)total);
     return FA_OK;
 }
 
@@ -156,11 +163,11 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         FA_REQUIRE_RANGE(p->total_k, 0, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "total_k");
         if (p->device == FA_DEVICE_CPU) {
             fa_status s = check_cu_seqlens(p->cu_seqlens_q, "cu_seqlens_q", p->batch, p->seqlen_q,
-                                           p->total_q);
+                                           "seqlen_q", p->total_q, "total_q");
             if (s != FA_OK) return s;
             /* paged: cu_seqlens_k gives lengths, the rows live in pages (total_k unused) */
-            s = check_cu_seqlens(p->cu_seqlens_k, "cu_seqlens_k", p->batch, p->seqlen_k,
-                                 paged ? FA_MAX_EXTENT : p->total_k);
+            s = check_cu_seqlens(p->cu_seqlens_k, "cu_seqlens_k", p->batch, p->seqlen_k, "seqlen_k",
+                                 paged ? FA_MAX_EXTENT : p->total_k, "total_k");
             if (s != FA_OK) return s;
         }
     } else {
@@ -177,32 +184,58 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         if (s != FA_OK) return s;
     }
 
-    /* 6. strides (a paged K/V's page pool: fa_validate_paged_kv) */
+    /* 6. strides, byte spans and alignment of every array the call touches (a paged K/V's page
+     * pool: fa_validate_paged_kv); outputs must not share memory with anything else */
     int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q;
     int64_t rows_k = pb->varlen ? p->total_k : p->seqlen_k;
     int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
-    fa_tensor_view views[8];
-    int nviews = 0;
-    views[nviews++] = make_view("q", 0, pb, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    if (!paged) {
-        views[nviews++] = make_view("k", 0, pb, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-        views[nviews++] = make_view("v", 0, pb, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-    }
-    views[nviews++] = make_view("o", kind != CALL_BACKWARD, pb, rows_q, hq, dv, p->o_batch_stride,
-                                p->o_row_stride, p->o_head_stride);
-    if (kind == CALL_BACKWARD) {
-        views[nviews++] = make_view("do", 0, pb, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-        views[nviews++] = make_view("dq", 1, pb, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-        views[nviews++] = make_view("dk", 1, pb, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
-        views[nviews++] = make_view("dv", 1, pb, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
-    }
-    for (int i = 0; i < nviews; ++i) {
-        fa_status s = fa_check_tensor_view(&views[i]);
-        if (s != FA_OK) return s;
-    }
     int64_t lse_elems;
     if (!fa_mul_add_ok(hq, p->total_q, 0, &lse_elems))
         return fa_set_error(FA_ERR_OVERFLOW, "heads_q × total_q overflows");
+    const int fwd_out = kind != CALL_BACKWARD, bwd = kind == CALL_BACKWARD;
+    fa_tensor_view views[16];
+    int nviews = 0;
+    views[nviews++] = make_view("q", 0, pb, p->q, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    if (!paged) {
+        views[nviews++] = make_view("k", 0, pb, p->k, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+        views[nviews++] = make_view("v", 0, pb, p->v, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    }
+    views[nviews++] = make_view("o", fwd_out, pb, p->o, rows_q, hq, dv, p->o_batch_stride,
+                                p->o_row_stride, p->o_head_stride);
+    views[nviews++] = fa_array_view("lse", fwd_out, p->lse, lse_elems, 4);
+    if (bwd) {
+        views[nviews++] = make_view("do", 0, pb, p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+        views[nviews++] = make_view("dq", 1, pb, p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
+        views[nviews++] = make_view("dk", 1, pb, p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
+        views[nviews++] = make_view("dv", 1, pb, p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
+        views[nviews++] = fa_array_view("dsink", 1, p->dsink, hq, 4);
+    }
+    fa_tensor_view alibi = fa_array_view("alibi_slopes", 0, p->alibi_slopes, hq, 4);
+    alibi.extent[0] = p->batch;
+    alibi.stride[0] = p->alibi_batch_stride;
+    views[nviews++] = alibi;
+    views[nviews++] = fa_array_view("sink_logits", 0, p->sink_logits, hq, 4);
+    if (pb->varlen) {
+        views[nviews++] = fa_array_view("cu_seqlens_q", 0, p->cu_seqlens_q, p->batch + 1, 4);
+        views[nviews++] = fa_array_view("cu_seqlens_k", 0, p->cu_seqlens_k, p->batch + 1, 4);
+    }
+    fa_status s = fa_check_views(views, nviews);
+    if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    const int64_t nb = pb->varlen ? 1 : p->batch;
+#define ZERO_UNUSED(t, rows, heads)                                                                \
+    fa_zero_unused_strides(nb, &p->t##_batch_stride, rows, &p->t##_row_stride, heads, &p->t##_head_stride)
+    ZERO_UNUSED(q, rows_q, hq);
+    if (!paged) {
+        ZERO_UNUSED(k, rows_k, hkv);
+        ZERO_UNUSED(v, rows_k, hkv);
+    }
+    ZERO_UNUSED(o, rows_q, hq);
+    ZERO_UNUSED(do, rows_q, hq);
+    ZERO_UNUSED(dq, rows_q, hq);
+    ZERO_UNUSED(dk, rows_k, hkv);
+    ZERO_UNUSED(dv, rows_k, hkv);
+#undef ZERO_UNUSED
+    if (p->batch <= 1) p->alibi_batch_stride = 0;
     return FA_OK;
 }
 
@@ -260,6 +293,12 @@ fa_status fa_standard_forward(const fa_params *p) {
     return fa_cpu_standard_forward(&pb);
 }
 
+/* a·b, or INT64_MAX when it overflows (the validation then reports the stride) */
+static int64_t saturating_mul(int64_t a, int64_t b) {
+    int64_t m;
+    return __builtin_mul_overflow(a, b, &m) ? INT64_MAX : m;
+}
+
 void fa_set_contiguous_strides(fa_params *p) {
     if (p == NULL) return;
     int64_t d = p->head_dim, dv = p->head_dim_v ? p->head_dim_v : p->head_dim;
@@ -269,8 +308,8 @@ void fa_set_contiguous_strides(fa_params *p) {
 #define SET_STRIDES(prefix, heads, dim, rows)                                                     \
     do {                                                                                          \
         p->prefix##_head_stride = (dim);                                                          \
-        p->prefix##_row_stride = (heads) * (dim);                                                 \
-        p->prefix##_batch_stride = varlen ? 0 : (rows) * (heads) * (dim);                         \
+        p->prefix##_row_stride = saturating_mul((heads), (dim));                                  \
+        p->prefix##_batch_stride = varlen ? 0 : saturating_mul((rows), p->prefix##_row_stride);   \
     } while (0)
     SET_STRIDES(q, hq, d, sq);
     SET_STRIDES(k, hkv, d, sk);

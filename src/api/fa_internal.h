@@ -73,20 +73,35 @@ fa_status fa_set_error(fa_status status, const char *fmt, ...)
 /* a*b + c without overflow into *out; 0 on overflow. All operands non-negative. */
 int fa_mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out);
 
-/* One tensor as the validator sees it: three strided axes of known extent over a contiguous
- * last dimension. A varlen tensor has no batch axis (extent 1) and `rows` packed rows. */
+/* One tensor (or array) as the validator sees it: three strided axes of known extent over a
+ * contiguous last dimension. A varlen tensor has no batch axis (extent 1) and `rows` packed
+ * rows; a plain array is extents {1, 1, 1} and dim = its length. */
 typedef struct fa_tensor_view {
     const char *name;               /* field prefix in messages: "<name>_<axis>_stride"        */
     const char *const *axis_names;  /* names of the three axes; NULL = batch, row, head        */
+    const char *field;              /* pointer field in messages (NULL: name)                  */
     int is_output;
     int64_t extent[3];
     int64_t stride[3];
-    int64_t dim; /* contiguous last dimension */
+    int64_t dim;        /* contiguous last dimension                                           */
+    const void *ptr;    /* first element (NULL: absent, never checked)                         */
+    int64_t elem_bytes; /* bytes per element: 2 or 4 (also the alignment required of ptr)       */
+    int64_t bytes;      /* set by fa_check_tensor_view: bytes from ptr to past the last element */
 } fa_tensor_view;
 
-/* Strides non-negative, largest offset within int64, and (outputs) no two elements at one
- * address. Returns FA_OK or sets the error. */
-fa_status fa_check_tensor_view(const fa_tensor_view *t);
+/* Strides non-negative, largest offset within int64 in elements and in bytes, the byte span
+ * within the address space, ptr aligned to elem_bytes, and (outputs) no two elements at one
+ * address. Sets t->bytes. Returns FA_OK or sets the error. */
+fa_status fa_check_tensor_view(fa_tensor_view *t);
+
+/* fa_check_tensor_view on views[0 .. n), then: no output shares a byte with any other view
+ * (FA_ERR_OVERLAP naming both fields). Interleaved tensors of one buffer, e.g. q, k, v (or
+ * dq, dk, dv) packed as [batch, seq, 3, heads, dim], are recognised as disjoint. */
+fa_status fa_check_views(fa_tensor_view *views, int n);
+
+/* A plain array of `count` elements of `elem_bytes` at ptr (1-D view). */
+fa_tensor_view fa_array_view(const char *field, int is_output, const void *ptr, int64_t count,
+                             int64_t elem_bytes);
 
 /* Steps every attention call shares, on pb->p in place (pb->p already holds the caller's copy):
  * device / dtype / num_threads, sizes and heads (head_dim_v defaulted, group set), scalars
@@ -198,8 +213,8 @@ fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_kvcache_forward(const fa_problem *pb);
 fa_status fa_cuda_merge_states(const fa_merge_params *m); /* m validated by fa_merge_states   */
 
-/* The quantised-cache fields (kv_dtype, k_scale / v_scale) of a KV-cache call whose geometry and
- * strides are already checked (src/api/fa_kvquant.c). */
+/* The quantised-cache fields (kv_dtype, k_scale / v_scale) and the byte-strided k / v of a
+ * KV-cache call whose cache geometry is already checked (src/api/fa_kvquant.c). */
 fa_status fa_validate_kv_quant(const fa_params *p);
 
 /* CPU engine (src/cpu/cpu_kvcache.c, src/cpu/cpu_merge.c). */

@@ -26,14 +26,15 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "api/fa_validate.h"
 
 /* ---- fa_kvcache_forward ------------------------------------------------------------------- */
 
 static fa_tensor_view view_of(const char *name, int is_output, int64_t n0, int64_t n1, int64_t n2,
                               int64_t dim, int64_t s0, int64_t s1, int64_t s2) {
     fa_tensor_view t;
+    memset(&t, 0, sizeof t);
     t.name = name;
-    t.axis_names = NULL;
     t.is_output = is_output;
     t.extent[0] = n0;
     t.extent[1] = n1;
@@ -45,8 +46,16 @@ static fa_tensor_view view_of(const char *name, int is_output, int64_t n0, int64
     return t;
 }
 
+/* view_of with the pointer, the element size and the pointer field's name */
+static fa_tensor_view tensor_of(fa_tensor_view t, const void *ptr, int64_t elem_bytes, const char *field) {
+    t.ptr = ptr;
+    t.elem_bytes = elem_bytes;
+    t.field = field;
+    return t;
+}
+
 /* Pointers and the rotary fields (step 2). */
-static fa_status check_pointers(const fa_params *p) {
+static fa_status check_pointers(fa_params *p) {
     FA_REQUIRE_PTR(p->q, "q");
     FA_REQUIRE_PTR(p->k, "k (the key cache)");
     FA_REQUIRE_PTR(p->v, "v (the value cache)");
@@ -64,7 +73,12 @@ static fa_status check_pointers(const fa_params *p) {
         return fa_set_error(FA_ERR_NULL_POINTER, "%s is set but %s is NULL: give both tables or neither",
                             p->rotary_cos ? "rotary_cos" : "rotary_sin",
                             p->rotary_cos ? "rotary_sin" : "rotary_cos");
-    if (p->rotary_cos != NULL) {
+    if (p->rotary_cos == NULL) {
+        /* no tables: rotary_dim, rotary_seqlen and rotary_interleaved are unused and ignored */
+        p->rotary_dim = 0;
+        p->rotary_seqlen = 0;
+        p->rotary_interleaved = 0;
+    } else {
         if (p->k_new == NULL)
             return fa_set_error(FA_ERR_INVALID_ARGUMENT,
                                 "rotary_cos / rotary_sin are set but k_new is NULL: rotary "
@@ -144,38 +158,78 @@ static fa_status check_cache_geometry(fa_params *p) {
     return FA_OK;
 }
 
-/* Strides of every tensor (step 4). */
-static fa_status check_strides(const fa_params *p) {
+/* Strides, byte spans and alignment of every array the call touches (step 4); outputs (o, lse,
+ * and the caches when appending) must not share memory with anything else. */
+static fa_status check_strides(fa_params *p) {
     const int64_t b = p->batch, sq = p->seqlen_q, hq = p->heads_q, hkv = p->heads_kv;
     const int64_t d = p->head_dim, dv = p->head_dim_v;
     const int paged = p->block_table != NULL, append = p->k_new != NULL;
     const int64_t slabs = paged ? p->num_pages : p->cache_batch; /* pages or cache rows      */
     const int64_t slab_rows = paged ? p->page_size : p->seqlen_k;
-    fa_tensor_view views[6];
-    int n = 0;
-    views[n++] = view_of("q", 0, b, sq, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    views[n++] = view_of("o", 1, b, sq, hq, dv, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
-    views[n++] = view_of("k", append, slabs, slab_rows, hkv, d, p->k_batch_stride, p->k_row_stride,
-                         p->k_head_stride);
-    views[n++] = view_of("v", append, slabs, slab_rows, hkv, dv, p->v_batch_stride, p->v_row_stride,
-                         p->v_head_stride);
-    if (append) {
-        views[n++] = view_of("knew", 0, b, p->seqlen_new, hkv, d, p->knew_batch_stride,
-                             p->knew_row_stride, p->knew_head_stride);
-        views[n++] = view_of("vnew", 0, b, p->seqlen_new, hkv, dv, p->vnew_batch_stride,
-                             p->vnew_row_stride, p->vnew_head_stride);
-    }
-    for (int i = 0; i < n; ++i) {
-        fa_status s = fa_check_tensor_view(&views[i]);
-        if (s != FA_OK) return s;
-    }
+    const int64_t e = p->dtype == FA_DTYPE_F32 ? 4 : 2;
     int64_t elements;
     if (!fa_mul_add_ok(b * hq, sq, 0, &elements))
         return fa_set_error(FA_ERR_OVERFLOW, "batch × heads_q × seqlen_q overflows");
+    const int64_t lse_elems = elements;
     if (paged && !fa_mul_add_ok(b, p->block_table_batch_stride, 0, &elements))
         return fa_set_error(FA_ERR_OVERFLOW, "batch × block_table_batch_stride overflows");
     if (p->rotary_cos && !fa_mul_add_ok(p->rotary_seqlen, p->rotary_dim / 2, 0, &elements))
         return fa_set_error(FA_ERR_OVERFLOW, "rotary_seqlen × rotary_dim / 2 overflows");
+    fa_tensor_view views[16];
+    int n = 0;
+    views[n++] = tensor_of(view_of("q", 0, b, sq, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride),
+                           p->q, e, "q");
+    views[n++] = tensor_of(view_of("o", 1, b, sq, hq, dv, p->o_batch_stride, p->o_row_stride, p->o_head_stride),
+                           p->o, e, "o");
+    views[n++] = fa_array_view("lse", 1, p->lse, lse_elems, 4);
+    /* a quantised cache's byte strides and blocks: fa_validate_kv_quant */
+    const int same_kv = p->kv_dtype == FA_KV_SAME;
+    if (same_kv) {
+        views[n++] = tensor_of(view_of("k", append, slabs, slab_rows, hkv, d, p->k_batch_stride, p->k_row_stride,
+                                       p->k_head_stride),
+                               p->k, e, "k (the key cache)");
+        views[n++] = tensor_of(view_of("v", append, slabs, slab_rows, hkv, dv, p->v_batch_stride, p->v_row_stride,
+                                       p->v_head_stride),
+                               p->v, e, "v (the value cache)");
+    }
+    if (append) {
+        views[n++] = tensor_of(view_of("knew", 0, b, p->seqlen_new, hkv, d, p->knew_batch_stride,
+                                       p->knew_row_stride, p->knew_head_stride),
+                               p->k_new, e, "k_new");
+        views[n++] = tensor_of(view_of("vnew", 0, b, p->seqlen_new, hkv, dv, p->vnew_batch_stride,
+                                       p->vnew_row_stride, p->vnew_head_stride),
+                               p->v_new, e, "v_new");
+    }
+    fa_tensor_view alibi = fa_array_view("alibi_slopes", 0, p->alibi_slopes, hq, 4);
+    alibi.extent[0] = b;
+    alibi.stride[0] = p->alibi_batch_stride;
+    views[n++] = alibi;
+    views[n++] = fa_array_view("sink_logits", 0, p->sink_logits, hq, 4);
+    views[n++] = fa_array_view("cache_seqlens", 0, p->cache_seqlens, b, 4);
+    views[n++] = fa_array_view("cache_batch_idx", 0, p->cache_batch_idx, b, 4);
+    views[n++] = fa_array_view("cache_leftpad", 0, p->cache_leftpad, b, 4);
+    if (paged) {
+        fa_tensor_view table = fa_array_view("block_table", 0, p->block_table,
+                                             (p->seqlen_k + p->page_size - 1) / p->page_size, 4);
+        table.extent[0] = b;
+        table.stride[0] = p->block_table_batch_stride;
+        views[n++] = table;
+    }
+    if (p->rotary_cos) {
+        views[n++] = fa_array_view("rotary_cos", 0, p->rotary_cos, p->rotary_seqlen * (p->rotary_dim / 2), e);
+        views[n++] = fa_array_view("rotary_sin", 0, p->rotary_sin, p->rotary_seqlen * (p->rotary_dim / 2), e);
+    }
+    fa_status s = fa_check_views(views, n);
+    if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    fa_zero_unused_strides(b, &p->q_batch_stride, sq, &p->q_row_stride, hq, &p->q_head_stride);
+    fa_zero_unused_strides(b, &p->o_batch_stride, sq, &p->o_row_stride, hq, &p->o_head_stride);
+    if (same_kv) {
+        fa_zero_unused_strides(slabs, &p->k_batch_stride, slab_rows, &p->k_row_stride, hkv, &p->k_head_stride);
+        fa_zero_unused_strides(slabs, &p->v_batch_stride, slab_rows, &p->v_row_stride, hkv, &p->v_head_stride);
+    }
+    fa_zero_unused_strides(b, &p->knew_batch_stride, p->seqlen_new, &p->knew_row_stride, hkv, &p->knew_head_stride);
+    fa_zero_unused_strides(b, &p->vnew_batch_stride, p->seqlen_new, &p->vnew_row_stride, hkv, &p->vnew_head_stride);
+    if (b <= 1) p->alibi_batch_stride = 0;
     return FA_OK;
 }
 
@@ -254,8 +308,9 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     if ((s = check_pointers(p)) != FA_OK) return s;
     if ((s = check_seqlen_new(p)) != FA_OK) return s;
     if ((s = check_cache_geometry(p)) != FA_OK) return s;
-    if ((s = check_strides(p)) != FA_OK) return s;
+    /* a quantised cache's fields and its byte-strided k / v first; check_strides then skips them */
     if ((s = fa_validate_kv_quant(p)) != FA_OK) return s; /* kv_dtype, k_scale / v_scale */
+    if ((s = check_strides(p)) != FA_OK) return s;
 
     /* 5. */
     if (p->device == FA_DEVICE_CPU && (s = check_host_arrays(p)) != FA_OK) return s;
@@ -322,30 +377,40 @@ static fa_status validate_merge(const fa_merge_params *m) {
     FA_REQUIRE_PTR(m->o_parts, "o_parts");
     FA_REQUIRE_PTR(m->lse_parts, "lse_parts");
     FA_REQUIRE_PTR(m->o, "o");
+    const int64_t parts_e = m->parts_dtype == FA_DTYPE_F32 ? 4 : 2, out_e = m->out_dtype == FA_DTYPE_F32 ? 4 : 2;
     fa_tensor_view views[4];
     int n = 0;
-    views[n] = view_of("o_parts", 0, m->num_states, m->rows, m->heads, m->head_dim_v,
-                       m->o_parts_state_stride, m->o_parts_row_stride, m->o_parts_head_stride);
+    views[n] = tensor_of(view_of("o_parts", 0, m->num_states, m->rows, m->heads, m->head_dim_v,
+                                 m->o_parts_state_stride, m->o_parts_row_stride, m->o_parts_head_stride),
+                         m->o_parts, parts_e, "o_parts");
     views[n++].axis_names = parts_axes;
-    views[n] = view_of("lse_parts", 0, m->num_states, m->heads, m->rows, 1, m->lse_parts_state_stride,
-                       m->lse_parts_head_stride, m->lse_parts_row_stride);
+    views[n] = tensor_of(view_of("lse_parts", 0, m->num_states, m->heads, m->rows, 1, m->lse_parts_state_stride,
+                                 m->lse_parts_head_stride, m->lse_parts_row_stride),
+                         m->lse_parts, 4, "lse_parts");
     views[n++].axis_names = lse_parts_axes;
-    views[n] = view_of("o", 1, 1, m->rows, m->heads, m->head_dim_v, 0, m->o_row_stride, m->o_head_stride);
+    views[n] = tensor_of(view_of("o", 1, 1, m->rows, m->heads, m->head_dim_v, 0, m->o_row_stride, m->o_head_stride),
+                         m->o, out_e, "o");
     views[n++].axis_names = out_axes;
     if (m->lse) {
-        views[n] = view_of("lse", 1, 1, m->heads, m->rows, 1, 0, m->lse_head_stride, m->lse_row_stride);
+        views[n] = tensor_of(view_of("lse", 1, 1, m->heads, m->rows, 1, 0, m->lse_head_stride, m->lse_row_stride),
+                             m->lse, 4, "lse");
         views[n++].axis_names = lse_axes;
     }
-    for (int i = 0; i < n; ++i) {
-        fa_status s = fa_check_tensor_view(&views[i]);
-        if (s != FA_OK) return s;
-    }
-    return FA_OK;
+    return fa_check_views(views, n);
 }
 
 fa_status fa_merge_states(const fa_merge_params *m) {
     fa_status s = validate_merge(m);
     if (s != FA_OK) return s;
     if (m->rows == 0) return FA_OK;
-    return m->device == FA_DEVICE_CUDA ? fa_cuda_merge_states(m) : fa_cpu_merge_states(m);
+    if (m->device == FA_DEVICE_CUDA) return fa_cuda_merge_states(m);
+    fa_merge_params r = *m; /* strides of axes of extent 1 are unused: zeroed for the engine */
+    fa_zero_unused_strides(r.num_states, &r.o_parts_state_stride, r.rows, &r.o_parts_row_stride, r.heads,
+                           &r.o_parts_head_stride);
+    fa_zero_unused_strides(r.num_states, &r.lse_parts_state_stride, r.heads, &r.lse_parts_head_stride, r.rows,
+                           &r.lse_parts_row_stride);
+    int64_t unused = 0;
+    fa_zero_unused_strides(1, &unused, r.rows, &r.o_row_stride, r.heads, &r.o_head_stride);
+    fa_zero_unused_strides(1, &unused, r.heads, &r.lse_head_stride, r.rows, &r.lse_row_stride);
+    return fa_cpu_merge_states(&r);
 }

@@ -1,7 +1,7 @@
 /*
  * fa_kvquant.c: validation of the quantised-cache fields of fa_kvcache_forward (kv_dtype,
  * k_scale / v_scale and their strides), called by fa_kvcache.c after the cache geometry and
- * strides are checked. Quantised caches run on the CPU only for now.
+ * before the other strides are checked. Quantised caches run on the CPU only for now.
  */
 #include <math.h>
 
@@ -16,9 +16,10 @@ static const char *kv_dtype_name(fa_kv_dtype t) {
     }
 }
 
-static fa_tensor_view view3(const char *name, int is_output, int64_t n0, int64_t n1, int64_t n2, int64_t dim,
-                            int64_t s0, int64_t s1, int64_t s2) {
-    fa_tensor_view t = {name, NULL, is_output, {n0, n1, n2}, {s0, s1, s2}, dim};
+static fa_tensor_view view3(const char *name, int is_output, const void *ptr, int64_t elem_bytes, int64_t n0,
+                            int64_t n1, int64_t n2, int64_t dim, int64_t s0, int64_t s1, int64_t s2) {
+    fa_tensor_view t = {.name = name, .is_output = is_output, .extent = {n0, n1, n2}, .stride = {s0, s1, s2},
+                        .dim = dim, .ptr = ptr, .elem_bytes = elem_bytes};
     return t;
 }
 
@@ -55,9 +56,9 @@ fa_status fa_validate_kv_quant(const fa_params *p) {
                                 "the 34-byte blocks: leave them NULL");
         /* rows are head_dim / 32 blocks of 34 bytes: strides (bytes) must cover them */
         fa_tensor_view v[2] = {
-            view3("k", append, slabs, slab_rows, p->heads_kv, p->head_dim / 32 * 34, p->k_batch_stride,
+            view3("k", append, p->k, 1, slabs, slab_rows, p->heads_kv, p->head_dim / 32 * 34, p->k_batch_stride,
                   p->k_row_stride, p->k_head_stride),
-            view3("v", append, slabs, slab_rows, p->heads_kv, p->head_dim_v / 32 * 34, p->v_batch_stride,
+            view3("v", append, p->v, 1, slabs, slab_rows, p->heads_kv, p->head_dim_v / 32 * 34, p->v_batch_stride,
                   p->v_row_stride, p->v_head_stride)};
         for (int i = 0; i < 2; i++) {
             fa_status s = fa_check_tensor_view(&v[i]);
@@ -65,14 +66,23 @@ fa_status fa_validate_kv_quant(const fa_params *p) {
         }
         return FA_OK;
     }
+    fa_tensor_view data[2] = {
+        view3("k", append, p->k, 1, slabs, slab_rows, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride,
+              p->k_head_stride),
+        view3("v", append, p->v, 1, slabs, slab_rows, p->heads_kv, p->head_dim_v, p->v_batch_stride,
+              p->v_row_stride, p->v_head_stride)};
+    for (int i = 0; i < 2; i++) {
+        fa_status s = fa_check_tensor_view(&data[i]);
+        if (s != FA_OK) return s;
+    }
     FA_REQUIRE_PTR(p->k_scale, p->kv_dtype == FA_KV_INT8 ? "k_scale (kv_dtype = FA_KV_INT8: one scale per token and kv head)"
                                                           : "k_scale (kv_dtype = FA_KV_FP8_E4M3: one scale per kv head)");
     FA_REQUIRE_PTR(p->v_scale, p->kv_dtype == FA_KV_INT8 ? "v_scale (kv_dtype = FA_KV_INT8: one scale per token and kv head)"
                                                           : "v_scale (kv_dtype = FA_KV_FP8_E4M3: one scale per kv head)");
     if (p->kv_dtype == FA_KV_INT8) {
-        fa_tensor_view v[2] = {view3("k_scale", append, slabs, slab_rows, p->heads_kv, 1, p->k_scale_batch_stride,
+        fa_tensor_view v[2] = {view3("k_scale", append, p->k_scale, 4, slabs, slab_rows, p->heads_kv, 1, p->k_scale_batch_stride,
                                      p->k_scale_row_stride, p->k_scale_head_stride),
-                               view3("v_scale", append, slabs, slab_rows, p->heads_kv, 1, p->v_scale_batch_stride,
+                               view3("v_scale", append, p->v_scale, 4, slabs, slab_rows, p->heads_kv, 1, p->v_scale_batch_stride,
                                      p->v_scale_row_stride, p->v_scale_head_stride)};
         for (int i = 0; i < 2; i++) {
             fa_status s = fa_check_tensor_view(&v[i]);

@@ -18,28 +18,62 @@ int fa_mul_add_ok(int64_t a, int64_t b, int64_t c, int64_t *out) {
     return 1;
 }
 
-/* Check one tensor's strides: non-negative; the largest offset fits in int64; an output must
- * not have two index tuples at the same address (checked by the nesting rule: sorted by stride,
- * each axis's stride covers the whole span of the axes below it). */
-fa_status fa_check_tensor_view(const fa_tensor_view *t) {
+static const char *view_field(const fa_tensor_view *t) { return t->field ? t->field : t->name; }
+
+fa_tensor_view fa_array_view(const char *field, int is_output, const void *ptr, int64_t count,
+                             int64_t elem_bytes) {
+    fa_tensor_view t;
+    memset(&t, 0, sizeof t);
+    t.name = field;
+    t.field = field;
+    t.is_output = is_output;
+    t.extent[0] = t.extent[1] = t.extent[2] = 1;
+    t.dim = count;
+    t.ptr = ptr;
+    t.elem_bytes = elem_bytes;
+    return t;
+}
+
+/* Check one tensor's strides: non-negative; the largest offset fits in int64, in elements and in
+ * bytes, and the span does not run past the end of the address space; the pointer is aligned to
+ * its element; an output must not have two index tuples at the same address (checked by the
+ * nesting rule: sorted by stride, each axis's stride covers the whole span of the axes below it). */
+fa_status fa_check_tensor_view(fa_tensor_view *t) {
     static const char *const default_axis[3] = {"batch", "row", "head"};
     const char *const *axis = t->axis_names ? t->axis_names : default_axis;
-    int64_t span = t->dim; /* elements touched by one [.., dim] vector and below */
     int64_t max_offset = t->dim - 1;
+    int empty = t->dim <= 0;
+    t->bytes = 0;
     for (int a = 0; a < 3; ++a) {
         if (t->stride[a] < 0)
             return fa_set_error(FA_ERR_STRIDE, "%s_%s_stride = %lld is negative", t->name, axis[a],
                                 (long long)t->stride[a]);
+        if (t->extent[a] <= 0) empty = 1;
         if (t->extent[a] > 1 &&
             !fa_mul_add_ok(t->extent[a] - 1, t->stride[a], max_offset, &max_offset))
             return fa_set_error(FA_ERR_OVERFLOW,
                                 "%s: %s extent %lld times stride %lld overflows 64-bit offsets",
                                 t->name, axis[a], (long long)t->extent[a], (long long)t->stride[a]);
     }
+    if (empty || t->ptr == NULL) return FA_OK; /* no element is ever addressed */
+    const int64_t elem = t->elem_bytes > 0 ? t->elem_bytes : 1;
+    int64_t bytes;
+    if (max_offset == INT64_MAX || !fa_mul_add_ok(max_offset + 1, elem, 0, &bytes))
+        return fa_set_error(FA_ERR_OVERFLOW,
+                            "%s: the last element lies %lld elements of %lld bytes past %s, which "
+                            "overflows 64-bit byte offsets",
+                            t->name, (long long)max_offset, (long long)elem, view_field(t));
+    if ((uintptr_t)t->ptr > UINTPTR_MAX - (uint64_t)bytes)
+        return fa_set_error(FA_ERR_OVERFLOW,
+                            "%s: %lld bytes from %s = %p run past the end of the address space",
+                            t->name, (long long)bytes, view_field(t), t->ptr);
+    if ((uintptr_t)t->ptr % (uintptr_t)elem != 0)
+        return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not aligned to its %lld-byte elements",
+                            view_field(t), t->ptr, (long long)elem);
+    t->bytes = bytes;
     if (!t->is_output) return FA_OK;
-    for (int a = 0; a < 3; ++a)
-        if (t->extent[a] == 0) return FA_OK; /* an empty tensor has no elements to overlap */
     /* Sort the axes that have extent > 1 by stride, then apply the nesting rule. */
+    int64_t span = t->dim; /* elements touched by one [.., dim] vector and below */
     int order[3], n = 0;
     for (int a = 0; a < 3; ++a)
         if (t->extent[a] > 1) order[n++] = a;
@@ -56,7 +90,100 @@ fa_status fa_check_tensor_view(const fa_tensor_view *t) {
                                 "output %s: %s_%s_stride = %lld makes elements overlap (needs >= "
                                 "%lld to clear the axes below it)",
                                 t->name, t->name, axis[a], (long long)t->stride[a], (long long)span);
-        span = t->stride[a] * t->extent[a];
+        /* no overflow: stride · (extent - 1) + span <= max_offset + 1 was checked above */
+        span = t->stride[a] * (t->extent[a] - 1) + span;
+    }
+    return FA_OK;
+}
+
+/* Overlap of two strided views, exactly for the layouts that occur (separate buffers, and
+ * tensors interleaved in one buffer such as q, k, v packed as [batch, seq, heads_q + 2·heads_kv,
+ * dim] with padding). Element (i) of a starts at byte pa + Σ i_a·sa_a and covers wa = dim·elem
+ * bytes, likewise for b; they share a byte iff x + Σ k_t·s_t lies in (-wb, wa) for x = pa - pb
+ * and integers k_t in [lo_t, hi_t], one term per distinct byte stride (a's index minus b's where
+ * the strides agree). A depth-first search over the terms, largest stride first, keeps only the
+ * k that the smaller terms can still bring into range; it gives up (reports an overlap) when a
+ * term leaves more than a few candidates or the search grows, so it never accepts an overlap. */
+typedef struct overlap_term {
+    __int128 stride, lo, hi;
+} overlap_term;
+
+enum { OVERLAP_MAX_CANDIDATES = 8, OVERLAP_MAX_NODES = 4096 };
+
+static int overlap_search(const overlap_term *t, const __int128 *rest_lo, const __int128 *rest_hi, int n,
+                          int i, __int128 x, __int128 wa, __int128 wb, int *nodes) {
+    if (++*nodes > OVERLAP_MAX_NODES) return 1;
+    if (i == n) return x > -wb && x < wa;
+    /* k·s < wa - x - rest_lo[i + 1] and k·s > -wb - x - rest_hi[i + 1] */
+    __int128 s = t[i].stride, up = wa - x - rest_lo[i + 1], down = -wb - x - rest_hi[i + 1];
+    __int128 k_max = up > 0 ? (up - 1) / s : -((-up) / s) - 1;       /* largest k: k·s < up   */
+    __int128 k_min = down >= 0 ? down / s + 1 : -((-down - 1) / s); /* smallest k: k·s > down */
+    if (k_max > t[i].hi) k_max = t[i].hi;
+    if (k_min < t[i].lo) k_min = t[i].lo;
+    if (k_min > k_max) return 0;
+    if (k_max - k_min >= OVERLAP_MAX_CANDIDATES) return 1;
+    for (__int128 k = k_min; k <= k_max; ++k)
+        if (overlap_search(t, rest_lo, rest_hi, n, i + 1, x + k * s, wa, wb, nodes)) return 1;
+    return 0;
+}
+
+static int views_disjoint(const fa_tensor_view *a, const fa_tensor_view *b) {
+    if (a->bytes == 0 || b->bytes == 0) return 1;
+    uintptr_t a0 = (uintptr_t)a->ptr, b0 = (uintptr_t)b->ptr;
+    if (a0 + (uintptr_t)a->bytes <= b0 || b0 + (uintptr_t)b->bytes <= a0) return 1;
+    overlap_term t[6];
+    int n = 0;
+    const fa_tensor_view *both[2] = {a, b};
+    for (int v = 0; v < 2; ++v)
+        for (int axis = 0; axis < 3; ++axis) {
+            const fa_tensor_view *view = both[v];
+            if (view->extent[axis] <= 1 || view->stride[axis] == 0) continue;
+            __int128 stride = (__int128)view->stride[axis] * view->elem_bytes;
+            __int128 lo = v == 0 ? 0 : -(__int128)(view->extent[axis] - 1);
+            __int128 hi = v == 0 ? (__int128)(view->extent[axis] - 1) : 0;
+            int merged = 0;
+            for (int j = 0; j < n && !merged; ++j)
+                if (t[j].stride == stride) {
+                    t[j].lo += lo;
+                    t[j].hi += hi;
+                    merged = 1;
+                }
+            if (!merged) t[n++] = (overlap_term){stride, lo, hi};
+        }
+    for (int i = 1; i < n; ++i) /* largest stride first */
+        for (int j = i; j > 0 && t[j].stride > t[j - 1].stride; --j) {
+            overlap_term tmp = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = tmp;
+        }
+    __int128 rest_lo[7], rest_hi[7];
+    rest_lo[n] = rest_hi[n] = 0;
+    for (int i = n - 1; i >= 0; --i) {
+        rest_lo[i] = rest_lo[i + 1] + t[i].lo * t[i].stride;
+        rest_hi[i] = rest_hi[i + 1] + t[i].hi * t[i].stride;
+    }
+    int nodes = 0;
+    __int128 x = (__int128)a0 - (__int128)b0;
+    return !overlap_search(t, rest_lo, rest_hi, n, 0, x, (__int128)a->dim * a->elem_bytes,
+                           (__int128)b->dim * b->elem_bytes, &nodes);
+}
+
+fa_status fa_check_views(fa_tensor_view *views, int n) {
+    for (int i = 0; i < n; ++i) {
+        fa_status s = fa_check_tensor_view(&views[i]);
+        if (s != FA_OK) return s;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (!views[i].is_output) continue;
+        for (int j = 0; j < n; ++j) {
+            if (j == i || (views[j].is_output && j < i)) continue; /* each output pair once */
+            if (!views_disjoint(&views[i], &views[j]))
+                return fa_set_error(FA_ERR_OVERLAP,
+                                    "output %s overlaps %s %s: outputs must not share memory with "
+                                    "any other tensor of the call",
+                                    view_field(&views[i]), views[j].is_output ? "output" : "input",
+                                    view_field(&views[j]));
+        }
     }
     return FA_OK;
 }
@@ -112,13 +239,24 @@ fa_status fa_validate_common(fa_problem *pb) {
     if (!isfinite(p->softcap) || p->softcap < 0.0f)
         return fa_set_error(FA_ERR_SOFTCAP, "softcap = %g must be finite and >= 0 (0 = off)",
                             (double)p->softcap);
-    if (p->alibi_slopes != NULL && p->alibi_batch_stride != 0 && p->alibi_batch_stride < p->heads_q)
-        return fa_set_error(FA_ERR_STRIDE,
-                            "alibi_batch_stride = %lld must be 0 (per head) or >= heads_q = %lld",
-                            (long long)p->alibi_batch_stride, (long long)p->heads_q);
-    if (p->alibi_batch_stride < 0)
-        return fa_set_error(FA_ERR_STRIDE, "alibi_batch_stride = %lld is negative",
-                            (long long)p->alibi_batch_stride);
+    if (p->alibi_slopes == NULL) {
+        p->alibi_batch_stride = 0; /* unused */
+    } else {
+        int64_t last;
+        if (p->alibi_batch_stride < 0)
+            return fa_set_error(FA_ERR_STRIDE, "alibi_batch_stride = %lld is negative",
+                                (long long)p->alibi_batch_stride);
+        if (p->alibi_batch_stride != 0 && p->alibi_batch_stride < p->heads_q)
+            return fa_set_error(FA_ERR_STRIDE,
+                                "alibi_batch_stride = %lld must be 0 (per head) or >= heads_q = %lld",
+                                (long long)p->alibi_batch_stride, (long long)p->heads_q);
+        if (!fa_mul_add_ok(p->batch - 1, p->alibi_batch_stride, p->heads_q, &last) ||
+            last > INT64_MAX / 4)
+            return fa_set_error(FA_ERR_OVERFLOW,
+                                "alibi_batch_stride = %lld times batch - 1 = %lld overflows 64-bit "
+                                "offsets of alibi_slopes",
+                                (long long)p->alibi_batch_stride, (long long)(p->batch - 1));
+    }
     if (!p->use_window) {
         p->window_left = -1;
         p->window_right = -1;
@@ -183,9 +321,14 @@ fa_status fa_validate_paged_kv(const fa_problem *pb) {
     int64_t table_elements;
     if (!fa_mul_add_ok(p->batch, p->block_table_batch_stride, 0, &table_elements))
         return fa_set_error(FA_ERR_OVERFLOW, "batch × block_table_batch_stride overflows");
+    const int64_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
     fa_tensor_view pool[2] = {
-        {"k", NULL, 0, {p->num_pages, p->page_size, p->heads_kv}, {p->k_batch_stride, p->k_row_stride, p->k_head_stride}, p->head_dim},
-        {"v", NULL, 0, {p->num_pages, p->page_size, p->heads_kv}, {p->v_batch_stride, p->v_row_stride, p->v_head_stride}, p->head_dim_v},
+        {.name = "k", .extent = {p->num_pages, p->page_size, p->heads_kv},
+         .stride = {p->k_batch_stride, p->k_row_stride, p->k_head_stride}, .dim = p->head_dim, .ptr = p->k,
+         .elem_bytes = elem},
+        {.name = "v", .extent = {p->num_pages, p->page_size, p->heads_kv},
+         .stride = {p->v_batch_stride, p->v_row_stride, p->v_head_stride}, .dim = p->head_dim_v, .ptr = p->v,
+         .elem_bytes = elem},
     };
     for (int t = 0; t < 2; ++t) {
         fa_status s = fa_check_tensor_view(&pool[t]);

@@ -432,7 +432,11 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         int64_t row_index = (b * p->heads_q + h) * len_q + i;
         if (l->splits > 1) {
             int64_t part = split * p->batch * p->heads_q * len_q + row_index;
-            if (row->sum[r] > 0.0f) {
+            if (isnan(row->sum[r]) || isnan(row->max[r])) { /* a NaN score: the merge makes the row NaN */
+                float *dst = c->o_part + part * dv;
+                for (int64_t k = 0; k < dv; k++) dst[k] = NAN;
+                c->lse_part[part] = NAN;
+            } else if (row->sum[r] > 0.0f) {
                 float *dst = c->o_part + part * dv;
                 for (int64_t k = 0; k < dv; k++) dst[k] = o_row[k] / row->sum[r];
                 c->lse_part[part] = (float)((double)row->max[r] + log((double)row->sum[r]));

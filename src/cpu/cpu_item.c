@@ -73,7 +73,12 @@ void fa_cpu_item_transform(const fa_cpu_kernels *kern, const fa_cpu_item_rows *r
 double fa_cpu_item_finish_row(const fa_cpu_item_rows *rows, const fa_params *p, int64_t r, const float *o_row,
                               int64_t dv, float *out) {
     double row_max = rows->max[r], row_sum = rows->sum[r], lse;
-    if (p->sink_logits) {
+    if (isnan(row_sum) || isnan(row_max)) {
+        /* a NaN score (NaN or infinite q, k, softcap input) reached the sum: the row is NaN, not
+         * a masked row */
+        lse = NAN;
+        for (int64_t k = 0; k < dv; k++) out[k] = NAN;
+    } else if (p->sink_logits) {
         double sink = p->sink_logits[rows->head[r]];
         double top = row_max > sink ? row_max : sink;
         double keys_weight = row_sum > 0.0 ? exp(row_max - top) : 0.0;

@@ -549,7 +549,11 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
         if (l->splits > 1) {
             int64_t part = split * p->batch * p->heads_q * len_q + row_index;
             double row_max = row->max[r], row_sum = row->sum[r];
-            if (row_sum > 0.0) {
+            if (isnan(row_sum) || isnan(row_max)) { /* a NaN score: the merge makes the row NaN */
+                float *dst = c->o_part + part * dv;
+                for (int64_t k = 0; k < dv; k++) dst[k] = NAN;
+                c->lse_part[part] = NAN;
+            } else if (row_sum > 0.0) {
                 float sum = row->sum[r];
                 float *dst = c->o_part + part * dv;
                 for (int64_t k = 0; k < dv; k++) dst[k] = o_row[k] / sum;

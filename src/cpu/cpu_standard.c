@@ -112,7 +112,12 @@ static void standard_item(std_ctx *c, const std_scratch *w, int64_t b, int64_t h
         const float *row = scores + i * keys_pad;
         float *prob = w->probs + i * keys_pad;
         float row_max = p->sink_logits ? p->sink_logits[h] : -INFINITY;
-        for (int64_t j = 0; j < len_k; j++) row_max = row[j] > row_max ? row[j] : row_max;
+        int saw_nan = 0; /* a NaN score makes the row NaN (a max that skips it would not) */
+        for (int64_t j = 0; j < len_k; j++) {
+            row_max = row[j] > row_max ? row[j] : row_max;
+            saw_nan |= isnan(row[j]);
+        }
+        if (saw_nan) row_max = NAN;
         float row_sum = 0.0f, lse = -INFINITY;
         if (row_max != -INFINITY) {
             for (int64_t j = 0; j < len_k; j++) {

@@ -99,25 +99,27 @@ __device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out
 
     /* pass 1: the largest lse */
     float m = -CUDART_INF_F;
+    int saw_nan = 0; /* fmaxf skips NaN: a NaN state is tracked apart and makes the row NaN */
     for (int64_t s = tid; s < states; s += FA_MERGE_THREADS) {
         const float v = lse_row[s * a.lsep_state_stride];
         if (s < FA_MERGE_LSE_CACHE) sm.lse[s] = v;
         m = fmaxf(m, v);
+        saw_nan |= isnan(v);
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (lane == 0) sm.max[warp] = m;
-    __syncthreads(); /* sm.max and sm.lse complete */
+    const bool nan_state = __syncthreads_or(saw_nan) != 0; /* sm.max and sm.lse complete */
 #pragma unroll
     for (int w = 0; w < FA_MERGE_WARPS; ++w) m = fmaxf(m, sm.max[w]);
-    const bool any = m > -CUDART_INF_F; /* block-uniform */
+    const bool any = m > -CUDART_INF_F || nan_state; /* block-uniform */
 
     /* the normaliser: thread-strided partial sums, warp-reduced, block-reduced below */
     float z = 0.0f;
     if (any)
         for (int64_t s = tid; s < states; s += FA_MERGE_THREADS) {
             const float v = lse_of(s);
-            z += v > -CUDART_INF_F ? expf(v - m) : 0.0f;
+            z += v == -CUDART_INF_F ? 0.0f : expf(v - m); /* NaN state: NaN */
         }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
@@ -134,7 +136,7 @@ __device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out
 #pragma unroll
             for (int j = 0; j < FA_MERGE_BATCH; ++j) {
                 const float v = s0 + j < states ? lse_of(s0 + j) : -CUDART_INF_F;
-                wgt[j] = v > -CUDART_INF_F ? expf(v - m) : 0.0f;
+                wgt[j] = v == -CUDART_INF_F ? 0.0f : expf(v - m);
             }
             float x[FA_MERGE_BATCH][PER_LANE];
 #pragma unroll
@@ -161,7 +163,7 @@ __device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out
     float z_all = 0.0f;
 #pragma unroll
     for (int w = 0; w < FA_MERGE_WARPS; ++w) z_all += sm.sum[w];
-    const float inv = z_all > 0.0f ? 1.0f / z_all : 0.0f;
+    const float inv = fa_row_scale(1.0f, z_all); /* 0: every state empty; NaN: a NaN state */
     const int64_t o_row = out * a.o_outer_stride + in * a.o_inner_stride + head * a.o_head_stride;
     for (int col = tid; col < dv; col += FA_MERGE_THREADS) {
         float sum = 0.0f;
@@ -171,7 +173,7 @@ __device__ __forceinline__ void fa_merge_row(const fa_merge_args &a, int64_t out
     }
     if (tid == 0 && a.lse != nullptr)
         a.lse[out * a.lse_outer_stride + in * a.lse_inner_stride + head * a.lse_head_stride] =
-            z_all > 0.0f ? m + logf(z_all) : -CUDART_INF_F;
+            z_all > 0.0f ? m + logf(z_all) : fa_row_lse_degenerate(z_all);
     __syncthreads(); /* every read of sm done before the next row overwrites it */
 }
 

@@ -5,6 +5,7 @@
  *   paths [packed]          the default forward kernel against the portable one (paths.c)
  *   backward [CASE...]      backward repeatability on problems reaching every kernel path (backward.c)
  *   bwd_paths [small] [det] the default backward kernel against the portable one (bwd_paths.c)
+ *   nan                     a NaN input propagates through every kernel, never a masked row (nan.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -14,6 +15,7 @@ int gpu_determinism_main(int argc, char **argv);
 int gpu_paths_main(int argc, char **argv);
 int gpu_backward_main(int argc, char **argv);
 int gpu_bwd_paths_main(int argc, char **argv);
+int gpu_nan_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -23,12 +25,13 @@ static const struct {
     {"paths", gpu_paths_main},
     {"backward", gpu_backward_main},
     {"bwd_paths", gpu_bwd_paths_main},
+    {"nan", gpu_nan_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan [ARGS]\n");
     return 2;
 }

@@ -103,6 +103,27 @@ __device__ __forceinline__ float fa_quad_sum(float x) {
     return x;
 }
 
+/* ---- device: the end of a row's softmax (epilogues only, never in a loop) -------------------- */
+
+/* The running max (fmaxf) skips a NaN score, but the NaN reaches the row's sum (2^(NaN - m)), so
+ * the sum tells the three kinds of row apart: > 0 normal, 0 no visible key (O = 0, LSE = -inf),
+ * NaN a NaN score (O and LSE NaN, as PyTorch: never a plausible masked row). */
+
+/* numer / sum, 0 for an empty row, NaN for a NaN row */
+__device__ __forceinline__ float fa_row_scale(float numer, float sum) {
+    return sum > 0.0f ? numer / sum : (sum == 0.0f ? 0.0f : __int_as_float(0x7fc00000));
+}
+
+/* LSE of a row whose sum is not > 0: -inf for an empty row, NaN for a NaN row */
+__device__ __forceinline__ float fa_row_lse_degenerate(float sum) {
+    return sum == 0.0f ? -__int_as_float(0x7f800000) : __int_as_float(0x7fc00000);
+}
+
+/* natural-log LSE from the base-2 max m_log2 and the sum */
+__device__ __forceinline__ float fa_row_lse(float m_log2, float sum) {
+    return sum > 0.0f ? (m_log2 + log2f(sum)) * 0.6931471805599453f : fa_row_lse_degenerate(sum);
+}
+
 /* ---- device: softcap's tanh ---------------------------------------------------------------- */
 
 /* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units: absolute error ~1e-7, exact limits ±1

@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
         const float corr = exp2f(max_scaled - m);
         sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
-        const float inv_sum = sum > 0.0f ? corr / sum : 0.0f;
+        const float inv_sum = fa_row_scale(corr, sum); /* 0: no visible key; NaN: a NaN score */
         const float max_scaled_final = m;
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot) {
@@ -433,8 +433,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         }
         const int local_row = warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
         if (prm.lse != nullptr && quad_col == 0 && m0 + local_row < len_q)
-            prm.lse[lse_row0 + m0 + local_row] =
-                sum > 0.0f ? (max_scaled_final + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+            prm.lse[lse_row0 + m0 + local_row] = fa_row_lse(max_scaled_final, sum);
     }
 
     /* O tile -> this warp's own rows of q_smem (same swizzle; no other warp touches them, so a

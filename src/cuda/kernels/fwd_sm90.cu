@@ -682,16 +682,15 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
             const float corr = exp2f(max_scaled - m);
             sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
-            inv_sum[h] = sum > 0.0f ? corr / sum : 0.0f; /* no visible key: O = 0 */
+            inv_sum[h] = fa_row_scale(corr, sum); /* no visible key: O = 0; a NaN score: NaN */
             if (PACK) {
                 if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
-                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] =
-                        sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] = fa_row_lse(m, sum);
                 continue;
             }
             const int row = row0 + 8 * h;
             if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
-                prm.lse[lse_row0 + row] = sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -CUDART_INF_F;
+                prm.lse[lse_row0 + row] = fa_row_lse(m, sum);
         }
 
         /* The staging rows are free again: the previous tile's TMA store has read them (thread 0

@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
             l_all = fmaf(f_w[w], ld_shared_f32(red_sum + 4 * (w * BLOCK_M + r)), l_all);
         }
         if (sink_here) l_all += exp2f(sink_log2 - max_scaled);
-        const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+        const float inv = fa_row_scale(1.0f, l_all); /* 0: no visible key; NaN: a NaN score */
         float acc[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
@@ -655,7 +655,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] *= inv;
-        const float lse_val = l_all > 0.0f ? (max_scaled + log2f(l_all)) * 0.6931471805599453f : -CUDART_INF_F;
+        const float lse_val = fa_row_lse(max_scaled, l_all);
         const int64_t lse_index = ((int64_t)b * prm.heads_q + hq) * sq + t;
         if (prm.num_splits == 1) {
             uint32_t packed[4];
@@ -763,15 +763,17 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         for (int sp = lane; sp < splits; sp += 32) {
             const uint32_t addr = weight_smem + 4 * (r * splits + sp);
             const float v = ld_shared_f32(addr);
-            const float w = v > -CUDART_INF_F ? expf(v - m) : 0.0f; /* m = -inf: every v is -inf */
+            /* m = -inf: every v is -inf or NaN. A NaN split (fmaxf skipped it in m) gives w = NaN,
+             * so the row's z, o and lse are NaN */
+            const float w = v == -CUDART_INF_F ? 0.0f : expf(v - m);
             st_shared_f32(addr, w);
             z += w;
         }
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
         if (lane == 0) {
-            st_shared_f32(row_inv_smem + 4 * r, z > 0.0f ? 1.0f / z : 0.0f);
-            if (prm.lse != nullptr) prm.lse[row_index(r)] = z > 0.0f ? m + logf(z) : -CUDART_INF_F;
+            st_shared_f32(row_inv_smem + 4 * r, fa_row_scale(1.0f, z));
+            if (prm.lse != nullptr) prm.lse[row_index(r)] = z > 0.0f ? m + logf(z) : fa_row_lse_degenerate(z);
         }
     }
 
