@@ -87,6 +87,13 @@ else
   CUDA_LIBS :=
 endif
 
+# PORTABLE_GLIBC=1 (x86-64, the Python wheel): the library's C code binds to glibc 2.17-era symbol
+# versions (packaging/glibc_compat.h) so it loads on older systems than the one it is built on.
+ifneq ($(PORTABLE_GLIBC),)
+  ALL_CFLAGS += -include packaging/glibc_compat.h
+  LDLIBS     += -Wl,--push-state,--no-as-needed -l:libpthread.so.0 -Wl,--pop-state
+endif
+
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
 # oracle/: the float64 reference and the randomised sweep, shared by the tests and the tool.
 ORACLE_C := $(wildcard oracle/*.c)
