@@ -2,11 +2,16 @@
 #
 #   make            library (static + shared) and the `flashattn` tool, CUDA included if nvcc is found
 #   make run        the main job: `flashattn bench` default sweep on the best device present
+#                   (builds in parallel; CUDA kernels only when a GPU is present or FA_CUDA=1)
+#   make install    PREFIX=/usr/local (DESTDIR too): header, libraries, tool, pkg-config, CMake
+#   make wheel      the Python package as a wheel carrying the library (dist/; FA_CUDA=1: CUDA)
 #   make test       all tests (unit tests, a short `flashattn check`, sanitizer build, Python tests)
 #   make gpu-test   on a machine with an NVIDIA GPU: GPU check sweep, determinism, compute-sanitizer
 #   make multi-gpu-test  on a machine with 2+ NVIDIA GPUs: ring attention over NCCL
 #   make fuzz       libFuzzer run of the validation promise for FUZZ_SECONDS (tests/fuzz/fuzz.mk)
 #   FA_NO_CUDA=1    build without CUDA even when nvcc exists
+#   V=1             ptxas spill warnings for `make run` and the Python build too (make, make lib
+#                   and make test always show them)
 #   CUDA_ARCHS="80 90"  SASS targets for the portable kernels (default 80 90; PTX for the highest)
 
 CC      ?= cc
@@ -20,6 +25,13 @@ ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS)
 LDLIBS  = -lm -pthread
 
 UNAME_M := $(shell uname -m)
+
+# The version has one source, include/flashattn.h's FA_VERSION_MAJOR/MINOR/PATCH; the shared
+# library's soname changes with the major version.
+fa_version_part = $(shell sed -n 's/^.define FA_VERSION_$(1)  *\([0-9][0-9]*\).*/\1/p' include/flashattn.h)
+FA_VERSION_MAJOR := $(call fa_version_part,MAJOR)
+FA_VERSION := $(FA_VERSION_MAJOR).$(call fa_version_part,MINOR).$(call fa_version_part,PATCH)
+FA_SONAME  := libflashattn.so.$(FA_VERSION_MAJOR)
 
 # ---- CPU sources ------------------------------------------------------------------------------
 # src/api: validation and dispatch; src/cpu: the CPU engine; src/ring: ring attention.
@@ -55,8 +67,15 @@ ifneq ($(strip $(NVCC)),)
   GENCODE_SM90A := -gencode arch=compute_90a,code=sm_90a
   SM90A_SRC     := $(wildcard src/cuda/kernels/*_sm90*.cu)
   NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
-               --expt-relaxed-constexpr -Xptxas=--warn-on-spills
-  CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lstdc++ -ldl -lrt
+               --expt-relaxed-constexpr $(PTXAS_WARN)
+  # Register spills are reported for developers (make, make test); the user-facing builds
+  # (make run, pip) pass PTXAS_WARN= because the reported spills are known and measured.
+  PTXAS_WARN ?= -Xptxas=--warn-on-spills
+  # CUDART=static links the CUDA runtime into the library (the wheel does: it then needs only
+  # the driver, whatever CUDA runtime torch brings).
+  CUDART    ?= shared
+  CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs \
+               $(if $(filter static,$(CUDART)),-lcudart_static -pthread,-lcudart) -lstdc++ -ldl -lrt
   # NCCL, ring attention's transport (src/ring/ring_nccl.cu): compiled in when nccl.h is found
   # (NCCL_HOME=<dir with include/nccl.h>, e.g. pip's nvidia/nccl, else the toolkit, /usr, /usr/local);
   # libnccl.so.2 itself is opened at run time, so the library does not link it.
@@ -69,13 +88,21 @@ else
   CUDA_LIBS :=
 endif
 
+# PORTABLE_GLIBC=1 (x86-64, the Python wheel): the library's C code binds to glibc 2.17-era symbol
+# versions (packaging/glibc_compat.h) so it loads on older systems than the one it is built on.
+ifneq ($(PORTABLE_GLIBC),)
+  ALL_CFLAGS += -include packaging/glibc_compat.h
+  LDLIBS     += -Wl,--push-state,--no-as-needed -l:libpthread.so.0 -Wl,--pop-state
+endif
+
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
 # oracle/: the float64 reference and the randomised sweep, shared by the tests and the tool.
 ORACLE_C := $(wildcard oracle/*.c)
 TOOL_C  := $(wildcard tools/*.c) $(ORACLE_C)
 TEST_C  := $(wildcard tests/*.c) $(ORACLE_C)
 
-.PHONY: all lib run test gpu-test multi-gpu-test clean bench check print-cuda-libs print-cuda-include print-nccl-h
+.PHONY: all lib run test gpu-test multi-gpu-test clean bench check print-cuda-libs print-cuda-include print-nccl-h \
+        install uninstall wheel print-version
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
@@ -97,8 +124,11 @@ $(BUILD)/obj/src/ring/ring_nccl.o: NVCCFLAGS += $(NCCL_FLAGS)
 $(BUILD)/libflashattn.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+# The shared library carries its soname (libflashattn.so.0); the link next to it lets programs
+# linked against $(BUILD)/ run from there. make install names the file libflashattn.so.$(FA_VERSION).
 $(BUILD)/libflashattn.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(CC) -shared -Wl,-soname,$(FA_SONAME) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	@ln -sf libflashattn.so $(BUILD)/$(FA_SONAME)
 
 $(BUILD)/flashattn: $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_C)) $(BUILD)/libflashattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
@@ -113,8 +143,30 @@ $(BUILD)/fa_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_C)) $(BUILD)/l
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 # The main job: the default benchmark sweep (speed-up and memory saving over standard attention).
-run: $(BUILD)/flashattn
-	./$(BUILD)/flashattn bench
+# It builds what it runs, in parallel (-j$(RUN_JOBS) unless make was given -j): the CPU library
+# and tool in $(RUN_CPU_BUILD)/, or, when nvidia-smi lists a GPU or FA_CUDA=1 asks for it, the
+# CUDA kernels too in $(BUILD)/. FA_CUDA=0 or FA_NO_CUDA=1: CPU even with a GPU.
+RUN_JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+RUN_CPU_BUILD ?= $(BUILD)-cpu
+RUN_MAKE       = $(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(RUN_JOBS)) \
+                 $(if $(V),,PTXAS_WARN=)
+run:
+	@if [ "$(FA_CUDA)" = 1 ] && [ -z "$(strip $(NVCC))" ]; then \
+	    echo "make run: FA_CUDA=1 but nvcc was not found (set NVCC=/path/to/nvcc)"; exit 1; fi; \
+	if [ "$(FA_CUDA)" = 1 ] || { [ -z "$(FA_NO_CUDA)" ] && [ "$(FA_CUDA)" != 0 ] && \
+	        [ -n "$(strip $(NVCC))" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then \
+	    dir=$(BUILD); \
+	    echo "make run: building the library with its CUDA kernels and the flashattn tool in $$dir/" \
+	         "(a few minutes the first time; FA_CUDA=0: CPU only)"; \
+	    $(RUN_MAKE) BUILD=$$dir $$dir/flashattn || exit 1; \
+	else \
+	    dir=$(RUN_CPU_BUILD); \
+	    echo "make run: building the CPU library and the flashattn tool in $$dir/" \
+	         "($(if $(strip $(NVCC)),no GPU found: CUDA kernels not built; FA_CUDA=1 builds them,nvcc not found: CPU only))"; \
+	    $(RUN_MAKE) BUILD=$$dir FA_NO_CUDA=1 $$dir/flashattn || exit 1; \
+	fi; \
+	echo "make run: ./$$dir/flashattn bench"; \
+	./$$dir/flashattn bench
 
 check: $(BUILD)/flashattn
 	./$(BUILD)/flashattn check
@@ -142,6 +194,70 @@ print-cuda-libs:
 # programs with it, so a change that breaks them fails CI, which has nvcc but no GPU.
 print-cuda-include:
 	@echo $(if $(strip $(NVCC)),$(CUDA_HOME)/include)
+
+# ---- install ----------------------------------------------------------------------------------
+# make install PREFIX=/usr/local [DESTDIR=/staging]: include/flashattn.h, libflashattn.a,
+# libflashattn.so.$(FA_VERSION) with the links .so.$(FA_VERSION_MAJOR) and .so, the flashattn tool,
+# lib/pkgconfig/flashattn.pc and lib/cmake/flashattn/ (find_package(flashattn), target
+# flashattn::flashattn). The paths written into the pkg-config and CMake files leave DESTDIR out;
+# the CMake files locate the tree relative to themselves.
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR     ?= $(LIBDIR)/cmake/flashattn
+INSTALL      ?= install
+fa_empty :=
+fa_space := $(fa_empty) $(fa_empty)
+# What a static link needs besides the library (the CUDA part without the driver stubs).
+FA_STATIC_LIBS := $(filter-out -L%/stubs,$(CUDA_LIBS))
+fa_relative = $(shell realpath -m --relative-to='$(1)' '$(2)')
+fa_prefixed = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
+install: all
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+	$(INSTALL) -m 644 include/flashattn.h $(DESTDIR)$(INCLUDEDIR)/flashattn.h
+	$(INSTALL) -m 644 $(BUILD)/libflashattn.a $(DESTDIR)$(LIBDIR)/libflashattn.a
+	$(INSTALL) -m 755 $(BUILD)/libflashattn.so $(DESTDIR)$(LIBDIR)/libflashattn.so.$(FA_VERSION)
+	ln -sf libflashattn.so.$(FA_VERSION) $(DESTDIR)$(LIBDIR)/$(FA_SONAME)
+	ln -sf $(FA_SONAME) $(DESTDIR)$(LIBDIR)/libflashattn.so
+	$(INSTALL) -m 755 $(BUILD)/flashattn $(DESTDIR)$(BINDIR)/flashattn
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call fa_prefixed,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call fa_prefixed,$(INCLUDEDIR))|' -e 's|@VERSION@|$(FA_VERSION)|' \
+	    -e 's|@LIBS_PRIVATE@|$(strip -lm -pthread $(FA_STATIC_LIBS))|' \
+	    packaging/flashattn.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/flashattn.pc
+	sed -e 's|@VERSION@|$(FA_VERSION)|g' -e 's|@SOVERSION@|$(FA_VERSION_MAJOR)|g' \
+	    -e 's|@LIBDIR_FROM_CMAKEDIR@|$(call fa_relative,$(CMAKEDIR),$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR_FROM_CMAKEDIR@|$(call fa_relative,$(CMAKEDIR),$(INCLUDEDIR))|' \
+	    -e 's|@WITH_CUDA@|$(if $(strip $(NVCC)),ON,OFF)|' \
+	    -e 's|@STATIC_LINK_DIRS@|$(subst $(fa_space),;,$(patsubst -L%,%,$(filter -L%,$(FA_STATIC_LIBS))))|' \
+	    -e 's|@STATIC_LINK_LIBS@|$(subst $(fa_space),;,$(patsubst -l%,%,$(filter -l%,$(FA_STATIC_LIBS))))|' \
+	    packaging/flashattnConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/flashattnConfig.cmake
+	sed -e 's|@VERSION@|$(FA_VERSION)|g' -e 's|@SOVERSION@|$(FA_VERSION_MAJOR)|g' \
+	    packaging/flashattnConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/flashattnConfigVersion.cmake
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/flashattn.h $(DESTDIR)$(LIBDIR)/libflashattn.a \
+	    $(DESTDIR)$(LIBDIR)/libflashattn.so.$(FA_VERSION) $(DESTDIR)$(LIBDIR)/$(FA_SONAME) \
+	    $(DESTDIR)$(LIBDIR)/libflashattn.so $(DESTDIR)$(BINDIR)/flashattn \
+	    $(DESTDIR)$(PKGCONFIGDIR)/flashattn.pc $(DESTDIR)$(CMAKEDIR)/flashattnConfig.cmake \
+	    $(DESTDIR)$(CMAKEDIR)/flashattnConfigVersion.cmake
+	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
+
+print-version:
+	@echo $(FA_VERSION)
+
+# ---- wheel --------------------------------------------------------------------------------------
+# The Python package as a wheel that carries the compiled library (python/setup.py builds it with
+# this Makefile): CPU engine by default, FA_CUDA=1 adds the CUDA kernels (sm80, sm90, sm90a;
+# the CUDA runtime linked in statically). Written to $(WHEEL_DIR)/.
+PYTHON    ?= python3
+WHEEL_DIR ?= dist
+wheel:
+	FLASHATTN_CUDA=$(if $(filter 1,$(FA_CUDA)),1,0) $(PYTHON) -m pip wheel --no-deps \
+	    -w $(WHEEL_DIR) ./python
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -7,6 +7,7 @@
 #   3. build/fa_gpu_tests                 the GPU test programs compile and link (CUDA builds)
 #      generators --check                 src/cuda/common/ptx.cuh's wgmma block and src/cuda/instances are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
+#      tests/install_test.sh              make install; C (pkg-config) and CMake programs using it
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. tests/fuzz/run.sh 60               the fuzzer (libFuzzer, ASan + UBSan) for 60 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
@@ -134,6 +135,9 @@ if [ "$built" -eq 1 ]; then
     else
         fail_stage "$BUILD_DIR/flashattn was not built: the check sweep could not run"
     fi
+
+    banner "make install and programs using it (tests/install_test.sh: pkg-config, CMake)"
+    run_stage "install" env BUILD_DIR="$BUILD_DIR" sh tests/install_test.sh
 fi
 
 if [ "${FA_SKIP_ASAN:-0}" = 1 ]; then

@@ -119,7 +119,7 @@ const char *bench_impl_name(bench_impl impl);
 const char *bench_mode_name(bench_mode mode);
 void report_json(const bench_case *c, const bench_result *r, const gemm_result *g);
 void report_json_gemm(const gemm_result *g, int threads);
-void report_table_header(fa_device device);
+void report_table_header(fa_device device, const gemm_result *g);
 /* `baseline`: the standard result of the same configuration, or NULL (speed-up/memory columns). */
 void report_table_row(const bench_case *c, const bench_result *r, const bench_result *baseline,
                       const gemm_result *g);

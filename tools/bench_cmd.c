@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -100,7 +101,10 @@ static void print_help(void) {
         "the workspace fa_check_* reports). CUDA: the workspace fa_check_* reports (allocated by\n"
         "the tool) plus the drop of cudaMemGetInfo's free memory over the calls.\n"
         "max|err|: max abs error of o (dq for bwd) against the float64 reference on the last 4 query\n"
-        "rows of the last (batch, head). speed-up and mem-save compare with the standard row.\n",
+        "rows of the last (batch, head). speed-up and mem-save compare with the standard row.\n"
+        "of sgemm: the row's FLOP/s over the fp32 GEMM's (the sgemm reference line, with --gemm).\n"
+        "Progress goes to stderr: a status line on a terminal; in a pipe or a log, a line before\n"
+        "each measurement that follows one of more than 2 s.\n",
         DEFAULT_SEED);
 }
 
@@ -363,24 +367,48 @@ static void measure_case(const bench_options *o, const bench_case *c, bench_resu
         bench_run_cpu(c, r);
 }
 
+/* Progress: on a terminal, a status line on stderr, rewritten in place; elsewhere (a pipe, a
+ * log) the rows themselves, printed as each measurement finishes, and a line on stderr before a
+ * measurement that follows a slow one (> SLOW_MEASUREMENT_S), so a log never stays silent for
+ * long without saying what runs. */
+#define SLOW_MEASUREMENT_S 2.0
+
 typedef struct sweep_state {
     const bench_options *o;
     const gemm_result *gemm;
     int total, done, failures, progress;
+    double last_seconds; /* wall time of the previous measurement */
     summary_row *rows;
     int n_rows;
 } sweep_state;
 
 static void show_progress(sweep_state *s, const bench_case *c) {
-    if (!s->progress) return;
-    fprintf(stderr, "\r\033[K[%d/%d] %s %s %s sq=%lld sk=%lld causal=%d ...", s->done + 1,
-            s->total, bench_impl_name(c->impl), cli_dtype_name(c->dtype),
-            bench_mode_name(c->mode), (long long)c->sq, (long long)c->sk, c->causal);
+    if (!s->progress && s->last_seconds <= SLOW_MEASUREMENT_S) return;
+    fprintf(stderr, "%s[%d/%d] %s %s %s sq=%lld sk=%lld causal=%d ...%s",
+            s->progress ? "\r\033[K" : "", s->done + 1, s->total, bench_impl_name(c->impl),
+            cli_dtype_name(c->dtype), bench_mode_name(c->mode), (long long)c->sq, (long long)c->sk,
+            c->causal, s->progress ? "" : "\n");
     fflush(stderr);
 }
 
 static void clear_progress(const sweep_state *s) {
     if (s->progress) fprintf(stderr, "\r\033[K");
+}
+
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One measurement with its progress line. */
+static void measure_with_progress(sweep_state *s, const bench_case *c, bench_result *r) {
+    show_progress(s, c);
+    double t0 = wall_seconds();
+    measure_case(s->o, c, r);
+    s->last_seconds = wall_seconds() - t0;
+    s->done++;
+    clear_progress(s);
 }
 
 /* Standard attention runs next to the forward, or in every mode when --impl asked for it. */
@@ -400,27 +428,17 @@ static void run_configuration(sweep_state *s, bench_case base) {
     int have_standard = 0;
     memset(&standard, 0, sizeof standard);
     if (wants_standard(o, &base)) {
-        base.impl = IMPL_STANDARD;
-        show_progress(s, &base);
-        measure_case(o, &base, &standard);
-        s->done++;
+        bench_case std_case = base;
+        std_case.impl = IMPL_STANDARD;
+        measure_with_progress(s, &std_case, &standard);
         have_standard = 1;
-    }
-    if (o->impl_flash) {
-        base.impl = IMPL_FLASH;
-        show_progress(s, &base);
-        measure_case(o, &base, &flash);
-        s->done++;
-    }
-    clear_progress(s);
-    bench_case std_case = base;
-    std_case.impl = IMPL_STANDARD;
-    if (have_standard) {
         if (o->json) report_json(&std_case, &standard, s->gemm);
         else report_table_row(&std_case, &standard, NULL, s->gemm);
         s->failures += standard.status == BENCH_FAILED;
     }
     if (o->impl_flash) {
+        base.impl = IMPL_FLASH;
+        measure_with_progress(s, &base, &flash);
         if (o->json) report_json(&base, &flash, s->gemm);
         else report_table_row(&base, &flash, have_standard ? &standard : NULL, s->gemm);
         s->failures += flash.status == BENCH_FAILED;
@@ -542,7 +560,7 @@ int bench_main(int argc, char **argv) {
         fprintf(stderr, "flashattn bench: out of memory\n");
         return 1;
     }
-    if (!o.json) report_table_header(o.device);
+    if (!o.json) report_table_header(o.device, s.gemm);
     for_each_configuration(&o, &s, run_configuration);
     if (!o.json) print_summary(&s);
     free(s.rows);

@@ -2,6 +2,7 @@
 message when it cannot be found, and `pip install ./python` shipping the library."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,19 @@ def run_python(code, cwd, env_extra):
     env["FLASHATTN_NO_TORCH"] = "1"
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
                           capture_output=True, text=True)
+
+
+def test_versions_agree():
+    """The package, the loaded library and include/flashattn.h (the version's one source, which
+    setup.py, the Makefile's soname and the pkg-config / CMake files read) say the same."""
+    header = os.path.join(REPO_ROOT, "include", "flashattn.h")
+    assert flashattn.__version__ == flashattn.library_version()
+    if os.path.isfile(header):
+        with open(header) as f:
+            text = f.read()
+        parts = [re.search(r"^#define FA_VERSION_%s\s+(\d+)" % name, text, re.M).group(1)
+                 for name in ("MAJOR", "MINOR", "PATCH")]
+        assert flashattn.__version__ == ".".join(parts)
 
 
 def test_missing_library_gives_clear_import_error(tmp_path):
