@@ -416,10 +416,7 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     /* 3. main kernel */
     if (plan->grid > 0) {
         fa_bwd_params prm;
-        fa_cuda_fill_shared_params(&prm, pb);
-        prm.q = p->q;
-        prm.k = p->k;
-        prm.v = p->v;
+        fa_cuda_fill_kernel_base(&prm, pb);
         prm.dout = p->dout;
         prm.dk = p->dk;
         prm.dv = p->dv;
@@ -432,10 +429,6 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         prm.dv_batch_stride = p->dv_batch_stride;
         prm.dv_row_stride = p->dv_row_stride;
         prm.dv_head_stride = p->dv_head_stride;
-        prm.cu_seqlens_q = p->cu_seqlens_q;
-        prm.cu_seqlens_k = p->cu_seqlens_k;
-        prm.total_q = p->total_q;
-        prm.total_k = p->total_k;
         /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
         prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
         prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;

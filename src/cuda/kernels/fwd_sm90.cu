@@ -140,28 +140,15 @@ enum fa_hopper_named_barrier {
     FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
 };
 
-/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
-struct fa_hopper_params {
-    void *o;                       /* [b, seqlen_q, heads_q, dv] (varlen [total_q, ...]): st.global path */
-    int64_t o_batch_stride, o_row_stride, o_head_stride;
-    float *lse;                    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; or NULL */
-    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
-    const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;
-    const float *sink_logits;      /* [heads_q] or NULL                                             */
-    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
-    int heads_q, group, head_dim_v;
-    int batch, num_m_blocks;
+/* Kernel arguments besides the tensor maps: the forward's fa_fwd_params (q, k and v unread: the
+ * tensor maps stand for them; transform_scores unread: softcap is the only transform here, see
+ * score_mul) and the tile schedule. score_mul is overridden: log2 units per raw score,
+ * scale·log2(e), or softcap·log2(e) after softcap's tanh. */
+struct fa_hopper_params : fa_fwd_params {
     int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
-    int heavy_first;               /* tile order: head groups, longest first (fa_fwd_grouped_tile)  */
-    int head_group;                /* heavy_first: (batch, head) units per group                    */
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
-    int window_left, window_right;
-    float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
-    float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
     int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
     /* packed tiles (kernel template flag PACK) only: */
-    int heads_kv;
     int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
     int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
     int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
@@ -842,28 +829,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     }
 
     fa_hopper_params prm;
-    prm.o = p->o;
-    prm.o_batch_stride = p->o_batch_stride;
-    prm.o_row_stride = p->o_row_stride;
-    prm.o_head_stride = p->o_head_stride;
-    prm.lse = p->lse;
-    prm.cu_seqlens_q = p->cu_seqlens_q;
-    prm.cu_seqlens_k = p->cu_seqlens_k;
-    prm.total_q = p->total_q;
-    prm.total_k = p->total_k;
-    prm.sink_logits = p->sink_logits;
-    prm.seqlen_q = p->seqlen_q;
-    prm.seqlen_k = p->seqlen_k;
-    prm.heads_q = p->heads_q;
-    prm.group = p->group;
-    prm.head_dim_v = p->head_dim_v;
-    prm.batch = p->batch;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.softcap_pre = p->softcap_pre;
+    static_cast<fa_fwd_params &>(prm) = *p;
     prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
     prm.tma_store = !varlen && !pack;
-    prm.heads_kv = p->heads_kv;
     if (pack) {
         prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
         prm.pack_heads = pack_heads;
