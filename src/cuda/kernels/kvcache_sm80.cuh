@@ -151,18 +151,10 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
                            : prm.block_table_batch_stride - 1 > INT32_MAX ? INT32_MAX
                                                                           : (int)(prm.block_table_batch_stride - 1);
 
-    /* Visible keys of query token t: [key_lo(t), key_hi(t)) in key units (fa_key_range). 64-bit:
-     * t + shift ± window can overflow. */
-    auto key_lo = [&](int t) -> int {
-        const int64_t diag = (int64_t)t + len_k - sq;
-        const int64_t lo = prm.window_left >= 0 ? diag - prm.window_left : 0;
-        return (int)(lo < 0 ? 0 : (lo > len_k ? len_k : lo));
-    };
-    auto key_hi = [&](int t) -> int {
-        const int64_t diag = (int64_t)t + len_k - sq;
-        const int64_t hi = prm.window_right >= 0 ? diag + prm.window_right + 1 : len_k;
-        return (int)(hi < 0 ? 0 : (hi > len_k ? len_k : hi));
-    };
+    /* Visible keys of query token t: [key_lo(t), key_hi(t)) in key units (fa_key_lo / fa_key_hi,
+     * fa_internal.h). */
+    auto key_lo = [&](int t) -> int { return fa_key_lo_clamped((int64_t)t + len_k - sq, prm.window_left, len_k); };
+    auto key_hi = [&](int t) -> int { return fa_key_hi_clamped((int64_t)t + len_k - sq, prm.window_right, len_k); };
 
     /* The block's packed rows [r0, r_last]; tokens are non-decreasing in r, and so are both
      * ends of the key range, so the block needs slots [blk_lo, blk_hi) and a tile inside
