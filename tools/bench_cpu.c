@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench_run.h"
 #include "child.h"
 
 /* Adaptive timing: at least this many timed calls, more while under the time budget. */
