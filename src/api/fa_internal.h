@@ -181,16 +181,20 @@ FA_HD int fa_key_hi_clamped(int64_t diag, int64_t window_right, int64_t len_k) {
     return (int)(hi < 0 ? 0 : hi);
 }
 
-/* Rows with diagonals [diag_first, diag_last] against keys [k0, k1), k0 >= 0: every key visible
- * to every row (no per-element mask needed; also false when k1 > len_k) ... */
+/* Rows with diagonals [diag_first, diag_last] against keys [k0, k1), 0 <= k0 < k1: every key
+ * visible to every row, i.e. k0 >= fa_key_lo(diag_last) and k1 <= fa_key_hi(diag_first) (no
+ * per-element mask needed; false when k1 > len_k) ... */
 FA_HD int fa_tile_all_visible(int64_t diag_first, int64_t diag_last, int64_t k0, int64_t k1,
                               int64_t window_left, int64_t window_right, int64_t len_k) {
-    return k0 >= fa_key_lo(diag_last, window_left) && k1 <= fa_key_hi(diag_first, window_right, len_k);
+    return k1 <= len_k && (window_left < 0 || k0 >= diag_last - window_left) &&
+           (window_right < 0 || k1 <= diag_first + window_right + 1);
 }
-/* ... or no key visible to any row (the tile contributes nothing; also true when k0 >= len_k). */
+/* ... or no key visible to any row, i.e. k0 >= fa_key_hi(diag_last) or k1 <= fa_key_lo(diag_first)
+ * (the tile contributes nothing; true when k0 >= len_k). */
 FA_HD int fa_tile_none_visible(int64_t diag_first, int64_t diag_last, int64_t k0, int64_t k1,
                                int64_t window_left, int64_t window_right, int64_t len_k) {
-    return k0 >= fa_key_hi(diag_last, window_right, len_k) || k1 <= fa_key_lo(diag_first, window_left);
+    return k0 >= len_k || (window_right >= 0 && k0 > diag_last + window_right) ||
+           (window_left >= 0 && k1 <= diag_first - window_left);
 }
 
 /* Transposed, for key-major loops (the backward): the query rows that see at least one key of
