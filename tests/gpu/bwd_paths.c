@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 /* ---- cases ----------------------------------------------------------------------------------- */
 
@@ -87,48 +88,11 @@ typedef struct softcap_case {
     score_options scores;
 } softcap_case;
 
-/* ---- 16-bit conversions and random inputs ---------------------------------------------------- */
+/* ---- poison and random inputs ---------------------------------------------------- */
 
 #define POISON16 0xffffu /* NaN in bf16 and f16 */
 
-static uint16_t float_to_16(float f, fa_dtype dtype) { /* round to nearest even; |f| < 65504 */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (dtype == FA_DTYPE_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const float a = fabsf(f);
-    if (a < 6.103515625e-05f) /* below 2^-14: subnormal, a multiple of 2^-24 (1024 encodes 2^-14) */
-        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
-    memcpy(&u, &a, 4);
-    u += 0xfffu + ((u >> 13) & 1u); /* round away the 13 low mantissa bits, ties to even */
-    return (uint16_t)(sign | (uint16_t)((u >> 13) - ((127u - 15u) << 10)));
-}
-
-static float float_from_16(uint16_t x, fa_dtype dtype) {
-    if (dtype == FA_DTYPE_BF16) {
-        const uint32_t u = (uint32_t)x << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    const int exponent = (x >> 10) & 0x1f, mantissa = x & 0x3ff;
-    float a;
-    if (exponent == 0)
-        a = ldexpf((float)mantissa, -24);
-    else if (exponent == 31)
-        a = mantissa ? NAN : INFINITY;
-    else
-        a = ldexpf((float)(mantissa | 0x400), exponent - 25);
-    return (x & 0x8000) ? -a : a;
-}
-
-static uint32_t rng_state = 2891336453u;
-static float random_uniform(float lo, float hi) { /* xorshift32, uniform in [lo, hi) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return lo + (hi - lo) * (float)(rng_state >> 8) / 16777216.0f;
-}
+static gpu_rng rng = {2891336453u};
 
 /* ---- tensor views over buffers --------------------------------------------------------------- */
 
@@ -193,7 +157,7 @@ static void compare_view(compare_stats *st, const uint16_t *got, const uint16_t 
                 for (int h = 0; h < t->heads; ++h)
                     for (int c = 0; c < t->dim; ++c) {
                         const size_t e = view_index(t, g, b, i, h, c);
-                        const double a = float_from_16(got[e], dtype), r = float_from_16(ref[e], dtype);
+                        const double a = gpu_float_from_16(got[e], dtype), r = gpu_float_from_16(ref[e], dtype);
                         if (pass == 0) {
                             if (!isnan(r) && fabs(r) > st->max_ref) st->max_ref = fabs(r);
                             continue;
@@ -336,7 +300,7 @@ static int fill_inputs(const bwd_case *c, const score_options *opt, case_run *r)
             for (int64_t i = 0; i < seq_len(g, b); ++i)
                 for (int h = 0; h < v->heads; ++h)
                     for (int e = 0; e < d; ++e)
-                        r->host[v->buf][view_index(v, g, b, i, h, e)] = float_to_16(random_uniform(lo, hi) + offset, c->dtype);
+                        r->host[v->buf][view_index(v, g, b, i, h, e)] = gpu_float_to_16(gpu_random_uniform(&rng, lo, hi) + offset, c->dtype);
     }
     for (int t = 0; t < NUM_BUFS; ++t)
         if (r->host[t]) CHECK_CUDA(cudaMemcpy(r->dev[t], r->host[t], r->buf_elems[t] * 2, cudaMemcpyHostToDevice));
