@@ -65,6 +65,10 @@ typedef struct bench_result {
 double bench_flops(const bench_case *c);
 
 
+/* Start a measurement's result: zeroed, FLOPs set, no error computed yet. Returns 1 (status
+ * BENCH_SKIPPED, with the note) for what no measurement does: standard attention's backward. */
+int bench_result_start(const bench_case *c, bench_result *r);
+
 /* Fill p with the case's sizes, mask and threads (no tensors). */
 void bench_case_params(const bench_case *c, fa_params *p);
 

@@ -299,14 +299,7 @@ static void measure(const bench_case *c, const cudart_api *rt, bench_result *r) 
 
 void bench_run_cuda(const bench_case *c, bench_result *r) {
     char why[sizeof r->note];
-    memset(r, 0, sizeof *r);
-    r->flops = bench_flops(c);
-    r->max_abs_err = -1.0;
-    if (c->impl == IMPL_STANDARD && c->mode != BENCH_FWD) {
-        r->status = BENCH_SKIPPED;
-        snprintf(r->note, sizeof r->note, "standard attention is forward-only (not timed)");
-        return;
-    }
+    if (bench_result_start(c, r)) return;
     if (c->impl == IMPL_FLASH && !fa_cuda_available()) {
         r->status = BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note, "CUDA is not available in this build or machine");

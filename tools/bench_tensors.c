@@ -1,6 +1,7 @@
 /*
  * bench_tensors.c: the FLOPs, sizes, fa_params and host tensors of one benchmark case (bench_case.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,18 @@ double bench_flops(const bench_case *c) {
         pairs *= 0.5;
     double forward = 2.0 * (double)c->b * (double)c->hq * pairs * (double)(c->d + c->dv);
     return c->mode == BENCH_BWD ? 2.5 * forward : c->mode == BENCH_FWDBWD ? 3.5 * forward : forward;
+}
+
+int bench_result_start(const bench_case *c, bench_result *r) {
+    memset(r, 0, sizeof *r);
+    r->flops = bench_flops(c);
+    r->max_abs_err = -1.0;
+    if (c->impl == IMPL_STANDARD && c->mode != BENCH_FWD) {
+        r->status = BENCH_SKIPPED;
+        snprintf(r->note, sizeof r->note, "standard attention is forward-only (not timed)");
+        return 1;
+    }
+    return 0;
 }
 
 void bench_case_params(const bench_case *c, fa_params *p) {
