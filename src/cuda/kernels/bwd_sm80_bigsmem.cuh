@@ -399,12 +399,16 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                 /* dead: no (query, key) of the tile is visible (P^T = dS^T = 0, no MMA);
                  * inside: all are, and no score transform (the plain path). Both conservative:
                  * a tile that is neither takes the masked path, which is exact everywhere. */
-                const int64_t diag_first = (int64_t)qa + shift, diag_last = diag_first + TILE_Q - 1;
-                const bool dead = qa >= len_q || fa_tile_none_visible(diag_first, diag_last, ka, ka + TILE_K,
-                                                                      prm.window_left, prm.window_right, len_k);
-                const bool inside = !transform && qa + TILE_Q <= len_q &&
-                                    fa_tile_all_visible(diag_first, diag_last, ka, ka + TILE_K, prm.window_left,
-                                                        prm.window_right, len_k);
+                /* fa_tile_none_visible / fa_tile_all_visible (fa_internal.h) spelled out with the
+                 * block's int32 sizes: the int64 calls cost this register-bound kernel a spill. */
+                const bool dead =
+                    qa >= len_q || ka >= len_k ||
+                    (prm.window_right >= 0 && (int64_t)qa + TILE_Q - 1 + shift + prm.window_right < ka) ||
+                    (prm.window_left >= 0 && (int64_t)qa + shift - prm.window_left > (int64_t)ka + TILE_K - 1);
+                const bool inside =
+                    !transform && qa + TILE_Q <= len_q && ka + TILE_K <= len_k &&
+                    (prm.window_left < 0 || (int64_t)qa + TILE_Q - 1 + shift - prm.window_left <= ka) &&
+                    (prm.window_right < 0 || (int64_t)qa + shift + prm.window_right >= (int64_t)ka + TILE_K - 1);
 
                 /* P^T, dS^T go to shared memory [key][query]: rows g, g + 8 of m-tile mi, n-tile j
                  * are the 4-byte pairs at column q_t0 + 8j + 2t. (Rows 144 or 272 bytes apart:
