@@ -214,8 +214,10 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], 
 }
 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
- * lo_r = fa_key_lo(r + shift) and hi_r = fa_key_hi(r + shift) (fa_internal.h). This thread's elements of the S tile starting at key
- * n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
+ * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
+ * window_right + 1) (len_k when unbounded): fa_key_lo / fa_key_hi (fa_internal.h) in int32,
+ * which this register-bound kernel needs (the int64 forms spill). This thread's elements of
+ * the S tile starting at key n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
  * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
  * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
  * sequence included). */
@@ -227,9 +229,9 @@ __device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int diag = (PACK ? pack_i[h] : row0 + 8 * h) + shift;
+        const int hi = window_right >= 0 ? min(len_k, diag + window_right + 1) : len_k;
         /* local columns 8j + c of this thread are visible iff first <= 8j + c < end */
-        const int first = (int)fa_key_lo(diag, window_left) - col0;
-        const int end = (int)fa_key_hi(diag, window_right, len_k) - col0;
+        const int first = window_left >= 0 ? diag - window_left - col0 : 0, end = hi - col0;
 #pragma unroll
         for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
 #pragma unroll
@@ -377,10 +379,12 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     w.tma_batch = varlen ? 0 : w.batch;
     w.shift = w.len_k - w.len_q;
     if (!PACK) w.head_kv = w.head / prm.group;
-    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
+    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row):
+     * fa_key_lo(first row), fa_key_hi(last row), in int32. */
     const int last_row = min(w.m0 + Cfg::BLOCK_M, w.len_q) - 1;
-    const int key_lo = fa_key_lo_clamped(w.m0 + w.shift, prm.window_left, w.len_k);
-    const int key_hi = fa_key_hi_clamped(last_row + w.shift, prm.window_right, w.len_k);
+    int key_lo = 0, key_hi = w.len_k;
+    if (prm.window_left >= 0) key_lo = max(0, w.m0 + w.shift - prm.window_left);
+    if (prm.window_right >= 0) key_hi = max(0, min(w.len_k, last_row + w.shift + prm.window_right + 1));
     w.tile_hi = (key_hi + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     w.n_tiles = key_hi > key_lo ? w.tile_hi - key_lo / Cfg::BLOCK_N : 0;
     return true;
@@ -527,10 +531,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
 
         /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
-         * the first row's window end, or left of the last row's window start. */
+         * the first row's window end, or left of the last row's window start (!fa_tile_all_visible
+         * in int32). */
         auto needs_mask = [&](int n0) -> bool {
-            return !fa_tile_all_visible(mask_row_first + shift, mask_row_last + shift, n0, n0 + BLOCK_N,
-                                        prm.window_left, prm.window_right, len_k);
+            return n0 + BLOCK_N > len_k ||
+                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > mask_row_first + shift + prm.window_right) ||
+                   (prm.window_left >= 0 && n0 < mask_row_last + shift - prm.window_left);
         };
         /* Own O buffer: Q is free for the next tile once this warp's last S GEMM has read it. */
         auto release_q = [&]() {
