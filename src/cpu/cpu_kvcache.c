@@ -84,15 +84,10 @@ typedef struct kv_layout {
 static kv_layout layout_without_splits(const fa_problem *pb, int streaming) {
     kv_layout l;
     int64_t len_q = pb->p.seqlen_q;
-    l.heads_per_item = 1;
-    if (len_q >= BLOCK_ROWS) {
-        l.q_blocks = (len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    } else {
-        l.q_blocks = 1;
-        l.heads_per_item = BLOCK_ROWS / len_q;
-        if (l.heads_per_item > pb->group) l.heads_per_item = pb->group;
-    }
-    l.head_chunks = (pb->group + l.heads_per_item - 1) / l.heads_per_item;
+    fa_cpu_row_packing r = fa_cpu_pack_rows(len_q, pb->group);
+    l.heads_per_item = r.heads_per_item;
+    l.head_chunks = r.head_chunks;
+    l.q_blocks = r.q_blocks;
     l.kv_per_item = 1;
     int64_t group_rows = pb->group * len_q;
     if (streaming && l.head_chunks == 1 && group_rows <= 16) {
