@@ -171,14 +171,15 @@ FA_HD void fa_key_range(int64_t i, int64_t len_q, int64_t len_k, int64_t window_
     *hi = fa_key_hi(diag, window_right, len_k);
 }
 
-/* fa_key_lo and fa_key_hi clamped into [0, len_k] (an empty range keeps hi <= lo), as int. */
+/* fa_key_lo and fa_key_hi clamped into [0, len_k] (an empty range keeps hi <= lo), as int: the
+ * per-row ends the CUDA kernels tile with. */
 FA_HD int fa_key_lo_clamped(int64_t diag, int64_t window_left, int64_t len_k) {
-    int64_t lo = fa_key_lo(diag, window_left);
-    return (int)(lo > len_k ? len_k : lo);
+    int64_t lo = window_left >= 0 ? diag - window_left : 0;
+    return (int)(lo < 0 ? 0 : (lo > len_k ? len_k : lo));
 }
 FA_HD int fa_key_hi_clamped(int64_t diag, int64_t window_right, int64_t len_k) {
-    int64_t hi = fa_key_hi(diag, window_right, len_k);
-    return (int)(hi < 0 ? 0 : hi);
+    int64_t hi = window_right >= 0 ? diag + window_right + 1 : len_k;
+    return (int)(hi < 0 ? 0 : (hi > len_k ? len_k : hi));
 }
 
 /* Rows with diagonals [diag_first, diag_last] against keys [k0, k1), 0 <= k0 < k1: every key
