@@ -437,7 +437,6 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
     prm.softmax_scale = p->softmax_scale;
     prm.lse_log2 = lse_log2;
-    prm.lse = p->lse;
     prm.dsum = dsum;
     prm.dq_accum = dq_accum;
     prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;

@@ -256,7 +256,7 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
 
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
     fa_fwd_params prm;
-    fa_cuda_fill_forward_base(&prm, pb);
+    fa_cuda_fill_kernel_base(&prm, pb);
     prm.num_m_blocks = (int)((p->seqlen_q + fa_fwd_block_m(bucket) - 1) / fa_fwd_block_m(bucket));
     prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;

@@ -11,11 +11,11 @@
 
 #include "cuda/common/cuda_common.cuh"
 
-/* Everything the main backward kernel reads, passed by value: fa_kernel_base (q, k, v, sizes,
- * window, score constants, ALiBi) and the gradients and workspace below. Strides in elements;
- * the window sides are clamped by the host so that every index expression stays inside int32.
- * "Packed row" = the row's index in [0, total): cu_seqlens_q[b] + i with varlen, b·seqlen_q + i
- * without. */
+/* Everything the main backward kernel reads, passed by value: fa_kernel_base (q, k, v, the
+ * forward's lse, sizes, window, score constants, ALiBi) and the gradients and workspace below.
+ * Strides in elements; the window sides are clamped by the host so that every index expression
+ * stays inside int32. "Packed row" = the row's index in [0, total): cu_seqlens_q[b] + i with
+ * varlen, b·seqlen_q + i without. */
 struct fa_bwd_params : fa_kernel_base {
     const void *dout; /* [b, seqlen_q, heads_q, dv]                                           */
     void *dk;         /* [b, seqlen_k, heads_kv, d]  written when group_splits == 1           */
@@ -27,7 +27,6 @@ struct fa_bwd_params : fa_kernel_base {
     /* workspace, filled by the pre-pass */
     const float *lse_log2; /* [heads_q, total_q] LSE·log2(e); +inf where LSE = -inf (P = 0);
                               NULL for the Hopper kernel, which converts lse itself            */
-    const float *lse;      /* the forward's LSE: [b, heads_q, seqlen_q], varlen [heads_q, total_q] */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
     float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
                               the Hopper kernels: [heads_q, total_q, d] (one head's rows

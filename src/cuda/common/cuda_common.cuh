@@ -153,18 +153,23 @@ __device__ __forceinline__ fa_seq_rows fa_sequence_rows(const int32_t *cu_seqlen
 
 /* ---- kernel parameters: the base every parameter block extends ------------------------------ */
 
-/* What every kernel reads of the attention problem itself, passed by value as the first part of
- * each parameter block (fa_fwd_params, fa_bwd_params, fa_kv_params; C++ inheritance, so kernels
- * read prm.q_row_stride whatever the block). Filled from the validated problem by
- * fa_cuda_fill_kernel_base, and only there. Strides in elements; window sides -1 = unbounded
- * (causal already folded into window_right). */
+/* What every kernel parameter block shares, passed by value as its first part (fa_fwd_params,
+ * fa_bwd_params, fa_kv_params extend it by C++ inheritance, so kernels read prm.q_row_stride
+ * whatever the block). Filled from the validated problem by fa_cuda_fill_kernel_base, and only
+ * there. Strides in elements; window sides -1 = unbounded (causal already folded into
+ * window_right). The field order is the forward's original one: the forward kernels are bound by
+ * registers, and ptxas allocates differently when their parameters move. */
 struct fa_kernel_base {
     const void *q; /* [b, seqlen_q, heads_q, d]  (varlen: [total_q, heads_q, d])               */
     const void *k; /* [b, seqlen_k, heads_kv, d]  (KV cache: the cache, written when appending) */
     const void *v; /* [b, seqlen_k, heads_kv, dv]                                              */
+    void *o;       /* [b, seqlen_q, heads_q, dv]: the output (the backward: the forward's)      */
+    float *lse;    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL in the
+                      forward; the backward reads the forward's                                */
     int64_t q_batch_stride, q_row_stride, q_head_stride;
     int64_t k_batch_stride, k_row_stride, k_head_stride;
     int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
     const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL (always NULL: KV cache)     */
     const int32_t *cu_seqlens_k;
     int64_t total_q, total_k;    /* packed rows (bounds every varlen access)                  */
@@ -173,25 +178,18 @@ struct fa_kernel_base {
     int heads_q, heads_kv, group; /* group = heads_q / heads_kv                               */
     int head_dim, head_dim_v;    /* actual dims; the kernel's bucket may be larger            */
     int window_left, window_right;
+    /* The forward's score path: p = 2^(acc·score_mul - max·score_mul) with score_mul =
+     * scale·log2(e); transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites
+     * every score into log2 units first and then uses score_mul = 1. (The backward uses
+     * scale_log2 and the softcap constants directly.) */
+    int transform_scores;
+    float score_mul;
     float scale_log2;            /* softmax_scale · log2(e)                                    */
     float softcap_pre;           /* softmax_scale / softcap (0 when softcap is off)           */
     float softcap_post_log2;     /* softcap · log2(e); read only when softcap_pre != 0        */
     const float *alibi_slopes;   /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL */
     int64_t alibi_batch_stride;
-};
-
-/* What the forward-direction kernels (forward, KV-cache decode) add: the output, its LSE, the
- * sinks and the score path. */
-struct fa_forward_base : fa_kernel_base {
-    void *o;    /* [b, seqlen_q, heads_q, dv]                                                   */
-    float *lse; /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL              */
-    int64_t o_batch_stride, o_row_stride, o_head_stride;
     const float *sink_logits;    /* [heads_q] or NULL                                         */
-    /* Scores: plain path p = 2^(acc·score_mul - max·score_mul) with score_mul = scale·log2(e).
-     * transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites every score into
-     * log2 units first and then uses score_mul = 1. */
-    int transform_scores;
-    float score_mul;
 };
 
 /* The fields of fa_kernel_base from the validated problem; the one place they are filled. */
@@ -200,6 +198,8 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
     prm->q = p->q;
     prm->k = p->k;
     prm->v = p->v;
+    prm->o = p->o;
+    prm->lse = p->lse;
     prm->q_batch_stride = p->q_batch_stride;
     prm->q_row_stride = p->q_row_stride;
     prm->q_head_stride = p->q_head_stride;
@@ -209,6 +209,9 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
     prm->v_batch_stride = p->v_batch_stride;
     prm->v_row_stride = p->v_row_stride;
     prm->v_head_stride = p->v_head_stride;
+    prm->o_batch_stride = p->o_batch_stride;
+    prm->o_row_stride = p->o_row_stride;
+    prm->o_head_stride = p->o_head_stride;
     prm->cu_seqlens_q = pb->varlen ? p->cu_seqlens_q : nullptr;
     prm->cu_seqlens_k = pb->varlen ? p->cu_seqlens_k : nullptr;
     prm->total_q = p->total_q;
@@ -223,34 +226,23 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
     prm->head_dim_v = (int)p->head_dim_v;
     prm->window_left = (int)p->window_left;
     prm->window_right = (int)p->window_right;
+    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
+     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
+    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
+    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
     prm->scale_log2 = pb->scale_log2;
     /* softcap_post_log2 is read only when softcap_pre != 0 (it is negative with a negative scale) */
     prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
     prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
     prm->alibi_slopes = p->alibi_slopes;
     prm->alibi_batch_stride = p->alibi_batch_stride;
-}
-
-/* fa_cuda_fill_kernel_base plus the fields of fa_forward_base. */
-static inline void fa_cuda_fill_forward_base(fa_forward_base *prm, const fa_problem *pb) {
-    const fa_params *p = &pb->p;
-    fa_cuda_fill_kernel_base(prm, pb);
-    prm->o = p->o;
-    prm->lse = p->lse;
-    prm->o_batch_stride = p->o_batch_stride;
-    prm->o_row_stride = p->o_row_stride;
-    prm->o_head_stride = p->o_head_stride;
     prm->sink_logits = p->sink_logits;
-    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
-     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
-    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
-    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
 }
 
 /* ---- forward kernel parameters (filled by fwd.cu, read by fwd_*.cu) --------------------- */
 
-/* Everything a forward kernel needs, passed by value: fa_forward_base and the tile order. */
-struct fa_fwd_params : fa_forward_base {
+/* Everything a forward kernel needs, passed by value: fa_kernel_base and the tile order. */
+struct fa_fwd_params : fa_kernel_base {
     int heavy_first;             /* portable: grid (heads_q, b, m_blocks), last query block first;
                                     Hopper: tiles in head groups, longest first (fa_fwd_grouped_tile) */
     int head_group;              /* Hopper, heavy_first: (batch, head) units per group         */

@@ -11,14 +11,14 @@
 
 #include "cuda/common/cuda_common.cuh"
 
-/* Everything the decode kernel reads, passed by value: fa_forward_base and the cache layout
+/* Everything the decode kernel reads, passed by value: fa_kernel_base and the cache layout
  * below. Strides in elements. The int32 arrays are device memory, read and clamped by the kernel
  * only. "Slot" = position in a sequence's cache (0 .. seqlen_k - 1); key j of the attention is
  * slot pad + j (pad = cache_leftpad[b]). From the base: k and v are the cache, [cache_batch,
  * seqlen_k, heads_kv, d] or pages [num_pages, page_size, heads_kv, d] (batch stride = page
  * stride), written when appending; o and lse are written when num_splits == 1; cu_seqlens are
  * NULL; seqlen_k is the cache capacity per sequence. */
-struct fa_kv_params : fa_forward_base {
+struct fa_kv_params : fa_kernel_base {
     const void *k_new; /* [batch, seqlen_q, heads_kv, d] or NULL (no append)                    */
     const void *v_new; /* [batch, seqlen_q, heads_kv, dv]                                       */
     int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
