@@ -32,7 +32,7 @@ def kernels(path):
                 out[key] = "\n".join(body)
             key, body = (arch, m.group(1)), []
             continue
-        if key and re.match(r"\s*/\*[0-9a-f]{4}\*/", line):
+        if key and re.match(r"\s*/\*[0-9a-f]{4,}\*/", line):
             body.append(" ".join(line.split()))  # column widths follow the name lengths
     if key:
         out[key] = "\n".join(body)

@@ -483,6 +483,162 @@ static void check_output(const char *label, const char *name, const fa_test_chec
              (long long)c->unwritten, (long long)c->nonfinite);
 }
 
+/* Rank r's shards of tp (q, k, v, dout copied in; every tensor allocated, strided as the case
+ * asks) and its fa_ring_params on the local ring; 0 when out of memory. */
+static int setup_rank(const ring_case *c, fa_test_problem *tp, rank_state *rs, int r, local_ring *ring,
+                      const tensor_map *maps, const test_cudart *cuda, const char *label) {
+    const fa_test_spec *s = &tp->spec;
+    const int varlen = s->varlen, world = c->world;
+    const int64_t hq = s->heads_q, hkv = s->heads_kv, d = s->head_dim, dv = s->head_dim_v;
+    const size_t es = fa_test_dtype_size(s->dtype);
+    int ok = 1;
+    memset(rs, 0, sizeof *rs);
+    rs->cu[0] = 0;
+    int64_t max_tokens = 0;
+    for (int64_t b = 0; b < s->batch; b++) {
+        int64_t L = varlen ? s->lens_q[b] : s->seqlen_q;
+        int count;
+        fa_ring_shard(L, world, r, c->sharding, rs->start[b], rs->length[b], &count);
+        int64_t tokens = rs->length[b][0] + rs->length[b][1];
+        rs->cu[b + 1] = rs->cu[b] + (int32_t)tokens;
+        if (tokens > max_tokens) max_tokens = tokens;
+    }
+    rs->n = varlen ? rs->cu[s->batch] : max_tokens;
+    rs->rows_alloc = rs->n + (varlen && c->extra_rows ? 2 : 0);
+    int64_t blocks = varlen ? 1 : s->batch;
+    for (int i = 0; i < T_STRIDED && ok; i++) {
+        shard_tensor *st = &rs->t[i];
+        int64_t dim = maps[i].dim, heads = maps[i].heads;
+        st->head_stride = dim + (c->padded ? 3 : 0);
+        st->row_stride = heads * st->head_stride + (c->padded ? 5 : 0);
+        st->batch_stride = varlen ? 0 : rs->rows_alloc * st->row_stride + (c->padded ? 7 : 0);
+        int64_t elements = varlen ? rs->rows_alloc * st->row_stride : blocks * st->batch_stride;
+        ok &= FA_CHECK(alloc_shard_tensor(st, (size_t)elements * es, cuda) == 0, "%s: out of memory", label);
+    }
+    size_t lse_bytes = sizeof(float) * (size_t)(hq * (varlen ? rs->rows_alloc : s->batch * rs->n));
+    ok &= FA_CHECK(alloc_shard_tensor(&rs->t[T_LSE], lse_bytes, cuda) == 0 &&
+                       alloc_shard_tensor(&rs->t[T_SINK], sizeof(float) * (size_t)hq, cuda) == 0 &&
+                       alloc_shard_tensor(&rs->t[T_DSINK], sizeof(float) * (size_t)hq, cuda) == 0,
+                   "%s: out of memory", label);
+    if (!ok) return 0;
+    for (int i = 0; i < 4; i++) move_tensor(tp, rs, &maps[i], 1); /* q, k, v, dout */
+    if (c->sinks) memcpy(rs->t[T_SINK].host, tp->params.sink_logits, sizeof(float) * (size_t)hq);
+    for (int i = 0; i < T_COUNT; i++)
+        if (rs->t[i].host && i != T_WS) sync_tensor(&rs->t[i], cuda, 1);
+
+    fa_ring_params *p = &rs->params;
+    fa_params *a = &p->attn;
+    a->device = c->device;
+    a->dtype = s->dtype;
+    a->batch = s->batch;
+    a->heads_q = hq;
+    a->heads_kv = hkv;
+    a->head_dim = d;
+    a->head_dim_v = dv;
+    a->causal = c->causal;
+    a->softcap = c->softcap;
+    a->num_threads = 1;
+    if (varlen) {
+        a->total_q = a->total_k = c->extra_rows ? rs->rows_alloc : 0;
+    } else {
+        a->seqlen_q = a->seqlen_k = r % 2 ? rs->n : 0; /* 0 = from the sharding */
+    }
+#define BIND(pointer, prefix, index)                                                              \
+do {                                                                                          \
+    shard_tensor *st_ = &rs->t[index];                                                        \
+    a->pointer = cuda ? st_->device : st_->host;                                              \
+    a->prefix##_batch_stride = st_->batch_stride;                                             \
+    a->prefix##_row_stride = st_->row_stride;                                                 \
+    a->prefix##_head_stride = st_->head_stride;                                               \
+} while (0)
+    BIND(q, q, T_Q);
+    BIND(k, k, T_K);
+    BIND(v, v, T_V);
+    BIND(o, o, T_O);
+    BIND(dout, do, T_DO);
+    BIND(dq, dq, T_DQ);
+    BIND(dk, dk, T_DK);
+    BIND(dv, dv, T_DV);
+#undef BIND
+    a->lse = cuda ? rs->t[T_LSE].device : rs->t[T_LSE].host;
+    if (c->sinks) {
+        a->sink_logits = cuda ? rs->t[T_SINK].device : rs->t[T_SINK].host;
+        a->dsink = cuda ? rs->t[T_DSINK].device : rs->t[T_DSINK].host;
+    }
+    p->rank = r;
+    p->world_size = world;
+    p->sharding = c->sharding;
+    p->seqlen = varlen ? 0 : s->seqlen_q;
+    p->cu_seqlens = varlen ? tp->params.cu_seqlens_q : NULL;
+    rs->ep.ring = ring;
+    rs->ep.rank = r;
+    p->comm.send_recv = local_send_recv;
+    p->comm.wait = local_wait;
+    p->comm.user = &rs->ep;
+    return ok;
+}
+
+/* A caller-owned workspace per rank, big enough for both passes; 0 on failure. */
+static int alloc_workspaces(rank_state *ranks, int world, const test_cudart *cuda, const char *label) {
+    int ok = 1;
+    for (int r = 0; r < world && ok; r++) {
+        size_t fwd_ws = 0, bwd_ws = 0;
+        ok &= FA_CHECK(fa_ring_check_forward(&ranks[r].params, &fwd_ws) == FA_OK &&
+                           fa_ring_check_backward(&ranks[r].params, &bwd_ws) == FA_OK,
+                       "%s: check: %s", label, fa_last_error());
+        size_t bytes = fwd_ws > bwd_ws ? fwd_ws : bwd_ws;
+        ok &= FA_CHECK(alloc_shard_tensor(&ranks[r].t[T_WS], bytes, cuda) == 0, "%s: out of memory", label);
+        sync_tensor(&ranks[r].t[T_WS], cuda, 1);
+        ranks[r].params.workspace = cuda ? ranks[r].t[T_WS].device : ranks[r].t[T_WS].host;
+        ranks[r].params.workspace_bytes = bytes;
+    }
+    return ok;
+}
+
+/* The backward on the ring's own o and lse: gather dq, dk, dv (and dsink, summed over ranks)
+ * into tp's global outputs and compare; 1 when every check passed. */
+static int check_ring_backward(const ring_case *c, fa_test_problem *tp, rank_state *ranks, const tensor_map *maps,
+                               const test_cudart *cuda, const fa_ref_outputs *ref64, const fa_ref_outputs *base,
+                               const char *label) {
+    const int world = c->world;
+    const int64_t hq = tp->spec.heads_q;
+    int ok = 1;
+    for (int r = 0; r < world; r++) ranks[r].ep.exchanges = 0;
+    if (!run_ring(ranks, world, 1, label)) return 0;
+    int64_t exchanges_bwd = 0;
+    float *gdsink = tp->params.dsink;
+    if (c->sinks)
+        for (int64_t h = 0; h < hq; h++) gdsink[h] = 0.0f;
+    for (int r = 0; r < world; r++) {
+        for (int i = 5; i < 8; i++) { /* dq, dk, dv */
+            sync_tensor(&ranks[r].t[maps[i].shard], cuda, 0);
+            move_tensor(tp, &ranks[r], &maps[i], 0);
+        }
+        if (c->sinks) {
+            sync_tensor(&ranks[r].t[T_DSINK], cuda, 0);
+            const float *part = ranks[r].t[T_DSINK].host;
+            for (int64_t h = 0; h < hq; h++) gdsink[h] += part[h]; /* dsink sums over ranks */
+        }
+        exchanges_bwd += ranks[r].ep.exchanges;
+    }
+    /* per rank: W-1 K/V hops, W-1 dK/dV hops behind them and one that takes dK/dV home */
+    FA_CHECK(exchanges_bwd == (world > 1 ? (int64_t)world * (2 * world - 1) : 0),
+             "%s: backward made %lld exchanges, expected W(2W-1)", label, (long long)exchanges_bwd);
+    static const int grads[] = {FA_T_DQ, FA_T_DK, FA_T_DV};
+    static const char *const names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++) {
+        fa_test_check cg = fa_test_compare(tp, grads[i], ref64, base);
+        check_output(label, names[i], &cg);
+        ok &= cg.ok;
+    }
+    if (c->sinks) {
+        fa_test_check cs = fa_test_compare(tp, FA_T_DSINK, ref64, base);
+        check_output(label, "dsink", &cs);
+        ok &= cs.ok;
+    }
+    return ok;
+}
+
 /* The whole case; returns 1 when every check passed. */
 static int expect_ring(const ring_case *c) {
     char label[256];
@@ -510,9 +666,8 @@ static int expect_ring(const ring_case *c) {
     fa_test_problem tp;
     if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "%s: problem could not be created", label)) return 0;
     const fa_test_spec *s = &tp.spec;
-    const int varlen = s->varlen, world = c->world;
+    const int world = c->world;
     const int64_t hq = s->heads_q, hkv = s->heads_kv, d = s->head_dim, dv = s->head_dim_v;
-    const size_t es = fa_test_dtype_size(s->dtype);
     int ok = 1;
 
     /* float64 oracle and the dtype baseline on the whole (unsharded) problem */
@@ -535,107 +690,10 @@ static int expect_ring(const ring_case *c) {
     const tensor_map maps[T_STRIDED] = {{T_Q, FA_T_Q, hq, d},   {T_K, FA_T_K, hkv, d},  {T_V, FA_T_V, hkv, dv},
                                         {T_DO, FA_T_DO, hq, dv}, {T_O, FA_T_O, hq, dv},  {T_DQ, FA_T_DQ, hq, d},
                                         {T_DK, FA_T_DK, hkv, d}, {T_DV, FA_T_DV, hkv, dv}};
-    for (int r = 0; r < world; r++) {
-        rank_state *rs = &ranks[r];
-        memset(rs, 0, sizeof *rs);
-        rs->cu[0] = 0;
-        int64_t max_tokens = 0;
-        for (int64_t b = 0; b < s->batch; b++) {
-            int64_t L = varlen ? s->lens_q[b] : s->seqlen_q;
-            int count;
-            fa_ring_shard(L, world, r, c->sharding, rs->start[b], rs->length[b], &count);
-            int64_t tokens = rs->length[b][0] + rs->length[b][1];
-            rs->cu[b + 1] = rs->cu[b] + (int32_t)tokens;
-            if (tokens > max_tokens) max_tokens = tokens;
-        }
-        rs->n = varlen ? rs->cu[s->batch] : max_tokens;
-        rs->rows_alloc = rs->n + (varlen && c->extra_rows ? 2 : 0);
-        int64_t blocks = varlen ? 1 : s->batch;
-        for (int i = 0; i < T_STRIDED && ok; i++) {
-            shard_tensor *st = &rs->t[i];
-            int64_t dim = maps[i].dim, heads = maps[i].heads;
-            st->head_stride = dim + (c->padded ? 3 : 0);
-            st->row_stride = heads * st->head_stride + (c->padded ? 5 : 0);
-            st->batch_stride = varlen ? 0 : rs->rows_alloc * st->row_stride + (c->padded ? 7 : 0);
-            int64_t elements = varlen ? rs->rows_alloc * st->row_stride : blocks * st->batch_stride;
-            ok &= FA_CHECK(alloc_shard_tensor(st, (size_t)elements * es, cuda) == 0, "%s: out of memory", label);
-        }
-        size_t lse_bytes = sizeof(float) * (size_t)(hq * (varlen ? rs->rows_alloc : s->batch * rs->n));
-        ok &= FA_CHECK(alloc_shard_tensor(&rs->t[T_LSE], lse_bytes, cuda) == 0 &&
-                           alloc_shard_tensor(&rs->t[T_SINK], sizeof(float) * (size_t)hq, cuda) == 0 &&
-                           alloc_shard_tensor(&rs->t[T_DSINK], sizeof(float) * (size_t)hq, cuda) == 0,
-                       "%s: out of memory", label);
-        if (!ok) break;
-        for (int i = 0; i < 4; i++) move_tensor(&tp, rs, &maps[i], 1); /* q, k, v, dout */
-        if (c->sinks) memcpy(rs->t[T_SINK].host, tp.params.sink_logits, sizeof(float) * (size_t)hq);
-        for (int i = 0; i < T_COUNT; i++)
-            if (rs->t[i].host && i != T_WS) sync_tensor(&rs->t[i], cuda, 1);
-
-        fa_ring_params *p = &rs->params;
-        fa_params *a = &p->attn;
-        a->device = c->device;
-        a->dtype = s->dtype;
-        a->batch = s->batch;
-        a->heads_q = hq;
-        a->heads_kv = hkv;
-        a->head_dim = d;
-        a->head_dim_v = dv;
-        a->causal = c->causal;
-        a->softcap = c->softcap;
-        a->num_threads = 1;
-        if (varlen) {
-            a->total_q = a->total_k = c->extra_rows ? rs->rows_alloc : 0;
-        } else {
-            a->seqlen_q = a->seqlen_k = r % 2 ? rs->n : 0; /* 0 = from the sharding */
-        }
-#define BIND(pointer, prefix, index)                                                              \
-    do {                                                                                          \
-        shard_tensor *st_ = &rs->t[index];                                                        \
-        a->pointer = cuda ? st_->device : st_->host;                                              \
-        a->prefix##_batch_stride = st_->batch_stride;                                             \
-        a->prefix##_row_stride = st_->row_stride;                                                 \
-        a->prefix##_head_stride = st_->head_stride;                                               \
-    } while (0)
-        BIND(q, q, T_Q);
-        BIND(k, k, T_K);
-        BIND(v, v, T_V);
-        BIND(o, o, T_O);
-        BIND(dout, do, T_DO);
-        BIND(dq, dq, T_DQ);
-        BIND(dk, dk, T_DK);
-        BIND(dv, dv, T_DV);
-#undef BIND
-        a->lse = cuda ? rs->t[T_LSE].device : rs->t[T_LSE].host;
-        if (c->sinks) {
-            a->sink_logits = cuda ? rs->t[T_SINK].device : rs->t[T_SINK].host;
-            a->dsink = cuda ? rs->t[T_DSINK].device : rs->t[T_DSINK].host;
-        }
-        p->rank = r;
-        p->world_size = world;
-        p->sharding = c->sharding;
-        p->seqlen = varlen ? 0 : s->seqlen_q;
-        p->cu_seqlens = varlen ? tp.params.cu_seqlens_q : NULL;
-        rs->ep.ring = &ring;
-        rs->ep.rank = r;
-        p->comm.send_recv = local_send_recv;
-        p->comm.wait = local_wait;
-        p->comm.user = &rs->ep;
-    }
+    for (int r = 0; r < world && ok; r++) ok &= setup_rank(c, &tp, &ranks[r], r, &ring, maps, cuda, label);
 
     /* forward, then gather o and lse into tp's (poisoned) global outputs and compare */
-    if (ok && c->workspace) { /* a caller-owned workspace, big enough for both passes */
-        for (int r = 0; r < world && ok; r++) {
-            size_t fwd_ws = 0, bwd_ws = 0;
-            ok &= FA_CHECK(fa_ring_check_forward(&ranks[r].params, &fwd_ws) == FA_OK &&
-                               fa_ring_check_backward(&ranks[r].params, &bwd_ws) == FA_OK,
-                           "%s: check: %s", label, fa_last_error());
-            size_t bytes = fwd_ws > bwd_ws ? fwd_ws : bwd_ws;
-            ok &= FA_CHECK(alloc_shard_tensor(&ranks[r].t[T_WS], bytes, cuda) == 0, "%s: out of memory", label);
-            sync_tensor(&ranks[r].t[T_WS], cuda, 1);
-            ranks[r].params.workspace = cuda ? ranks[r].t[T_WS].device : ranks[r].t[T_WS].host;
-            ranks[r].params.workspace_bytes = bytes;
-        }
-    }
+    if (ok && c->workspace) ok &= alloc_workspaces(ranks, world, cuda, label);
     int64_t exchanges_fwd = 0;
     if (ok && run_ring(ranks, world, 0, label)) {
         for (int r = 0; r < world; r++) {
@@ -654,42 +712,7 @@ static int expect_ring(const ring_case *c) {
         ok &= co.ok && cl.ok;
 
         /* backward on the ring's own o and lse */
-        for (int r = 0; r < world; r++) ranks[r].ep.exchanges = 0;
-        if (run_ring(ranks, world, 1, label)) {
-            int64_t exchanges_bwd = 0;
-            float *gdsink = tp.params.dsink;
-            if (c->sinks)
-                for (int64_t h = 0; h < hq; h++) gdsink[h] = 0.0f;
-            for (int r = 0; r < world; r++) {
-                for (int i = 5; i < 8; i++) { /* dq, dk, dv */
-                    sync_tensor(&ranks[r].t[maps[i].shard], cuda, 0);
-                    move_tensor(&tp, &ranks[r], &maps[i], 0);
-                }
-                if (c->sinks) {
-                    sync_tensor(&ranks[r].t[T_DSINK], cuda, 0);
-                    const float *part = ranks[r].t[T_DSINK].host;
-                    for (int64_t h = 0; h < hq; h++) gdsink[h] += part[h]; /* dsink sums over ranks */
-                }
-                exchanges_bwd += ranks[r].ep.exchanges;
-            }
-            /* per rank: W-1 K/V hops, W-1 dK/dV hops behind them and one that takes dK/dV home */
-            FA_CHECK(exchanges_bwd == (world > 1 ? (int64_t)world * (2 * world - 1) : 0),
-                     "%s: backward made %lld exchanges, expected W(2W-1)", label, (long long)exchanges_bwd);
-            static const int grads[] = {FA_T_DQ, FA_T_DK, FA_T_DV};
-            static const char *const names[] = {"dq", "dk", "dv"};
-            for (int i = 0; i < 3; i++) {
-                fa_test_check cg = fa_test_compare(&tp, grads[i], &ref64, &base);
-                check_output(label, names[i], &cg);
-                ok &= cg.ok;
-            }
-            if (c->sinks) {
-                fa_test_check cs = fa_test_compare(&tp, FA_T_DSINK, &ref64, &base);
-                check_output(label, "dsink", &cs);
-                ok &= cs.ok;
-            }
-        } else {
-            ok = 0;
-        }
+        ok &= check_ring_backward(c, &tp, ranks, maps, cuda, &ref64, &base, label);
     } else {
         ok = 0;
     }

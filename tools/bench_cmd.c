@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_report.h"
+#include "bench_run.h"
 #include "cli.h"
 
 #define CMD "bench"
@@ -320,28 +322,6 @@ static void parse_options(int argc, char **argv, bench_options *o) {
 
 /* ---- the sweep ----------------------------------------------------------------------------- */
 
-static int64_t visible_pairs(const bench_case *c) {
-    int64_t pairs = 0;
-    for (int64_t i = 0; i < c->sq; i++) {
-        int64_t diag = i + c->sk - c->sq, lo = 0, hi = c->sk;
-        int64_t right = c->causal ? 0 : c->window_right; /* causal: right = min(right, 0) */
-        if (c->window_left >= 0 && diag - c->window_left > lo) lo = diag - c->window_left;
-        if (right >= 0 && diag + right + 1 < hi) hi = diag + right + 1;
-        if (hi > lo) pairs += hi - lo;
-    }
-    return pairs;
-}
-
-double bench_flops(const bench_case *c) {
-    double pairs = (double)c->sq * (double)c->sk;
-    if (c->use_window)
-        pairs = (double)visible_pairs(c);
-    else if (c->causal)
-        pairs *= 0.5;
-    double forward = 2.0 * (double)c->b * (double)c->hq * pairs * (double)(c->d + c->dv);
-    return c->mode == BENCH_BWD ? 2.5 * forward : c->mode == BENCH_FWDBWD ? 3.5 * forward : forward;
-}
-
 /* Bytes fa_standard_forward materialises: one fp32 sq×sk score matrix per busy worker. */
 static double standard_bytes(const bench_case *c) {
     int64_t workers = c->threads_used < c->b * c->hq ? c->threads_used : c->b * c->hq;
@@ -357,8 +337,8 @@ static void measure_case(const bench_options *o, const bench_case *c, bench_resu
         r->max_abs_err = -1.0;
         r->flops = bench_flops(c);
         snprintf(r->note, sizeof r->note, "would materialise %s of scores (limit %s)",
-                 bench_format_bytes(standard_bytes(c), need, sizeof need),
-                 bench_format_bytes(o->standard_limit, limit, sizeof limit));
+                 cli_format_bytes(standard_bytes(c), need, sizeof need),
+                 cli_format_bytes(o->standard_limit, limit, sizeof limit));
         return;
     }
     if (c->device == FA_DEVICE_CUDA)
@@ -503,8 +483,8 @@ static void print_summary(const sweep_state *s) {
         printf("%-6s %-6d %6lld %6lld %9.2fx %12s %12s %9s\n", bench_mode_name(row->c.mode),
                row->c.causal, (long long)row->c.sq, (long long)row->c.sk,
                row->standard.ms / row->flash.ms,
-               bench_format_bytes((double)row->standard.extra_mem_bytes, std_mem, sizeof std_mem),
-               bench_format_bytes((double)row->flash.extra_mem_bytes, flash_mem, sizeof flash_mem),
+               cli_format_bytes((double)row->standard.extra_mem_bytes, std_mem, sizeof std_mem),
+               cli_format_bytes((double)row->flash.extra_mem_bytes, flash_mem, sizeof flash_mem),
                bench_format_ratio((double)row->standard.extra_mem_bytes,
                                   (double)row->flash.extra_mem_bytes, saving, sizeof saving));
     }

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench_run.h"
 #include "child.h"
 
 /* Adaptive timing: at least this many timed calls, more while under the time budget. */
@@ -153,14 +153,7 @@ static void measure(const bench_case *c, bench_result *r, int use_proc) {
 static void measure_child(const void *arg, void *out) { measure(arg, out, 1); }
 
 void bench_run_cpu(const bench_case *c, bench_result *r) {
-    memset(r, 0, sizeof *r);
-    r->flops = bench_flops(c);
-    r->max_abs_err = -1.0;
-    if (c->impl == IMPL_STANDARD && c->mode != BENCH_FWD) {
-        r->status = BENCH_SKIPPED;
-        snprintf(r->note, sizeof r->note, "standard attention is forward-only (not timed)");
-        return;
-    }
+    if (bench_result_start(c, r)) return;
     if (proc_status_bytes("VmRSS") < 0) {
         measure(c, r, 0);
         return;

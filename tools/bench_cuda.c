@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "bench_run.h"
 #include "cli.h"
 #include "cudart.h"
 #include "gpu_standard.h"
@@ -146,8 +146,8 @@ static int allocate_standard(const fa_params *p, cuda_run *run) {
     if (need + STANDARD_HEADROOM > free_bytes) {
         run->r->status = BENCH_SKIPPED;
         snprintf(run->r->note, sizeof run->r->note, "does not fit: needs %s, %s free",
-                 bench_format_bytes((double)need, need_text, sizeof need_text),
-                 bench_format_bytes((double)free_bytes, free_text, sizeof free_text));
+                 cli_format_bytes((double)need, need_text, sizeof need_text),
+                 cli_format_bytes((double)free_bytes, free_text, sizeof free_text));
         return 0;
     }
     if (!gpu_standard_init(run->standard, run->rt, p, why, sizeof why)) {
@@ -299,14 +299,7 @@ static void measure(const bench_case *c, const cudart_api *rt, bench_result *r) 
 
 void bench_run_cuda(const bench_case *c, bench_result *r) {
     char why[sizeof r->note];
-    memset(r, 0, sizeof *r);
-    r->flops = bench_flops(c);
-    r->max_abs_err = -1.0;
-    if (c->impl == IMPL_STANDARD && c->mode != BENCH_FWD) {
-        r->status = BENCH_SKIPPED;
-        snprintf(r->note, sizeof r->note, "standard attention is forward-only (not timed)");
-        return;
-    }
+    if (bench_result_start(c, r)) return;
     if (c->impl == IMPL_FLASH && !fa_cuda_available()) {
         r->status = BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note, "CUDA is not available in this build or machine");

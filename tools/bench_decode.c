@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_case.h"
 #include "cli.h"
 #include "cudart.h"
 #include "tensors.h"
@@ -659,7 +660,7 @@ static void report(const decode_options *o, const decode_case *c, const decode_r
                (long long)c->page_size, c->splits);
         if (r->ok)
             printf(" %10.3f %9.1f %10s %9.1f %9.1f %6.0f%%\n", r->ms, tokens_per_s,
-                   bench_format_bytes(r->kv_bytes, kv, sizeof kv), gbps, copy_gbps,
+                   cli_format_bytes(r->kv_bytes, kv, sizeof kv), gbps, copy_gbps,
                    copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0);
         else
             printf("  failed: %s\n", r->note);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench.h"
+#include "bench_report.h"
 #include "cli.h"
 
 const char *bench_impl_name(bench_impl impl) {
@@ -22,17 +22,6 @@ static const char *mem_source_name(bench_mem_source source) {
 
 static const char *status_name(bench_status status) {
     return status == BENCH_SKIPPED ? "skipped" : status == BENCH_FAILED ? "failed" : "ok";
-}
-
-const char *bench_format_bytes(double bytes, char *buf, size_t size) {
-    static const char *const units[] = {"B", "KB", "MB", "GB", "TB"};
-    int unit = 0;
-    while (bytes >= 1024.0 && unit < 4) {
-        bytes /= 1024.0;
-        unit++;
-    }
-    snprintf(buf, size, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
-    return buf;
 }
 
 const char *bench_format_ratio(double numerator, double denominator, char *buf, size_t size) {
@@ -155,7 +144,7 @@ void report_table_row(const bench_case *c, const bench_result *r, const bench_re
     else
         snprintf(err, sizeof err, "-");
     printf(" %10.3f %9.1f %11s %9s", r->ms, shown,
-           bench_format_bytes((double)r->extra_mem_bytes, mem, sizeof mem), err);
+           cli_format_bytes((double)r->extra_mem_bytes, mem, sizeof mem), err);
     int with_gemm = g && g->found && g->gflops > 0.0;
     if (baseline && baseline->status == BENCH_OK && r != baseline) {
         char saving[16];

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "oracle/reference.h"
-#include "bench.h"
+#include "bench_case.h"
 #include "cli.h"
 
 #define SAMPLE_ROWS 4

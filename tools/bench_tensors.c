@@ -1,12 +1,47 @@
 /*
- * bench_tensors.c: the host tensors and fa_params of one benchmark case (see bench.h).
+ * bench_tensors.c: the FLOPs, sizes, fa_params and host tensors of one benchmark case (bench_case.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "bench_case.h"
 #include "cli.h"
 #include "tensors.h"
+
+static int64_t visible_pairs(const bench_case *c) {
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < c->sq; i++) {
+        int64_t diag = i + c->sk - c->sq, lo = 0, hi = c->sk;
+        int64_t right = c->causal ? 0 : c->window_right; /* causal: right = min(right, 0) */
+        if (c->window_left >= 0 && diag - c->window_left > lo) lo = diag - c->window_left;
+        if (right >= 0 && diag + right + 1 < hi) hi = diag + right + 1;
+        if (hi > lo) pairs += hi - lo;
+    }
+    return pairs;
+}
+
+double bench_flops(const bench_case *c) {
+    double pairs = (double)c->sq * (double)c->sk;
+    if (c->use_window)
+        pairs = (double)visible_pairs(c);
+    else if (c->causal)
+        pairs *= 0.5;
+    double forward = 2.0 * (double)c->b * (double)c->hq * pairs * (double)(c->d + c->dv);
+    return c->mode == BENCH_BWD ? 2.5 * forward : c->mode == BENCH_FWDBWD ? 3.5 * forward : forward;
+}
+
+int bench_result_start(const bench_case *c, bench_result *r) {
+    memset(r, 0, sizeof *r);
+    r->flops = bench_flops(c);
+    r->max_abs_err = -1.0;
+    if (c->impl == IMPL_STANDARD && c->mode != BENCH_FWD) {
+        r->status = BENCH_SKIPPED;
+        snprintf(r->note, sizeof r->note, "standard attention is forward-only (not timed)");
+        return 1;
+    }
+    return 0;
+}
 
 void bench_case_params(const bench_case *c, fa_params *p) {
     memset(p, 0, sizeof *p);

@@ -110,3 +110,14 @@ int cli_cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+const char *cli_format_bytes(double bytes, char *buf, size_t size) {
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB"};
+    int unit = 0;
+    while (bytes >= 1024.0 && unit < 4) {
+        bytes /= 1024.0;
+        unit++;
+    }
+    snprintf(buf, size, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+    return buf;
+}

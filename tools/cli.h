@@ -5,6 +5,7 @@
 #ifndef FA_CLI_H
 #define FA_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "flashattn.h"
@@ -43,5 +44,8 @@ const char *cli_device_name(fa_device device);
 
 /* CPU cores this process may run on (at least 1). */
 int cli_cpu_count(void);
+
+/* Human-readable byte count ("12.3 MB") into buf. */
+const char *cli_format_bytes(double bytes, char *buf, size_t size);
 
 #endif /* FA_CLI_H */

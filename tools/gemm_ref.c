@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
+#include "bench_run.h"
 #include "child.h"
 #include "tensors.h"
 

@@ -160,17 +160,74 @@ static inline int64_t fa_lse_offset(const fa_problem *pb, int64_t b, int64_t q_s
 
 /* ---- masks (host and device) ---------------------------------------------------------------- */
 
-/* Visible keys of query row i form one contiguous range [*lo, *hi) (empty when *hi <= *lo).
- * shift = len_k - len_q aligns the diagonal to the bottom-right corner. */
+/* The mask in one place for every engine. Query row i of a sequence has its diagonal at key
+ * diag = i + shift, shift = len_k - len_q (the diagonal aligned to the bottom-right corner), and
+ * sees keys j with diag - window_left <= j <= diag + window_right inside [0, len_k) (a side < 0 is
+ * unbounded; causal is window_right = 0). Both ends below are non-decreasing in i, so query rows
+ * [i0, i1] see, between them, keys [lo(i0), hi(i1)), and every one of them sees [lo(i1), hi(i0)):
+ * tiled kernels skip and leave unmasked whole tiles with fa_tile_none_visible and
+ * fa_tile_all_visible. 64-bit throughout: diag ± window can pass 2^31. */
+
+/* First visible key of the row with diagonal diag (>= 0; may exceed len_k: nothing visible). */
+FA_HD int64_t fa_key_lo(int64_t diag, int64_t window_left) {
+    return window_left >= 0 && diag - window_left > 0 ? diag - window_left : 0;
+}
+
+/* One past its last visible key (<= len_k; may be negative: nothing visible). */
+FA_HD int64_t fa_key_hi(int64_t diag, int64_t window_right, int64_t len_k) {
+    return window_right >= 0 && diag + window_right + 1 < len_k ? diag + window_right + 1 : len_k;
+}
+
+/* Visible keys of query row i form one contiguous range [*lo, *hi) (empty when *hi <= *lo). */
 FA_HD void fa_key_range(int64_t i, int64_t len_q, int64_t len_k, int64_t window_left,
                         int64_t window_right, int64_t *lo, int64_t *hi) {
     int64_t diag = i + len_k - len_q;
-    int64_t a = 0, b = len_k;
-    if (window_left >= 0 && diag - window_left > a) a = diag - window_left;
-    if (window_right >= 0 && diag + window_right + 1 < b) b = diag + window_right + 1;
-    *lo = a;
-    *hi = b;
+    *lo = fa_key_lo(diag, window_left);
+    *hi = fa_key_hi(diag, window_right, len_k);
 }
+
+/* fa_key_lo and fa_key_hi clamped into [0, len_k] (an empty range keeps hi <= lo), as int: the
+ * per-row ends the CUDA kernels tile with. */
+FA_HD int fa_key_lo_clamped(int64_t diag, int64_t window_left, int64_t len_k) {
+    int64_t lo = window_left >= 0 ? diag - window_left : 0;
+    return (int)(lo < 0 ? 0 : (lo > len_k ? len_k : lo));
+}
+FA_HD int fa_key_hi_clamped(int64_t diag, int64_t window_right, int64_t len_k) {
+    int64_t hi = window_right >= 0 ? diag + window_right + 1 : len_k;
+    return (int)(hi < 0 ? 0 : (hi > len_k ? len_k : hi));
+}
+
+/* Rows with diagonals [diag_first, diag_last] against keys [k0, k1), 0 <= k0 < k1: every key
+ * visible to every row, i.e. k0 >= fa_key_lo(diag_last) and k1 <= fa_key_hi(diag_first) (no
+ * per-element mask needed; false when k1 > len_k) ... */
+FA_HD int fa_tile_all_visible(int64_t diag_first, int64_t diag_last, int64_t k0, int64_t k1,
+                              int64_t window_left, int64_t window_right, int64_t len_k) {
+    return k1 <= len_k && (window_left < 0 || k0 >= diag_last - window_left) &&
+           (window_right < 0 || k1 <= diag_first + window_right + 1);
+}
+/* ... or no key visible to any row, i.e. k0 >= fa_key_hi(diag_last) or k1 <= fa_key_lo(diag_first)
+ * (the tile contributes nothing; true when k0 >= len_k). */
+FA_HD int fa_tile_none_visible(int64_t diag_first, int64_t diag_last, int64_t k0, int64_t k1,
+                               int64_t window_left, int64_t window_right, int64_t len_k) {
+    return k0 >= len_k || (window_right >= 0 && k0 > diag_last + window_right) ||
+           (window_left >= 0 && k1 <= diag_first - window_left);
+}
+
+/* Transposed, for key-major loops (the backward): the query rows that see at least one key of
+ * [k0, k1) (0 <= k0 < k1 <= len_k) form [*lo, *hi) (empty when *hi <= *lo). */
+FA_HD void fa_query_range(int64_t k0, int64_t k1, int64_t len_q, int64_t len_k, int64_t window_left,
+                          int64_t window_right, int64_t *lo, int64_t *hi) {
+    int64_t shift = len_k - len_q;
+    *lo = window_right >= 0 && k0 - shift - window_right > 0 ? k0 - shift - window_right : 0;
+    *hi = window_left >= 0 && k1 - shift + window_left < len_q ? k1 - shift + window_left : len_q;
+}
+
+/* Per element, by the distance d = j - diag of key j from its row's diagonal: the window holds
+ * -left_limit <= d <= right_limit with the limits below (an unbounded side: 2^30, beyond any
+ * distance of an int32-indexed tile). Kernels that test elements this way check 0 <= j < len_k
+ * themselves. */
+FA_HD int fa_window_limit(int64_t window) { return window < 0 ? (1 << 30) : (int)window; }
+FA_HD int fa_window_holds(int d, int left_limit, int right_limit) { return d >= -left_limit && d <= right_limit; }
 
 /* ALiBi bias of (query i, key j): -slope·|i + len_k - len_q - j|. */
 FA_HD float fa_alibi_bias(float slope, int64_t i, int64_t j, int64_t len_q, int64_t len_k) {

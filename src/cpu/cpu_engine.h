@@ -41,6 +41,29 @@
 #ifndef FA_CPU_BLOCK_ROWS
 #define FA_CPU_BLOCK_ROWS 64
 #endif
+
+/* How one sequence's query rows of a GQA group become work items of at most FA_CPU_BLOCK_ROWS
+ * rows: a long sequence gives each query head q_blocks blocks; a short one packs heads_per_item
+ * heads of the group into one block, and head_chunks items cover the group (len_q <= 0: no
+ * item). Shared by the forward and the KV-cache decode. */
+typedef struct fa_cpu_row_packing {
+    int64_t heads_per_item, head_chunks, q_blocks;
+} fa_cpu_row_packing;
+
+static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) {
+    fa_cpu_row_packing r = {1, 0, 0};
+    if (len_q <= 0) return r;
+    if (len_q >= FA_CPU_BLOCK_ROWS) {
+        r.q_blocks = (len_q + FA_CPU_BLOCK_ROWS - 1) / FA_CPU_BLOCK_ROWS;
+    } else {
+        r.q_blocks = 1;
+        r.heads_per_item = FA_CPU_BLOCK_ROWS / len_q;
+        if (r.heads_per_item > group) r.heads_per_item = group;
+    }
+    r.head_chunks = (group + r.heads_per_item - 1) / r.heads_per_item;
+    return r;
+}
+
 /* Keys per tile of the forward and of the dQ pass. */
 #ifndef FA_CPU_BLOCK_KEYS
 #define FA_CPU_BLOCK_KEYS 128

@@ -47,16 +47,8 @@ typedef struct fwd_split {
 } fwd_split;
 
 static fwd_split forward_split(const fa_problem *pb, int64_t len_q) {
-    fwd_split s = {1, 0, 0, 0};
-    if (len_q <= 0) return s;
-    if (len_q >= BLOCK_ROWS) {
-        s.q_blocks = (len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    } else {
-        s.q_blocks = 1;
-        s.heads_per_item = BLOCK_ROWS / len_q;
-        if (s.heads_per_item > pb->group) s.heads_per_item = pb->group;
-    }
-    s.head_chunks = (pb->group + s.heads_per_item - 1) / s.heads_per_item;
+    fa_cpu_row_packing r = fa_cpu_pack_rows(len_q, pb->group);
+    fwd_split s = {r.heads_per_item, r.head_chunks, r.q_blocks, 0};
     s.items = pb->p.heads_kv * s.head_chunks * s.q_blocks;
     return s;
 }

@@ -84,15 +84,10 @@ typedef struct kv_layout {
 static kv_layout layout_without_splits(const fa_problem *pb, int streaming) {
     kv_layout l;
     int64_t len_q = pb->p.seqlen_q;
-    l.heads_per_item = 1;
-    if (len_q >= BLOCK_ROWS) {
-        l.q_blocks = (len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
-    } else {
-        l.q_blocks = 1;
-        l.heads_per_item = BLOCK_ROWS / len_q;
-        if (l.heads_per_item > pb->group) l.heads_per_item = pb->group;
-    }
-    l.head_chunks = (pb->group + l.heads_per_item - 1) / l.heads_per_item;
+    fa_cpu_row_packing r = fa_cpu_pack_rows(len_q, pb->group);
+    l.heads_per_item = r.heads_per_item;
+    l.head_chunks = r.head_chunks;
+    l.q_blocks = r.q_blocks;
     l.kv_per_item = 1;
     int64_t group_rows = pb->group * len_q;
     if (streaming && l.head_chunks == 1 && group_rows <= 16) {
@@ -406,55 +401,63 @@ static void load_stream_tile(const kv_ctx *c, const kv_scratch *w, const kv_sequ
 }
 #endif
 
-/* One work item: `local` is the item's index within sequence b. Rows are numbered kv head of the
- * item (g), then query head of its group, then query: row r = (g · n_heads + head) · n_i + i. */
-static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t local) {
+/* One work item's rows and keys: (kv block, head chunk, query block, split). Rows are numbered
+ * kv head of the item (g), then query head of its group, then query:
+ * row r = (g · n_heads + head) · n_i + i. */
+typedef struct kv_item {
+    int64_t split;
+    int64_t kv_first, n_kv;         /* kv heads [kv_first, kv_first + n_kv)               */
+    int64_t chunk, n_heads;         /* query-head chunk of the group, heads in it         */
+    int64_t i0, n_i;                /* queries [i0, i0 + n_i)                              */
+    int64_t rows_per_kv, rows, rows_pad;
+    int streaming;                  /* several kv heads per item: the AVX-512 stream path  */
+    int dot;                        /* scores by dot products instead of a GEMM            */
+    int64_t tile;                   /* keys per step                                       */
+    int64_t split_begin, split_end; /* this split's keys: a range of whole key blocks      */
+} kv_item;
+
+/* Item `local` (its index within sequence b). */
+static kv_item item_of(const kv_ctx *c, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const kv_layout *l = &c->layout;
+    const int64_t len_q = p->seqlen_q, len_k = c->seqs[b].len_k;
+    kv_item it;
+    it.split = local % l->splits;
+    int64_t rest = local / l->splits;
+    int64_t per_kv_block = l->head_chunks * l->q_blocks;
+    it.kv_first = (rest / per_kv_block) * l->kv_per_item;
+    it.n_kv = p->heads_kv - it.kv_first < l->kv_per_item ? p->heads_kv - it.kv_first : l->kv_per_item;
+    it.chunk = (rest % per_kv_block) / l->q_blocks;
+    int64_t q_block = l->q_blocks - 1 - (rest % per_kv_block) % l->q_blocks;
+    it.n_heads = pb->group - it.chunk * l->heads_per_item;
+    if (it.n_heads > l->heads_per_item) it.n_heads = l->heads_per_item;
+    it.i0 = q_block * BLOCK_ROWS;
+    it.n_i = len_q - it.i0 < BLOCK_ROWS ? len_q - it.i0 : BLOCK_ROWS;
+    it.rows_per_kv = it.n_heads * it.n_i;
+    it.rows = it.n_kv * it.rows_per_kv;
+    it.rows_pad = fa_cpu_round_up(it.rows, FA_CPU_PAD);
+    it.streaming = l->kv_per_item > 1;
+    it.dot = c->dot_scores && it.rows_per_kv <= 16;
+    it.tile = it.streaming ? KV_STREAM_KEYS : BLOCK_KEYS;
+    int64_t blocks_per_split = (key_blocks_of(len_k) + l->splits - 1) / l->splits;
+    it.split_begin = it.split * blocks_per_split * BLOCK_KEYS;
+    it.split_end = it.split_begin + blocks_per_split * BLOCK_KEYS;
+    if (it.split_end > len_k) it.split_end = len_k;
+    return it;
+}
+
+/* q rows of the item (rotated, rounded to the dtype as flash_attn's rotary kernel stores them),
+ * and Qᵀ with padding lanes zero for the GEMM path. */
+static void load_item_q(const kv_ctx *c, const kv_scratch *w, const kv_item *it, int64_t b) {
     const fa_problem *pb = c->pb;
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
-    const kv_layout *l = &c->layout;
-    const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad, elem = (int64_t)c->elem;
     const kv_sequence *seq = &c->seqs[b];
-    const int64_t len_q = p->seqlen_q, len_k = seq->len_k;
-
-    /* ---- which rows and keys: (kv block, head chunk, query block, split) ---- */
-    int64_t split = local % l->splits;
-    int64_t rest = local / l->splits;
-    int64_t per_kv_block = l->head_chunks * l->q_blocks;
-    int64_t kv_first = (rest / per_kv_block) * l->kv_per_item;
-    int64_t n_kv = p->heads_kv - kv_first < l->kv_per_item ? p->heads_kv - kv_first : l->kv_per_item;
-    int64_t chunk = (rest % per_kv_block) / l->q_blocks;
-    int64_t q_block = l->q_blocks - 1 - (rest % per_kv_block) % l->q_blocks;
-    int64_t n_heads = pb->group - chunk * l->heads_per_item;
-    if (n_heads > l->heads_per_item) n_heads = l->heads_per_item;
-    int64_t i0 = q_block * BLOCK_ROWS;
-    int64_t n_i = len_q - i0 < BLOCK_ROWS ? len_q - i0 : BLOCK_ROWS;
-    int64_t rows_per_kv = n_heads * n_i;
-    int64_t rows = n_kv * rows_per_kv;
-    int64_t rows_pad = fa_cpu_round_up(rows, FA_CPU_PAD);
-    const int streaming = l->kv_per_item > 1;
-    const int dot = c->dot_scores && rows_per_kv <= 16;
-    const int64_t tile = streaming ? KV_STREAM_KEYS : BLOCK_KEYS;
-    /* this split's keys: a contiguous range of whole key blocks */
-    int64_t blocks_per_split = (key_blocks_of(len_k) + l->splits - 1) / l->splits;
-    int64_t split_begin = split * blocks_per_split * BLOCK_KEYS;
-    int64_t split_end = split_begin + blocks_per_split * BLOCK_KEYS;
-    if (split_end > len_k) split_end = len_k;
-
-    /* ---- per-row key ranges (within the split), their union and the range every row sees ---- */
+    const int64_t d = c->d, elem = (int64_t)c->elem;
     const fa_cpu_item_rows *row = &w->row;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t g = r / rows_per_kv, within = r % rows_per_kv;
-        row->head[r] = (kv_first + g) * pb->group + chunk * l->heads_per_item + within / n_i;
-        row->query[r] = i0 + within % n_i;
-    }
-    const fa_cpu_key_span keys =
-        fa_cpu_item_rows_start(row, pb, b, len_q, len_k, rows, rows_pad, split_begin, split_end);
-
-    /* ---- q rows of the item (rotated, rounded to the dtype as flash_attn's rotary kernel
-     * stores them), and Qᵀ with padding lanes zero for the GEMM path ---- */
     int per_query_position = pb->has_mask; /* flash_attn: causal or local */
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < it->rows; r++) {
         int64_t i = row->query[r], h = row->head[r];
         int64_t off = b * p->q_batch_stride + i * p->q_row_stride + h * p->q_head_stride;
         float *q_row = w->q_rows + r * d;
@@ -467,87 +470,67 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
             kern->to_f32(q_row, w->row_tmp, d, p->dtype);
         }
     }
-    if (!dot) fa_cpu_transpose_rows(w->q_t, rows_pad, w->q_rows, rows, d);
-    memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
-    if (streaming || !c->v_direct) /* padding columns of the V tiles stay 0 */
-        memset(w->v_buf, 0, sizeof(float) * (size_t)((streaming ? n_kv * KV_STREAM_KEYS : BLOCK_KEYS) * dv_pad));
+    if (!it->dot) fa_cpu_transpose_rows(w->q_t, it->rows_pad, w->q_rows, it->rows, d);
+}
 
-    const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
-    const int64_t shift = len_k - len_q;
-
-    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += tile) {
-        int64_t n_keys = keys.end - j0 < tile ? keys.end - j0 : tile;
-        const float *v_rows = NULL;
-        int64_t ldv = 0;
-
-        /* ---- scores s_t[j][r] = scale · k_j · q_r ---- */
-        if (streaming) {
+/* Scores s_t[j][r] = scale · k_j · q_r of keys [j0, j0 + n_keys); *v_rows / *ldv: where the
+ * tile's V rows are for P·V (not set on the streaming path, which stages V itself). */
+static void item_scores(kv_ctx *c, const kv_scratch *w, const kv_item *it, int64_t b, int64_t j0, int64_t n_keys,
+                        float score_scale, const float **v_rows, int64_t *ldv) {
+    const fa_params *p = &c->pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const kv_sequence *seq = &c->seqs[b];
+    const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad, elem = (int64_t)c->elem;
+    const int64_t rows = it->rows, rows_pad = it->rows_pad, kv_first = it->kv_first;
+    if (it->streaming) {
 #ifdef FA_KV_HAVE_AVX512
-            load_stream_tile(c, w, seq, b, kv_first, n_kv, j0, n_keys);
-            for (int64_t g = 0; g < n_kv; g++)
-                score_tile_avx512(w->k_ptrs + g * KV_STREAM_KEYS, n_keys, p->dtype, d,
-                                  w->q_rows + g * rows_per_kv * d, rows_per_kv, score_scale,
-                                  w->s_t + g * rows_per_kv, rows_pad);
-            for (int64_t j = 0; j < n_keys; j++)
-                for (int64_t r = rows; r < rows_pad; r++) w->s_t[j * rows_pad + r] = 0.0f;
+        load_stream_tile(c, w, seq, b, kv_first, it->n_kv, j0, n_keys);
+        for (int64_t g = 0; g < it->n_kv; g++)
+            score_tile_avx512(w->k_ptrs + g * KV_STREAM_KEYS, n_keys, p->dtype, d,
+                              w->q_rows + g * it->rows_per_kv * d, it->rows_per_kv, score_scale,
+                              w->s_t + g * it->rows_per_kv, rows_pad);
+        for (int64_t j = 0; j < n_keys; j++)
+            for (int64_t r = rows; r < rows_pad; r++) w->s_t[j * rows_pad + r] = 0.0f;
 #endif
-        } else {
-            const float *k_rows = NULL;
-            int64_t ldk = 0;
-            if (dot) {
-                for (int64_t j = 0; j < n_keys; j++)
-                    w->k_ptrs[j] = (const char *)p->k + slot_offset(p, seq, b, seq->start + j0 + j, kv_first,
-                                                                    p->k_batch_stride, p->k_row_stride,
-                                                                    p->k_head_stride) * elem;
-            } else {
-                load_key_tile(c, seq, b, kv_first, j0, n_keys, p->k, p->k_batch_stride, p->k_row_stride,
-                              p->k_head_stride, d, c->k_direct, w->k_buf, d, &k_rows, &ldk);
-            }
-            load_key_tile(c, seq, b, kv_first, j0, n_keys, p->v, p->v_batch_stride, p->v_row_stride,
-                          p->v_head_stride, dv, c->v_direct, w->v_buf, dv_pad, &v_rows, &ldv);
-#ifdef FA_KV_HAVE_AVX512
-            if (dot) {
-                score_tile_avx512(w->k_ptrs, n_keys, p->dtype, d, w->q_rows, rows, score_scale, w->s_t,
-                                  rows_pad);
-                for (int64_t j = 0; j < n_keys; j++)
-                    for (int64_t r = rows; r < rows_pad; r++) w->s_t[j * rows_pad + r] = 0.0f;
-            } else
-#endif
-            {
-                fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s_t, rows_pad,
-                                       FA_CPU_GEMM_STORE, score_scale, NULL};
-                kern->gemm(&qk);
-            }
-        }
-
-        /* ---- softcap / ALiBi / masks, then the online softmax: s_t -> P ---- */
-        int needs_mask = !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
-        fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
-        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
-
-        /* ---- o_acc[r][:] = o_acc[r][:] · alpha[r] + Σ_j P[j][r] · v_j (per kv head) ---- */
-        if (streaming) {
-            for (int64_t g = 0; g < n_kv; g++) {
-                int64_t r0 = g * rows_per_kv;
-                fa_cpu_gemm_args pv = {rows_per_kv, dv_pad, n_keys, w->s_t + r0, 1, rows_pad,
-                                       w->v_buf + g * KV_STREAM_KEYS * dv_pad, dv_pad, w->o_acc + r0 * dv_pad,
-                                       dv_pad, FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha + r0};
-                kern->gemm(&pv);
-            }
-        } else {
-            fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
-                                   FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha};
-            kern->gemm(&pv);
-        }
+        return;
     }
+    const float *k_rows = NULL;
+    int64_t ldk = 0;
+    if (it->dot) {
+        for (int64_t j = 0; j < n_keys; j++)
+            w->k_ptrs[j] = (const char *)p->k + slot_offset(p, seq, b, seq->start + j0 + j, kv_first,
+                                                            p->k_batch_stride, p->k_row_stride,
+                                                            p->k_head_stride) * elem;
+    } else {
+        load_key_tile(c, seq, b, kv_first, j0, n_keys, p->k, p->k_batch_stride, p->k_row_stride,
+                      p->k_head_stride, d, c->k_direct, w->k_buf, d, &k_rows, &ldk);
+    }
+    load_key_tile(c, seq, b, kv_first, j0, n_keys, p->v, p->v_batch_stride, p->v_row_stride,
+                  p->v_head_stride, dv, c->v_direct, w->v_buf, dv_pad, v_rows, ldv);
+#ifdef FA_KV_HAVE_AVX512
+    if (it->dot) {
+        score_tile_avx512(w->k_ptrs, n_keys, p->dtype, d, w->q_rows, rows, score_scale, w->s_t, rows_pad);
+        for (int64_t j = 0; j < n_keys; j++)
+            for (int64_t r = rows; r < rows_pad; r++) w->s_t[j * rows_pad + r] = 0.0f;
+        return;
+    }
+#endif
+    fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s_t, rows_pad,
+                           FA_CPU_GEMM_STORE, score_scale, NULL};
+    kern->gemm(&qk);
+}
 
-    /* ---- store: the final o / lse (one split) or this split's partial state ---- */
-    for (int64_t r = 0; r < rows; r++) {
+/* Store: the final o / lse (one split) or this split's partial state. */
+static void store_item(kv_ctx *c, const kv_scratch *w, const kv_item *it, int64_t b) {
+    const fa_params *p = &c->pb->p;
+    const int64_t dv = c->dv, dv_pad = c->dv_pad, elem = (int64_t)c->elem, len_q = p->seqlen_q;
+    const fa_cpu_item_rows *row = &w->row;
+    for (int64_t r = 0; r < it->rows; r++) {
         int64_t h = row->head[r], i = row->query[r];
         float *o_row = w->o_acc + r * dv_pad;
         int64_t row_index = (b * p->heads_q + h) * len_q + i; /* [batch][heads_q][seqlen_q]  */
-        if (l->splits > 1) {
-            int64_t part = split * p->batch * p->heads_q * len_q + row_index;
+        if (c->layout.splits > 1) {
+            int64_t part = it->split * p->batch * p->heads_q * len_q + row_index;
             double row_max = row->max[r], row_sum = row->sum[r];
             if (isnan(row_sum) || isnan(row_max)) { /* a NaN score: the merge makes the row NaN */
                 float *dst = c->o_part + part * dv;
@@ -565,9 +548,66 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
         }
         double lse = fa_cpu_item_finish_row(row, p, r, o_row, dv, w->row_tmp);
         int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
-        kern->from_f32((char *)p->o + off * elem, w->row_tmp, dv, p->dtype);
+        c->kern->from_f32((char *)p->o + off * elem, w->row_tmp, dv, p->dtype);
         if (p->lse) p->lse[row_index] = (float)lse;
     }
+}
+
+/* One work item: `local` is the item's index within sequence b (item_of). */
+static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const int64_t dv_pad = c->dv_pad;
+    const int64_t len_q = p->seqlen_q, len_k = c->seqs[b].len_k;
+    const kv_item it = item_of(c, b, local);
+    const int64_t rows = it.rows, rows_pad = it.rows_pad, rows_per_kv = it.rows_per_kv;
+
+    /* ---- per-row key ranges (within the split), their union and the range every row sees ---- */
+    const fa_cpu_item_rows *row = &w->row;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = r / rows_per_kv, within = r % rows_per_kv;
+        row->head[r] = (it.kv_first + g) * pb->group + it.chunk * c->layout.heads_per_item + within / it.n_i;
+        row->query[r] = it.i0 + within % it.n_i;
+    }
+    const fa_cpu_key_span keys =
+        fa_cpu_item_rows_start(row, pb, b, len_q, len_k, rows, rows_pad, it.split_begin, it.split_end);
+
+    load_item_q(c, w, &it, b);
+    memset(w->o_acc, 0, sizeof(float) * (size_t)(rows * dv_pad));
+    if (it.streaming || !c->v_direct) /* padding columns of the V tiles stay 0 */
+        memset(w->v_buf, 0, sizeof(float) * (size_t)((it.streaming ? it.n_kv * KV_STREAM_KEYS : BLOCK_KEYS) * dv_pad));
+
+    const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const int64_t shift = len_k - len_q;
+
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += it.tile) {
+        int64_t n_keys = keys.end - j0 < it.tile ? keys.end - j0 : it.tile;
+        const float *v_rows = NULL;
+        int64_t ldv = 0;
+        item_scores(c, w, &it, b, j0, n_keys, score_scale, &v_rows, &ldv);
+
+        /* ---- softcap / ALiBi / masks, then the online softmax: s_t -> P ---- */
+        int needs_mask = !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
+        fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
+        kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
+
+        /* ---- o_acc[r][:] = o_acc[r][:] · alpha[r] + Σ_j P[j][r] · v_j (per kv head) ---- */
+        if (it.streaming) {
+            for (int64_t g = 0; g < it.n_kv; g++) {
+                int64_t r0 = g * rows_per_kv;
+                fa_cpu_gemm_args pv = {rows_per_kv, dv_pad, n_keys, w->s_t + r0, 1, rows_pad,
+                                       w->v_buf + g * KV_STREAM_KEYS * dv_pad, dv_pad, w->o_acc + r0 * dv_pad,
+                                       dv_pad, FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha + r0};
+                kern->gemm(&pv);
+            }
+        } else {
+            fa_cpu_gemm_args pv = {rows, dv_pad, n_keys, w->s_t, 1, rows_pad, v_rows, ldv, w->o_acc, dv_pad,
+                                   FA_CPU_GEMM_SCALE_ROWS, 1.0f, row->alpha};
+            kern->gemm(&pv);
+        }
+    }
+    store_item(c, w, &it, b);
 }
 
 static void attention_task(void *arg, int thread_index) {

@@ -366,111 +366,113 @@ static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype,
     return FA_OK;
 }
 
-static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream) {
+/* The workspace regions of one call (bwd_plan's offsets) and the dQ accumulator's size. */
+typedef struct fa_bwd_buffers {
+    float *dq_accum;
+    float *lse_log2;     /* NULL for the Hopper kernels, which convert lse themselves   */
+    float *dsum;
+    float *sink_partial; /* NULL without sinks                                         */
+    size_t dq_elems;     /* total_q · heads_q · head_dim                                */
+} fa_bwd_buffers;
+
+/* 2. the pre-pass: D = rowsum(dO∘O), LSE·log2(e), the sinks' partial sums. */
+static fa_status run_prepass(const fa_problem *pb, const fa_bwd_plan *plan, const fa_bwd_buffers *buf,
+                             cudaStream_t stream) {
     const fa_params *p = &pb->p;
-    float *dq_accum = reinterpret_cast<float *>(ws + plan->off_dq);
-    float *lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
-    float *dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
-    float *sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
-    const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+    float *lse_log2 = buf->lse_log2, *dsum = buf->dsum, *sink_partial = buf->sink_partial;
+    fa_bwd_prepass_params pp;
+    pp.o = p->o;
+    pp.dout = p->dout;
+    pp.o_batch_stride = p->o_batch_stride;
+    pp.o_row_stride = p->o_row_stride;
+    pp.o_head_stride = p->o_head_stride;
+    pp.do_batch_stride = p->do_batch_stride;
+    pp.do_row_stride = p->do_row_stride;
+    pp.do_head_stride = p->do_head_stride;
+    pp.lse = p->lse;
+    pp.sink_logits = p->sink_logits;
+    pp.cu_seqlens_q = p->cu_seqlens_q;
+    pp.total_q = p->total_q;
+    pp.batch = (int)p->batch;
+    pp.seqlen_q = (int)p->seqlen_q;
+    pp.heads_q = (int)p->heads_q;
+    pp.head_dim_v = (int)p->head_dim_v;
+    pp.lanes_per_row = plan->prepass_lanes;
+    pp.rows_per_block = plan->prepass_rows;
+    pp.blocks_per_head = (int)plan->prepass_blocks_per_head;
+    pp.lse_log2 = lse_log2;
+    pp.dsum = dsum;
+    pp.sink_partial = sink_partial;
+    const unsigned blocks = (unsigned)(plan->prepass_blocks_per_head * p->heads_q);
+    if (p->dtype == FA_DTYPE_BF16)
+        fa_bwd_prepass_kernel<true><<<blocks, 256, 0, stream>>>(pp);
+    else
+        fa_bwd_prepass_kernel<false><<<blocks, 256, 0, stream>>>(pp);
+    FA_CUDA_CHECK_LAUNCH("backward pre-pass kernel launch");
+    return FA_OK;
+}
 
-    /* 1. zero dQ accumulators (and the semaphores right after them) */
-    const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
-                                                  : (size_t)plan->dq_splits * dq_elems * 4;
-    if (dq_elems > 0)
-        FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
-
-    /* 2. pre-pass */
-    if (p->total_q > 0) {
-        fa_bwd_prepass_params pp;
-        pp.o = p->o;
-        pp.dout = p->dout;
-        pp.o_batch_stride = p->o_batch_stride;
-        pp.o_row_stride = p->o_row_stride;
-        pp.o_head_stride = p->o_head_stride;
-        pp.do_batch_stride = p->do_batch_stride;
-        pp.do_row_stride = p->do_row_stride;
-        pp.do_head_stride = p->do_head_stride;
-        pp.lse = p->lse;
-        pp.sink_logits = p->sink_logits;
-        pp.cu_seqlens_q = p->cu_seqlens_q;
-        pp.total_q = p->total_q;
-        pp.batch = (int)p->batch;
-        pp.seqlen_q = (int)p->seqlen_q;
-        pp.heads_q = (int)p->heads_q;
-        pp.head_dim_v = (int)p->head_dim_v;
-        pp.lanes_per_row = plan->prepass_lanes;
-        pp.rows_per_block = plan->prepass_rows;
-        pp.blocks_per_head = (int)plan->prepass_blocks_per_head;
-        pp.lse_log2 = lse_log2;
-        pp.dsum = dsum;
-        pp.sink_partial = sink_partial;
-        const unsigned blocks = (unsigned)(plan->prepass_blocks_per_head * p->heads_q);
-        if (p->dtype == FA_DTYPE_BF16)
-            fa_bwd_prepass_kernel<true><<<blocks, 256, 0, stream>>>(pp);
-        else
-            fa_bwd_prepass_kernel<false><<<blocks, 256, 0, stream>>>(pp);
-        FA_CUDA_CHECK_LAUNCH("backward pre-pass kernel launch");
-    }
-
-    /* 3. main kernel */
-    if (plan->grid > 0) {
-        fa_bwd_params prm;
-        fa_cuda_fill_shared_params(&prm, pb);
-        prm.q = p->q;
-        prm.k = p->k;
-        prm.v = p->v;
-        prm.dout = p->dout;
-        prm.dk = p->dk;
-        prm.dv = p->dv;
-        prm.do_batch_stride = p->do_batch_stride;
-        prm.do_row_stride = p->do_row_stride;
-        prm.do_head_stride = p->do_head_stride;
-        prm.dk_batch_stride = p->dk_batch_stride;
-        prm.dk_row_stride = p->dk_row_stride;
-        prm.dk_head_stride = p->dk_head_stride;
-        prm.dv_batch_stride = p->dv_batch_stride;
-        prm.dv_row_stride = p->dv_row_stride;
-        prm.dv_head_stride = p->dv_head_stride;
-        prm.cu_seqlens_q = p->cu_seqlens_q;
-        prm.cu_seqlens_k = p->cu_seqlens_k;
-        prm.total_q = p->total_q;
-        prm.total_k = p->total_k;
-        /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
-        prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
-        prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
-        prm.softmax_scale = p->softmax_scale;
-        prm.lse_log2 = lse_log2;
-        prm.lse = p->lse;
-        prm.dsum = dsum;
-        prm.dq_accum = dq_accum;
-        prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
-        prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
-        prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
-        prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
-        prm.group_splits = plan->group_splits;
-        prm.heads_per_split = plan->heads_per_split;
-        prm.blocks_per_head = plan->blocks_per_head;
-        fa_status s;
-        if (plan->hopper) {
-            if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
-        } else if (plan->v2) {
-            switch (plan->bucket) {
-            case 64: s = fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
-            case 128: s = fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
-            default: s = fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
-            }
-            if (s != FA_OK) return s;
-        } else
+/* 3. the main kernel: dK, dV (or their per-group-split partials) and the dQ accumulator. */
+static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const fa_bwd_buffers *buf, uint8_t *ws,
+                          cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    float *dq_accum = buf->dq_accum, *lse_log2 = buf->lse_log2, *dsum = buf->dsum;
+    const size_t dq_elems = buf->dq_elems;
+    fa_bwd_params prm;
+    fa_cuda_fill_kernel_base(&prm, pb);
+    prm.dout = p->dout;
+    prm.dk = p->dk;
+    prm.dv = p->dv;
+    prm.do_batch_stride = p->do_batch_stride;
+    prm.do_row_stride = p->do_row_stride;
+    prm.do_head_stride = p->do_head_stride;
+    prm.dk_batch_stride = p->dk_batch_stride;
+    prm.dk_row_stride = p->dk_row_stride;
+    prm.dk_head_stride = p->dk_head_stride;
+    prm.dv_batch_stride = p->dv_batch_stride;
+    prm.dv_row_stride = p->dv_row_stride;
+    prm.dv_head_stride = p->dv_head_stride;
+    /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
+    prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
+    prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
+    prm.softmax_scale = p->softmax_scale;
+    prm.lse_log2 = lse_log2;
+    prm.dsum = dsum;
+    prm.dq_accum = dq_accum;
+    prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
+    prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
+    prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
+    prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
+    prm.group_splits = plan->group_splits;
+    prm.heads_per_split = plan->heads_per_split;
+    prm.blocks_per_head = plan->blocks_per_head;
+    fa_status s;
+    if (plan->hopper) {
+        if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
+    } else if (plan->v2) {
         switch (plan->bucket) {
-        case 64: s = fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
-        case 128: s = fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
-        default: s = fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+        case 64: s = fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
+        case 128: s = fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
+        default: s = fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
         }
         if (s != FA_OK) return s;
+    } else
+    switch (plan->bucket) {
+    case 64: s = fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
+    case 128: s = fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
+    default: s = fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
     }
+    if (s != FA_OK) return s;
+    return FA_OK;
+}
 
-    /* 4. conversions */
+/* 4. the conversions: dQ from its accumulator, and with group splits dK and dV from their
+ * partials. */
+static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, const fa_bwd_buffers *buf,
+                                 uint8_t *ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    float *dq_accum = buf->dq_accum;
+    const size_t dq_elems = buf->dq_elems;
     fa_bwd_convert_params cp;
     cp.src = dq_accum;
     cp.head_major = plan->hopper; /* the Hopper kernels' accumulator layout */
@@ -516,6 +518,30 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         cp.head_stride = p->dv_head_stride;
         if ((s = launch_convert(&cp, p->dtype, stream, "backward dv reduction kernel launch")) != FA_OK) return s;
     }
+    return FA_OK;
+}
+
+static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    fa_bwd_buffers buf;
+    buf.dq_accum = reinterpret_cast<float *>(ws + plan->off_dq);
+    buf.lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
+    buf.dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
+    buf.sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
+    buf.dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+    float *dq_accum = buf.dq_accum, *sink_partial = buf.sink_partial;
+    const size_t dq_elems = buf.dq_elems;
+
+    /* 1. zero dQ accumulators (and the semaphores right after them) */
+    const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
+                                                  : (size_t)plan->dq_splits * dq_elems * 4;
+    if (dq_elems > 0)
+        FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
+
+    fa_status s;
+    if (p->total_q > 0 && (s = run_prepass(pb, plan, &buf, stream)) != FA_OK) return s;
+    if (plan->grid > 0 && (s = run_main(pb, plan, &buf, ws, stream)) != FA_OK) return s;
+    if ((s = run_conversions(pb, plan, &buf, ws, stream)) != FA_OK) return s;
 
     /* 5. dsink */
     if (p->dsink != NULL) {

@@ -256,16 +256,7 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
 
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
     fa_fwd_params prm;
-    fa_cuda_fill_forward_params(&prm, pb);
-    prm.q = p->q;
-    prm.k = p->k;
-    prm.v = p->v;
-    prm.o = p->o;
-    prm.lse = p->lse;
-    prm.cu_seqlens_q = pb->varlen ? p->cu_seqlens_q : nullptr;
-    prm.cu_seqlens_k = pb->varlen ? p->cu_seqlens_k : nullptr;
-    prm.total_q = p->total_q;
-    prm.total_k = p->total_k;
+    fa_cuda_fill_kernel_base(&prm, pb);
     prm.num_m_blocks = (int)((p->seqlen_q + fa_fwd_block_m(bucket) - 1) / fa_fwd_block_m(bucket));
     prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;

@@ -355,12 +355,7 @@ static unsigned long long next_split_tag(void) {
 static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
     fa_kv_params prm;
-    fa_cuda_fill_forward_params(&prm, pb);
-    prm.q = p->q;
-    prm.k = (void *)p->k; /* written when appending (the API's cache is const for the plain call) */
-    prm.v = (void *)p->v;
-    prm.o = p->o;
-    prm.lse = p->lse;
+    fa_cuda_fill_kernel_base(&prm, pb); /* k, v: the cache, written when appending */
     prm.k_new = p->k_new;
     prm.v_new = p->v_new;
     prm.knew_batch_stride = p->knew_batch_stride;

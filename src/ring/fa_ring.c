@@ -48,6 +48,8 @@
 #include <string.h>
 
 #include "api/fa_internal.h"
+#include "cpu/cpu_convert.h"
+#include "cpu/cpu_merge.h"
 #include "ring/fa_ring.h"
 
 /* ---- schedule and sharding ------------------------------------------------------------------ */
@@ -117,64 +119,20 @@ fa_status fa_ring_shard(int64_t seqlen, int world_size, int rank, fa_ring_shardi
 
 /* ---- CPU element-wise operations ------------------------------------------------------------ */
 
-static float f16_bits_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    if (exponent == 0) { /* zero or subnormal: mantissa · 2^-24 */
-        float magnitude = ldexpf((float)mantissa, -24);
-        return sign ? -magnitude : magnitude;
-    }
-    uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
-                                   : sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t f32_to_f16_bits(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000u, magnitude = x & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN stays NaN             */
-    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf    */
-    if (magnitude < 0x38800000u) {                                 /* below 2^-14: subnormal    */
-        float a;
-        memcpy(&a, &magnitude, sizeof a);
-        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f)); /* units of 2^-24, RNE  */
-    }
-    uint32_t rebased = magnitude - 0x38000000u; /* exponent bias 127 -> 15                       */
-    rebased += 0xfffu + ((rebased >> 13) & 1u); /* round the 13 dropped bits to nearest even    */
-    return (uint16_t)(sign | (rebased >> 13));
-}
-
-static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t f32_to_bf16_bits(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
 static size_t dtype_bytes(fa_dtype t) { return t == FA_DTYPE_F32 ? 4 : 2; }
 
 static float load_element(const void *base, fa_dtype t, int64_t i) {
     switch (t) {
-    case FA_DTYPE_F16: return f16_bits_to_f32(((const uint16_t *)base)[i]);
-    case FA_DTYPE_BF16: return bf16_bits_to_f32(((const uint16_t *)base)[i]);
+    case FA_DTYPE_F16: return fa_f16_to_f32(((const uint16_t *)base)[i]);
+    case FA_DTYPE_BF16: return fa_bf16_to_f32(((const uint16_t *)base)[i]);
     default: return ((const float *)base)[i];
     }
 }
 
 static void store_element(void *base, fa_dtype t, int64_t i, float x) {
     switch (t) {
-    case FA_DTYPE_F16: ((uint16_t *)base)[i] = f32_to_f16_bits(x); break;
-    case FA_DTYPE_BF16: ((uint16_t *)base)[i] = f32_to_bf16_bits(x); break;
+    case FA_DTYPE_F16: ((uint16_t *)base)[i] = fa_f32_to_f16(x); break;
+    case FA_DTYPE_BF16: ((uint16_t *)base)[i] = fa_f32_to_bf16(x); break;
     default: ((float *)base)[i] = x; break;
     }
 }
@@ -230,28 +188,26 @@ static fa_status cpu_accumulate(fa_ring_view dst, fa_ring_view src, fa_ring_shap
     return FA_OK;
 }
 
+/* (o_acc, lse_acc) <- the merge of itself and (o_part, lse_part), row by row with the CPU
+ * engine's merge (cpu_merge.h: double weights, NaN propagates, an empty state is skipped). */
 static fa_status cpu_merge(fa_ring_view o_acc, fa_ring_view lse_acc, fa_ring_view o_part,
                            fa_ring_view lse_part, fa_ring_shape s, void *stream) {
     (void)stream;
     float *acc = o_acc.ptr, *lse = lse_acc.ptr;
     const float *lse_in = lse_part.ptr;
+    float rows[2][FA_MAX_HEAD_DIM]; /* state 0: the running o, state 1: the part, in fp32 */
     for (int64_t b = 0; b < s.blocks; ++b)
         for (int64_t r = 0; r < s.rows; ++r)
             for (int64_t h = 0; h < s.heads; ++h) {
-                float part = lse_in[view_offset(&lse_part, b, r, h)];
                 float *running = &lse[view_offset(&lse_acc, b, r, h)];
-                if (part == -INFINITY) continue; /* empty partial: its o is not read */
+                const float states[2] = {*running, lse_in[view_offset(&lse_part, b, r, h)]};
                 int64_t oa = view_offset(&o_acc, b, r, h), op = view_offset(&o_part, b, r, h);
-                float w_acc = 0.0f, w_part = 1.0f, merged = part;
-                if (*running != -INFINITY) {
-                    float hi = fmaxf(*running, part), lo = fminf(*running, part);
-                    merged = hi + log1pf(expf(lo - hi));
-                    w_acc = expf(*running - merged);
-                    w_part = expf(part - merged);
+                for (int64_t e = 0; e < s.dim; ++e) {
+                    rows[0][e] = acc[oa + e];
+                    rows[1][e] = load_element(o_part.ptr, o_part.dtype, op + e);
                 }
-                for (int64_t e = 0; e < s.dim; ++e)
-                    acc[oa + e] = w_acc * acc[oa + e] + w_part * load_element(o_part.ptr, o_part.dtype, op + e);
-                *running = merged;
+                fa_cpu_merge_row_args m = {2, s.dim, states, 1, rows, FA_MAX_HEAD_DIM, FA_DTYPE_F32, NULL, NULL};
+                *running = fa_cpu_merge_row(&m, acc + oa);
             }
     return FA_OK;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 #define CHECK_CUDA(call)                                                                          \
     do {                                                                                          \
@@ -28,20 +29,14 @@
         }                                                                                         \
     } while (0)
 
-static uint32_t rng_state = 12345u;
-static float rnd(void) { /* uniform in [-1, 1) */
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)(rng_state >> 8) / 8388608.0f - 1.0f;
-}
+static gpu_rng rng = {12345u};
+static float rnd(void) { return gpu_random_uniform(&rng, -1.0f, 1.0f); }
 
 /* Device buffer of n 16-bit values (bf16 bit patterns of random numbers in [-1, 1)). */
 static void *device_bf16(size_t n) {
     uint16_t *h = malloc(n * 2 + 2);
     for (size_t i = 0; i < n; i++) {
-        float x = rnd();
-        uint32_t bits;
-        memcpy(&bits, &x, 4);
-        h[i] = (uint16_t)(bits >> 16);
+        h[i] = gpu_float_to_16(rnd(), FA_DTYPE_BF16);
     }
     void *d;
     CHECK_CUDA(cudaMalloc(&d, n * 2 + 16));

@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 /* ---- cases ----------------------------------------------------------------------------------- */
 
@@ -87,48 +88,11 @@ typedef struct softcap_case {
     score_options scores;
 } softcap_case;
 
-/* ---- 16-bit conversions and random inputs ---------------------------------------------------- */
+/* ---- poison and random inputs ---------------------------------------------------- */
 
 #define POISON16 0xffffu /* NaN in bf16 and f16 */
 
-static uint16_t float_to_16(float f, fa_dtype dtype) { /* round to nearest even; |f| < 65504 */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (dtype == FA_DTYPE_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const float a = fabsf(f);
-    if (a < 6.103515625e-05f) /* below 2^-14: subnormal, a multiple of 2^-24 (1024 encodes 2^-14) */
-        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
-    memcpy(&u, &a, 4);
-    u += 0xfffu + ((u >> 13) & 1u); /* round away the 13 low mantissa bits, ties to even */
-    return (uint16_t)(sign | (uint16_t)((u >> 13) - ((127u - 15u) << 10)));
-}
-
-static float float_from_16(uint16_t x, fa_dtype dtype) {
-    if (dtype == FA_DTYPE_BF16) {
-        const uint32_t u = (uint32_t)x << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    const int exponent = (x >> 10) & 0x1f, mantissa = x & 0x3ff;
-    float a;
-    if (exponent == 0)
-        a = ldexpf((float)mantissa, -24);
-    else if (exponent == 31)
-        a = mantissa ? NAN : INFINITY;
-    else
-        a = ldexpf((float)(mantissa | 0x400), exponent - 25);
-    return (x & 0x8000) ? -a : a;
-}
-
-static uint32_t rng_state = 2891336453u;
-static float random_uniform(float lo, float hi) { /* xorshift32, uniform in [lo, hi) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return lo + (hi - lo) * (float)(rng_state >> 8) / 16777216.0f;
-}
+static gpu_rng rng = {2891336453u};
 
 /* ---- tensor views over buffers --------------------------------------------------------------- */
 
@@ -193,7 +157,7 @@ static void compare_view(compare_stats *st, const uint16_t *got, const uint16_t 
                 for (int h = 0; h < t->heads; ++h)
                     for (int c = 0; c < t->dim; ++c) {
                         const size_t e = view_index(t, g, b, i, h, c);
-                        const double a = float_from_16(got[e], dtype), r = float_from_16(ref[e], dtype);
+                        const double a = gpu_float_from_16(got[e], dtype), r = gpu_float_from_16(ref[e], dtype);
                         if (pass == 0) {
                             if (!isnan(r) && fabs(r) > st->max_ref) st->max_ref = fabs(r);
                             continue;
@@ -294,41 +258,40 @@ static void set_tensor(fa_params *p, int t, void *ptr, const tensor_view *v) {
 #undef SET_TENSOR
 }
 
-static int run_case(const bwd_case *c, const score_options *opt) {
-    const int hq = c->heads_q, d = c->head_dim;
-    const int runs = deterministic_mode ? NUM_RUNS : RUN_DEFAULT_THIRD;
-    const double c_abs = c->dtype == FA_DTYPE_BF16 ? 1e-2 : 2.5e-3;
+/* One case's buffers: host copies (NaN-poisoned, then the inputs), the element masks, device
+ * buffers, lse / sinks / cu_seqlens, and each backward run's outputs and time. */
+typedef struct case_run {
     seq_geometry gq, gk;
-    set_geometry(&gq, c, c->lens_q, c->seqlen_q);
-    set_geometry(&gk, c, c->lens_k, c->seqlen_k);
     tensor_view views[NUM_BUFS];
     size_t buf_elems[NUM_BUFS];
-    set_views(views, buf_elems, c, &gq, &gk);
+    uint16_t *host[NUM_BUFS], *out_host[NUM_RUNS][NUM_BUFS];
+    uint8_t *mask[NUM_BUFS];
+    void *dev[NUM_BUFS];
+    float *lse, *sinks, *dsink, *lse_host;
+    float dsink_host[NUM_RUNS][64], run_ms[NUM_RUNS];
+    cudaEvent_t start, stop;
+    int *cu_q, *cu_k;
+    size_t lse_elems;
+} case_run;
 
+/* Buffers: NaN everywhere, then random values at the logical elements of the inputs; lse
+ * (NaN), sinks and cu_seqlens on the device. 1 on a CUDA failure. */
+static int fill_inputs(const bwd_case *c, const score_options *opt, case_run *r) {
+    const int hq = c->heads_q, d = c->head_dim;
     int failed = 0;
-    uint16_t *host[NUM_BUFS] = {0}, *out_host[NUM_RUNS][NUM_BUFS] = {{0}};
-    uint8_t *mask[NUM_BUFS] = {0};
-    void *dev[NUM_BUFS] = {0};
-    float *lse = NULL, *sinks = NULL, *dsink = NULL, *lse_host = NULL;
-    float dsink_host[NUM_RUNS][64], run_ms[NUM_RUNS] = {0};
-    cudaEvent_t start = NULL, stop = NULL;
-    int *cu_q = NULL, *cu_k = NULL;
-    const size_t lse_elems = c->varlen ? (size_t)(hq * gq.total) + 64 : (size_t)c->batch * hq * c->seqlen_q;
-
-    /* Buffers: NaN everywhere, then random values at the logical elements of the inputs. */
     for (int t = 0; t < NUM_BUFS; ++t) {
-        if (buf_elems[t] == 0) continue;
-        host[t] = malloc(buf_elems[t] * 2);
-        mask[t] = calloc(buf_elems[t], 1);
+        if (r->buf_elems[t] == 0) continue;
+        r->host[t] = malloc(r->buf_elems[t] * 2);
+        r->mask[t] = calloc(r->buf_elems[t], 1);
         for (int run = 0; run < NUM_RUNS; ++run)
-            if (t >= BUF_DQ) out_host[run][t] = malloc(buf_elems[t] * 2);
-        memset(host[t], 0xff, buf_elems[t] * 2);
-        CHECK_CUDA(cudaMalloc(&dev[t], buf_elems[t] * 2));
+            if (t >= BUF_DQ) r->out_host[run][t] = malloc(r->buf_elems[t] * 2);
+        memset(r->host[t], 0xff, r->buf_elems[t] * 2);
+        CHECK_CUDA(cudaMalloc(&r->dev[t], r->buf_elems[t] * 2));
     }
     for (int t = 0; t < NUM_BUFS; ++t) {
-        const tensor_view *v = &views[t];
-        const seq_geometry *g = is_query_side(t) ? &gq : &gk;
-        mark_view(mask[v->buf], v, g);
+        const tensor_view *v = &r->views[t];
+        const seq_geometry *g = is_query_side(t) ? &r->gq : &r->gk;
+        mark_view(r->mask[v->buf], v, g);
         if (t == BUF_O || t >= BUF_DQ) continue; /* o comes from fa_forward */
         const float amplitude = t == BUF_Q && opt->q_amplitude > 0.0f ? opt->q_amplitude : 1.0f;
         const float lo = t == BUF_DO ? -1.0f : -2.0f * amplitude, hi = t == BUF_DO ? 1.0f : 2.0f * amplitude;
@@ -337,57 +300,69 @@ static int run_case(const bwd_case *c, const score_options *opt) {
             for (int64_t i = 0; i < seq_len(g, b); ++i)
                 for (int h = 0; h < v->heads; ++h)
                     for (int e = 0; e < d; ++e)
-                        host[v->buf][view_index(v, g, b, i, h, e)] = float_to_16(random_uniform(lo, hi) + offset, c->dtype);
+                        r->host[v->buf][view_index(v, g, b, i, h, e)] = gpu_float_to_16(gpu_random_uniform(&rng, lo, hi) + offset, c->dtype);
     }
     for (int t = 0; t < NUM_BUFS; ++t)
-        if (host[t]) CHECK_CUDA(cudaMemcpy(dev[t], host[t], buf_elems[t] * 2, cudaMemcpyHostToDevice));
-    lse_host = malloc(lse_elems * 4);
-    CHECK_CUDA(cudaMalloc((void **)&lse, lse_elems * 4));
-    CHECK_CUDA(cudaMemset(lse, 0xff, lse_elems * 4));
+        if (r->host[t]) CHECK_CUDA(cudaMemcpy(r->dev[t], r->host[t], r->buf_elems[t] * 2, cudaMemcpyHostToDevice));
+    r->lse_host = malloc(r->lse_elems * 4);
+    CHECK_CUDA(cudaMalloc((void **)&r->lse, r->lse_elems * 4));
+    CHECK_CUDA(cudaMemset(r->lse, 0xff, r->lse_elems * 4));
     if (c->sinks) {
         float sink_host[64];
         for (int h = 0; h < hq; ++h) sink_host[h] = 6.0f + 0.75f * (float)(h % 4); /* near LSE ≈ log(keys) + 1 */
-        CHECK_CUDA(cudaMalloc((void **)&sinks, hq * 4));
-        CHECK_CUDA(cudaMalloc((void **)&dsink, hq * 4));
-        CHECK_CUDA(cudaMemcpy(sinks, sink_host, hq * 4, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMalloc((void **)&r->sinks, hq * 4));
+        CHECK_CUDA(cudaMalloc((void **)&r->dsink, hq * 4));
+        CHECK_CUDA(cudaMemcpy(r->sinks, sink_host, hq * 4, cudaMemcpyHostToDevice));
     }
     if (c->varlen) {
-        CHECK_CUDA(cudaMalloc((void **)&cu_q, sizeof gq.cu));
-        CHECK_CUDA(cudaMalloc((void **)&cu_k, sizeof gk.cu));
-        CHECK_CUDA(cudaMemcpy(cu_q, gq.cu, sizeof gq.cu, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemcpy(cu_k, gk.cu, sizeof gk.cu, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMalloc((void **)&r->cu_q, sizeof r->gq.cu));
+        CHECK_CUDA(cudaMalloc((void **)&r->cu_k, sizeof r->gk.cu));
+        CHECK_CUDA(cudaMemcpy(r->cu_q, r->gq.cu, sizeof r->gq.cu, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(r->cu_k, r->gk.cu, sizeof r->gk.cu, cudaMemcpyHostToDevice));
     }
+done:
+    return failed;
+}
 
-    fa_params p;
-    memset(&p, 0, sizeof p);
-    p.device = FA_DEVICE_CUDA;
-    p.dtype = c->dtype;
-    p.batch = c->batch;
-    p.seqlen_q = c->seqlen_q; /* varlen: the longest sequence */
-    p.seqlen_k = c->seqlen_k;
-    p.heads_q = hq;
-    p.heads_kv = c->heads_kv;
-    p.head_dim = d;
-    p.head_dim_v = d;
+/* The fa_params of the case on r's device buffers. */
+static void case_params(const bwd_case *c, const score_options *opt, const case_run *r, fa_params *p) {
+    const int hq = c->heads_q, d = c->head_dim;
+    memset(p, 0, sizeof *p);
+    p->device = FA_DEVICE_CUDA;
+    p->dtype = c->dtype;
+    p->batch = c->batch;
+    p->seqlen_q = c->seqlen_q; /* varlen: the longest sequence */
+    p->seqlen_k = c->seqlen_k;
+    p->heads_q = hq;
+    p->heads_kv = c->heads_kv;
+    p->head_dim = d;
+    p->head_dim_v = d;
     if (c->varlen) {
-        p.cu_seqlens_q = cu_q;
-        p.cu_seqlens_k = cu_k;
-        p.total_q = gq.total;
-        p.total_k = gk.total;
+        p->cu_seqlens_q = r->cu_q;
+        p->cu_seqlens_k = r->cu_k;
+        p->total_q = r->gq.total;
+        p->total_k = r->gk.total;
     }
-    for (int t = 0; t < NUM_BUFS; ++t) set_tensor(&p, t, (uint16_t *)dev[views[t].buf] + views[t].offset, &views[t]);
-    p.lse = lse;
-    p.causal = c->causal;
-    p.use_window = c->window_left >= 0 || c->window_right >= 0;
-    p.window_left = c->window_left;
-    p.window_right = c->window_right;
-    p.sink_logits = sinks;
-    p.dsink = dsink;
-    p.softcap = opt->softcap;
-    p.softmax_scale = opt->softmax_scale;
-    p.deterministic = deterministic_mode;
+    for (int t = 0; t < NUM_BUFS; ++t) set_tensor(p, t, (uint16_t *)r->dev[r->views[t].buf] + r->views[t].offset, &r->views[t]);
+    p->lse = r->lse;
+    p->causal = c->causal;
+    p->use_window = c->window_left >= 0 || c->window_right >= 0;
+    p->window_left = c->window_left;
+    p->window_right = c->window_right;
+    p->sink_logits = r->sinks;
+    p->dsink = r->dsink;
+    p->softcap = opt->softcap;
+    p->softmax_scale = opt->softmax_scale;
+    p->deterministic = deterministic_mode;
 
-    fa_status s = fa_forward(&p);
+}
+
+/* fa_forward (default kernel), then NaN back into o and lse wherever it may have written outside
+ * the sequences. 1 on failure. */
+static int run_forward(const bwd_case *c, case_run *r, const fa_params *p) {
+    const int hq = c->heads_q;
+    int failed = 0;
+    fa_status s = fa_forward(p);
     if (s != FA_OK) {
         printf("FAIL %s: fa_forward: %s: %s\n", c->name, fa_strerror(s), fa_last_error());
         failed = 1;
@@ -395,29 +370,37 @@ static int run_case(const bwd_case *c, const score_options *opt) {
     }
     CHECK_CUDA(cudaDeviceSynchronize());
     /* NaN back into o and lse wherever fa_forward may have written outside the sequences. */
-    CHECK_CUDA(cudaMemcpy(host[BUF_O], dev[BUF_O], buf_elems[BUF_O] * 2, cudaMemcpyDeviceToHost));
-    for (size_t e = 0; e < buf_elems[BUF_O]; ++e)
-        if (mask[BUF_O][e] != ELEM_LOGICAL) host[BUF_O][e] = POISON16;
-    CHECK_CUDA(cudaMemcpy(dev[BUF_O], host[BUF_O], buf_elems[BUF_O] * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(r->host[BUF_O], r->dev[BUF_O], r->buf_elems[BUF_O] * 2, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < r->buf_elems[BUF_O]; ++e)
+        if (r->mask[BUF_O][e] != ELEM_LOGICAL) r->host[BUF_O][e] = POISON16;
+    CHECK_CUDA(cudaMemcpy(r->dev[BUF_O], r->host[BUF_O], r->buf_elems[BUF_O] * 2, cudaMemcpyHostToDevice));
     if (c->varlen) {
-        CHECK_CUDA(cudaMemcpy(lse_host, lse, lse_elems * 4, cudaMemcpyDeviceToHost));
-        for (size_t e = 0; e < lse_elems; ++e)
-            if (e >= (size_t)(hq * gq.total) || (int64_t)(e % (size_t)gq.total) >= gq.cu[c->batch]) lse_host[e] = NAN;
-        CHECK_CUDA(cudaMemcpy(lse, lse_host, lse_elems * 4, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(r->lse_host, r->lse, r->lse_elems * 4, cudaMemcpyDeviceToHost));
+        for (size_t e = 0; e < r->lse_elems; ++e)
+            if (e >= (size_t)(hq * r->gq.total) || (int64_t)(e % (size_t)r->gq.total) >= r->gq.cu[c->batch]) r->lse_host[e] = NAN;
+        CHECK_CUDA(cudaMemcpy(r->lse, r->lse_host, r->lse_elems * 4, cudaMemcpyHostToDevice));
     }
+done:
+    return failed;
+}
 
-    CHECK_CUDA(cudaEventCreate(&start));
-    CHECK_CUDA(cudaEventCreate(&stop));
+/* The backward runs (default, default again, portable, and in deterministic mode default a third
+ * time), each on NaN-poisoned outputs; 1 on failure. */
+static int run_backwards(const bwd_case *c, case_run *r, const fa_params *p, int runs) {
+    const int hq = c->heads_q;
+    int failed = 0;
+    CHECK_CUDA(cudaEventCreate(&r->start));
+    CHECK_CUDA(cudaEventCreate(&r->stop));
     for (int run = 0; run < runs; ++run) {
         if (run == RUN_PORTABLE)
             setenv("FA_CUDA_BACKWARD", "portable", 1);
         else
             unsetenv("FA_CUDA_BACKWARD");
         for (int t = BUF_DQ; t < NUM_BUFS; ++t)
-            if (dev[t]) CHECK_CUDA(cudaMemset(dev[t], 0xff, buf_elems[t] * 2)); /* NaN poison */
-        if (dsink) CHECK_CUDA(cudaMemset(dsink, 0xff, hq * 4));
-        CHECK_CUDA(cudaEventRecord(start, 0));
-        s = fa_backward(&p);
+            if (r->dev[t]) CHECK_CUDA(cudaMemset(r->dev[t], 0xff, r->buf_elems[t] * 2)); /* NaN poison */
+        if (r->dsink) CHECK_CUDA(cudaMemset(r->dsink, 0xff, hq * 4));
+        CHECK_CUDA(cudaEventRecord(r->start, 0));
+        fa_status s = fa_backward(p);
         unsetenv("FA_CUDA_BACKWARD");
         if (s != FA_OK) {
             printf("FAIL %s: fa_backward (%s): %s: %s\n", c->name, run == RUN_PORTABLE ? "portable" : "default",
@@ -425,211 +408,248 @@ static int run_case(const bwd_case *c, const score_options *opt) {
             failed = 1;
             goto done;
         }
-        CHECK_CUDA(cudaEventRecord(stop, 0));
+        CHECK_CUDA(cudaEventRecord(r->stop, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
-        CHECK_CUDA(cudaEventElapsedTime(&run_ms[run], start, stop));
+        CHECK_CUDA(cudaEventElapsedTime(&r->run_ms[run], r->start, r->stop));
         for (int t = BUF_DQ; t < NUM_BUFS; ++t)
-            if (dev[t]) CHECK_CUDA(cudaMemcpy(out_host[run][t], dev[t], buf_elems[t] * 2, cudaMemcpyDeviceToHost));
-        if (dsink) CHECK_CUDA(cudaMemcpy(dsink_host[run], dsink, hq * 4, cudaMemcpyDeviceToHost));
+            if (r->dev[t]) CHECK_CUDA(cudaMemcpy(r->out_host[run][t], r->dev[t], r->buf_elems[t] * 2, cudaMemcpyDeviceToHost));
+        if (r->dsink) CHECK_CUDA(cudaMemcpy(r->dsink_host[run], r->dsink, hq * 4, cudaMemcpyDeviceToHost));
     }
-
-    {
-        char line[1024];
-        int len = 0;
-        long stray = 0, repeat_differs = 0;
-        for (int run = 0; run < runs; ++run) /* nothing written outside the declared tensors */
-            for (int t = BUF_DQ; t < NUM_BUFS; ++t)
-                for (size_t e = 0; out_host[run][t] && e < buf_elems[t]; ++e)
-                    stray += mask[t][e] == ELEM_OUTSIDE && out_host[run][t][e] != POISON16;
-        for (int t = BUF_DQ; t < NUM_BUFS; ++t) {
-            const tensor_view *v = &views[t];
-            const seq_geometry *g = is_query_side(t) ? &gq : &gk;
-            compare_stats st;
-            compare_view(&st, out_host[RUN_DEFAULT][v->buf], out_host[RUN_PORTABLE][v->buf], v, g, c->dtype, c_abs);
-            if (t != BUF_DQ || deterministic_mode) { /* dk, dv (deterministic mode: dq too): bitwise repeatable */
-                const uint16_t *first = out_host[RUN_DEFAULT][v->buf], *again = out_host[RUN_DEFAULT_AGAIN][v->buf];
-                const uint16_t *third = deterministic_mode ? out_host[RUN_DEFAULT_THIRD][v->buf] : again;
-                for (int b = 0; b < g->batch; ++b)
-                    for (int64_t i = 0; i < seq_len(g, b); ++i)
-                        for (int h = 0; h < v->heads; ++h)
-                            for (int e = 0; e < d; ++e) {
-                                const size_t x = view_index(v, g, b, i, h, e);
-                                repeat_differs += first[x] != again[x] || first[x] != third[x];
-                            }
-            }
-            failed |= st.nan_count != 0 || st.over_count != 0;
-            len += snprintf(line + len, sizeof line - (size_t)len, " %s %.1e/%.2f=%.1e%s", tensor_names[t],
-                            st.max_diff, st.max_ref, st.max_ref > 0 ? st.max_diff / st.max_ref : 0.0,
-                            st.nan_count ? " NaN" : "");
-            if (st.nan_count || st.over_count)
-                len += snprintf(line + len, sizeof line - (size_t)len, " [%ld NaN, %ld over tol, worst %.1f× tol]",
-                                st.nan_count, st.over_count, st.worst_ratio);
-        }
-        if (dsink) {
-            double max_ref = 0.0, max_diff = 0.0;
-            long bad = 0;
-            for (int h = 0; h < hq; ++h)
-                if (fabs(dsink_host[RUN_PORTABLE][h]) > max_ref) max_ref = fabs(dsink_host[RUN_PORTABLE][h]);
-            for (int h = 0; h < hq; ++h) {
-                const double a = dsink_host[RUN_DEFAULT][h], r = dsink_host[RUN_PORTABLE][h], diff = fabs(a - r);
-                if (isnan(a) || isnan(r) || diff > 1e-3 * (max_ref + fabs(r))) ++bad;
-                if (diff > max_diff) max_diff = diff;
-            }
-            failed |= bad != 0;
-            len += snprintf(line + len, sizeof line - (size_t)len, " dsink %.1e/%.2f%s", max_diff, max_ref,
-                            bad ? " BAD" : "");
-        }
-        failed |= stray != 0 || repeat_differs != 0;
-        printf("%s %s:%s; repeat %s %s; stray writes %ld; ms default %.2f portable %.2f\n",
-               failed ? "FAIL" : "ok  ", c->name, line, deterministic_mode ? "dq/dk/dv (3 runs)" : "dk/dv",
-               repeat_differs ? "DIFFER" : "same", stray,
-               run_ms[RUN_DEFAULT_AGAIN], run_ms[RUN_PORTABLE]);
-    }
-
 done:
     unsetenv("FA_CUDA_BACKWARD");
-    for (int t = 0; t < NUM_BUFS; ++t) {
-        if (dev[t]) cudaFree(dev[t]);
-        free(host[t]);
-        free(mask[t]);
-        for (int run = 0; run < NUM_RUNS; ++run) free(out_host[run][t]);
-    }
-    if (lse) cudaFree(lse);
-    if (sinks) cudaFree(sinks);
-    if (dsink) cudaFree(dsink);
-    if (cu_q) cudaFree(cu_q);
-    if (cu_k) cudaFree(cu_k);
-    free(lse_host);
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
     return failed;
 }
 
+/* Compare the runs and print the case's line; 1 when it fails. */
+static int report_case(const bwd_case *c, const case_run *r, int runs, double c_abs) {
+    const int hq = c->heads_q, d = c->head_dim;
+    int failed = 0;
+    char line[1024];
+    int len = 0;
+    long stray = 0, repeat_differs = 0;
+    for (int run = 0; run < runs; ++run) /* nothing written outside the declared tensors */
+        for (int t = BUF_DQ; t < NUM_BUFS; ++t)
+            for (size_t e = 0; r->out_host[run][t] && e < r->buf_elems[t]; ++e)
+                stray += r->mask[t][e] == ELEM_OUTSIDE && r->out_host[run][t][e] != POISON16;
+    for (int t = BUF_DQ; t < NUM_BUFS; ++t) {
+        const tensor_view *v = &r->views[t];
+        const seq_geometry *g = is_query_side(t) ? &r->gq : &r->gk;
+        compare_stats st;
+        compare_view(&st, r->out_host[RUN_DEFAULT][v->buf], r->out_host[RUN_PORTABLE][v->buf], v, g, c->dtype, c_abs);
+        if (t != BUF_DQ || deterministic_mode) { /* dk, dv (deterministic mode: dq too): bitwise repeatable */
+            const uint16_t *first = r->out_host[RUN_DEFAULT][v->buf], *again = r->out_host[RUN_DEFAULT_AGAIN][v->buf];
+            const uint16_t *third = deterministic_mode ? r->out_host[RUN_DEFAULT_THIRD][v->buf] : again;
+            for (int b = 0; b < g->batch; ++b)
+                for (int64_t i = 0; i < seq_len(g, b); ++i)
+                    for (int h = 0; h < v->heads; ++h)
+                        for (int e = 0; e < d; ++e) {
+                            const size_t x = view_index(v, g, b, i, h, e);
+                            repeat_differs += first[x] != again[x] || first[x] != third[x];
+                        }
+        }
+        failed |= st.nan_count != 0 || st.over_count != 0;
+        len += snprintf(line + len, sizeof line - (size_t)len, " %s %.1e/%.2f=%.1e%s", tensor_names[t],
+                        st.max_diff, st.max_ref, st.max_ref > 0 ? st.max_diff / st.max_ref : 0.0,
+                        st.nan_count ? " NaN" : "");
+        if (st.nan_count || st.over_count)
+            len += snprintf(line + len, sizeof line - (size_t)len, " [%ld NaN, %ld over tol, worst %.1f× tol]",
+                            st.nan_count, st.over_count, st.worst_ratio);
+    }
+    if (r->dsink) {
+        double max_ref = 0.0, max_diff = 0.0;
+        long bad = 0;
+        for (int h = 0; h < hq; ++h)
+            if (fabs(r->dsink_host[RUN_PORTABLE][h]) > max_ref) max_ref = fabs(r->dsink_host[RUN_PORTABLE][h]);
+        for (int h = 0; h < hq; ++h) {
+            const double a = r->dsink_host[RUN_DEFAULT][h], ref = r->dsink_host[RUN_PORTABLE][h], diff = fabs(a - ref);
+            if (isnan(a) || isnan(ref) || diff > 1e-3 * (max_ref + fabs(ref))) ++bad;
+            if (diff > max_diff) max_diff = diff;
+        }
+        failed |= bad != 0;
+        len += snprintf(line + len, sizeof line - (size_t)len, " dsink %.1e/%.2f%s", max_diff, max_ref,
+                        bad ? " BAD" : "");
+    }
+    failed |= stray != 0 || repeat_differs != 0;
+    printf("%s %s:%s; repeat %s %s; stray writes %ld; ms default %.2f portable %.2f\n",
+           failed ? "FAIL" : "ok  ", c->name, line, deterministic_mode ? "dq/dk/dv (3 runs)" : "dk/dv",
+           repeat_differs ? "DIFFER" : "same", stray,
+           r->run_ms[RUN_DEFAULT_AGAIN], r->run_ms[RUN_PORTABLE]);
+    return failed;
+}
+
+static void free_case_run(case_run *r) {
+    for (int t = 0; t < NUM_BUFS; ++t) {
+        if (r->dev[t]) cudaFree(r->dev[t]);
+        free(r->host[t]);
+        free(r->mask[t]);
+        for (int run = 0; run < NUM_RUNS; ++run) free(r->out_host[run][t]);
+    }
+    if (r->lse) cudaFree(r->lse);
+    if (r->sinks) cudaFree(r->sinks);
+    if (r->dsink) cudaFree(r->dsink);
+    if (r->cu_q) cudaFree(r->cu_q);
+    if (r->cu_k) cudaFree(r->cu_k);
+    free(r->lse_host);
+    if (r->start) cudaEventDestroy(r->start);
+    if (r->stop) cudaEventDestroy(r->stop);
+}
+
+static int run_case(const bwd_case *c, const score_options *opt) {
+    const int runs = deterministic_mode ? NUM_RUNS : RUN_DEFAULT_THIRD;
+    const double c_abs = c->dtype == FA_DTYPE_BF16 ? 1e-2 : 2.5e-3;
+    case_run run;
+    case_run *r = &run;
+    memset(r, 0, sizeof *r);
+    set_geometry(&r->gq, c, c->lens_q, c->seqlen_q);
+    set_geometry(&r->gk, c, c->lens_k, c->seqlen_k);
+    set_views(r->views, r->buf_elems, c, &r->gq, &r->gk);
+    r->lse_elems = c->varlen ? (size_t)(c->heads_q * r->gq.total) + 64 : (size_t)c->batch * c->heads_q * c->seqlen_q;
+    fa_params p;
+    int failed = fill_inputs(c, opt, r);
+    if (!failed) {
+        case_params(c, opt, r, &p);
+        failed = run_forward(c, r, &p) || run_backwards(c, r, &p, runs) || report_case(c, r, runs, c_abs);
+    }
+    unsetenv("FA_CUDA_BACKWARD");
+    free_case_run(r);
+    return failed;
+}
+
+/* The cases. B, H: the dtypes; DENSE, PACKED, PADDED: the layouts. */
+#define B FA_DTYPE_BF16
+#define H FA_DTYPE_F16
+#define DENSE LAYOUT_CONTIGUOUS
+#define PACKED LAYOUT_PACKED_QKV
+#define PADDED LAYOUT_PADDED
+/* name, dtype, batch, sq, sk, hq, hkv, d, causal, window left/right, sinks, layout, varlen, lens */
+static const bwd_case big_cases[] = {
+    {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d64 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1, -1, 0,
+     DENSE, 0, {0}, {0}},
+    {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d64 window left 200 sq=1000 sk=3000 (keys no query sees)", B, 2, 1000, 3000, 4, 4, 64, 0, 200, -1,
+     0, DENSE, 0, {0}, {0}},
+    {"bf16 d128 causal sinks s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 1, DENSE, 0, {0}, {0}},
+    {"f16 d64 varlen causal GQA 8/2 (an empty sequence)", H, 4, 1531, 1531, 8, 2, 64, 1, -1, -1, 0, DENSE, 1,
+     {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+    {"bf16 d128 varlen causal window 300 sinks MQA 8/1 (no keys, no queries)", B, 4, 2047, 2047, 8, 1, 128, 1,
+     300, -1, 1, DENSE, 1, {1200, 190, 0, 2047}, {1000, 0, 300, 2047}},
+    {"bf16 d96 causal packed qkv s=2000 b=2 h=8", B, 2, 2000, 2000, 8, 8, 96, 1, -1, -1, 0, PACKED, 0, {0}, {0}},
+    {"f16 d128 varlen packed qkv GQA 8/2 sinks", H, 3, 1000, 1000, 8, 2, 128, 0, -1, -1, 1, PACKED, 1,
+     {1000, 0, 777}, {1000, 0, 777}},
+    {"bf16 d64 causal padded strides sq=1500 sk=1800 b=2 GQA 16/4", B, 2, 1500, 1800, 16, 4, 64, 1, -1, -1, 0,
+     PADDED, 0, {0}, {0}},
+    {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
+     PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+    /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
+    {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d192 causal sq=1500 sk=600 MQA 4/1 (rows with no key)", B, 1, 1500, 600, 4, 1, 192, 1, -1, -1, 0,
+     DENSE, 0, {0}, {0}},
+    {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
+     DENSE, 0, {0}, {0}},
+    {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
+     DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}},
+    {"f16 d192 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100, 100,
+     0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+    {"bf16 d256 causal packed qkv s=1200 b=2 h=4", B, 2, 1200, 1200, 4, 4, 256, 1, -1, -1, 0, PACKED, 0, {0},
+     {0}},
+    {"f16 d192 varlen packed qkv GQA 4/2 sinks", H, 3, 900, 900, 4, 2, 192, 0, -1, -1, 1, PACKED, 1,
+     {900, 0, 517}, {900, 0, 517}},
+    {"bf16 d256 causal padded strides sq=700 sk=900 GQA 8/2", B, 2, 700, 900, 8, 2, 256, 1, -1, -1, 0, PADDED,
+     0, {0}, {0}},
+    {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
+     PADDED, 1, {900, 413, 71}, {1000, 0, 200}},
+};
+/* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
+static const bwd_case small_cases[] = {
+    {"small f16 d64 varlen causal GQA 4/2", H, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
+     {70, 0, 131, 33}, {91, 7, 131, 25}},
+    {"small bf16 d128 varlen causal window 40 sinks MQA 4/1", B, 4, 200, 200, 4, 1, 128, 1, 40, -1, 1, DENSE, 1,
+     {120, 19, 0, 200}, {100, 0, 30, 200}},
+    {"small bf16 d96 causal packed qkv s=200 b=2 h=4", B, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0, {0},
+     {0}},
+    {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
+     0, PADDED, 0, {0}, {0}},
+    {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+     {70, 0, 131, 33}, {91, 7, 131, 25}},
+    {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
+     0, PADDED, 0, {0}, {0}},
+    {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
+     {0}},
+};
+/* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
+static const softcap_case big_softcap_cases[] = {
+    {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+     {30.0f, 10.0f, 0.0f}},
+    {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
+      {0}},
+     {20.0f, 8.0f, 0.0f}},
+    {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
+      -1, 0, DENSE, 0, {0}, {0}},
+     {30.0f, 10.0f, 0.0f}},
+    {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
+      {0}},
+     {50.0f, 20.0f, 0.0f}},
+    {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
+      1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+     {30.0f, 10.0f, 0.0f}},
+    {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
+      0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+     {25.0f, 10.0f, 0.0f}},
+    {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
+      {0}, {0}},
+     {40.0f, 15.0f, 0.0f}},
+    {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
+      {0}},
+     {30.0f, 10.0f, 0.0f}},
+    {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
+      100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+     {50.0f, 20.0f, 0.0f}},
+    {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
+      {0}, {0}},
+     {20.0f, 8.0f, 0.0f}},
+    {{"bf16 d128 causal softmax_scale -0.09 (portable both runs)", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
+      0, {0}, {0}},
+     {0.0f, 0.0f, -0.09f}},
+    {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
+      0, DENSE, 0, {0}, {0}},
+     {30.0f, 10.0f, -0.125f}},
+};
+static const softcap_case small_softcap_cases[] = {
+    {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
+      {70, 0, 131, 33}, {91, 7, 131, 25}},
+     {30.0f, 10.0f, 0.0f}},
+    {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
+      50, 20, 0, PADDED, 0, {0}, {0}},
+     {20.0f, 8.0f, 0.0f}},
+    {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
+      {0}, {0}},
+     {50.0f, 20.0f, 0.0f}},
+    {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
+      {70, 0, 131, 33}, {91, 7, 131, 25}},
+     {30.0f, 10.0f, 0.0f}},
+};
+/* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
+ * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
+static const bwd_case det_cases[] = {
+    {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
+     {6000, 2500, 4100}, {6000, 2000, 4500}},
+};
+#undef B
+#undef H
+#undef DENSE
+#undef PACKED
+#undef PADDED
+
 int gpu_bwd_paths_main(int argc, char **argv) {
-    const fa_dtype B = FA_DTYPE_BF16, H = FA_DTYPE_F16;
-    const tensor_layout DENSE = LAYOUT_CONTIGUOUS, PACKED = LAYOUT_PACKED_QKV, PADDED = LAYOUT_PADDED;
-    /* name, dtype, batch, sq, sk, hq, hkv, d, causal, window left/right, sinks, layout, varlen, lens */
-    const bwd_case big_cases[] = {
-        {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"bf16 d64 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1, -1, 0,
-         DENSE, 0, {0}, {0}},
-        {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}},
-        {"bf16 d64 window left 200 sq=1000 sk=3000 (keys no query sees)", B, 2, 1000, 3000, 4, 4, 64, 0, 200, -1,
-         0, DENSE, 0, {0}, {0}},
-        {"bf16 d128 causal sinks s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 1, DENSE, 0, {0}, {0}},
-        {"f16 d64 varlen causal GQA 8/2 (an empty sequence)", H, 4, 1531, 1531, 8, 2, 64, 1, -1, -1, 0, DENSE, 1,
-         {700, 0, 1531, 333}, {901, 77, 1531, 250}},
-        {"bf16 d128 varlen causal window 300 sinks MQA 8/1 (no keys, no queries)", B, 4, 2047, 2047, 8, 1, 128, 1,
-         300, -1, 1, DENSE, 1, {1200, 190, 0, 2047}, {1000, 0, 300, 2047}},
-        {"bf16 d96 causal packed qkv s=2000 b=2 h=8", B, 2, 2000, 2000, 8, 8, 96, 1, -1, -1, 0, PACKED, 0, {0}, {0}},
-        {"f16 d128 varlen packed qkv GQA 8/2 sinks", H, 3, 1000, 1000, 8, 2, 128, 0, -1, -1, 1, PACKED, 1,
-         {1000, 0, 777}, {1000, 0, 777}},
-        {"bf16 d64 causal padded strides sq=1500 sk=1800 b=2 GQA 16/4", B, 2, 1500, 1800, 16, 4, 64, 1, -1, -1, 0,
-         PADDED, 0, {0}, {0}},
-        {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
-         PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
-        /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
-        {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"bf16 d192 causal sq=1500 sk=600 MQA 4/1 (rows with no key)", B, 1, 1500, 600, 4, 1, 192, 1, -1, -1, 0,
-         DENSE, 0, {0}, {0}},
-        {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}},
-        {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
-         DENSE, 0, {0}, {0}},
-        {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
-         DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}},
-        {"f16 d192 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100, 100,
-         0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
-        {"bf16 d256 causal packed qkv s=1200 b=2 h=4", B, 2, 1200, 1200, 4, 4, 256, 1, -1, -1, 0, PACKED, 0, {0},
-         {0}},
-        {"f16 d192 varlen packed qkv GQA 4/2 sinks", H, 3, 900, 900, 4, 2, 192, 0, -1, -1, 1, PACKED, 1,
-         {900, 0, 517}, {900, 0, 517}},
-        {"bf16 d256 causal padded strides sq=700 sk=900 GQA 8/2", B, 2, 700, 900, 8, 2, 256, 1, -1, -1, 0, PADDED,
-         0, {0}, {0}},
-        {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
-         PADDED, 1, {900, 413, 71}, {1000, 0, 200}},
-    };
-    /* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
-    const bwd_case small_cases[] = {
-        {"small f16 d64 varlen causal GQA 4/2", H, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
-         {70, 0, 131, 33}, {91, 7, 131, 25}},
-        {"small bf16 d128 varlen causal window 40 sinks MQA 4/1", B, 4, 200, 200, 4, 1, 128, 1, 40, -1, 1, DENSE, 1,
-         {120, 19, 0, 200}, {100, 0, 30, 200}},
-        {"small bf16 d96 causal packed qkv s=200 b=2 h=4", B, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0, {0},
-         {0}},
-        {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
-         0, PADDED, 0, {0}, {0}},
-        {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
-         {70, 0, 131, 33}, {91, 7, 131, 25}},
-        {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
-         0, PADDED, 0, {0}, {0}},
-        {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
-         {0}},
-    };
-    /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
-    const softcap_case big_softcap_cases[] = {
-        {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-         {30.0f, 10.0f, 0.0f}},
-        {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
-          {0}},
-         {20.0f, 8.0f, 0.0f}},
-        {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
-          -1, 0, DENSE, 0, {0}, {0}},
-         {30.0f, 10.0f, 0.0f}},
-        {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
-          {0}},
-         {50.0f, 20.0f, 0.0f}},
-        {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
-          1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
-         {30.0f, 10.0f, 0.0f}},
-        {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
-          0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
-         {25.0f, 10.0f, 0.0f}},
-        {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
-          {0}, {0}},
-         {40.0f, 15.0f, 0.0f}},
-        {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
-          {0}},
-         {30.0f, 10.0f, 0.0f}},
-        {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
-          100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
-         {50.0f, 20.0f, 0.0f}},
-        {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
-          {0}, {0}},
-         {20.0f, 8.0f, 0.0f}},
-        {{"bf16 d128 causal softmax_scale -0.09 (portable both runs)", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
-          0, {0}, {0}},
-         {0.0f, 0.0f, -0.09f}},
-        {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
-          0, DENSE, 0, {0}, {0}},
-         {30.0f, 10.0f, -0.125f}},
-    };
-    const softcap_case small_softcap_cases[] = {
-        {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
-          {70, 0, 131, 33}, {91, 7, 131, 25}},
-         {30.0f, 10.0f, 0.0f}},
-        {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
-          50, 20, 0, PADDED, 0, {0}, {0}},
-         {20.0f, 8.0f, 0.0f}},
-        {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
-          {0}, {0}},
-         {50.0f, 20.0f, 0.0f}},
-        {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
-          {70, 0, 131, 33}, {91, 7, 131, 25}},
-         {30.0f, 10.0f, 0.0f}},
-    };
     const score_options plain = {0.0f, 0.0f, 0.0f};
-    /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
-     * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
-    const bwd_case det_cases[] = {
-        {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-        {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
-         {6000, 2500, 4100}, {6000, 2000, 4500}},
-    };
     int small = 0;
     for (int a = 1; a < argc; ++a) {
         if (strcmp(argv[a], "small") == 0)

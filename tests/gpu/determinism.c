@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 typedef struct det_case {
     const char *name;
@@ -20,16 +21,8 @@ typedef struct det_case {
     int varlen;
 } det_case;
 
-static unsigned int det_rng = 2463534242u;
-static unsigned short random_bf16(void) {
-    det_rng ^= det_rng << 13;
-    det_rng ^= det_rng >> 17;
-    det_rng ^= det_rng << 5;
-    float f = (float)(det_rng >> 8) / 16777216.0f * 4.0f - 2.0f;
-    unsigned int u;
-    memcpy(&u, &f, 4);
-    return (unsigned short)(u >> 16);
-}
+static gpu_rng rng = {2463534242u};
+static unsigned short random_bf16(void) { return gpu_float_to_16(gpu_random_uniform(&rng, -2.0f, 2.0f), FA_DTYPE_BF16); }
 
 #define CHECK_CUDA(call)                                                                          \
     do {                                                                                          \

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 typedef struct path_case {
     const char *name;
@@ -29,22 +30,9 @@ typedef struct path_case {
     int sinks;  /* sink logits, a different one per query head */
 } path_case;
 
-static unsigned int path_rng = 88172645u;
+static gpu_rng rng = {88172645u};
 static unsigned short random_bf16(float offset) {
-    path_rng ^= path_rng << 13;
-    path_rng ^= path_rng >> 17;
-    path_rng ^= path_rng << 5;
-    float f = (float)(path_rng >> 8) / 16777216.0f * 4.0f - 2.0f + offset;
-    unsigned int u;
-    memcpy(&u, &f, 4);
-    return (unsigned short)(u >> 16);
-}
-
-static float bf16_to_float(unsigned short x) {
-    unsigned int u = (unsigned int)x << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return gpu_float_to_16(gpu_random_uniform(&rng, -2.0f, 2.0f) + offset, FA_DTYPE_BF16);
 }
 
 #define CHECK_CUDA(call)                                                                          \
@@ -140,7 +128,7 @@ static int run_case(const path_case *c) {
     double max_o = 0.0, max_do = 0.0, max_dl = 0.0;
     long unwritten = 0;
     for (size_t i = 0; i < no; ++i) {
-        const float a = bf16_to_float(o_out[0][i]), b = bf16_to_float(o_out[1][i]);
+        const float a = gpu_float_from_16(o_out[0][i], FA_DTYPE_BF16), b = gpu_float_from_16(o_out[1][i], FA_DTYPE_BF16);
         if (isnan(a) || isnan(b)) {
             ++unwritten;
             continue;

@@ -11,41 +11,22 @@
 
 #include "cuda/common/cuda_common.cuh"
 
-/* Everything the main backward kernel reads, passed by value. Strides in elements; window sides
- * -1 = unbounded (causal already folded into window_right), clamped by the host so that every
- * index expression below stays inside int32. "Packed row" = the row's index in [0, total):
- * cu_seqlens_q[b] + i with varlen, b·seqlen_q + i without. */
-struct fa_bwd_params {
-    const void *q;    /* [b, seqlen_q, heads_q, d]                                            */
-    const void *k;    /* [b, seqlen_k, heads_kv, d]                                           */
-    const void *v;    /* [b, seqlen_k, heads_kv, dv]                                          */
+/* Everything the main backward kernel reads, passed by value: fa_kernel_base (q, k, v, the
+ * forward's lse, sizes, window, score constants, ALiBi) and the gradients and workspace below.
+ * Strides in elements; the window sides are clamped by the host so that every index expression
+ * stays inside int32. "Packed row" = the row's index in [0, total): cu_seqlens_q[b] + i with
+ * varlen, b·seqlen_q + i without. */
+struct fa_bwd_params : fa_kernel_base {
     const void *dout; /* [b, seqlen_q, heads_q, dv]                                           */
     void *dk;         /* [b, seqlen_k, heads_kv, d]  written when group_splits == 1           */
     void *dv;         /* [b, seqlen_k, heads_kv, dv] written when group_splits == 1           */
-    int64_t q_batch_stride, q_row_stride, q_head_stride;
-    int64_t k_batch_stride, k_row_stride, k_head_stride;
-    int64_t v_batch_stride, v_row_stride, v_head_stride;
     int64_t do_batch_stride, do_row_stride, do_head_stride;
     int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
     int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
-    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL                             */
-    const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;    /* packed rows                                               */
-    int batch;
-    int seqlen_q, seqlen_k;      /* per sequence (varlen: the maxima)                          */
-    int heads_q, heads_kv, group;
-    int head_dim, head_dim_v;
-    int window_left, window_right;
     float softmax_scale;
-    float scale_log2;        /* softmax_scale · log2(e)                                        */
-    float softcap_pre;       /* softmax_scale / softcap; 0 = softcap off                       */
-    float softcap_post_log2; /* softcap · log2(e)                                              */
-    const float *alibi_slopes; /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL    */
-    int64_t alibi_batch_stride;
     /* workspace, filled by the pre-pass */
     const float *lse_log2; /* [heads_q, total_q] LSE·log2(e); +inf where LSE = -inf (P = 0);
                               NULL for the Hopper kernel, which converts lse itself            */
-    const float *lse;      /* the forward's LSE: [b, heads_q, seqlen_q], varlen [heads_q, total_q] */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
     float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
                               the Hopper kernels: [heads_q, total_q, d] (one head's rows

@@ -1,8 +1,9 @@
 /*
  * cuda_common.cuh: what the CUDA forward, backward and decode (kvcache) code shares: host
  * error checking, the per-device property cache, element-type traits, the shared-memory swizzle,
- * quad reductions, sequence geometry on the device, and (at the end) the host's common checks,
- * parameter copies and workspace handling. Keep names stable and add new things at the end.
+ * quad reductions, sequence geometry on the device, the kernel parameter base (fa_kernel_base) and
+ * the forward's parameters, and (at the end) the host's common checks and workspace handling.
+ * Keep names stable and add new things at the end.
  *
  * Host code here is C++ compiled by nvcc; kernels are reached only through extern "C" launchers.
  */
@@ -171,21 +172,26 @@ __device__ __forceinline__ fa_seq_rows fa_sequence_rows(const int32_t *cu_seqlen
     return s;
 }
 
-/* ---- forward kernel parameters (filled by fwd.cu, read by fwd_*.cu) --------------------- */
+/* ---- kernel parameters: the base every parameter block extends ------------------------------ */
 
-/* Everything a forward kernel needs, passed by value. Strides in elements; window sides -1 =
- * unbounded (causal already folded into window_right). */
-struct fa_fwd_params {
+/* What every kernel parameter block shares, passed by value as its first part (fa_fwd_params,
+ * fa_bwd_params, fa_kv_params extend it by C++ inheritance, so kernels read prm.q_row_stride
+ * whatever the block). Filled from the validated problem by fa_cuda_fill_kernel_base, and only
+ * there. Strides in elements; window sides -1 = unbounded (causal already folded into
+ * window_right). The field order is the forward's original one: the forward kernels are bound by
+ * registers, and ptxas allocates differently when their parameters move. */
+struct fa_kernel_base {
     const void *q; /* [b, seqlen_q, heads_q, d]  (varlen: [total_q, heads_q, d])               */
-    const void *k; /* [b, seqlen_k, heads_kv, d]                                               */
+    const void *k; /* [b, seqlen_k, heads_kv, d]  (KV cache: the cache, written when appending) */
     const void *v; /* [b, seqlen_k, heads_kv, dv]                                              */
-    void *o;       /* [b, seqlen_q, heads_q, dv]                                               */
-    float *lse;    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL          */
+    void *o;       /* [b, seqlen_q, heads_q, dv]: the output (the backward: the forward's)      */
+    float *lse;    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; may be NULL in the
+                      forward; the backward reads the forward's                                */
     int64_t q_batch_stride, q_row_stride, q_head_stride;
     int64_t k_batch_stride, k_row_stride, k_head_stride;
     int64_t v_batch_stride, v_row_stride, v_head_stride;
     int64_t o_batch_stride, o_row_stride, o_head_stride;
-    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL                             */
+    const int32_t *cu_seqlens_q; /* [b + 1] device memory, or NULL (always NULL: KV cache)     */
     const int32_t *cu_seqlens_k;
     int64_t total_q, total_k;    /* packed rows (bounds every varlen access)                  */
     int batch;
@@ -193,17 +199,71 @@ struct fa_fwd_params {
     int heads_q, heads_kv, group; /* group = heads_q / heads_kv                               */
     int head_dim, head_dim_v;    /* actual dims; the kernel's bucket may be larger            */
     int window_left, window_right;
-    /* Scores: plain path p = 2^(acc·score_mul - max·score_mul) with score_mul = scale·log2(e).
-     * transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites every score into
-     * log2 units first and then uses score_mul = 1. */
+    /* The forward's score path: p = 2^(acc·score_mul - max·score_mul) with score_mul =
+     * scale·log2(e); transform_scores = 1 (softcap, ALiBi, or a non-positive scale) rewrites
+     * every score into log2 units first and then uses score_mul = 1. (The backward uses
+     * scale_log2 and the softcap constants directly.) */
     int transform_scores;
     float score_mul;
     float scale_log2;            /* softmax_scale · log2(e)                                    */
     float softcap_pre;           /* softmax_scale / softcap (0 when softcap is off)           */
-    float softcap_post_log2;     /* softcap · log2(e)                                         */
+    float softcap_post_log2;     /* softcap · log2(e); read only when softcap_pre != 0        */
     const float *alibi_slopes;   /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL */
     int64_t alibi_batch_stride;
     const float *sink_logits;    /* [heads_q] or NULL                                         */
+};
+
+/* The fields of fa_kernel_base from the validated problem; the one place they are filled. */
+static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    prm->q = p->q;
+    prm->k = p->k;
+    prm->v = p->v;
+    prm->o = p->o;
+    prm->lse = p->lse;
+    prm->q_batch_stride = p->q_batch_stride;
+    prm->q_row_stride = p->q_row_stride;
+    prm->q_head_stride = p->q_head_stride;
+    prm->k_batch_stride = p->k_batch_stride;
+    prm->k_row_stride = p->k_row_stride;
+    prm->k_head_stride = p->k_head_stride;
+    prm->v_batch_stride = p->v_batch_stride;
+    prm->v_row_stride = p->v_row_stride;
+    prm->v_head_stride = p->v_head_stride;
+    prm->o_batch_stride = p->o_batch_stride;
+    prm->o_row_stride = p->o_row_stride;
+    prm->o_head_stride = p->o_head_stride;
+    prm->cu_seqlens_q = pb->varlen ? p->cu_seqlens_q : nullptr;
+    prm->cu_seqlens_k = pb->varlen ? p->cu_seqlens_k : nullptr;
+    prm->total_q = p->total_q;
+    prm->total_k = p->total_k;
+    prm->batch = (int)p->batch;
+    prm->seqlen_q = (int)p->seqlen_q;
+    prm->seqlen_k = (int)p->seqlen_k;
+    prm->heads_q = (int)p->heads_q;
+    prm->heads_kv = (int)p->heads_kv;
+    prm->group = (int)pb->group;
+    prm->head_dim = (int)p->head_dim;
+    prm->head_dim_v = (int)p->head_dim_v;
+    prm->window_left = (int)p->window_left;
+    prm->window_right = (int)p->window_right;
+    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
+     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
+    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
+    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
+    prm->scale_log2 = pb->scale_log2;
+    /* softcap_post_log2 is read only when softcap_pre != 0 (it is negative with a negative scale) */
+    prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
+    prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
+    prm->alibi_slopes = p->alibi_slopes;
+    prm->alibi_batch_stride = p->alibi_batch_stride;
+    prm->sink_logits = p->sink_logits;
+}
+
+/* ---- forward kernel parameters (filled by fwd.cu, read by fwd_*.cu) --------------------- */
+
+/* Everything a forward kernel needs, passed by value: fa_kernel_base and the tile order. */
+struct fa_fwd_params : fa_kernel_base {
     int heavy_first;             /* portable: grid (heads_q, b, m_blocks), last query block first;
                                     Hopper: tiles in head groups, longest first (fa_fwd_grouped_tile) */
     int head_group;              /* Hopper, heavy_first: (batch, head) units per group         */
@@ -219,7 +279,7 @@ static inline int fa_cuda_head_group(int num_m_blocks, int resident_ctas) {
     return forced > 0 ? forced : fa_fwd_head_group(num_m_blocks, resident_ctas);
 }
 
-/* ---- host: checks, parameter copies and workspace shared by the three host files ------------ */
+/* ---- host: checks and workspace shared by the three host files ------------ */
 /*
  * fwd.cu (forward), bwd.cu (backward) and kvcache.cu (decode) validate and launch
  * alike. `path` / `kernel` / `what` name the caller in error messages ("the CUDA backward",
@@ -242,54 +302,6 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
 
 /* FA_ERR_UNSUPPORTED when `kernel` needs more shared memory per block than dev allows. */
 fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
-
-/* The fields every kernel parameter block (fa_fwd_params, fa_kv_params, fa_bwd_params) has under
- * the same name: q/k/v strides, sizes, the score transform's constants and ALiBi. */
-template <typename Params>
-static inline void fa_cuda_fill_shared_params(Params *prm, const fa_problem *pb) {
-    const fa_params *p = &pb->p;
-    prm->q_batch_stride = p->q_batch_stride;
-    prm->q_row_stride = p->q_row_stride;
-    prm->q_head_stride = p->q_head_stride;
-    prm->k_batch_stride = p->k_batch_stride;
-    prm->k_row_stride = p->k_row_stride;
-    prm->k_head_stride = p->k_head_stride;
-    prm->v_batch_stride = p->v_batch_stride;
-    prm->v_row_stride = p->v_row_stride;
-    prm->v_head_stride = p->v_head_stride;
-    prm->batch = (int)p->batch;
-    prm->seqlen_q = (int)p->seqlen_q;
-    prm->seqlen_k = (int)p->seqlen_k;
-    prm->heads_q = (int)p->heads_q;
-    prm->heads_kv = (int)p->heads_kv;
-    prm->group = (int)pb->group;
-    prm->head_dim = (int)p->head_dim;
-    prm->head_dim_v = (int)p->head_dim_v;
-    prm->scale_log2 = pb->scale_log2;
-    /* softcap_post_log2 is read only when softcap_pre != 0 (it is negative with a negative scale) */
-    prm->softcap_pre = p->softcap > 0.0f ? p->softmax_scale / p->softcap : 0.0f;
-    prm->softcap_post_log2 = p->softcap > 0.0f ? p->softcap * 1.4426950408889634f : 0.0f;
-    prm->alibi_slopes = p->alibi_slopes;
-    prm->alibi_batch_stride = p->alibi_batch_stride;
-}
-
-/* fa_cuda_fill_shared_params plus what the forward and the decode kernel also share: o strides,
- * window, sinks and the choice of the score path. */
-template <typename Params>
-static inline void fa_cuda_fill_forward_params(Params *prm, const fa_problem *pb) {
-    const fa_params *p = &pb->p;
-    fa_cuda_fill_shared_params(prm, pb);
-    prm->o_batch_stride = p->o_batch_stride;
-    prm->o_row_stride = p->o_row_stride;
-    prm->o_head_stride = p->o_head_stride;
-    prm->window_left = p->window_left;
-    prm->window_right = p->window_right;
-    prm->sink_logits = p->sink_logits;
-    /* The plain path keeps raw scores and tracks their max, which orders like the scaled scores
-     * only for a positive scale; anything else goes through the transformed (log2-unit) path. */
-    prm->transform_scores = p->softcap > 0.0f || p->alibi_slopes != nullptr || !(pb->scale_log2 > 0.0f);
-    prm->score_mul = prm->transform_scores ? 1.0f : pb->scale_log2;
-}
 
 /* Workspace regions start at multiples of 256 bytes. */
 static inline size_t fa_cuda_align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }

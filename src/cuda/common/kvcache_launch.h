@@ -11,24 +11,16 @@
 
 #include "cuda/common/cuda_common.cuh"
 
-/* Everything the decode kernel reads, passed by value. Strides in elements. The int32 arrays are
- * device memory, read and clamped by the kernel only. Window sides -1 = unbounded (causal already
- * folded into window_right). "Slot" = position in a sequence's cache (0 .. seqlen_k - 1); key j
- * of the attention is slot pad + j (pad = cache_leftpad[b]). */
-struct fa_kv_params {
-    const void *q;     /* [batch, seqlen_q, heads_q, d]                                          */
-    void *k;           /* cache: [cache_batch, seqlen_k, heads_kv, d] or pages [num_pages,
-                          page_size, heads_kv, d] (batch stride = page stride); written when
-                          appending                                                             */
-    void *v;           /* the same with dv                                                       */
-    void *o;           /* [batch, seqlen_q, heads_q, dv], written when num_splits == 1           */
-    float *lse;        /* [batch, heads_q, seqlen_q] or NULL, written when num_splits == 1      */
+/* Everything the decode kernel reads, passed by value: fa_kernel_base and the cache layout
+ * below. Strides in elements. The int32 arrays are device memory, read and clamped by the kernel
+ * only. "Slot" = position in a sequence's cache (0 .. seqlen_k - 1); key j of the attention is
+ * slot pad + j (pad = cache_leftpad[b]). From the base: k and v are the cache, [cache_batch,
+ * seqlen_k, heads_kv, d] or pages [num_pages, page_size, heads_kv, d] (batch stride = page
+ * stride), written when appending; o and lse are written when num_splits == 1; cu_seqlens are
+ * NULL; seqlen_k is the cache capacity per sequence. */
+struct fa_kv_params : fa_kernel_base {
     const void *k_new; /* [batch, seqlen_q, heads_kv, d] or NULL (no append)                    */
     const void *v_new; /* [batch, seqlen_q, heads_kv, dv]                                       */
-    int64_t q_batch_stride, q_row_stride, q_head_stride;
-    int64_t k_batch_stride, k_row_stride, k_head_stride;
-    int64_t v_batch_stride, v_row_stride, v_head_stride;
-    int64_t o_batch_stride, o_row_stride, o_head_stride;
     int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
     int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
 
@@ -46,22 +38,9 @@ struct fa_kv_params {
     int rotary_dim, rotary_seqlen, rotary_interleaved;
     int rotary_q_per_token; /* 1: query t at position L0 - pad + t (causal / windowed), 0: all at L0 - pad */
 
-    int batch, seqlen_q, seqlen_k; /* seqlen_k = the cache capacity per sequence                */
-    int heads_q, heads_kv, group;
-    int head_dim, head_dim_v;
     int rows_packed;  /* group × seqlen_q: packed query rows of one (batch, kv head)            */
     int row_tiles;    /* ceil(rows_packed / FA_KV_BLOCK_M)                                     */
     int num_splits;   /* >= 1; > 1: partial states to o_partial / lse_partial                  */
-    int window_left, window_right;
-
-    /* Scores as in fa_fwd_params: plain path p = 2^(acc·score_mul - max·score_mul); with
-     * transform_scores (softcap, ALiBi, non-positive scale) every score is first rewritten in
-     * log2 units and score_mul = 1. */
-    int transform_scores;
-    float score_mul, scale_log2, softcap_pre, softcap_post_log2;
-    const float *alibi_slopes; /* [heads_q] or [batch, heads_q] via alibi_batch_stride, or NULL */
-    int64_t alibi_batch_stride;
-    const float *sink_logits;  /* [heads_q] or NULL                                             */
 
     float *o_partial;   /* [num_splits, batch, heads_q, seqlen_q, dv] fp32 (num_splits > 1)     */
     float *lse_partial; /* [num_splits, batch, heads_q, seqlen_q] fp32, natural log            */

@@ -69,18 +69,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t smem_a
                  : "r"(smem_addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], uint32_t smem_addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(smem_addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], uint32_t smem_addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(smem_addr));
-}
-
 /* ---- asynchronous global -> shared copies (PTX ISA: Data Movement, "cp.async") ---------------------- */
 /*
  * Copies src_bytes (0 or 16) from global memory and zero-fills the rest of the 16-byte
@@ -116,13 +104,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ float ex2_approx_ftz_f32(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* log2(x), approximate (max absolute error about 2^-22 in [0.5, 2]). */
-__device__ __forceinline__ float lg2_approx_ftz_f32(float x) {
-    float y;
-    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
@@ -207,23 +188,6 @@ __device__ __forceinline__ void cp_async_ca_4(uint32_t smem_dst, const void *gme
 
 /* ---- kvcache -----------------------------------------------------------------------------------
  * Wrappers added by the KV-cache decode kernels (kvcache_*.cu) go below this line. */
-
-/* Programmatic dependent launch (PTX ISA "griddepcontrol", sm_90+; no-ops when compiled for older
- * targets, where the host never asks for a programmatic launch). launch_dependents: this block no
- * longer holds back the launch of the grid that depends on this one (it still waits for our
- * completion in griddepcontrol.wait). wait: block until every prerequisite grid has completed and
- * its memory operations are visible; returns at once when the grid was launched normally. */
-__device__ __forceinline__ void griddepcontrol_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void griddepcontrol_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 /* 16-bit shared-memory accesses for the in-place rotary of q / k_new rows (PTX ISA "ld", "st"). */
 __device__ __forceinline__ uint16_t ld_shared_u16(uint32_t smem_addr) {
@@ -482,13 +446,6 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 
 __device__ __forceinline__ void bar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
-/* ---- special registers (PTX ISA "Special Registers: %globaltimer") --------------------------- */
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
 }
 
 /* ---- wgmma ordering (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate

@@ -179,8 +179,7 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
                     x = s * prm.scale_log2;
                 }
                 x -= alibi_log2 * (float)abs(diff);
-                const bool visible = key < len_k && query < len_q && diff >= -left_limit &&
-                                     diff <= right_limit;
+                const bool visible = key < len_k && query < len_q && fa_window_holds(diff, left_limit, right_limit);
                 p = visible ? ex2_approx_ftz_f32(x - lse) : 0.0f;
                 ds = p * (dp_acc[j][e] - dsum) * dcap;
             }
@@ -258,8 +257,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
     const int64_t q_packed = varlen ? seq.q_start : (int64_t)b * prm.seqlen_q;
     const int64_t k_packed = varlen ? seq.k_start : (int64_t)b * prm.seqlen_k;
     const int shift = len_k - len_q;
-    const int left_limit = prm.window_left < 0 ? (1 << 30) : prm.window_left;
-    const int right_limit = prm.window_right < 0 ? (1 << 30) : prm.window_right;
+    const int left_limit = fa_window_limit(prm.window_left); /* per element: fa_window_holds */
+    const int right_limit = fa_window_limit(prm.window_right);
     const bool transform = prm.softcap_pre != 0.0f || prm.alibi_slopes != nullptr;
 
     const int h_begin = hk * prm.group + gsplit * prm.heads_per_split;
@@ -276,11 +275,9 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
         const int n0 = n_block * BLOCK_K;
         const int keys_valid = min(BLOCK_K, len_k - n0);
 
-        /* Query rows that see at least one key of [n0, n0 + keys_valid): query i sees keys
-         * [i + shift - left, i + shift + right]. */
-        int64_t q_lo = 0, q_hi = len_q; /* 64-bit: the sums below can pass 2^31 */
-        if (prm.window_right >= 0) q_lo = max((int64_t)0, (int64_t)n0 - shift - prm.window_right);
-        if (prm.window_left >= 0) q_hi = min((int64_t)len_q, (int64_t)n0 + keys_valid - shift + prm.window_left);
+        /* Query rows that see at least one key of [n0, n0 + keys_valid). */
+        int64_t q_lo, q_hi;
+        fa_query_range(n0, n0 + keys_valid, len_q, len_k, prm.window_left, prm.window_right, &q_lo, &q_hi);
         const int m_first = (int)(q_lo / BLOCK_Q);
         const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
         const int n_iter = m_count * (h_end - h_begin);
@@ -356,9 +353,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
             /* The plain score path (step 3) needs the tile fully inside both sequences and the
              * window, and no score transform. */
             const bool tile_inside =
-                m0 + BLOCK_Q <= len_q && n0 + BLOCK_K <= len_k &&
-                (prm.window_left < 0 || (int64_t)m0 + BLOCK_Q - 1 + shift - prm.window_left <= n0) &&
-                (prm.window_right < 0 || (int64_t)m0 + shift + prm.window_right >= n0 + BLOCK_K - 1);
+                m0 + BLOCK_Q <= len_q && fa_tile_all_visible((int64_t)m0 + shift, (int64_t)m0 + BLOCK_Q - 1 + shift, n0,
+                                                             n0 + BLOCK_K, prm.window_left, prm.window_right, len_k);
             const float alibi_log2 =
                 prm.alibi_slopes != nullptr
                     ? prm.alibi_slopes[b * prm.alibi_batch_stride + h] * 1.4426950408889634f

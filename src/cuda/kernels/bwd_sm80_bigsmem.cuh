@@ -190,7 +190,7 @@ __device__ __forceinline__ void fa_bwd_bigsmem_probs(const fa_bwd_params &prm, f
                         }
                         x -= alibi_log2 * (float)abs(diff) + lse;
                     }
-                    const bool visible = key < len_k && query < len_q && diff >= -left_limit && diff <= right_limit;
+                    const bool visible = key < len_k && query < len_q && fa_window_holds(diff, left_limit, right_limit);
                     p = visible ? ex2_approx_ftz_f32(x) : 0.0f;
                 }
                 s_acc[mi][j][e] = p;
@@ -276,8 +276,8 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
     const int64_t q_packed = varlen ? seq.q_start : (int64_t)b * prm.seqlen_q;
     const int64_t k_packed = varlen ? seq.k_start : (int64_t)b * prm.seqlen_k;
     const int shift = len_k - len_q;
-    const int left_limit = prm.window_left < 0 ? (1 << 30) : prm.window_left;
-    const int right_limit = prm.window_right < 0 ? (1 << 30) : prm.window_right;
+    const int left_limit = fa_window_limit(prm.window_left); /* per element: fa_window_holds */
+    const int right_limit = fa_window_limit(prm.window_right);
     const bool transform = prm.softcap_pre != 0.0f || prm.alibi_slopes != nullptr;
 
     const int h_begin = hk * prm.group + gsplit * prm.heads_per_split;
@@ -316,11 +316,9 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
         const int n0 = n_block * BLOCK_K;
         const int keys_valid = min(BLOCK_K, len_k - n0);
 
-        /* Query rows that see at least one key of [n0, n0 + keys_valid): query i sees keys
-         * [i + shift - left, i + shift + right]. */
-        int64_t q_lo = 0, q_hi = len_q; /* 64-bit: the sums below can pass 2^31 */
-        if (prm.window_right >= 0) q_lo = max((int64_t)0, (int64_t)n0 - shift - prm.window_right);
-        if (prm.window_left >= 0) q_hi = min((int64_t)len_q, (int64_t)n0 + keys_valid - shift + prm.window_left);
+        /* Query rows that see at least one key of [n0, n0 + keys_valid). */
+        int64_t q_lo, q_hi;
+        fa_query_range(n0, n0 + keys_valid, len_q, len_k, prm.window_left, prm.window_right, &q_lo, &q_hi);
         const int m_first = (int)(q_lo / BLOCK_Q);
         const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
         const int n_iter = m_count * (h_end - h_begin);
@@ -401,6 +399,8 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                 /* dead: no (query, key) of the tile is visible (P^T = dS^T = 0, no MMA);
                  * inside: all are, and no score transform (the plain path). Both conservative:
                  * a tile that is neither takes the masked path, which is exact everywhere. */
+                /* fa_tile_none_visible / fa_tile_all_visible (fa_internal.h) spelled out with the
+                 * block's int32 sizes: the int64 calls cost this register-bound kernel a spill. */
                 const bool dead =
                     qa >= len_q || ka >= len_k ||
                     (prm.window_right >= 0 && (int64_t)qa + TILE_Q - 1 + shift + prm.window_right < ka) ||

@@ -122,19 +122,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     const uint16_t *v_gmem = (const uint16_t *)prm.v + head_kv * prm.v_head_stride +
                              (varlen ? seq.k_start * prm.v_row_stride : batch * prm.v_batch_stride);
 
-    /* ---- visible keys. Row i sees [lo(i), hi(i)) (fa_key_range), both non-decreasing in i, so
-     * the block's keys are [lo(first row), hi(last row)) and a tile needs no per-element mask
-     * iff it lies inside [lo(last row), hi(first row)). 64-bit: i + shift + window can overflow. */
+    /* ---- visible keys. Row i sees [lo(i), hi(i)) (fa_key_lo / fa_key_hi, fa_internal.h), both
+     * non-decreasing in i, so the block's keys are [lo(first row), hi(last row)) and a tile needs
+     * no per-element mask iff it lies inside [lo(last row), hi(first row)) (fa_tile_all_visible). */
     const int64_t shift = (int64_t)len_k - len_q;
     const int m_last = min(m0 + BLOCK_M, len_q) - 1;
-    auto key_lo = [&](int64_t i) -> int {
-        int64_t lo = prm.window_left >= 0 ? i + shift - prm.window_left : 0;
-        return (int)(lo < 0 ? 0 : (lo > len_k ? len_k : lo));
-    };
-    auto key_hi = [&](int64_t i) -> int {
-        int64_t hi = prm.window_right >= 0 ? i + shift + prm.window_right + 1 : len_k;
-        return (int)(hi < 0 ? 0 : (hi > len_k ? len_k : hi));
-    };
+    auto key_lo = [&](int64_t i) -> int { return fa_key_lo_clamped(i + shift, prm.window_left, len_k); };
+    auto key_hi = [&](int64_t i) -> int { return fa_key_hi_clamped(i + shift, prm.window_right, len_k); };
     const int block_key_lo = key_lo(m0), block_key_hi = key_hi(m_last);
     const int nomask_lo = key_lo(m_last), nomask_hi = key_hi(m0);
     const int n_block_first = block_key_lo / BLOCK_N;

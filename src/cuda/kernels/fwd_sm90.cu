@@ -140,28 +140,15 @@ enum fa_hopper_named_barrier {
     FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
 };
 
-/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
-struct fa_hopper_params {
-    void *o;                       /* [b, seqlen_q, heads_q, dv] (varlen [total_q, ...]): st.global path */
-    int64_t o_batch_stride, o_row_stride, o_head_stride;
-    float *lse;                    /* [b, heads_q, seqlen_q] or varlen [heads_q, total_q]; or NULL */
-    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
-    const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;
-    const float *sink_logits;      /* [heads_q] or NULL                                             */
-    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
-    int heads_q, group, head_dim_v;
-    int batch, num_m_blocks;
+/* Kernel arguments besides the tensor maps: the forward's fa_fwd_params (q, k and v unread: the
+ * tensor maps stand for them; transform_scores unread: softcap is the only transform here, see
+ * score_mul) and the tile schedule. score_mul is overridden: log2 units per raw score,
+ * scale·log2(e), or softcap·log2(e) after softcap's tanh. */
+struct fa_hopper_params : fa_fwd_params {
     int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
-    int heavy_first;               /* tile order: head groups, longest first (fa_fwd_grouped_tile)  */
-    int head_group;                /* heavy_first: (batch, head) units per group                    */
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
-    int window_left, window_right;
-    float score_mul;               /* log2 units per raw score: scale·log2(e), softcap·log2(e) with softcap */
-    float softcap_pre;             /* softmax_scale / softcap; 0: softcap off                       */
     int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
     /* packed tiles (kernel template flag PACK) only: */
-    int heads_kv;
     int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
     int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
     int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
@@ -228,8 +215,9 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], 
 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
  * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
- * window_right + 1) (len_k when unbounded). This thread's elements of the S tile starting at key
- * n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
+ * window_right + 1) (len_k when unbounded): fa_key_lo / fa_key_hi (fa_internal.h) in int32,
+ * which this register-bound kernel needs (the int64 forms spill). This thread's elements of
+ * the S tile starting at key n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
  * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
  * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
  * sequence included). */
@@ -391,7 +379,8 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     w.tma_batch = varlen ? 0 : w.batch;
     w.shift = w.len_k - w.len_q;
     if (!PACK) w.head_kv = w.head / prm.group;
-    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row). */
+    /* Keys [key_lo, key_hi) are visible to some row of the tile (rows m0 .. last_row):
+     * fa_key_lo(first row), fa_key_hi(last row), in int32. */
     const int last_row = min(w.m0 + Cfg::BLOCK_M, w.len_q) - 1;
     int key_lo = 0, key_hi = w.len_k;
     if (prm.window_left >= 0) key_lo = max(0, w.m0 + w.shift - prm.window_left);
@@ -542,7 +531,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
 
         /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
-         * the first row's window end, or left of the last row's window start. */
+         * the first row's window end, or left of the last row's window start (!fa_tile_all_visible
+         * in int32). */
         auto needs_mask = [&](int n0) -> bool {
             return n0 + BLOCK_N > len_k ||
                    (prm.window_right >= 0 && n0 + BLOCK_N - 1 > mask_row_first + shift + prm.window_right) ||
@@ -841,28 +831,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     }
 
     fa_hopper_params prm;
-    prm.o = p->o;
-    prm.o_batch_stride = p->o_batch_stride;
-    prm.o_row_stride = p->o_row_stride;
-    prm.o_head_stride = p->o_head_stride;
-    prm.lse = p->lse;
-    prm.cu_seqlens_q = p->cu_seqlens_q;
-    prm.cu_seqlens_k = p->cu_seqlens_k;
-    prm.total_q = p->total_q;
-    prm.total_k = p->total_k;
-    prm.sink_logits = p->sink_logits;
-    prm.seqlen_q = p->seqlen_q;
-    prm.seqlen_k = p->seqlen_k;
-    prm.heads_q = p->heads_q;
-    prm.group = p->group;
-    prm.head_dim_v = p->head_dim_v;
-    prm.batch = p->batch;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.softcap_pre = p->softcap_pre;
+    static_cast<fa_fwd_params &>(prm) = *p;
     prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
     prm.tma_store = !varlen && !pack;
-    prm.heads_kv = p->heads_kv;
     if (pack) {
         prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
         prm.pack_heads = pack_heads;

@@ -107,179 +107,238 @@ __device__ __forceinline__ void fa_kv_rotary_pair_dims(int p, int half, int inte
     *db = interleaved ? 2 * p + 1 : p + half;
 }
 
-template <class Elem, int HEAD_DIM>
-__global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blocks(HEAD_DIM))
-    fa_kv_kernel(const fa_kv_params prm) {
-    using Cfg = fa_kv_config<HEAD_DIM>;
-    using Cvt = fa_kv_convert<Elem>;
-    constexpr int CHUNKS = Cfg::CHUNKS, BLOCK_N = Cfg::BLOCK_N, BLOCK_M = Cfg::BLOCK_M;
-    constexpr int STAGES = Cfg::STAGES, THREADS = Cfg::THREADS, WARPS = Cfg::WARPS;
-    constexpr int RPP = Cfg::ROWS_PER_PASS, LOAD_PASSES = Cfg::LOAD_PASSES;
+/* ---- 1. geometry --------------------------------------------------------------------------- */
+
+/* Where block (split, row tile, kv head hk, sequence b) reads and writes, and what the lane's two
+ * fragment rows (h = 0: g, h = 1: g + 8) see. */
+struct fa_kv_block {
+    int b, hk, split, row_tile;
+    int g, sq;                 /* group, seqlen_q                                             */
+    bool append, paged;
+    int capacity;              /* seqlen_k: slots per sequence                                */
+    int cache_len, pad;        /* L0 (cache tokens before the append), left padding           */
+    int cache_row;             /* contiguous cache only: the batch row                         */
+    const int32_t *block_table_row; /* paged only                                            */
+    int table_last;            /* paged only: last usable block-table column                  */
+    int rows_packed, r0, r_last; /* the block's packed rows [r0, r_last]                     */
+    int slot_lo, slot_hi;       /* slots some row of the block sees                            */
+    int nomask_lo, nomask_hi;  /* slots every row of the block sees                           */
+    int tile_first, n_tiles;   /* this split's key tiles                                       */
+    int row_lo[2], row_hi[2], row_diag[2]; /* the lane's rows: visible slots, diagonal slot  */
+    float row_slope_log2[2];   /* ALiBi slope · log2(e), or 0                                 */
+};
+
+/* Step 1: sequence geometry from the device arrays. They are device memory the host never
+ * checked: clamp so that every slot touched is < seqlen_k and every page id < num_pages. */
+template <class Cfg>
+__device__ __forceinline__ fa_kv_block fa_kv_block_geometry(const fa_kv_params &prm, int quad_row) {
+    constexpr int BLOCK_N = Cfg::BLOCK_N, BLOCK_M = Cfg::BLOCK_M;
     constexpr float LOG2E = 1.4426950408889634f;
-
-    /* Shared memory: q_smem [BLOCK_M, D] | stage s: K [BLOCK_N, D], V [BLOCK_N, D], s < STAGES;
-     * every tile swizzled (fa_swizzled_chunk). */
-    extern __shared__ __align__(128) uint8_t smem_raw[];
-    const uint32_t q_smem = smem_u32addr(smem_raw);
-    const uint32_t stage_smem = q_smem + Cfg::Q_BYTES;
-
-    const int tid = threadIdx.x;
-    const int warp = tid / 32, lane = tid % 32;
-    const int quad_row = lane / 4; /* g: rows g and g + 8 of the mma fragments */
-    const int quad_col = lane % 4; /* t: column pair 2t, 2t + 1                */
-    const int row_tile = (int)(blockIdx.x % (unsigned)prm.row_tiles);
-    const int split = (int)(blockIdx.x / (unsigned)prm.row_tiles);
-    const int hk = blockIdx.y;
-    const int b = blockIdx.z;
-    const int g = prm.group, sq = prm.seqlen_q;
-
-    /* ---- 1. sequence geometry. The arrays are device memory the host never checked: clamp so
-     * that every slot touched is < seqlen_k and every page id < num_pages. */
-    const bool append = prm.k_new != nullptr;
-    const bool paged = prm.block_table != nullptr;
-    const int capacity = prm.seqlen_k;
-    const int l0_max = max(0, capacity - (append ? sq : 0));
-    const int cache_len = min(max(prm.cache_seqlens != nullptr ? prm.cache_seqlens[b] : capacity, 0), l0_max);
+    fa_kv_block blk;
+    blk.row_tile = (int)(blockIdx.x % (unsigned)prm.row_tiles);
+    blk.split = (int)(blockIdx.x / (unsigned)prm.row_tiles);
+    blk.hk = blockIdx.y;
+    blk.b = blockIdx.z;
+    const int b = blk.b, g = prm.group, sq = prm.seqlen_q;
+    blk.g = g;
+    blk.sq = sq;
+    blk.append = prm.k_new != nullptr;
+    blk.paged = prm.block_table != nullptr;
+    blk.capacity = prm.seqlen_k;
+    const int l0_max = max(0, blk.capacity - (blk.append ? sq : 0));
+    const int cache_len = min(max(prm.cache_seqlens != nullptr ? prm.cache_seqlens[b] : blk.capacity, 0), l0_max);
     const int pad = min(max(prm.cache_leftpad != nullptr ? prm.cache_leftpad[b] : 0, 0), cache_len);
-    const int slot_end = cache_len + (append ? sq : 0); /* attended slots: [pad, slot_end)      */
+    blk.cache_len = cache_len;
+    blk.pad = pad;
+    const int slot_end = cache_len + (blk.append ? sq : 0); /* attended slots: [pad, slot_end)  */
     const int len_k = slot_end - pad;
-    const int cache_row = paged ? 0
-                                : min(max(prm.cache_batch_idx != nullptr ? prm.cache_batch_idx[b] : b, 0),
-                                      prm.cache_batch - 1);
-    const int32_t *block_table_row = paged ? prm.block_table + (int64_t)b * prm.block_table_batch_stride : nullptr;
-    const int table_last = !paged ? 0
-                           : prm.block_table_batch_stride - 1 > INT32_MAX ? INT32_MAX
-                                                                          : (int)(prm.block_table_batch_stride - 1);
+    blk.cache_row = blk.paged ? 0
+                          : min(max(prm.cache_batch_idx != nullptr ? prm.cache_batch_idx[b] : b, 0),
+                                prm.cache_batch - 1);
+    blk.block_table_row = blk.paged ? prm.block_table + (int64_t)b * prm.block_table_batch_stride : nullptr;
+    blk.table_last = !blk.paged ? 0
+                   : prm.block_table_batch_stride - 1 > INT32_MAX ? INT32_MAX
+                                                                  : (int)(prm.block_table_batch_stride - 1);
 
-    /* Visible keys of query token t: [key_lo(t), key_hi(t)) in key units (fa_key_range). 64-bit:
-     * t + shift ± window can overflow. */
-    auto key_lo = [&](int t) -> int {
-        const int64_t diag = (int64_t)t + len_k - sq;
-        const int64_t lo = prm.window_left >= 0 ? diag - prm.window_left : 0;
-        return (int)(lo < 0 ? 0 : (lo > len_k ? len_k : lo));
-    };
-    auto key_hi = [&](int t) -> int {
-        const int64_t diag = (int64_t)t + len_k - sq;
-        const int64_t hi = prm.window_right >= 0 ? diag + prm.window_right + 1 : len_k;
-        return (int)(hi < 0 ? 0 : (hi > len_k ? len_k : hi));
-    };
+    /* Visible keys of query token t: [key_lo(t), key_hi(t)) in key units (fa_key_lo / fa_key_hi,
+     * fa_internal.h). */
+    auto key_lo = [&](int t) -> int { return fa_key_lo_clamped((int64_t)t + len_k - sq, prm.window_left, len_k); };
+    auto key_hi = [&](int t) -> int { return fa_key_hi_clamped((int64_t)t + len_k - sq, prm.window_right, len_k); };
 
     /* The block's packed rows [r0, r_last]; tokens are non-decreasing in r, and so are both
-     * ends of the key range, so the block needs slots [blk_lo, blk_hi) and a tile inside
+     * ends of the key range, so the block needs slots [slot_lo, slot_hi) and a tile inside
      * [nomask_lo, nomask_hi) is visible to every row. */
-    const int rows_packed = prm.rows_packed;
-    const int r0 = row_tile * BLOCK_M;
-    const int r_last = min(r0 + BLOCK_M, rows_packed) - 1;
-    const int t_first = r0 / g, t_last = r_last / g;
-    const int blk_lo = pad + key_lo(t_first), blk_hi = pad + key_hi(t_last);
-    const int nomask_lo = pad + key_lo(t_last), nomask_hi = pad + key_hi(t_first);
+    blk.rows_packed = prm.rows_packed;
+    blk.r0 = blk.row_tile * BLOCK_M;
+    blk.r_last = min(blk.r0 + BLOCK_M, blk.rows_packed) - 1;
+    const int t_first = blk.r0 / g, t_last = blk.r_last / g;
+    blk.slot_lo = pad + key_lo(t_first);
+    blk.slot_hi = pad + key_hi(t_last);
+    blk.nomask_lo = pad + key_lo(t_last);
+    blk.nomask_hi = pad + key_hi(t_first);
 
     /* This split's tiles: the block's tiles [m_begin, m_end) cut into num_splits even pieces. */
-    int tile_first = 0, n_tiles = 0;
-    if (blk_hi > blk_lo) {
-        const int m_begin = blk_lo / BLOCK_N, m_end = (blk_hi - 1) / BLOCK_N + 1;
+    blk.tile_first = 0;
+    blk.n_tiles = 0;
+    if (blk.slot_hi > blk.slot_lo) {
+        const int m_begin = blk.slot_lo / BLOCK_N, m_end = (blk.slot_hi - 1) / BLOCK_N + 1;
         const int per_split = (m_end - m_begin + prm.num_splits - 1) / prm.num_splits;
-        tile_first = m_begin + split * per_split;
-        n_tiles = max(0, min(per_split, m_end - tile_first));
+        blk.tile_first = m_begin + blk.split * per_split;
+        blk.n_tiles = max(0, min(per_split, m_end - blk.tile_first));
     }
 
     /* The two rows this lane holds in fragments (h = 0: g, h = 1: g + 8). Padding rows (beyond
      * rows_packed) take the last row's token and head: their Q is zero and nothing is stored. */
-    int row_lo[2], row_hi[2], row_diag[2];
-    float row_slope_log2[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int rr = min(r0 + quad_row + 8 * h, rows_packed - 1);
+        const int rr = min(blk.r0 + quad_row + 8 * h, blk.rows_packed - 1);
         const int t = rr / g;
-        row_lo[h] = pad + key_lo(t);
-        row_hi[h] = pad + key_hi(t);
-        row_diag[h] = pad + t + len_k - sq; /* slot on the diagonal: ALiBi distance |diag - slot| */
-        row_slope_log2[h] = prm.alibi_slopes != nullptr
-                                ? prm.alibi_slopes[(int64_t)b * prm.alibi_batch_stride + hk * g + rr % g] * LOG2E
-                                : 0.0f;
+        blk.row_lo[h] = pad + key_lo(t);
+        blk.row_hi[h] = pad + key_hi(t);
+        blk.row_diag[h] = pad + t + len_k - sq; /* slot on the diagonal: ALiBi distance |diag - slot| */
+        blk.row_slope_log2[h] = prm.alibi_slopes != nullptr
+                                  ? prm.alibi_slopes[(int64_t)b * prm.alibi_batch_stride + blk.hk * g + rr % g] * LOG2E
+                                  : 0.0f;
     }
+    return blk;
+}
 
-    const int d_chunks = prm.head_dim / 8, dv_chunks = prm.head_dim_v / 8;
-    const int chunk = tid % CHUNKS;   /* the 16-byte column every load of this thread uses */
-    const int row0 = tid / CHUNKS;    /* Q loads: its first row, then every RPP rows        */
-    /* K/V loads: the thread copies chunk `chunk` of the LOAD_PASSES consecutive tile rows
-     * [row_first, row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they
-     * share a page (and one block-table entry) unless a page ends among them. One warp-wide copy
-     * still covers whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
-    const int row_first = row0 * LOAD_PASSES;
+/* ---- 2. Q and the rotary embedding ---------------------------------------------------------- */
 
-    const uint16_t *k_cache = (const uint16_t *)prm.k + (int64_t)hk * prm.k_head_stride;
-    const uint16_t *v_cache = (const uint16_t *)prm.v + (int64_t)hk * prm.v_head_stride;
-    const uint16_t *k_new = append ? (const uint16_t *)prm.k_new + (int64_t)b * prm.knew_batch_stride +
-                                         (int64_t)hk * prm.knew_head_stride
-                                   : nullptr;
-    const uint16_t *v_new = append ? (const uint16_t *)prm.v_new + (int64_t)b * prm.vnew_batch_stride +
-                                         (int64_t)hk * prm.vnew_head_stride
-                                   : nullptr;
-
-    /* ---- 2. Q tile: rows beyond rows_packed and chunks beyond head_dim are zero-filled. */
-    {
-        const uint16_t *q_seq = (const uint16_t *)prm.q + (int64_t)b * prm.q_batch_stride;
+/* Step 2: cp.async of the block's Q tile (one commit group); rows beyond rows_packed and chunks
+ * beyond head_dim are zero-filled. The thread copies chunk `chunk` of rows row0, row0 + RPP, ... */
+template <class Cfg>
+__device__ __forceinline__ void fa_kv_issue_q(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t q_smem,
+                                              int row0, int chunk, int d_chunks) {
+    const uint16_t *q_seq = (const uint16_t *)prm.q + (int64_t)blk.b * prm.q_batch_stride;
 #pragma unroll
-        for (int pass = 0; pass < Cfg::Q_PASSES; ++pass) {
-            const int r = row0 + pass * RPP;
-            const int rr = r0 + r;
-            const bool ok = rr < rows_packed && chunk < d_chunks;
-            const uint16_t *src = q_seq + (int64_t)(rr / g) * prm.q_row_stride +
-                                  (int64_t)(hk * g + rr % g) * prm.q_head_stride + chunk * 8;
-            cp_async_cg_16(q_smem + 16 * fa_swizzled_chunk<CHUNKS>(r, chunk), ok ? (const void *)src : prm.q,
-                           ok ? 16 : 0);
+    for (int pass = 0; pass < Cfg::Q_PASSES; ++pass) {
+        const int r = row0 + pass * Cfg::ROWS_PER_PASS;
+        const int rr = blk.r0 + r;
+        const bool ok = rr < blk.rows_packed && chunk < d_chunks;
+        const uint16_t *src = q_seq + (int64_t)(rr / blk.g) * prm.q_row_stride +
+                              (int64_t)(blk.hk * blk.g + rr % blk.g) * prm.q_head_stride + chunk * 8;
+        cp_async_cg_16(q_smem + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(r, chunk), ok ? (const void *)src : prm.q,
+                       ok ? 16 : 0);
+    }
+    cp_async_commit_group();
+}
+
+/* Rotate pair p (dims da, db) of row `row` of a swizzled 16-bit tile in place, at table position
+ * `position` (clamped to the table). */
+template <class Cfg, class Cvt>
+__device__ __forceinline__ void fa_kv_rotate_smem_pair(const fa_kv_params &prm, int rot_half, uint32_t tile, int row,
+                                                       int p, int position) {
+    int da, db;
+    fa_kv_rotary_pair_dims(p, rot_half, prm.rotary_interleaved, &da, &db);
+    const int64_t pos = min(max(position, 0), prm.rotary_seqlen - 1);
+    const float cs = Cvt::to_float(((const uint16_t *)prm.rotary_cos)[pos * rot_half + p]);
+    const float sn = Cvt::to_float(((const uint16_t *)prm.rotary_sin)[pos * rot_half + p]);
+    const uint32_t addr_a = tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, da / 8) + 2 * (da % 8);
+    const uint32_t addr_b = tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, db / 8) + 2 * (db % 8);
+    float ya, yb;
+    fa_kv_rotate(Cvt::to_float(ld_shared_u16(addr_a)), Cvt::to_float(ld_shared_u16(addr_b)), cs, sn, &ya, &yb);
+    st_shared_u16(addr_a, Cvt::from_float(ya));
+    st_shared_u16(addr_b, Cvt::from_float(yb));
+}
+
+/* Wait for Q (the commit groups after it: the key prologue's STAGES - 1), then rotate it in
+ * place: query token t sits at position L0 - pad (+ t when causal / windowed). */
+template <class Cfg, class Cvt>
+__device__ __forceinline__ void fa_kv_land_q(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t q_smem,
+                                             int rot_half, int tid) {
+    cp_async_wait_group<Cfg::STAGES - 1>(); /* Q landed (this thread's copies)             */
+    __syncthreads();                        /* ... everyone's                               */
+    if (prm.rotary_cos != nullptr) {
+        for (int idx = tid; idx < Cfg::BLOCK_M * rot_half; idx += Cfg::THREADS) {
+            const int r = idx / rot_half, rr = blk.r0 + r;
+            if (rr < blk.rows_packed)
+                fa_kv_rotate_smem_pair<Cfg, Cvt>(prm, rot_half, q_smem, r, idx % rot_half,
+                                                 blk.cache_len - blk.pad + (prm.rotary_q_per_token ? rr / blk.g : 0));
         }
-        cp_async_commit_group();
+        __syncthreads(); /* rotated Q visible to the fragment loads */
+    }
+}
+
+/* ---- 3. key tiles: loads ---------------------------------------------------------------------- */
+
+/* K/V tile loads. Per tile and thread a paged cache needs the block-table entries of its rows and
+ * the in-page position of its first row: one division and, when page_size is a multiple of
+ * LOAD_PASSES (16, 64, 256, ... at d 128), a single table read, since the thread's rows then lie
+ * in one page. Other page sizes (1, 3, ...) read one entry per row. The entries are read one tile
+ * ahead of the copies that use them (the prologue's all at once, in the loop those of tile m + 1
+ * right after tile m's copies), so the dependent load never stalls the issue of the copies.
+ * The thread copies chunk `chunk` of the LOAD_PASSES consecutive tile rows [row_first,
+ * row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they share a page
+ * (and one block-table entry) unless a page ends among them. One warp-wide copy still covers
+ * whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
+template <class Cfg>
+struct fa_kv_tile_loader {
+    static constexpr int LOAD_PASSES = Cfg::LOAD_PASSES, BLOCK_N = Cfg::BLOCK_N, CHUNKS = Cfg::CHUNKS;
+    const fa_kv_params &prm;
+    const fa_kv_block &blk;
+    uint32_t stage_smem;
+    int chunk, row_first, d_chunks, dv_chunks;
+    int page_size, num_pages_last;
+    bool rows_one_page;              /* block-uniform                                     */
+    const uint16_t *k_cache, *v_cache; /* head hk of the cache                             */
+    const uint16_t *k_seq, *v_seq;   /* contiguous only: the sequence's cache row         */
+    const uint16_t *k_new, *v_new;   /* append only: sequence b, head hk                  */
+
+    __device__ __forceinline__ fa_kv_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t stage,
+                                                 int chunk_, int row0)
+        : prm(prm_), blk(blk_), stage_smem(stage), chunk(chunk_), row_first(row0 * LOAD_PASSES) {
+        d_chunks = prm.head_dim / 8;
+        dv_chunks = prm.head_dim_v / 8;
+        page_size = prm.page_size;
+        rows_one_page = blk.paged && page_size % LOAD_PASSES == 0;
+        num_pages_last = prm.num_pages - 1;
+        k_cache = (const uint16_t *)prm.k + (int64_t)blk.hk * prm.k_head_stride;
+        v_cache = (const uint16_t *)prm.v + (int64_t)blk.hk * prm.v_head_stride;
+        k_new = blk.append ? (const uint16_t *)prm.k_new + (int64_t)blk.b * prm.knew_batch_stride +
+                               (int64_t)blk.hk * prm.knew_head_stride
+                         : nullptr;
+        v_new = blk.append ? (const uint16_t *)prm.v_new + (int64_t)blk.b * prm.vnew_batch_stride +
+                               (int64_t)blk.hk * prm.vnew_head_stride
+                         : nullptr;
+        k_seq = k_cache + (int64_t)blk.cache_row * prm.k_batch_stride;
+        v_seq = v_cache + (int64_t)blk.cache_row * prm.v_batch_stride;
     }
 
-    /* ---- 3. K/V tile loads. Per tile and thread a paged cache needs the block-table entries of
-     * its rows and the in-page position of its first row: one division and, when page_size is a
-     * multiple of LOAD_PASSES (16, 64, 256, ... at d 128), a single table read, since the thread's
-     * rows then lie in one page. Other page sizes (1, 3, ...) read one entry per row. The entries
-     * are read one tile ahead of the copies that use them (the prologue's all at once, in the
-     * loop those of tile m + 1 right after tile m's copies), so the dependent load never stalls
-     * the issue of the copies. */
-    const int page_size = prm.page_size;
-    const bool rows_one_page = paged && page_size % LOAD_PASSES == 0; /* block-uniform */
-    const int num_pages_last = prm.num_pages - 1;
-
-    /* Page state of one tile for this thread: ids[pass] = block-table entry of row
-     * row_first + pass (all passes in ids[0] when rows_one_page), first_in_page = slot of its
-     * first row within that row's page. Unclamped: issue_tile clamps the ids. */
-    auto fetch_pages = [&](int m, int (&ids)[LOAD_PASSES], int &first_in_page) {
-        if (!paged) return;
+    /* Page state of tile m for this thread: ids[pass] = block-table entry of row row_first + pass
+     * (all passes in ids[0] when rows_one_page), first_in_page = slot of its first row within
+     * that row's page. Unclamped: issue clamps the ids. */
+    __device__ __forceinline__ void fetch_pages(int m, int (&ids)[LOAD_PASSES], int &first_in_page) const {
+        if (!blk.paged) return;
         const int c = m * BLOCK_N + row_first;
         int index = c / page_size;
         int in_page = c - index * page_size;
         first_in_page = in_page;
         if (rows_one_page) {
-            ids[0] = block_table_row[min(index, table_last)];
+            ids[0] = blk.block_table_row[min(index, blk.table_last)];
         } else {
 #pragma unroll
             for (int pass = 0; pass < LOAD_PASSES; ++pass) {
-                ids[pass] = block_table_row[min(index, table_last)];
+                ids[pass] = blk.block_table_row[min(index, blk.table_last)];
                 if (++in_page == page_size) { /* the next row starts the next page */
                     in_page = 0;
                     ++index;
                 }
             }
         }
-    };
+    }
 
-    /* cp.async tile m (slots 64m ..) into `stage`. Rows outside [blk_lo, blk_hi) and chunks past
+    /* cp.async tile m (slots 64m ..) into `stage`. Rows outside [slot_lo, slot_hi) and chunks past
      * d / dv are zero-filled (nothing is read), so pad rows never hold garbage (0·NaN would leak
      * into P·V). Slots >= cache_len are the appended tokens: read from k_new / v_new. A
      * contiguous cache and a paged one with rows_one_page address row pass as the thread's first
      * row + pass row strides; other paged rows take their own page. */
-    const uint16_t *k_seq = k_cache + (int64_t)cache_row * prm.k_batch_stride; /* contiguous only */
-    const uint16_t *v_seq = v_cache + (int64_t)cache_row * prm.v_batch_stride;
-    auto issue_tile = [&](int m, int stage, const int (&ids)[LOAD_PASSES], int first_in_page) {
+    __device__ __forceinline__ void issue(int m, int stage, const int (&ids)[LOAD_PASSES], int first_in_page) const {
         const int c_first = m * BLOCK_N + row_first;
         const uint32_t k_dst = stage_smem + stage * Cfg::STAGE_BYTES;
         const uint32_t v_dst = k_dst + Cfg::TILE_BYTES;
         const uint16_t *k_first, *v_first;
-        if (paged) {
+        if (blk.paged) {
             const int64_t id = min(max(ids[0], 0), num_pages_last);
             k_first = k_cache + id * prm.k_batch_stride + (int64_t)first_in_page * prm.k_row_stride;
             v_first = v_cache + id * prm.v_batch_stride + (int64_t)first_in_page * prm.v_row_stride;
@@ -291,8 +350,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         /* Fast path (d <= 128), every row of the thread a cache row of the block's range in one
          * page (or a contiguous cache): one pointer step per row. Threads at the ends of the
          * range, at appended slots or at page ends among their rows take the general path. */
-        if (Cfg::FAST_LOADS && c_first >= blk_lo && c_first + LOAD_PASSES <= min(blk_hi, cache_len) &&
-            (!paged || rows_one_page)) {
+        if (Cfg::FAST_LOADS && c_first >= blk.slot_lo && c_first + LOAD_PASSES <= min(blk.slot_hi, blk.cache_len) &&
+            (!blk.paged || rows_one_page)) {
             const uint16_t *k_src = k_first + chunk * 8, *v_src = v_first + chunk * 8;
 #pragma unroll
             for (int pass = 0; pass < LOAD_PASSES; ++pass) {
@@ -309,33 +368,32 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         for (int pass = 0; pass < LOAD_PASSES; ++pass) {
             const int row = row_first + pass;
             const int c = c_first + pass;
-            const bool valid = c >= blk_lo && c < blk_hi;
+            const bool valid = c >= blk.slot_lo && c < blk.slot_hi;
             const uint16_t *k_src = k_first + pass * prm.k_row_stride;
             const uint16_t *v_src = v_first + pass * prm.v_row_stride;
             if (!valid) {
                 /* zero-fill below: the sources are never read */
-            } else if (c >= cache_len) { /* only with append: blk_hi <= slot_end = cache_len otherwise */
-                k_src = k_new + (int64_t)(c - cache_len) * prm.knew_row_stride;
-                v_src = v_new + (int64_t)(c - cache_len) * prm.vnew_row_stride;
-            } else if (paged && !rows_one_page) {
+            } else if (c >= blk.cache_len) { /* only with append: slot_hi <= slot_end = cache_len otherwise */
+                k_src = k_new + (int64_t)(c - blk.cache_len) * prm.knew_row_stride;
+                v_src = v_new + (int64_t)(c - blk.cache_len) * prm.vnew_row_stride;
+            } else if (blk.paged && !rows_one_page) {
                 const int64_t id = min(max(ids[pass], 0), num_pages_last);
                 k_src = k_cache + id * prm.k_batch_stride + (int64_t)in_page * prm.k_row_stride;
                 v_src = v_cache + id * prm.v_batch_stride + (int64_t)in_page * prm.v_row_stride;
             }
-            if (paged && !rows_one_page && ++in_page == page_size) in_page = 0;
+            if (blk.paged && !rows_one_page && ++in_page == page_size) in_page = 0;
             const uint32_t dst = 16 * fa_swizzled_chunk<CHUNKS>(row, chunk);
             const bool k_ok = valid && k_chunk, v_ok = valid && v_chunk;
             cp_async_cg_16(k_dst + dst, k_ok ? (const void *)(k_src + chunk * 8) : prm.k, k_ok ? 16 : 0);
             cp_async_cg_16(v_dst + dst, v_ok ? (const void *)(v_src + chunk * 8) : prm.v, v_ok ? 16 : 0);
         }
-    };
+    }
 
     /* Prologue: the page state of tiles 0 .. STAGES-1, then the copies of tiles 0 .. STAGES-2,
-     * one commit per stage, empty or not, so the wait_group counts below are constants. Group
-     * order: Q, tile 0, tile 1, ... page_ids / page_first then hold tile STAGES-1's for the loop. */
-    int page_ids[LOAD_PASSES];
-    int page_first = 0;
-    {
+     * one commit per stage, empty or not, so the wait_group counts of the loop are constants.
+     * Group order: Q, tile 0, tile 1, ... page_ids / page_first then hold tile STAGES-1's. */
+    __device__ __forceinline__ void prologue(int (&page_ids)[LOAD_PASSES], int &page_first) const {
+        constexpr int STAGES = Cfg::STAGES;
         int prologue_ids[STAGES][LOAD_PASSES];
         int prologue_first[STAGES];
 #pragma unroll
@@ -346,253 +404,177 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         }
 #pragma unroll
         for (int st = 0; st < STAGES; ++st)
-            if (st < n_tiles) fetch_pages(tile_first + st, prologue_ids[st], prologue_first[st]);
+            if (st < blk.n_tiles) fetch_pages(blk.tile_first + st, prologue_ids[st], prologue_first[st]);
 #pragma unroll
         for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < n_tiles) issue_tile(tile_first + st, st, prologue_ids[st], prologue_first[st]);
+            if (st < blk.n_tiles) issue(blk.tile_first + st, st, prologue_ids[st], prologue_first[st]);
             cp_async_commit_group();
         }
 #pragma unroll
         for (int pass = 0; pass < LOAD_PASSES; ++pass) page_ids[pass] = prologue_ids[STAGES - 1][pass];
         page_first = prologue_first[STAGES - 1];
     }
+};
 
-    /* Rotate pair p (dims da, db) of row `row` of a swizzled 16-bit tile in place, at table
-     * position `position` (clamped to the table). */
-    const bool rotary = prm.rotary_cos != nullptr;
-    const int rot_half = prm.rotary_dim / 2;
-    auto rotate_smem_pair = [&](uint32_t tile, int row, int p, int position) {
-        int da, db;
-        fa_kv_rotary_pair_dims(p, rot_half, prm.rotary_interleaved, &da, &db);
-        const int64_t pos = min(max(position, 0), prm.rotary_seqlen - 1);
-        const float cs = Cvt::to_float(((const uint16_t *)prm.rotary_cos)[pos * rot_half + p]);
-        const float sn = Cvt::to_float(((const uint16_t *)prm.rotary_sin)[pos * rot_half + p]);
-        const uint32_t addr_a = tile + 16 * fa_swizzled_chunk<CHUNKS>(row, da / 8) + 2 * (da % 8);
-        const uint32_t addr_b = tile + 16 * fa_swizzled_chunk<CHUNKS>(row, db / 8) + 2 * (db % 8);
-        float ya, yb;
-        fa_kv_rotate(Cvt::to_float(ld_shared_u16(addr_a)), Cvt::to_float(ld_shared_u16(addr_b)), cs, sn, &ya, &yb);
-        st_shared_u16(addr_a, Cvt::from_float(ya));
-        st_shared_u16(addr_b, Cvt::from_float(yb));
-    };
+/* ---- 3. key tiles: compute -------------------------------------------------------------------- */
 
-    cp_async_wait_group<STAGES - 1>(); /* Q landed (this thread's copies)                    */
-    __syncthreads();                   /* ... everyone's                                      */
-    if (rotary) {
-        /* query token t sits at position L0 - pad (+ t when causal / windowed) */
-        for (int idx = tid; idx < BLOCK_M * rot_half; idx += THREADS) {
-            const int r = idx / rot_half, rr = r0 + r;
-            if (rr < rows_packed)
-                rotate_smem_pair(q_smem, r, idx % rot_half,
-                                 cache_len - pad + (prm.rotary_q_per_token ? rr / g : 0));
-        }
-        __syncthreads(); /* rotated Q visible to the fragment loads */
-    }
-
-    /* Fragment addressing as in the forward (fwd_sm80.cuh): every ldmatrix reads rows r with
-     * r & 7 == lane & 7 and logical chunks 2·step + {0, 1}; the lane-dependent part of the
-     * swizzled offset takes 4 values, kept in 4 registers per operand. */
-    auto frag_offsets = [&](int row, int chunk_lo, uint32_t offs[4]) {
+/* Fragment addressing as in the forward (fwd_sm80.cuh): every ldmatrix reads rows r with
+ * r & 7 == lane & 7 and logical chunks 2·step + {0, 1}; the lane-dependent part of the swizzled
+ * offset takes 4 values, kept in 4 registers per operand. */
+template <int CHUNKS>
+__device__ __forceinline__ void fa_kv_frag_offsets(int row, int chunk_lo, int lane, uint32_t offs[4]) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) offs[i] = 16u * (uint32_t)(row * CHUNKS + ((2 * i + chunk_lo) ^ (lane & 7)));
-    };
-    auto frag_addr = [&](uint32_t base, const uint32_t offs[4], int step, int row_offset) -> uint32_t {
-        return base + offs[step % 4] + 16u * (uint32_t)(8 * (step / 4) + row_offset * CHUNKS);
-    };
-    /* Q (A operand, 16 rows × k16): lanes 0-15 rows 0-15 at chunk 2k, lanes 16-31 at 2k + 1. */
-    uint32_t q_offs[4];
-    frag_offsets(lane & 15, lane >> 4, q_offs);
+    for (int i = 0; i < 4; ++i) offs[i] = 16u * (uint32_t)(row * CHUNKS + ((2 * i + chunk_lo) ^ (lane & 7)));
+}
+template <int CHUNKS>
+__device__ __forceinline__ uint32_t fa_kv_frag_addr(uint32_t base, const uint32_t offs[4], int step, int row_offset) {
+    return base + offs[step % 4] + 16u * (uint32_t)(8 * (step / 4) + row_offset * CHUNKS);
+}
+
+/* The lane's operand state of the key loop: Q fragments (in registers when Q_IN_REGS) and the
+ * lane's ldmatrix offsets of Q, K and V. */
+template <class Cfg>
+struct fa_kv_fragments {
     uint32_t q_rmem[Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1][4];
+    uint32_t q_offs[4], k_offs[4], v_offs[4];
+};
+
+template <class Cfg>
+__device__ __forceinline__ void fa_kv_load_fragments(fa_kv_fragments<Cfg> &f, uint32_t q_smem, int lane) {
+    constexpr int CHUNKS = Cfg::CHUNKS;
+    /* Q (A operand, 16 rows × k16): lanes 0-15 rows 0-15 at chunk 2k, lanes 16-31 at 2k + 1. */
+    fa_kv_frag_offsets<CHUNKS>(lane & 15, lane >> 4, lane, f.q_offs);
     if (Cfg::Q_IN_REGS) {
 #pragma unroll
         for (int ks = 0; ks < (Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1); ++ks)
-            ldmatrix_x4(q_rmem[ks], frag_addr(q_smem, q_offs, ks, 0));
+            ldmatrix_x4(f.q_rmem[ks], fa_kv_frag_addr<CHUNKS>(q_smem, f.q_offs, ks, 0));
     }
     /* K (B operand of Q Kᵀ, keys n16 × dims k16): lanes 0-7 keys 0-7 dims 0-7, 8-15 keys 0-7
      * dims 8-15, 16-23 keys 8-15 dims 0-7, 24-31 keys 8-15 dims 8-15 -> b[0..1] keys 0-7,
      * b[2..3] keys 8-15. */
-    uint32_t k_offs[4];
-    frag_offsets((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, k_offs);
+    fa_kv_frag_offsets<CHUNKS>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, lane, f.k_offs);
     /* V (B operand of P V via ldmatrix.trans, keys k16 × dims n16): lanes 0-7 keys 0-7 dims 0-7,
      * 8-15 keys 8-15 dims 0-7, 16-23 keys 0-7 dims 8-15, 24-31 keys 8-15 dims 8-15. */
-    uint32_t v_offs[4];
-    frag_offsets((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4, v_offs);
+    fa_kv_frag_offsets<CHUNKS>((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4, lane, f.v_offs);
+}
 
-    /* ---- 5. the appended tokens into the cache (one block per (b, kv head)); nothing in this
-     * launch reads these slots from the cache. */
-    if (append && split == 0 && row_tile == 0) {
-        const int per_row = d_chunks + dv_chunks;
-        for (int idx = tid; idx < sq * per_row; idx += THREADS) {
-            const int t = idx / per_row, ch = idx % per_row;
-            const int c = cache_len + t;
-            if (c >= capacity) continue;
-            int64_t k_off, v_off;
-            if (paged) {
-                const int pidx = min(c / page_size, table_last);
-                const int64_t id = min(max(block_table_row[pidx], 0), prm.num_pages - 1);
-                const int64_t in_page = min(c - pidx * page_size, page_size - 1);
-                k_off = id * prm.k_batch_stride + in_page * prm.k_row_stride;
-                v_off = id * prm.v_batch_stride + in_page * prm.v_row_stride;
-            } else {
-                k_off = (int64_t)cache_row * prm.k_batch_stride + (int64_t)c * prm.k_row_stride;
-                v_off = (int64_t)cache_row * prm.v_batch_stride + (int64_t)c * prm.v_row_stride;
-            }
-            if (ch < d_chunks) {
-                const uint16_t *src = k_new + (int64_t)t * prm.knew_row_stride;
-                uint4 raw = *(const uint4 *)(src + ch * 8);
-                if (rotary && ch * 8 < prm.rotary_dim) {
-                    /* element i of the chunk is bits 16·(i % 2) of word i / 2; each rotated
-                     * element is computed from its pair, read back from k_new */
-                    uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-                    const int64_t pos = min(max(c - pad, 0), prm.rotary_seqlen - 1);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        const int j = ch * 8 + i;
-                        if (j < prm.rotary_dim) {
-                            const int p = prm.rotary_interleaved ? j / 2 : (j < rot_half ? j : j - rot_half);
-                            int da, db;
-                            fa_kv_rotary_pair_dims(p, rot_half, prm.rotary_interleaved, &da, &db);
-                            const float cs = Cvt::to_float(((const uint16_t *)prm.rotary_cos)[pos * rot_half + p]);
-                            const float sn = Cvt::to_float(((const uint16_t *)prm.rotary_sin)[pos * rot_half + p]);
-                            float ya, yb;
-                            fa_kv_rotate(Cvt::to_float(src[da]), Cvt::to_float(src[db]), cs, sn, &ya, &yb);
-                            const uint32_t bits = Cvt::from_float(j == da ? ya : yb);
-                            const int shift = 16 * (i % 2);
-                            words[i / 2] = (words[i / 2] & ~(0xffffu << shift)) | (bits << shift);
-                        }
-                    }
-                    raw = make_uint4(words[0], words[1], words[2], words[3]);
-                }
-                *(uint4 *)((uint16_t *)prm.k + k_off + (int64_t)hk * prm.k_head_stride + ch * 8) = raw;
-            } else {
-                const int cv = ch - d_chunks;
-                const uint4 raw = *(const uint4 *)(v_new + (int64_t)t * prm.vnew_row_stride + cv * 8);
-                *(uint4 *)((uint16_t *)prm.v + v_off + (int64_t)hk * prm.v_head_stride + cv * 8) = raw;
-            }
+/* Appended keys of the tile at slot c0 (stage k_tile): rotated in place before anyone reads them. */
+template <class Cfg, class Cvt>
+__device__ __forceinline__ void fa_kv_rotate_appended(const fa_kv_params &prm, const fa_kv_block &blk, int rot_half,
+                                                      uint32_t k_tile, int c0, int tid) {
+    const int a_lo = max(max(c0, blk.cache_len), blk.slot_lo), a_hi = min(c0 + Cfg::BLOCK_N, blk.slot_hi);
+    if (a_hi > a_lo) { /* block-uniform */
+        for (int idx = tid; idx < (a_hi - a_lo) * rot_half; idx += Cfg::THREADS) {
+            const int c = a_lo + idx / rot_half;
+            fa_kv_rotate_smem_pair<Cfg, Cvt>(prm, rot_half, k_tile, c - c0, idx % rot_half, c - blk.pad);
         }
+        __syncthreads(); /* rotated K visible to every warp */
+    }
+}
+
+/* S = Q Kᵀ for the warp's 16 slots from cw: s_rmem[nt][e] = (row g + 8·(e>>1), slot
+ * cw + 8·nt + 2t + (e&1)), then the transform (softcap / ALiBi / non-positive scale -> log2 units)
+ * and the mask, the latter only where the warp's slots are not visible to every row of the block. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kv_scores(const fa_kv_params &prm, const fa_kv_block &blk,
+                                             const fa_kv_fragments<Cfg> &f, uint32_t q_smem, uint32_t k_tile,
+                                             int cw, int warp, int quad_col, float (&s_rmem)[2][4]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_rmem[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::K_STEPS; ++ks) {
+        uint32_t a[4];
+        if (Cfg::Q_IN_REGS) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) a[x] = f.q_rmem[Cfg::Q_IN_REGS ? ks : 0][x];
+        } else {
+            ldmatrix_x4(a, fa_kv_frag_addr<Cfg::CHUNKS>(q_smem, f.q_offs, ks, 0));
+        }
+        uint32_t bk[4];
+        ldmatrix_x4(bk, fa_kv_frag_addr<Cfg::CHUNKS>(k_tile, f.k_offs, ks, warp * Cfg::WARP_N));
+        Elem::mma(s_rmem[0], a, &bk[0]);
+        Elem::mma(s_rmem[1], a, &bk[2]);
     }
 
-    /* ---- the key loop. Per warp: rows (g, g + 8) × its 16 slots of each tile. */
-    float o_rmem[Cfg::O_TILES][4];
+    const bool need_mask = !(cw >= blk.nomask_lo && cw + Cfg::WARP_N <= blk.nomask_hi);
+    if (prm.transform_scores || need_mask) {
 #pragma unroll
-    for (int ot = 0; ot < Cfg::O_TILES; ++ot)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o_rmem[ot][e] = 0.0f;
-    float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
-    float row_sum[2] = {0.0f, 0.0f}; /* this lane's share; quad-summed in the epilogue */
-    const float score_mul = prm.score_mul;
-
-    for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait_group<STAGES - 2>(); /* tile it landed (this thread's copies)          */
-        __syncthreads();                   /* everyone's; and every warp finished tile it-1,
-                                              so its stage can be refilled                   */
-        const int next = it + STAGES - 1;
-        if (next < n_tiles) issue_tile(tile_first + next, next % STAGES, page_ids, page_first);
-        cp_async_commit_group();
-        if (next + 1 < n_tiles) fetch_pages(tile_first + next + 1, page_ids, page_first);
-
-        const int stage = it % STAGES;
-        const int c0 = (tile_first + it) * BLOCK_N;
-        const uint32_t k_tile = stage_smem + stage * Cfg::STAGE_BYTES;
-        const uint32_t v_tile = k_tile + Cfg::TILE_BYTES;
-
-        /* Appended keys of this tile: rotate in place before anyone reads them. */
-        if (rotary) {
-            const int a_lo = max(max(c0, cache_len), blk_lo), a_hi = min(c0 + BLOCK_N, blk_hi);
-            if (a_hi > a_lo) { /* block-uniform */
-                for (int idx = tid; idx < (a_hi - a_lo) * rot_half; idx += THREADS) {
-                    const int c = a_lo + idx / rot_half;
-                    rotate_smem_pair(k_tile, c - c0, idx % rot_half, c - pad);
-                }
-                __syncthreads(); /* rotated K visible to every warp */
-            }
-        }
-
-        /* S = Q Kᵀ for the warp's 16 slots: s_rmem[nt][e] = (row g + 8·(e>>1), slot
-         * cw + 8·nt + 2t + (e&1)). */
-        const int cw = c0 + warp * Cfg::WARP_N;
-        float s_rmem[2][4];
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s_rmem[nt][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < Cfg::K_STEPS; ++ks) {
-            uint32_t a[4];
-            if (Cfg::Q_IN_REGS) {
-#pragma unroll
-                for (int x = 0; x < 4; ++x) a[x] = q_rmem[Cfg::Q_IN_REGS ? ks : 0][x];
-            } else {
-                ldmatrix_x4(a, frag_addr(q_smem, q_offs, ks, 0));
-            }
-            uint32_t bk[4];
-            ldmatrix_x4(bk, frag_addr(k_tile, k_offs, ks, warp * Cfg::WARP_N));
-            Elem::mma(s_rmem[0], a, &bk[0]);
-            Elem::mma(s_rmem[1], a, &bk[2]);
-        }
-
-        /* Scores: transform (softcap / ALiBi / non-positive scale -> log2 units) and mask, the
-         * latter only where the warp's slots are not visible to every row of the block. */
-        const bool need_mask = !(cw >= nomask_lo && cw + Cfg::WARP_N <= nomask_hi);
-        if (prm.transform_scores || need_mask) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int c = cw + 8 * nt + 2 * quad_col + e;
-                        float x = s_rmem[nt][2 * h + e];
-                        if (prm.transform_scores) {
-                            x = prm.softcap_pre != 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
-                                                       : x * prm.scale_log2;
-                            x -= row_slope_log2[h] * (float)abs(row_diag[h] - c);
-                        }
-                        s_rmem[nt][2 * h + e] = (c < row_lo[h] || c >= row_hi[h]) ? -CUDART_INF_F : x;
+                for (int e = 0; e < 2; ++e) {
+                    const int c = cw + 8 * nt + 2 * quad_col + e;
+                    float x = s_rmem[nt][2 * h + e];
+                    if (prm.transform_scores) {
+                        x = prm.softcap_pre != 0.0f ? prm.softcap_post_log2 * fa_tanh(x * prm.softcap_pre)
+                                                   : x * prm.scale_log2;
+                        x -= blk.row_slope_log2[h] * (float)abs(blk.row_diag[h] - c);
                     }
-        }
-
-        /* Online softmax in base 2 (as the forward): p = 2^(s·mul - max·mul); a row whose max
-         * is still -inf uses 0 (all its p are 0, no inf - inf). P goes straight to the A
-         * fragment of the k16 step: a[0] = (g, 2t..), a[1] = (g+8, 2t..), a[2] = (g, 8+2t..),
-         * a[3] = (g+8, 8+2t..). */
-        uint32_t p_frag[4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float tile_max = fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]),
-                                   fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
-            tile_max = fa_quad_max(tile_max);
-            const float new_max = fmaxf(row_max[h], tile_max);
-            const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
-            const float rescale = ex2_approx_ftz_f32(row_max[h] * score_mul - max_scaled);
-            row_max[h] = new_max;
-#pragma unroll
-            for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
-                o_rmem[ot][2 * h] *= rescale;
-                o_rmem[ot][2 * h + 1] *= rescale;
-            }
-            float sum = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[nt][2 * h], score_mul, -max_scaled));
-                const float p1 = ex2_approx_ftz_f32(fmaf(s_rmem[nt][2 * h + 1], score_mul, -max_scaled));
-                p_frag[2 * nt + h] = Elem::pack2(p0, p1);
-                sum += p0 + p1;
-            }
-            row_sum[h] = fmaf(row_sum[h], rescale, sum);
-        }
-
-        /* O += P V for the warp's 16 slots. */
-#pragma unroll
-        for (int op = 0; op < Cfg::O_TILES / 2; ++op) {
-            uint32_t bv[4];
-            ldmatrix_x4_trans(bv, frag_addr(v_tile, v_offs, op, warp * Cfg::WARP_N));
-            Elem::mma(o_rmem[2 * op], p_frag, &bv[0]);
-            Elem::mma(o_rmem[2 * op + 1], p_frag, &bv[2]);
-        }
+                    s_rmem[nt][2 * h + e] = (c < blk.row_lo[h] || c >= blk.row_hi[h]) ? -CUDART_INF_F : x;
+                }
     }
+}
 
-    /* ---- 4. epilogue: merge the 4 warps' states. Every copy must have landed and every warp
-     * left the loop before the stage area is reused. */
+/* Online softmax in base 2 (as the forward): p = 2^(s·mul - max·mul); a row whose max is still
+ * -inf uses 0 (all its p are 0, no inf - inf). P goes straight to the A fragment of the k16 step:
+ * a[0] = (g, 2t..), a[1] = (g+8, 2t..), a[2] = (g, 8+2t..), a[3] = (g+8, 8+2t..). Then O += P V
+ * for the warp's 16 slots. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kv_softmax_pv(const fa_kv_fragments<Cfg> &f, uint32_t v_tile, int warp,
+                                                 float score_mul, const float (&s_rmem)[2][4],
+                                                 float (&o_rmem)[Cfg::O_TILES][4], float (&row_max)[2],
+                                                 float (&row_sum)[2]) {
+    uint32_t p_frag[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float tile_max = fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]),
+                               fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
+        tile_max = fa_quad_max(tile_max);
+        const float new_max = fmaxf(row_max[h], tile_max);
+        const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
+        const float rescale = ex2_approx_ftz_f32(row_max[h] * score_mul - max_scaled);
+        row_max[h] = new_max;
+#pragma unroll
+        for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
+            o_rmem[ot][2 * h] *= rescale;
+            o_rmem[ot][2 * h + 1] *= rescale;
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[nt][2 * h], score_mul, -max_scaled));
+            const float p1 = ex2_approx_ftz_f32(fmaf(s_rmem[nt][2 * h + 1], score_mul, -max_scaled));
+            p_frag[2 * nt + h] = Elem::pack2(p0, p1);
+            sum += p0 + p1;
+        }
+        row_sum[h] = fmaf(row_sum[h], rescale, sum);
+    }
+#pragma unroll
+    for (int op = 0; op < Cfg::O_TILES / 2; ++op) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, fa_kv_frag_addr<Cfg::CHUNKS>(v_tile, f.v_offs, op, warp * Cfg::WARP_N));
+        Elem::mma(o_rmem[2 * op], p_frag, &bv[0]);
+        Elem::mma(o_rmem[2 * op + 1], p_frag, &bv[2]);
+    }
+}
+
+/* ---- 4. warp merge and output ------------------------------------------------------------------ */
+
+/* Step 4: merge the 4 warps' states through shared memory (the stage area) and write o and lse
+ * (one split) or this split's normalised partial o and lse. Every copy must have landed and every
+ * warp left the loop before the stage area is reused. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_smem,
+                                                  const float (&o_rmem)[Cfg::O_TILES][4], const float (&row_max)[2],
+                                                  const float (&row_sum)[2], int tid, float score_mul) {
+    constexpr int BLOCK_M = Cfg::BLOCK_M, WARPS = Cfg::WARPS, CHUNKS = Cfg::CHUNKS;
+    constexpr float LOG2E = 1.4426950408889634f;
+    const int warp = tid / 32, lane = tid % 32, quad_row = lane / 4, quad_col = lane % 4;
+    const int g = blk.g, sq = blk.sq, b = blk.b;
+    const int dv_chunks = prm.head_dim_v / 8;
     cp_async_wait_all();
     __syncthreads();
     const uint32_t red_o = stage_smem;
@@ -615,12 +597,12 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
 
     /* Final: thread per (row, 8-column chunk). Weights f_w = 2^(m_w·mul - M·mul), L = Σ f_w l_w
      * (+ the sink, once: split 0), o = Σ f_w o_w / L, lse = (M·mul + log2 L)·ln 2. */
-    const bool sink_here = prm.sink_logits != nullptr && split == 0;
-    for (int item = tid; item < BLOCK_M * CHUNKS; item += THREADS) {
+    const bool sink_here = prm.sink_logits != nullptr && blk.split == 0;
+    for (int item = tid; item < BLOCK_M * CHUNKS; item += Cfg::THREADS) {
         const int r = item / CHUNKS, ch = item % CHUNKS;
-        const int rr = r0 + r;
-        if (rr >= rows_packed || ch >= dv_chunks) continue;
-        const int t = rr / g, hq = hk * g + rr % g;
+        const int rr = blk.r0 + r;
+        if (rr >= blk.rows_packed || ch >= dv_chunks) continue;
+        const int t = rr / g, hq = blk.hk * g + rr % g;
         float m_w[WARPS], f_w[WARPS];
         float m_all = -CUDART_INF_F;
 #pragma unroll
@@ -666,7 +648,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
                              packed);
             if (ch == 0 && prm.lse != nullptr) prm.lse[lse_index] = lse_val;
         } else {
-            const int64_t part_row = (int64_t)split * prm.batch * prm.heads_q * sq + lse_index;
+            const int64_t part_row = (int64_t)blk.split * prm.batch * prm.heads_q * sq + lse_index;
             float *dst = prm.o_partial + part_row * prm.head_dim_v + ch * 8;
             uint32_t bits[8];
 #pragma unroll
@@ -676,25 +658,89 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
             if (ch == 0) prm.lse_partial[part_row] = lse_val;
         }
     }
-    if (prm.num_splits == 1) return;
+}
 
-    /* ---- 6. split-KV merge, fused: a block that finds every split of its (b, kv head, row
-     * tile) done merges their partial states. Done = the split's flag word in the workspace holds
-     * this call's tag (a fresh 64-bit value per call, so the caller's workspace needs no zeroing
-     * and no memset is launched). Each block stores its flag, then (SC fence) reads all flags:
-     * the block whose fence comes last sees every flag, so at least one block merges; two
-     * blocks finishing together may both merge, writing the same bits (the merge reads the splits
-     * in order 0, 1, ... with a fixed reduction tree). The merging block clears the flags (graph
-     * replays reuse the tag). No atomics: blocks never wait on each other. */
+/* ---- 5. append ---------------------------------------------------------------------------------- */
+
+/* Step 5: the appended tokens into the cache (k_new rotated, v_new bit-exact), by one block per
+ * (b, kv head); nothing in this launch reads these slots from the cache. */
+template <class Cfg, class Cvt>
+__device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_kv_block &blk,
+                                             const fa_kv_tile_loader<Cfg> &ld, int rot_half, int tid) {
+    const bool rotary = prm.rotary_cos != nullptr;
+    const int d_chunks = ld.d_chunks, dv_chunks = ld.dv_chunks, page_size = ld.page_size;
+    const int per_row = d_chunks + dv_chunks;
+    for (int idx = tid; idx < blk.sq * per_row; idx += Cfg::THREADS) {
+        const int t = idx / per_row, ch = idx % per_row;
+        const int c = blk.cache_len + t;
+        if (c >= blk.capacity) continue;
+        int64_t k_off, v_off;
+        if (blk.paged) {
+            const int pidx = min(c / page_size, blk.table_last);
+            const int64_t id = min(max(blk.block_table_row[pidx], 0), prm.num_pages - 1);
+            const int64_t in_page = min(c - pidx * page_size, page_size - 1);
+            k_off = id * prm.k_batch_stride + in_page * prm.k_row_stride;
+            v_off = id * prm.v_batch_stride + in_page * prm.v_row_stride;
+        } else {
+            k_off = (int64_t)blk.cache_row * prm.k_batch_stride + (int64_t)c * prm.k_row_stride;
+            v_off = (int64_t)blk.cache_row * prm.v_batch_stride + (int64_t)c * prm.v_row_stride;
+        }
+        if (ch < d_chunks) {
+            const uint16_t *src = ld.k_new + (int64_t)t * prm.knew_row_stride;
+            uint4 raw = *(const uint4 *)(src + ch * 8);
+            if (rotary && ch * 8 < prm.rotary_dim) {
+                /* element i of the chunk is bits 16·(i % 2) of word i / 2; each rotated
+                 * element is computed from its pair, read back from k_new */
+                uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+                const int64_t pos = min(max(c - blk.pad, 0), prm.rotary_seqlen - 1);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int j = ch * 8 + i;
+                    if (j < prm.rotary_dim) {
+                        const int p = prm.rotary_interleaved ? j / 2 : (j < rot_half ? j : j - rot_half);
+                        int da, db;
+                        fa_kv_rotary_pair_dims(p, rot_half, prm.rotary_interleaved, &da, &db);
+                        const float cs = Cvt::to_float(((const uint16_t *)prm.rotary_cos)[pos * rot_half + p]);
+                        const float sn = Cvt::to_float(((const uint16_t *)prm.rotary_sin)[pos * rot_half + p]);
+                        float ya, yb;
+                        fa_kv_rotate(Cvt::to_float(src[da]), Cvt::to_float(src[db]), cs, sn, &ya, &yb);
+                        const uint32_t bits = Cvt::from_float(j == da ? ya : yb);
+                        const int shift = 16 * (i % 2);
+                        words[i / 2] = (words[i / 2] & ~(0xffffu << shift)) | (bits << shift);
+                    }
+                }
+                raw = make_uint4(words[0], words[1], words[2], words[3]);
+            }
+            *(uint4 *)((uint16_t *)prm.k + k_off + (int64_t)blk.hk * prm.k_head_stride + ch * 8) = raw;
+        } else {
+            const int cv = ch - d_chunks;
+            const uint4 raw = *(const uint4 *)(ld.v_new + (int64_t)t * prm.vnew_row_stride + cv * 8);
+            *(uint4 *)((uint16_t *)prm.v + v_off + (int64_t)blk.hk * prm.v_head_stride + cv * 8) = raw;
+        }
+    }
+}
+
+/* ---- 6. split merge ------------------------------------------------------------------------------ */
+
+/* Step 6, split-KV merge, fused: a block that finds every split of its (b, kv head, row tile)
+ * done merges their partial states. Done = the split's flag word in the workspace holds this
+ * call's tag (a fresh 64-bit value per call, so the caller's workspace needs no zeroing and no
+ * memset is launched). Each block stores its flag, then (SC fence) reads all flags: the block
+ * whose fence comes last sees every flag, so at least one block merges; two blocks finishing
+ * together may both merge, writing the same bits (the merge reads the splits in order 0, 1, ...
+ * with a fixed reduction tree). The merging block clears the flags (graph replays reuse the tag).
+ * No atomics: blocks never wait on each other. Returns whether this block merges. */
+__device__ __forceinline__ bool fa_kv_claim_merge(const fa_kv_params &prm, const fa_kv_block &blk, int tid) {
     __shared__ int merge_here;
+    const int warp = tid / 32, lane = tid % 32;
     __threadfence(); /* this thread's partial o / lse visible device-wide before the flag  */
     __syncthreads(); /* every thread's stores and fences done, and the red_* reads finished,
-                        so the stage area can be reused below                              */
+                        so the stage area can be reused after this                         */
     if (warp == 0) {
         unsigned long long *flags =
-            prm.split_flags + (((int64_t)b * prm.heads_kv + hk) * prm.row_tiles + row_tile) * prm.num_splits;
+            prm.split_flags + (((int64_t)blk.b * prm.heads_kv + blk.hk) * prm.row_tiles + blk.row_tile) * prm.num_splits;
         const unsigned long long tag = prm.split_tag;
-        if (lane == 0) __stcg(flags + split, tag);
+        if (lane == 0) __stcg(flags + blk.split, tag);
         /* Sequentially consistent fences around the warp barrier: lane 0's flag store comes
          * before every lane's flag reads, in the order all blocks' fences agree on. */
         __threadfence();
@@ -715,22 +761,30 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         if (lane == 0) merge_here = all;
     }
     __syncthreads(); /* merge_here visible */
-    if (!merge_here) return;
+    return merge_here;
+}
 
-    /* Shared memory (stage area): weight_smem [BLOCK_M][splits] (first the partial lse, then
-     * e^{lse_s - M}), row_inv_smem [BLOCK_M] (1 / Σ_s weight, 0 for an empty row), then o_smem
-     * [batch][rows_here][dv] fp32: the partial o of `batch` splits (all of them unless the stage
-     * area is too small), copied by cp.async so that every copy is in flight at once, issued
-     * before the lse reads so both take one round trip together. */
+/* The merge itself. Shared memory (stage area): weight_smem [BLOCK_M][splits] (first the partial
+ * lse, then e^{lse_s - M}), row_inv_smem [BLOCK_M] (1 / Σ_s weight, 0 for an empty row), then
+ * o_smem [batch][rows_here][dv] fp32: the partial o of `batch` splits (all of them unless the
+ * stage area is too small), copied by cp.async so that every copy is in flight at once, issued
+ * before the lse reads so both take one round trip together. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_smem,
+                                                   int tid) {
+    constexpr int BLOCK_M = Cfg::BLOCK_M, WARPS = Cfg::WARPS, THREADS = Cfg::THREADS;
+    const int warp = tid / 32, lane = tid % 32;
+    const int g = blk.g, sq = blk.sq, b = blk.b, hk = blk.hk, r0 = blk.r0;
     const int splits = prm.num_splits;
-    const int rows_here = r_last - r0 + 1;
+    const int rows_here = blk.r_last - r0 + 1;
     const int dv = prm.head_dim_v, quads = dv / 4;
     const int64_t split_stride = (int64_t)prm.batch * prm.heads_q * sq; /* partial rows per split */
     const uint32_t weight_smem = stage_smem;
     const uint32_t row_inv_smem = weight_smem + 4 * BLOCK_M * splits;
     const uint32_t o_smem = (row_inv_smem + 4 * BLOCK_M + 15) & ~15u;
     const int o_split_bytes = 4 * rows_here * dv;
-    const int batch = min(splits, max(1, (int)(stage_smem + STAGES * Cfg::STAGE_BYTES - o_smem) / o_split_bytes));
+    const int batch =
+        min(splits, max(1, (int)(stage_smem + Cfg::STAGES * Cfg::STAGE_BYTES - o_smem) / o_split_bytes));
     auto row_index = [&](int r) -> int64_t { /* lse_partial row of packed row r0 + r, split 0 */
         const int rr = r0 + r;
         return ((int64_t)b * prm.heads_q + hk * g + rr % g) * sq + rr / g;
@@ -782,16 +836,16 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
     constexpr int MERGE_ITEMS = BLOCK_M * (Cfg::D / 4) / THREADS;
     float acc[MERGE_ITEMS][4];
 #pragma unroll
-    for (int k = 0; k < MERGE_ITEMS; ++k)
+    for (int i = 0; i < MERGE_ITEMS; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[k][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
     for (int s_begin = 0; s_begin < splits; s_begin += batch) {
         const int count = min(batch, splits - s_begin);
         cp_async_wait_all();
         __syncthreads(); /* the batch's partial o (and, the first time, the weights) visible */
 #pragma unroll
-        for (int k = 0; k < MERGE_ITEMS; ++k) {
-            const int item = tid + k * THREADS;
+        for (int i = 0; i < MERGE_ITEMS; ++i) {
+            const int item = tid + i * THREADS;
             if (item >= rows_here * quads) continue;
             const int r = item / quads, q = item % quads;
             for (int sl = 0; sl < count; ++sl) {
@@ -799,7 +853,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
                 float x[4];
                 ld_shared_v4_f32(x, o_smem + 16 * ((sl * rows_here + r) * quads + q));
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[k][e] = fmaf(w, x[e], acc[k][e]);
+                for (int e = 0; e < 4; ++e) acc[i][e] = fmaf(w, x[e], acc[i][e]);
             }
         }
         if (s_begin + batch < splits) {
@@ -808,17 +862,89 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         }
     }
 #pragma unroll
-    for (int k = 0; k < MERGE_ITEMS; ++k) {
-        const int item = tid + k * THREADS;
+    for (int i = 0; i < MERGE_ITEMS; ++i) {
+        const int item = tid + i * THREADS;
         if (item >= rows_here * quads) continue;
         const int r = item / quads, col = 4 * (item % quads);
         const float inv = ld_shared_f32(row_inv_smem + 4 * r);
         const int rr = r0 + r;
         uint16_t *dst = (uint16_t *)prm.o + (int64_t)b * prm.o_batch_stride + (int64_t)(rr / g) * prm.o_row_stride +
                         (int64_t)(hk * g + rr % g) * prm.o_head_stride + col;
-        *(uint2 *)dst = make_uint2(Elem::pack2(acc[k][0] * inv, acc[k][1] * inv),
-                                   Elem::pack2(acc[k][2] * inv, acc[k][3] * inv));
+        *(uint2 *)dst = make_uint2(Elem::pack2(acc[i][0] * inv, acc[i][1] * inv),
+                                   Elem::pack2(acc[i][2] * inv, acc[i][3] * inv));
     }
+}
+
+/* ---- the kernel ------------------------------------------------------------------------------------ */
+
+template <class Elem, int HEAD_DIM>
+__global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blocks(HEAD_DIM))
+    fa_kv_kernel(const fa_kv_params prm) {
+    using Cfg = fa_kv_config<HEAD_DIM>;
+    using Cvt = fa_kv_convert<Elem>;
+    constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N;
+
+    /* Shared memory: q_smem [BLOCK_M, D] | stage s: K [BLOCK_N, D], V [BLOCK_N, D], s < STAGES;
+     * every tile swizzled (fa_swizzled_chunk). */
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    const uint32_t q_smem = smem_u32addr(smem_raw);
+    const uint32_t stage_smem = q_smem + Cfg::Q_BYTES;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int quad_row = lane / 4; /* g: rows g and g + 8 of the mma fragments */
+    const int quad_col = lane % 4; /* t: column pair 2t, 2t + 1                */
+
+    const fa_kv_block blk = fa_kv_block_geometry<Cfg>(prm, quad_row); /* 1. */
+
+    const int chunk = tid % Cfg::CHUNKS; /* the 16-byte column every load of this thread uses */
+    const int row0 = tid / Cfg::CHUNKS;  /* Q loads: its first row, then every RPP rows        */
+    const fa_kv_tile_loader<Cfg> ld(prm, blk, stage_smem, chunk, row0);
+    fa_kv_issue_q<Cfg>(prm, blk, q_smem, row0, chunk, ld.d_chunks); /* 2. */
+    int page_ids[Cfg::LOAD_PASSES];
+    int page_first = 0;
+    ld.prologue(page_ids, page_first); /* 3. */
+
+    const int rot_half = prm.rotary_dim / 2;
+    fa_kv_land_q<Cfg, Cvt>(prm, blk, q_smem, rot_half, tid);
+    fa_kv_fragments<Cfg> frag;
+    fa_kv_load_fragments<Cfg>(frag, q_smem, lane);
+
+    if (blk.append && blk.split == 0 && blk.row_tile == 0) fa_kv_append<Cfg, Cvt>(prm, blk, ld, rot_half, tid); /* 5. */
+
+    /* ---- the key loop. Per warp: rows (g, g + 8) × its 16 slots of each tile. */
+    float o_rmem[Cfg::O_TILES][4];
+#pragma unroll
+    for (int ot = 0; ot < Cfg::O_TILES; ++ot)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_rmem[ot][e] = 0.0f;
+    float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    float row_sum[2] = {0.0f, 0.0f}; /* this lane's share; quad-summed in the epilogue */
+    const float score_mul = prm.score_mul;
+
+    for (int it = 0; it < blk.n_tiles; ++it) {
+        cp_async_wait_group<STAGES - 2>(); /* tile it landed (this thread's copies)          */
+        __syncthreads();                   /* everyone's; and every warp finished tile it-1,
+                                              so its stage can be refilled                   */
+        const int next = it + STAGES - 1;
+        if (next < blk.n_tiles) ld.issue(blk.tile_first + next, next % STAGES, page_ids, page_first);
+        cp_async_commit_group();
+        if (next + 1 < blk.n_tiles) ld.fetch_pages(blk.tile_first + next + 1, page_ids, page_first);
+
+        const int stage = it % STAGES;
+        const int c0 = (blk.tile_first + it) * BLOCK_N;
+        const uint32_t k_tile = stage_smem + stage * Cfg::STAGE_BYTES;
+        const uint32_t v_tile = k_tile + Cfg::TILE_BYTES;
+        if (prm.rotary_cos != nullptr) fa_kv_rotate_appended<Cfg, Cvt>(prm, blk, rot_half, k_tile, c0, tid);
+
+        float s_rmem[2][4];
+        fa_kv_scores<Elem, Cfg>(prm, blk, frag, q_smem, k_tile, c0 + warp * Cfg::WARP_N, warp, quad_col, s_rmem);
+        fa_kv_softmax_pv<Elem, Cfg>(frag, v_tile, warp, score_mul, s_rmem, o_rmem, row_max, row_sum);
+    }
+
+    fa_kv_merge_warps<Elem, Cfg>(prm, blk, stage_smem, o_rmem, row_max, row_sum, tid, score_mul); /* 4. */
+    if (prm.num_splits == 1) return;
+    if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, Cfg>(prm, blk, stage_smem, tid); /* 6. */
 }
 
 /* Launch one instantiation on `stream`. The > 48 KiB dynamic shared-memory opt-in is a per-device
