@@ -36,7 +36,7 @@ struct fa_kv_params : fa_kernel_base {
     const void *rotary_cos; /* [rotary_seqlen, rotary_dim / 2], dtype of q, or NULL             */
     const void *rotary_sin;
     int rotary_dim, rotary_seqlen, rotary_interleaved;
-    int rotary_q_per_token; /* 1: query t at position L0 - pad + t (causal / windowed), 0: all at L0 - pad */
+    int rotary_q_per_token; /* 1: query t at position L0 + t (causal / windowed), 0: all at L0     */
 
     int rows_packed;  /* group × seqlen_q: packed query rows of one (batch, kv head)            */
     int row_tiles;    /* ceil(rows_packed / FA_KV_BLOCK_M)                                     */

@@ -243,7 +243,8 @@ __device__ __forceinline__ void fa_kv_rotate_smem_pair(const fa_kv_params &prm, 
 }
 
 /* Wait for Q (the commit groups after it: the key prologue's STAGES - 1), then rotate it in
- * place: query token t sits at position L0 - pad (+ t when causal / windowed). */
+ * place: query token t sits at the cache slot L0 (+ t when causal / windowed), left padding
+ * included, as flash_attn 2.x rotates it. */
 template <class Cfg, class Cvt>
 __device__ __forceinline__ void fa_kv_land_q(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t q_smem,
                                              int rot_half, int tid) {
@@ -254,7 +255,7 @@ __device__ __forceinline__ void fa_kv_land_q(const fa_kv_params &prm, const fa_k
             const int r = idx / rot_half, rr = blk.r0 + r;
             if (rr < blk.rows_packed)
                 fa_kv_rotate_smem_pair<Cfg, Cvt>(prm, rot_half, q_smem, r, idx % rot_half,
-                                                 blk.cache_len - blk.pad + (prm.rotary_q_per_token ? rr / blk.g : 0));
+                                                 blk.cache_len + (prm.rotary_q_per_token ? rr / blk.g : 0));
         }
         __syncthreads(); /* rotated Q visible to the fragment loads */
     }
@@ -466,7 +467,7 @@ __device__ __forceinline__ void fa_kv_rotate_appended(const fa_kv_params &prm, c
     if (a_hi > a_lo) { /* block-uniform */
         for (int idx = tid; idx < (a_hi - a_lo) * rot_half; idx += Cfg::THREADS) {
             const int c = a_lo + idx / rot_half;
-            fa_kv_rotate_smem_pair<Cfg, Cvt>(prm, rot_half, k_tile, c - c0, idx % rot_half, c - blk.pad);
+            fa_kv_rotate_smem_pair<Cfg, Cvt>(prm, rot_half, k_tile, c - c0, idx % rot_half, c); /* at its slot */
         }
         __syncthreads(); /* rotated K visible to every warp */
     }
@@ -692,7 +693,7 @@ __device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_k
                 /* element i of the chunk is bits 16·(i % 2) of word i / 2; each rotated
                  * element is computed from its pair, read back from k_new */
                 uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-                const int64_t pos = min(max(c - blk.pad, 0), prm.rotary_seqlen - 1);
+                const int64_t pos = min(max(c, 0), prm.rotary_seqlen - 1); /* the slot, left padding included */
 #pragma unroll
                 for (int i = 0; i < 8; ++i) {
                     const int j = ch * 8 + i;
