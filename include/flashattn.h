@@ -295,8 +295,8 @@ FA_API fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes);
  * (num_splits) and merges the partial states. Writes o and (if non-NULL) lse.
  * Rotary positions are cache slots, left padding included (flash_attn 2.x): new key t sits at
  * L0 + t (L0 = cache_seqlens[b]); query i at L0 + i when causal or windowed, else every query
- * at L0. Rotary needs k_new and rotary_seqlen >= seqlen_k + max(0, seqlen_q - seqlen_new) (the
- * last position a query can reach). If two sequences
+ * at L0. Rotary needs k_new, rotary_seqlen >= seqlen_k and, with fewer appended tokens than
+ * queries, tables that reach the last query's position L0 + seqlen_q - 1. If two sequences
  * append to the same cache slot (a repeated cache_batch_idx, or shared pages), sequences are
  * appended in order and the last one wins. On the CPU cache_seqlens, cache_batch_idx,
  * cache_leftpad and block_table are host memory and checked; on CUDA they are device memory,

@@ -515,10 +515,14 @@ FA_TEST(kvcache_errors) {
     BAD(p.rotary_dim = 66, FA_ERR_INVALID_SIZE, "rotary_dim");
     BAD(p.rotary_dim = 0, FA_ERR_INVALID_SIZE, "rotary_dim");
     BAD(p.rotary_seqlen = good.seqlen_k - 1, FA_ERR_INVALID_SIZE, "rotary_seqlen");
-    /* one appended token for two queries: query 1 rotates at L0 + 1 <= seqlen_k, one row past
-     * what seqlen_k rows cover */
-    BAD((p.seqlen_new = good.seqlen_q - 1, p.rotary_seqlen = good.seqlen_k), FA_ERR_INVALID_SIZE,
-        "rotary_seqlen");
+    { /* one appended token for two queries at a full cache: query 1 rotates at L0 + 1 = seqlen_k,
+       * one row past tables of seqlen_k rows */
+        int32_t kept = seqlens[0];
+        seqlens[0] = (int32_t)(good.seqlen_k - 1);
+        BAD((p.seqlen_new = good.seqlen_q - 1, p.rotary_seqlen = good.seqlen_k), FA_ERR_INVALID_SIZE,
+            "past the cos/sin tables");
+        seqlens[0] = kept;
+    }
     BAD(p.seqlen_q = 0, FA_ERR_INVALID_SIZE, "seqlen_q");
     BAD(p.seqlen_new = -1, FA_ERR_INVALID_SIZE, "seqlen_new");
     BAD(p.seqlen_new = good.seqlen_k + 1, FA_ERR_INVALID_SIZE, "seqlen_new");

@@ -11,7 +11,8 @@
  *   2. tensor pointers: q, k, v, o; k_new and v_new together and only with cache_seqlens;
  *      seqlen_new (0 = seqlen_q) only with k_new; rotary
  *      tables together, only with k_new (as flash_attn), rotary_dim even in [2, head_dim],
- *      rotary_seqlen >= seqlen_k + max(0, seqlen_q - seqlen_new) (every position a call can reach)
+ *      rotary_seqlen >= seqlen_k (every appended slot; on the CPU also every query position,
+ *      cache_seqlens[b] + seqlen_q - 1 when causal or windowed, step 5)
  *   3. cache geometry: paged (block_table: page_size >= 1, num_pages >= 1, the table's row
  *      stride covers ceil(seqlen_k / page_size) pages, no cache_batch_idx) or contiguous
  *      (cache_batch defaulted to batch, >= batch without cache_batch_idx; page fields zero)
@@ -88,16 +89,13 @@ static fa_status check_pointers(fa_params *p) {
             return fa_set_error(FA_ERR_INVALID_SIZE,
                                 "rotary_dim = %lld must be even and in [2, head_dim = %lld]",
                                 (long long)p->rotary_dim, (long long)p->head_dim);
-        /* Query i rotates at L0 + i with L0 <= seqlen_k - seqlen_new, so with fewer new tokens
-         * than queries the last query reaches seqlen_k - seqlen_new + seqlen_q - 1. */
-        const int64_t n_new = p->seqlen_new > 0 ? p->seqlen_new : p->seqlen_q;
-        const int64_t rows = p->seqlen_k + (p->seqlen_q > n_new ? p->seqlen_q - n_new : 0);
-        if (p->rotary_seqlen < rows || p->rotary_seqlen > FA_MAX_EXTENT)
+        /* every appended key's slot; a query's position (L0 + i when fewer tokens are appended
+         * than there are queries) is checked against the tables per sequence (check_host_arrays) */
+        if (p->rotary_seqlen < p->seqlen_k || p->rotary_seqlen > FA_MAX_EXTENT)
             return fa_set_error(FA_ERR_INVALID_SIZE,
-                                "rotary_seqlen = %lld: the cos/sin tables need at least %lld rows "
-                                "(seqlen_k = %lld, plus seqlen_q - seqlen_new when fewer tokens "
-                                "are appended than there are queries)",
-                                (long long)p->rotary_seqlen, (long long)rows, (long long)p->seqlen_k);
+                                "rotary_seqlen = %lld: the cos/sin tables need at least seqlen_k = "
+                                "%lld rows (the cache capacity)",
+                                (long long)p->rotary_seqlen, (long long)p->seqlen_k);
     }
     return FA_OK;
 }
@@ -114,11 +112,12 @@ static fa_status check_seqlen_new(fa_params *p) {
         return FA_OK;
     }
     if (p->seqlen_new == 0) p->seqlen_new = p->seqlen_q;
-    if (p->seqlen_new < 1 || p->seqlen_new > FA_MAX_EXTENT)
+    /* the new tokens must fit the cache (cache_seqlens[b] + seqlen_new <= seqlen_k, step 5) */
+    if (p->seqlen_new < 1 || p->seqlen_new > p->seqlen_k)
         return fa_set_error(FA_ERR_INVALID_SIZE,
-                            "seqlen_new = %lld is out of range [1, %lld] (0 = seqlen_q: one new key "
-                            "per query)",
-                            (long long)p->seqlen_new, (long long)FA_MAX_EXTENT);
+                            "seqlen_new = %lld is out of range [1, seqlen_k = %lld] (0 = seqlen_q: "
+                            "one new key per query; the new tokens must fit the cache)",
+                            (long long)p->seqlen_new, (long long)p->seqlen_k);
     return FA_OK;
 }
 
@@ -247,6 +246,16 @@ static fa_status check_host_arrays(const fa_params *p) {
                                 "%lld",
                                 (long long)b, (long long)cached,
                                 append ? " plus the seqlen_new new tokens" : "", (long long)p->seqlen_k);
+        /* query i rotates at L0 + i (causal / windowed): past the tables only when fewer tokens
+         * are appended than there are queries */
+        const int per_query = p->causal || p->window_left >= 0 || p->window_right >= 0;
+        if (p->rotary_cos && per_query && cached + p->seqlen_q > p->rotary_seqlen)
+            return fa_set_error(FA_ERR_INVALID_SIZE,
+                                "rotary_seqlen = %lld: query %lld of sequence %lld rotates at "
+                                "cache_seqlens[%lld] + %lld = %lld, past the cos/sin tables",
+                                (long long)p->rotary_seqlen, (long long)(p->seqlen_q - 1), (long long)b,
+                                (long long)b, (long long)(p->seqlen_q - 1),
+                                (long long)(cached + p->seqlen_q - 1));
         int64_t pad = p->cache_leftpad ? p->cache_leftpad[b] : 0;
         if (pad < 0 || pad > cached)
             return fa_set_error(FA_ERR_INVALID_SIZE,
