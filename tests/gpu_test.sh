@@ -9,6 +9,9 @@
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
 #   5. backward repeatability and compute-sanitizer (tests/gpu/backward.c)
 #   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
+#   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
+#      installed into a fresh virtual environment that sees the system's torch, and the package's
+#      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
 # Exits non-zero on the first failing step. BUILD (default build-gpu) and CUDA_ARCHS (default:
 # the local GPU's compute capability) can be overridden.
 set -u
@@ -81,4 +84,27 @@ for tool in memcheck racecheck synccheck; do
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small || fail "$tool on bwd_paths small"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det || fail "$tool on bwd_paths small det"
 done
+
+# ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------
+echo "== 7. python: the CUDA wheel, GPU and torch tests"
+if python3 -c "import torch, pytest" > /dev/null 2>&1; then
+    WHEEL=${FLASHATTN_WHEEL:-}
+    if [ -z "$WHEEL" ]; then
+        make wheel FA_CUDA=1 WHEEL_DIR="$BUILD/dist" PYTHON=python3 > "$BUILD/wheel.log" 2>&1 \
+            || { tail -20 "$BUILD/wheel.log"; fail "make wheel FA_CUDA=1"; }
+        WHEEL=$(ls -t "$BUILD"/dist/flashattn-*.whl | head -1)
+    fi
+    VENV="$BUILD/wheel-venv"
+    rm -rf "$VENV"
+    python3 -m venv --system-site-packages "$VENV" || fail "python3 -m venv"
+    "$VENV/bin/pip" install -q --no-deps --no-index "$WHEEL" || fail "install $WHEEL"
+    SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    REPO=$(pwd)
+    # run from outside the tree so that the installed package, not python/flashattn, is imported
+    (cd /tmp && PYTHONPATH="$SITE" python3 -c "import flashattn; print('gpu-test: wheel', flashattn.__file__)" \
+        && PYTHONPATH="$SITE" python3 -m pytest -q -p no:cacheprovider "$REPO/python/tests/test_gpu.py" \
+            "$REPO/python/tests/test_torch.py") || fail "Python tests from the CUDA wheel"
+else
+    echo "python3 has no torch or pytest: the Python step is skipped"
+fi
 echo "gpu-test: all passed"
