@@ -255,8 +255,10 @@ print-version:
 # the CUDA runtime linked in statically). Written to $(WHEEL_DIR)/.
 PYTHON    ?= python3
 WHEEL_DIR ?= dist
+# e.g. --no-build-isolation on a machine without a package index (setuptools already installed)
+WHEEL_PIP_FLAGS ?=
 wheel:
-	FLASHATTN_CUDA=$(if $(filter 1,$(FA_CUDA)),1,0) $(PYTHON) -m pip wheel --no-deps \
+	FLASHATTN_CUDA=$(if $(filter 1,$(FA_CUDA)),1,0) $(PYTHON) -m pip wheel --no-deps $(WHEEL_PIP_FLAGS) \
 	    -w $(WHEEL_DIR) ./python
 
 clean:

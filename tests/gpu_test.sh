@@ -90,7 +90,10 @@ echo "== 7. python: the CUDA wheel, GPU and torch tests"
 if python3 -c "import torch, pytest" > /dev/null 2>&1; then
     WHEEL=${FLASHATTN_WHEEL:-}
     if [ -z "$WHEEL" ]; then
+        # with build isolation (fetches setuptools), else with the installed setuptools (offline)
         make wheel FA_CUDA=1 WHEEL_DIR="$BUILD/dist" PYTHON=python3 > "$BUILD/wheel.log" 2>&1 \
+            || make wheel FA_CUDA=1 WHEEL_DIR="$BUILD/dist" PYTHON=python3 \
+                WHEEL_PIP_FLAGS=--no-build-isolation >> "$BUILD/wheel.log" 2>&1 \
             || { tail -20 "$BUILD/wheel.log"; fail "make wheel FA_CUDA=1"; }
         WHEEL=$(ls -t "$BUILD"/dist/flashattn-*.whl | head -1)
     fi
