@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.." || exit 1
 
 SELF=tests/check_repo.sh
 # the words are spelled in pieces so that this file does not match its own pattern
-W_SESS='sess''ion' W_HELP='hel''per' W_ASSIST='assis''tant' W_ISSUE='iss''ue'
-WORDS="\\b($W_SESS|$W_HELP|$W_ASSIST)s?\\b|\\b${W_ISSUE}[s]? ?#?[0-9]+|HELPERS_CONTEXT|${W_SESS}_[a-z]+"
+W_SESS='sess''ion' W_HELP='hel''per' W_ASSIST='assis''tant' W_ISSUE='iss''ue' W_HELP_UPPER='HEL''PER'
+WORDS="\\b($W_SESS|$W_HELP|$W_ASSIST)s?\\b|\\b${W_ISSUE}[s]? ?#?[0-9]+|${W_HELP_UPPER}S_CONTEXT|${W_SESS}_[a-z]+"
 OUTSIDE='\.\./shared|hopper-kernel-notes'
 
 passed=0

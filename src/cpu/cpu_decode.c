@@ -30,10 +30,6 @@
 #define ITEM_KV 16                  /* kv heads of one item at most                           */
 #define MERGE_ROWS 32
 
-typedef struct dec_seq {
-    int64_t cache_row, start, cached, len_k; /* as cpu_kvcache.c's kv_sequence               */
-} dec_seq;
-
 typedef struct dec_layout {
     int64_t heads;       /* query heads of a group per item                                      */
     int64_t head_chunks; /* ceil(group / heads)                                                  */
@@ -148,7 +144,7 @@ static dec_plan plan_of(const fa_problem *pb, int threads, int64_t splits) {
     const fa_params *p = &pb->p;
     dec_plan w;
     int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-    w.sequences = fa_cpu_align64(sizeof(dec_seq) * (size_t)p->batch);
+    w.sequences = fa_cpu_align64(sizeof(fa_cpu_kv_sequence) * (size_t)p->batch);
     w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
     w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
     w.per_thread = fa_cpu_align64(scratch_layout(pb, NULL, NULL));
@@ -172,7 +168,7 @@ typedef struct dec_ctx {
     const fa_problem *pb;
     const fa_cpu_kernels *kern;
     const fa_cpu_decode_kernels *dk;
-    const dec_seq *seqs;
+    const fa_cpu_kv_sequence *seqs;
     dec_layout layout;
     fa_cpu_kv_format format;
     int64_t unit; /* bytes per stride unit of k / v */
@@ -184,7 +180,7 @@ typedef struct dec_ctx {
 } dec_ctx;
 
 /* Stride units of (slot, head) of sequence b (paged or contiguous). */
-static inline int64_t slot_offset(const fa_params *p, const dec_seq *seq, int64_t b, int64_t slot, int64_t head,
+static inline int64_t slot_offset(const fa_params *p, const fa_cpu_kv_sequence *seq, int64_t b, int64_t slot, int64_t head,
                                   int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
     if (p->block_table) {
         int64_t page = p->block_table[b * p->block_table_batch_stride + slot / p->page_size];
@@ -239,7 +235,7 @@ static void append_all(const dec_ctx *c, float *row) {
     const fa_params *p = &c->pb->p;
     const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2, unit = c->unit;
     for (int64_t b = 0; b < p->batch; b++) {
-        const dec_seq *seq = &c->seqs[b];
+        const fa_cpu_kv_sequence *seq = &c->seqs[b];
         for (int64_t t = 0; t < p->seqlen_new; t++) {
             const int64_t slot = seq->cached + t;
             for (int64_t h = 0; h < p->heads_kv; h++) {
@@ -279,7 +275,7 @@ static void append_all(const dec_ctx *c, float *row) {
 /* ---- phase 2: attention ---------------------------------------------------------------------------- */
 
 /* Slot base pointers (head 0) of keys [j0, j0 + n) of sequence b. */
-static void tile_bases(const dec_ctx *c, const dec_seq *seq, int64_t b, int64_t j0, int64_t n, const char **k_base,
+static void tile_bases(const dec_ctx *c, const fa_cpu_kv_sequence *seq, int64_t b, int64_t j0, int64_t n, const char **k_base,
                        const char **v_base) {
     const fa_params *p = &c->pb->p;
     for (int64_t j = 0; j < n; j++) {
@@ -305,7 +301,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     const fa_problem *pb = c->pb;
     const fa_params *p = &pb->p;
     const dec_layout *l = &c->layout;
-    const dec_seq *seq = &c->seqs[b];
+    const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t d = p->head_dim, dv = p->head_dim_v, len_q = p->seqlen_q, len_k = seq->len_k;
     const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2;
 
@@ -513,7 +509,7 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.format = format_of(p);
     c.unit = cache_unit(p);
     char *cursor = ws.base;
-    dec_seq *seqs = (dec_seq *)cursor;
+    fa_cpu_kv_sequence *seqs = (fa_cpu_kv_sequence *)cursor;
     cursor += plan.sequences;
     c.o_part = (float *)cursor;
     cursor += plan.o_part;
@@ -523,16 +519,7 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.scratch_bytes = plan.per_thread;
     c.seqs = seqs;
 
-    const int64_t appended = p->k_new ? p->seqlen_new : 0;
-    int64_t longest = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        dec_seq *s = &seqs[b];
-        s->cache_row = p->cache_batch_idx ? p->cache_batch_idx[b] : b;
-        s->cached = p->cache_seqlens ? p->cache_seqlens[b] : p->seqlen_k;
-        s->start = p->cache_leftpad ? p->cache_leftpad[b] : 0;
-        s->len_k = s->cached + appended - s->start;
-        if (s->len_k > longest) longest = s->len_k;
-    }
+    const int64_t longest = fa_cpu_kv_sequences(p, seqs);
 
     if (p->k_new) {
         dec_scratch w;

@@ -330,4 +330,27 @@ void fa_cpu_transpose_rows(float *dst, int64_t ld, const float *src, int64_t n_r
 void fa_cpu_pack_pairs_bf16(uint16_t *dst, int64_t ld, const float *src, int64_t src_ld, int64_t n_rows,
                             int64_t width);
 
+/* Geometry of sequence b of a KV-cache call (host arrays, validated). */
+typedef struct fa_cpu_kv_sequence {
+    int64_t cache_row; /* contiguous cache: row of k / v (cache_batch_idx[b] or b)             */
+    int64_t start;     /* first attended slot (cache_leftpad[b])                               */
+    int64_t cached;    /* tokens in the cache before the append (cache_seqlens[b])             */
+    int64_t len_k;     /* keys attended: cached + appended - start                              */
+} fa_cpu_kv_sequence;
+
+/* Fill seqs[0 .. batch) from p; returns the longest len_k. */
+static inline int64_t fa_cpu_kv_sequences(const fa_params *p, fa_cpu_kv_sequence *seqs) {
+    const int64_t appended = p->k_new ? p->seqlen_new : 0;
+    int64_t longest = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        fa_cpu_kv_sequence *s = &seqs[b];
+        s->cache_row = p->cache_batch_idx ? p->cache_batch_idx[b] : b;
+        s->cached = p->cache_seqlens ? p->cache_seqlens[b] : p->seqlen_k;
+        s->start = p->cache_leftpad ? p->cache_leftpad[b] : 0;
+        s->len_k = s->cached + appended - s->start;
+        if (s->len_k > longest) longest = s->len_k;
+    }
+    return longest;
+}
+
 #endif /* FA_CPU_ENGINE_H */

@@ -2,7 +2,7 @@
  * cpu_kvcache.c: fa_kvcache_forward on the CPU: rotary embedding, the in-place cache append,
  * and attention over a contiguous or paged cache with split-KV (flash-decoding).
  *
- * Sequence b (its geometry is resolved once into a kv_sequence):
+ * Sequence b (its geometry is resolved once into a fa_cpu_kv_sequence):
  *   cached = cache_seqlens[b] (or seqlen_k), start = cache_leftpad[b] (or 0),
  *   slots [start, cached + appended) are its keys; key j (0-based) lives in slot start + j of
  *   cache row cache_batch_idx[b] (contiguous) or of page block_table[b][slot / page_size] at
@@ -52,13 +52,6 @@
 #define BLOCK_KEYS FA_CPU_BLOCK_KEYS
 /* Output rows per merge item. */
 #define MERGE_ROWS 32
-
-typedef struct kv_sequence {
-    int64_t cache_row; /* contiguous cache: row of k / v (cache_batch_idx[b] or b)             */
-    int64_t start;     /* first attended slot (cache_leftpad[b])                               */
-    int64_t cached;    /* tokens in the cache before the append (cache_seqlens[b])             */
-    int64_t len_k;     /* keys attended: cached + appended - start                              */
-} kv_sequence;
 
 /* How the work items cover one sequence (the same for every sequence: len_q = seqlen_q). */
 typedef struct kv_layout {
@@ -139,7 +132,7 @@ static int64_t split_count(const fa_problem *pb, const kv_layout *l, int threads
 }
 
 /* Element offset of (slot, head) of sequence b in a cache with the given strides. */
-static inline int64_t slot_offset(const fa_params *p, const kv_sequence *seq, int64_t b, int64_t slot,
+static inline int64_t slot_offset(const fa_params *p, const fa_cpu_kv_sequence *seq, int64_t b, int64_t slot,
                                   int64_t head, int64_t batch_stride, int64_t row_stride,
                                   int64_t head_stride) {
     if (p->block_table) {
@@ -244,7 +237,7 @@ FA_KV_TARGET static void score_tile_avx512(const char *const *k_rows, int64_t n_
 typedef struct kv_ctx {
     const fa_problem *pb;
     const fa_cpu_kernels *kern;
-    const kv_sequence *seqs; /* [batch]                                                     */
+    const fa_cpu_kv_sequence *seqs; /* [batch]                                                     */
     kv_layout layout;
     atomic_llong next_item;
     int64_t total_items;
@@ -294,7 +287,7 @@ static size_t scratch_layout(const fa_problem *pb, char *base, kv_scratch *s) {
 /* Write new token t of sequence b (every kv head) into its cache slot. */
 static void append_token(const kv_ctx *c, const kv_scratch *w, int64_t b, int64_t t) {
     const fa_params *p = &c->pb->p;
-    const kv_sequence *seq = &c->seqs[b];
+    const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t slot = seq->cached + t;
     const int64_t elem = (int64_t)c->elem;
     if (p->rotary_cos) load_rotary(p, c->kern, slot, w->cos_row, w->sin_row);
@@ -341,7 +334,7 @@ static int appends_collide(const kv_ctx *c, int64_t *ids) {
     int64_t n = 0;
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t t = 0; t < p->seqlen_new; t++) {
-            const kv_sequence *seq = &c->seqs[b];
+            const fa_cpu_kv_sequence *seq = &c->seqs[b];
             int64_t slot = seq->cached + t;
             ids[n++] = p->block_table
                            ? p->block_table[b * p->block_table_batch_stride + slot / p->page_size] *
@@ -359,7 +352,7 @@ static int appends_collide(const kv_ctx *c, int64_t *ids) {
 /* Key tile [j0, j0 + n_keys) of sequence b and kv head h as fp32 rows: *rows / *ld point at the
  * cache itself (fp32 and contiguous in memory) or at `buf` (converted, leading dimension
  * buf_ld). `dim` elements per row. */
-static void load_key_tile(const kv_ctx *c, const kv_sequence *seq, int64_t b, int64_t h, int64_t j0,
+static void load_key_tile(const kv_ctx *c, const fa_cpu_kv_sequence *seq, int64_t b, int64_t h, int64_t j0,
                           int64_t n_keys, const void *cache, int64_t batch_stride, int64_t row_stride,
                           int64_t head_stride, int64_t dim, int direct, float *buf, int64_t buf_ld,
                           const float **rows, int64_t *ld) {
@@ -382,7 +375,7 @@ static void load_key_tile(const kv_ctx *c, const kv_sequence *seq, int64_t b, in
 /* K and V of one streaming tile: for each slot, the rows of every kv head of the item (the
  * order the cache holds them in), K as row pointers for the dot products, V converted to fp32
  * into v_buf[g][j][dv_pad]. */
-static void load_stream_tile(const kv_ctx *c, const kv_scratch *w, const kv_sequence *seq, int64_t b,
+static void load_stream_tile(const kv_ctx *c, const kv_scratch *w, const fa_cpu_kv_sequence *seq, int64_t b,
                              int64_t kv_first, int64_t n_kv, int64_t j0, int64_t n_keys) {
     const fa_params *p = &c->pb->p;
     const int64_t elem = (int64_t)c->elem;
@@ -453,7 +446,7 @@ static void load_item_q(const kv_ctx *c, const kv_scratch *w, const kv_item *it,
     const fa_problem *pb = c->pb;
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
-    const kv_sequence *seq = &c->seqs[b];
+    const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t d = c->d, elem = (int64_t)c->elem;
     const fa_cpu_item_rows *row = &w->row;
     int per_query_position = pb->has_mask; /* flash_attn: causal or local */
@@ -479,7 +472,7 @@ static void item_scores(kv_ctx *c, const kv_scratch *w, const kv_item *it, int64
                         float score_scale, const float **v_rows, int64_t *ldv) {
     const fa_params *p = &c->pb->p;
     const fa_cpu_kernels *kern = c->kern;
-    const kv_sequence *seq = &c->seqs[b];
+    const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad, elem = (int64_t)c->elem;
     const int64_t rows = it->rows, rows_pad = it->rows_pad, kv_first = it->kv_first;
     if (it->streaming) {
@@ -668,7 +661,7 @@ static kv_workspace_plan plan_workspace(const fa_problem *pb, int threads, int64
     const fa_params *p = &pb->p;
     kv_workspace_plan w;
     int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-    w.sequences = fa_cpu_align64(sizeof(kv_sequence) * (size_t)p->batch);
+    w.sequences = fa_cpu_align64(sizeof(fa_cpu_kv_sequence) * (size_t)p->batch);
     w.slot_ids = p->k_new ? fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch * p->seqlen_new)) : 0;
     w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
     w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
@@ -704,7 +697,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.dot_scores = dot_scores_possible(pb, c.kern, 0);
 
     char *cursor = ws.base;
-    kv_sequence *seqs = (kv_sequence *)cursor;
+    fa_cpu_kv_sequence *seqs = (fa_cpu_kv_sequence *)cursor;
     cursor += plan.sequences;
     int64_t *slot_ids = (int64_t *)cursor;
     cursor += plan.slot_ids;
@@ -716,16 +709,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.scratch_bytes = plan.per_thread;
     c.seqs = seqs;
 
-    const int64_t appended = p->k_new ? p->seqlen_new : 0;
-    int64_t longest = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        kv_sequence *s = &seqs[b];
-        s->cache_row = p->cache_batch_idx ? p->cache_batch_idx[b] : b;
-        s->cached = p->cache_seqlens ? p->cache_seqlens[b] : p->seqlen_k;
-        s->start = p->cache_leftpad ? p->cache_leftpad[b] : 0;
-        s->len_k = s->cached + appended - s->start;
-        if (s->len_k > longest) longest = s->len_k;
-    }
+    const int64_t longest = fa_cpu_kv_sequences(p, seqs);
 
     /* 1. append */
     if (p->k_new) {
