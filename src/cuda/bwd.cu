@@ -277,11 +277,10 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const char *force = getenv("FA_CUDA_BACKWARD");
     plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
-                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2) == NULL &&
+                                             (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
+                                             p->softcap) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
-                   /* a masked score is -inf before the scale: with a negative one, P = 2^+inf */
-                   pb->scale_log2 > 0.0f &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
                        dev.smem_optin;
     plan->device_ordinal = dev.ordinal;

@@ -37,7 +37,8 @@
  * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu).
  * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
- * Two cases with a negative softmax_scale check the dispatch: both runs take the portable kernel.
+ * A negative softmax_scale and ALiBi run the Hopper kernel (the mask acts on the exponent); with
+ * softcap both stay on the portable kernel, which the cases marked "portable both runs" check.
  * Part of `make gpu-test` (tests/gpu_test.sh step 6). Exit status 0 = every case passes.
  * Usage: fa_gpu_bwd_paths [small] [det]   (small: short problems of the same kinds, for
  *        compute-sanitizer; det: deterministic mode, plus 4k-8k-token problems whose key-block
@@ -81,6 +82,7 @@ typedef struct score_options {
     float softcap;       /* > 0: softcap on                                                       */
     float q_amplitude;   /* q uniform in ±2·q_amplitude (0: ±2)                                   */
     float softmax_scale; /* 0: the default 1/sqrt(d)                                              */
+    int alibi;           /* ALiBi slopes 2^(-8(h+1)/heads_q); 2: per batch × head                  */
 } score_options;
 
 typedef struct softcap_case {
@@ -267,7 +269,7 @@ typedef struct case_run {
     uint16_t *host[NUM_BUFS], *out_host[NUM_RUNS][NUM_BUFS];
     uint8_t *mask[NUM_BUFS];
     void *dev[NUM_BUFS];
-    float *lse, *sinks, *dsink, *lse_host;
+    float *lse, *sinks, *dsink, *lse_host, *alibi;
     float dsink_host[NUM_RUNS][64], run_ms[NUM_RUNS];
     cudaEvent_t start, stop;
     int *cu_q, *cu_k;
@@ -307,6 +309,14 @@ static int fill_inputs(const bwd_case *c, const score_options *opt, case_run *r)
     r->lse_host = malloc(r->lse_elems * 4);
     CHECK_CUDA(cudaMalloc((void **)&r->lse, r->lse_elems * 4));
     CHECK_CUDA(cudaMemset(r->lse, 0xff, r->lse_elems * 4));
+    if (opt->alibi) {
+        const int n_slopes = opt->alibi == 2 ? c->batch * hq : hq;
+        float slope_host[256];
+        for (int i = 0; i < n_slopes && i < 256; ++i)
+            slope_host[i] = exp2f(-8.0f * (float)(i % hq + 1) / (float)hq) * (i >= hq ? 1.5f : 1.0f);
+        CHECK_CUDA(cudaMalloc((void **)&r->alibi, (size_t)n_slopes * 4));
+        CHECK_CUDA(cudaMemcpy(r->alibi, slope_host, (size_t)n_slopes * 4, cudaMemcpyHostToDevice));
+    }
     if (c->sinks) {
         float sink_host[64];
         for (int h = 0; h < hq; ++h) sink_host[h] = 6.0f + 0.75f * (float)(h % 4); /* near LSE ≈ log(keys) + 1 */
@@ -353,6 +363,8 @@ static void case_params(const bwd_case *c, const score_options *opt, const case_
     p->dsink = r->dsink;
     p->softcap = opt->softcap;
     p->softmax_scale = opt->softmax_scale;
+    p->alibi_slopes = r->alibi;
+    p->alibi_batch_stride = opt->alibi == 2 ? hq : 0;
     p->deterministic = deterministic_mode;
 
 }
@@ -486,6 +498,7 @@ static void free_case_run(case_run *r) {
     }
     if (r->lse) cudaFree(r->lse);
     if (r->sinks) cudaFree(r->sinks);
+    if (r->alibi) cudaFree(r->alibi);
     if (r->dsink) cudaFree(r->dsink);
     if (r->cu_q) cudaFree(r->cu_q);
     if (r->cu_k) cudaFree(r->cu_k);
@@ -583,54 +596,74 @@ static const bwd_case small_cases[] = {
 /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
 static const softcap_case big_softcap_cases[] = {
     {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
     {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
       {0}},
-     {20.0f, 8.0f, 0.0f}},
+     {20.0f, 8.0f, 0.0f, 0}},
     {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
       -1, 0, DENSE, 0, {0}, {0}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
     {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
       {0}},
-     {50.0f, 20.0f, 0.0f}},
+     {50.0f, 20.0f, 0.0f, 0}},
     {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
       1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
     {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
       0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
-     {25.0f, 10.0f, 0.0f}},
+     {25.0f, 10.0f, 0.0f, 0}},
     {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
       {0}, {0}},
-     {40.0f, 15.0f, 0.0f}},
+     {40.0f, 15.0f, 0.0f, 0}},
     {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
       {0}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
     {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
       100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
-     {50.0f, 20.0f, 0.0f}},
+     {50.0f, 20.0f, 0.0f, 0}},
     {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
       {0}, {0}},
-     {20.0f, 8.0f, 0.0f}},
-    {{"bf16 d128 causal softmax_scale -0.09 (portable both runs)", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
+     {20.0f, 8.0f, 0.0f, 0}},
+    {{"bf16 d128 causal softmax_scale -0.09", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
       0, {0}, {0}},
-     {0.0f, 0.0f, -0.09f}},
+     {0.0f, 0.0f, -0.09f, 0}},
     {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
       0, DENSE, 0, {0}, {0}},
-     {30.0f, 10.0f, -0.125f}},
+     {30.0f, 10.0f, -0.125f, 0}},
+    /* ALiBi: the exponent's slope term, then the mask */
+    {{"bf16 d128 causal ALiBi s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+     {0.0f, 0.0f, 0.0f, 1}},
+    {{"f16 d64 ALiBi (batch x head) window 300/100 sinks sq=1500 sk=2200", H, 2, 1500, 2200, 8, 8, 64, 0, 300, 100,
+      1, DENSE, 0, {0}, {0}},
+     {0.0f, 0.0f, 0.0f, 2}},
+    {{"bf16 d256 varlen causal ALiBi GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 0, DENSE,
+      1, {1000, 0, 777, 301}, {1000, 0, 900, 301}},
+     {0.0f, 0.0f, 0.0f, 1}},
+    {{"bf16 d128 ALiBi softmax_scale -0.1 s=1500 h=8", B, 1, 1500, 1500, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+     {0.0f, 0.0f, -0.1f, 1}},
+    {{"f16 d128 ALiBi softcap 30 causal (portable both runs)", H, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE, 0,
+      {0}, {0}},
+     {30.0f, 10.0f, 0.0f, 1}},
 };
 static const softcap_case small_softcap_cases[] = {
+    {{"small bf16 d128 varlen causal ALiBi GQA 4/2", B, 4, 131, 131, 4, 2, 128, 1, -1, -1, 0, DENSE, 1,
+      {70, 0, 131, 33}, {91, 7, 131, 25}},
+     {0.0f, 0.0f, 0.0f, 1}},
+    {{"small f16 d256 ALiBi softmax_scale -0.08 window 40/10 sq=150 sk=200", H, 1, 150, 200, 4, 4, 256, 0, 40, 10, 0,
+      DENSE, 0, {0}, {0}},
+     {0.0f, 0.0f, -0.08f, 2}},
     {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
       {70, 0, 131, 33}, {91, 7, 131, 25}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
     {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
       50, 20, 0, PADDED, 0, {0}, {0}},
-     {20.0f, 8.0f, 0.0f}},
+     {20.0f, 8.0f, 0.0f, 0}},
     {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
       {0}, {0}},
-     {50.0f, 20.0f, 0.0f}},
+     {50.0f, 20.0f, 0.0f, 0}},
     {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
       {70, 0, 131, 33}, {91, 7, 131, 25}},
-     {30.0f, 10.0f, 0.0f}},
+     {30.0f, 10.0f, 0.0f, 0}},
 };
 /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
  * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
@@ -649,7 +682,7 @@ static const bwd_case det_cases[] = {
 #undef PADDED
 
 int gpu_bwd_paths_main(int argc, char **argv) {
-    const score_options plain = {0.0f, 0.0f, 0.0f};
+    const score_options plain = {0.0f, 0.0f, 0.0f, 0};
     int small = 0;
     for (int a = 1; a < argc; ++a) {
         if (strcmp(argv[a], "small") == 0)

@@ -28,6 +28,8 @@ typedef struct path_case {
     int varlen; /* 3 sequences of seqlen_q·{1/3, 1, 2/3} queries and seqlen_k·{1, 1/2, 1} keys */
     int pack;   /* 1: FA_CUDA_PACK_GQA=1 for the default kernel; 0: unset (the cost model decides) */
     int sinks;  /* sink logits, a different one per query head */
+    int alibi;  /* ALiBi slopes 2^(-8(h+1)/heads_q), per batch × head when 2 */
+    float softmax_scale; /* 0: 1/sqrt(d) */
 } path_case;
 
 static gpu_rng rng = {88172645u};
@@ -56,7 +58,7 @@ static int run_case(const path_case *c) {
     float *l_out[2] = {malloc(4 * nl), malloc(4 * nl)};
     for (size_t i = 0; i < nq + 2 * nk; ++i) h[i] = random_bf16(i >= nq + nk ? 0.5f : 0.0f); /* v offset */
     void *q, *k, *v, *o;
-    float *lse, *sink = NULL;
+    float *lse, *sink = NULL, *alibi = NULL;
     int *dcu_q, *dcu_k;
     CHECK_CUDA(cudaMalloc(&q, 2 * nq));
     CHECK_CUDA(cudaMalloc(&k, 2 * nk));
@@ -70,6 +72,14 @@ static int run_case(const path_case *c) {
     CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nk, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(dcu_q, cu_q, sizeof cu_q, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(dcu_k, cu_k, sizeof cu_k, cudaMemcpyHostToDevice));
+    if (c->alibi) {
+        const int n_slopes = c->alibi == 2 ? batch * hq : hq;
+        float slope_h[1024];
+        for (int i = 0; i < n_slopes && i < 1024; ++i)
+            slope_h[i] = exp2f(-8.0f * (float)(i % hq + 1) / (float)hq) * (i >= hq ? 1.5f : 1.0f);
+        CHECK_CUDA(cudaMalloc((void **)&alibi, sizeof(float) * (size_t)n_slopes));
+        CHECK_CUDA(cudaMemcpy(alibi, slope_h, sizeof(float) * (size_t)n_slopes, cudaMemcpyHostToDevice));
+    }
     if (c->sinks) {
         float sink_h[256];
         for (int i = 0; i < hq && i < 256; ++i) sink_h[i] = -1.5f + 0.37f * (float)(i % 11);
@@ -102,6 +112,9 @@ static int run_case(const path_case *c) {
     p.window_right = -1;
     p.softcap = c->softcap;
     p.sink_logits = sink;
+    p.alibi_slopes = alibi;
+    p.alibi_batch_stride = c->alibi == 2 ? hq : 0;
+    p.softmax_scale = c->softmax_scale;
     for (int path = 0; path < 2; ++path) { /* 0: default kernel, 1: portable */
         if (path == 1)
             setenv("FA_CUDA_FORWARD", "portable", 1);
@@ -150,32 +163,40 @@ static int run_case(const path_case *c) {
            max_do, max_dl, unwritten);
     cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(dcu_q), cudaFree(dcu_k);
     if (sink) cudaFree(sink);
+    if (alibi) cudaFree(alibi);
     free(h), free(o_out[0]), free(o_out[1]), free(l_out[0]), free(l_out[1]);
     return !ok;
 }
 
 int gpu_paths_main(int argc, char **argv) {
     const path_case cases[] = {
-        {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0},
-        {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0},
-        {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0},
-        {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0},
-        {"d128 varlen causal h=16 softcap", 0, 3000, 3000, 16, 8, 128, 1, -1, 20.0f, 1, 0, 0},
-        {"d64 window 300 sq=2000 sk=5000 h=16", 2, 2000, 5000, 16, 16, 64, 0, 300, 0.0f, 0, 0, 0},
+        {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"d128 varlen causal h=16 softcap", 0, 3000, 3000, 16, 8, 128, 1, -1, 20.0f, 1, 0, 0, 0, 0.0f},
+        {"d64 window 300 sq=2000 sk=5000 h=16", 2, 2000, 5000, 16, 16, 64, 0, 300, 0.0f, 0, 0, 0, 0, 0.0f},
         /* packed GQA/MQA tiles (pack = 1), sq 1..64, groups 2..16 */
-        {"pack d128 GQA 32/8 causal sq=4 sk=1000", 2, 4, 1000, 32, 8, 128, 1, -1, 0.0f, 0, 1, 0},
-        {"pack d128 GQA 8/4 sq=1 sk=517", 3, 1, 517, 8, 4, 128, 0, -1, 0.0f, 0, 1, 0},
-        {"pack d128 MQA 16/1 causal sinks sq=7 sk=300", 2, 7, 300, 16, 1, 128, 1, -1, 0.0f, 0, 1, 1},
-        {"pack d96 GQA 12/4 sq=5 sk=333", 2, 5, 333, 12, 4, 96, 0, -1, 0.0f, 0, 1, 0},
-        {"pack d64 GQA 24/3 window 64 sq=13 sk=700", 2, 13, 700, 24, 3, 64, 0, 64, 0.0f, 0, 1, 0},
-        {"pack d64 MQA 6/1 causal sq=64 sk=640 (3 heads/tile)", 1, 64, 640, 6, 1, 64, 1, -1, 0.0f, 0, 1, 0},
-        {"pack d256 GQA 16/2 causal softcap sinks sq=33 sk=411 (3+3+2)", 2, 33, 411, 16, 2, 256, 1, -1, 30.0f, 0, 1, 1},
-        {"pack d256 GQA 4/2 causal sq=sk=64", 3, 64, 64, 4, 2, 256, 1, -1, 0.0f, 0, 1, 0},
-        {"pack d128 GQA 6/2 window 100 sinks sq=40 sk=2000", 2, 40, 2000, 6, 2, 128, 0, 100, 0.0f, 0, 1, 1},
-        {"pack d128 GQA 8/2 causal sq=20 > sk=10 (rows with no key)", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 0},
-        {"pack d128 GQA 8/2 causal sinks sq=20 > sk=10", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 1},
+        {"pack d128 GQA 32/8 causal sq=4 sk=1000", 2, 4, 1000, 32, 8, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d128 GQA 8/4 sq=1 sk=517", 3, 1, 517, 8, 4, 128, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d128 MQA 16/1 causal sinks sq=7 sk=300", 2, 7, 300, 16, 1, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f},
+        {"pack d96 GQA 12/4 sq=5 sk=333", 2, 5, 333, 12, 4, 96, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d64 GQA 24/3 window 64 sq=13 sk=700", 2, 13, 700, 24, 3, 64, 0, 64, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d64 MQA 6/1 causal sq=64 sk=640 (3 heads/tile)", 1, 64, 640, 6, 1, 64, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d256 GQA 16/2 causal softcap sinks sq=33 sk=411 (3+3+2)", 2, 33, 411, 16, 2, 256, 1, -1, 30.0f, 0, 1, 1, 0, 0.0f},
+        {"pack d256 GQA 4/2 causal sq=sk=64", 3, 64, 64, 4, 2, 256, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d128 GQA 6/2 window 100 sinks sq=40 sk=2000", 2, 40, 2000, 6, 2, 128, 0, 100, 0.0f, 0, 1, 1, 0, 0.0f},
+        {"pack d128 GQA 8/2 causal sq=20 > sk=10 (rows with no key)", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
+        {"pack d128 GQA 8/2 causal sinks sq=20 > sk=10", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f},
+        /* ALiBi (per head, per batch × head) and a negative scale: scores in log2 units before the mask */
+        {"d128 causal ALiBi s=2048 b=2 h=16 GQA 16/4", 2, 2048, 2048, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 1, 0.0f},
+        {"d64 ALiBi (batch x head) softcap sinks sq=1000 sk=3000 h=8", 2, 1000, 3000, 8, 8, 64, 0, -1, 30.0f, 0, 0, 1, 2, 0.0f},
+        {"d256 varlen causal ALiBi h=8", 0, 1500, 1500, 8, 8, 256, 1, -1, 0.0f, 1, 0, 0, 1, 0.0f},
+        {"d128 causal scale -0.09 s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, -0.09f},
+        {"d64 window 200 scale -0.125 ALiBi sq=1500 sk=2500 h=8", 2, 1500, 2500, 8, 8, 64, 0, 200, 0.0f, 0, 0, 0, 1, -0.125f},
+        {"pack d128 GQA 16/2 causal ALiBi sq=9 sk=700", 2, 9, 700, 16, 2, 128, 1, -1, 0.0f, 0, 1, 0, 1, 0.0f},
         /* the cost model's own choice on a decode-like batch (it packs: 512 -> 128 tiles) */
-        {"model d128 GQA 32/8 causal sq=4 sk=2048 b=16", 16, 4, 2048, 32, 8, 128, 1, -1, 0.0f, 0, 0, 0},
+        {"model d128 GQA 32/8 causal sq=4 sk=2048 b=16", 16, 4, 2048, 32, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     const int packed_only = argc > 1 && strcmp(argv[1], "packed") == 0;

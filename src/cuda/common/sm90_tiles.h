@@ -161,8 +161,9 @@ static inline
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
-    if (has_alibi) return "does not implement ALiBi";
-    if (!(scale_log2 > 0.0f) && !(softcap > 0.0f)) return "needs a positive softmax_scale (or softcap)";
+    (void)has_alibi; /* ALiBi and a negative scale: scores go to log2 units first (fa_hopper_to_log2) */
+    (void)scale_log2;
+    (void)softcap;
     return NULL;
 }
 
@@ -232,21 +233,21 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
 }
 
 /* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).
- * scale_log2 = softmax_scale · log2(e). Softcap is covered whatever its value (the SOFTCAP
- * instantiations), so it is no argument. A non-positive scale is not covered: without softcap the
- * mask writes -inf into the raw scores, which P = 2^(s·scale_log2 - LSE2) turns into 0 only for
- * a positive scale; with softcap and a negative scale every CUDA kernel reads softcap as off
- * (softcap_pre = scale / softcap < 0), the same case. Both modes: deterministic = 1 orders each
- * dQ tile's additions by key block (the DET instantiations, semaphores), so it is no argument
- * either. */
+ * scale_log2 = softmax_scale · log2(e), softcap > 0 when on. Without softcap any scale and ALiBi
+ * are covered: the exponent s·scale_log2 - slope·|i + shift - key| - LSE2 is formed first and the
+ * mask writes -inf into it (fa_bwd_sm90_probs). With softcap (the SOFTCAP instantiations, picked
+ * for softcap_pre > 0) the mask acts on tanh's output before the exponent, which has no ALiBi
+ * term, and a negative scale leaves softcap_pre < 0: both stay on the portable kernel. Both
+ * modes: deterministic = 1 orders each dQ tile's additions by key block (the DET
+ * instantiations, semaphores), so it is no argument. */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
-                                                    int head_dim_v, int has_alibi, float scale_log2) {
+                                                    int head_dim_v, int has_alibi, float scale_log2, float softcap) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
-    if (has_alibi) return "does not implement ALiBi";
-    if (!(scale_log2 > 0.0f)) return "needs a positive softmax_scale";
+    if (softcap > 0.0f && has_alibi) return "does not implement ALiBi together with softcap";
+    if (softcap > 0.0f && !(scale_log2 > 0.0f)) return "needs a positive softmax_scale with softcap";
     return NULL;
 }
 

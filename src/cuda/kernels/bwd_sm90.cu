@@ -14,7 +14,8 @@
  * d or dv read as zeros, never written; bucket 256 is bwd_sm90_hdim256.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
  * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
  * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink); softcap (the
- * SOFTCAP instantiations, see below). Not here: ALiBi: portable kernel. Deterministic mode
+ * SOFTCAP instantiations, see below); ALiBi and any sign of the scale without softcap
+ * (the LOG2 instantiations, fa_bwd_sm90_probs_log2: the mask acts on the exponent). Deterministic mode
  * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
  * first (bwd_sm90_common.cuh, "deterministic dQ"): the grid runs key block
  * gridDim.x - 1 - blockIdx.x and the dQ writer (producer warp 1) waits for each tile's turn
@@ -319,7 +320,7 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool DET>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET>
 __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
@@ -528,38 +529,16 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
         if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
 
-        /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
-        if (m0 < mask_m_lo || m0 > mask_m_hi) {
-            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
-             * unbounded), none when k is past the sequence. In this thread's local column units
-             * (query = m0 + col_in + 8j + c) that is [lo, hi]; 8j + c are compile-time constants, so
-             * each element costs two compares. */
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
-                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
-                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
-                if (key >= len_k) lo = BLOCK_M;
-#pragma unroll
-                for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c)
-                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
-            }
+        /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
+        const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
+        if constexpr (!LOG2) {
+            if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
         }
-        if constexpr (!SOFTCAP) {
-            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
-#pragma unroll
-            for (int j = 0; j < BLOCK_M / 8; ++j) {
-                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
-                    s_rmem[4 * j + 2 * h + 1] =
-                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
-                }
-            }
-        }
+        if constexpr (LOG2)
+            fa_bwd_sm90_probs_log2<BLOCK_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                                            fa_bwd_sm90_alibi_slope(prm, batch, head_kv * prm.group + t / n_m));
+        else if constexpr (!SOFTCAP)
+            fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
         if constexpr (EARLY_DV) {
             fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
             fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
@@ -673,7 +652,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2>
 static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
     static const char *const path = "the Hopper backward";
@@ -688,7 +667,8 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
         return st;
     const bool det = p->dq_semaphore != nullptr;
     auto kernel =
-        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, true> : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, false>;
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, true>
+            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -704,15 +684,19 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
     return FA_OK;
 }
 
-/* Bucket BUCKET's instantiation for the dtype and softcap (softcap_pre > 0, as every CUDA kernel
- * decides it). */
+/* Bucket BUCKET's instantiation for the dtype and the score path: SOFTCAP (softcap_pre > 0, as
+ * every CUDA kernel decides it), LOG2 (ALiBi or a negative scale, without softcap:
+ * fa_hopper_bwd_unsupported keeps them apart), or the plain one. */
 template <int BUCKET>
 static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, bool bf16, int device_ordinal, cudaStream_t stream) {
     if (prm->softcap_pre > 0.0f)
-        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_launch<BUCKET, false, true>(prm, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false>(prm, device_ordinal, stream)
-                : fa_bwd_sm90_launch<BUCKET, false, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true, false>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_launch<BUCKET, false, true, false>(prm, device_ordinal, stream);
+    if (fa_bwd_sm90_log2_scores(prm))
+        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, true>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_launch<BUCKET, false, false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, false>(prm, device_ordinal, stream)
+                : fa_bwd_sm90_launch<BUCKET, false, false, false>(prm, device_ordinal, stream);
 }
 
 extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,

@@ -40,6 +40,8 @@ struct fa_bwd_sm90_params {
     float softcap_post_log2;       /* softcap · log2(e)                                             */
     int *dq_semaphore;             /* deterministic mode: [b, heads_q, query_blocks, 2] int32, zeroed */
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
+    const float *alibi_slopes;     /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL     */
+    int64_t alibi_batch_stride;
 };
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -183,6 +185,82 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
         for (int x = 0; x < 4; ++x) frag[kk][x] = fa_bwd_sm90_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
+/* ---- mask and probabilities (both kernels) --------------------------------------------------
+ * Element 4j + 2h + c of a thread's Sᵀ accumulator is key key0 + 8h and query
+ * m0 + 8j + col_in + c; `base` = key0 - shift - col_in - m0 puts both in the thread's local column
+ * units: query + shift - key = 8j + c - (base + 8h). */
+
+/* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1: unbounded),
+ * none when k is past the sequence; in local column units that is [lo, hi], and 8j + c are
+ * compile-time constants, so each element costs two compares. Masked elements become -inf. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_mask(float (&x)[BLOCK_M / 2], const fa_bwd_sm90_params &prm, int base,
+                                                 int key0, int len_k) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int b = base + 8 * h;
+        int lo = prm.window_right >= 0 ? b - prm.window_right : -BLOCK_M;
+        const int hi = prm.window_left >= 0 ? b + prm.window_left : BLOCK_M;
+        if (key0 + 8 * h >= len_k) lo = BLOCK_M;
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+                if (8 * j + c < lo || 8 * j + c > hi) x[4 * j + 2 * h + c] = -CUDART_INF_F;
+    }
+}
+
+/* Without softcap, positive scale, no ALiBi (the mask has written -inf into the raw scores):
+ * Sᵀ -> P = 2^(s·scale·log2e - LSE2[query]) in place, one FFMA + one MUFU.EX2 per element;
+ * LSE2 = +inf (rows past the sequence) gives 0. LSE2 of queries 8j + col_in, +1 at
+ * lse2_pair + 32j. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_probs(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
+                                                  uint32_t lse2_pair) {
+#pragma unroll
+    for (int j = 0; j < BLOCK_M / 8; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
+            s_rmem[4 * j + 2 * h + 1] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+        }
+    }
+}
+
+/* The LOG2 kernels (ALiBi, or a negative scale; no softcap): Sᵀ (unmasked) ->
+ * P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| - LSE2[query]) in place. The exponent
+ * is formed first and the mask writes -inf into it, so a masked element gets P = 0 whatever the
+ * sign of the scale (two more instructions per element with ALiBi). */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_probs_log2(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
+                                                       bool needs_mask, int base, int key0, int len_k,
+                                                       uint32_t lse2_pair, float alibi_slope_log2) {
+#pragma unroll
+    for (int j = 0; j < BLOCK_M / 8; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float &x = s_rmem[4 * j + 2 * h + c];
+                x = fmaf(x, prm.scale_log2, -(c ? lse2.y : lse2.x));
+                x = fmaf(-alibi_slope_log2, fabsf((float)(8 * j + c) - (float)(base + 8 * h)), x);
+            }
+        }
+    }
+    if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, base, key0, len_k);
+#pragma unroll
+    for (int i = 0; i < BLOCK_M / 2; ++i) s_rmem[i] = ex2_approx_ftz_f32(s_rmem[i]);
+}
+
+/* ALiBi slope of query head `head` in log2 units (0 without ALiBi). */
+__device__ __forceinline__ float fa_bwd_sm90_alibi_slope(const fa_bwd_sm90_params &prm, int batch, int head) {
+    return prm.alibi_slopes != nullptr
+               ? prm.alibi_slopes[(int64_t)batch * prm.alibi_batch_stride + head] * 1.4426950408889634f
+               : 0.0f;
+}
+
 /* ---- softcap (the SOFTCAP instantiations; bwd.cu picks them when softcap > 0) -------------
  * The forward's scores are s = softcap·tanh(scale·q·k / softcap), in log2 units tc·softcap·log2(e)
  * with tc = tanh(...) (fa_tanh, the forward's own function, so P is recomputed exactly as the
@@ -285,7 +363,14 @@ static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p)
     prm.softcap_post_log2 = p->softcap_post_log2;
     prm.dq_semaphore = p->dq_semaphore;
     prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
+    prm.alibi_slopes = p->alibi_slopes;
+    prm.alibi_batch_stride = p->alibi_batch_stride;
     return prm;
+}
+
+/* The LOG2 instantiations' problems: ALiBi, or a negative scale (softcap excluded by the caller). */
+static inline bool fa_bwd_sm90_log2_scores(const fa_bwd_params *p) {
+    return p->alibi_slopes != nullptr || !(p->scale_log2 > 0.0f);
 }
 
 /* TMA maps of Q and dO (box rows block_m) and of K and V (box rows block_n): a tensor as the 4-D

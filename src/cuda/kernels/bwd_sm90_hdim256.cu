@@ -228,7 +228,7 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_dkdv(const fa_bwd_sm90_pa
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool DET>
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DET>
 __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -437,39 +437,20 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
         if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
 
-        /* mask: element 4j + 2h + c is key key0 + 8h, query m0 + 8j + col_in + c */
-        if (m0 < mask_m_lo || m0 > mask_m_hi) {
-            /* Key k sees queries [k - shift - window_right, k - shift + window_left] (a side -1:
-             * unbounded), none when k is past the sequence; in this thread's local column units
-             * (query = m0 + col_in + 8j + c) that is [lo, hi]: two compares per element. */
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int key = key0 + 8 * h, base = mask_base + 8 * h - m0;
-                int lo = prm.window_right >= 0 ? base - prm.window_right : -BLOCK_M;
-                const int hi = prm.window_left >= 0 ? base + prm.window_left : BLOCK_M;
-                if (key >= len_k) lo = BLOCK_M;
-#pragma unroll
-                for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c)
-                        if (8 * j + c < lo || 8 * j + c > hi) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
-            }
+        /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
+        const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
+        if constexpr (!LOG2) {
+            if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
         }
         if constexpr (SOFTCAP) {
             /* P packed for dV, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
             fa_bwd_sm90_softcap_probs_w<Cfg, BF16>(s_rmem, p_rmem, lse2_pair, prm.softcap_post_log2);
         } else {
-            /* P = 2^(s·scale·log2e - LSE2[query]): one FFMA + one MUFU.EX2; LSE2 = +inf gives 0 */
-#pragma unroll
-            for (int j = 0; j < BLOCK_M / 8; ++j) {
-                const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
-                    s_rmem[4 * j + 2 * h + 1] =
-                        ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
-                }
-            }
+            if constexpr (LOG2)
+                fa_bwd_sm90_probs_log2<BLOCK_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                                                fa_bwd_sm90_alibi_slope(prm, batch, head));
+            else
+                fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
             fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
         }
         fa_bwd_sm90_d256_issue_atb<BF16>(dv_rmem, p_rmem, do_stage(s) + col_slab_off); /* group: dV_c += Pᵀ dO */
@@ -557,7 +538,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP>
+template <bool BF16, bool SOFTCAP, bool LOG2>
 static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_d256_config;
     static const char *const path = "the Hopper backward (d = 256)";
@@ -570,7 +551,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
         FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
-    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, true> : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, false>;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true>
+                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -593,8 +575,11 @@ extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype 
                             prm->head_dim, prm->head_dim_v);
     const bool bf16 = dtype == FA_DTYPE_BF16;
     if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, true>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, true>(prm, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_d256_launch<true, false>(prm, device_ordinal, stream)
-                : fa_bwd_sm90_d256_launch<false, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, true, false>(prm, device_ordinal, stream);
+    if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, false, true>(prm, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false>(prm, device_ordinal, stream)
+                : fa_bwd_sm90_d256_launch<false, false, false>(prm, device_ordinal, stream);
 }

@@ -9,7 +9,8 @@
  * to the bucket read as zeros); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
- * Not here: ALiBi (portable path).
+ * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
+ * mask (fa_hopper_to_log2).
  *
  * One CTA = BLOCK_M query rows of one (batch, query head) (sm90_tiles.h: 192 at bucket 64, else
  * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
@@ -152,6 +153,8 @@ struct fa_hopper_params : fa_fwd_params {
     int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
     int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
     int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
+    float log2_mul;                /* log2 units per raw (softcapped) score; the LOG2 kernels take it
+                                      in fa_hopper_to_log2 and run the softmax with score_mul = 1   */
 };
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -213,6 +216,21 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], 
     for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 }
 
+/* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
+ * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) in head groups, longest
+ * first within a group (fa_fwd_grouped_tile: the CTAs running together share K/V in L2, and the
+ * hardware hands out the longest tiles first); otherwise the query block varies fastest
+ * (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
+ * group varies fastest, then the kv head, then the batch. */
+struct fa_hopper_work {
+    int m0, head, batch, head_kv;  /* packed: head = the tile's first query head                    */
+    int pack_heads;                /* packed: query heads in this tile                              */
+    int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
+    int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
+    int64_t q_start;               /* varlen: first packed row of the sequence                      */
+    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
+};
+
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
  * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
  * window_right + 1) (len_k when unbounded): fa_key_lo / fa_key_hi (fa_internal.h) in int32,
@@ -237,6 +255,34 @@ __device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2]
 #pragma unroll
             for (int c = 0; c < 2; ++c)
                 if (8 * j + c >= end || 8 * j + c < first) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+    }
+}
+
+/* Scores to log2 units before the mask (template flag LOG2: ALiBi, or a negative scale without softcap): s·log2_mul - slope·log2(e)·|i + shift - key|
+ * (the ALiBi term; slope 0 without ALiBi), so a masked -inf stays -inf and the max orders the
+ * scores whatever the sign of the scale. Element layout as in fa_hopper_mask; packed rows take
+ * their own head's slope. */
+template <class Cfg, bool PACK>
+__device__ __forceinline__ void fa_hopper_to_log2(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_hopper_params &prm,
+                                                  int batch, int head, int pack_heads, int n0, int row0,
+                                                  const int (&pack_g)[2], const int (&pack_i)[2], int lane, int shift) {
+    const int col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float slope = 0.0f;
+        if (prm.alibi_slopes != nullptr) {
+            const int hq = head + (PACK ? min(pack_g[h], pack_heads - 1) : 0);
+            slope = prm.alibi_slopes[(int64_t)batch * prm.alibi_batch_stride + hq] * 1.4426950408889634f;
+        }
+        /* signed distance of local column 8j + c from the row's diagonal key: rel - (8j + c) */
+        const float rel = (float)((PACK ? pack_i[h] : row0 + 8 * h) + shift - col0);
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float &x = s_rmem[4 * j + 2 * h + c];
+                x = fmaf(x, prm.log2_mul, -slope * fabsf(rel - (float)(8 * j + c)));
+            }
     }
 }
 
@@ -271,16 +317,19 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
     }
 }
 
-/* Softcap, mask and online softmax of a ready S tile (the score path shared by every round). */
-template <class Cfg, bool PACK>
+/* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every round). */
+template <class Cfg, bool PACK, bool LOG2>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
-                                                 bool needs_mask, int n0, int row0, const int (&pack_i)[2], int lane,
-                                                 int len_k, int shift) {
+                                                 const fa_hopper_work &w, bool needs_mask, int n0, int row0,
+                                                 const int (&pack_g)[2], const int (&pack_i)[2], int lane) {
+    const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
         for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
     }
+    if constexpr (LOG2)
+        fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
     if (needs_mask)
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
@@ -317,21 +366,6 @@ __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_roun
     else if (!last_round)
         bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
 }
-
-/* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
- * numbered 0 .. total_tiles-1: with heavy_first (causal-like masks) in head groups, longest
- * first within a group (fa_fwd_grouped_tile: the CTAs running together share K/V in L2, and the
- * hardware hands out the longest tiles first); otherwise the query block varies fastest
- * (neighbouring CTAs share K/V in L2). Packed tiles (one m block, m0 = 0): the tile of the
- * group varies fastest, then the kv head, then the batch. */
-struct fa_hopper_work {
-    int m0, head, batch, head_kv;  /* packed: head = the tile's first query head                    */
-    int pack_heads;                /* packed: query heads in this tile                              */
-    int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
-    int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
-    int64_t q_start;               /* varlen: first packed row of the sequence                      */
-    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
-};
 
 /* Key tile (index of its first key / BLOCK_N) that round j (0 <= j < n_tiles) of work w
  * processes: the last first (varlen relies on it: that tile's V rows past the sequence are
@@ -390,7 +424,7 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     return true;
 }
 
-template <int BUCKET, bool BF16, bool PACK>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
@@ -571,8 +605,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile(w, 0) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
-                                            lane, len_k, shift);
+                fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
+                                            pack_i, lane);
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
                 /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
@@ -617,8 +651,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile(w, j) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK>(s_rmem, row_max, row_sum, alpha, prm, needs_mask(n0), n0, row0, pack_i,
-                                            lane, len_k, shift);
+                fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
+                                            pack_i, lane);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
@@ -774,7 +808,7 @@ static int fa_hopper_pack_mode(void) {
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
-template <int BUCKET, bool BF16, bool PACK>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
                                int device_ordinal, cudaStream_t stream) {
@@ -783,12 +817,12 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     static unsigned long long configured = 0;
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
                       "cudaFuncSetAttribute(Hopper forward shared memory)");
         __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
     }
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK>
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2>
         <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
@@ -800,7 +834,11 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const bool varlen = p->cu_seqlens_q != nullptr;
     /* Packed GQA/MQA tiles (sm90_tiles.h): query heads per tile, 0 = unpacked. */
-    const int pack_heads = fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
+    /* ALiBi, or a negative scale without softcap: the LOG2 kernel (scores in log2 units before the
+     * mask and the max), never packed */
+    const float log2_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
+    const bool log2 = p->alibi_slopes != nullptr || !(log2_mul > 0.0f);
+    const int pack_heads = log2 ? 0 : fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
     const bool pack = pack_heads > 0;
     /* Varlen maps: the packed rows, batch extent 1. No key row at all: no key tile is ever
      * loaded, but the maps must still be valid (they then point at q). */
@@ -832,7 +870,8 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
 
     fa_hopper_params prm;
     static_cast<fa_fwd_params &>(prm) = *p;
-    prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
+    prm.log2_mul = log2_mul;
+    prm.score_mul = log2 ? 1.0f : log2_mul;
     prm.tma_store = !varlen && !pack;
     if (pack) {
         prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
@@ -863,8 +902,11 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
                                 : fa_cuda_head_group(prm.num_m_blocks, sm_count);
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
-    return pack ? fa_hopper_run<BUCKET, BF16, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)
-                : fa_hopper_run<BUCKET, BF16, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
+    if (log2)
+        return fa_hopper_run<BUCKET, BF16, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
+                                                        stream);
+    return pack ? fa_hopper_run<BUCKET, BF16, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)
+                : fa_hopper_run<BUCKET, BF16, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
                                                      stream);
 }
 
