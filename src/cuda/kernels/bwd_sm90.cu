@@ -403,57 +403,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            /* Lane 0 issues every TMA load; all lanes load the LSE2 and D rows of each
-             * iteration's query block (+inf and 0 past the sequence) while the stage's TMA runs.
-             * stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and every
-             * lane's arrival after its own stores. Iterations in order (query head, query
-             * block); this warp lives on the producers' 24 registers. */
-            if (lane == 0) {
-                tma_prefetch_tensormap(&tmap_q);
-                tma_prefetch_tensormap(&tmap_do);
-                mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
-                for (int slab = 0; slab < Cfg::SLABS; ++slab) {
-                    tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, kv_full, 64 * slab, k_row,
-                                head_kv, tma_batch);
-                    tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, kv_full, 64 * slab, k_row,
-                                head_kv, tma_batch);
-                }
-            }
-            const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
-            const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
-                                    (int64_t)(head_kv * prm.group) * lse_head_pitch;
-            const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
-            int s = 0, phase = 1;
-            for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
-                for (int m0 = m_first * BLOCK_M; m0 < q_hi; m0 += BLOCK_M) {
-                    fa_bwd_sm90_wait(stage_empty(s), phase);
-                    if (lane == 0) {
-                        mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
-                        for (int slab = 0; slab < Cfg::SLABS; ++slab) {
-                            tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, stage_full(s),
-                                        64 * slab, q_row0 + m0, head, tma_batch);
-                            tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_do, stage_full(s),
-                                        64 * slab, q_row0 + m0, head, tma_batch);
-                        }
-                    }
-#pragma unroll 1
-                    for (int r = lane; r < BLOCK_M; r += 32) {
-                        const bool in_seq = m0 + r < len_q;
-                        const uint32_t at = (uint32_t)(s * BLOCK_M + r) * 4;
-                        const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
-                        st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
-                        st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
-                    }
-                    /* each lane releases its own stores (lane 0's second arrival) */
-                    mbarrier_arrive(stage_full(s));
-                    if (++s == STAGES) {
-                        s = 0;
-                        phase ^= 1;
-                    }
-                }
-                lse_head += lse_head_pitch;
-                dsum_head += prm.total_q;
-            }
+            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, head_kv, k_row,
+                                  q_row0, tma_batch, m_first, q_hi, len_q, lane,
+                                  [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); });
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
             fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, head_kv, m_first, n_m, len_q, len_k,

@@ -185,6 +185,76 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
         for (int x = 0; x < 4; ++x) frag[kk][x] = fa_bwd_sm90_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
+/* Producer warp 0 of both kernels. Lane 0 issues K and V of the key block once, then Q and dO of
+ * every iteration (query head, query block of BLOCK_M rows, in that order) into the STAGES-deep
+ * ring; all lanes store the iteration's LSE2 and D rows (+inf and 0 past the sequence) while the
+ * stage's TMA runs. stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and
+ * every lane's arrival after its own stores. wait_empty(s, phase) returns once the consumers have
+ * released stage s. Cfg names the shared-memory offsets (K, V, Q, DO, LSE, DVEC, BAR: kv_full,
+ * then the STAGES stage_full barriers), sizes and STAGE_TX; this warp lives on the producers'
+ * 24 registers. */
+template <class Cfg, class WaitEmpty>
+__device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
+                                                 const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
+                                                 const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
+                                                 int64_t q_packed0, int batch, int head_kv, int k_row, int q_row0,
+                                                 int tma_batch, int m_first, int q_hi, int len_q, int lane,
+                                                 WaitEmpty wait_empty) {
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
+    const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
+    const uint32_t kv_full = smem + Cfg::BAR_OFFSET;
+    auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto stage_full = [&](int s) -> uint32_t { return kv_full + 8u * (uint32_t)(1 + s); };
+    if (lane == 0) {
+        tma_prefetch_tensormap(tmap_q);
+        tma_prefetch_tensormap(tmap_do);
+        mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+        for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+            tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, 64 * slab, k_row,
+                        head_kv, tma_batch);
+            tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, 64 * slab, k_row,
+                        head_kv, tma_batch);
+        }
+    }
+    const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
+    const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
+                            (int64_t)(head_kv * prm.group) * lse_head_pitch;
+    const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
+    int s = 0, phase = 1;
+    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+        for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) {
+            wait_empty(s, phase);
+            if (lane == 0) {
+                mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
+                for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                    tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
+                                64 * slab, q_row0 + m0, head, tma_batch);
+                    tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
+                                64 * slab, q_row0 + m0, head, tma_batch);
+                }
+            }
+#pragma unroll 1
+            for (int r = lane; r < Cfg::BLOCK_M; r += 32) {
+                const bool in_seq = m0 + r < len_q;
+                const uint32_t at = (uint32_t)(s * Cfg::BLOCK_M + r) * 4;
+                const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
+                st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+                st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
+            }
+            /* each lane releases its own stores (lane 0's second arrival) */
+            mbarrier_arrive(stage_full(s));
+            if (++s == Cfg::STAGES) {
+                s = 0;
+                phase ^= 1;
+            }
+        }
+        lse_head += lse_head_pitch;
+        dsum_head += prm.total_q;
+    }
+}
+
 /* ---- mask and probabilities (both kernels) --------------------------------------------------
  * Element 4j + 2h + c of a thread's Sᵀ accumulator is key key0 + 8h and query
  * m0 + 8j + col_in + c; `base` = key0 - shift - col_in - m0 puts both in the thread's local column
