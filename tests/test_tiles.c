@@ -52,12 +52,15 @@ FA_TEST(tiles_hopper_forward) {
     }
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");
-    /* buckets: d and dv in 64..256, multiples of 8, in the same bucket */
+    /* buckets: d and dv in 64..256, multiples of 8; the larger one's bucket */
     FA_CHECK(fa_hopper_bucket(64, 64) == 64 && fa_hopper_bucket(96, 128) == 128 && fa_hopper_bucket(192, 256) == 256,
              "hopper buckets");
-    FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(64, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
+    FA_CHECK(fa_hopper_bucket(192, 128) == 256 && fa_hopper_bucket(64, 128) == 128 && fa_hopper_bucket(128, 64) == 128 &&
+                 fa_hopper_bucket(64, 256) == 256,
+             "d and dv in different buckets: the larger bucket (MLA's 192 / 128 -> 256)");
+    FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(32, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
                  fa_hopper_bucket(264, 264) == 0,
-             "below 64, mixed buckets, non-multiples of 8 and > 256 are not covered");
+             "below 64, non-multiples of 8 and > 256 are not covered");
 }
 
 /* The head-grouped heavy-first order visits every (unit, query block) exactly once; within a
@@ -203,10 +206,12 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_bwd_bucket(256, 256) == 256 && fa_hopper_bwd_bucket(192, 192) == 256 &&
                  fa_hopper_bwd_bucket(136, 256) == 256,
              "backward bucket 256: d and dv in 136..256");
-    FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(64, 128) == 0 &&
-                 fa_hopper_bwd_bucket(128, 256) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&
+    FA_CHECK(fa_hopper_bwd_bucket(192, 128) == 256 && fa_hopper_bwd_bucket(64, 128) == 128 &&
+                 fa_hopper_bwd_bucket(128, 256) == 256,
+             "backward, d and dv in different buckets: the larger one");
+    FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&
                  fa_hopper_bwd_bucket(200, 196) == 0,
-             "d < 64, d > 256, d not a multiple of 8 and mixed buckets: portable");
+             "d < 64, d > 256 and d not a multiple of 8: portable");
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 256");
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 192");

@@ -75,6 +75,7 @@ typedef struct bwd_case {
     tensor_layout layout;
     int varlen;                            /* lens_q / lens_k hold `batch` sequence lengths           */
     int lens_q[MAX_SEQS], lens_k[MAX_SEQS];
+    int head_dim_v;                        /* 0: head_dim (dense and padded layouts only)          */
 } bwd_case;
 
 /* What a case changes in the scores (all zero: the defaults). */
@@ -100,6 +101,8 @@ static gpu_rng rng = {2891336453u};
 
 enum { BUF_Q, BUF_K, BUF_V, BUF_O, BUF_DO, BUF_DQ, BUF_DK, BUF_DV, NUM_BUFS };
 static const char *const tensor_names[NUM_BUFS] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+
+static int case_dv(const bwd_case *c) { return c->head_dim_v > 0 ? c->head_dim_v : c->head_dim; }
 
 static int is_query_side(int t) { return t == BUF_Q || t == BUF_O || t == BUF_DO || t == BUF_DQ; }
 
@@ -207,8 +210,9 @@ static void set_geometry(seq_geometry *g, const bwd_case *c, const int *lens, in
 /* Lays out the eight tensors of case c; returns each buffer's element count in buf_elems. */
 static void set_views(tensor_view *views, size_t *buf_elems, const bwd_case *c, const seq_geometry *gq,
                       const seq_geometry *gk) {
-    const int hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim;
+    const int hq = c->heads_q, hkv = c->heads_kv;
     for (int t = 0; t < NUM_BUFS; ++t) {
+        const int d = t == BUF_V || t == BUF_O || t == BUF_DO || t == BUF_DV ? case_dv(c) : c->head_dim;
         const int is_q_side = is_query_side(t);
         const seq_geometry *g = is_q_side ? gq : gk;
         tensor_view *v = &views[t];
@@ -223,6 +227,7 @@ static void set_views(tensor_view *views, size_t *buf_elems, const bwd_case *c, 
         buf_elems[t] = (size_t)(g->varlen ? g->alloc_rows * v->row_stride : (int64_t)g->batch * v->batch_stride);
     }
     if (c->layout != LAYOUT_PACKED_QKV) return;
+    const int d = c->head_dim;
     const int64_t row = (int64_t)(hq + 2 * hkv) * d; /* one token of the packed tensor */
     for (int t = 0; t < NUM_BUFS; ++t) {
         if (t == BUF_O || t == BUF_DO) continue;
@@ -279,7 +284,7 @@ typedef struct case_run {
 /* Buffers: NaN everywhere, then random values at the logical elements of the inputs; lse
  * (NaN), sinks and cu_seqlens on the device. 1 on a CUDA failure. */
 static int fill_inputs(const bwd_case *c, const score_options *opt, case_run *r) {
-    const int hq = c->heads_q, d = c->head_dim;
+    const int hq = c->heads_q;
     int failed = 0;
     for (int t = 0; t < NUM_BUFS; ++t) {
         if (r->buf_elems[t] == 0) continue;
@@ -301,7 +306,7 @@ static int fill_inputs(const bwd_case *c, const score_options *opt, case_run *r)
         for (int b = 0; b < g->batch; ++b)
             for (int64_t i = 0; i < seq_len(g, b); ++i)
                 for (int h = 0; h < v->heads; ++h)
-                    for (int e = 0; e < d; ++e)
+                    for (int e = 0; e < v->dim; ++e)
                         r->host[v->buf][view_index(v, g, b, i, h, e)] = gpu_float_to_16(gpu_random_uniform(&rng, lo, hi) + offset, c->dtype);
     }
     for (int t = 0; t < NUM_BUFS; ++t)
@@ -346,7 +351,7 @@ static void case_params(const bwd_case *c, const score_options *opt, const case_
     p->heads_q = hq;
     p->heads_kv = c->heads_kv;
     p->head_dim = d;
-    p->head_dim_v = d;
+    p->head_dim_v = case_dv(c);
     if (c->varlen) {
         p->cu_seqlens_q = r->cu_q;
         p->cu_seqlens_k = r->cu_k;
@@ -434,7 +439,7 @@ done:
 
 /* Compare the runs and print the case's line; 1 when it fails. */
 static int report_case(const bwd_case *c, const case_run *r, int runs, double c_abs) {
-    const int hq = c->heads_q, d = c->head_dim;
+    const int hq = c->heads_q;
     int failed = 0;
     char line[1024];
     int len = 0;
@@ -454,7 +459,7 @@ static int report_case(const bwd_case *c, const case_run *r, int runs, double c_
             for (int b = 0; b < g->batch; ++b)
                 for (int64_t i = 0; i < seq_len(g, b); ++i)
                     for (int h = 0; h < v->heads; ++h)
-                        for (int e = 0; e < d; ++e) {
+                        for (int e = 0; e < v->dim; ++e) {
                             const size_t x = view_index(v, g, b, i, h, e);
                             repeat_differs += first[x] != again[x] || first[x] != third[x];
                         }
@@ -536,144 +541,152 @@ static int run_case(const bwd_case *c, const score_options *opt) {
 #define PADDED LAYOUT_PADDED
 /* name, dtype, batch, sq, sk, hq, hkv, d, causal, window left/right, sinks, layout, varlen, lens */
 static const bwd_case big_cases[] = {
-    {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-    {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"bf16 d64 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1, -1, 0,
-     DENSE, 0, {0}, {0}},
-    {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}},
+     DENSE, 0, {0}, {0}, 0},
+    {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}, 0},
     {"bf16 d64 window left 200 sq=1000 sk=3000 (keys no query sees)", B, 2, 1000, 3000, 4, 4, 64, 0, 200, -1,
-     0, DENSE, 0, {0}, {0}},
-    {"bf16 d128 causal sinks s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 1, DENSE, 0, {0}, {0}},
+     0, DENSE, 0, {0}, {0}, 0},
+    {"bf16 d128 causal sinks s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 1, DENSE, 0, {0}, {0}, 0},
     {"f16 d64 varlen causal GQA 8/2 (an empty sequence)", H, 4, 1531, 1531, 8, 2, 64, 1, -1, -1, 0, DENSE, 1,
-     {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+     {700, 0, 1531, 333}, {901, 77, 1531, 250}, 0},
     {"bf16 d128 varlen causal window 300 sinks MQA 8/1 (no keys, no queries)", B, 4, 2047, 2047, 8, 1, 128, 1,
-     300, -1, 1, DENSE, 1, {1200, 190, 0, 2047}, {1000, 0, 300, 2047}},
-    {"bf16 d96 causal packed qkv s=2000 b=2 h=8", B, 2, 2000, 2000, 8, 8, 96, 1, -1, -1, 0, PACKED, 0, {0}, {0}},
+     300, -1, 1, DENSE, 1, {1200, 190, 0, 2047}, {1000, 0, 300, 2047}, 0},
+    {"bf16 d96 causal packed qkv s=2000 b=2 h=8", B, 2, 2000, 2000, 8, 8, 96, 1, -1, -1, 0, PACKED, 0, {0}, {0}, 0},
     {"f16 d128 varlen packed qkv GQA 8/2 sinks", H, 3, 1000, 1000, 8, 2, 128, 0, -1, -1, 1, PACKED, 1,
-     {1000, 0, 777}, {1000, 0, 777}},
+     {1000, 0, 777}, {1000, 0, 777}, 0},
     {"bf16 d64 causal padded strides sq=1500 sk=1800 b=2 GQA 16/4", B, 2, 1500, 1800, 16, 4, 64, 1, -1, -1, 0,
-     PADDED, 0, {0}, {0}},
+     PADDED, 0, {0}, {0}, 0},
     {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
-     PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+     PADDED, 1, {1100, 513, 71}, {1300, 0, 200}, 0},
     /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
-    {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-    {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"bf16 d192 causal sq=1500 sk=600 MQA 4/1 (rows with no key)", B, 1, 1500, 600, 4, 1, 192, 1, -1, -1, 0,
-     DENSE, 0, {0}, {0}},
-    {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}},
+     DENSE, 0, {0}, {0}, 0},
+    {"f16 d192 window 200/50 s=1300 GQA 4/2", H, 2, 1300, 1300, 4, 2, 192, 0, 200, 50, 0, DENSE, 0, {0}, {0}, 0},
+    /* d ≠ dv across the buckets (MLA's 192 / 128; 64 / 128): the larger bucket's kernel */
+    {"bf16 d192 dv128 causal s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 192, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 128},
+    {"f16 d192 dv128 varlen padded strides h=4", H, 3, 1100, 1300, 4, 4, 192, 0, -1, -1, 0, PADDED, 1,
+     {1100, 513, 71}, {1300, 0, 200}, 128},
+    {"bf16 d64 dv128 window 200/0 sq=1500 sk=2000 h=8", B, 1, 1500, 2000, 8, 8, 64, 0, 200, 0, 0, DENSE, 0, {0},
+     {0}, 128},
     {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
-     DENSE, 0, {0}, {0}},
+     DENSE, 0, {0}, {0}, 0},
     {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
-     DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}},
+     DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}, 0},
     {"f16 d192 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100, 100,
-     0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+     0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}, 0},
     {"bf16 d256 causal packed qkv s=1200 b=2 h=4", B, 2, 1200, 1200, 4, 4, 256, 1, -1, -1, 0, PACKED, 0, {0},
-     {0}},
+     {0}, 0},
     {"f16 d192 varlen packed qkv GQA 4/2 sinks", H, 3, 900, 900, 4, 2, 192, 0, -1, -1, 1, PACKED, 1,
-     {900, 0, 517}, {900, 0, 517}},
+     {900, 0, 517}, {900, 0, 517}, 0},
     {"bf16 d256 causal padded strides sq=700 sk=900 GQA 8/2", B, 2, 700, 900, 8, 2, 256, 1, -1, -1, 0, PADDED,
-     0, {0}, {0}},
+     0, {0}, {0}, 0},
     {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
-     PADDED, 1, {900, 413, 71}, {1000, 0, 200}},
+     PADDED, 1, {900, 413, 71}, {1000, 0, 200}, 0},
 };
 /* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
 static const bwd_case small_cases[] = {
     {"small f16 d64 varlen causal GQA 4/2", H, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
-     {70, 0, 131, 33}, {91, 7, 131, 25}},
+     {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
     {"small bf16 d128 varlen causal window 40 sinks MQA 4/1", B, 4, 200, 200, 4, 1, 128, 1, 40, -1, 1, DENSE, 1,
-     {120, 19, 0, 200}, {100, 0, 30, 200}},
+     {120, 19, 0, 200}, {100, 0, 30, 200}, 0},
+    {"small bf16 d192 dv128 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 192, 1, -1, -1, 0, DENSE, 1,
+     {70, 0, 131, 33}, {91, 7, 131, 25}, 128},
     {"small bf16 d96 causal packed qkv s=200 b=2 h=4", B, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0, {0},
-     {0}},
+     {0}, 0},
     {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
-     0, PADDED, 0, {0}, {0}},
+     0, PADDED, 0, {0}, {0}, 0},
     {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
-     {70, 0, 131, 33}, {91, 7, 131, 25}},
+     {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
     {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
-     0, PADDED, 0, {0}, {0}},
+     0, PADDED, 0, {0}, {0}, 0},
     {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
-     {0}},
+     {0}, 0},
 };
 /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
 static const softcap_case big_softcap_cases[] = {
-    {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {{"bf16 d128 softcap 30 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
     {{"f16 d64 softcap 20 causal sq=1500 sk=1800 GQA 8/2", H, 2, 1500, 1800, 8, 2, 64, 1, -1, -1, 0, DENSE, 0, {0},
-      {0}},
+      {0}, 0},
      {20.0f, 8.0f, 0.0f, 0}},
     {{"bf16 d64 softcap 30 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1,
-      -1, 0, DENSE, 0, {0}, {0}},
+      -1, 0, DENSE, 0, {0}, {0}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
     {{"bf16 d96 softcap 50 window 256/64 s=2000 GQA 8/2", B, 2, 2000, 2000, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0},
-      {0}},
+      {0}, 0},
      {50.0f, 20.0f, 0.0f, 0}},
     {{"f16 d128 softcap 30 varlen causal sinks MQA 8/1 (an empty sequence)", H, 4, 1531, 1531, 8, 1, 128, 1, -1, -1,
-      1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}},
+      1, DENSE, 1, {700, 0, 1531, 333}, {901, 77, 1531, 250}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
     {{"bf16 d64 softcap 25 varlen padded strides window 128/128 GQA 8/4", B, 3, 1100, 1300, 8, 4, 64, 0, 128, 128,
-      0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}},
+      0, PADDED, 1, {1100, 513, 71}, {1300, 0, 200}, 0},
      {25.0f, 10.0f, 0.0f, 0}},
     {{"f16 d128 softcap 40 causal packed qkv s=1500 b=2 h=8", H, 2, 1500, 1500, 8, 8, 128, 1, -1, -1, 0, PACKED, 0,
-      {0}, {0}},
+      {0}, {0}, 0},
      {40.0f, 15.0f, 0.0f, 0}},
     {{"bf16 d256 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0},
-      {0}},
+      {0}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
     {{"f16 d192 softcap 50 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0,
-      100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}},
+      100, 100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}, 0},
      {50.0f, 20.0f, 0.0f, 0}},
     {{"bf16 d256 softcap 20 packed qkv sinks s=1000 b=2 h=4", B, 2, 1000, 1000, 4, 4, 256, 0, -1, -1, 1, PACKED, 0,
-      {0}, {0}},
+      {0}, {0}, 0},
      {20.0f, 8.0f, 0.0f, 0}},
     {{"bf16 d128 causal softmax_scale -0.09", B, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE,
-      0, {0}, {0}},
+      0, {0}, {0}, 0},
      {0.0f, 0.0f, -0.09f, 0}},
     {{"f16 d64 softcap 30 softmax_scale -0.125 causal (portable both runs)", H, 1, 1000, 1000, 4, 2, 64, 1, -1, -1,
-      0, DENSE, 0, {0}, {0}},
+      0, DENSE, 0, {0}, {0}, 0},
      {30.0f, 10.0f, -0.125f, 0}},
     /* ALiBi: the exponent's slope term, then the mask */
-    {{"bf16 d128 causal ALiBi s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {{"bf16 d128 causal ALiBi s=2048 b=2 GQA 8/2", B, 2, 2048, 2048, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
      {0.0f, 0.0f, 0.0f, 1}},
     {{"f16 d64 ALiBi (batch x head) window 300/100 sinks sq=1500 sk=2200", H, 2, 1500, 2200, 8, 8, 64, 0, 300, 100,
-      1, DENSE, 0, {0}, {0}},
+      1, DENSE, 0, {0}, {0}, 0},
      {0.0f, 0.0f, 0.0f, 2}},
     {{"bf16 d256 varlen causal ALiBi GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 0, DENSE,
-      1, {1000, 0, 777, 301}, {1000, 0, 900, 301}},
+      1, {1000, 0, 777, 301}, {1000, 0, 900, 301}, 0},
      {0.0f, 0.0f, 0.0f, 1}},
-    {{"bf16 d128 ALiBi softmax_scale -0.1 s=1500 h=8", B, 1, 1500, 1500, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {{"bf16 d128 ALiBi softmax_scale -0.1 s=1500 h=8", B, 1, 1500, 1500, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
      {0.0f, 0.0f, -0.1f, 1}},
     {{"f16 d128 ALiBi softcap 30 causal (portable both runs)", H, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE, 0,
-      {0}, {0}},
+      {0}, {0}, 0},
      {30.0f, 10.0f, 0.0f, 1}},
 };
 static const softcap_case small_softcap_cases[] = {
     {{"small bf16 d128 varlen causal ALiBi GQA 4/2", B, 4, 131, 131, 4, 2, 128, 1, -1, -1, 0, DENSE, 1,
-      {70, 0, 131, 33}, {91, 7, 131, 25}},
+      {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
      {0.0f, 0.0f, 0.0f, 1}},
     {{"small f16 d256 ALiBi softmax_scale -0.08 window 40/10 sq=150 sk=200", H, 1, 150, 200, 4, 4, 256, 0, 40, 10, 0,
-      DENSE, 0, {0}, {0}},
+      DENSE, 0, {0}, {0}, 0},
      {0.0f, 0.0f, -0.08f, 2}},
     {{"small bf16 d64 softcap 30 varlen causal GQA 4/2", B, 4, 131, 131, 4, 2, 64, 1, -1, -1, 0, DENSE, 1,
-      {70, 0, 131, 33}, {91, 7, 131, 25}},
+      {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
     {{"small f16 d128 softcap 20 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0,
-      50, 20, 0, PADDED, 0, {0}, {0}},
+      50, 20, 0, PADDED, 0, {0}, {0}, 0},
      {20.0f, 8.0f, 0.0f, 0}},
     {{"small f16 d96 softcap 50 causal packed qkv s=200 b=2 h=4", H, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0,
-      {0}, {0}},
+      {0}, {0}, 0},
      {50.0f, 20.0f, 0.0f, 0}},
     {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
-      {70, 0, 131, 33}, {91, 7, 131, 25}},
+      {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
 };
 /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
  * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
 static const bwd_case det_cases[] = {
-    {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}},
-    {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-    {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
-    {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}},
+    {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
-     {6000, 2500, 4100}, {6000, 2000, 4500}},
+     {6000, 2500, 4100}, {6000, 2000, 4500}, 0},
 };
 #undef B
 #undef H

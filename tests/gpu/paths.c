@@ -30,6 +30,7 @@ typedef struct path_case {
     int sinks;  /* sink logits, a different one per query head */
     int alibi;  /* ALiBi slopes 2^(-8(h+1)/heads_q), per batch × head when 2 */
     float softmax_scale; /* 0: 1/sqrt(d) */
+    int head_dim_v;      /* 0: head_dim */
 } path_case;
 
 static gpu_rng rng = {88172645u};
@@ -47,29 +48,30 @@ static unsigned short random_bf16(float offset) {
     } while (0)
 
 static int run_case(const path_case *c) {
-    const int hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim;
+    const int hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim, dv = c->head_dim_v > 0 ? c->head_dim_v : d;
     int cu_q[4] = {0, c->seqlen_q / 3, c->seqlen_q / 3 + c->seqlen_q, c->seqlen_q / 3 + c->seqlen_q + 2 * c->seqlen_q / 3};
     int cu_k[4] = {0, c->seqlen_k, c->seqlen_k + c->seqlen_k / 2, 2 * c->seqlen_k + c->seqlen_k / 2};
     const int batch = c->varlen ? 3 : c->batch;
     const long rows_q = c->varlen ? cu_q[3] : (long)batch * c->seqlen_q;
     const long rows_k = c->varlen ? cu_k[3] : (long)batch * c->seqlen_k;
-    const size_t nq = (size_t)rows_q * hq * d, nk = (size_t)rows_k * hkv * d, no = nq, nl = (size_t)rows_q * hq;
-    unsigned short *h = malloc(2 * (nq + 2 * nk)), *o_out[2] = {malloc(2 * no), malloc(2 * no)};
+    const size_t nq = (size_t)rows_q * hq * d, nk = (size_t)rows_k * hkv * d, nv = (size_t)rows_k * hkv * dv;
+    const size_t no = (size_t)rows_q * hq * dv, nl = (size_t)rows_q * hq;
+    unsigned short *h = malloc(2 * (nq + nk + nv)), *o_out[2] = {malloc(2 * no), malloc(2 * no)};
     float *l_out[2] = {malloc(4 * nl), malloc(4 * nl)};
-    for (size_t i = 0; i < nq + 2 * nk; ++i) h[i] = random_bf16(i >= nq + nk ? 0.5f : 0.0f); /* v offset */
+    for (size_t i = 0; i < nq + nk + nv; ++i) h[i] = random_bf16(i >= nq + nk ? 0.5f : 0.0f); /* v offset */
     void *q, *k, *v, *o;
     float *lse, *sink = NULL, *alibi = NULL;
     int *dcu_q, *dcu_k;
     CHECK_CUDA(cudaMalloc(&q, 2 * nq));
     CHECK_CUDA(cudaMalloc(&k, 2 * nk));
-    CHECK_CUDA(cudaMalloc(&v, 2 * nk));
+    CHECK_CUDA(cudaMalloc(&v, 2 * nv));
     CHECK_CUDA(cudaMalloc(&o, 2 * no));
     CHECK_CUDA(cudaMalloc((void **)&lse, 4 * nl));
     CHECK_CUDA(cudaMalloc((void **)&dcu_q, sizeof cu_q));
     CHECK_CUDA(cudaMalloc((void **)&dcu_k, sizeof cu_k));
     CHECK_CUDA(cudaMemcpy(q, h, 2 * nq, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(k, h + nq, 2 * nk, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nk, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nv, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(dcu_q, cu_q, sizeof cu_q, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(dcu_k, cu_k, sizeof cu_k, cudaMemcpyHostToDevice));
     if (c->alibi) {
@@ -97,7 +99,7 @@ static int run_case(const path_case *c) {
     p.heads_q = hq;
     p.heads_kv = hkv;
     p.head_dim = d;
-    p.head_dim_v = d;
+    p.head_dim_v = dv;
     p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
     if (c->varlen) {
         p.cu_seqlens_q = dcu_q;
@@ -170,33 +172,38 @@ static int run_case(const path_case *c) {
 
 int gpu_paths_main(int argc, char **argv) {
     const path_case cases[] = {
-        {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f},
-        {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
-        {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
-        {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
-        {"d128 varlen causal h=16 softcap", 0, 3000, 3000, 16, 8, 128, 1, -1, 20.0f, 1, 0, 0, 0, 0.0f},
-        {"d64 window 300 sq=2000 sk=5000 h=16", 2, 2000, 5000, 16, 16, 64, 0, 300, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d128 varlen causal h=16 softcap", 0, 3000, 3000, 16, 8, 128, 1, -1, 20.0f, 1, 0, 0, 0, 0.0f, 0},
+        {"d64 window 300 sq=2000 sk=5000 h=16", 2, 2000, 5000, 16, 16, 64, 0, 300, 0.0f, 0, 0, 0, 0, 0.0f, 0},
         /* packed GQA/MQA tiles (pack = 1), sq 1..64, groups 2..16 */
-        {"pack d128 GQA 32/8 causal sq=4 sk=1000", 2, 4, 1000, 32, 8, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d128 GQA 8/4 sq=1 sk=517", 3, 1, 517, 8, 4, 128, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d128 MQA 16/1 causal sinks sq=7 sk=300", 2, 7, 300, 16, 1, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f},
-        {"pack d96 GQA 12/4 sq=5 sk=333", 2, 5, 333, 12, 4, 96, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d64 GQA 24/3 window 64 sq=13 sk=700", 2, 13, 700, 24, 3, 64, 0, 64, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d64 MQA 6/1 causal sq=64 sk=640 (3 heads/tile)", 1, 64, 640, 6, 1, 64, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d256 GQA 16/2 causal softcap sinks sq=33 sk=411 (3+3+2)", 2, 33, 411, 16, 2, 256, 1, -1, 30.0f, 0, 1, 1, 0, 0.0f},
-        {"pack d256 GQA 4/2 causal sq=sk=64", 3, 64, 64, 4, 2, 256, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d128 GQA 6/2 window 100 sinks sq=40 sk=2000", 2, 40, 2000, 6, 2, 128, 0, 100, 0.0f, 0, 1, 1, 0, 0.0f},
-        {"pack d128 GQA 8/2 causal sq=20 > sk=10 (rows with no key)", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f},
-        {"pack d128 GQA 8/2 causal sinks sq=20 > sk=10", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f},
+        {"pack d128 GQA 32/8 causal sq=4 sk=1000", 2, 4, 1000, 32, 8, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d128 GQA 8/4 sq=1 sk=517", 3, 1, 517, 8, 4, 128, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d128 MQA 16/1 causal sinks sq=7 sk=300", 2, 7, 300, 16, 1, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f, 0},
+        {"pack d96 GQA 12/4 sq=5 sk=333", 2, 5, 333, 12, 4, 96, 0, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d64 GQA 24/3 window 64 sq=13 sk=700", 2, 13, 700, 24, 3, 64, 0, 64, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d64 MQA 6/1 causal sq=64 sk=640 (3 heads/tile)", 1, 64, 640, 6, 1, 64, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d256 GQA 16/2 causal softcap sinks sq=33 sk=411 (3+3+2)", 2, 33, 411, 16, 2, 256, 1, -1, 30.0f, 0, 1, 1, 0, 0.0f, 0},
+        {"pack d256 GQA 4/2 causal sq=sk=64", 3, 64, 64, 4, 2, 256, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d128 GQA 6/2 window 100 sinks sq=40 sk=2000", 2, 40, 2000, 6, 2, 128, 0, 100, 0.0f, 0, 1, 1, 0, 0.0f, 0},
+        {"pack d128 GQA 8/2 causal sq=20 > sk=10 (rows with no key)", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f, 0},
+        {"pack d128 GQA 8/2 causal sinks sq=20 > sk=10", 2, 20, 10, 8, 2, 128, 1, -1, 0.0f, 0, 1, 1, 0, 0.0f, 0},
         /* ALiBi (per head, per batch × head) and a negative scale: scores in log2 units before the mask */
-        {"d128 causal ALiBi s=2048 b=2 h=16 GQA 16/4", 2, 2048, 2048, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 1, 0.0f},
-        {"d64 ALiBi (batch x head) softcap sinks sq=1000 sk=3000 h=8", 2, 1000, 3000, 8, 8, 64, 0, -1, 30.0f, 0, 0, 1, 2, 0.0f},
-        {"d256 varlen causal ALiBi h=8", 0, 1500, 1500, 8, 8, 256, 1, -1, 0.0f, 1, 0, 0, 1, 0.0f},
-        {"d128 causal scale -0.09 s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, -0.09f},
-        {"d64 window 200 scale -0.125 ALiBi sq=1500 sk=2500 h=8", 2, 1500, 2500, 8, 8, 64, 0, 200, 0.0f, 0, 0, 0, 1, -0.125f},
-        {"pack d128 GQA 16/2 causal ALiBi sq=9 sk=700", 2, 9, 700, 16, 2, 128, 1, -1, 0.0f, 0, 1, 0, 1, 0.0f},
+        {"d128 causal ALiBi s=2048 b=2 h=16 GQA 16/4", 2, 2048, 2048, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 1, 0.0f, 0},
+        {"d64 ALiBi (batch x head) softcap sinks sq=1000 sk=3000 h=8", 2, 1000, 3000, 8, 8, 64, 0, -1, 30.0f, 0, 0, 1, 2, 0.0f, 0},
+        {"d256 varlen causal ALiBi h=8", 0, 1500, 1500, 8, 8, 256, 1, -1, 0.0f, 1, 0, 0, 1, 0.0f, 0},
+        {"d128 causal scale -0.09 s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, -0.09f, 0},
+        {"d64 window 200 scale -0.125 ALiBi sq=1500 sk=2500 h=8", 2, 1500, 2500, 8, 8, 64, 0, 200, 0.0f, 0, 0, 0, 1, -0.125f, 0},
+        {"pack d128 GQA 16/2 causal ALiBi sq=9 sk=700", 2, 9, 700, 16, 2, 128, 1, -1, 0.0f, 0, 1, 0, 1, 0.0f, 0},
+        /* d ≠ dv across the buckets (MLA's 192 / 128, 64 / 128): the larger bucket's kernel */
+        {"d192 dv128 causal s=2048 b=2 GQA 16/4", 2, 2048, 2048, 16, 4, 192, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 128},
+        {"d192 dv128 varlen h=8", 0, 1500, 1500, 8, 8, 192, 0, -1, 0.0f, 1, 0, 0, 0, 0.0f, 128},
+        {"d64 dv128 window 300 sq=2000 sk=3000 h=8", 2, 2000, 3000, 8, 8, 64, 0, 300, 0.0f, 0, 0, 0, 0, 0.0f, 128},
+        {"pack d192 dv128 GQA 16/2 causal sq=7 sk=900", 2, 7, 900, 16, 2, 192, 1, -1, 0.0f, 0, 1, 0, 0, 0.0f, 128},
         /* the cost model's own choice on a decode-like batch (it packs: 512 -> 128 tiles) */
-        {"model d128 GQA 32/8 causal sq=4 sk=2048 b=16", 16, 4, 2048, 32, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f},
+        {"model d128 GQA 32/8 causal sq=4 sk=2048 b=16", 16, 4, 2048, 32, 8, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     const int packed_only = argc > 1 && strcmp(argv[1], "packed") == 0;

@@ -24,16 +24,17 @@
 #endif
 
 /* Head-dim bucket of the kernel: d and dv are zero-padded up to it by the TMA loads (columns past
- * the tensor's last one read as zeros). 64 (d <= 64), 128, 256; 0 = out of range. d and dv must
- * fall in the same bucket (one Q/K/V/O slab count). */
+ * the tensor's last one read as zeros, output columns past it are never written). 64, 128 or 256:
+ * the larger of d's and dv's (d = 192 with dv = 128, MLA's prefill shape, runs the 256 kernels,
+ * whose P·V and dP GEMMs then multiply zero columns); 0 = out of range (either below 64 or above
+ * 256, or not a multiple of 8). */
 FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
     return head_dim < 64 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 256 ||
                    head_dim_v % 8 != 0
                ? 0
-           : (head_dim <= 64) != (head_dim_v <= 64) || (head_dim <= 128) != (head_dim_v <= 128) ? 0
-           : head_dim <= 64                                                                      ? 64
-           : head_dim <= 128                                                                     ? 128
-                                                                                                 : 256;
+           : head_dim <= 64 && head_dim_v <= 64   ? 64
+           : head_dim <= 128 && head_dim_v <= 128 ? 128
+                                                  : 256;
 }
 
 /* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
@@ -160,7 +161,7 @@ static inline
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
-        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256";
     (void)has_alibi; /* ALiBi and a negative scale: scores go to log2 units first (fa_hopper_to_log2) */
     (void)scale_log2;
     (void)softcap;
@@ -176,7 +177,7 @@ static inline
  * fp32 registers per thread), both consumers compute the whole Sᵀ and dPᵀ of the 64 keys and
  * each owns 128 head-dim columns of dK, dV and dQ (docs/design.md, "Hopper backward"). */
 
-/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, both in one bucket (64,
+/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, the larger one's bucket (64,
  * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
 FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
     return fa_hopper_bucket(head_dim, head_dim_v);
@@ -245,7 +246,7 @@ static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, 
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
-        return "needs head_dim and head_dim_v multiples of 8 in 64..256, in the same bucket (64, 128, 256)";
+        return "needs head_dim and head_dim_v multiples of 8 in 64..256";
     if (softcap > 0.0f && has_alibi) return "does not implement ALiBi together with softcap";
     if (softcap > 0.0f && !(scale_log2 > 0.0f)) return "needs a positive softmax_scale with softcap";
     return NULL;

@@ -10,7 +10,7 @@
  * LSE itself, so the workspace holds no LSE·log2e copy. First run on the H200 as
  * an experiment (docs/tuning-log.md, Hopper backward).
  *
- * Covers: f16 / bf16; d and dv multiples of 8 in 64..128 in one bucket (64 or 128: columns past
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..128, the larger one's bucket (64 or 128: columns past
  * d or dv read as zeros, never written; bucket 256 is bwd_sm90_hdim256.cu's); MHA / GQA / MQA; fixed-length and varlen batches;
  * causal (bottom-right) and sliding windows (window sides, causal folded in); sink logits (the
  * pre-pass's dsink; the main kernel only sees the LSE, which includes the sink); softcap (the

@@ -5,7 +5,7 @@
  * calls fa_fwd_launch_hopper() on compute capability 9.0 for the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
- * Covers: f16 / bf16; d and dv multiples of 8 in 64..256 in one bucket (64, 128, 256; columns up
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..256, the larger one's bucket (64, 128, 256; columns up
  * to the bucket read as zeros); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
