@@ -85,9 +85,10 @@ extern "C" {
 #define FA_VERSION_MINOR 1
 #define FA_VERSION_PATCH 0
 
-/* Largest head_dim / head_dim_v accepted by the CPU path; the CUDA path accepts 8..256 in
- * multiples of 8 (fa_check_* says so precisely for a given configuration). */
-#define FA_MAX_HEAD_DIM 512
+/* Largest head_dim / head_dim_v accepted by the CPU path (576: DeepSeek-style MLA decodes with
+ * 576-dim queries and keys, 512-dim values); the CUDA path accepts 8..256 in multiples of 8
+ * (fa_check_* says so precisely for a given configuration). */
+#define FA_MAX_HEAD_DIM 576
 
 typedef enum fa_status {
     FA_OK = 0,

@@ -128,3 +128,18 @@ FA_TEST(attention_scale_sharp) { run_feature("scale+sharp", apply_scale_sharp); 
 FA_TEST(attention_varlen) { run_feature("varlen", apply_varlen); }
 FA_TEST(attention_everything) { run_feature("everything", apply_everything); }
 FA_TEST(attention_everything_varlen) { run_feature("everything+varlen", apply_everything_varlen); }
+
+/* The largest heads: MLA's decode shape (d = 576 = 512 latent + 64 rotary, dv = 512, one kv head
+ * for many query heads) and d = dv = 576, forward and backward against float64, every dtype. */
+FA_TEST(attention_large_heads) {
+    static const struct { int64_t sq, sk, hq, hkv, d, dv; int causal; } cases[] = {
+        {2, 37, 8, 1, 576, 512, 1}, {5, 23, 2, 1, 576, 576, 0}, {9, 9, 2, 2, 520, 264, 1}};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[t], 1, cases[i].sq, cases[i].sk, cases[i].hq,
+                                                  cases[i].hkv, cases[i].d);
+            spec.head_dim_v = cases[i].dv;
+            spec.causal = cases[i].causal;
+            fa_test_expect_case(&spec, 0, "large heads");
+        }
+}

@@ -46,7 +46,7 @@ enum {
     FA_MERGE_WARPS = 4,
     FA_MERGE_THREADS = 32 * FA_MERGE_WARPS,
     FA_MERGE_COLS = 128,      /* columns per pass: lane l holds l + 32·i, i < 4              */
-    FA_MERGE_MAX_DV = 512,    /* = FA_MAX_HEAD_DIM: at most 4 passes                           */
+    FA_MERGE_MAX_DV = 512,    /* at most 4 passes (checked: the CPU merge takes up to FA_MAX_HEAD_DIM) */
     FA_MERGE_BATCH = 8,       /* states one warp loads at once (independent loads in flight)  */
     FA_MERGE_LSE_CACHE = 1024 /* states whose lse is kept in shared memory; more: re-read     */
 };
