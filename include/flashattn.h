@@ -205,7 +205,10 @@ typedef struct fa_params {
      * such a page pool, key t of sequence b lives in page block_table[b][t / page_size] at row
      * t % page_size; the key lengths are seqlen_k (batched) or cu_seqlens_k[b + 1] -
      * cu_seqlens_k[b] (varlen: cu_seqlens_k gives lengths only, total_k is ignored);
-     * block_table_batch_stride >= ceil(seqlen_k / page_size). cache_* and k_new are not used. */
+     * block_table_batch_stride >= ceil(seqlen_k / page_size). cache_* and k_new are not used.
+     * A latent cache (DeepSeek-style MLA: v = k with k's strides, head_dim_v <= head_dim, e.g.
+     * 576 / 512): v is read as k's first head_dim_v columns, and an append needs v_new = k_new
+     * with k_new's strides (no rotary); the cache is one tensor, nothing is copied. */
     const int32_t *cache_seqlens;   /* [batch] tokens already in the cache; NULL = seqlen_k   */
     const int32_t *cache_batch_idx; /* [batch] cache row of sequence b (contiguous only); NULL = b */
     const int32_t *cache_leftpad;   /* [batch] first valid cache token of sequence b; NULL = 0 */

@@ -468,3 +468,100 @@ FA_TEST(decode_quant_forward_rejects) { /* fa_forward / fa_backward do not read 
              fa_strerror(st), fa_last_error());
     qproblem_free(&t);
 }
+
+/* ---- latent caches (DeepSeek-style MLA): v is the first dv columns of k -------------------------- */
+
+/* One MLA decode call (one latent kv head, 576/512 dims, 2 speculative query tokens, causal,
+ * an append of 2 tokens, optionally paged) twice: on one latent cache with v = k and v_new =
+ * k_new, and on separate K and V caches holding the same values. Outputs, LSE and the caches
+ * after the append must agree bitwise. */
+static void latent_case(fa_dtype dtype, int64_t page_size, int threads) {
+    enum { B = 2, HQ = 16, D = 576, DV = 512, SQ = 2, CAP = 48 };
+    const int64_t e = dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int32_t seqlens[B] = {30, 17};
+    const int64_t pages_per_seq = page_size ? (CAP + page_size - 1) / page_size : 0;
+    const int64_t slabs = page_size ? B * pages_per_seq : B, slab_rows = page_size ? page_size : CAP;
+    int32_t table[B * 8];
+    for (int64_t i = 0; i < B * pages_per_seq; i++) table[i] = (int32_t)(B * pages_per_seq - 1 - i); /* reversed */
+    const size_t cache_elems = (size_t)(slabs * slab_rows * D), vcache_elems = (size_t)(slabs * slab_rows * DV);
+    uint8_t *latent = malloc(cache_elems * e), *kc = malloc(cache_elems * e), *vc = malloc(vcache_elems * e);
+    uint8_t *q = malloc((size_t)B * SQ * HQ * D * e), *knew = malloc((size_t)B * SQ * D * e);
+    uint8_t *vnew = malloc((size_t)B * SQ * DV * e);
+    uint8_t *o[2] = {malloc((size_t)B * SQ * HQ * DV * e), malloc((size_t)B * SQ * HQ * DV * e)};
+    float *lse[2] = {malloc(sizeof(float) * B * HQ * SQ), malloc(sizeof(float) * B * HQ * SQ)};
+    fa_test_rng rng;
+    fa_test_rng_seed(&rng, fa_test_seed());
+    for (size_t i = 0; i < cache_elems; i++) fa_test_store(latent, dtype, (int64_t)i, fa_test_rng_normal(&rng));
+    for (size_t i = 0; i < (size_t)B * SQ * HQ * D; i++) fa_test_store(q, dtype, (int64_t)i, fa_test_rng_normal(&rng));
+    for (size_t i = 0; i < (size_t)B * SQ * D; i++) fa_test_store(knew, dtype, (int64_t)i, fa_test_rng_normal(&rng));
+    memcpy(kc, latent, cache_elems * e);
+    for (size_t r = 0; r < (size_t)(slabs * slab_rows); r++) memcpy(vc + r * DV * e, latent + r * D * e, DV * e);
+    for (size_t r = 0; r < (size_t)B * SQ; r++) memcpy(vnew + r * DV * e, knew + r * D * e, DV * e);
+    for (int run = 0; run < 2; run++) { /* 0: latent, 1: separate caches */
+        fa_params p;
+        memset(&p, 0, sizeof p);
+        p.device = FA_DEVICE_CPU;
+        p.dtype = dtype;
+        p.batch = B, p.seqlen_q = SQ, p.seqlen_k = page_size ? pages_per_seq * page_size : CAP;
+        p.heads_q = HQ, p.heads_kv = 1, p.head_dim = D, p.head_dim_v = DV;
+        p.q = q, p.o = o[run], p.lse = lse[run];
+        p.q_batch_stride = SQ * HQ * D, p.q_row_stride = HQ * D, p.q_head_stride = D;
+        p.o_batch_stride = SQ * HQ * DV, p.o_row_stride = HQ * DV, p.o_head_stride = DV;
+        p.k = run ? kc : latent, p.v = run ? vc : latent;
+        p.k_batch_stride = slab_rows * D, p.k_row_stride = D, p.k_head_stride = D;
+        p.v_batch_stride = run ? slab_rows * DV : slab_rows * D, p.v_row_stride = run ? DV : D;
+        p.v_head_stride = run ? DV : D;
+        p.k_new = knew, p.v_new = run ? vnew : knew;
+        p.knew_batch_stride = SQ * D, p.knew_row_stride = D, p.knew_head_stride = D;
+        p.vnew_batch_stride = run ? SQ * DV : SQ * D, p.vnew_row_stride = run ? DV : D, p.vnew_head_stride = run ? DV : D;
+        p.cache_seqlens = seqlens;
+        if (page_size) {
+            p.block_table = table, p.block_table_batch_stride = pages_per_seq, p.page_size = page_size;
+            p.num_pages = slabs;
+        }
+        p.causal = 1;
+        p.num_threads = threads;
+        FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "latent %s page %lld run %d: %s", fa_test_dtype_name(dtype),
+                 (long long)page_size, run, fa_last_error());
+        if (run == 1) continue;
+        /* a latent cache with a separate v_new, or with rotary: rejected, nothing written */
+        uint16_t cos_sin[CAP * 32] = {0};
+        for (int bad = 0; bad < 2; bad++) {
+            fa_params pb = p;
+            if (bad == 0) {
+                pb.v_new = vnew, pb.vnew_batch_stride = SQ * DV, pb.vnew_row_stride = DV, pb.vnew_head_stride = DV;
+            } else {
+                pb.rotary_cos = pb.rotary_sin = cos_sin, pb.rotary_dim = 64, pb.rotary_seqlen = pb.seqlen_k;
+            }
+            uint8_t *o_bad = malloc((size_t)B * SQ * HQ * DV * e);
+            memset(o_bad, 0x7e, (size_t)B * SQ * HQ * DV * e);
+            pb.o = o_bad, pb.lse = NULL;
+            const fa_status st = fa_kvcache_forward(&pb);
+            int untouched = 1;
+            for (size_t i = 0; i < (size_t)B * SQ * HQ * DV * e; i++) untouched &= o_bad[i] == 0x7e;
+            FA_CHECK(st == (bad ? FA_ERR_UNSUPPORTED : FA_ERR_OVERLAP) &&
+                         strstr(fa_last_error(), bad ? "rotary_cos" : "v_new") != NULL && untouched,
+                     "latent cache, %s: %s '%s', output %s", bad ? "rotary" : "separate v_new", fa_strerror(st),
+                     fa_last_error(), untouched ? "untouched" : "written");
+            free(o_bad);
+        }
+    }
+    int same_o = memcmp(o[0], o[1], (size_t)B * SQ * HQ * DV * e) == 0;
+    int same_lse = memcmp(lse[0], lse[1], sizeof(float) * B * HQ * SQ) == 0;
+    int same_k = memcmp(latent, kc, cache_elems * e) == 0, same_v = 1;
+    for (size_t r = 0; r < (size_t)(slabs * slab_rows); r++) same_v &= memcmp(vc + r * DV * e, latent + r * D * e, DV * e) == 0;
+    FA_CHECK(same_o && same_lse && same_k && same_v,
+             "latent cache (%s, page %lld, %d threads) vs separate caches: o %s, lse %s, k %s, v %s",
+             fa_test_dtype_name(dtype), (long long)page_size, threads, same_o ? "same" : "differs",
+             same_lse ? "same" : "differs", same_k ? "same" : "differs", same_v ? "same" : "differs");
+    free(latent), free(kc), free(vc), free(q), free(knew), free(vnew), free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+}
+
+FA_TEST(decode_latent_cache) {
+    static const fa_dtype dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (int t = 0; t < 3; t++) {
+        latent_case(dtypes[t], 0, 2);
+        latent_case(dtypes[t], 16, 1);
+        latent_case(dtypes[t], 5, 2);
+    }
+}

@@ -52,6 +52,9 @@ fa_status fa_set_error(fa_status status, const char *fmt, ...)
 #endif
     ;
 
+/* 1 when v is the first head_dim_v columns of k (an MLA latent cache; src/api/fa_kvcache.c). */
+int fa_kv_latent_cache(const fa_params *p);
+
 /* ---- validation steps shared by fa_api.c and fa_kvcache.c (src/api/fa_validate.c) --------------- */
 
 /* Sizes are kept below 2^31 so every engine may index rows and heads with 32-bit integers and

@@ -157,6 +157,31 @@ static fa_status check_cache_geometry(fa_params *p) {
     return FA_OK;
 }
 
+/* A latent cache (DeepSeek-style MLA): v is the first head_dim_v columns of k, the same pointer
+ * and strides (dv <= d); appending then writes k_new, whose first dv columns are v_new (the same
+ * pointer and strides), and the engines write those values once or twice, identically. */
+int fa_kv_latent_cache(const fa_params *p) {
+    return p->kv_dtype == FA_KV_SAME && p->v == p->k && p->head_dim_v <= p->head_dim &&
+           p->v_batch_stride == p->k_batch_stride && p->v_row_stride == p->k_row_stride &&
+           p->v_head_stride == p->k_head_stride;
+}
+
+/* A latent cache's appends and rotary (step 4). */
+static fa_status check_latent_cache(const fa_params *p) {
+    if (!fa_kv_latent_cache(p) || p->k_new == NULL) return FA_OK;
+    if (p->v_new != p->k_new || p->vnew_batch_stride != p->knew_batch_stride ||
+        p->vnew_row_stride != p->knew_row_stride || p->vnew_head_stride != p->knew_head_stride)
+        return fa_set_error(FA_ERR_OVERLAP,
+                            "v is the first head_dim_v columns of k (a latent cache): v_new must likewise be "
+                            "k_new with k_new's strides, or the two appends would write different values "
+                            "to the same memory");
+    if (p->rotary_cos != NULL)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "rotary_cos is set with a latent cache (v is k's first head_dim_v columns): rotating "
+                            "the appended keys would rotate the values too; apply the rotary part before the call");
+    return FA_OK;
+}
+
 /* Strides, byte spans and alignment of every array the call touches (step 4); outputs (o, lse,
  * and the caches when appending) must not share memory with anything else. */
 static fa_status check_strides(fa_params *p) {
@@ -183,21 +208,25 @@ static fa_status check_strides(fa_params *p) {
     views[n++] = fa_array_view("lse", 1, p->lse, lse_elems, 4);
     /* a quantised cache's byte strides and blocks: fa_validate_kv_quant */
     const int same_kv = p->kv_dtype == FA_KV_SAME;
+    /* a latent cache (MLA): v is k's first dv columns, inside k's views, so only k is checked */
+    const int latent = fa_kv_latent_cache(p);
     if (same_kv) {
         views[n++] = tensor_of(view_of("k", append, slabs, slab_rows, hkv, d, p->k_batch_stride, p->k_row_stride,
                                        p->k_head_stride),
                                p->k, e, "k (the key cache)");
-        views[n++] = tensor_of(view_of("v", append, slabs, slab_rows, hkv, dv, p->v_batch_stride, p->v_row_stride,
-                                       p->v_head_stride),
-                               p->v, e, "v (the value cache)");
+        if (!latent)
+            views[n++] = tensor_of(view_of("v", append, slabs, slab_rows, hkv, dv, p->v_batch_stride,
+                                           p->v_row_stride, p->v_head_stride),
+                                   p->v, e, "v (the value cache)");
     }
     if (append) {
         views[n++] = tensor_of(view_of("knew", 0, b, p->seqlen_new, hkv, d, p->knew_batch_stride,
                                        p->knew_row_stride, p->knew_head_stride),
                                p->k_new, e, "k_new");
-        views[n++] = tensor_of(view_of("vnew", 0, b, p->seqlen_new, hkv, dv, p->vnew_batch_stride,
-                                       p->vnew_row_stride, p->vnew_head_stride),
-                               p->v_new, e, "v_new");
+        if (!latent)
+            views[n++] = tensor_of(view_of("vnew", 0, b, p->seqlen_new, hkv, dv, p->vnew_batch_stride,
+                                           p->vnew_row_stride, p->vnew_head_stride),
+                                   p->v_new, e, "v_new");
     }
     fa_tensor_view alibi = fa_array_view("alibi_slopes", 0, p->alibi_slopes, hq, 4);
     alibi.extent[0] = b;
@@ -319,6 +348,7 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     if ((s = check_cache_geometry(p)) != FA_OK) return s;
     /* a quantised cache's fields and its byte-strided k / v first; check_strides then skips them */
     if ((s = fa_validate_kv_quant(p)) != FA_OK) return s; /* kv_dtype, k_scale / v_scale */
+    if ((s = check_latent_cache(p)) != FA_OK) return s;
     if ((s = check_strides(p)) != FA_OK) return s;
 
     /* 5. */
