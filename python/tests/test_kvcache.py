@@ -429,3 +429,32 @@ def test_torch_plan_cache_is_keyed_by_signature(monkeypatch):
     q, kc, vc, kw = a2
     assert torch.equal(flashattn.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), **kw),
                        cached[6][0])
+
+
+@pytest.mark.parametrize("dtype_name", NUMPY_DTYPES)
+@pytest.mark.parametrize("page", [None, 16])
+def test_numpy_mla_latent_cache(dtype_name, page):
+    """DeepSeek-style MLA decode: one latent cache [.., 1, 576] whose first 512 columns are the
+    values (v_cache and v are views of k_cache and k), 16 query heads, 2 speculative tokens,
+    causal, an append; the output against float64 and the latent cache written once."""
+    rng = np.random.default_rng(zlib.crc32(("mla" + dtype_name + str(page)).encode()))
+    dtype = np_dtype(dtype_name)
+    batch, sq, hq, d, dv, capacity = 2, 2, 16, 576, 512, 40
+    store = lambda x: x.astype(np.float32).astype(dtype)
+    seqlens = np.array([capacity - sq, 11], np.int32)
+    kw = dict(causal=True, cache_seqlens=seqlens)
+    if page:
+        per_seq = -(-capacity // page)
+        kw["block_table"] = rng.permutation(batch * per_seq).astype(np.int32).reshape(batch, per_seq)
+        latent = store(rng.standard_normal((batch * per_seq, page, 1, d)))
+    else:
+        latent = store(rng.standard_normal((batch, capacity, 1, d)))
+    q = store(rng.standard_normal((batch, sq, hq, d)))
+    k_new = store(rng.standard_normal((batch, sq, 1, d)))
+    ref_kw = dict(kw, k=k_new, v=k_new[..., :dv].copy())
+    new_k, _, ref, base = kv_reference(dtype_name, q, latent.copy(), latent[..., :dv].copy(), **ref_kw)
+    out, lse = flashattn.flash_attn_with_kvcache(q, latent, latent[..., :dv], k=k_new, v=k_new[..., :dv],
+                                                 return_softmax_lse=True, **kw)
+    check_rule("mla out", np_to64(out), ref["o"], base["o"], dtype_name)
+    check_rule("mla lse", np_to64(lse), ref["lse"], base["lse"], "float32")
+    assert np.array_equal(np_to64(latent), new_k), "the latent cache after the append"
