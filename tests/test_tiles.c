@@ -30,8 +30,8 @@ FA_TEST(tiles_portable_forward) {
 }
 
 FA_TEST(tiles_hopper_forward) {
-    static const int buckets[] = {64, 128, 256};
-    for (int i = 0; i < 3; i++) {
+    static const int buckets[] = {64, 128, 192, 256};
+    for (int i = 0; i < 4; i++) {
         int b = buckets[i];
         size_t smem = fa_hopper_smem_bytes(b);
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > %d", b, smem, SMEM_SM90);
@@ -41,8 +41,13 @@ FA_TEST(tiles_hopper_forward) {
                  "bucket %d: BLOCK_N %d: k16 steps, TMA box <= 256, slabs on 1024-byte atoms", b, n);
         FA_CHECK(fa_hopper_stages(b) >= 2, "bucket %d: a ring of at least 2 stages", b);
         /* every region starts 1024-byte aligned: Q and each K/V stage are whole slabs */
-        FA_CHECK(fa_hopper_q_bytes(b) % 1024 == 0 && fa_hopper_kv_bytes(b) % 1024 == 0, "bucket %d: alignment", b);
-        size_t with_o = 2 * fa_hopper_q_bytes(b) + 2 * (size_t)fa_hopper_stages(b) * fa_hopper_kv_bytes(b) +
+        FA_CHECK(fa_hopper_q_bytes(b) % 1024 == 0 && fa_hopper_o_bytes(b) % 1024 == 0 &&
+                     fa_hopper_k_bytes(b) % 1024 == 0 && fa_hopper_v_bytes(b) % 1024 == 0,
+                 "bucket %d: alignment", b);
+        FA_CHECK(fa_hopper_dv(b) <= fa_hopper_dqk(b) && fa_hopper_dqk(b) % 64 == 0 && fa_hopper_dv(b) % 64 == 0,
+                 "bucket %d: whole slabs, O fits Q's buffer", b);
+        size_t with_o = fa_hopper_q_bytes(b) + fa_hopper_o_bytes(b) +
+                        (size_t)fa_hopper_stages(b) * (fa_hopper_k_bytes(b) + fa_hopper_v_bytes(b)) +
                         fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
         FA_CHECK(fa_hopper_persistent(b, 0, 64) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 8) &&
@@ -50,14 +55,18 @@ FA_TEST(tiles_hopper_forward) {
                      fa_hopper_persistent(b, 1, 7) == fa_hopper_o_own_buffer(b),
                  "bucket %d: persistent iff own O and even tiles or short causal (< 8 query blocks)", b);
     }
-    FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(256),
-             "own O buffer at 64 and 128 only (256: Q 64 KiB + K/V 160 KiB leave no room)");
+    FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(192) &&
+                 !fa_hopper_o_own_buffer(256),
+             "own O buffer at 64 and 128 only (192 and 256: Q + K/V leave no room)");
+    FA_CHECK(fa_hopper_smem_bytes(192) == 48 * 1024 + 2 * (48 + 32) * 1024 + 8 * 10 + 1024 && fa_hopper_pingpong(192),
+             "bucket 192 (192 / 128): Q 48 KiB + 2 stages of K 48 and V 32 KiB, ping-pong");
     /* buckets: d and dv in 64..256, multiples of 8; the larger one's bucket */
     FA_CHECK(fa_hopper_bucket(64, 64) == 64 && fa_hopper_bucket(96, 128) == 128 && fa_hopper_bucket(192, 256) == 256,
              "hopper buckets");
-    FA_CHECK(fa_hopper_bucket(192, 128) == 256 && fa_hopper_bucket(64, 128) == 128 && fa_hopper_bucket(128, 64) == 128 &&
-                 fa_hopper_bucket(64, 256) == 256,
-             "d and dv in different buckets: the larger bucket (MLA's 192 / 128 -> 256)");
+    FA_CHECK(fa_hopper_bucket(192, 128) == 192 && fa_hopper_bucket(136, 64) == 192 && fa_hopper_bucket(192, 136) == 256 &&
+                 fa_hopper_bucket(64, 128) == 128 && fa_hopper_bucket(128, 64) == 128 && fa_hopper_bucket(64, 256) == 256 &&
+                 fa_hopper_bucket(128, 192) == 256,
+             "d and dv in different buckets: 192 / 128 (MLA) its own, otherwise the larger bucket");
     FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(32, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
                  fa_hopper_bucket(264, 264) == 0,
              "below 64, non-multiples of 8 and > 256 are not covered");
@@ -146,8 +155,8 @@ FA_TEST(tiles_hopper_pack_gqa) {
     FA_CHECK(fa_hopper_pack_heads(128, 65, 4) == 0 && fa_hopper_pack_heads(128, 4, 1) == 0 &&
                  fa_hopper_pack_heads(0, 4, 8) == 0 && fa_hopper_pack_heads(128, 0, 8) == 0,
              "no packing: one head per tile, MHA, no bucket, no rows");
-    static const int buckets[] = {64, 128, 256};
-    for (int bi = 0; bi < 3; bi++)
+    static const int buckets[] = {64, 128, 192, 256};
+    for (int bi = 0; bi < 4; bi++)
         for (int sq = 1; sq <= 200; sq++)
             for (int group = 1; group <= 64; group++) {
                 const int b = buckets[bi], heads = fa_hopper_pack_heads(b, sq, group);
@@ -206,7 +215,8 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_bwd_bucket(256, 256) == 256 && fa_hopper_bwd_bucket(192, 192) == 256 &&
                  fa_hopper_bwd_bucket(136, 256) == 256,
              "backward bucket 256: d and dv in 136..256");
-    FA_CHECK(fa_hopper_bwd_bucket(192, 128) == 256 && fa_hopper_bwd_bucket(64, 128) == 128 &&
+    FA_CHECK(fa_hopper_bwd_bucket(192, 128) == 256 && fa_hopper_bwd_bucket(136, 64) == 256 &&
+                 fa_hopper_bwd_bucket(64, 128) == 128 &&
                  fa_hopper_bwd_bucket(128, 256) == 256,
              "backward, d and dv in different buckets: the larger one");
     FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&

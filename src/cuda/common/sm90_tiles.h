@@ -23,40 +23,58 @@
 #define FA_HOPPER_FN static inline
 #endif
 
-/* Head-dim bucket of the kernel: d and dv are zero-padded up to it by the TMA loads (columns past
- * the tensor's last one read as zeros, output columns past it are never written). 64, 128 or 256:
- * the larger of d's and dv's (d = 192 with dv = 128, MLA's prefill shape, runs the 256 kernels,
- * whose P·V and dP GEMMs then multiply zero columns); 0 = out of range (either below 64 or above
- * 256, or not a multiple of 8). */
+/* Head-dim bucket of the forward kernel: d and dv are zero-padded up to its dims by the TMA loads
+ * (columns past the tensor's last one read as zeros, output columns past dv are never written).
+ * 64, 128 and 256 (d and dv both up to it), and 192: d up to 192 with dv up to 128 (MLA's prefill
+ * and training shape, 192 / 128, without padding either to 256); 0 = out of range (below 64,
+ * above 256, or not a multiple of 8). */
 FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
     return head_dim < 64 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 256 ||
                    head_dim_v % 8 != 0
                ? 0
            : head_dim <= 64 && head_dim_v <= 64   ? 64
            : head_dim <= 128 && head_dim_v <= 128 ? 128
+           : head_dim <= 192 && head_dim_v <= 128 ? 192
                                                   : 256;
 }
+
+/* The bucket's q/k and v/o dims: the bucket itself, except 192 (192 / 128). */
+FA_HOPPER_FN int fa_hopper_dqk(int bucket) { return bucket; }
+FA_HOPPER_FN int fa_hopper_dv(int bucket) { return bucket == 192 ? 128 : bucket; }
 
 /* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
  * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, docs/tuning-log.md);
  * else 128 rows, 2 consumers. */
 FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
 
-/* Keys per tile. Buckets 64 and 128: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
- * consumers' 240 registers with the next S in flight). 256: 80 (O alone is 128 registers, and
- * Q 64 KiB + 2 stages × (K + V) 40 KiB each = 224 KiB, the shared-memory limit). */
+/* Keys per tile. Buckets 64, 128 and 192: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
+ * consumers' 240 registers with the next S in flight; 192: Q 48 KiB + 2 stages × (K 48 + V 32 KiB)
+ * = 208 KiB). 256: 80 (O alone is 128 registers, and Q 64 KiB + 2 stages × (K + V) 40 KiB each =
+ * 224 KiB, the shared-memory limit). */
 FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 256 ? 80 : 128; }
 
 /* K/V ring depth: 3 at bucket 64 (16 KiB per K or V tile), else 2 (bucket 128: 160 KiB in all). */
 FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
 
-/* Ping-pong between the two consumer warpgroups (one's softmax under the other's GEMMs): on up
- * to bucket 128; at 256 each warpgroup's GEMMs are long enough to hide its own softmax. */
-FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return bucket <= 128; }
+/* Ping-pong between the two consumer warpgroups (one's softmax under the other's GEMMs): up to
+ * dv = 128 (buckets 64, 128, 192); at 256 each warpgroup's GEMMs are long enough to hide its own
+ * softmax. */
+FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return fa_hopper_dv(bucket) <= 128; }
 
-/* Bytes of one [rows, bucket] 16-bit tile (Q, O) and of one K or V stage. */
-FA_HOPPER_FN size_t fa_hopper_q_bytes(int bucket) { return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket; }
-FA_HOPPER_FN size_t fa_hopper_kv_bytes(int bucket) { return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)bucket; }
+/* Bytes of the 16-bit tiles: Q [BLOCK_M, dqk], O [BLOCK_M, dv], and one stage of K [BLOCK_N, dqk]
+ * and of V [BLOCK_N, dv]. */
+FA_HOPPER_FN size_t fa_hopper_q_bytes(int bucket) {
+    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_dqk(bucket);
+}
+FA_HOPPER_FN size_t fa_hopper_o_bytes(int bucket) {
+    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
+}
+FA_HOPPER_FN size_t fa_hopper_k_bytes(int bucket) {
+    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dqk(bucket);
+}
+FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
+    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
+}
 
 /* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each. */
 FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)); }
@@ -66,9 +84,11 @@ enum { FA_HOPPER_SMEM_LIMIT = 232448 };
 
 /* The CTA is persistent (it walks several query tiles), so O is staged in its own buffer when
  * that fits: the next tile's Q can then land while this tile's O is written out. Buckets 64 and
- * 128 fit; at 256 (Q 64 KiB + K/V 160 KiB) O reuses Q's buffer and the next Q waits for the store. */
+ * 128 fit; at 192 (Q 48 + K/V 160 KiB) and 256 (Q 64 + K/V 160 KiB) O reuses Q's buffer and the
+ * next Q waits for the store. */
 FA_HOPPER_FN int fa_hopper_o_own_buffer(int bucket) {
-    return fa_hopper_q_bytes(bucket) * 2 + 2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) +
+    return fa_hopper_q_bytes(bucket) + fa_hopper_o_bytes(bucket) +
+               (size_t)fa_hopper_stages(bucket) * (fa_hopper_k_bytes(bucket) + fa_hopper_v_bytes(bucket)) +
                fa_hopper_barrier_bytes(bucket) + 1024 <=
            FA_HOPPER_SMEM_LIMIT;
 }
@@ -77,8 +97,9 @@ FA_HOPPER_FN int fa_hopper_o_own_buffer(int bucket) {
  * has its own buffer), then the mbarriers, plus 1024 bytes to align the window to the swizzle
  * atom. */
 FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
-    return fa_hopper_q_bytes(bucket) * (fa_hopper_o_own_buffer(bucket) ? 2 : 1) +
-           2 * (size_t)fa_hopper_stages(bucket) * fa_hopper_kv_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
+    return fa_hopper_q_bytes(bucket) + (fa_hopper_o_own_buffer(bucket) ? fa_hopper_o_bytes(bucket) : 0) +
+           (size_t)fa_hopper_stages(bucket) * (fa_hopper_k_bytes(bucket) + fa_hopper_v_bytes(bucket)) +
+           fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
 /* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
@@ -89,8 +110,8 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
  * whichever multiprocessor is free, and the CTAs running together share K/V in L2 (+5-12 % at
  * 2k-8k against the persistent grid's longest-first order over all units). Shorter causal
  * sequences (tiles of a few key blocks) keep the persistent grid, whose start-up hiding is worth
- * more there (512 tokens: 1.2-1.3x one CTA per tile). Bucket 256 (O staged in Q's buffer) always
- * runs one CTA per tile. docs/tuning-log.md has the measurements. */
+ * more there (512 tokens: 1.2-1.3x one CTA per tile). Buckets 192 and 256 (O staged in Q's buffer)
+ * always run one CTA per tile. docs/tuning-log.md has the measurements. */
 enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
 
 FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
@@ -180,7 +201,7 @@ static inline
 /* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, the larger one's bucket (64,
  * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
 FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
-    return fa_hopper_bucket(head_dim, head_dim_v);
+    return fa_hopper_bucket(head_dim, head_dim_v) == 192 ? 256 : fa_hopper_bucket(head_dim, head_dim_v);
 }
 
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,

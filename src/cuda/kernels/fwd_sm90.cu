@@ -5,7 +5,7 @@
  * calls fa_fwd_launch_hopper() on compute capability 9.0 for the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
- * Covers: f16 / bf16; d and dv multiples of 8 in 64..256, the larger one's bucket (64, 128, 256; columns up
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..256 in a bucket (64, 128, 192 = 192 / 128, 256; columns up
  * to the bucket read as zeros); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
@@ -49,7 +49,7 @@
  *   phase u: consumers wait full[s] with parity u & 1; the producer waits empty[s] with parity
  *   (u & 1) ^ 1, which passes at once for u = 0. q_full / q_empty: phase = query tiles done.
  *
- * Every tile in shared memory (Q, each K/V stage) is bucket/64 slabs of [rows, 64] 16-bit
+ * Every tile in shared memory (Q and K: DQK/64, V and O: DV/64) is slabs of [rows, 64] 16-bit
  * elements (128-byte rows), 1024-byte aligned, 128-byte swizzled; the slab layout and the wgmma
  * descriptors are documented in src/cuda/common/ptx.cuh's Hopper section. The TMA maps view a tensor as 4-D
  * {d, rows, heads, batch} (innermost first; varlen: {d, total, heads, 1}); one box
@@ -91,37 +91,41 @@
 
 template <int BUCKET>
 struct fa_hopper_config {
-    static constexpr int D = BUCKET;
-    static constexpr int BLOCK_M = fa_hopper_block_m(D);
-    static constexpr int BLOCK_N = fa_hopper_block_n(D);
-    static constexpr int STAGES = fa_hopper_stages(D);
-    static constexpr bool PINGPONG = fa_hopper_pingpong(D) != 0;
+    static constexpr int DQK = fa_hopper_dqk(BUCKET), DV = fa_hopper_dv(BUCKET);
+    static constexpr int BLOCK_M = fa_hopper_block_m(BUCKET);
+    static constexpr int BLOCK_N = fa_hopper_block_n(BUCKET);
+    static constexpr int STAGES = fa_hopper_stages(BUCKET);
+    static constexpr bool PINGPONG = fa_hopper_pingpong(BUCKET) != 0;
     static constexpr int CONSUMER_WGS = BLOCK_M / 64;
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
     static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* the cap __launch_bounds__ sets */
-    static constexpr int SLABS = D / 64;                 /* 64-column slabs per row           */
+    static constexpr int SLABS_QK = DQK / 64;            /* 64-column slabs per row of Q and K */
+    static constexpr int SLABS_V = DV / 64;              /* ... of V and O                      */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
-    static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;   /* also the Q loads' tx bytes */
-    static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS; /* one K or V stage           */
-    static constexpr bool O_OWN = fa_hopper_o_own_buffer(D) != 0; /* O staged apart from Q     */
+    static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS_QK; /* also the Q loads' tx bytes */
+    static constexpr uint32_t O_BYTES = Q_SLAB_BYTES * SLABS_V;
+    static constexpr uint32_t K_BYTES = KV_SLAB_BYTES * SLABS_QK; /* one K stage            */
+    static constexpr uint32_t V_BYTES = KV_SLAB_BYTES * SLABS_V;  /* one V stage            */
+    static constexpr bool O_OWN = fa_hopper_o_own_buffer(BUCKET) != 0; /* O staged apart from Q */
     static constexpr uint32_t K_OFFSET = Q_BYTES;
-    static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * KV_BYTES;
-    static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * KV_BYTES : 0;
-    static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * KV_BYTES + (O_OWN ? Q_BYTES : 0);
+    static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * K_BYTES;
+    static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * V_BYTES : 0;
+    static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
     /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
     static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
     /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
      * thread 0 of every consumer once its O store has read the buffer it shares with Q */
     static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
-    static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(D);
+    static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(BUCKET);
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
-    static_assert(D % 64 == 0 && D <= 256, "bucket: whole 64-column slabs, wgmma N <= 256");
+    static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
+                  "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "key tile: whole k16 steps of P V; TMA box <= 256");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
@@ -170,7 +174,7 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* S = Q K_jᵀ for this consumer's 64 rows: D/16 wgmma (k16 steps over the head dim). A = Q rows
+/* S = Q K_jᵀ for this consumer's 64 rows: DQK/16 wgmma (k16 steps over the head dim). A = Q rows
  * [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk reads slab kk/4 at
  * +32·(kk%4) bytes. The first step has scale-d = 0 (S is overwritten). Issued and committed as
  * one wgmma group; nothing waits here. */
@@ -182,7 +186,7 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::D / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::DQK / 16; ++kk) {
         /* descriptors advance in 16-byte units in their low bits (start-address field) */
         const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
         const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
@@ -198,11 +202,11 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
  * MN-major: LBO = slab stride (BLOCK_N·128 B), SBO = 1024 B (8 keys), k16 step = +2048 B. One
  * wgmma group; nothing waits here. */
 template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4],
+__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2], uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4],
                                                    uint32_t v_tile) {
     const uint64_t v_desc = wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
 #pragma unroll
-    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
     for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
 #pragma unroll
@@ -210,10 +214,10 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::D / 2], 
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
-        wgmma_rs_f32_transb<Cfg::D, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+        wgmma_rs_f32_transb<Cfg::DV, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
     wgmma_commit_group();
 #pragma unroll
-    for (int i = 0; i < Cfg::D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 }
 
 /* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
@@ -432,17 +436,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
                          const fa_hopper_params prm) {
     using Cfg = fa_hopper_config<BUCKET>;
-    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, D = Cfg::D;
+    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, DV = Cfg::DV;
 
-    /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS][BLOCK_M][64] |
-     * k [STAGES][SLABS][BLOCK_N][64] | v [STAGES][SLABS][BLOCK_N][64] | o [SLABS][BLOCK_M][64]
+    /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS_QK][BLOCK_M][64] |
+     * k [STAGES][SLABS_QK][BLOCK_N][64] | v [STAGES][SLABS_V][BLOCK_N][64] | o [SLABS_V][BLOCK_M][64]
      * (own buffer only) | mbarriers. */
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t q_smem = smem;
     const uint32_t o_smem = Cfg::O_OWN ? smem + Cfg::O_OFFSET : q_smem;
-    auto k_stage = [&](int s) -> uint32_t { return smem + Cfg::K_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
-    auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::KV_BYTES; };
+    auto k_stage = [&](int s) -> uint32_t { return smem + Cfg::K_OFFSET + (uint32_t)s * Cfg::K_BYTES; };
+    auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::V_BYTES; };
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t q_full = bars, q_empty = bars + 8u;
     auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
@@ -485,20 +489,20 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
                  * still counted in the transaction bytes (the full box lands). Packed: one box
                  * of pack_rows rows per head and slab, head g at slab row g·pack_rows (a multiple
-                 * of 8: a 1024-byte swizzle atom), pack_heads · SLABS boxes in the transaction. */
+                 * of 8: a 1024-byte swizzle atom), pack_heads · SLABS_QK boxes in the transaction. */
                 if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
                 if (PACK) {
                     const uint32_t head_bytes = (uint32_t)prm.pack_rows * 128u;
-                    mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS * head_bytes);
+                    mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS_QK * head_bytes);
                     for (int g = 0; g < w.pack_heads; ++g)
 #pragma unroll
-                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES + (uint32_t)g * head_bytes,
                                         &tmap_q, q_full, 64 * slab, 0, w.head + g, w.batch);
                 } else {
                     mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
 #pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                    for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                         tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
                                     w.head, w.tma_batch);
                 }
@@ -508,18 +512,18 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
                         fa_hopper_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);
-                        mbarrier_arrive_expect_tx(k_full(s), Cfg::KV_BYTES);
+                        mbarrier_arrive_expect_tx(k_full(s), Cfg::K_BYTES);
 #pragma unroll
-                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
                                         64 * slab, w.k_row + fa_hopper_key_tile(w, j) * BLOCK_N, w.head_kv, w.tma_batch);
                     }
                     if (j > 0) {
                         const int g = kv_base + j - 1, s = g % STAGES;
                         fa_hopper_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
-                        mbarrier_arrive_expect_tx(v_full(s), Cfg::KV_BYTES);
+                        mbarrier_arrive_expect_tx(v_full(s), Cfg::V_BYTES);
 #pragma unroll
-                        for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
                                         64 * slab, w.k_row + fa_hopper_key_tile(w, j - 1) * BLOCK_N, w.head_kv,
                                         w.tma_batch);
@@ -577,9 +581,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
         };
 
-        float o_rmem[D / 2];
+        float o_rmem[DV / 2];
 #pragma unroll
-        for (int i = 0; i < D / 2; ++i) o_rmem[i] = 0.0f;
+        for (int i = 0; i < DV / 2; ++i) o_rmem[i] = 0.0f;
         float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
         float row_sum[2] = {0.0f, 0.0f};
         uint32_t p_rmem[BLOCK_N / 16][4];
@@ -620,7 +624,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                     fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
                     const int valid = max(0, len_k - n0);
                     const int chunks_per_slab = (BLOCK_N - valid) * 8;
-                    for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS;
+                    for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS_V;
                          idx += 128 * Cfg::CONSUMER_WGS) {
                         const int slab = idx / chunks_per_slab, rest = idx % chunks_per_slab;
                         const uint32_t addr = v_stage(vs) + (uint32_t)slab * Cfg::KV_SLAB_BYTES +
@@ -656,7 +660,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
-                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
                 for (int kk = 0; kk < BLOCK_N / 16; ++kk)
 #pragma unroll
@@ -664,7 +668,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
                 /* O was relative to the old max; P_j (next round's A) is relative to the new one */
 #pragma unroll
-                for (int i = 0; i < D / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < DV / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
             }
 
@@ -675,7 +679,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll
-                for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
             }
         } else {
@@ -731,7 +735,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
          * cover all 32 banks. */
         const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j)
+        for (int j = 0; j < DV / 8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::Q_SLAB_BYTES +
@@ -750,7 +754,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             if (tid == 0) {
                 if (wg_row_first < w.len_q) /* else every row is past the sequence */
 #pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                    for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                         tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::Q_SLAB_BYTES, 64 * slab, wg_row_first,
                                      w.head, w.batch);
                 tma_store_commit_group();
@@ -920,6 +924,9 @@ extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, fa_dtype dty
     case 128:
         return bf16 ? fa_hopper_launch<128, true>(prm, device_ordinal, stream)
                     : fa_hopper_launch<128, false>(prm, device_ordinal, stream);
+    case 192: /* d <= 192, dv <= 128 */
+        return bf16 ? fa_hopper_launch<192, true>(prm, device_ordinal, stream)
+                    : fa_hopper_launch<192, false>(prm, device_ordinal, stream);
     case 256:
         return bf16 ? fa_hopper_launch<256, true>(prm, device_ordinal, stream)
                     : fa_hopper_launch<256, false>(prm, device_ordinal, stream);
