@@ -35,7 +35,9 @@
  *   window:  key j visible iff i + shift - window_left <= j <= i + shift + window_right
  *            (a negative side is unbounded; causal and window combine by intersection)
  * Score of a visible key:  s = scale·(q·k); if softcap > 0: s = softcap·tanh(s / softcap);
- *   if alibi: s -= slope·|i + shift - j|.
+ *   if bias: s += bias[b, h, i, j]; if alibi: s -= slope·|i + shift - j|.
+ * Block-sparse masks and document ids (kv_num_blocks ..., doc_ids_*) restrict the visible keys
+ * further; with a block mask, causal and window apply inside its partial blocks only.
  * Sinks: one logit t_h per query head joins the softmax denominator, contributes no value:
  *   O_i = Σ_j exp(s_ij - LSE_i) v_j,  LSE_i = log(Σ_j exp(s_ij) + exp(t_h)).
  * A row with no visible key and no sink gets O = 0 and LSE = -inf (with a sink: O = 0, LSE = t_h).

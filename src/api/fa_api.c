@@ -8,8 +8,10 @@
  *   2. sizes (batch, seqlens, heads, head dims), heads_q % heads_kv
  *   3. scalars (softmax_scale, softcap, alibi_batch_stride)
  *   4. tensor pointers needed by the call
- *   5. varlen fields (both cu_seqlens or neither; totals; on the CPU the cu_seqlens contents)
+ *   5. varlen fields (both cu_seqlens or neither; totals; on the CPU the cu_seqlens contents),
+ *      then the score bias / block mask / document ids fields (fa_validate_score_mods)
  *   6. strides (non-negative; outputs must not overlap themselves; offsets fit in int64)
+ *      and, on the CPU, the block lists' contents (fa_check_score_mod_contents)
  *   7. the engine's own limits (fa_cuda_check_*), then the caller's workspace size
  */
 #include <math.h>

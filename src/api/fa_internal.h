@@ -44,7 +44,7 @@ typedef struct fa_problem {
     uint32_t dropout_threshold;
     float dropout_keep_scale;
     /* score modifications (p.bias, p.doc_ids_*, the block mask; fa_validate_score_mods):
-     * has_mods: any of them, the engine runs its tile helper (src/cpu/cpu_mods.c) on every score
+     * has_mods: any of them, the engine runs its tile function (src/cpu/cpu_mods.c) on every score
      * tile. With a block mask the element window moves to elem_window_left / right and
      * p.window_left / right become -1 (the engines' range logic then sees no window: causal and
      * window hold inside partial blocks only); without one elem_window_* equal p.window_*. */
