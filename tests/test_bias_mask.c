@@ -541,10 +541,11 @@ FA_TEST(bias_nan_propagates) {
 }
 
 /* fa_kvcache_forward with a bias over the cache slots equals fa_forward over the same keys,
- * one sequence at a time (decode and multi-query items, left padding). */
+ * one sequence at a time (the decode kernels and the general items, left padding). */
 FA_TEST(bias_kvcache) {
-    for (int variant = 0; variant < 2; variant++) {
-        const int64_t B = 3, cap = 90, hq = 4, hkv = 2, d = 64, sq = variant ? 5 : 1;
+    for (int variant = 0; variant < 3; variant++) {
+        /* sq 1 and 5: the decode kernels (group · sq <= 16); 9: the general KV-cache items */
+        const int64_t B = 3, cap = 90, hq = 4, hkv = 2, d = 64, sq = variant == 0 ? 1 : variant == 1 ? 5 : 9;
         fa_test_rng rng;
         fa_test_rng_seed(&rng, fa_test_seed() + (uint64_t)variant);
         float *k = malloc(sizeof(float) * (size_t)(B * cap * hkv * d)), *v = malloc(sizeof(float) * (size_t)(B * cap * hkv * d));
