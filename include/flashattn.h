@@ -35,7 +35,9 @@
  *   window:  key j visible iff i + shift - window_left <= j <= i + shift + window_right
  *            (a negative side is unbounded; causal and window combine by intersection)
  * Score of a visible key:  s = scale·(q·k); if softcap > 0: s = softcap·tanh(s / softcap);
- *   if alibi: s -= slope·|i + shift - j|.
+ *   if bias: s += bias[b, h, i, j]; if alibi: s -= slope·|i + shift - j|.
+ * Block-sparse masks and document ids (kv_num_blocks ..., doc_ids_*) restrict the visible keys
+ * further; with a block mask, causal and window apply inside its partial blocks only.
  * Sinks: one logit t_h per query head joins the softmax denominator, contributes no value:
  *   O_i = Σ_j exp(s_ij - LSE_i) v_j,  LSE_i = log(Σ_j exp(s_ij) + exp(t_h)).
  * A row with no visible key and no sink gets O = 0 and LSE = -inf (with a sink: O = 0, LSE = t_h).
@@ -274,6 +276,59 @@ typedef struct fa_params {
     float *v_scale;       /* same for v                                                         */
     int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride; /* FA_KV_INT8, floats */
     int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;
+
+    /* ---- additive score bias (fa_forward, fa_backward, fa_kvcache_forward; CPU) ----------- */
+    /* bias[b, h, i, j] is added to the score of query i and key j of sequence b, query head h,
+     * after scale and softcap (s = softcap·tanh(scale·q·k / softcap) + bias + ALiBi), before the
+     * sinks and the masks; -inf masks the element (a row of -inf behaves like a fully masked
+     * row: O = 0, LSE = -inf), NaN propagates into the row. i and j are positions within the
+     * sequence: varlen calls index [batch, heads_q, seqlen_q, seqlen_k] with the sequence's own
+     * rows (flash_attn's padded layout), fa_kvcache_forward with i = new query, j = cache slot
+     * (cache_leftpad included). A stride of 0 broadcasts that axis (per-head tables [1, h, sq,
+     * sk], per-batch key padding [b, 1, 1, sk], ...); the key axis is contiguous (1) or
+     * broadcast (0). CUDA: FA_ERR_UNSUPPORTED for now. */
+    const void *bias;     /* or NULL                                                          */
+    fa_dtype bias_dtype;  /* F32 (0), F16 or BF16                                              */
+    int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride; /* elements */
+    /* fa_backward: dL/dbias in fp32 (overwritten), or NULL. Its strides say its shape: an axis
+     * of stride 0 is summed over (dbias of a broadcast bias), so give dbias the bias's own zero
+     * strides to get the gradient of the bias as stored. The sums run in a fixed order: results
+     * are bitwise identical for any num_threads. */
+    float *dbias;
+    int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
+
+    /* ---- block-sparse mask (fa_forward, fa_backward; CPU) ----------------------------------- */
+    /* FlexAttention's BlockMask: query block qb = i / block_q of (b, h) attends the key blocks
+     * kb (keys [kb·block_k, (kb + 1)·block_k)) listed for it, kv_num_blocks[b, h, qb] of them in
+     * kv_indices[b, h, qb, 0..) ("partial": the element masks below apply inside) and
+     * full_kv_num_blocks[b, h, qb] in full_kv_indices (every element visible, no element mask);
+     * unlisted blocks are masked. Element masks (partial blocks, or everywhere without a block
+     * mask): causal / window, document ids, and partial_block_bits. Lists are strictly
+     * increasing block indices in [0, kv_blocks), kv_blocks = ceil(seqlen_k / block_k); a block
+     * is in at most one of the two lists; entries past the count are not read. Index arrays are
+     * [batch, heads_q, q_blocks, kv_blocks] (last axis contiguous), count arrays [batch,
+     * heads_q, q_blocks] (last axis contiguous), q_blocks = ceil(seqlen_q / block_q); a stride
+     * of 0 broadcasts. Varlen: i and j are positions within sequence b. The engine visits only
+     * listed blocks. Any positive block sizes work on the CPU; the CUDA kernels (later) will
+     * want multiples of their tile sizes (128 × 128 covers all). CUDA: FA_ERR_UNSUPPORTED. */
+    int64_t block_q, block_k;            /* Q_BLOCK_SIZE, KV_BLOCK_SIZE (>= 1 with a mask)     */
+    const int32_t *kv_num_blocks;        /* [batch, heads_q, q_blocks], or NULL: no block mask */
+    const int32_t *kv_indices;           /* [batch, heads_q, q_blocks, kv_blocks]              */
+    const int32_t *full_kv_num_blocks;   /* same shapes, or both NULL: no full blocks          */
+    const int32_t *full_kv_indices;
+    int64_t block_count_batch_stride, block_count_head_stride; /* count arrays, elements      */
+    int64_t block_index_batch_stride, block_index_head_stride, block_index_row_stride;
+    /* Any element pattern inside partial blocks, or NULL: bit (r, c) of query row qb·block_q + r
+     * and key kb·block_k + c is 1 where visible, row-major, least significant bit first, in
+     * ceil(block_q·block_k / 8) bytes per block; the block listed at kv_indices element offset
+     * e (b·block_index_batch_stride + h·block_index_head_stride + qb·block_index_row_stride +
+     * n) has its bytes at e·ceil(block_q·block_k / 8). */
+    const uint8_t *partial_block_bits;
+    /* Documents (packed-sequence training): query i sees key j only if doc_ids_q[i] ==
+     * doc_ids_k[j]; [batch, seqlen_q] / [batch, seqlen_k] int32 (varlen: [total_q] / [total_k]
+     * by packed row); set both or neither. Combine with causal / window by intersection. */
+    const int32_t *doc_ids_q, *doc_ids_k;
+    int64_t doc_ids_q_batch_stride, doc_ids_k_batch_stride;
 } fa_params;
 
 /* ---- calls ---------------------------------------------------------------------------------- */

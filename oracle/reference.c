@@ -205,6 +205,25 @@ static void ref_visible(const fa_ref_problem *rp, int64_t i, int64_t len_q, int6
     *hi = last + 1 > first ? last + 1 : first;
 }
 
+/* Keys a row's loop visits: the window's range, or every key when rp->visible decides. */
+static void ref_row_keys(const fa_ref_problem *rp, int64_t i, int64_t len_q, int64_t len_k, int64_t *lo,
+                         int64_t *hi) {
+    if (rp->visible) {
+        *lo = 0;
+        *hi = len_k;
+    } else {
+        ref_visible(rp, i, len_q, len_k, lo, hi);
+    }
+}
+
+/* Score s of a visited key with the bias and the element visibility applied. */
+static double ref_mod_score(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j, double s) {
+    if (!rp->visible && !rp->bias) return s;
+    const int64_t at = fa_ref_mod_index(rp, b, h, i, j);
+    if (rp->visible && !rp->visible[at]) return -INFINITY;
+    return rp->bias ? s + rp->bias[at] : s;
+}
+
 /* ---- dropout ------------------------------------------------------------------------------ */
 
 double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -231,7 +250,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
         for (int64_t i = 0; i < seq.len_q; i++) {
             const double *q_row = rp->q + ((seq.q_row + i) * hq + h) * d;
             int64_t lo, hi;
-            ref_visible(rp, i, seq.len_q, seq.len_k, &lo, &hi);
+            ref_row_keys(rp, i, seq.len_q, seq.len_k, &lo, &hi);
             double row_max = has_sink ? sink : -INFINITY;
             for (int64_t j = lo; j < hi; j++) {
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
@@ -243,8 +262,9 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                     s = rp->softcap * tanh_row[j];
                 }
                 if (rp->slopes) s -= slope * fabs((double)(i + seq.len_k - seq.len_q - j));
+                s = ref_mod_score(rp, b, h, i, j, s);
                 scores[j] = s;
-                if (s > row_max) row_max = s;
+                if (s > row_max || isnan(s)) row_max = isnan(row_max) ? row_max : s;
             }
             double *o_row = out->o ? out->o + ((seq.q_row + i) * hq + h) * dv : NULL;
             int64_t lse_at = fa_ref_lse_index(rp, b, h, i);
@@ -260,7 +280,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
             if (out->lse_mag) {
                 double mag = has_sink ? fabs(sink) : 0.0;
                 for (int64_t j = lo; j < hi; j++)
-                    if (fabs(scores[j]) > mag) mag = fabs(scores[j]);
+                    if (isfinite(scores[j]) && fabs(scores[j]) > mag) mag = fabs(scores[j]);
                 out->lse_mag[lse_at] = mag;
             }
             /* O_i in double, also needed by the backward (D_i) */
@@ -287,6 +307,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
             double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
             double *dq_mag = out->dq_mag + ((seq.q_row + i) * hq + h) * d;
             for (int64_t j = lo; j < hi; j++) {
+                if (scores[j] == -INFINITY) continue; /* masked: no gradient */
                 double p = exp(scores[j] - lse);
                 /* A FlashAttention backward recomputes P = exp(s - LSE) in fp32: its relative
                  * error grows with the size of the exponent's operands, so the term magnitude
@@ -307,6 +328,8 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                 dp *= z;
                 dp_mag *= z;
                 double ds = p * (dp - delta), ds_mag = p_mag * (dp_mag + delta_mag);
+                if (out->dbias) out->dbias[fa_ref_mod_index(rp, b, h, i, j)] = ds;
+                if (out->dbias_mag) out->dbias_mag[fa_ref_mod_index(rp, b, h, i, j)] = ds_mag;
                 if (rp->softcap > 0) {
                     ds *= 1.0 - tanh_row[j] * tanh_row[j];
                     ds_mag *= 1.0 - tanh_row[j] * tanh_row[j];
@@ -352,7 +375,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
         for (int64_t i = 0; i < seq.len_q; i++) {
             const double *q_row = rp->q + ((seq.q_row + i) * hq + h) * d;
             int64_t lo, hi;
-            ref_visible(rp, i, seq.len_q, seq.len_k, &lo, &hi);
+            ref_row_keys(rp, i, seq.len_q, seq.len_k, &lo, &hi);
             float row_max = has_sink ? sink : -INFINITY;
             for (int64_t j = lo; j < hi; j++) {
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
@@ -364,8 +387,9 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     s = softcap * tanh_row[j];
                 }
                 if (rp->slopes) s -= slope * (float)llabs(i + seq.len_k - seq.len_q - j);
+                s = (float)ref_mod_score(rp, b, h, i, j, s);
                 scores[j] = s;
-                if (s > row_max) row_max = s;
+                if (s > row_max || isnan(s)) row_max = isnan(row_max) ? row_max : s;
             }
             double *o_row = out->o ? out->o + ((seq.q_row + i) * hq + h) * dv : NULL;
             float o_stored[FA_MAX_HEAD_DIM]; /* O as the forward stores it (dtype-rounded)     */
@@ -423,6 +447,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             for (int64_t c = 0; c < d; c++) dq_acc[c] = 0.0f;
             for (int64_t j = lo; j < hi; j++) {
                 float ds = fa_test_round_to(dtype, probs[j] * (scores[j] - delta));
+                if (out->dbias) out->dbias[fa_ref_mod_index(rp, b, h, i, j)] = ds;
                 if (softcap > 0)
                     ds = fa_test_round_to(dtype, ds * (1.0f - tanh_row[j] * tanh_row[j]));
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
@@ -587,6 +612,11 @@ int fa_ref_outputs_alloc(const fa_ref_problem *rp, int backward, fa_ref_outputs 
         out->dsink_mag = calloc((size_t)rp->heads_q + 1, sizeof(double));
         ok = ok && out->dq && out->dk && out->dv && out->dsink && out->dq_mag && out->dk_mag &&
              out->dv_mag && out->dsink_mag;
+        if (rp->bias) {
+            out->dbias = calloc((size_t)(rp->batch * rp->heads_q * rp->seqlen_q * rp->seqlen_k) + 1, sizeof(double));
+            out->dbias_mag = calloc((size_t)(rp->batch * rp->heads_q * rp->seqlen_q * rp->seqlen_k) + 1, sizeof(double));
+            ok = ok && out->dbias && out->dbias_mag;
+        }
     }
     if (!ok) {
         fa_ref_outputs_free(out);
@@ -608,6 +638,8 @@ void fa_ref_outputs_free(fa_ref_outputs *out) {
     free(out->dk_mag);
     free(out->dv_mag);
     free(out->dsink_mag);
+    free(out->dbias);
+    free(out->dbias_mag);
     memset(out, 0, sizeof *out);
 }
 
@@ -650,6 +682,72 @@ static void gather_tensor(const fa_params *p, const fa_ref_problem *rp, const vo
                         fa_test_load(base, p->dtype, src_row + h * head_stride + c);
         }
     }
+}
+
+/* Is key block kb in list[0 .. count)? (a plain scan: the oracle does not rely on the order) */
+static int ref_listed(const int32_t *list, int32_t count, int64_t kb) {
+    for (int32_t n = 0; n < count; n++)
+        if (list[n] == kb) return n + 1;
+    return 0;
+}
+
+/* The dense bias and visibility of p's bias, block mask and document ids (fa_params' rules:
+ * a full block is visible, a partial one where the window, the documents and its bit agree, an
+ * unlisted one nowhere; without a block mask every element is "partial"). 0, or -1 OOM. */
+static int gather_mods(const fa_params *p, fa_ref_problem *rp, fa_ref_gathered *g) {
+    const int64_t n = rp->batch * rp->heads_q * rp->seqlen_q * rp->seqlen_k;
+    const int blocks = p->kv_num_blocks != NULL, docs = p->doc_ids_q != NULL;
+    if (p->bias) {
+        g->bias = calloc((size_t)n + 1, sizeof(double));
+        if (!g->bias) return -1;
+    }
+    if (blocks || docs) {
+        g->visible = calloc((size_t)n + 1, 1);
+        if (!g->visible) return -1;
+    }
+    for (int64_t b = 0; b < rp->batch; b++) {
+        ref_sequence seq = ref_seq(rp, b);
+        for (int64_t h = 0; h < rp->heads_q; h++)
+            for (int64_t i = 0; i < seq.len_q; i++) {
+                int64_t lo, hi;
+                ref_visible(rp, i, seq.len_q, seq.len_k, &lo, &hi);
+                for (int64_t j = 0; j < seq.len_k; j++) {
+                    const int64_t at = fa_ref_mod_index(rp, b, h, i, j);
+                    if (g->bias)
+                        g->bias[at] = fa_test_load(p->bias, p->bias_dtype,
+                                                   b * p->bias_batch_stride + h * p->bias_head_stride +
+                                                       i * p->bias_row_stride + j * p->bias_col_stride);
+                    if (!g->visible) continue;
+                    int elem = j >= lo && j < hi;
+                    if (docs) {
+                        const int64_t iq = rp->cu_seqlens_q ? seq.q_row + i : b * p->doc_ids_q_batch_stride + i;
+                        const int64_t jk = rp->cu_seqlens_k ? seq.k_row + j : b * p->doc_ids_k_batch_stride + j;
+                        elem = elem && p->doc_ids_q[iq] == p->doc_ids_k[jk];
+                    }
+                    int vis = elem;
+                    if (blocks) {
+                        const int64_t qb = i / p->block_q, kb = j / p->block_k;
+                        const int64_t c_at = b * p->block_count_batch_stride + h * p->block_count_head_stride + qb;
+                        const int64_t l_at = b * p->block_index_batch_stride + h * p->block_index_head_stride +
+                                             qb * p->block_index_row_stride;
+                        const int part = ref_listed(p->kv_indices + l_at, p->kv_num_blocks[c_at], kb);
+                        const int full = p->full_kv_indices &&
+                                         ref_listed(p->full_kv_indices + l_at, p->full_kv_num_blocks[c_at], kb);
+                        vis = full ? 1 : part ? elem : 0;
+                        if (part && vis && p->partial_block_bits) {
+                            const int64_t bytes = (p->block_q * p->block_k + 7) / 8;
+                            const uint8_t *bits = p->partial_block_bits + (l_at + part - 1) * bytes;
+                            const int64_t bit = (i % p->block_q) * p->block_k + j % p->block_k;
+                            vis = (bits[bit / 8] >> (bit % 8)) & 1;
+                        }
+                    }
+                    g->visible[at] = (unsigned char)vis;
+                }
+            }
+    }
+    rp->bias = g->bias;
+    rp->visible = g->visible;
+    return 0;
 }
 
 int fa_ref_gather(const fa_params *p, fa_ref_gathered *g) {
@@ -708,6 +806,7 @@ int fa_ref_gather(const fa_params *p, fa_ref_gathered *g) {
         if (!g->sinks) goto oom;
         for (int64_t h = 0; h < rp->heads_q; h++) g->sinks[h] = p->sink_logits[h];
     }
+    if (gather_mods(p, rp, g)) goto oom;
     rp->q = g->q;
     rp->k = g->k;
     rp->v = g->v;
@@ -727,6 +826,8 @@ void fa_ref_gathered_free(fa_ref_gathered *g) {
     free(g->dout);
     free(g->slopes);
     free(g->sinks);
+    free(g->bias);
+    free(g->visible);
     memset(g, 0, sizeof *g);
 }
 

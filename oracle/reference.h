@@ -71,7 +71,18 @@ typedef struct fa_ref_problem {
      * Z_ij = keep ? 1 / (1 - p) : 0 with keep from src/api/fa_philox.h, the library's mask */
     float dropout_p; /* 0 = off                                                                */
     uint64_t dropout_seed, dropout_offset;
+    /* score bias and element visibility, dense [batch, heads_q, seqlen_q, seqlen_k] by position
+     * within the sequence (fa_ref_mod_index): bias added after softcap; visible (0/1), when set,
+     * replaces the window's key range (fa_ref_gather derives it from the block mask, document
+     * ids and the window). NULL: none. */
+    const double *bias;
+    const unsigned char *visible;
 } fa_ref_problem;
+
+/* Index of (b, h, i, j) in the dense bias / visible / dbias arrays. */
+static inline int64_t fa_ref_mod_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j) {
+    return ((b * rp->heads_q + h) * rp->seqlen_q + i) * rp->seqlen_k + j;
+}
 
 /* Z_ij of element (b, h, i, j) (1 without dropout). */
 double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i, int64_t j);
@@ -84,6 +95,8 @@ double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int
 typedef struct fa_ref_outputs {
     double *o, *lse, *dq, *dk, *dv, *dsink;
     double *o_mag, *dq_mag, *dk_mag, *dv_mag, *dsink_mag;
+    double *dbias;   /* backward with rp->bias: dL/dbias dense (fa_ref_mod_index), unreduced   */
+    double *dbias_mag; /* its term magnitudes (float64 oracle)                                  */
     double *lse_mag; /* per row: max |score| over the visible keys and the sink; the fp32 noise
                         of LSE = m + log Σ exp(s - m) scales with it (exp2/log approximations
                         on GPUs act on arguments of that size)                               */
@@ -102,7 +115,8 @@ int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t
  * p's dtype). Owns its arrays; free with fa_ref_gathered_free. */
 typedef struct fa_ref_gathered {
     fa_ref_problem rp;
-    double *q, *k, *v, *dout, *slopes, *sinks;
+    double *q, *k, *v, *dout, *slopes, *sinks, *bias;
+    unsigned char *visible;
 } fa_ref_gathered;
 
 int fa_ref_gather(const fa_params *p, fa_ref_gathered *g); /* 0 ok, -1 out of memory         */

@@ -45,6 +45,8 @@ echo "-- the default forward kernel against the portable one on large problems"
 "$GPU" paths || fail "forward kernels disagree (tests/gpu/paths.c)"
 echo "-- NaN inputs propagate through every kernel (tests/gpu/nan.c)"
 "$GPU" nan || fail "NaN propagation (tests/gpu/nan.c)"
+echo "-- score bias, block masks, document ids: FA_ERR_UNSUPPORTED on CUDA, nothing written (tests/gpu/mods.c)"
+"$GPU" mods || fail "bias / block-mask rejection on CUDA (tests/gpu/mods.c)"
 
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
@@ -106,7 +108,7 @@ if python3 -c "import torch, pytest" > /dev/null 2>&1; then
     # run from outside the tree so that the installed package, not python/flashattn, is imported
     (cd /tmp && PYTHONPATH="$SITE" python3 -c "import flashattn; print('gpu-test: wheel', flashattn.__file__)" \
         && PYTHONPATH="$SITE" python3 -m pytest -q -p no:cacheprovider "$REPO/python/tests/test_gpu.py" \
-            "$REPO/python/tests/test_torch.py") || fail "Python tests from the CUDA wheel"
+            "$REPO/python/tests/test_torch.py" "$REPO/python/tests/test_bias_mask.py") || fail "Python tests from the CUDA wheel"
 else
     echo "python3 has no torch or pytest: the Python step is skipped"
 fi

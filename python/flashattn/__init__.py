@@ -16,6 +16,12 @@ from .flash_attn_interface import (flash_attn_backward, flash_attn_forward, flas
                                    flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
 from . import bert_padding
 
+try:  # programmable attention (bias, block-sparse masks): needs torch
+    from ._mods_impl import (BlockSparseMask, causal_block_mask, document_block_mask,
+                             flex_attention, prefix_lm_block_mask, sliding_window_block_mask)
+except ImportError:  # NumPy-only installs
+    pass
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -197,6 +197,33 @@ class FaParams(ctypes.Structure):
         ]
         + [("k_scale_" + axis + "_stride", _i64) for axis in ("batch", "row", "head")]
         + [("v_scale_" + axis + "_stride", _i64) for axis in ("batch", "row", "head")]
+        + [
+            # additive score bias and its gradient (CPU)
+            ("bias", _ptr),
+            ("bias_dtype", ctypes.c_int),
+        ]
+        + [("bias_" + axis + "_stride", _i64) for axis in ("batch", "head", "row", "col")]
+        + [("dbias", _ptr)]  # float *
+        + [("dbias_" + axis + "_stride", _i64) for axis in ("batch", "head", "row", "col")]
+        + [
+            # block-sparse mask (FlexAttention's BlockMask) and document ids (CPU)
+            ("block_q", _i64),
+            ("block_k", _i64),
+            ("kv_num_blocks", _ptr),  # const int32_t *
+            ("kv_indices", _ptr),
+            ("full_kv_num_blocks", _ptr),
+            ("full_kv_indices", _ptr),
+            ("block_count_batch_stride", _i64),
+            ("block_count_head_stride", _i64),
+            ("block_index_batch_stride", _i64),
+            ("block_index_head_stride", _i64),
+            ("block_index_row_stride", _i64),
+            ("partial_block_bits", _ptr),  # const uint8_t *
+            ("doc_ids_q", _ptr),  # const int32_t *
+            ("doc_ids_k", _ptr),
+            ("doc_ids_q_batch_stride", _i64),
+            ("doc_ids_k_batch_stride", _i64),
+        ]
     )
 
     # Not a field (Python-side only, not copied with the struct): the cached plan of the call's

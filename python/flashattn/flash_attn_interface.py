@@ -18,6 +18,8 @@ them up to multiples of 128), negated where dropout dropped the element (for tes
 sizes). NumPy arrays take no dropout.
 flash_attn_varlen_func takes block_table (a paged KV cache, chunked prefill; forward only) and
 flash_attn_with_kvcache paged caches with any page size.
+attn_bias (flash_attn_func, flash_attn_varlen_func; torch tensors on the CPU): an additive score
+bias broadcastable to (batch, nheads, seqlen_q, seqlen_k) with its gradient through autograd.
 """
 
 import os
@@ -51,9 +53,20 @@ def _reject_torch_mix(*tensors):
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_size, softcap, alibi_slopes, sink_logits, deterministic,
-               dropout_p=0.0, return_attn_probs=False, block_table=None):
+               dropout_p=0.0, return_attn_probs=False, block_table=None, attn_bias=None):
     """(out, lse, S_dmask or None)."""
     dropout_p = _core.check_dropout(dropout_p)
+    if attn_bias is not None:
+        if not _is_torch(q):
+            raise NotImplementedError("flashattn: attn_bias needs torch tensors (CPU)")
+        if dropout_p > 0 or block_table is not None:
+            raise NotImplementedError("flashattn: attn_bias with %s is not supported"
+                                      % ("dropout_p > 0" if dropout_p > 0 else "block_table"))
+        from . import _mods_impl
+        out, lse = _mods_impl.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                                        alibi_slopes, sink_logits, deterministic, attn_bias=attn_bias)
+        return out, lse, None
     if _is_torch(q):
         rng_state = _torch_impl._philox_state() if dropout_p > 0 else None
         if block_table is not None:
@@ -99,7 +112,7 @@ def _unpack(packed, name, axis, count, rank, layout):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False, *, sink_logits=None):
+                    return_attn_probs=False, *, sink_logits=None, attn_bias=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over k (batch, seqlen_k, nheads_k,
     headdim) and v (batch, seqlen_k, nheads_k, headdim_v); nheads a multiple of nheads_k (GQA/MQA:
     query head h uses kv head h // (nheads // nheads_k)).
@@ -115,9 +128,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     return_attn_probs; softmax_lse is (batch, nheads, seqlen_q) fp32 (natural log); S_dmask is
     None without dropout, else (batch, nheads, seqlen_q, seqlen_k) in q's dtype: the softmax
     probabilities, negated where dropout dropped the element (S_dmask >= 0 is the kept mask).
+    attn_bias: a float32 / float16 / bfloat16 tensor broadcastable to (batch, nheads, seqlen_q,
+    seqlen_k), added to the scores after softcap (-inf masks); its gradient is returned by
+    autograd reduced to attn_bias's own shape. CPU tensors (CUDA: NotImplementedError for now).
     """
     result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,
+                          attn_bias=attn_bias)
     return _result(result, return_attn_probs)
 
 
@@ -144,7 +161,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None, *, sink_logits=None):
+                           return_attn_probs=False, block_table=None, *, sink_logits=None,
+                           attn_bias=None):
     """Variable-length attention: q (total_q, nheads, headdim), k (total_k, nheads_k, headdim),
     v (total_k, nheads_k, headdim_v); sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1]-1.
     max_seqlen_q/k: the longest sequence (an upper bound is fine). Masks are per sequence.
@@ -155,10 +173,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     dropout_p / return_attn_probs as in flash_attn_func (S_dmask (batch, nheads, max_seqlen_q,
     max_seqlen_k)). Returns out (total_q, nheads, headdim_v), or (out, softmax_lse (nheads,
     total_q), S_dmask).
+    attn_bias: as in flash_attn_func, broadcastable to (batch, nheads, max_seqlen_q,
+    max_seqlen_k) and indexed by positions within each sequence (flash_attn's padded layout).
     """
     result = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
-                          deterministic, dropout_p, return_attn_probs, block_table)
+                          deterministic, dropout_p, return_attn_probs, block_table,
+                          attn_bias=attn_bias)
     return _result(result, return_attn_probs)
 
 

@@ -8,8 +8,10 @@
  *   2. sizes (batch, seqlens, heads, head dims), heads_q % heads_kv
  *   3. scalars (softmax_scale, softcap, alibi_batch_stride)
  *   4. tensor pointers needed by the call
- *   5. varlen fields (both cu_seqlens or neither; totals; on the CPU the cu_seqlens contents)
+ *   5. varlen fields (both cu_seqlens or neither; totals; on the CPU the cu_seqlens contents),
+ *      then the score bias / block mask / document ids fields (fa_validate_score_mods)
  *   6. strides (non-negative; outputs must not overlap themselves; offsets fit in int64)
+ *      and, on the CPU, the block lists' contents (fa_check_score_mod_contents)
  *   7. the engine's own limits (fa_cuda_check_*), then the caller's workspace size
  */
 #include <math.h>
@@ -184,6 +186,15 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         if (s != FA_OK) return s;
     }
 
+    /* score bias, document ids, block-sparse mask (fa_validate.c) */
+    {
+        const char *no_mods = kind == CALL_STANDARD                      ? "fa_standard_forward"
+                              : kind == CALL_FORWARD && p->attn_probs   ? "fa_forward with attn_probs"
+                                                                         : NULL;
+        fa_status s = fa_validate_score_mods(pb, no_mods, kind == CALL_BACKWARD, 0);
+        if (s != FA_OK) return s;
+    }
+
     /* 6. strides, byte spans and alignment of every array the call touches (a paged K/V's page
      * pool: fa_validate_paged_kv); outputs must not share memory with anything else */
     int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q;
@@ -193,7 +204,7 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     if (!fa_mul_add_ok(hq, p->total_q, 0, &lse_elems))
         return fa_set_error(FA_ERR_OVERFLOW, "heads_q × total_q overflows");
     const int fwd_out = kind != CALL_BACKWARD, bwd = kind == CALL_BACKWARD;
-    fa_tensor_view views[16];
+    fa_tensor_view views[16 + FA_SCORE_MOD_VIEWS];
     int nviews = 0;
     views[nviews++] = make_view("q", 0, pb, p->q, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
     if (!paged) {
@@ -219,8 +230,10 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         views[nviews++] = fa_array_view("cu_seqlens_q", 0, p->cu_seqlens_q, p->batch + 1, 4);
         views[nviews++] = fa_array_view("cu_seqlens_k", 0, p->cu_seqlens_k, p->batch + 1, 4);
     }
+    nviews += fa_score_mod_views(pb, bwd, views + nviews);
     fa_status s = fa_check_views(views, nviews);
     if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    if ((s = fa_check_score_mod_contents(pb)) != FA_OK) return s;
     const int64_t nb = pb->varlen ? 1 : p->batch;
 #define ZERO_UNUSED(t, rows, heads)                                                                \
     fa_zero_unused_strides(nb, &p->t##_batch_stride, rows, &p->t##_row_stride, heads, &p->t##_head_stride)

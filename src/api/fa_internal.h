@@ -43,6 +43,16 @@ typedef struct fa_problem {
     int has_dropout;
     uint32_t dropout_threshold;
     float dropout_keep_scale;
+    /* score modifications (p.bias, p.doc_ids_*, the block mask; fa_validate_score_mods):
+     * has_mods: any of them, the engine runs its tile function (src/cpu/cpu_mods.c) on every score
+     * tile. With a block mask the element window moves to elem_window_left / right and
+     * p.window_left / right become -1 (the engines' range logic then sees no window: causal and
+     * window hold inside partial blocks only); without one elem_window_* equal p.window_*. */
+    int has_mods;
+    int has_block_mask;
+    int64_t q_blocks, kv_blocks;   /* block mask: ceil(seqlen_q / block_q), ceil(seqlen_k / block_k) */
+    int64_t block_bytes;           /* partial_block_bits bytes per block: ceil(block_q·block_k / 8)  */
+    int64_t elem_window_left, elem_window_right;
 } fa_problem;
 
 /* Record a detailed message for the calling thread and return `status` (printf-style). */
@@ -116,6 +126,21 @@ fa_status fa_validate_common(fa_problem *pb);
  * has_dropout, dropout_threshold, dropout_keep_scale), and their rejection where a call has no
  * dropout (`call`, e.g. "fa_kvcache_forward", names it; NULL: the call supports them). */
 fa_status fa_validate_dropout(fa_problem *pb, const char *call);
+
+/* ---- score modifications: bias, document ids, block-sparse mask (src/api/fa_validate.c) ---- */
+
+/* Scalar fields of p.bias / p.dbias / the block mask / doc ids for a call (`call` names it in
+ * messages; backward: dbias is used; kvcache: bias only), CUDA rejected (FA_ERR_UNSUPPORTED
+ * naming the field); sets has_mods, has_block_mask, q_blocks, kv_blocks, block_bytes. Call
+ * after the varlen fields are checked. */
+fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward, int kvcache);
+/* Append the views of the arrays above (bias, dbias, counts, indices, bits, doc ids) to
+ * views; returns how many (at most FA_SCORE_MOD_VIEWS). */
+#define FA_SCORE_MOD_VIEWS 8
+int fa_score_mod_views(const fa_problem *pb, int backward, fa_tensor_view *views);
+/* After the views passed, on the CPU: the block lists' contents (counts, ranges, order, no
+ * block both partial and full); then the window resolution described at fa_problem. */
+fa_status fa_check_score_mod_contents(fa_problem *pb);
 
 /* fa_forward with a paged K/V (p.block_table set): page_size, num_pages, the table's row
  * stride, the page pool's strides (k / v [num_pages, page_size, heads_kv, d]) and, on the CPU,

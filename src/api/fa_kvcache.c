@@ -350,6 +350,12 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     if ((s = fa_validate_kv_quant(p)) != FA_OK) return s; /* kv_dtype, k_scale / v_scale */
     if ((s = check_latent_cache(p)) != FA_OK) return s;
     if ((s = check_strides(p)) != FA_OK) return s;
+    /* the score bias over (query, cache slot); block masks and document ids are rejected */
+    if ((s = fa_validate_score_mods(pb, NULL, 0, 1)) != FA_OK) return s;
+    if (pb->has_mods) {
+        fa_tensor_view mods[FA_SCORE_MOD_VIEWS];
+        if ((s = fa_check_views(mods, fa_score_mod_views(pb, 0, mods))) != FA_OK) return s;
+    }
 
     /* 5. */
     if (p->device == FA_DEVICE_CPU && (s = check_host_arrays(p)) != FA_OK) return s;

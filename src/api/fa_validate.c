@@ -347,3 +347,215 @@ fa_status fa_validate_paged_kv(const fa_problem *pb) {
     }
     return FA_OK;
 }
+
+/* ==== score modifications: bias, document ids, block-sparse mask ============================ */
+
+static int64_t dtype_bytes(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4 : 2; }
+
+fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward, int kvcache) {
+    const fa_params *p = &pb->p;
+    pb->has_mods = 0;
+    pb->has_block_mask = 0;
+    pb->q_blocks = pb->kv_blocks = pb->block_bytes = 0;
+    pb->elem_window_left = p->window_left;
+    pb->elem_window_right = p->window_right;
+    const int has_bias = p->bias != NULL, has_dbias = backward && p->dbias != NULL;
+    const int has_blocks = p->kv_num_blocks != NULL, has_docs = p->doc_ids_q != NULL || p->doc_ids_k != NULL;
+    if (!has_bias && !has_dbias && !has_blocks && !has_docs && p->partial_block_bits == NULL &&
+        p->kv_indices == NULL && p->full_kv_num_blocks == NULL && p->full_kv_indices == NULL)
+        return FA_OK;
+    const char *field = has_bias ? "bias" : has_dbias ? "dbias" : has_blocks ? "kv_num_blocks"
+                      : has_docs ? "doc_ids_q / doc_ids_k" : "a block-mask array";
+    if (p->device == FA_DEVICE_CUDA)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "%s is set: the CUDA engine has no score bias, document ids or block-sparse "
+                            "masks yet (they run on the CPU)", field);
+    if (call != NULL && (has_bias || has_blocks || has_docs))
+        return fa_set_error(FA_ERR_UNSUPPORTED, "%s is set: %s does not support score biases or masks beyond "
+                            "causal / window (fa_forward and fa_backward do)", field, call);
+    if (has_dbias && !has_bias)
+        return fa_set_error(FA_ERR_NULL_POINTER, "dbias is set but bias is NULL: the bias gradient needs the bias");
+    if (has_bias) {
+        if (p->bias_dtype != FA_DTYPE_F32 && p->bias_dtype != FA_DTYPE_F16 && p->bias_dtype != FA_DTYPE_BF16)
+            return fa_set_error(FA_ERR_DTYPE, "bias_dtype = %d is not a fa_dtype value", (int)p->bias_dtype);
+        if (p->bias_col_stride != 0 && p->bias_col_stride != 1)
+            return fa_set_error(FA_ERR_STRIDE,
+                                "bias_col_stride = %lld: the key axis of bias must be contiguous (1) or "
+                                "broadcast (0)", (long long)p->bias_col_stride);
+    }
+    if (has_dbias && p->dbias_col_stride != 0 && p->dbias_col_stride != 1)
+        return fa_set_error(FA_ERR_STRIDE,
+                            "dbias_col_stride = %lld: the key axis of dbias must be contiguous (1) or summed "
+                            "over (0)", (long long)p->dbias_col_stride);
+    if ((p->doc_ids_q == NULL) != (p->doc_ids_k == NULL))
+        return fa_set_error(FA_ERR_NULL_POINTER, "doc_ids_%s is set but doc_ids_%s is NULL: give both or neither",
+                            p->doc_ids_q ? "q" : "k", p->doc_ids_q ? "k" : "q");
+    if (has_docs && (p->doc_ids_q_batch_stride < 0 || p->doc_ids_k_batch_stride < 0))
+        return fa_set_error(FA_ERR_STRIDE, "doc_ids_%s_batch_stride = %lld is negative",
+                            p->doc_ids_q_batch_stride < 0 ? "q" : "k",
+                            (long long)(p->doc_ids_q_batch_stride < 0 ? p->doc_ids_q_batch_stride
+                                                                      : p->doc_ids_k_batch_stride));
+    if (!has_blocks && (p->kv_indices || p->full_kv_num_blocks || p->full_kv_indices || p->partial_block_bits))
+        return fa_set_error(FA_ERR_NULL_POINTER,
+                            "%s is set but kv_num_blocks is NULL: a block mask needs kv_num_blocks and kv_indices",
+                            p->kv_indices ? "kv_indices" : p->full_kv_num_blocks ? "full_kv_num_blocks"
+                            : p->full_kv_indices ? "full_kv_indices" : "partial_block_bits");
+    if (has_blocks) {
+        if (kvcache)
+            return fa_set_error(FA_ERR_UNSUPPORTED, "kv_num_blocks is set: fa_kvcache_forward has no block-sparse "
+                                "masks (fa_forward / fa_backward do)");
+        FA_REQUIRE_PTR(p->kv_indices, "kv_indices");
+        if ((p->full_kv_num_blocks == NULL) != (p->full_kv_indices == NULL))
+            return fa_set_error(FA_ERR_NULL_POINTER, "%s is set but %s is NULL: give both or neither",
+                                p->full_kv_num_blocks ? "full_kv_num_blocks" : "full_kv_indices",
+                                p->full_kv_num_blocks ? "full_kv_indices" : "full_kv_num_blocks");
+        FA_REQUIRE_RANGE(p->block_q, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "block_q");
+        FA_REQUIRE_RANGE(p->block_k, 1, FA_MAX_EXTENT, FA_ERR_INVALID_SIZE, "block_k");
+        pb->q_blocks = (p->seqlen_q + p->block_q - 1) / p->block_q;
+        pb->kv_blocks = (p->seqlen_k + p->block_k - 1) / p->block_k;
+        if (p->partial_block_bits) {
+            int64_t bits;
+            if (!fa_mul_add_ok(p->block_q, p->block_k, 7, &bits))
+                return fa_set_error(FA_ERR_OVERFLOW, "block_q × block_k overflows");
+            pb->block_bytes = bits / 8;
+        }
+        pb->has_block_mask = 1;
+    }
+    if (kvcache && has_docs)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "doc_ids_q is set: fa_kvcache_forward has no document masks");
+    pb->has_mods = has_bias || has_blocks || has_docs;
+    return FA_OK;
+}
+
+int fa_score_mod_views(const fa_problem *pb, int backward, fa_tensor_view *views) {
+    const fa_params *p = &pb->p;
+    static const char *const bias_axes[3] = {"batch", "head", "row"};
+    static const char *const count_axes[3] = {"batch", "head", "unused"};
+    static const char *const doc_axes[3] = {"batch", "unused", "unused"};
+    const int64_t b = p->batch, hq = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
+    int n = 0;
+    if (p->bias) {
+        fa_tensor_view t = {.name = "bias", .axis_names = bias_axes, .extent = {b, hq, sq},
+                            .stride = {p->bias_batch_stride, p->bias_head_stride, p->bias_row_stride},
+                            .dim = p->bias_col_stride == 0 ? 1 : sk, .ptr = p->bias,
+                            .elem_bytes = dtype_bytes(p->bias_dtype)};
+        views[n++] = t;
+    }
+    if (backward && p->dbias) {
+        /* a summed axis (stride 0) is one element wide in memory */
+        fa_tensor_view t = {.name = "dbias", .axis_names = bias_axes, .is_output = 1,
+                            .extent = {p->dbias_batch_stride ? b : 1, p->dbias_head_stride ? hq : 1,
+                                       p->dbias_row_stride ? sq : 1},
+                            .stride = {p->dbias_batch_stride, p->dbias_head_stride, p->dbias_row_stride},
+                            .dim = p->dbias_col_stride == 0 ? 1 : sk, .ptr = p->dbias, .elem_bytes = 4};
+        views[n++] = t;
+    }
+    if (pb->has_block_mask) {
+        const int64_t qb = pb->q_blocks, kb = pb->kv_blocks;
+        fa_tensor_view counts = {.name = "block_count", .axis_names = count_axes, .field = "kv_num_blocks",
+                                 .extent = {b, hq, 1},
+                                 .stride = {p->block_count_batch_stride, p->block_count_head_stride, 0},
+                                 .dim = qb, .ptr = p->kv_num_blocks, .elem_bytes = 4};
+        fa_tensor_view index = {.name = "block_index", .field = "kv_indices", .axis_names = bias_axes,
+                                .extent = {b, hq, qb},
+                                .stride = {p->block_index_batch_stride, p->block_index_head_stride,
+                                           p->block_index_row_stride},
+                                .dim = kb, .ptr = p->kv_indices, .elem_bytes = 4};
+        views[n++] = counts;
+        views[n++] = index;
+        if (p->full_kv_num_blocks) {
+            counts.field = "full_kv_num_blocks";
+            counts.ptr = p->full_kv_num_blocks;
+            index.field = "full_kv_indices";
+            index.ptr = p->full_kv_indices;
+            views[n++] = counts;
+            views[n++] = index;
+        }
+        if (p->partial_block_bits) {
+            fa_tensor_view bits = index;
+            bits.field = "partial_block_bits";
+            bits.ptr = p->partial_block_bits;
+            bits.elem_bytes = 1;
+            int ok = 1;
+            for (int a = 0; a < 3; a++) ok &= fa_mul_add_ok(bits.stride[a], pb->block_bytes, 0, &bits.stride[a]);
+            ok &= fa_mul_add_ok(bits.dim, pb->block_bytes, 0, &bits.dim);
+            if (!ok) bits.stride[0] = INT64_MAX; /* reported as an overflow by the view check */
+            views[n++] = bits;
+        }
+    }
+    if (p->doc_ids_q) {
+        const int varlen = p->cu_seqlens_q != NULL;
+        fa_tensor_view dq = {.name = "doc_ids_q", .axis_names = doc_axes, .extent = {varlen ? 1 : b, 1, 1},
+                             .stride = {varlen ? 0 : p->doc_ids_q_batch_stride, 0, 0},
+                             .dim = varlen ? p->total_q : sq, .ptr = p->doc_ids_q, .elem_bytes = 4};
+        fa_tensor_view dk = {.name = "doc_ids_k", .axis_names = doc_axes, .extent = {varlen ? 1 : b, 1, 1},
+                             .stride = {varlen ? 0 : p->doc_ids_k_batch_stride, 0, 0},
+                             .dim = varlen ? p->total_k : sk, .ptr = p->doc_ids_k, .elem_bytes = 4};
+        views[n++] = dq;
+        views[n++] = dk;
+    }
+    return n;
+}
+
+/* One list of block indices: count in [0, kv_blocks], entries strictly increasing in range. */
+static fa_status check_block_list(const char *count_name, const char *index_name, int32_t count,
+                                  const int32_t *list, int64_t kv_blocks, int64_t b, int64_t h, int64_t qb) {
+    if (count < 0 || count > kv_blocks)
+        return fa_set_error(FA_ERR_INVALID_ARGUMENT, "%s[%lld][%lld][%lld] = %d is out of range [0, kv_blocks = %lld]",
+                            count_name, (long long)b, (long long)h, (long long)qb, count, (long long)kv_blocks);
+    for (int32_t n = 0; n < count; n++) {
+        if (list[n] < 0 || list[n] >= kv_blocks)
+            return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                "%s[%lld][%lld][%lld][%d] = %d is out of range [0, kv_blocks = %lld)", index_name,
+                                (long long)b, (long long)h, (long long)qb, n, list[n], (long long)kv_blocks);
+        if (n > 0 && list[n] <= list[n - 1])
+            return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                "%s[%lld][%lld][%lld]: entries %d and %d are %d and %d; the list must be strictly "
+                                "increasing (sorted, no duplicates)", index_name, (long long)b, (long long)h,
+                                (long long)qb, n - 1, n, list[n - 1], list[n]);
+    }
+    return FA_OK;
+}
+
+fa_status fa_check_score_mod_contents(fa_problem *pb) {
+    fa_params *p = &pb->p;
+    if (!pb->has_block_mask) return FA_OK;
+    /* broadcast axes (stride 0) hold one list set */
+    const int64_t nb = p->block_count_batch_stride == 0 && p->block_index_batch_stride == 0 ? 1 : p->batch;
+    const int64_t nh = p->block_count_head_stride == 0 && p->block_index_head_stride == 0 ? 1 : p->heads_q;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t qb = 0; qb < pb->q_blocks; qb++) {
+                const int64_t c_off = b * p->block_count_batch_stride + h * p->block_count_head_stride + qb;
+                const int64_t i_off = b * p->block_index_batch_stride + h * p->block_index_head_stride +
+                                      qb * p->block_index_row_stride;
+                const int32_t n_part = p->kv_num_blocks[c_off];
+                fa_status s = check_block_list("kv_num_blocks", "kv_indices", n_part, p->kv_indices + i_off,
+                                               pb->kv_blocks, b, h, qb);
+                if (s != FA_OK || !p->full_kv_num_blocks) {
+                    if (s != FA_OK) return s;
+                    continue;
+                }
+                const int32_t n_full = p->full_kv_num_blocks[c_off];
+                s = check_block_list("full_kv_num_blocks", "full_kv_indices", n_full, p->full_kv_indices + i_off,
+                                     pb->kv_blocks, b, h, qb);
+                if (s != FA_OK) return s;
+                const int32_t *a = p->kv_indices + i_off, *f = p->full_kv_indices + i_off;
+                for (int32_t x = 0, y = 0; x < n_part && y < n_full;) { /* merge of two sorted lists */
+                    if (a[x] == f[y])
+                        return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                            "key block %d is listed both in kv_indices[%lld][%lld][%lld] (partial) "
+                                            "and in full_kv_indices[%lld][%lld][%lld] (full)",
+                                            a[x], (long long)b, (long long)h, (long long)qb, (long long)b,
+                                            (long long)h, (long long)qb);
+                    if (a[x] < f[y]) x++;
+                    else y++;
+                }
+            }
+    /* causal / window hold inside partial blocks only: the engines' range logic sees none */
+    pb->elem_window_left = p->window_left;
+    pb->elem_window_right = p->window_right;
+    p->window_left = p->window_right = -1;
+    pb->has_mask = 0;
+    return FA_OK;
+}

@@ -39,6 +39,12 @@
  * dP is multiplied by Z before the softmax step (dS = P ∘ (Z ∘ dP - D), D = rowsum(dO ∘ O) still),
  * and P by Z before dV += (Z ∘ P)ᵀ dO.
  *
+ * Score modifications (bias, document ids, block mask; cpu_mods.c) are applied on every tile
+ * after softcap / ALiBi; tiles that no block list reaches are skipped. dbias (when requested)
+ * has a pass of its own after the others, pass 4, item (dbias output block): it recomputes S and
+ * dP for the rows and keys that add into its block, in a fixed order over the summed axes, and
+ * writes dL/dbias = P ∘ (Z ∘ dP - D) (backward_dbias_item).
+ *
  * Every output element is written by exactly one item, whose arithmetic order does not depend
  * on the thread that runs it, and the scheme depends on the problem and the machine's core
  * count, not on num_threads: results are bitwise identical for any thread count and run to run
@@ -66,7 +72,8 @@ typedef struct bwd_ctx {
     int64_t *item_start;    /* [batch + 1] first item of each sequence in the current pass     */
     atomic_llong next_item;
     int64_t total_items;
-    int pass;  /* 0: D and dsink, 1: dK/dV per key block, 2: dQ per query block, 3: fused    */
+    int pass;  /* 0: D and dsink, 1: dK/dV per key block, 2: dQ per query block, 3: fused,
+                  4: dbias per output block                                                   */
     int fused;
     char *scratch;
     size_t scratch_bytes;
@@ -89,6 +96,8 @@ typedef struct bwd_scratch {
     /* both */
     float *row_tmp, *row_tmp2, *stage, *lse, *dsum, *slope;
     int32_t *lo_rel, *hi_rel, *diag_rel;
+    /* dbias pass: one output block [BLOCK_ROWS][BLOCK_KEYS] */
+    float *dbias_acc;
 } bwd_scratch;
 
 static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *base, bwd_scratch *s) {
@@ -121,6 +130,7 @@ static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *bas
     s->lse = TAKE_F32(rows_max);
     s->dsum = TAKE_F32(rows_max);
     s->slope = TAKE_F32(rows_max);
+    s->dbias_acc = pb->p.dbias ? TAKE_F32(BLOCK_ROWS * BLOCK_KEYS) : NULL;
 #undef TAKE_F32
     int64_t d_even = fa_cpu_round_up(d, 2), dv_even = fa_cpu_round_up(dv, 2);
     s->k_pairs = (uint16_t *)fa_cpu_take(&a, sizeof(uint16_t) * (size_t)(d_even * KV_KEYS));
@@ -255,6 +265,8 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
             fa_key_range(i0, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_first, &hi_first);
             fa_key_range(i0 + n_rows - 1, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_last, &hi_last);
             if (hi_last <= j0 || lo_first >= j0 + n_keys) continue;
+            const fa_cpu_mod_rows mods = {b, seq, 0, NULL, NULL, h, i0, n_rows};
+            if (pb->has_block_mask && !fa_cpu_mods_see_keys(pb, &mods, j0, j0 + n_keys)) continue;
             int needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j0 + n_keys);
 
             /* Q and dO rows: in place when fp32 with a padded width, else converted */
@@ -295,6 +307,7 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                                        w->diag_rel, w->slope};
                 kern->transform_scores(&t);
             }
+            if (pb->has_mods) fa_cpu_apply_mods(pb, &mods, w->s, keys_pad, 0, j0, n_keys);
             /* dp[r][j] = do_r · v_j */
             if (c->bf16dot) {
                 fa_cpu_gemm_bf16_args dov = {n_rows, keys_pad, dv, (const uint16_t *)p->dout + do_off, p->do_row_stride,
@@ -372,11 +385,124 @@ static void backward_head_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
 
 /* ---- pass 2: dQ of one query block ---------------------------------------------------------------- */
 
-static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+/* Qᵀ and dOᵀ (keys-major B operands, or bf16 pairs), LSE, D and ALiBi slopes of query rows
+ * i0 .. i0 + n_rows of head h, lanes rows_pad (padding lanes: LSE -inf makes their P and dS 0). */
+static void load_q_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, const fa_seq *seq, int64_t h, int64_t i0,
+                         int64_t n_rows, int64_t rows_pad) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const size_t elem = c->elem;
+    int64_t lse_base = fa_lse_offset(pb, b, seq->q_start, h);
+    int64_t q_off = fa_row_offset(pb, b, seq->q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    int64_t do_off = fa_row_offset(pb, b, seq->q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+    if (c->bf16dot) {
+        load_rows_pairs(kern, w->q_pairs, rows_pad, w->stage, (const uint16_t *)p->q + q_off, p->q_row_stride, n_rows,
+                        c->d);
+        load_rows_pairs(kern, w->do_pairs, rows_pad, w->stage, (const uint16_t *)p->dout + do_off, p->do_row_stride,
+                        n_rows, c->dv);
+    } else {
+        load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
+                             p->q_row_stride, n_rows, c->d, p->dtype);
+        load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
+                             p->do_row_stride, n_rows, c->dv, p->dtype);
+    }
+    for (int64_t r = 0; r < rows_pad; r++) {
+        w->lse[r] = r < n_rows ? p->lse[lse_base + i0 + r] : -INFINITY;
+        w->dsum[r] = r < n_rows ? c->dsum[lse_base + i0 + r] : 0.0f;
+        w->slope[r] = p->alibi_slopes && r < n_rows ? p->alibi_slopes[b * p->alibi_batch_stride + h] : 0.0f;
+    }
+}
+
+/* Keys-major tiles of the rows load_q_block loaded against keys j0 .. j0 + n_keys: w->s = the
+ * transformed scores (softcap, ALiBi, masks, bias; softcap's tanh into w->tanh_vals when
+ * want_tanh) and w->dp = Z ∘ dO Vᵀ. Returns the K rows (GEMM operand, leading dimension *ldk). */
+static const float *q_block_tile(bwd_ctx *c, const bwd_scratch *w, int64_t b, const fa_seq *seq, int64_t h,
+                                 int64_t i0, int64_t n_rows, int64_t rows_pad, int64_t j0, int64_t n_keys,
+                                 int needs_mask, int want_tanh, int64_t *ldk) {
     const fa_problem *pb = c->pb;
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
     const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad;
+    const int64_t kv_head = h / pb->group, shift = seq->len_k - seq->len_q;
+    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
+    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    int64_t k_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+    int64_t v_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    int64_t ldv = 0;
+    const float *k_rows =
+        operand_rows(kern, c->k_direct, p->k, k_off, p->k_row_stride, n_keys, d, p->dtype, w->k_rows, d_pad, ldk);
+    /* V is only the A operand of dP: the bf16 GEMM reads the caller's rows itself */
+    const float *v_rows = c->bf16dot ? NULL
+                                     : operand_rows(kern, c->v_direct, p->v, v_off, p->v_row_stride, n_keys, dv,
+                                                    p->dtype, w->v_rows, dv, &ldv);
+
+    /* s_t[j][r] = scale · k_j · q_r */
+    if (c->bf16dot) {
+        fa_cpu_gemm_bf16_args qk = {n_keys, rows_pad, d, (const uint16_t *)p->k + k_off, p->k_row_stride,
+                                    w->q_pairs, rows_pad, w->s, rows_pad, score_scale};
+        kern->gemm_bf16(&qk);
+    } else {
+        fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, *ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
+                               FA_CPU_GEMM_STORE, score_scale, NULL};
+        kern->gemm(&qk);
+    }
+    if (apply_softcap || apply_alibi || needs_mask) {
+        for (int64_t r = 0; r < rows_pad; r++) {
+            int64_t lo = j0, hi = j0 + n_keys, diag = j0;
+            if (r < n_rows) {
+                fa_key_range(i0 + r, seq->len_q, seq->len_k, p->window_left, p->window_right, &lo, &hi);
+                diag = i0 + r + shift;
+            }
+            w->lo_rel[r] = fa_cpu_clamp_i32(lo - j0, 0, n_keys);
+            w->hi_rel[r] = fa_cpu_clamp_i32(hi - j0, 0, n_keys);
+            w->diag_rel[r] = fa_cpu_clamp_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
+        }
+        fa_cpu_score_tile t = {w->s, apply_softcap && want_tanh ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
+                               apply_softcap, apply_alibi, needs_mask, p->softcap, w->lo_rel, w->hi_rel,
+                               w->diag_rel, w->slope};
+        kern->transform_scores(&t);
+    }
+    if (pb->has_mods) {
+        const fa_cpu_mod_rows mods = {b, *seq, 0, NULL, NULL, h, i0, n_rows};
+        fa_cpu_apply_mods(pb, &mods, w->s, rows_pad, 1, j0, n_keys);
+    }
+    /* dp_t[j][r] = v_j · do_r */
+    if (c->bf16dot) {
+        fa_cpu_gemm_bf16_args vdo = {n_keys, rows_pad, dv, (const uint16_t *)p->v + v_off, p->v_row_stride,
+                                     w->do_pairs, rows_pad, w->dp, rows_pad, 1.0f};
+        kern->gemm_bf16(&vdo);
+    } else {
+        fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
+                                FA_CPU_GEMM_STORE, 1.0f, NULL};
+        kern->gemm(&vdo);
+    }
+    if (pb->has_dropout) /* dP -> Z ∘ dP */
+        for (int64_t r = 0; r < n_rows; r++)
+            fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold, pb->dropout_keep_scale, b,
+                                 h, p->heads_q, i0 + r, j0, n_keys, w->dp + r, rows_pad);
+    return k_rows;
+}
+
+/* Does the tile of rows [i0, i0 + n_rows) and keys [j0, j1) hold any visible element (key
+ * ranges, then the block lists)? *needs_mask: some element is outside a row's key range. */
+static int q_block_tile_visible(const fa_problem *pb, int64_t b, const fa_seq *seq, int64_t h, int64_t i0,
+                                int64_t n_rows, int64_t j0, int64_t j1, int *needs_mask) {
+    const fa_params *p = &pb->p;
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    fa_key_range(i0, seq->len_q, seq->len_k, p->window_left, p->window_right, &lo_first, &hi_first);
+    fa_key_range(i0 + n_rows - 1, seq->len_q, seq->len_k, p->window_left, p->window_right, &lo_last, &hi_last);
+    if (hi_last <= j0 || lo_first >= j1) return 0;
+    *needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j1);
+    const fa_cpu_mod_rows mods = {b, *seq, 0, NULL, NULL, h, i0, n_rows};
+    return !pb->has_block_mask || fa_cpu_mods_see_keys(pb, &mods, j0, j1);
+}
+
+static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const fa_cpu_kernels *kern = c->kern;
+    const int64_t d = c->d, d_pad = c->d_pad;
     const size_t elem = c->elem;
     fa_seq seq = fa_sequence(pb, b);
     int64_t q_blocks = (seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
@@ -384,94 +510,20 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
     int64_t i0 = (q_blocks - 1 - local % q_blocks) * BLOCK_ROWS;
     int64_t n_rows = seq.len_q - i0 < BLOCK_ROWS ? seq.len_q - i0 : BLOCK_ROWS;
     int64_t rows_pad = fa_cpu_round_up(n_rows, FA_CPU_PAD);
-    int64_t kv_head = h / pb->group;
-    int64_t shift = seq.len_k - seq.len_q;
-    int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
 
     int64_t lo_first, hi_first, lo_last, hi_last;
     fa_key_range(i0, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_first, &hi_first);
     fa_key_range(i0 + n_rows - 1, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo_last, &hi_last);
-
-    int64_t q_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    int64_t do_off = fa_row_offset(pb, b, seq.q_start, i0, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-    if (c->bf16dot) {
-        load_rows_pairs(kern, w->q_pairs, rows_pad, w->stage, (const uint16_t *)p->q + q_off, p->q_row_stride, n_rows,
-                        d);
-        load_rows_pairs(kern, w->do_pairs, rows_pad, w->stage, (const uint16_t *)p->dout + do_off, p->do_row_stride,
-                        n_rows, dv);
-    } else {
-        load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
-                             p->q_row_stride, n_rows, d, p->dtype);
-        load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
-                             p->do_row_stride, n_rows, dv, p->dtype);
-    }
-    /* padding lanes: LSE -inf makes their P and dS zero */
-    for (int64_t r = 0; r < rows_pad; r++) {
-        w->lse[r] = r < n_rows ? p->lse[lse_base + i0 + r] : -INFINITY;
-        w->dsum[r] = r < n_rows ? c->dsum[lse_base + i0 + r] : 0.0f;
-        w->slope[r] = p->alibi_slopes && r < n_rows ? p->alibi_slopes[b * p->alibi_batch_stride + h] : 0.0f;
-    }
+    load_q_block(c, w, b, &seq, h, i0, n_rows, rows_pad);
     memset(w->dq_acc, 0, sizeof(float) * (size_t)(n_rows * d_pad));
+    const int apply_softcap = p->softcap > 0.0f;
 
-    const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
-    int64_t keys_begin = lo_first, keys_end = hi_last;
-
-    for (int64_t j0 = keys_begin; j0 < keys_end; j0 += BLOCK_KEYS) {
-        int64_t n_keys = keys_end - j0 < BLOCK_KEYS ? keys_end - j0 : BLOCK_KEYS;
-        int64_t k_off =
-            fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-        int64_t v_off =
-            fa_row_offset(pb, b, seq.k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-        int64_t ldk, ldv = 0;
-        const float *k_rows = operand_rows(kern, c->k_direct, p->k, k_off, p->k_row_stride, n_keys, d, p->dtype,
-                                           w->k_rows, d_pad, &ldk);
-        /* V is only the A operand of dP: the bf16 GEMM reads the caller's rows itself */
-        const float *v_rows = c->bf16dot ? NULL
-                                         : operand_rows(kern, c->v_direct, p->v, v_off, p->v_row_stride, n_keys, dv,
-                                                        p->dtype, w->v_rows, dv, &ldv);
-
-        /* s_t[j][r] = scale · k_j · q_r */
-        if (c->bf16dot) {
-            fa_cpu_gemm_bf16_args qk = {n_keys, rows_pad, d, (const uint16_t *)p->k + k_off, p->k_row_stride,
-                                        w->q_pairs, rows_pad, w->s, rows_pad, score_scale};
-            kern->gemm_bf16(&qk);
-        } else {
-            fa_cpu_gemm_args qk = {n_keys, rows_pad, d, k_rows, ldk, 1, w->q_t, rows_pad, w->s, rows_pad,
-                                   FA_CPU_GEMM_STORE, score_scale, NULL};
-            kern->gemm(&qk);
-        }
-        int needs_mask = pb->has_mask && !(lo_last <= j0 && hi_first >= j0 + n_keys);
-        if (apply_softcap || apply_alibi || needs_mask) {
-            for (int64_t r = 0; r < rows_pad; r++) {
-                int64_t lo = j0, hi = j0 + n_keys, diag = j0;
-                if (r < n_rows) {
-                    fa_key_range(i0 + r, seq.len_q, seq.len_k, p->window_left, p->window_right, &lo, &hi);
-                    diag = i0 + r + shift;
-                }
-                w->lo_rel[r] = fa_cpu_clamp_i32(lo - j0, 0, n_keys);
-                w->hi_rel[r] = fa_cpu_clamp_i32(hi - j0, 0, n_keys);
-                w->diag_rel[r] = fa_cpu_clamp_i32(diag - j0, -FA_CPU_DIAG_LIMIT, FA_CPU_DIAG_LIMIT);
-            }
-            fa_cpu_score_tile t = {w->s, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
-                                   apply_softcap, apply_alibi, needs_mask, p->softcap, w->lo_rel, w->hi_rel,
-                                   w->diag_rel, w->slope};
-            kern->transform_scores(&t);
-        }
-        /* dp_t[j][r] = v_j · do_r */
-        if (c->bf16dot) {
-            fa_cpu_gemm_bf16_args vdo = {n_keys, rows_pad, dv, (const uint16_t *)p->v + v_off, p->v_row_stride,
-                                         w->do_pairs, rows_pad, w->dp, rows_pad, 1.0f};
-            kern->gemm_bf16(&vdo);
-        } else {
-            fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
-                                    FA_CPU_GEMM_STORE, 1.0f, NULL};
-            kern->gemm(&vdo);
-        }
-        if (pb->has_dropout) /* dP -> Z ∘ dP */
-            for (int64_t r = 0; r < n_rows; r++)
-                fa_dropout_apply_row(p->dropout_seed, p->dropout_offset, pb->dropout_threshold, pb->dropout_keep_scale,
-                                     b, h, p->heads_q, i0 + r, j0, n_keys, w->dp + r, rows_pad);
+    for (int64_t j0 = lo_first; j0 < hi_last; j0 += BLOCK_KEYS) {
+        int64_t n_keys = hi_last - j0 < BLOCK_KEYS ? hi_last - j0 : BLOCK_KEYS;
+        int needs_mask = 0;
+        if (!q_block_tile_visible(pb, b, &seq, h, i0, n_rows, j0, j0 + n_keys, &needs_mask)) continue;
+        int64_t ldk;
+        const float *k_rows = q_block_tile(c, w, b, &seq, h, i0, n_rows, rows_pad, j0, n_keys, needs_mask, 1, &ldk);
         fa_cpu_grad_tile g = {w->s, w->dp, apply_softcap ? w->tanh_vals : NULL, rows_pad, n_keys, rows_pad, 1,
                               w->lse, w->dsum, p->softmax_scale};
         kern->grad_scores(&g);
@@ -488,6 +540,78 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
     }
 }
 
+/* ---- pass 4: dbias ------------------------------------------------------------------------------ */
+
+/* dbias has an output block per item: (batch ob, head oh, up to BLOCK_ROWS rows, up to BLOCK_KEYS
+ * keys), where a summed axis (dbias stride 0) has extent 1 and its item loops over every index
+ * of that axis in a fixed order; dL/dbias = P ∘ (Z ∘ dP - D) (no scale, no softcap factor: the
+ * bias is added after both). Every dbias element is written by exactly one item. */
+typedef struct dbias_shape {
+    int sum_b, sum_h, sum_i, sum_j;
+    int64_t heads, row_blocks, key_blocks; /* per output batch index                            */
+} dbias_shape;
+
+static dbias_shape dbias_shape_of(const fa_params *p) {
+    dbias_shape s;
+    s.sum_b = p->dbias_batch_stride == 0 && p->batch > 1;
+    s.sum_h = p->dbias_head_stride == 0 && p->heads_q > 1;
+    s.sum_i = p->dbias_row_stride == 0;
+    s.sum_j = p->dbias_col_stride == 0;
+    s.heads = s.sum_h ? 1 : p->heads_q;
+    s.row_blocks = s.sum_i ? 1 : (p->seqlen_q + BLOCK_ROWS - 1) / BLOCK_ROWS; /* a sum over no rows is 0 */
+    s.key_blocks = s.sum_j ? 1 : (p->seqlen_k + BLOCK_KEYS - 1) / BLOCK_KEYS;
+    return s;
+}
+
+static void backward_dbias_item(bwd_ctx *c, const bwd_scratch *w, int64_t ob, int64_t local) {
+    const fa_problem *pb = c->pb;
+    const fa_params *p = &pb->p;
+    const dbias_shape sh = dbias_shape_of(p);
+    const int64_t oh = local / (sh.row_blocks * sh.key_blocks);
+    const int64_t orb = (local / sh.key_blocks) % sh.row_blocks, okb = local % sh.key_blocks;
+    const int64_t out_i0 = sh.sum_i ? 0 : orb * BLOCK_ROWS, out_j0 = sh.sum_j ? 0 : okb * BLOCK_KEYS;
+    const int64_t out_rows = sh.sum_i ? 1 : (p->seqlen_q - out_i0 < BLOCK_ROWS ? p->seqlen_q - out_i0 : BLOCK_ROWS);
+    const int64_t out_keys = sh.sum_j ? 1 : (p->seqlen_k - out_j0 < BLOCK_KEYS ? p->seqlen_k - out_j0 : BLOCK_KEYS);
+    float *acc = w->dbias_acc; /* [out_rows][BLOCK_KEYS] */
+    memset(acc, 0, sizeof(float) * (size_t)(BLOCK_ROWS * BLOCK_KEYS));
+
+    for (int64_t b = sh.sum_b ? 0 : ob; b < (sh.sum_b ? p->batch : ob + 1); b++) {
+        const fa_seq seq = fa_sequence(pb, b);
+        for (int64_t h = sh.sum_h ? 0 : oh; h < (sh.sum_h ? p->heads_q : oh + 1); h++) {
+            const int64_t i_begin = out_i0, i_end = sh.sum_i ? seq.len_q : (out_i0 + out_rows < seq.len_q ? out_i0 + out_rows : seq.len_q);
+            const int64_t j_begin = out_j0, j_end = sh.sum_j ? seq.len_k : (out_j0 + out_keys < seq.len_k ? out_j0 + out_keys : seq.len_k);
+            for (int64_t i0 = i_begin; i0 < i_end; i0 += BLOCK_ROWS) {
+                const int64_t n_rows = i_end - i0 < BLOCK_ROWS ? i_end - i0 : BLOCK_ROWS;
+                const int64_t rows_pad = fa_cpu_round_up(n_rows, FA_CPU_PAD);
+                int loaded = 0;
+                for (int64_t j0 = j_begin; j0 < j_end; j0 += BLOCK_KEYS) {
+                    const int64_t n_keys = j_end - j0 < BLOCK_KEYS ? j_end - j0 : BLOCK_KEYS;
+                    int needs_mask = 0;
+                    if (!q_block_tile_visible(pb, b, &seq, h, i0, n_rows, j0, j0 + n_keys, &needs_mask)) continue;
+                    if (!loaded) load_q_block(c, w, b, &seq, h, i0, n_rows, rows_pad);
+                    loaded = 1;
+                    int64_t ldk;
+                    q_block_tile(c, w, b, &seq, h, i0, n_rows, rows_pad, j0, n_keys, needs_mask, 0, &ldk);
+                    for (int64_t j = 0; j < n_keys; j++) {
+                        float *out = acc + (sh.sum_j ? 0 : j0 + j - out_j0);
+                        const float *s_row = w->s + j * rows_pad, *dp_row = w->dp + j * rows_pad;
+                        for (int64_t r = 0; r < n_rows; r++) {
+                            const float lse = w->lse[r];
+                            const float prob = lse == -INFINITY ? 0.0f : expf(s_row[r] - lse);
+                            const float g = prob == 0.0f ? 0.0f : prob * (dp_row[r] - w->dsum[r]);
+                            out[(sh.sum_i ? 0 : i0 + r - out_i0) * BLOCK_KEYS] += g;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t r = 0; r < out_rows; r++)
+        for (int64_t j = 0; j < out_keys; j++)
+            p->dbias[ob * p->dbias_batch_stride + oh * p->dbias_head_stride + (out_i0 + r) * p->dbias_row_stride +
+                     (out_j0 + j) * p->dbias_col_stride] = acc[r * BLOCK_KEYS + j];
+}
+
 /* ---- driver ----------------------------------------------------------------------------------------- */
 
 static void backward_task(void *arg, int thread_index) {
@@ -502,6 +626,7 @@ static void backward_task(void *arg, int thread_index) {
         if (c->pass == 0) backward_dsum_item(c, &w, b, local);
         else if (c->pass == 1) backward_kv_item(c, &w, b, local);
         else if (c->pass == 2) backward_q_item(c, &w, b, local);
+        else if (c->pass == 4) backward_dbias_item(c, &w, b, local);
         else backward_head_item(c, &w, b, local);
     }
 }
@@ -512,6 +637,10 @@ static int64_t pass_items(const fa_problem *pb, int pass, int64_t b) {
     if (pass == 0) return pb->p.heads_q;
     if (pass == 1) return pb->p.heads_kv * ((seq.len_k + KV_KEYS - 1) / KV_KEYS);
     if (pass == 2) return pb->p.heads_q * ((seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS);
+    if (pass == 4) { /* dbias output blocks; a summed batch axis: every item under sequence 0 */
+        const dbias_shape sh = dbias_shape_of(&pb->p);
+        return sh.sum_b && b > 0 ? 0 : sh.heads * sh.row_blocks * sh.key_blocks;
+    }
     return pb->p.heads_kv;
 }
 
@@ -565,9 +694,9 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.v_direct = fp32 && BLOCK_ROWS <= panel2;
 
     int max_threads = fa_cpu_thread_count(pb);
-    static const int split_passes[3] = {0, 1, 2}, fused_passes[2] = {0, 3};
+    static const int split_passes[4] = {0, 1, 2, 4}, fused_passes[3] = {0, 3, 4};
     const int *passes = c.fused ? fused_passes : split_passes;
-    int n_passes = c.fused ? 2 : 3;
+    int n_passes = (c.fused ? 2 : 3) + (p->dbias != NULL);
     for (int pi = 0; pi < n_passes; pi++) {
         int pass = passes[pi];
         c.item_start[0] = 0;

@@ -402,6 +402,10 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         /* softcap / ALiBi / masks and the online softmax, all rows at once */
         const int needs_mask = !(span.full_begin <= j0 && j0 + n <= span.full_end);
         fa_cpu_item_transform(c->kern, row, p, w->s, all, all_pad, j0, n, shift, needs_mask);
+        if (pb->has_mods) { /* the bias over (query, cache slot) */
+            const fa_cpu_mod_rows mods = {b, {0, 0, len_q, len_k}, seq->start, row->head, row->query, 0, 0, all};
+            fa_cpu_apply_mods(pb, &mods, w->s, all_pad, 1, j0, n);
+        }
         c->kern->softmax_step(w->s, all_pad, n, all_pad, row->max, row->sum, row->alpha);
         /* o += P V per kv head (P times the values' dequantisation factors) */
         for (int64_t g = 0; g < n_kv; g++) {

@@ -330,6 +330,30 @@ void fa_cpu_transpose_rows(float *dst, int64_t ld, const float *src, int64_t n_r
 void fa_cpu_pack_pairs_bf16(uint16_t *dst, int64_t ld, const float *src, int64_t src_ld, int64_t n_rows,
                             int64_t width);
 
+/* ---- score modifications: bias, document ids, block mask (cpu_mods.c) ------------------------ */
+
+/* The rows of a score tile as the modifications see them: row r is query row query[r] (or
+ * query0 + r) of head head[r] (or head0) of sequence b; key j0 + c of the tile is the sequence's
+ * key j0 + c and bias column bias_col0 + j0 + c (fa_kvcache_forward: bias_col0 = the first
+ * attended cache slot). Only rows 0 .. n_rows-1 are touched (padding lanes are left alone). */
+typedef struct fa_cpu_mod_rows {
+    int64_t b;
+    fa_seq seq;
+    int64_t bias_col0;
+    const int64_t *head, *query;
+    int64_t head0, query0;
+    int64_t n_rows;
+} fa_cpu_mod_rows;
+
+/* On a score tile after softcap and ALiBi (keys-major s[key][row] or rows-major s[row][key],
+ * leading dimension ld, keys j0 .. j0 + n_keys): visible elements get the bias added, the others
+ * become -inf (the rules are in cpu_mods.c). Call only when pb->has_mods. */
+void fa_cpu_apply_mods(const fa_problem *pb, const fa_cpu_mod_rows *m, float *s, int64_t ld, int keys_major,
+                       int64_t j0, int64_t n_keys);
+/* 0 when a block mask lists no block of keys [j0, j1) for any of the rows (the tile can be
+ * skipped); 1 otherwise, and always 1 without a block mask (for a non-empty range). */
+int fa_cpu_mods_see_keys(const fa_problem *pb, const fa_cpu_mod_rows *m, int64_t j0, int64_t j1);
+
 /* Geometry of sequence b of a KV-cache call (host arrays, validated). */
 typedef struct fa_cpu_kv_sequence {
     int64_t cache_row; /* contiguous cache: row of k / v (cache_batch_idx[b] or b)             */

@@ -19,6 +19,7 @@
  *                                                   bf16 input with kern->gemm_bf16: K rows read in
  *                                                   place as bf16, Qᵀ packed once as bf16 pairs
  *     softcap / ALiBi / mask on s_t                  mask only on tiles cut by a row's range
+ *     bias / block mask / doc ids (cpu_mods.c)      when set; tiles no block list reaches skipped
  *     online softmax on s_t: per-row max and sum are vectors across the lanes; s_t -> P
  *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
  *   o = o_acc / row_sum (with the sink in the denominator), lse = max + log(sum)
@@ -145,8 +146,11 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
     const int64_t shift = seq.len_k - seq.len_q;
 
+    const fa_cpu_mod_rows mods = {b, seq, 0, row->head, row->query, 0, 0, rows};
+
     for (int64_t j0 = keys.begin; j0 < keys.end; j0 += BLOCK_KEYS) {
         int64_t n_keys = keys.end - j0 < BLOCK_KEYS ? keys.end - j0 : BLOCK_KEYS;
+        if (pb->has_block_mask && !fa_cpu_mods_see_keys(pb, &mods, j0, j0 + n_keys)) continue; /* unlisted */
 
         /* K as the GEMM's A operand (row j at k_rows + j·ldk), V as B (row j at v_rows + j·ldv) */
         const float *k_rows, *v_rows;
@@ -196,6 +200,7 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
 
         int needs_mask = pb->has_mask && !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
         fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
+        if (pb->has_mods) fa_cpu_apply_mods(pb, &mods, w->s_t, rows_pad, 1, j0, n_keys); /* bias, blocks, docs */
 
         /* online softmax: s_t -> P, row max / sum updated, alpha = exp(old max - new max) */
         kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);

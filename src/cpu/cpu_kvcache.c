@@ -583,6 +583,10 @@ static void attention_item(kv_ctx *c, const kv_scratch *w, int64_t b, int64_t lo
         /* ---- softcap / ALiBi / masks, then the online softmax: s_t -> P ---- */
         int needs_mask = !(keys.full_begin <= j0 && j0 + n_keys <= keys.full_end);
         fa_cpu_item_transform(kern, row, p, w->s_t, rows, rows_pad, j0, n_keys, shift, needs_mask);
+        if (pb->has_mods) { /* the bias over (query, cache slot) */
+            const fa_cpu_mod_rows mods = {b, {0, 0, len_q, len_k}, c->seqs[b].start, row->head, row->query, 0, 0, rows};
+            fa_cpu_apply_mods(pb, &mods, w->s_t, rows_pad, 1, j0, n_keys);
+        }
         kern->softmax_step(w->s_t, rows_pad, n_keys, rows_pad, row->max, row->sum, row->alpha);
 
         /* ---- o_acc[r][:] = o_acc[r][:] · alpha[r] + Σ_j P[j][r] · v_j (per kv head) ---- */

@@ -667,6 +667,13 @@ static fa_status prepare(const fa_ring_params *r, ring_pass pass, ring_ctx *c) {
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "ring attention does not support sliding windows (use_window = 1): the "
                             "window of a block pair depends on the global positions of both shards");
+    if (a->bias != NULL || a->kv_num_blocks != NULL || a->doc_ids_q != NULL || a->doc_ids_k != NULL)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "ring attention does not support %s: its positions are global, the inner "
+                            "calls see one shard at a time",
+                            a->bias != NULL ? "a score bias (bias set)"
+                            : a->kv_num_blocks != NULL ? "block-sparse masks (kv_num_blocks set)"
+                                                       : "document ids (doc_ids_q / doc_ids_k set)");
     if (a->alibi_slopes != NULL)
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "ring attention does not support ALiBi (alibi_slopes set): the bias depends "

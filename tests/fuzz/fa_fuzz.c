@@ -158,6 +158,102 @@ static void *tensor(arena *a, reader *r, int64_t n0, int64_t s0, int64_t n1, int
 
 /* ---- attention calls ------------------------------------------------------------------------ */
 
+/* Sometimes a score bias (and its gradient), a block mask (lists valid or broken: unsorted,
+ * duplicated, out of range, a block both partial and full, a count past the blocks), bits and
+ * document ids, with broadcast or hostile strides. */
+static void fuzz_score_mods(reader *r, arena *a, fa_params *p, int64_t b, int64_t hq, int64_t sq, int64_t sk,
+                            int64_t tokens_q, int64_t tokens_k, int backward) {
+    if (take(r, 4) == 0) {
+        p->bias_dtype = (fa_dtype)take(r, 3);
+        const int elem = p->bias_dtype == FA_DTYPE_F32 ? 4 : 2;
+        p->bias_col_stride = take(r, 4) ? 1 : 0;
+        p->bias_row_stride = take(r, 4) ? sk + take(r, 3) : 0;
+        p->bias_head_stride = take(r, 3) ? (sq > 0 ? sq : 1) * (sk + 3) : 0;
+        p->bias_batch_stride = take(r, 3) ? hq * (sq > 0 ? sq : 1) * (sk + 3) : 0;
+        if (chance(r, 16)) p->bias_row_stride = hostile(r);
+        if (chance(r, 24)) p->bias_col_stride = hostile(r);
+        const int64_t dim = p->bias_col_stride == 0 ? 1 : sk;
+        p->bias = tensor(a, r, b, p->bias_batch_stride, hq, p->bias_head_stride, sq, p->bias_row_stride, dim, elem, 0);
+        if (backward && take(r, 2)) {
+            p->dbias_col_stride = p->bias_col_stride == 1 ? 1 : 0;
+            p->dbias_row_stride = p->bias_row_stride ? sk : 0;
+            p->dbias_head_stride = p->bias_head_stride ? (sq > 0 ? sq : 1) * sk : 0;
+            p->dbias_batch_stride = p->bias_batch_stride ? hq * (sq > 0 ? sq : 1) * sk : 0;
+            if (chance(r, 16)) p->dbias_head_stride = hostile(r);
+            p->dbias = tensor(a, r, p->dbias_batch_stride ? b : 1, p->dbias_batch_stride,
+                              p->dbias_head_stride ? hq : 1, p->dbias_head_stride, p->dbias_row_stride ? sq : 1,
+                              p->dbias_row_stride, p->dbias_col_stride ? sk : 1, 4, 1);
+        }
+    }
+    if (take(r, 5) == 0) {
+        p->block_q = 1 + take(r, 9);
+        p->block_k = 1 + take(r, 9);
+        const int64_t qb = (sq + p->block_q - 1) / p->block_q, kb = (sk + p->block_k - 1) / p->block_k;
+        const int64_t nb = take(r, 2) ? b : 1, nh = take(r, 2) ? hq : 1;
+        const int64_t lists = nb * nh * (qb > 0 ? qb : 1), width = kb > 0 ? kb : 1;
+        if (lists * width > MAX_ELEMS / 16) return; /* the check functions read every list */
+        int32_t *counts = alloc_buf(a, r, lists, 4, 0), *index = alloc_buf(a, r, lists * width, 4, 0);
+        int32_t *full_counts = alloc_buf(a, r, lists, 4, 0), *full_index = alloc_buf(a, r, lists * width, 4, 0);
+        for (int64_t l = 0; l < lists; l++) {
+            int32_t n_part = 0, n_full = 0;
+            for (int64_t k = 0; k < kb; k++) {
+                const uint32_t u = take(r, 3);
+                if (u == 1) index[l * width + n_part++] = (int32_t)k;
+                if (u == 2) full_index[l * width + n_full++] = (int32_t)k;
+            }
+            counts[l] = n_part;
+            full_counts[l] = n_full;
+        }
+        if (chance(r, 4) && lists > 0) { /* one broken list */
+            const int64_t l = take(r, (uint32_t)lists);
+            switch (take(r, 5)) {
+            case 0: counts[l] = (int32_t)kb + 1; break;                                     /* too many */
+            case 1: counts[l] = 1, index[l * width] = (int32_t)(take(r, 2) ? kb : -1); break; /* range */
+            case 2: if (kb >= 2) counts[l] = 2, index[l * width] = 1, index[l * width + 1] = 0; break;
+            case 3: if (kb >= 1) counts[l] = 1, full_counts[l] = 1, index[l * width] = full_index[l * width] = 0; break;
+            default: full_counts[l] = -1; break;
+            }
+        }
+        p->kv_num_blocks = counts;
+        p->kv_indices = index;
+        if (take(r, 2)) {
+            p->full_kv_num_blocks = full_counts;
+            p->full_kv_indices = full_index;
+        }
+        p->block_count_batch_stride = nb > 1 ? nh * qb : 0;
+        p->block_count_head_stride = nh > 1 ? qb : 0;
+        p->block_index_row_stride = width;
+        p->block_index_head_stride = nh > 1 ? qb * width : 0;
+        p->block_index_batch_stride = nb > 1 ? nh * qb * width : 0;
+        if (chance(r, 16)) { /* only values the validation must reject: the lists are read */
+            const int64_t hv = hostile(r);
+            if (hv < 0 || span_of(nb, p->block_index_batch_stride, nh, p->block_index_head_stride, qb, hv, kb) < 0) {
+                p->block_index_row_stride = hv;
+                a->must_reject = 1;
+            }
+        }
+        if (take(r, 2)) {
+            const int64_t bytes = (p->block_q * p->block_k + 7) / 8;
+            p->partial_block_bits = alloc_buf(a, r, lists * width * bytes, 1, 0);
+        }
+        if (chance(r, 16)) { /* out of range: rejected; larger: fewer query blocks, other bits */
+            const int64_t hv = hostile(r);
+            if (hv < 1 || hv > INT32_MAX) p->block_q = hv, a->must_reject = 1;
+            else if (hv >= p->block_q) p->block_q = hv, a->no_call = 1;
+        }
+    }
+    if (take(r, 6) == 0) {
+        int32_t *dq = alloc_buf(a, r, tokens_q, 4, 0), *dk = alloc_buf(a, r, tokens_k, 4, 0);
+        for (int64_t t = 0; t < tokens_q; t++) dq[t] = (int32_t)take(r, 3);
+        for (int64_t t = 0; t < tokens_k; t++) dk[t] = (int32_t)take(r, 3);
+        p->doc_ids_q = dq;
+        p->doc_ids_k = dk;
+        p->doc_ids_q_batch_stride = sq;
+        p->doc_ids_k_batch_stride = sk;
+        if (chance(r, 8)) p->doc_ids_k = NULL;
+    }
+}
+
 static void fuzz_attention(reader *r, arena *a, int mode) {
     fa_params p;
     memset(&p, 0, sizeof p);
@@ -242,6 +338,7 @@ static void fuzz_attention(reader *r, arena *a, int mode) {
         if (p.alibi_slopes) a->no_call = 1; /* a valid large stride reads past the slopes */
     }
     if (take(r, 3) == 0) p.sink_logits = alloc_buf(a, r, hq, 4, 0);
+    fuzz_score_mods(r, a, &p, b, hq, sq, sk, varlen ? rows_q : b * sq, varlen ? rows_k : b * sk, backward);
     if (chance(r, 16)) p.softmax_scale = take(r, 2) ? NAN : INFINITY;
     /* hostile pointers: misaligned, aliased */
     if (chance(r, 16)) p.lse = (float *)(void *)((char *)p.lse + 1 + take(r, 3));

@@ -1,0 +1,176 @@
+"""Programmable attention from PyTorch (CPU): flash_attn_func / flash_attn_varlen_func with
+attn_bias (out and every gradient, the bias's reduced to its broadcast shape, against float64
+autograd of plain attention), flex_attention with torch's BlockMask (create_block_mask) and with
+the BlockSparseMask constructors against the same mask applied densely, the CUDA routing, and the
+rejections. Runs where torch is importable (torch >= 2.5 for flex_attention)."""
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashattn  # noqa: E402
+
+flex = pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+def seeded(name):
+    torch.manual_seed(zlib.crc32(name.encode()))
+
+
+def dense_attention(q, k, v, bias=None, mask=None, causal=False, scale=None):
+    """float64 attention on [batch, seq, heads, dim] with GQA, an additive bias [b, h, sq, sk]
+    (broadcast) and a boolean mask [.., sq, sk]; fully masked rows give 0."""
+    qq, kk, vv = (t.transpose(1, 2) for t in (q, k, v))
+    group = qq.shape[1] // kk.shape[1]
+    kk, vv = kk.repeat_interleave(group, 1), vv.repeat_interleave(group, 1)
+    s = qq @ kk.transpose(-1, -2) * (scale if scale is not None else qq.shape[-1] ** -0.5)
+    if bias is not None:
+        s = s + bias
+    sq, sk = s.shape[-2], s.shape[-1]
+    if causal:
+        i = torch.arange(sq).unsqueeze(1)
+        j = torch.arange(sk).unsqueeze(0)
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return (p @ vv).transpose(1, 2)
+
+
+def tol(dtype):
+    return {torch.float32: 2e-5, torch.float16: 2e-2, torch.bfloat16: 6e-2}[dtype]
+
+
+BIAS_SHAPES = {
+    "full": lambda b, h, sq, sk: (b, h, sq, sk),
+    "per_head": lambda b, h, sq, sk: (h, sq, sk),
+    "key_padding": lambda b, h, sq, sk: (b, 1, 1, sk),
+    "per_row": lambda b, h, sq, sk: (b, h, sq, 1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape_name", list(BIAS_SHAPES))
+def test_attn_bias_forward_backward(dtype, shape_name):
+    seeded(shape_name + str(dtype))
+    b, sq, sk, hq, hkv, d = 2, 37, 53, 4, 2, 24
+    q = torch.randn(b, sq, hq, d).to(dtype).requires_grad_()
+    k = torch.randn(b, sk, hkv, d).to(dtype).requires_grad_()
+    v = torch.randn(b, sk, hkv, d).to(dtype).requires_grad_()
+    bias = torch.randn(BIAS_SHAPES[shape_name](b, hq, sq, sk))
+    if shape_name == "key_padding":
+        bias = torch.where(torch.rand(bias.shape) < 0.3, float("-inf"), 0.0)
+    bias = bias.to(dtype).requires_grad_()
+    out = flashattn.flash_attn_func(q, k, v, causal=True, attn_bias=bias)
+    dout = torch.randn(out.shape).to(dtype)
+    grads = torch.autograd.grad(out, (q, k, v, bias), dout)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v, bias)]
+    ref = dense_attention(*leaves[:3], bias=leaves[3], causal=True)
+    ref_grads = torch.autograd.grad(ref, leaves, dout.double())
+    scale = lambda t: max(t.abs().max().item(), 1.0)  # noqa: E731
+    assert (out.double() - ref).abs().max().item() <= tol(dtype) * scale(ref)
+    for name, g, r in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads):
+        assert g.shape == r.shape and g.dtype == dtype, name
+        err = (g.double() - torch.nan_to_num(r)).abs().max().item()
+        assert err <= 4 * tol(dtype) * scale(r), (name, err)
+
+
+def test_attn_bias_varlen_and_no_grad():
+    seeded("varlen")
+    lens = [5, 0, 17, 9]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    total, h, d, mx = sum(lens), 3, 16, max(lens)
+    q, k, v = (torch.randn(total, h, d, requires_grad=True) for _ in range(3))
+    bias = torch.randn(len(lens), h, mx, mx, requires_grad=True)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True, attn_bias=bias)
+    out.sum().backward()
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        s = slice(int(cu[b]), int(cu[b + 1]))
+        ref = dense_attention(q[s].unsqueeze(0).double(), k[s].unsqueeze(0).double(),
+                              v[s].unsqueeze(0).double(), bias=bias[b:b + 1, :, :n, :n].double(),
+                              causal=True)
+        assert (out[s].double() - ref[0]).abs().max().item() < 1e-5
+    assert bias.grad is not None and bias.grad.shape == bias.shape
+    assert bias.grad[1].abs().max().item() == 0.0  # the empty sequence has no gradient
+    with torch.no_grad():
+        again = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True,
+                                                 attn_bias=bias)
+    assert torch.equal(again, out.detach())
+
+
+def test_flex_attention_torch_block_mask():
+    seeded("flex")
+    b, h, s, d = 2, 2, 160, 32
+    doc = torch.randint(0, 3, (s,)).sort().values
+
+    def mask_mod(bi, hi, qi, ki):
+        return (qi >= ki) & (doc[qi] == doc[ki]) & ((qi - ki) < 60)
+
+    block_mask = flex.create_block_mask(mask_mod, b, h, s, s, device="cpu", BLOCK_SIZE=32)
+    q, k, v = (torch.randn(b, h, s, d, requires_grad=True) for _ in range(3))
+    out = flashattn.flex_attention(q, k, v, block_mask=block_mask)
+    dense = flex.create_mask(mask_mod, b, h, s, s, device="cpu")
+    qt, kt, vt = (t.transpose(1, 2).double() for t in (q, k, v))
+    ref = dense_attention(qt, kt, vt, mask=dense).transpose(1, 2)
+    assert (out.double() - ref).abs().max().item() < 1e-5
+    dout = torch.randn(out.shape)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), dout.double())
+    for g, r in zip(grads, ref_grads):
+        assert (g.double() - r).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("name", ["causal", "window", "document", "prefix_lm"])
+def test_block_mask_constructors(name):
+    seeded(name)
+    s, d = 203, 16
+    doc = torch.randint(0, 4, (s,)).sort().values
+    i = torch.arange(s).unsqueeze(1)
+    j = torch.arange(s).unsqueeze(0)
+    if name == "causal":
+        mask, dense = flashattn.causal_block_mask(s, block_size=32), i >= j
+    elif name == "window":
+        mask = flashattn.sliding_window_block_mask(s, s, (40, 7), block_size=(16, 48))
+        dense = (j >= i - 40) & (j <= i + 7)
+    elif name == "document":
+        mask = flashattn.document_block_mask(doc, block_size=24)
+        dense = (i >= j) & (doc.unsqueeze(1) == doc.unsqueeze(0))
+    else:
+        mask = flashattn.prefix_lm_block_mask(s, 70, block_size=64)
+        dense = (j < 70) | (j <= i)
+    q, k, v = (torch.randn(1, 3, s, d) for _ in range(3))
+    out = flashattn.flex_attention(q, k, v, block_mask=mask)
+    qt, kt, vt = (t.transpose(1, 2).double() for t in (q, k, v))
+    ref = dense_attention(qt, kt, vt, mask=dense).transpose(1, 2)
+    assert (out.double() - ref).abs().max().item() < 1e-5
+
+
+def test_rejections():
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(TypeError, match="attn_bias"):
+        flashattn.flash_attn_func(q, q, q, attn_bias=torch.ones(8, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match="broadcast"):
+        flashattn.flash_attn_func(q, q, q, attn_bias=torch.zeros(3, 8, 8))
+    with pytest.raises(NotImplementedError, match="score_mod"):
+        flashattn.flex_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2),
+                                 score_mod=lambda s, b, h, i, j: s)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashattn.flash_attn_func(q, q, q, dropout_p=0.1, attn_bias=torch.zeros(8, 8))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not flashattn.cuda_available(),
+                    reason="needs a CUDA GPU and a CUDA build")
+def test_cuda_routing():
+    q = torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="attn_bias"):
+        flashattn.flash_attn_func(q, q, q, attn_bias=torch.zeros(128, 128, device="cuda"))
+    # flex_attention falls back to torch's own on CUDA
+    block_mask = flex.create_block_mask(lambda b, h, i, j: i >= j, 1, 2, 128, 128, device="cuda")
+    qt = q.transpose(1, 2).contiguous()
+    out = flashattn.flex_attention(qt, qt, qt, block_mask=block_mask)
+    ref = flex.flex_attention(qt, qt, qt, block_mask=block_mask)
+    assert torch.equal(out, ref)
