@@ -173,7 +173,8 @@ fa_status fa_cuda_check_paged(const fa_problem *pb) {
     if (p->page_size > INT32_MAX || p->num_pages > INT32_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "page_size = %lld, num_pages = %lld: must be below 2^31",
                             (long long)p->page_size, (long long)p->num_pages);
-    return FA_OK;
+    /* the packed copies are written in 16-byte vectors */
+    return fa_cuda_check_aligned("workspace", p->workspace, 256);
 }
 
 size_t fa_cuda_paged_workspace(const fa_problem *pb) {
