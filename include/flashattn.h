@@ -88,8 +88,9 @@ extern "C" {
 #define FA_VERSION_PATCH 0
 
 /* Largest head_dim / head_dim_v accepted by the CPU path (576: DeepSeek-style MLA decodes with
- * 576-dim queries and keys, 512-dim values); the CUDA path accepts 8..256 in multiples of 8
- * (fa_check_* says so precisely for a given configuration). */
+ * 576-dim queries and keys, 512-dim values); the CUDA fa_forward / fa_backward accept 8..256 in
+ * multiples of 8, the CUDA fa_kvcache_forward any 1..256 (others are copied zero-padded into its
+ * workspace; fa_check_* says so precisely for a given configuration). */
 #define FA_MAX_HEAD_DIM 576
 
 typedef enum fa_status {

@@ -590,7 +590,8 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
 enum kv_recipe {
     K_DECODE, K_DECODE_APPEND, K_PAGED_1, K_PAGED_3, K_PAGED_16, K_PAGED_256, K_BATCH_IDX,
     K_LEFTPAD_ALIBI, K_ROTARY_INTERLEAVED, K_ROTARY_HALF, K_SPECULATIVE_WINDOW, K_CHUNKED_PREFILL,
-    K_SOFTCAP_SINKS, K_SPLITS, K_NO_SEQLENS, K_EVERYTHING, K_COUNT
+    K_SOFTCAP_SINKS, K_SPLITS, K_NO_SEQLENS, K_EVERYTHING, K_SEQLEN_NEW_MORE, K_SEQLEN_NEW_FEWER,
+    K_ODD_DIMS, K_COUNT
 };
 
 static void draw_kv_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, fa_dtype dtype,
@@ -598,6 +599,7 @@ static void draw_kv_case(fa_test_rng *rng, fa_sweep_level level, fa_device devic
     static const int64_t capacities_quick[] = {1, 7, 33, 113, 203, 300};
     static const int64_t capacities_full[] = {1, 7, 64, 113, 203, 1023, 2049};
     static const int64_t dims[] = {32, 59, 64, 96, 111, 128, 256};
+    static const int64_t odd_dims[] = {1, 6, 33, 59, 100, 111, 130, 250};
     int full = level == FA_SWEEP_FULL;
     memset(s, 0, sizeof *s);
     s->dtype = dtype;
@@ -651,10 +653,39 @@ static void draw_kv_case(fa_test_rng *rng, fa_sweep_level level, fa_device devic
         s->use_window = 1; s->window_left = left; s->softcap = 5.0f; s->alibi = FA_TEST_ALIBI_BATCH_HEAD;
         s->sinks = 1; s->seqlen_q = fa_test_rng_int(rng, 1, 6); s->num_splits = (int)fa_test_rng_int(rng, 0, 4);
         break;
+    /* k_new / v_new of another token count than q: the queries are the last seqlen_q keys */
+    case K_SEQLEN_NEW_MORE:
+        s->append = 1; s->causal = fa_test_rng_uniform(rng) < 0.7; s->leftpad = 1;
+        s->seqlen_q = fa_test_rng_int(rng, 1, 6); s->seqlen_new = s->seqlen_q + fa_test_rng_int(rng, 1, 40);
+        s->rotary_dim = s->head_dim & ~(int64_t)1; s->rotary_interleaved = fa_test_rng_uniform(rng) < 0.5;
+        s->page_size = fa_test_rng_uniform(rng) < 0.5 ? fa_test_rng_int(rng, 1, 20) : 0;
+        s->num_splits = (int)fa_test_rng_int(rng, 0, 4);
+        break;
+    case K_SEQLEN_NEW_FEWER:
+        s->append = 1; s->causal = fa_test_rng_uniform(rng) < 0.7; s->leftpad = 1;
+        s->seqlen_q = fa_test_rng_int(rng, 2, 40); s->seqlen_new = fa_test_rng_int(rng, 1, s->seqlen_q - 1);
+        s->rotary_dim = 16; s->use_window = fa_test_rng_uniform(rng) < 0.5; s->window_left = left; s->window_right = -1;
+        s->alibi = FA_TEST_ALIBI_HEAD; s->sinks = fa_test_rng_uniform(rng) < 0.5;
+        s->page_size = fa_test_rng_uniform(rng) < 0.5 ? 16 : 0; s->batch_idx = s->page_size == 0;
+        break;
+    /* head dims that are not multiples of 8 (d != dv too), every cache feature */
+    case K_ODD_DIMS:
+        s->head_dim = pick(rng, odd_dims, 8);
+        s->head_dim_v = fa_test_rng_uniform(rng) < 0.5 ? s->head_dim : pick(rng, odd_dims, 8);
+        s->append = 1; s->causal = 1; s->leftpad = 1; s->seqlen_q = fa_test_rng_int(rng, 1, 6);
+        s->seqlen_new = fa_test_rng_int(rng, 1, 8);
+        s->rotary_dim = s->head_dim >= 2 ? 2 * fa_test_rng_int(rng, 1, s->head_dim / 2) : 0;
+        s->rotary_interleaved = fa_test_rng_uniform(rng) < 0.5;
+        s->page_size = fa_test_rng_uniform(rng) < 0.5 ? fa_test_rng_int(rng, 1, 20) : 0;
+        s->batch_idx = s->page_size == 0 && fa_test_rng_uniform(rng) < 0.5;
+        s->softcap = fa_test_rng_uniform(rng) < 0.3 ? 4.0f : 0.0f; s->sinks = fa_test_rng_uniform(rng) < 0.5;
+        s->num_splits = (int)fa_test_rng_int(rng, 0, 4);
+        break;
     default: break;
     }
     if (s->rotary_dim > s->head_dim) s->rotary_dim = s->head_dim & ~(int64_t)1;
-    if (s->append && s->capacity < s->seqlen_q) s->capacity = s->seqlen_q + fa_test_rng_int(rng, 0, 5);
+    const int64_t appended = s->seqlen_new ? s->seqlen_new : s->seqlen_q;
+    if (s->append && s->capacity < appended) s->capacity = appended + fa_test_rng_int(rng, 0, 5);
     /* keep the float64 oracle affordable */
     while ((double)s->batch * s->heads_q * s->seqlen_q * s->capacity * s->head_dim > (full ? 4e8 : 3e7) &&
            s->batch > 1)

@@ -9,6 +9,9 @@
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
 #   5. backward repeatability and compute-sanitizer (tests/gpu/backward.c)
 #   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
+#   6b. the KV-cache path against the CPU engine and the oracle (appends of any length, head dims
+#      that are not multiples of 8) and fa_forward with a paged K/V (tests/gpu/cache.c), then
+#      compute-sanitizer memcheck on small problems of both
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -87,6 +90,15 @@ for tool in memcheck racecheck synccheck; do
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det || fail "$tool on bwd_paths small det"
 done
 
+# ---- 6b. KV cache and paged K/V ------------------------------------------------------------------
+echo "== 6b. KV cache (any seqlen_new, odd head dims) and paged fa_forward"
+"$GPU" kvcache || fail "KV cache against the CPU engine and the oracle (tests/gpu/cache.c kvcache)"
+"$GPU" paged || fail "paged fa_forward against the oracle (tests/gpu/cache.c paged)"
+for mode in kvcache paged; do
+    echo "-- memcheck: $mode (small problems)"
+    "$SAN" --tool memcheck --error-exitcode 3 "$GPU" "$mode" small || fail "memcheck on $mode small"
+done
+
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------
 echo "== 7. python: the CUDA wheel, GPU and torch tests"
 if python3 -c "import torch, pytest" > /dev/null 2>&1; then
@@ -108,6 +120,7 @@ if python3 -c "import torch, pytest" > /dev/null 2>&1; then
     # run from outside the tree so that the installed package, not python/flashattn, is imported
     (cd /tmp && PYTHONPATH="$SITE" python3 -c "import flashattn; print('gpu-test: wheel', flashattn.__file__)" \
         && PYTHONPATH="$SITE" python3 -m pytest -q -p no:cacheprovider "$REPO/python/tests/test_gpu.py" \
+            "$REPO/python/tests/test_kvcache.py" \
             "$REPO/python/tests/test_torch.py" "$REPO/python/tests/test_bias_mask.py") || fail "Python tests from the CUDA wheel"
 else
     echo "python3 has no torch or pytest: the Python step is skipped"

@@ -369,37 +369,11 @@ def _int32_table(torch, x, q):
     return x.to(torch.int32).contiguous()
 
 
-def _needs_head_dim_padding(q, v_cache):
-    """The CUDA KV-cache kernel takes head dims in multiples of 8 only."""
-    return q.is_cuda and (q.shape[-1] % 8 != 0 or v_cache.shape[-1] % 8 != 0)
-
-
 def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                        window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                       return_softmax_lse, sink_logits, _padded_caches=False):
+                       return_softmax_lse, sink_logits):
     torch = _torch or _torch_module()
-    if not _padded_caches and _needs_head_dim_padding(q, v_cache):
-        d, dv = q.shape[-1], v_cache.shape[-1]
-        from . import _torch_impl as ti
-        kc, vc = ti._pad_last(k_cache, 8), ti._pad_last(v_cache, 8)
-        result = torch_with_kvcache(
-            ti._pad_last(q, 8), kc, vc, None if k is None else ti._pad_last(k, 8),
-            None if v is None else ti._pad_last(v, 8), rotary_cos, rotary_sin, cache_seqlens,
-            cache_batch_idx, cache_leftpad, block_table,
-            1.0 / (d ** 0.5) if softmax_scale is None else softmax_scale, causal, window_size,
-            softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
-            sink_logits, _padded_caches=True)
-        if k is not None:  # the appended slots, with the rest, back into the caller's caches
-            with torch.no_grad():
-                if kc is not k_cache:
-                    k_cache.copy_(kc[..., :d])
-                if vc is not v_cache:
-                    v_cache.copy_(vc[..., :dv])
-        if return_softmax_lse:
-            out, lse = result
-            return out[..., :dv].contiguous(), lse
-        return result[..., :dv].contiguous()
     ti = _ti or _torch_impl()
 
     key = _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,

@@ -8,8 +8,10 @@ and CUDA tensors (fp16, bf16) on the current stream of the tensors' device.
 
 Inside an op, a tensor is passed by address and strides; only a tensor whose last dimension is
 not contiguous is copied. On CUDA, head dims that are not a multiple of 8 are zero-padded to the
-next multiple (the GPU kernels need it) and the result is sliced back; the default softmax scale
-is computed from the unpadded head dim before that.
+next multiple (the GPU forward and backward kernels need it; a padded copy costs little next to
+the attention) and the result is sliced back; the default softmax scale is computed from the
+unpadded head dim before that. (flash_attn_with_kvcache leaves that to the library, which must
+append into the caller's caches in place.)
 """
 
 import contextlib
@@ -739,6 +741,21 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     if not (q.dtype == k_cache.dtype == v_cache.dtype):
         raise TypeError("flashattn: q, k, v must have the same dtype, got %s, %s, %s"
                         % (q.dtype, k_cache.dtype, v_cache.dtype))
+    if _needs_padding(q, v_cache):
+        # The CUDA forward takes head dims in multiples of 8: zero-padded copies (of the page
+        # pools too, as flash_attn pads them), the output sliced back.
+        dv = v_cache.shape[-1]
+        with torch.no_grad():
+            out, lse = paged_attention(
+                _pad_last(q.detach(), 8), _pad_last(k_cache.detach(), 8),
+                _pad_last(v_cache.detach(), 8), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                max_seqlen_k, block_table, _core.default_scale(q.shape[-1], softmax_scale), causal,
+                window_size, softcap, alibi_slopes, sink_logits, dropout_p, rng_state)
+        out = out[..., :dv].contiguous()
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                           for t in (q, k_cache, v_cache, sink_logits)):
+            out = _NoPagedBackward.apply(out, q, k_cache, v_cache)
+        return out, lse
     batch = _core.check_cu_seqlens_shapes(cu_seqlens_q.shape, cu_seqlens_k.shape)
     if block_table.shape[0] != batch:
         raise ValueError("flashattn: block_table has %d rows but cu_seqlens has batch %d"

@@ -221,8 +221,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     seqlen_q of those keys for causal / window masks (bottom-right aligned).
     Rotary positions are cache slots, left padding included (flash_attn 2.x): new key t at
     cache_seqlens + t; query i at cache_seqlens + i when causal or windowed, else every query at
-    cache_seqlens. On CUDA, head dims that are not a multiple of 8 are zero-padded here: that
-    copies both caches (and, when k / v are appended, writes them back) on every call.
+    cache_seqlens. On CUDA, head dims that are not a multiple of 8 are taken as they are: the
+    library pads copies of q and the caches in its workspace and appends into the caches in
+    place.
 
     k_cache / v_cache: (batch_cache, seqlen_cache, nheads_k, headdim[_v]), or with block_table
     (batch, max_blocks) int32 a paged pool (num_blocks, page_block_size, nheads_k, headdim[_v])

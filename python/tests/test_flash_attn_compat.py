@@ -1,8 +1,7 @@
 """flash_attn 2.x behaviours, written from its documented semantics (flash_attn itself is not a
 dependency): rotary positions with cache_leftpad, k / v of another length than q in
-flash_attn_with_kvcache, the CUDA head-dim padding of the KV-cache wrapper (exercised on the CPU),
-flash_attn_varlen_func with block_table, and attention dropout with torch's RNG state and
-return_attn_probs (S_dmask)."""
+flash_attn_with_kvcache, flash_attn_varlen_func with block_table, and attention dropout with
+torch's RNG state and return_attn_probs (S_dmask)."""
 
 import math
 
@@ -11,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import flashattn  # noqa: E402
-from flashattn import _kvcache  # noqa: E402
 
 
 def rotate64(x, cos, sin, interleaved):
@@ -81,38 +79,6 @@ def test_kvcache_leftpad_rotary_and_seqlen_new(interleaved, sq, sn):
         vals = torch.cat([vc0[b, pad:L0].double(), v[b].double()])
         ref = attention64(qr, keys, vals, causal=True)
         assert torch.allclose(out[b].double(), ref, atol=2e-5), (out[b].double() - ref).abs().max()
-
-
-@pytest.mark.parametrize("paged", [False, True])
-def test_kvcache_head_dim_padding_path(monkeypatch, paged):
-    """The CUDA wrapper's padding for head dims that are not multiples of 8, run on the CPU: the
-    output and the in-place cache update equal those of the unpadded call."""
-    torch.manual_seed(2)
-    batch, sq, h, hk, d, cap = 2, 3, 4, 2, 59, 48
-    rot = 16
-    q = torch.randn(batch, sq, h, d)
-    k, v = torch.randn(batch, sq, hk, d), torch.randn(batch, sq, hk, d)
-    angle = torch.arange(cap, dtype=torch.float64)[:, None] * 0.05 * (1.0 + torch.arange(rot // 2))
-    cos, sin = angle.cos().float(), angle.sin().float()
-    seqlens = torch.tensor([7, 30], dtype=torch.int32)
-    leftpad = torch.tensor([2, 0], dtype=torch.int32) if not paged else None
-    if paged:
-        kc, vc = torch.randn(2 * cap // 8, 8, hk, d), torch.randn(2 * cap // 8, 8, hk, d)
-        table = torch.randperm(2 * cap // 8, dtype=torch.int32).reshape(batch, cap // 8)
-    else:
-        kc, vc = torch.randn(batch, cap, hk, d), torch.randn(batch, cap, hk, d)
-        table = None
-    kw = dict(rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens, cache_leftpad=leftpad,
-              block_table=table, causal=True, return_softmax_lse=True)
-    kc1, vc1 = kc.clone(), vc.clone()
-    out_plain, lse_plain = flashattn.flash_attn_with_kvcache(q, kc1, vc1, k, v, **kw)
-    monkeypatch.setattr(_kvcache, "_needs_head_dim_padding", lambda q_, v_: q_.shape[-1] % 8 != 0)
-    kc2, vc2 = kc.clone(), vc.clone()
-    out_pad, lse_pad = flashattn.flash_attn_with_kvcache(q, kc2, vc2, k, v, **kw)
-    assert out_pad.shape == out_plain.shape
-    assert torch.allclose(out_pad, out_plain, atol=1e-5)
-    assert torch.allclose(lse_pad, lse_plain, atol=1e-5)
-    assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1), "cache written back differently"
 
 
 # ---- flash_attn_varlen_func with block_table ------------------------------------------------

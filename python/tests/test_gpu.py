@@ -204,3 +204,92 @@ def test_cuda_torch_compile_fullgraph(backend):
     torch.testing.assert_close(loss, eager_loss)
     for a, b in zip(grads, eager_grads):
         torch.testing.assert_close(a, b)
+
+
+# ---- KV cache and paged K/V on CUDA, against the package's CPU path ----------------------------
+
+
+def _ulp_close(a, b, dtype):
+    """a == b, or within one unit in the last place of dtype (rotary rounds per operation)."""
+    a, b = a.double().cpu(), b.double().cpu()
+    bits = 7 if dtype is torch.bfloat16 else 10
+    ulp = torch.exp2(torch.floor(torch.log2(a.abs().clamp_min(1e-30))) - bits)
+    return bool(((a - b).abs() <= ulp).all())
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("sq,seqlen_new,d,dv,paged", [
+    (2, 9, 64, 64, False),     # more new tokens than queries
+    (7, 3, 128, 128, True),    # fewer
+    (3, 5, 59, 33, True),      # head dims not multiples of 8, d != dv
+    (4, 4, 100, 100, False),
+    (1, 1, 6, 6, True),
+])
+def test_cuda_kvcache_matches_cpu(dtype_name, sq, seqlen_new, d, dv, paged):
+    """flash_attn_with_kvcache on CUDA with k / v of another length than q and odd head dims:
+    o and lse as the CPU path's, the caches updated in place as the CPU path updates them."""
+    dtype = DTYPES[dtype_name]
+    seeded("kvcache_%d_%d_%d_%d_%d" % (sq, seqlen_new, d, dv, paged))
+    batch, h, hk, cap, rot = 2, 4, 2, 48, min(16, d - d % 2)
+    q = torch.randn(batch, sq, h, d).to(dtype)
+    k, v = torch.randn(batch, seqlen_new, hk, d).to(dtype), torch.randn(batch, seqlen_new, hk, dv).to(dtype)
+    angle = torch.arange(cap + sq, dtype=torch.float64)[:, None] * 0.05 * (1.0 + torch.arange(rot // 2))
+    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+    seqlens = torch.tensor([cap - seqlen_new, 11], dtype=torch.int32)
+    leftpad = torch.tensor([3, 0], dtype=torch.int32)
+    if paged:
+        page = 8
+        kc = torch.randn(2 * cap // page + 1, page, hk, d).to(dtype)
+        vc = torch.randn(2 * cap // page + 1, page, hk, dv).to(dtype)
+        table = torch.randperm(2 * cap // page + 1, dtype=torch.int32)[:2 * cap // page].reshape(batch, -1)
+    else:
+        kc, vc = torch.randn(batch, cap, hk, d).to(dtype), torch.randn(batch, cap, hk, dv).to(dtype)
+        table = None
+    kw = dict(rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens, cache_leftpad=leftpad,
+              block_table=table, causal=True, return_softmax_lse=True)
+    kc_cpu, vc_cpu = kc.clone(), vc.clone()
+    out_cpu, lse_cpu = flashattn.flash_attn_with_kvcache(q, kc_cpu, vc_cpu, k, v, **kw)
+    cuda = {n: (t.cuda() if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
+    kc_gpu, vc_gpu = kc.cuda(), vc.cuda()
+    out_gpu, lse_gpu = flashattn.flash_attn_with_kvcache(q.cuda(), kc_gpu, vc_gpu, k.cuda(), v.cuda(), **cuda)
+    torch.cuda.synchronize()
+    assert out_gpu.shape == (batch, sq, h, dv)
+    torch.testing.assert_close(out_gpu.cpu().float(), out_cpu.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(lse_gpu.cpu(), lse_cpu, rtol=1e-3, atol=1e-3)
+    assert torch.equal(vc_gpu.cpu(), vc_cpu), "v cache after the append differs from the CPU path's"
+    assert _ulp_close(kc_gpu, kc_cpu, dtype), "k cache after the append differs from the CPU path's"
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("page,d", [(1, 64), (16, 128), (256, 64), (3, 59)])
+def test_cuda_varlen_block_table_matches_cpu(dtype_name, page, d):
+    """flash_attn_varlen_func with block_table (chunked prefill over a paged K/V) on CUDA: as
+    the CPU path, and the page pool left unchanged."""
+    dtype = DTYPES[dtype_name]
+    seeded("paged_%d_%d" % (page, d))
+    h, hk = 4, 2
+    lens_q, lens_k = [5, 0, 37], [40, 9, 300]
+    pages_per = max(-(-n // page) for n in lens_k)
+    num_pages = sum(-(-n // page) for n in lens_k) + 2
+    kc = torch.randn(num_pages, page, hk, d).to(dtype)
+    vc = torch.randn(num_pages, page, hk, d).to(dtype)
+    perm = torch.randperm(num_pages).tolist()
+    table = torch.zeros((3, pages_per), dtype=torch.int32)
+    nxt = 0
+    for b, n in enumerate(lens_k):
+        for j in range(-(-n // page)):
+            table[b, j] = perm[nxt]
+            nxt += 1
+    cu_q = torch.tensor([0, 5, 5, 42], dtype=torch.int32)
+    cu_k = torch.tensor([0, 40, 49, 349], dtype=torch.int32)
+    q = torch.randn(42, h, d).to(dtype)
+    args = (max(lens_q), max(lens_k))
+    out_cpu = flashattn.flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, *args, causal=True,
+                                               block_table=table)
+    kg, vg = kc.cuda(), vc.cuda()
+    out_gpu = flashattn.flash_attn_varlen_func(q.cuda(), kg, vg, cu_q.cuda(), cu_k.cuda(), *args,
+                                               causal=True, block_table=table.cuda())
+    torch.cuda.synchronize()
+    assert out_gpu.shape == (42, h, d)
+    torch.testing.assert_close(out_gpu.cpu().float(), out_cpu.float(), rtol=2e-2, atol=2e-2)
+    assert torch.equal(kg.cpu(), kc) and torch.equal(vg.cpu(), vc)

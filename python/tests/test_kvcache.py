@@ -148,6 +148,13 @@ CASES = [
      {"append": True, "window_size": (20, 0), "softcap": 3.0, "alibi": True, "sink": True}),
     ("splits_dv", 1, 1, 4, 2, 64, 40, 600, {"num_splits": 4, "append": True, "causal": True,
                                               "seqlens_int": True}),
+    # k / v of another length than q ("new": seqlen_new): the queries are the last keys
+    ("new_more_rotary_leftpad", 2, 2, 4, 2, 64, 64, 90,
+     {"append": True, "new": 9, "causal": True, "rotary": 32, "leftpad": True}),
+    ("new_fewer_paged_odd_dims", 2, 6, 4, 2, 59, 33, 70,
+     {"page": 5, "append": True, "new": 2, "causal": True, "rotary": 16, "window_size": (10, 0)}),
+    ("new_more_batch_idx_d100_noncausal", 2, 3, 6, 3, 100, 100, 50,
+     {"batch_idx": True, "append": True, "new": 7, "rotary": 20, "interleaved": False, "sink": True}),
 ]
 
 
@@ -159,7 +166,7 @@ def make_problem(rng, dtype, batch, sq, hq, hkv, d, dv, capacity, o):
     def rand(shape, offset=0.0):
         return store((rng.standard_normal(shape) + offset).astype(np.float32))
 
-    appended = sq if o.get("append") else 0
+    appended = o.get("new", sq) if o.get("append") else 0
     seqlens = rng.integers(0, capacity - appended + 1, batch).astype(np.int32)
     seqlens[0] = capacity - appended
     kw = dict(causal=o.get("causal", False), window_size=o.get("window_size", (-1, -1)),
@@ -185,10 +192,11 @@ def make_problem(rng, dtype, batch, sq, hq, hkv, d, dv, capacity, o):
         k_cache, v_cache = rand((rows, capacity, hkv, d)), rand((rows, capacity, hkv, dv), 0.5)
     q = rand((batch, sq, hq, d))
     if o.get("append"):
-        kw["k"], kw["v"] = rand((batch, sq, hkv, d)), rand((batch, sq, hkv, dv), 0.5)
+        kw["k"], kw["v"] = rand((batch, appended, hkv, d)), rand((batch, appended, hkv, dv), 0.5)
     if o.get("rotary"):
         rd = o["rotary"]
-        rows = (-(-capacity // page) * page if page else capacity) + 3  # >= seqlen_k as flash_attn
+        # >= seqlen_k as flash_attn, and every query's position L0 + i
+        rows = (-(-capacity // page) * page if page else capacity) + sq + 3
         pos = np.arange(rows)[:, None]
         angle = pos * 10000.0 ** (-2.0 * np.arange(rd // 2)[None, :] / rd)
         kw["rotary_cos"] = store(np.cos(angle).astype(np.float32))
@@ -347,8 +355,8 @@ def test_torch_in_place_update_visible():
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_torch_cuda(dtype_name, case):
-    if case[5] % 8 or case[6] % 8:
-        pytest.skip("the CUDA path takes head dims that are multiples of 8")
+    """Every case on CUDA, k / v of another length than q and head dims that are not multiples
+    of 8 included (the library pads those in its workspace; the caches are updated in place)."""
     run_and_check(dtype_name, case, torch_converter("cuda", dtype_name), torch_to_numpy)
 
 

@@ -6,12 +6,15 @@
  *   fa_cuda_check_* / fa_cuda_workspace_*    checks and workspace handling the forward, backward
  *                                            and decode host code share (cuda_common.cuh)
  *   fa_cuda_check_forward                    the forward kernels' own limits (dims, alignment,
- *                                            grid and shared-memory limits); no workspace
+ *                                            grid and shared-memory limits); workspace only
+ *                                            for a paged K/V (its packed copy, gather.cu)
  *   fa_cuda_forward                          fills fa_fwd_params, picks the head-dim bucket and
- *                                            calls its extern "C" launcher (fwd_hdim*.cu)
+ *                                            calls its extern "C" launcher (fwd_hdim*.cu); a
+ *                                            paged K/V goes through fa_cuda_forward_paged
  *
  * Everything runs asynchronously on p->stream: no device synchronisation, no allocation in the
- * forward, and cu_seqlens (device memory) are never read here.
+ * forward (but the paged K/V's copy without a caller workspace), and cu_seqlens (device memory)
+ * are never read here.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/fwd_tiles.h"
 #include "cuda/common/fwd_launch.h"
+#include "cuda/common/gather_launch.h"
 #include "cuda/common/sm90_tiles.h"
 
 /* ---- availability ------------------------------------------------------------------------- */
@@ -184,15 +188,12 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     if (p->attn_probs != nullptr)
         return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: %s does not return probabilities (CPU only)",
                             path);
-    if (p->block_table != nullptr)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "block_table is set: %s has no paged K/V yet (CPU only; fa_kvcache_forward "
-                            "takes paged caches on CUDA)",
-                            path);
+    const int paged = p->block_table != nullptr; /* the page pool's batch stride is its page stride */
+    if (paged && (s = fa_cuda_check_paged(pb)) != FA_OK) return s;
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch || paged, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch || paged, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
@@ -228,7 +229,9 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
 extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspace_bytes) {
     if (workspace_bytes) *workspace_bytes = 0;
     fa_cuda_device_info dev;
-    return check_forward(pb, &dev);
+    fa_status s = check_forward(pb, &dev);
+    if (s == FA_OK && workspace_bytes && pb->p.block_table != nullptr) *workspace_bytes = fa_cuda_paged_workspace(pb);
+    return s;
 }
 
 /* ---- forward: launch ------------------------------------------------------------------------ */
@@ -253,6 +256,7 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     const int64_t rows_q = pb->varlen ? p->total_q : p->batch * p->seqlen_q;
     if (rows_q == 0 || p->seqlen_q == 0) return FA_OK; /* no query row: nothing to write */
+    if (p->block_table != nullptr) return fa_cuda_forward_paged(pb);
 
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
     fa_fwd_params prm;

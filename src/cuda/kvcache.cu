@@ -6,7 +6,13 @@
  *                             and its workspace (partial states when the key range is split)
  *   fa_cuda_kvcache_forward   plans the call (head-dim bucket, row tiles, splits) and runs the
  *                             decode kernel (kvcache_sm80.cuh), in which the block that finds
- *                             every split of its row tile done merges them: one launch per call
+ *                             every split of its row tile done merges them: one launch per call.
+ *                             Head dims that are not multiples of 8 (the kernel moves 16-byte
+ *                             vectors): q, k_new, v_new and both caches are copied, zero-padded
+ *                             to the next multiple of 8, into the workspace, the kernel runs on
+ *                             the copies, then o and the appended cache rows are copied back at
+ *                             the caller's head dims and strides (gather.cu), as flash_attn pads
+ *                             (its copy of the cache is as large)
  *   fa_cuda_merge_states      the public fa_merge_states on the device (the merge kernel below)
  *
  * Everything runs asynchronously on the caller's stream: no synchronisation, the int32 cache
@@ -18,6 +24,7 @@
 #include <stdint.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/gather_launch.h"
 #include "cuda/common/kvcache_launch.h"
 #include "cuda/common/kvcache_tiles.h"
 
@@ -206,30 +213,38 @@ typedef struct fa_kv_plan {
     int num_splits;
     size_t off_lse_partial; /* byte offsets in the workspace of lse_partial and split_flags     */
     size_t off_flags;
-    size_t workspace_bytes; /* 0 without splits                                                 */
+    /* head dims not multiples of 8: the kernel runs on zero-padded copies (d_pad, dv_pad) of q,
+     * o, k_new, v_new and the caches, at these byte offsets in the workspace */
+    int pad_dims, d_pad, dv_pad;
+    size_t off_q, off_o, off_knew, off_vnew, off_kc, off_vc;
+    size_t workspace_bytes; /* 0 without splits or padding                                      */
 } fa_kv_plan;
 
 static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA KV-cache path";
     fa_status s;
-    if (p->k_new != nullptr && p->seqlen_new != p->seqlen_q)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "seqlen_new = %lld differs from seqlen_q = %lld: %s appends exactly one key "
-                            "per query token (CPU: any seqlen_new)",
-                            (long long)p->seqlen_new, (long long)p->seqlen_q, path);
-    /* paged caches: the batch stride is the page stride */
-    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
-        return s;
-    if (p->k_new != NULL &&
-        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
-                                     path)) != FA_OK ||
-         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
-                                     path)) != FA_OK))
+    /* Head dims that are not multiples of 8 run on padded copies (element-wise, any stride). */
+    plan->pad_dims = p->head_dim % 8 != 0 || p->head_dim_v % 8 != 0;
+    plan->d_pad = (int)((p->head_dim + 7) / 8 * 8);
+    plan->dv_pad = (int)((p->head_dim_v + 7) / 8 * 8);
+    if (plan->pad_dims) {
+        if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
+            return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
+        if (p->head_dim < 1 || p->head_dim > 256 || p->head_dim_v < 1 || p->head_dim_v > 256)
+            return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: %s supports 1..256",
+                                (long long)p->head_dim, (long long)p->head_dim_v, path);
+    } else if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+               /* paged caches: the batch stride is the page stride */
+               (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+               (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
+               (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
+               (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK ||
+               (p->k_new != NULL &&
+                ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride,
+                                             p->knew_head_stride, 1, path)) != FA_OK ||
+                 (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride,
+                                             p->vnew_head_stride, 1, path)) != FA_OK)))
         return s;
     if ((s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
@@ -265,7 +280,7 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         return fa_set_error(FA_ERR_INVALID_SIZE, "cache_batch = %lld is out of range", (long long)p->cache_batch);
 
     if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
-    plan->bucket = fa_kv_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    plan->bucket = fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
     if ((s = fa_cuda_check_smem(p, &plan->dev, fa_kv_smem_bytes(plan->bucket), "the CUDA KV-cache kernel")) != FA_OK)
         return s;
 
@@ -309,18 +324,45 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
                             (long long)rows_packed);
 
     /* Workspace with splits: o_partial fp32 [splits][b][hq][t][dv], lse_partial fp32
-     * [splits][b][hq][t], then one 64-bit done flag per (b, kv head, row tile, split). */
+     * [splits][b][hq][t], then one 64-bit done flag per (b, kv head, row tile, split). With
+     * padded head dims (dv = dv_pad there) the padded copies follow: q [b][t][hq][d_pad],
+     * o [b][t][hq][dv_pad], k_new / v_new [b][seqlen_new][hkv][d_pad / dv_pad], the caches
+     * [cache rows or pages][rows][hkv][d_pad / dv_pad], all dense. */
+    const int64_t dv_kernel = plan->pad_dims ? plan->dv_pad : p->head_dim_v;
     plan->off_lse_partial = 0;
     plan->off_flags = 0;
     plan->workspace_bytes = 0;
     if (splits > 1) {
         const double rows = (double)splits * (double)p->batch * (double)p->heads_q * (double)p->seqlen_q;
-        if (rows * (double)(p->head_dim_v + 1) * 4.0 + 8.0 * (double)units * (double)splits > 9.0e18)
+        if (rows * (double)(dv_kernel + 1) * 4.0 + 8.0 * (double)units * (double)splits > 9.0e18)
             return fa_set_error(FA_ERR_OVERFLOW, "the split-KV workspace size overflows");
         const size_t part_rows = (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q;
-        plan->off_lse_partial = fa_cuda_align256(part_rows * (size_t)p->head_dim_v * 4);
+        plan->off_lse_partial = fa_cuda_align256(part_rows * (size_t)dv_kernel * 4);
         plan->off_flags = fa_cuda_align256(plan->off_lse_partial + part_rows * 4);
         plan->workspace_bytes = fa_cuda_align256(plan->off_flags + (size_t)units * (size_t)splits * 8);
+    }
+    if (plan->pad_dims) {
+        const int paged = p->block_table != NULL;
+        const double slab_elems = (paged ? (double)p->num_pages * (double)p->page_size
+                                         : (double)p->cache_batch * (double)p->seqlen_k) *
+                                  (double)p->heads_kv;
+        const double q_rows = (double)p->batch * (double)p->seqlen_q * (double)p->heads_q;
+        const double new_rows = (double)p->batch * (double)p->seqlen_new * (double)p->heads_kv;
+        if ((slab_elems + q_rows + new_rows) * (double)(plan->d_pad + plan->dv_pad) * 2.0 +
+                (double)plan->workspace_bytes > 9.0e18)
+            return fa_set_error(FA_ERR_OVERFLOW,
+                                "head_dim = %lld, head_dim_v = %lld: the padded copies of q and the caches "
+                                "overflow the workspace size",
+                                (long long)p->head_dim, (long long)p->head_dim_v);
+        const size_t ds = (size_t)plan->d_pad * 2, dvs = (size_t)plan->dv_pad * 2;
+        const size_t qn = (size_t)q_rows, nn = p->k_new != NULL ? (size_t)new_rows : 0, cn = (size_t)slab_elems;
+        plan->off_q = plan->workspace_bytes;
+        plan->off_o = fa_cuda_align256(plan->off_q + qn * ds);
+        plan->off_knew = fa_cuda_align256(plan->off_o + qn * dvs);
+        plan->off_vnew = fa_cuda_align256(plan->off_knew + nn * ds);
+        plan->off_kc = fa_cuda_align256(plan->off_vnew + nn * dvs);
+        plan->off_vc = fa_cuda_align256(plan->off_kc + cn * ds);
+        plan->workspace_bytes = fa_cuda_align256(plan->off_vc + cn * dvs);
     }
     return FA_OK;
 }
@@ -358,6 +400,7 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     fa_cuda_fill_kernel_base(&prm, pb); /* k, v: the cache, written when appending */
     prm.k_new = p->k_new;
     prm.v_new = p->v_new;
+    prm.seqlen_new = p->k_new != NULL ? (int)p->seqlen_new : 0;
     prm.knew_batch_stride = p->knew_batch_stride;
     prm.knew_row_stride = p->knew_row_stride;
     prm.knew_head_stride = p->knew_head_stride;
@@ -398,6 +441,90 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     return s;
 }
 
+/* Head dims that are not multiples of 8: pad q, k_new, v_new and both caches into the workspace,
+ * run the kernel on the copies (its append lands in the cache copy), then copy o and the appended
+ * cache rows back at the caller's dims and strides. Stream-ordered; nothing is read on the host. */
+static fa_status run_kvcache_padded(const fa_problem *pb, const fa_kv_plan *plan, uint8_t *ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    const int paged = p->block_table != NULL, append = p->k_new != NULL;
+    const int64_t b = p->batch, sq = p->seqlen_q, hq = p->heads_q, hkv = p->heads_kv, sn = p->seqlen_new;
+    const int64_t d = p->head_dim, dv = p->head_dim_v, d8 = plan->d_pad, dv8 = plan->dv_pad;
+    const int64_t slabs = paged ? p->num_pages : p->cache_batch, slab_rows = paged ? p->page_size : p->seqlen_k;
+    fa_problem inner = *pb;
+    fa_params *ip = &inner.p;
+    ip->head_dim = d8;
+    ip->head_dim_v = dv8;
+    ip->q = ws + plan->off_q;
+    ip->q_batch_stride = sq * hq * d8, ip->q_row_stride = hq * d8, ip->q_head_stride = d8;
+    ip->o = ws + plan->off_o;
+    ip->o_batch_stride = sq * hq * dv8, ip->o_row_stride = hq * dv8, ip->o_head_stride = dv8;
+    ip->k = ws + plan->off_kc;
+    ip->k_batch_stride = slab_rows * hkv * d8, ip->k_row_stride = hkv * d8, ip->k_head_stride = d8;
+    ip->v = ws + plan->off_vc;
+    ip->v_batch_stride = slab_rows * hkv * dv8, ip->v_row_stride = hkv * dv8, ip->v_head_stride = dv8;
+    if (append) {
+        ip->k_new = ws + plan->off_knew;
+        ip->knew_batch_stride = sn * hkv * d8, ip->knew_row_stride = hkv * d8, ip->knew_head_stride = d8;
+        ip->v_new = ws + plan->off_vnew;
+        ip->vnew_batch_stride = sn * hkv * dv8, ip->vnew_row_stride = hkv * dv8, ip->vnew_head_stride = dv8;
+    }
+    /* (from, its strides and dims) -> (to, its strides and dims), over [n0, n1, n2] */
+    struct copy_job {
+        const void *src;
+        int64_t s0, s1, s2, src_cols;
+        const void *dst;
+        int64_t t0, t1, t2, dst_cols, n0, n1, n2;
+        const char *what;
+    };
+    const copy_job in_jobs[5] = {
+        {p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, d, ip->q, ip->q_batch_stride, ip->q_row_stride,
+         ip->q_head_stride, d8, b, sq, hq, "KV-cache head-dim padding of q"},
+        {p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, d, ip->k, ip->k_batch_stride, ip->k_row_stride,
+         ip->k_head_stride, d8, slabs, slab_rows, hkv, "KV-cache head-dim padding of k"},
+        {p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, dv, ip->v, ip->v_batch_stride, ip->v_row_stride,
+         ip->v_head_stride, dv8, slabs, slab_rows, hkv, "KV-cache head-dim padding of v"},
+        {p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, d, ip->k_new, ip->knew_batch_stride,
+         ip->knew_row_stride, ip->knew_head_stride, d8, b, sn, hkv, "KV-cache head-dim padding of k_new"},
+        {p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, dv, ip->v_new, ip->vnew_batch_stride,
+         ip->vnew_row_stride, ip->vnew_head_stride, dv8, b, sn, hkv, "KV-cache head-dim padding of v_new"},
+    };
+    const copy_job out_job = {ip->o, ip->o_batch_stride, ip->o_row_stride, ip->o_head_stride, dv8, p->o,
+                              p->o_batch_stride, p->o_row_stride, p->o_head_stride, dv, b, sq, hq,
+                              "KV-cache head-dim padding of o"};
+    auto run_copy = [&](const copy_job &j) -> fa_status {
+        fa_copy16_args a;
+        a.src = j.src;
+        a.src_stride[0] = j.s0, a.src_stride[1] = j.s1, a.src_stride[2] = j.s2;
+        a.src_cols = (int)j.src_cols;
+        a.dst = (void *)j.dst;
+        a.dst_stride[0] = j.t0, a.dst_stride[1] = j.t1, a.dst_stride[2] = j.t2;
+        a.dst_cols = (int)j.dst_cols;
+        a.extent[0] = j.n0, a.extent[1] = j.n1, a.extent[2] = j.n2;
+        return fa_cuda_copy16(&a, stream, j.what);
+    };
+    fa_status s;
+    for (int i = 0; i < (append ? 5 : 3); ++i)
+        if ((s = run_copy(in_jobs[i])) != FA_OK) return s;
+    if ((s = run_kvcache(&inner, plan, ws, stream)) != FA_OK || (s = run_copy(out_job)) != FA_OK) return s;
+    if (!append) return FA_OK;
+    fa_kv_copy_back_args a;
+    a.k_pad = ip->k, a.v_pad = ip->v;
+    a.d_pad = (int)d8, a.dv_pad = (int)dv8;
+    a.k = (void *)p->k, a.v = (void *)p->v;
+    a.d = (int)d, a.dv = (int)dv;
+    a.k_batch_stride = p->k_batch_stride, a.k_row_stride = p->k_row_stride, a.k_head_stride = p->k_head_stride;
+    a.v_batch_stride = p->v_batch_stride, a.v_row_stride = p->v_row_stride, a.v_head_stride = p->v_head_stride;
+    a.cache_seqlens = p->cache_seqlens;
+    a.cache_batch_idx = paged ? NULL : p->cache_batch_idx;
+    a.block_table = p->block_table;
+    a.block_table_batch_stride = paged ? p->block_table_batch_stride : 0;
+    a.batch = (int)b, a.heads_kv = (int)hkv, a.seqlen_new = (int)sn, a.capacity = (int)p->seqlen_k;
+    a.page_size = paged ? (int)p->page_size : 1;
+    a.num_pages = paged ? (int)p->num_pages : 1;
+    a.cache_batch = paged ? 1 : (int)p->cache_batch;
+    return fa_cuda_copy_appended(&a, stream);
+}
+
 extern "C" fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
     fa_kv_plan plan;
     fa_status s = plan_kvcache(pb, &plan);
@@ -410,7 +537,7 @@ extern "C" fa_status fa_cuda_kvcache_forward(const fa_problem *pb) {
     fa_cuda_workspace ws;
     if ((s = fa_cuda_workspace_acquire(p->workspace, plan.workspace_bytes, stream, "split-KV", &ws)) != FA_OK)
         return s;
-    s = run_kvcache(pb, &plan, ws.base, stream);
+    s = plan.pad_dims ? run_kvcache_padded(pb, &plan, ws.base, stream) : run_kvcache(pb, &plan, ws.base, stream);
     return fa_cuda_workspace_release(&ws, stream, "split-KV", s);
 }
 

@@ -7,6 +7,9 @@
  *   bwd_paths [small] [det] the default backward kernel against the portable one (bwd_paths.c)
  *   nan                     a NaN input propagates through every kernel, never a masked row (nan.c)
  *   mods                    bias / block masks / document ids answer FA_ERR_UNSUPPORTED (mods.c)
+ *   kvcache [small]         fa_kvcache_forward against the oracle and the CPU engine's caches:
+ *                           appends of any length, head dims not multiples of 8 (cache.c)
+ *   paged [small]           fa_forward with a paged K/V (block_table) against the oracle (cache.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -18,6 +21,8 @@ int gpu_backward_main(int argc, char **argv);
 int gpu_bwd_paths_main(int argc, char **argv);
 int gpu_nan_main(int argc, char **argv);
 int gpu_mods_main(int argc, char **argv);
+int gpu_kvcache_main(int argc, char **argv);
+int gpu_paged_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -29,12 +34,14 @@ static const struct {
     {"bwd_paths", gpu_bwd_paths_main},
     {"nan", gpu_nan_main},
     {"mods", gpu_mods_main},
+    {"kvcache", gpu_kvcache_main},
+    {"paged", gpu_paged_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged [ARGS]\n");
     return 2;
 }

@@ -19,8 +19,9 @@
  * stride), written when appending; o and lse are written when num_splits == 1; cu_seqlens are
  * NULL; seqlen_k is the cache capacity per sequence. */
 struct fa_kv_params : fa_kernel_base {
-    const void *k_new; /* [batch, seqlen_q, heads_kv, d] or NULL (no append)                    */
-    const void *v_new; /* [batch, seqlen_q, heads_kv, dv]                                       */
+    const void *k_new; /* [batch, seqlen_new, heads_kv, d] or NULL (no append)                  */
+    const void *v_new; /* [batch, seqlen_new, heads_kv, dv]                                     */
+    int seqlen_new;    /* appended tokens per sequence (1 .. seqlen_k); 0 without an append      */
     int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
     int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
 

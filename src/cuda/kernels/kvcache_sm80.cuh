@@ -5,7 +5,8 @@
  *
  * Grid: x = split × row_tiles + row tile, y = kv head, z = batch. One block:
  *   1. geometry of sequence b from the device arrays, clamped (L0 = cache_seqlens[b], pad =
- *      cache_leftpad[b], cache row, appended slots [L0, L0 + seqlen_q));
+ *      cache_leftpad[b], cache row, appended slots [L0, L0 + seqlen_new)); the seqlen_q queries
+ *      are the last ones of the keys [pad, L0 + seqlen_new);
  *   2. Q: the block's 16 packed rows (row r = token r / group, query head hk·group + r % group)
  *      by cp.async into shared memory, rotary applied in place, then kept in registers (d <= 128);
  *   3. its split's share of the key tiles (BLOCK_N = 64 cache slots, tiles aligned to slot
@@ -115,6 +116,7 @@ struct fa_kv_block {
     int b, hk, split, row_tile;
     int g, sq;                 /* group, seqlen_q                                             */
     bool append, paged;
+    int n_new;                 /* appended tokens (seqlen_new), 0 without an append           */
     int capacity;              /* seqlen_k: slots per sequence                                */
     int cache_len, pad;        /* L0 (cache tokens before the append), left padding           */
     int cache_row;             /* contiguous cache only: the batch row                         */
@@ -145,12 +147,13 @@ __device__ __forceinline__ fa_kv_block fa_kv_block_geometry(const fa_kv_params &
     blk.append = prm.k_new != nullptr;
     blk.paged = prm.block_table != nullptr;
     blk.capacity = prm.seqlen_k;
-    const int l0_max = max(0, blk.capacity - (blk.append ? sq : 0));
+    blk.n_new = blk.append ? prm.seqlen_new : 0;
+    const int l0_max = max(0, blk.capacity - blk.n_new);
     const int cache_len = min(max(prm.cache_seqlens != nullptr ? prm.cache_seqlens[b] : blk.capacity, 0), l0_max);
     const int pad = min(max(prm.cache_leftpad != nullptr ? prm.cache_leftpad[b] : 0, 0), cache_len);
     blk.cache_len = cache_len;
     blk.pad = pad;
-    const int slot_end = cache_len + (blk.append ? sq : 0); /* attended slots: [pad, slot_end)  */
+    const int slot_end = cache_len + blk.n_new; /* attended slots: [pad, slot_end)              */
     const int len_k = slot_end - pad;
     blk.cache_row = blk.paged ? 0
                           : min(max(prm.cache_batch_idx != nullptr ? prm.cache_batch_idx[b] : b, 0),
@@ -671,7 +674,7 @@ __device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_k
     const bool rotary = prm.rotary_cos != nullptr;
     const int d_chunks = ld.d_chunks, dv_chunks = ld.dv_chunks, page_size = ld.page_size;
     const int per_row = d_chunks + dv_chunks;
-    for (int idx = tid; idx < blk.sq * per_row; idx += Cfg::THREADS) {
+    for (int idx = tid; idx < blk.n_new * per_row; idx += Cfg::THREADS) {
         const int t = idx / per_row, ch = idx % per_row;
         const int c = blk.cache_len + t;
         if (c >= blk.capacity) continue;
