@@ -20,28 +20,12 @@
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
-/* Kernel arguments besides the tensor maps. Window sides -1 = unbounded (causal folded in). */
-struct fa_bwd_sm90_params {
-    void *dk, *dv;                 /* [b, sk, hkv, d], [b, sk, hkv, dv] (varlen [total_k, ...])     */
-    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
-    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
-    float *dq_accum;               /* [heads_q, total_q, d] fp32 (head-major), zeroed: Σ dS·K (unscaled) */
-    const float *lse;              /* the forward's LSE: [b, heads_q, seqlen_q] (varlen [heads_q, total_q]) */
-    const float *dsum;             /* [heads_q, total_q] D = rowsum(dO∘O)                           */
-    const int32_t *cu_seqlens_q;   /* [b + 1] device memory, or NULL                                */
-    const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;      /* packed rows (fixed length: batch · seqlen)                    */
-    int seqlen_q, seqlen_k;        /* per sequence (varlen: the maxima)                             */
-    int heads_q, group, head_dim, head_dim_v;
-    int window_left, window_right;
-    float scale_log2;              /* softmax_scale · log2(e)                                       */
-    float softmax_scale;           /* dK's factor                                                   */
-    float softcap_pre;             /* softmax_scale / softcap (the SOFTCAP kernels only)            */
-    float softcap_post_log2;       /* softcap · log2(e)                                             */
-    int *dq_semaphore;             /* deterministic mode: [b, heads_q, query_blocks, 2] int32, zeroed */
+/* Kernel arguments besides the tensor maps: the backward's parameter block (bwd_launch.h; window
+ * sides -1 = unbounded, causal folded in; lse is the forward's, dq_accum head-major
+ * [heads_q, total_q, d]; dq_semaphore set in deterministic mode) and the query-block count of
+ * the kernel's BLOCK_M. */
+struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
-    const float *alibi_slopes;     /* [heads_q] or [b, heads_q] via alibi_batch_stride, or NULL     */
-    int64_t alibi_batch_stride;
 };
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -404,37 +388,8 @@ __device__ __forceinline__ void fa_bwd_sm90_softcap_ds(float (&s_rmem)[N], float
  * causal folded in by bwd.cu). */
 static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p) {
     fa_bwd_sm90_params prm;
-    prm.dk = p->dk;
-    prm.dv = p->dv;
-    prm.dk_batch_stride = p->dk_batch_stride;
-    prm.dk_row_stride = p->dk_row_stride;
-    prm.dk_head_stride = p->dk_head_stride;
-    prm.dv_batch_stride = p->dv_batch_stride;
-    prm.dv_row_stride = p->dv_row_stride;
-    prm.dv_head_stride = p->dv_head_stride;
-    prm.dq_accum = p->dq_accum;
-    prm.lse = p->lse;
-    prm.dsum = p->dsum;
-    prm.cu_seqlens_q = p->cu_seqlens_q;
-    prm.cu_seqlens_k = p->cu_seqlens_k;
-    prm.total_q = p->total_q;
-    prm.total_k = p->total_k;
-    prm.seqlen_q = p->seqlen_q;
-    prm.seqlen_k = p->seqlen_k;
-    prm.heads_q = p->heads_q;
-    prm.group = p->group;
-    prm.head_dim = p->head_dim;
-    prm.head_dim_v = p->head_dim_v;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right;
-    prm.scale_log2 = p->scale_log2;
-    prm.softmax_scale = p->softmax_scale;
-    prm.softcap_pre = p->softcap_pre;
-    prm.softcap_post_log2 = p->softcap_post_log2;
-    prm.dq_semaphore = p->dq_semaphore;
+    static_cast<fa_bwd_params &>(prm) = *p;
     prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
-    prm.alibi_slopes = p->alibi_slopes;
-    prm.alibi_batch_stride = p->alibi_batch_stride;
     return prm;
 }
 
