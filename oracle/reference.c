@@ -1130,30 +1130,14 @@ static uint64_t stream_seed(uint64_t seed, uint64_t stream) {
     return fa_test_rng_next(&r);
 }
 
-int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
-    memset(tp, 0, sizeof *tp);
-    tp->spec = *spec;
+/* Sequence lengths, the varlen offsets and the row counts of a problem. */
+static int problem_rows(fa_test_problem *tp, fa_test_rng *len_rng) {
     fa_test_spec *s = &tp->spec;
-    if (s->head_dim_v == 0) s->head_dim_v = s->head_dim;
-    if (s->pad_align <= 0) s->pad_align = 1;
-    if (s->q_amplitude <= 0) s->q_amplitude = 1.0;
-    if (s->batch < 1 || s->batch > FA_TEST_MAX_BATCH || s->heads_kv < 1 ||
-        s->heads_q % s->heads_kv || s->head_dim < 1 || s->head_dim > FA_MAX_HEAD_DIM ||
-        s->head_dim_v > FA_MAX_HEAD_DIM || s->seqlen_q < 0 || s->seqlen_k < 0)
-        return -1;
-    for (int t = 0; t < FA_T_COUNT; t++) tp->view[t].buffer = -1;
-
-    fa_test_rng len_rng, layout_rng, value_rng;
-    fa_test_rng_seed(&len_rng, stream_seed(s->seed, 1));
-    fa_test_rng_seed(&layout_rng, stream_seed(s->seed, 2));
-    fa_test_rng_seed(&value_rng, stream_seed(s->seed, 3));
-
-    /* sequence lengths and row counts */
     if (s->varlen) {
-        make_lengths(tp, &len_rng);
+        make_lengths(tp, len_rng);
         if (alloc_buffer(&tp->buffer[FA_T_CU_Q], s->batch + 1, 4, 0) ||
             alloc_buffer(&tp->buffer[FA_T_CU_K], s->batch + 1, 4, 0))
-            goto fail;
+            return -1;
         int32_t *cu_q = tp->buffer[FA_T_CU_Q].host, *cu_k = tp->buffer[FA_T_CU_K].host;
         cu_q[0] = cu_k[0] = 0;
         for (int64_t b = 0; b < s->batch; b++) {
@@ -1161,7 +1145,7 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
             cu_k[b + 1] = cu_k[b] + s->lens_k[b];
         }
         /* a few unused rows after the last sequence: total may exceed cu_seqlens[batch] */
-        int64_t extra = fa_test_rng_int(&len_rng, 0, 3);
+        int64_t extra = fa_test_rng_int(len_rng, 0, 3);
         tp->total_q = cu_q[s->batch] + extra;
         tp->total_k = cu_k[s->batch] + extra;
         tp->view[FA_T_CU_Q].buffer = FA_T_CU_Q;
@@ -1175,7 +1159,12 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
         tp->rows_k = tp->total_k;
     }
 
-    /* layout */
+    return 0;
+}
+
+/* Where each tensor lives: its buffer, offset and strides. */
+static void problem_layout(fa_test_problem *tp, fa_test_rng *layout_rng) {
+    fa_test_spec *s = &tp->spec;
     if (s->layout == FA_TEST_LAYOUT_PACKED_QKV) {
         int same_rows = s->varlen ? tp->total_q == tp->total_k &&
                                         !memcmp(tp->buffer[FA_T_CU_Q].host,
@@ -1191,8 +1180,8 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
         int64_t d = s->head_dim, all_heads = s->heads_q + 2 * s->heads_kv;
         int64_t rows = s->varlen ? tp->total_q : s->seqlen_q;
         int64_t align = s->pad_align;
-        int64_t row_stride = all_heads * d + align * fa_test_rng_int(&layout_rng, 0, 2);
-        int64_t batch_stride = rows * row_stride + align * fa_test_rng_int(&layout_rng, 0, 2);
+        int64_t row_stride = all_heads * d + align * fa_test_rng_int(layout_rng, 0, 2);
+        int64_t batch_stride = rows * row_stride + align * fa_test_rng_int(layout_rng, 0, 2);
         int64_t head_offset[3] = {0, s->heads_q * d, (s->heads_q + s->heads_kv) * d};
         int members[2][3] = {{FA_T_Q, FA_T_K, FA_T_V}, {FA_T_DQ, FA_T_DK, FA_T_DV}};
         for (int set = 0; set < (s->backward ? 2 : 1); set++)
@@ -1204,11 +1193,11 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
                 vw->row_stride = row_stride;
                 vw->batch_stride = s->varlen ? 5 : batch_stride;
             }
-        layout_tensor(tp, FA_T_O, FA_TEST_LAYOUT_PADDED, &layout_rng);
-        if (s->backward) layout_tensor(tp, FA_T_DO, FA_TEST_LAYOUT_PADDED, &layout_rng);
+        layout_tensor(tp, FA_T_O, FA_TEST_LAYOUT_PADDED, layout_rng);
+        if (s->backward) layout_tensor(tp, FA_T_DO, FA_TEST_LAYOUT_PADDED, layout_rng);
     } else {
         for (int t = 0; t < FA_T_STRIDED_COUNT; t++)
-            if (strided[t]) layout_tensor(tp, t, s->layout, &layout_rng);
+            if (strided[t]) layout_tensor(tp, t, s->layout, layout_rng);
     }
     tp->view[FA_T_LSE].buffer = FA_T_LSE;
     if (s->alibi != FA_TEST_ALIBI_NONE) tp->view[FA_T_ALIBI].buffer = FA_T_ALIBI;
@@ -1217,9 +1206,13 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
         if (s->backward) tp->view[FA_T_DSINK].buffer = FA_T_DSINK;
     }
     tp->params.alibi_batch_stride =
-        s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->heads_q + fa_test_rng_int(&layout_rng, 0, 3) : 0;
+        s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->heads_q + fa_test_rng_int(layout_rng, 0, 3) : 0;
 
-    /* buffers: sized to the furthest logical element of the tensors they hold */
+}
+
+/* The host buffers, each sized to the furthest logical element of the tensors it holds and poisoned. */
+static int problem_buffers(fa_test_problem *tp) {
+    fa_test_spec *s = &tp->spec;
     for (int buffer = 0; buffer < FA_T_COUNT; buffer++) {
         if (buffer == FA_T_CU_Q || buffer == FA_T_CU_K) continue;
         int used = 0;
@@ -1232,40 +1225,50 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
                         buffer == FA_T_DK || buffer == FA_T_DV || buffer == FA_T_DSINK;
         if (alloc_buffer(&tp->buffer[buffer], extent, fa_test_dtype_size(tensor_dtype(tp, buffer)),
                          is_output))
-            goto fail;
+            return -1;
         /* everything not written below (padding, unused rows) holds poison: reading it
          * would spread NaN into the outputs, writing it is detected as clobbering */
         poison_buffer(&tp->buffer[buffer], tensor_dtype(tp, buffer));
     }
 
-    /* values, in canonical order, independent of the layout */
-    fill_tensor(tp, FA_T_Q, &value_rng, s->q_amplitude, 0.0);
-    fill_tensor(tp, FA_T_K, &value_rng, 1.0, 0.0);
-    fill_tensor(tp, FA_T_V, &value_rng, 1.0, 0.5); /* offset: outputs are not near zero */
-    if (s->backward) fill_tensor(tp, FA_T_DO, &value_rng, 1.0, 0.5);
+    return 0;
+}
+
+/* The input values, in canonical order (independent of the layout), and the saved copies of the inputs. */
+static int problem_values(fa_test_problem *tp, fa_test_rng *value_rng) {
+    fa_test_spec *s = &tp->spec;
+    fill_tensor(tp, FA_T_Q, value_rng, s->q_amplitude, 0.0);
+    fill_tensor(tp, FA_T_K, value_rng, 1.0, 0.0);
+    fill_tensor(tp, FA_T_V, value_rng, 1.0, 0.5); /* offset: outputs are not near zero */
+    if (s->backward) fill_tensor(tp, FA_T_DO, value_rng, 1.0, 0.5);
     if (s->alibi != FA_TEST_ALIBI_NONE) { /* slopes in [0.01, 0.3) as in FlashAttention's tests */
         float *slopes = tp->buffer[FA_T_ALIBI].host;
         int64_t batches = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? s->batch : 1;
         for (int64_t b = 0; b < batches; b++)
             for (int64_t h = 0; h < s->heads_q; h++)
                 slopes[b * tp->params.alibi_batch_stride + h] =
-                    (float)(0.01 + 0.29 * fa_test_rng_uniform(&value_rng));
+                    (float)(0.01 + 0.29 * fa_test_rng_uniform(value_rng));
     }
     if (s->sinks) { /* comparable to the row's own mass: log(keys) ± 1 */
         float *sinks = tp->buffer[FA_T_SINK].host;
         double typical = log((double)(s->seqlen_k > 1 ? s->seqlen_k : 1));
         for (int64_t h = 0; h < s->heads_q; h++)
-            sinks[h] = (float)(0.75 * typical + fa_test_rng_normal(&value_rng));
+            sinks[h] = (float)(0.75 * typical + fa_test_rng_normal(value_rng));
     }
     for (int buffer = 0; buffer < FA_T_COUNT; buffer++) {
         fa_test_buffer *buf = &tp->buffer[buffer];
         if (!buf->host || buf->is_output) continue;
         buf->saved = malloc(buf->bytes);
-        if (!buf->saved) goto fail;
+        if (!buf->saved) return -1;
         memcpy(buf->saved, buf->host, buf->bytes);
     }
 
-    /* params */
+    return 0;
+}
+
+/* fa_params of the problem (host pointers and strides). */
+static void problem_fill_params(fa_test_problem *tp) {
+    fa_test_spec *s = &tp->spec;
     fa_params *p = &tp->params;
     p->device = FA_DEVICE_CPU;
     p->dtype = s->dtype;
@@ -1292,6 +1295,31 @@ int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
     p->dropout_seed = s->dropout_seed;
     p->dropout_offset = s->dropout_offset;
     *p = problem_params(tp, 0); /* host pointers and strides */
+}
+
+int fa_test_problem_create(fa_test_problem *tp, const fa_test_spec *spec) {
+    memset(tp, 0, sizeof *tp);
+    tp->spec = *spec;
+    fa_test_spec *s = &tp->spec;
+    if (s->head_dim_v == 0) s->head_dim_v = s->head_dim;
+    if (s->pad_align <= 0) s->pad_align = 1;
+    if (s->q_amplitude <= 0) s->q_amplitude = 1.0;
+    if (s->batch < 1 || s->batch > FA_TEST_MAX_BATCH || s->heads_kv < 1 ||
+        s->heads_q % s->heads_kv || s->head_dim < 1 || s->head_dim > FA_MAX_HEAD_DIM ||
+        s->head_dim_v > FA_MAX_HEAD_DIM || s->seqlen_q < 0 || s->seqlen_k < 0)
+        return -1;
+    for (int t = 0; t < FA_T_COUNT; t++) tp->view[t].buffer = -1;
+
+    fa_test_rng len_rng, layout_rng, value_rng;
+    fa_test_rng_seed(&len_rng, stream_seed(s->seed, 1));
+    fa_test_rng_seed(&layout_rng, stream_seed(s->seed, 2));
+    fa_test_rng_seed(&value_rng, stream_seed(s->seed, 3));
+
+    if (problem_rows(tp, &len_rng)) goto fail;
+    problem_layout(tp, &layout_rng);
+    if (problem_buffers(tp)) goto fail;
+    if (problem_values(tp, &value_rng)) goto fail;
+    problem_fill_params(tp);
     return 0;
 fail:
     fa_test_problem_destroy(tp);
@@ -1609,6 +1637,190 @@ static fa_params kv_params(const fa_kv_problem *kp, int on_device) {
 
 fa_params fa_kv_problem_device_params(const fa_kv_problem *kp) { return kv_params(kp, 1); }
 
+#define KV_ALLOC(index, elements, elem_size, out)                                                 \
+    do {                                                                                          \
+        if (alloc_buffer(&kp->buffer[index], (elements), (elem_size), (out))) return -1;          \
+    } while (0)
+
+/* The strided tensors (q, o, the caches, k_new / v_new) and lse: strides, buffers, poison. */
+static int kv_tensors(fa_kv_problem *kp, int64_t slabs, int64_t slab_rows, fa_test_rng *layout_rng) {
+    const fa_kv_spec *s = &kp->spec;
+    fa_params *p = &kp->params;
+    const int64_t b = s->batch;
+    const int64_t sq = s->seqlen_q;
+    const int64_t hq = s->heads_q;
+    const int64_t hkv = s->heads_kv;
+    const int64_t sn = s->seqlen_new;
+    const int64_t d = s->head_dim;
+    const int64_t dv = s->head_dim_v;
+    const int64_t align = s->pad_align;
+    const size_t es = fa_test_dtype_size(s->dtype);
+    /* strided tensors */
+    int64_t n;
+    n = kv_strides(b, sq, hq, d, s->padded, align, layout_rng, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
+    KV_ALLOC(FA_KV_Q, n, es, 0);
+    n = kv_strides(b, sq, hq, dv, s->padded, align, layout_rng, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride);
+    KV_ALLOC(FA_KV_O, n, es, 1);
+    n = kv_strides(slabs, slab_rows, hkv, d, s->padded, align, layout_rng, &p->k_batch_stride, &p->k_row_stride,
+                   &p->k_head_stride);
+    KV_ALLOC(FA_KV_KCACHE, n, es, s->append);
+    n = kv_strides(slabs, slab_rows, hkv, dv, s->padded, align, layout_rng, &p->v_batch_stride, &p->v_row_stride,
+                   &p->v_head_stride);
+    KV_ALLOC(FA_KV_VCACHE, n, es, s->append);
+    if (s->append) {
+        n = kv_strides(b, sn, hkv, d, s->padded, align, layout_rng, &p->knew_batch_stride, &p->knew_row_stride,
+                       &p->knew_head_stride);
+        KV_ALLOC(FA_KV_KNEW, n, es, 0);
+        n = kv_strides(b, sn, hkv, dv, s->padded, align, layout_rng, &p->vnew_batch_stride, &p->vnew_row_stride,
+                       &p->vnew_head_stride);
+        KV_ALLOC(FA_KV_VNEW, n, es, 0);
+    }
+    KV_ALLOC(FA_KV_LSE, b * hq * sq + 3, 4, 1); /* 3 slack elements must stay poison        */
+    poison_buffer(&kp->buffer[FA_KV_O], s->dtype);
+    poison_buffer(&kp->buffer[FA_KV_LSE], FA_DTYPE_F32);
+
+    return 0;
+}
+
+/* The int32 tables: cache_seqlens, cache_leftpad, cache_batch_idx, block_table (pages a call reads get real ids, the others ids no call may use). */
+static int kv_tables(fa_kv_problem *kp, int64_t slabs, int64_t pages_per_seq, fa_test_rng *layout_rng) {
+    const fa_kv_spec *s = &kp->spec;
+    fa_params *p = &kp->params;
+    const int64_t b = s->batch;
+    const int64_t appended = s->seqlen_new;
+    /* int32 tables */
+    KV_ALLOC(FA_KV_SEQLENS, b, 4, 0);
+    memcpy(kp->buffer[FA_KV_SEQLENS].host, kp->cached, (size_t)b * 4);
+    if (s->leftpad) {
+        KV_ALLOC(FA_KV_LEFTPAD, b, 4, 0);
+        memcpy(kp->buffer[FA_KV_LEFTPAD].host, kp->start, (size_t)b * 4);
+    }
+    if (s->batch_idx) {
+        int32_t rows[FA_TEST_MAX_BATCH + 2];
+        for (int64_t i = 0; i < slabs; i++) rows[i] = (int32_t)i;
+        kv_shuffle(rows, slabs, layout_rng);
+        KV_ALLOC(FA_KV_BATCH_IDX, b, 4, 0);
+        memcpy(kp->buffer[FA_KV_BATCH_IDX].host, rows, (size_t)b * 4);
+    }
+    if (s->page_size > 0) {
+        p->block_table_batch_stride = pages_per_seq + (s->padded ? fa_test_rng_int(layout_rng, 0, 2) : 0);
+        KV_ALLOC(FA_KV_BLOCK_TABLE, b * p->block_table_batch_stride, 4, 0);
+        int32_t *table = kp->buffer[FA_KV_BLOCK_TABLE].host;
+        int32_t *pages = malloc(sizeof(int32_t) * (size_t)slabs);
+        if (!pages) return -1;
+        for (int64_t i = 0; i < slabs; i++) pages[i] = (int32_t)i;
+        kv_shuffle(pages, slabs, layout_rng);
+        for (int64_t i = 0; i < b; i++) {
+            int64_t first = kp->start[i] / s->page_size;
+            int64_t end = (kp->cached[i] + appended + s->page_size - 1) / s->page_size;
+            for (int64_t j = 0; j < p->block_table_batch_stride; j++) {
+                int64_t at = i * p->block_table_batch_stride + j;
+                /* pages a call reads get real ids; the others ids no call may use */
+                if (j >= first && j < end) table[at] = pages[i * pages_per_seq + j];
+                else table[at] = j % 2 ? -1 : (int32_t)(slabs + j);
+            }
+        }
+        free(pages);
+        p->page_size = s->page_size;
+        p->num_pages = slabs;
+    }
+
+    return 0;
+}
+
+/* The cache contents (garbage everywhere, real values in the attended and written slots), then q and the new keys and values, in canonical order. */
+static int kv_values(fa_kv_problem *kp, fa_test_rng *value_rng) {
+    const fa_kv_spec *s = &kp->spec;
+    fa_params *p = &kp->params;
+    const int64_t b = s->batch;
+    const int64_t sq = s->seqlen_q;
+    const int64_t hq = s->heads_q;
+    const int64_t hkv = s->heads_kv;
+    const int64_t sn = s->seqlen_new;
+    const int64_t d = s->head_dim;
+    const int64_t dv = s->head_dim_v;
+    const int64_t appended = s->seqlen_new;
+    const size_t es = fa_test_dtype_size(s->dtype);
+    /* cache contents: garbage everywhere, real values in the attended and written slots */
+    for (int is_v = 0; is_v < 2; is_v++) {
+        fa_test_buffer *buf = &kp->buffer[is_v ? FA_KV_VCACHE : FA_KV_KCACHE];
+        for (size_t e = 0; e < buf->bytes / es; e++)
+            fa_test_store(buf->host, s->dtype, (int64_t)e, e % 2 ? KV_GARBAGE : -KV_GARBAGE);
+    }
+    /* (the parameters kv_cache_index reads are set first) */
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t slot = kp->start[i]; slot < kp->cached[i] + appended; slot++)
+            for (int64_t h = 0; h < hkv; h++) {
+                for (int64_t c = 0; c < d; c++)
+                    fa_test_store(kp->buffer[FA_KV_KCACHE].host, s->dtype, kv_cache_index(kp, i, slot, h, c, 0),
+                                  fa_test_rng_normal(value_rng));
+                for (int64_t c = 0; c < dv; c++)
+                    fa_test_store(kp->buffer[FA_KV_VCACHE].host, s->dtype, kv_cache_index(kp, i, slot, h, c, 1),
+                                  fa_test_rng_normal(value_rng) + 0.5);
+            }
+
+    /* q, new keys and values (canonical order) */
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t t = 0; t < sq; t++)
+            for (int64_t h = 0; h < hq; h++)
+                for (int64_t c = 0; c < d; c++)
+                    fa_test_store(kp->buffer[FA_KV_Q].host, s->dtype,
+                                  i * p->q_batch_stride + t * p->q_row_stride + h * p->q_head_stride + c,
+                                  s->q_amplitude * fa_test_rng_normal(value_rng));
+    if (s->append)
+        for (int64_t i = 0; i < b; i++)
+            for (int64_t t = 0; t < sn; t++)
+                for (int64_t h = 0; h < hkv; h++) {
+                    for (int64_t c = 0; c < d; c++)
+                        fa_test_store(kp->buffer[FA_KV_KNEW].host, s->dtype,
+                                      i * p->knew_batch_stride + t * p->knew_row_stride + h * p->knew_head_stride + c,
+                                      fa_test_rng_normal(value_rng));
+                    for (int64_t c = 0; c < dv; c++)
+                        fa_test_store(kp->buffer[FA_KV_VNEW].host, s->dtype,
+                                      i * p->vnew_batch_stride + t * p->vnew_row_stride + h * p->vnew_head_stride + c,
+                                      fa_test_rng_normal(value_rng) + 0.5);
+                }
+    return 0;
+}
+
+/* Rotary tables, ALiBi slopes and sink logits when the spec asks for them. */
+static int kv_extras(fa_kv_problem *kp, fa_test_rng *layout_rng, fa_test_rng *value_rng) {
+    const fa_kv_spec *s = &kp->spec;
+    fa_params *p = &kp->params;
+    const int64_t b = s->batch;
+    const int64_t sq = s->seqlen_q;
+    const int64_t hq = s->heads_q;
+    const int64_t sn = s->seqlen_new;
+    const size_t es = fa_test_dtype_size(s->dtype);
+    if (s->rotary_dim) {
+        p->rotary_dim = s->rotary_dim;
+        /* queries rotate at L0 + i, up to capacity - seqlen_new + seqlen_q - 1 */
+        p->rotary_seqlen = s->capacity + (sq > sn ? sq - sn : 0) + fa_test_rng_int(layout_rng, 0, 3);
+        p->rotary_interleaved = s->rotary_interleaved;
+        KV_ALLOC(FA_KV_COS, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);
+        KV_ALLOC(FA_KV_SIN, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);
+        kv_fill_rotary(kp, p->rotary_seqlen);
+    }
+    if (s->alibi != FA_TEST_ALIBI_NONE) { /* slopes in [0.01, 0.3) */
+        p->alibi_batch_stride = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? hq + fa_test_rng_int(layout_rng, 0, 3) : 0;
+        int64_t batches = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? b : 1;
+        KV_ALLOC(FA_KV_ALIBI, (batches - 1) * p->alibi_batch_stride + hq, 4, 0);
+        float *slopes = kp->buffer[FA_KV_ALIBI].host;
+        for (int64_t i = 0; i < batches; i++)
+            for (int64_t h = 0; h < hq; h++)
+                slopes[i * p->alibi_batch_stride + h] = (float)(0.01 + 0.29 * fa_test_rng_uniform(value_rng));
+    }
+    if (s->sinks) {
+        KV_ALLOC(FA_KV_SINK, hq, 4, 0);
+        float *sinks = kp->buffer[FA_KV_SINK].host;
+        double typical = log((double)(s->capacity > 1 ? s->capacity : 1));
+        for (int64_t h = 0; h < hq; h++) sinks[h] = (float)(0.75 * typical + fa_test_rng_normal(value_rng));
+    }
+    return 0;
+}
+
+#undef KV_ALLOC
+
 int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
     memset(kp, 0, sizeof *kp);
     kp->spec = *spec;
@@ -1630,8 +1842,7 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
     fa_test_rng_seed(&layout_rng, stream_seed(s->seed, 12));
     fa_test_rng_seed(&value_rng, stream_seed(s->seed, 13));
     const int64_t b = s->batch, sq = s->seqlen_q, hq = s->heads_q, hkv = s->heads_kv, sn = s->seqlen_new;
-    const int64_t d = s->head_dim, dv = s->head_dim_v, align = s->pad_align;
-    const size_t es = fa_test_dtype_size(s->dtype);
+    const int64_t d = s->head_dim, dv = s->head_dim_v;
     fa_params *p = &kp->params;
 
     /* cache lengths and left padding: one sequence full, some empty, the rest random */
@@ -1656,135 +1867,9 @@ int fa_kv_problem_create(fa_kv_problem *kp, const fa_kv_spec *spec) {
     }
     kp->cache_rows = slabs;
 
-    /* strided tensors */
-    int64_t n;
-#define KV_ALLOC(index, elements, elem_size, out)                                                 \
-    do {                                                                                          \
-        if (alloc_buffer(&kp->buffer[index], (elements), (elem_size), (out))) goto fail;          \
-    } while (0)
-    n = kv_strides(b, sq, hq, d, s->padded, align, &layout_rng, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
-    KV_ALLOC(FA_KV_Q, n, es, 0);
-    n = kv_strides(b, sq, hq, dv, s->padded, align, &layout_rng, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride);
-    KV_ALLOC(FA_KV_O, n, es, 1);
-    n = kv_strides(slabs, slab_rows, hkv, d, s->padded, align, &layout_rng, &p->k_batch_stride, &p->k_row_stride,
-                   &p->k_head_stride);
-    KV_ALLOC(FA_KV_KCACHE, n, es, s->append);
-    n = kv_strides(slabs, slab_rows, hkv, dv, s->padded, align, &layout_rng, &p->v_batch_stride, &p->v_row_stride,
-                   &p->v_head_stride);
-    KV_ALLOC(FA_KV_VCACHE, n, es, s->append);
-    if (s->append) {
-        n = kv_strides(b, sn, hkv, d, s->padded, align, &layout_rng, &p->knew_batch_stride, &p->knew_row_stride,
-                       &p->knew_head_stride);
-        KV_ALLOC(FA_KV_KNEW, n, es, 0);
-        n = kv_strides(b, sn, hkv, dv, s->padded, align, &layout_rng, &p->vnew_batch_stride, &p->vnew_row_stride,
-                       &p->vnew_head_stride);
-        KV_ALLOC(FA_KV_VNEW, n, es, 0);
-    }
-    KV_ALLOC(FA_KV_LSE, b * hq * sq + 3, 4, 1); /* 3 slack elements must stay poison        */
-    poison_buffer(&kp->buffer[FA_KV_O], s->dtype);
-    poison_buffer(&kp->buffer[FA_KV_LSE], FA_DTYPE_F32);
-
-    /* int32 tables */
-    KV_ALLOC(FA_KV_SEQLENS, b, 4, 0);
-    memcpy(kp->buffer[FA_KV_SEQLENS].host, kp->cached, (size_t)b * 4);
-    if (s->leftpad) {
-        KV_ALLOC(FA_KV_LEFTPAD, b, 4, 0);
-        memcpy(kp->buffer[FA_KV_LEFTPAD].host, kp->start, (size_t)b * 4);
-    }
-    if (s->batch_idx) {
-        int32_t rows[FA_TEST_MAX_BATCH + 2];
-        for (int64_t i = 0; i < slabs; i++) rows[i] = (int32_t)i;
-        kv_shuffle(rows, slabs, &layout_rng);
-        KV_ALLOC(FA_KV_BATCH_IDX, b, 4, 0);
-        memcpy(kp->buffer[FA_KV_BATCH_IDX].host, rows, (size_t)b * 4);
-    }
-    if (s->page_size > 0) {
-        p->block_table_batch_stride = pages_per_seq + (s->padded ? fa_test_rng_int(&layout_rng, 0, 2) : 0);
-        KV_ALLOC(FA_KV_BLOCK_TABLE, b * p->block_table_batch_stride, 4, 0);
-        int32_t *table = kp->buffer[FA_KV_BLOCK_TABLE].host;
-        int32_t *pages = malloc(sizeof(int32_t) * (size_t)slabs);
-        if (!pages) goto fail;
-        for (int64_t i = 0; i < slabs; i++) pages[i] = (int32_t)i;
-        kv_shuffle(pages, slabs, &layout_rng);
-        for (int64_t i = 0; i < b; i++) {
-            int64_t first = kp->start[i] / s->page_size;
-            int64_t end = (kp->cached[i] + appended + s->page_size - 1) / s->page_size;
-            for (int64_t j = 0; j < p->block_table_batch_stride; j++) {
-                int64_t at = i * p->block_table_batch_stride + j;
-                /* pages a call reads get real ids; the others ids no call may use */
-                if (j >= first && j < end) table[at] = pages[i * pages_per_seq + j];
-                else table[at] = j % 2 ? -1 : (int32_t)(slabs + j);
-            }
-        }
-        free(pages);
-        p->page_size = s->page_size;
-        p->num_pages = slabs;
-    }
-
-    /* cache contents: garbage everywhere, real values in the attended and written slots */
-    for (int is_v = 0; is_v < 2; is_v++) {
-        fa_test_buffer *buf = &kp->buffer[is_v ? FA_KV_VCACHE : FA_KV_KCACHE];
-        for (size_t e = 0; e < buf->bytes / es; e++)
-            fa_test_store(buf->host, s->dtype, (int64_t)e, e % 2 ? KV_GARBAGE : -KV_GARBAGE);
-    }
-    /* (the parameters kv_cache_index reads are set first) */
-    for (int64_t i = 0; i < b; i++)
-        for (int64_t slot = kp->start[i]; slot < kp->cached[i] + appended; slot++)
-            for (int64_t h = 0; h < hkv; h++) {
-                for (int64_t c = 0; c < d; c++)
-                    fa_test_store(kp->buffer[FA_KV_KCACHE].host, s->dtype, kv_cache_index(kp, i, slot, h, c, 0),
-                                  fa_test_rng_normal(&value_rng));
-                for (int64_t c = 0; c < dv; c++)
-                    fa_test_store(kp->buffer[FA_KV_VCACHE].host, s->dtype, kv_cache_index(kp, i, slot, h, c, 1),
-                                  fa_test_rng_normal(&value_rng) + 0.5);
-            }
-
-    /* q, new keys and values (canonical order) */
-    for (int64_t i = 0; i < b; i++)
-        for (int64_t t = 0; t < sq; t++)
-            for (int64_t h = 0; h < hq; h++)
-                for (int64_t c = 0; c < d; c++)
-                    fa_test_store(kp->buffer[FA_KV_Q].host, s->dtype,
-                                  i * p->q_batch_stride + t * p->q_row_stride + h * p->q_head_stride + c,
-                                  s->q_amplitude * fa_test_rng_normal(&value_rng));
-    if (s->append)
-        for (int64_t i = 0; i < b; i++)
-            for (int64_t t = 0; t < sn; t++)
-                for (int64_t h = 0; h < hkv; h++) {
-                    for (int64_t c = 0; c < d; c++)
-                        fa_test_store(kp->buffer[FA_KV_KNEW].host, s->dtype,
-                                      i * p->knew_batch_stride + t * p->knew_row_stride + h * p->knew_head_stride + c,
-                                      fa_test_rng_normal(&value_rng));
-                    for (int64_t c = 0; c < dv; c++)
-                        fa_test_store(kp->buffer[FA_KV_VNEW].host, s->dtype,
-                                      i * p->vnew_batch_stride + t * p->vnew_row_stride + h * p->vnew_head_stride + c,
-                                      fa_test_rng_normal(&value_rng) + 0.5);
-                }
-    if (s->rotary_dim) {
-        p->rotary_dim = s->rotary_dim;
-        /* queries rotate at L0 + i, up to capacity - seqlen_new + seqlen_q - 1 */
-        p->rotary_seqlen = s->capacity + (sq > sn ? sq - sn : 0) + fa_test_rng_int(&layout_rng, 0, 3);
-        p->rotary_interleaved = s->rotary_interleaved;
-        KV_ALLOC(FA_KV_COS, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);
-        KV_ALLOC(FA_KV_SIN, p->rotary_seqlen * (s->rotary_dim / 2), es, 0);
-        kv_fill_rotary(kp, p->rotary_seqlen);
-    }
-    if (s->alibi != FA_TEST_ALIBI_NONE) { /* slopes in [0.01, 0.3) */
-        p->alibi_batch_stride = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? hq + fa_test_rng_int(&layout_rng, 0, 3) : 0;
-        int64_t batches = s->alibi == FA_TEST_ALIBI_BATCH_HEAD ? b : 1;
-        KV_ALLOC(FA_KV_ALIBI, (batches - 1) * p->alibi_batch_stride + hq, 4, 0);
-        float *slopes = kp->buffer[FA_KV_ALIBI].host;
-        for (int64_t i = 0; i < batches; i++)
-            for (int64_t h = 0; h < hq; h++)
-                slopes[i * p->alibi_batch_stride + h] = (float)(0.01 + 0.29 * fa_test_rng_uniform(&value_rng));
-    }
-    if (s->sinks) {
-        KV_ALLOC(FA_KV_SINK, hq, 4, 0);
-        float *sinks = kp->buffer[FA_KV_SINK].host;
-        double typical = log((double)(s->capacity > 1 ? s->capacity : 1));
-        for (int64_t h = 0; h < hq; h++) sinks[h] = (float)(0.75 * typical + fa_test_rng_normal(&value_rng));
-    }
-#undef KV_ALLOC
+    if (kv_tensors(kp, slabs, slab_rows, &layout_rng) || kv_tables(kp, slabs, pages_per_seq, &layout_rng) ||
+        kv_values(kp, &value_rng) || kv_extras(kp, &layout_rng, &value_rng))
+        goto fail;
     for (int i = 0; i < FA_KV_BUFFER_COUNT; i++) {
         fa_test_buffer *buf = &kp->buffer[i];
         if (!buf->host || i == FA_KV_O || i == FA_KV_LSE) continue;
