@@ -44,46 +44,19 @@ static int run_case(const det_case *c) {
     unsigned short *h = malloc(2 * (nq + nk + nv));
     unsigned char *ref_o = malloc(2 * no), *got_o = malloc(2 * no), *ref_l = malloc(4 * nl), *got_l = malloc(4 * nl);
     for (size_t i = 0; i < nq + nk + nv; ++i) h[i] = random_bf16();
-    void *q, *k, *v, *o;
-    float *lse;
-    int *dcu_q, *dcu_k;
-    CHECK_CUDA(cudaMalloc(&q, 2 * nq));
-    CHECK_CUDA(cudaMalloc(&k, 2 * nk));
-    CHECK_CUDA(cudaMalloc(&v, 2 * nv));
-    CHECK_CUDA(cudaMalloc(&o, 2 * no));
-    CHECK_CUDA(cudaMalloc((void **)&lse, 4 * nl));
-    CHECK_CUDA(cudaMalloc((void **)&dcu_q, sizeof cu_q));
-    CHECK_CUDA(cudaMalloc((void **)&dcu_k, sizeof cu_k));
-    CHECK_CUDA(cudaMemcpy(q, h, 2 * nq, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(k, h + nq, 2 * nk, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nv, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dcu_q, cu_q, sizeof cu_q, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dcu_k, cu_k, sizeof cu_k, cudaMemcpyHostToDevice));
-
-    fa_params p;
-    memset(&p, 0, sizeof p);
-    p.device = FA_DEVICE_CUDA;
-    p.dtype = FA_DTYPE_BF16;
-    p.batch = c->varlen ? 2 : b;
-    p.seqlen_q = c->varlen ? sq : sq;
-    p.seqlen_k = c->varlen ? sk : sk;
-    p.heads_q = hq;
-    p.heads_kv = hkv;
-    p.head_dim = d;
-    p.head_dim_v = dv;
-    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-    if (c->varlen) {
-        p.cu_seqlens_q = dcu_q;
-        p.cu_seqlens_k = dcu_k;
-        p.total_q = rows_q;
-        p.total_k = rows_k;
+    gpu_fwd_buffers buf;
+    const gpu_fwd_sizes sizes = {nq, nk, nv, no, nl, c->varlen ? 3u : 0u};
+    const char *err = gpu_fwd_buffers_upload(&buf, &sizes, h, cu_q, cu_k);
+    if (err != NULL) {
+        printf("FAIL %s: %s\n", c->name, err);
+        gpu_fwd_buffers_free(&buf);
+        return 1;
     }
-    fa_set_contiguous_strides(&p);
-    p.causal = c->causal;
-    p.use_window = c->window_left >= 0;
-    p.window_left = c->window_left;
-    p.window_right = -1;
-    p.softcap = c->softcap;
+    fa_params p;
+    gpu_fwd_params(&p, &buf, c->varlen ? 2 : b, sq, sk, hq, hkv, d, dv, c->varlen ? rows_q : 0, rows_k, c->causal,
+                   c->window_left, c->softcap);
+    void *o = buf.o;
+    float *lse = buf.lse;
     int fail = 0;
     for (int run = 0; run < 3 && !fail; ++run) {
         CHECK_CUDA(cudaMemset(o, 0xff, 2 * no)); /* NaN poison: a skipped write shows as a diff */
@@ -103,7 +76,7 @@ static int run_case(const det_case *c) {
         }
     }
     if (!fail) printf("ok   %s: 3 runs bitwise identical\n", c->name);
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(dcu_q), cudaFree(dcu_k);
+    gpu_fwd_buffers_free(&buf);
     free(h), free(ref_o), free(got_o), free(ref_l), free(got_l);
     return fail;
 }

@@ -1,8 +1,10 @@
 /*
- * gpu_util.c: the GPU test programs' random numbers and 16-bit conversions (gpu_util.h).
+ * gpu_util.c: the GPU test programs' random numbers, 16-bit conversions and forward buffers
+ * (gpu_util.h).
  */
 #include "gpu_util.h"
 
+#include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
 
@@ -44,4 +46,58 @@ float gpu_float_from_16(uint16_t x, fa_dtype dtype) {
     else
         a = ldexpf((float)(mantissa | 0x400), exponent - 25);
     return (x & 0x8000) ? -a : a;
+}
+
+const char *gpu_fwd_buffers_upload(gpu_fwd_buffers *b, const gpu_fwd_sizes *n, const uint16_t *host, const int *cu_q,
+                                   const int *cu_k) {
+    memset(b, 0, sizeof *b);
+    if (cudaMalloc(&b->q, 2 * n->q) != cudaSuccess || cudaMalloc(&b->k, 2 * n->k) != cudaSuccess ||
+        cudaMalloc(&b->v, 2 * n->v) != cudaSuccess || cudaMalloc(&b->o, 2 * n->o) != cudaSuccess ||
+        cudaMalloc((void **)&b->lse, 4 * n->lse) != cudaSuccess)
+        return "cudaMalloc of q, k, v, o or lse";
+    if (cudaMemcpy(b->q, host, 2 * n->q, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(b->k, host + n->q, 2 * n->k, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(b->v, host + n->q + n->k, 2 * n->v, cudaMemcpyHostToDevice) != cudaSuccess)
+        return "cudaMemcpy of q, k or v";
+    if (n->cu_count == 0) return NULL;
+    if (cudaMalloc((void **)&b->cu_q, sizeof(int) * n->cu_count) != cudaSuccess ||
+        cudaMalloc((void **)&b->cu_k, sizeof(int) * n->cu_count) != cudaSuccess ||
+        cudaMemcpy(b->cu_q, cu_q, sizeof(int) * n->cu_count, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(b->cu_k, cu_k, sizeof(int) * n->cu_count, cudaMemcpyHostToDevice) != cudaSuccess)
+        return "cudaMalloc / cudaMemcpy of cu_seqlens";
+    return NULL;
+}
+
+void gpu_fwd_buffers_free(gpu_fwd_buffers *b) {
+    cudaFree(b->q), cudaFree(b->k), cudaFree(b->v), cudaFree(b->o), cudaFree(b->lse);
+    cudaFree(b->cu_q), cudaFree(b->cu_k);
+    memset(b, 0, sizeof *b);
+}
+
+void gpu_fwd_params(fa_params *p, const gpu_fwd_buffers *b, int batch, int seqlen_q, int seqlen_k, int heads_q,
+                    int heads_kv, int head_dim, int head_dim_v, long total_q, long total_k, int causal,
+                    int window_left, float softcap) {
+    memset(p, 0, sizeof *p);
+    p->device = FA_DEVICE_CUDA;
+    p->dtype = FA_DTYPE_BF16;
+    p->batch = batch;
+    p->seqlen_q = seqlen_q;
+    p->seqlen_k = seqlen_k;
+    p->heads_q = heads_q;
+    p->heads_kv = heads_kv;
+    p->head_dim = head_dim;
+    p->head_dim_v = head_dim_v;
+    p->q = b->q, p->k = b->k, p->v = b->v, p->o = b->o, p->lse = b->lse;
+    if (total_q > 0) {
+        p->cu_seqlens_q = b->cu_q;
+        p->cu_seqlens_k = b->cu_k;
+        p->total_q = total_q;
+        p->total_k = total_k;
+    }
+    fa_set_contiguous_strides(p);
+    p->causal = causal;
+    p->use_window = window_left >= 0;
+    p->window_left = window_left;
+    p->window_right = -1;
+    p->softcap = softcap;
 }

@@ -23,4 +23,29 @@ uint16_t gpu_float_to_16(float f, fa_dtype dtype);
 /* bf16 / f16 bits -> fp32 (exact). */
 float gpu_float_from_16(uint16_t x, fa_dtype dtype);
 
+/* Device buffers of a bf16 forward problem: q, k, v uploaded from one host array (q, then k,
+ * then v, contiguous), o and lse allocated, and the varlen offsets. */
+typedef struct gpu_fwd_buffers {
+    void *q, *k, *v, *o;
+    float *lse;
+    int *cu_q, *cu_k;
+} gpu_fwd_buffers;
+
+/* Element counts of the five tensors; cu_q / cu_k of cu_count entries each (0: fixed length). */
+typedef struct gpu_fwd_sizes {
+    size_t q, k, v, o, lse, cu_count;
+} gpu_fwd_sizes;
+
+/* Allocates and uploads. NULL on success, else a description of the CUDA call that failed
+ * (whatever was allocated stays in b for gpu_fwd_buffers_free). */
+const char *gpu_fwd_buffers_upload(gpu_fwd_buffers *b, const gpu_fwd_sizes *n, const uint16_t *host, const int *cu_q,
+                                   const int *cu_k);
+void gpu_fwd_buffers_free(gpu_fwd_buffers *b);
+
+/* fa_params of a bf16 CUDA forward over b: shapes, pointers, contiguous strides, varlen offsets
+ * when total_q > 0 (cu_seqlens and totals), causal and a left window (< 0: none), softcap. */
+void gpu_fwd_params(fa_params *p, const gpu_fwd_buffers *b, int batch, int seqlen_q, int seqlen_k, int heads_q,
+                    int heads_kv, int head_dim, int head_dim_v, long total_q, long total_k, int causal,
+                    int window_left, float softcap);
+
 #endif /* FA_GPU_UTIL_H */

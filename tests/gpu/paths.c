@@ -59,21 +59,17 @@ static int run_case(const path_case *c) {
     unsigned short *h = malloc(2 * (nq + nk + nv)), *o_out[2] = {malloc(2 * no), malloc(2 * no)};
     float *l_out[2] = {malloc(4 * nl), malloc(4 * nl)};
     for (size_t i = 0; i < nq + nk + nv; ++i) h[i] = random_bf16(i >= nq + nk ? 0.5f : 0.0f); /* v offset */
-    void *q, *k, *v, *o;
-    float *lse, *sink = NULL, *alibi = NULL;
-    int *dcu_q, *dcu_k;
-    CHECK_CUDA(cudaMalloc(&q, 2 * nq));
-    CHECK_CUDA(cudaMalloc(&k, 2 * nk));
-    CHECK_CUDA(cudaMalloc(&v, 2 * nv));
-    CHECK_CUDA(cudaMalloc(&o, 2 * no));
-    CHECK_CUDA(cudaMalloc((void **)&lse, 4 * nl));
-    CHECK_CUDA(cudaMalloc((void **)&dcu_q, sizeof cu_q));
-    CHECK_CUDA(cudaMalloc((void **)&dcu_k, sizeof cu_k));
-    CHECK_CUDA(cudaMemcpy(q, h, 2 * nq, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(k, h + nq, 2 * nk, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(v, h + nq + nk, 2 * nv, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dcu_q, cu_q, sizeof cu_q, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dcu_k, cu_k, sizeof cu_k, cudaMemcpyHostToDevice));
+    float *sink = NULL, *alibi = NULL;
+    gpu_fwd_buffers buf;
+    const gpu_fwd_sizes sizes = {nq, nk, nv, no, nl, c->varlen ? 4u : 0u};
+    const char *err = gpu_fwd_buffers_upload(&buf, &sizes, h, cu_q, cu_k);
+    if (err != NULL) {
+        printf("FAIL %s: %s\n", c->name, err);
+        gpu_fwd_buffers_free(&buf);
+        return 1;
+    }
+    void *o = buf.o;
+    float *lse = buf.lse;
     if (c->alibi) {
         const int n_slopes = c->alibi == 2 ? batch * hq : hq;
         float slope_h[1024];
@@ -89,30 +85,9 @@ static int run_case(const path_case *c) {
         CHECK_CUDA(cudaMemcpy(sink, sink_h, sizeof(float) * (size_t)hq, cudaMemcpyHostToDevice));
     }
 
-    fa_params p;
-    memset(&p, 0, sizeof p);
-    p.device = FA_DEVICE_CUDA;
-    p.dtype = FA_DTYPE_BF16;
-    p.batch = batch;
-    p.seqlen_q = c->seqlen_q; /* varlen: the longest sequence (the middle one) */
-    p.seqlen_k = c->seqlen_k;
-    p.heads_q = hq;
-    p.heads_kv = hkv;
-    p.head_dim = d;
-    p.head_dim_v = dv;
-    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-    if (c->varlen) {
-        p.cu_seqlens_q = dcu_q;
-        p.cu_seqlens_k = dcu_k;
-        p.total_q = rows_q;
-        p.total_k = rows_k;
-    }
-    fa_set_contiguous_strides(&p);
-    p.causal = c->causal;
-    p.use_window = c->window_left >= 0;
-    p.window_left = c->window_left;
-    p.window_right = -1;
-    p.softcap = c->softcap;
+    fa_params p; /* varlen: seqlen_q / seqlen_k are the longest sequence (the middle one) */
+    gpu_fwd_params(&p, &buf, batch, c->seqlen_q, c->seqlen_k, hq, hkv, d, dv, c->varlen ? rows_q : 0, rows_k,
+                   c->causal, c->window_left, c->softcap);
     p.sink_logits = sink;
     p.alibi_slopes = alibi;
     p.alibi_batch_stride = c->alibi == 2 ? hq : 0;
@@ -163,7 +138,7 @@ static int run_case(const path_case *c) {
     const int ok = unwritten == 0 && max_do <= 3.0 * 0.0078125 * max_o && max_dl <= 2e-3;
     printf("%s %s: max|O| %.3f, max|dO| %.2e, max|dLSE| %.2e, unwritten %ld\n", ok ? "ok  " : "FAIL", c->name, max_o,
            max_do, max_dl, unwritten);
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(lse), cudaFree(dcu_q), cudaFree(dcu_k);
+    gpu_fwd_buffers_free(&buf);
     if (sink) cudaFree(sink);
     if (alibi) cudaFree(alibi);
     free(h), free(o_out[0]), free(o_out[1]), free(l_out[0]), free(l_out[1]);
