@@ -22,7 +22,7 @@
 # leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR (default
 # build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make),
 # AARCH64_BUILD_DIR (default build-aarch64), FA_AARCH64_TEST_LEVEL (default small: under qemu the
-# tests run ~30x slower than natively), FA_SKIP_AARCH64=1 to leave out the AArch64 stage.
+# tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
