@@ -24,7 +24,8 @@ CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS)
 LDLIBS  = -lm -pthread
 
-UNAME_M := $(shell uname -m)
+# The architecture the compiler targets (so CC=aarch64-linux-gnu-gcc cross-builds for AArch64).
+CC_ARCH := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)) $(shell uname -m))
 
 # The version has one source, include/flashattn.h's FA_VERSION_MAJOR/MINOR/PATCH; the shared
 # library's soname changes with the major version.
@@ -35,16 +36,21 @@ FA_SONAME  := libflashattn.so.$(FA_VERSION_MAJOR)
 
 # ---- CPU sources ------------------------------------------------------------------------------
 # src/api: validation and dispatch; src/cpu: the CPU engine; src/ring: ring attention.
-# src/cpu/*_avx512.c and *_avx2.c are compiled with their ISA flags and picked at run time;
-# on other architectures they are left out and the scalar kernels are used.
+# src/cpu/*_avx512.c and *_avx2.c are compiled with their ISA flags and picked at run time on
+# x86-64; src/cpu/*_neon.c on AArch64 (NEON is part of the base ISA there: no extra flags). On
+# other architectures all are left out and the scalar kernels are used.
 LIB_C      := $(wildcard src/api/*.c) $(wildcard src/cpu/*.c) $(wildcard src/ring/*.c)
 SIMD512_C  := $(filter %_avx512.c,$(LIB_C))
 SIMD2_C    := $(filter %_avx2.c,$(LIB_C))
-ifneq ($(filter x86_64 amd64,$(UNAME_M)),)
+NEON_C     := $(filter %_neon.c,$(LIB_C))
+ifneq ($(filter x86_64 amd64,$(CC_ARCH)),)
   AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2
   AVX2_FLAGS   = -mavx2 -mfma -mf16c -mbmi2
-else
+  LIB_C := $(filter-out $(NEON_C),$(LIB_C))
+else ifneq ($(filter aarch64 arm64,$(CC_ARCH)),)
   LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C),$(LIB_C))
+else
+  LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C) $(NEON_C),$(LIB_C))
 endif
 
 # ---- CUDA -------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@
 #      generators --check                 src/cuda/common/ptx.cuh's wgmma block and src/cuda/instances are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
 #      tests/install_test.sh              make install; C (pkg-config) and CMake programs using it
+#      build-aarch64/fa_tests             the unit tests cross-built for AArch64 (NEON level) and run
+#                                         under qemu-aarch64, FA_TEST_LEVEL=small (skipped, and said
+#                                         so, without aarch64-linux-gnu-gcc and qemu-aarch64)
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. tests/fuzz/run.sh 60               the fuzzer (libFuzzer, ASan + UBSan) for 60 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
@@ -17,13 +20,17 @@
 # "N passed, N failed", and the exit status is non-zero if anything failed or did not build.
 # Environment: JOBS (default 2), FA_TEST_LEVEL for stage 2 (default normal), FA_SKIP_ASAN=1 to
 # leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR (default
-# build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make).
+# build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make),
+# AARCH64_BUILD_DIR (default build-aarch64), FA_AARCH64_TEST_LEVEL (default small: under qemu the
+# tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
+AARCH64_BUILD_DIR=${AARCH64_BUILD_DIR:-build-aarch64}
+AARCH64_CC=${AARCH64_CC:-aarch64-linux-gnu-gcc}
 total_passed=0
 total_failed=0
 log_dir=${TMPDIR:-/tmp}/flashattn-test.$$
@@ -138,6 +145,29 @@ if [ "$built" -eq 1 ]; then
 
     banner "make install and programs using it (tests/install_test.sh: pkg-config, CMake)"
     run_stage "install" env BUILD_DIR="$BUILD_DIR" sh tests/install_test.sh
+fi
+
+# AArch64: the CPU library and unit tests cross-built (no CUDA) and run under qemu-user, where
+# the NEON level is detected (HWCAP_ASIMD); test_isa runs it and the scalar level explicitly.
+aarch64_level=${FA_AARCH64_TEST_LEVEL:-small}
+if [ "${FA_SKIP_AARCH64:-0}" = 1 ]; then
+    banner "AArch64 under qemu: skipped (FA_SKIP_AARCH64=1)"
+elif ! command -v "$AARCH64_CC" >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then
+    banner "AArch64 under qemu: skipped: no aarch64 cross compiler/qemu"
+    echo "($AARCH64_CC and qemu-aarch64 not found; Debian: apt-get install gcc-aarch64-linux-gnu" \
+         "libc6-dev-arm64-cross qemu-user, as .ci/run does)"
+else
+    banner "AArch64 cross build ($AARCH64_BUILD_DIR, CC=$AARCH64_CC, FA_NO_CUDA=1)"
+    if make -j"$JOBS" BUILD="$AARCH64_BUILD_DIR" CC="$AARCH64_CC" FA_NO_CUDA=1 "$AARCH64_BUILD_DIR/fa_tests"; then
+        banner "AArch64 unit tests under qemu-aarch64 (NEON level, FA_TEST_LEVEL=$aarch64_level)"
+        run_stage "AArch64 unit tests" sh -c '{ env QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}" \
+                FA_TEST_LEVEL="$2" qemu-aarch64 "./$1/fa_tests" 2>&1; echo $? > "$3.status"; } | tee "$3"
+            if ! grep -q "^fa_tests: .*, cpu isa neon," "$3"; then
+                echo "the AArch64 tests did not run at the NEON level"; echo "0 passed, 1 failed"; exit 1; fi
+            exit "$(cat "$3.status")"' sh "$AARCH64_BUILD_DIR" "$aarch64_level" "$log_dir/aarch64_fa_tests.out"
+    else
+        fail_stage "the AArch64 cross build of the library or $AARCH64_BUILD_DIR/fa_tests failed"
+    fi
 fi
 
 if [ "${FA_SKIP_ASAN:-0}" = 1 ]; then

@@ -1,12 +1,15 @@
 /*
  * test_isa.c: the key correctness cases under every SIMD level this machine has. The CPU engine
- * reads FA_CPU_ISA=scalar|avx2|avx512 on every call (src/cpu/cpu_dispatch.c), so the test sets
+ * reads FA_CPU_ISA=scalar|avx2|avx512|neon on every call (src/cpu/cpu_dispatch.c), so the test sets
  * it, checks fa_cpu_isa() reports that level, runs forward + backward cases (odd head dims that
  * leave vector tails, GQA, varlen, every feature, every dtype), and restores the variable.
  * A level the CPU lacks is reported as skipped (never passed).
  */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "test_util.h"
 
@@ -18,6 +21,11 @@ static int cpu_has(const char *level) {
     if (!strcmp(level, "avx512"))
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+#if defined(__aarch64__) && defined(__linux__) && defined(HWCAP_ASIMD)
+    if (!strcmp(level, "neon")) return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#elif defined(__aarch64__)
+    if (!strcmp(level, "neon")) return 1;
 #endif
     return !strcmp(level, "scalar");
 }
@@ -87,6 +95,7 @@ static void run_level(const char *level) {
 FA_TEST(isa_scalar) { run_level("scalar"); }
 FA_TEST(isa_avx2) { run_level("avx2"); }
 FA_TEST(isa_avx512) { run_level("avx512"); }
+FA_TEST(isa_neon) { run_level("neon"); }
 /* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps; the fp32 score GEMM
  * of the same level is tested too (FA_CPU_BF16DOT=0; on other CPUs this repeats isa_avx512). */
 FA_TEST(isa_avx512_without_bf16dot) {

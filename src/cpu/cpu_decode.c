@@ -2,7 +2,7 @@
  * cpu_decode.c: fa_kvcache_forward's decode path on the CPU (see cpu_decode.h for the kernels).
  *
  * Serves calls whose kv groups have few query rows (heads_q / heads_kv · seqlen_q <= 16) on CPUs
- * with AVX2, and every call on a quantised cache (kv_dtype != FA_KV_SAME, any ISA). Not covered
+ * with AVX2 or NEON, and every call on a quantised cache (kv_dtype != FA_KV_SAME, any ISA). Not covered
  * (cpu_kvcache.c's path runs instead): rotary embedding, head dims that are not multiples of 8,
  * larger query blocks on an unquantised cache, the scalar ISA level on an unquantised cache.
  * FA_CPU_DECODE=0 in the environment sends unquantised calls to cpu_kvcache.c (comparisons).
@@ -95,6 +95,9 @@ static const fa_cpu_decode_kernels *decode_kernels(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     const char *isa = fa_cpu_select_kernels()->name;
     if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0) return fa_cpu_decode_kernels_avx2();
+#endif
+#ifdef FA_CPU_HAVE_NEON_KERNELS
+    if (strcmp(fa_cpu_select_kernels()->name, "neon") == 0) return fa_cpu_decode_kernels_neon();
 #endif
     return fa_cpu_decode_kernels_scalar();
 }

@@ -1,6 +1,6 @@
 /*
  * cpu_decode.h: the CPU decode path of fa_kvcache_forward (cpu_decode.c) and its inner kernels
- * (decode_avx2.c, decode_scalar.c).
+ * (decode_avx2.c, decode_neon.c, decode_scalar.c).
  *
  * Decoding reads the whole cache once per generated token and does two multiply-adds per cached
  * element and query row, so it is memory-bound when every K/V byte is read once for all the
@@ -57,6 +57,9 @@ const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
 #endif
+#ifdef FA_CPU_HAVE_NEON_KERNELS
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_neon(void);
+#endif
 
 /* Scalar conversions of the 8-bit formats (shared by the kernels, the append and the tests'
  * expectations through the documented formulas). */
@@ -64,7 +67,7 @@ float fa_cpu_e4m3_to_f32(uint8_t x);
 uint8_t fa_cpu_f32_to_e4m3(float x); /* round to nearest even, saturating to ±448; NaN kept    */
 
 /* Whether cpu_decode.c serves this call (quantised caches always; otherwise few query rows per
- * kv group on a CPU with AVX2, no rotary, head dims multiples of 8). */
+ * kv group on a CPU with AVX2 or NEON, no rotary, head dims multiples of 8). */
 int fa_cpu_decode_applies(const fa_problem *pb);
 size_t fa_cpu_decode_workspace(const fa_problem *pb);
 fa_status fa_cpu_decode_forward(const fa_problem *pb);

@@ -4,11 +4,12 @@
  * The best level the CPU and OS support is detected once (__builtin_cpu_supports also checks
  * that the OS saves the vector state). The environment variable
  *
- *     FA_CPU_ISA=scalar|avx2|avx512
+ *     FA_CPU_ISA=scalar|avx2|avx512 (x86-64), scalar|neon (AArch64)
  *
  * lowers the level for testing and comparisons (it is read on every call, so a test can switch
- * levels between calls; asking for a level the CPU lacks gives the best one it has). On
- * architectures other than x86-64 only the scalar kernels exist and are always used.
+ * levels between calls; asking for a level the CPU lacks, or another architecture's, gives the
+ * best one it has). AArch64 has the NEON level (HWCAP_ASIMD; Linux reads it with getauxval, other
+ * AArch64 systems always have it). On other architectures only the scalar kernels exist.
  *
  * On CPUs with AVX512-BF16 the avx512 level (detected or forced) also computes the score GEMMs
  * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); the level's name stays "avx512", and
@@ -25,8 +26,12 @@
 #define FA_CPU_HAVE_X86_KERNELS 1
 #include <cpuid.h>
 #endif
+#if defined(FA_CPU_HAVE_NEON_KERNELS) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
-typedef enum { FA_ISA_SCALAR = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2 } fa_cpu_isa_level;
+/* Levels are ordered within an architecture (x86-64: scalar < avx2 < avx512; AArch64: scalar < neon). */
+typedef enum { FA_ISA_SCALAR = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2, FA_ISA_NEON = 3 } fa_cpu_isa_level;
 
 /* Bit of the cached detection that records AVX512-BF16 (with the AVX-512 level). */
 #define FA_ISA_BF16DOT_BIT 4
@@ -56,6 +61,12 @@ static fa_cpu_isa_level detected_level(int *bf16dot) {
     }
     *bf16dot = (level >> FA_ISA_BF16DOT_BIT) & 1;
     return (fa_cpu_isa_level)(level & ((1 << FA_ISA_BF16DOT_BIT) - 1));
+#elif defined(FA_CPU_HAVE_NEON_KERNELS)
+#if defined(__linux__) && defined(HWCAP_ASIMD)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMD) ? FA_ISA_NEON : FA_ISA_SCALAR;
+#else
+    return FA_ISA_NEON;
+#endif
 #else
     return FA_ISA_SCALAR;
 #endif
@@ -67,8 +78,13 @@ static fa_cpu_isa_level selected_level(int *bf16dot) {
     if (forced) {
         fa_cpu_isa_level want = level;
         if (strcmp(forced, "scalar") == 0) want = FA_ISA_SCALAR;
+#ifdef FA_CPU_HAVE_X86_KERNELS
         else if (strcmp(forced, "avx2") == 0) want = FA_ISA_AVX2;
         else if (strcmp(forced, "avx512") == 0) want = FA_ISA_AVX512;
+#endif
+#ifdef FA_CPU_HAVE_NEON_KERNELS
+        else if (strcmp(forced, "neon") == 0) want = FA_ISA_NEON;
+#endif
         if (want < level) level = want;
     }
     return level;
@@ -93,6 +109,9 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void) {
 #endif
         return fa_cpu_kernels_avx512();
     case FA_ISA_AVX2: return fa_cpu_kernels_avx2();
+#endif
+#ifdef FA_CPU_HAVE_NEON_KERNELS
+    case FA_ISA_NEON: return fa_cpu_kernels_neon();
 #endif
     default: return fa_cpu_kernels_scalar();
     }

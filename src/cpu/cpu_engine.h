@@ -10,8 +10,9 @@
  *                    masks, the normalised output row) and the tile transpose the drivers share
  *   cpu_threads.c    persistent thread pool and the parallel-for used by the three drivers
  *   cpu_dispatch.c   picks the SIMD kernels at run time (FA_CPU_ISA can force a lower level)
- *   kernels_*.c      one set of inner kernels per instruction set (scalar C, AVX2, AVX-512),
- *                    all generated from kernels_impl.h over a small vector abstraction
+ *   kernels_*.c      one set of inner kernels per instruction set (scalar C, AVX2, AVX-512,
+ *                    AArch64 NEON), all generated from kernels_impl.h over a small vector
+ *                    abstraction
  *   gemm_bf16_avx512.c  the bf16 × bf16 score GEMM on AVX512-BF16 (vdpbf16ps), used by the
  *                    AVX-512 level when the CPU has it
  *   cpu_convert.h    scalar f16 / bf16 <-> f32 conversions (round to nearest even)
@@ -83,6 +84,10 @@ static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) 
 #if (defined(__x86_64__) || defined(_M_X64)) &&                                                                   \
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define FA_CPU_HAVE_BF16DOT 1
+#endif
+/* AArch64 with GCC / clang: kernels_neon.c and decode_neon.c are built (Makefile) and selectable. */
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define FA_CPU_HAVE_NEON_KERNELS 1
 #endif
 /* Upper bound on worker threads (num_threads is clamped to it). */
 #define FA_CPU_MAX_THREADS 256
@@ -180,7 +185,7 @@ typedef struct fa_cpu_grad_tile {
 
 /* One SIMD level's inner kernels. */
 typedef struct fa_cpu_kernels {
-    const char *name;        /* "avx512", "avx2", "scalar"                                    */
+    const char *name;        /* "avx512", "avx2", "neon", "scalar"                            */
     int64_t gemm_panel;      /* columns of C one pass of the GEMM micro-kernel covers         */
     void (*gemm)(const fa_cpu_gemm_args *g);
     void (*transform_scores)(const fa_cpu_score_tile *t);
@@ -215,6 +220,9 @@ const fa_cpu_kernels *fa_cpu_kernels_avx512(void);
 const fa_cpu_kernels *fa_cpu_kernels_avx512_bf16(void);
 void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g);
 #endif
+#endif
+#ifdef FA_CPU_HAVE_NEON_KERNELS
+const fa_cpu_kernels *fa_cpu_kernels_neon(void);
 #endif
 
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */
