@@ -474,7 +474,10 @@ static void item_scores(kv_ctx *c, const kv_scratch *w, const kv_item *it, int64
     const fa_cpu_kernels *kern = c->kern;
     const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad, elem = (int64_t)c->elem;
-    const int64_t rows = it->rows, rows_pad = it->rows_pad, kv_first = it->kv_first;
+    const int64_t rows_pad = it->rows_pad, kv_first = it->kv_first;
+#ifdef FA_KV_HAVE_AVX512
+    const int64_t rows = it->rows; /* the AVX-512 score tiles only: the rows past them are zeroed */
+#endif
     if (it->streaming) {
 #ifdef FA_KV_HAVE_AVX512
         load_stream_tile(c, w, seq, b, kv_first, it->n_kv, j0, n_keys);
