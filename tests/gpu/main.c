@@ -6,6 +6,8 @@
  *   backward [CASE...]      backward repeatability on problems reaching every kernel path (backward.c)
  *   bwd_paths [small] [det] the default backward kernel against the portable one (bwd_paths.c)
  *   nan                     a NaN input propagates through every kernel, never a masked row (nan.c)
+ *   dropout [small]         attention dropout against the float64 oracle, the CUDA mask against
+ *                           the CPU's (attn_probs), repeatability (dropout.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -16,6 +18,7 @@ int gpu_paths_main(int argc, char **argv);
 int gpu_backward_main(int argc, char **argv);
 int gpu_bwd_paths_main(int argc, char **argv);
 int gpu_nan_main(int argc, char **argv);
+int gpu_dropout_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -26,12 +29,13 @@ static const struct {
     {"backward", gpu_backward_main},
     {"bwd_paths", gpu_bwd_paths_main},
     {"nan", gpu_nan_main},
+    {"dropout", gpu_dropout_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|dropout [ARGS]\n");
     return 2;
 }
