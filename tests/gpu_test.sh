@@ -9,6 +9,8 @@
 #   4. compute-sanitizer memcheck, racecheck and synccheck on small problems
 #   5. backward repeatability and compute-sanitizer (tests/gpu/backward.c)
 #   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
+#   6b. attention dropout: forward and backward against the float64 oracle with the same mask,
+#      the CUDA mask against the CPU's, repeatability (tests/gpu/dropout.c); compute-sanitizer
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -83,6 +85,18 @@ for tool in memcheck racecheck synccheck; do
     echo "-- $tool: backward kernels (small problems, every Hopper backward bucket, both modes)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small || fail "$tool on bwd_paths small"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det || fail "$tool on bwd_paths small det"
+done
+
+# ---- 6b. attention dropout ----------------------------------------------------------------------
+# The portable kernels' DROPOUT instantiations (both backward kernels: FA_CUDA_BACKWARD=sm80 forces
+# the sm_80 one) against the float64 oracle with the library's mask over fresh seeds and odd
+# shapes, the attn_probs signs of CUDA and CPU equal bit for bit, same seed -> same bits
+# (tests/gpu/dropout.c); then compute-sanitizer on its small problems.
+echo "== 6b. attention dropout"
+"$GPU" dropout || fail "attention dropout (tests/gpu/dropout.c)"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: dropout (small problems, both backward kernels, attn_probs)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" dropout small || fail "$tool on dropout small"
 done
 
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------
