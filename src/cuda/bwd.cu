@@ -448,7 +448,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.group_splits = plan->group_splits;
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
-    prm.dropout = fa_cuda_dropout_params(pb);
+    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernels decline) */
     fa_status s;
     if (plan->hopper) {
@@ -457,15 +457,15 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         const int grid = (int)plan->grid;
         switch (plan->bucket) {
         case 64:
-            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim64(&prm, p->dtype, grid, stream)
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim64(&prm, &drop, p->dtype, grid, stream)
                         : fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, grid, stream);
             break;
         case 128:
-            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim128(&prm, p->dtype, grid, stream)
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim128(&prm, &drop, p->dtype, grid, stream)
                         : fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, grid, stream);
             break;
         default:
-            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim256(&prm, p->dtype, grid, stream)
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim256(&prm, &drop, p->dtype, grid, stream)
                         : fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, grid, stream);
             break;
         }
@@ -473,15 +473,15 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     } else
     switch (plan->bucket) {
     case 64:
-        s = dropout ? fa_bwd_dropout_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream)
+        s = dropout ? fa_bwd_dropout_launch_hdim64(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream);
         break;
     case 128:
-        s = dropout ? fa_bwd_dropout_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream)
+        s = dropout ? fa_bwd_dropout_launch_hdim128(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream);
         break;
     default:
-        s = dropout ? fa_bwd_dropout_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream)
+        s = dropout ? fa_bwd_dropout_launch_hdim256(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream);
         break;
     }

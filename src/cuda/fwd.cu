@@ -260,7 +260,6 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right) &&
                       prm.num_m_blocks <= FA_CUDA_GRID_YZ_MAX;
     prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
-    prm.dropout = fa_cuda_dropout_params(pb);
 
     cudaStream_t stream = (cudaStream_t)p->stream;
     if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
@@ -268,15 +267,16 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
         if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
     }
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernel declines) */
+    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     switch (bucket) {
     case 64:
-        return dropout ? fa_fwd_dropout_launch_hdim64(&prm, p->dtype, dev.ordinal, stream)
+        return dropout ? fa_fwd_dropout_launch_hdim64(&prm, &drop, p->dtype, dev.ordinal, stream)
                        : fa_fwd_launch_hdim64(&prm, p->dtype, dev.ordinal, stream);
     case 128:
-        return dropout ? fa_fwd_dropout_launch_hdim128(&prm, p->dtype, dev.ordinal, stream)
+        return dropout ? fa_fwd_dropout_launch_hdim128(&prm, &drop, p->dtype, dev.ordinal, stream)
                        : fa_fwd_launch_hdim128(&prm, p->dtype, dev.ordinal, stream);
     case 256:
-        return dropout ? fa_fwd_dropout_launch_hdim256(&prm, p->dtype, dev.ordinal, stream)
+        return dropout ? fa_fwd_dropout_launch_hdim256(&prm, &drop, p->dtype, dev.ordinal, stream)
                        : fa_fwd_launch_hdim256(&prm, p->dtype, dev.ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",

@@ -262,8 +262,9 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
 
 /* ---- attention dropout (kernels/dropout.cuh applies it) ------------------------------------ */
 
-/* The dropout constants of a call (fa_params.dropout_*; src/api/fa_philox.h gives the mapping).
- * Read only by the DROPOUT instantiations of the portable kernels; zero without dropout. */
+/* The dropout constants of a call (fa_params.dropout_*; src/api/fa_philox.h gives the mapping),
+ * a kernel argument of its own after the parameter block (fa_fwd_params and fa_bwd_params, which
+ * the Hopper kernels share, keep their layout); zero without dropout. */
 struct fa_dropout_params {
     uint64_t seed, offset;       /* Philox key and counter offset                              */
     uint32_t threshold;          /* dropped iff the element's 32 bits < threshold              */
@@ -287,7 +288,6 @@ struct fa_fwd_params : fa_kernel_base {
                                     Hopper: tiles in head groups, longest first (fa_fwd_grouped_tile) */
     int head_group;              /* Hopper, heavy_first: (batch, head) units per group         */
     int num_m_blocks;
-    fa_dropout_params dropout;   /* portable kernel's DROPOUT instantiation only               */
 };
 
 /* Units per group of the heavy-first tile order (fwd_tiles.h) for `resident_ctas` CTAs running

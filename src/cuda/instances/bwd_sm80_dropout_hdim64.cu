@@ -5,8 +5,8 @@
 #include "cuda/kernels/bwd_sm80.cuh"
 #include "cuda/common/bwd_launch.h"
 
-extern "C" fa_status fa_bwd_dropout_launch_hdim64(const fa_bwd_params *prm, fa_dtype dtype, int grid,
-                                       cudaStream_t stream) {
-    if (dtype == FA_DTYPE_BF16) return fa_bwd_launch_main<fa_bf16, 64, true>(prm, grid, stream);
-    return fa_bwd_launch_main<fa_f16, 64, true>(prm, grid, stream);
+extern "C" fa_status fa_bwd_dropout_launch_hdim64(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                                       fa_dtype dtype, int grid, cudaStream_t stream) {
+    if (dtype == FA_DTYPE_BF16) return fa_bwd_launch_main<fa_bf16, 64, true>(prm, grid, stream, dropout);
+    return fa_bwd_launch_main<fa_f16, 64, true>(prm, grid, stream, dropout);
 }

@@ -5,11 +5,11 @@
 #include "cuda/kernels/fwd_sm80.cuh"
 #include "cuda/common/fwd_launch.h"
 
-extern "C" fa_status fa_fwd_dropout_launch_hdim256(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
-                                       cudaStream_t stream) {
+extern "C" fa_status fa_fwd_dropout_launch_hdim256(const fa_fwd_params *prm, const fa_dropout_params *dropout,
+                                       fa_dtype dtype, int device_ordinal, cudaStream_t stream) {
     if (dtype == FA_DTYPE_BF16)
         return fa_fwd_launch<fa_bf16, 256, true>(prm, device_ordinal, stream,
-                                                "flash forward kernel with dropout (bf16, d <= 256)");
+                                                "flash forward kernel with dropout (bf16, d <= 256)", dropout);
     return fa_fwd_launch<fa_f16, 256, true>(prm, device_ordinal, stream,
-                                           "flash forward kernel with dropout (f16, d <= 256)");
+                                           "flash forward kernel with dropout (f16, d <= 256)", dropout);
 }

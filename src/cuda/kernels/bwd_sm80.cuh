@@ -155,8 +155,8 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
     const fa_bwd_params &prm, float (&s_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4],
     float (&dp_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4], const float *lse_smem,
     const float *dsum_smem, int q_col0, int key0, int query0, int shift, int len_q, int len_k,
-    int left_limit, int right_limit, float alibi_log2, int drop_b, int drop_h, int drop_key0,
-    int drop_query0) {
+    int left_limit, int right_limit, float alibi_log2, const fa_dropout_params &dropout, int drop_b, int drop_h,
+    int drop_key0, int drop_query0) {
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -165,7 +165,7 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
         const int qcol = q_col0 + 8 * j + 2 * t; /* query column of elements e = 0, 2 (+1: 1, 3) */
         const float2 lse2 = *reinterpret_cast<const float2 *>(lse_smem + qcol);
         const float2 dsum2 = *reinterpret_cast<const float2 *>(dsum_smem + qcol);
-        const uint32_t keep = DROPOUT ? fa_dropout_keep_kq(prm.dropout, drop_b, drop_h, prm.heads_q, drop_key0,
+        const uint32_t keep = DROPOUT ? fa_dropout_keep_kq(dropout, drop_b, drop_h, prm.heads_q, drop_key0,
                                                            drop_query0 + q_col0 + 8 * j)
                                       : 0u;
 #pragma unroll
@@ -174,7 +174,7 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
             const float dsum = (e & 1) ? dsum2.y : dsum2.x;
             const float s = s_acc[j][e];
             /* dropout: dP -> Z∘dP (Z = 0 or 1 / (1 - p)) */
-            const float z = DROPOUT ? ((keep >> e) & 1u ? prm.dropout.keep_scale : 0.0f) : 1.0f;
+            const float z = DROPOUT ? ((keep >> e) & 1u ? dropout.keep_scale : 0.0f) : 1.0f;
             const float dp = DROPOUT ? dp_acc[j][e] * z : dp_acc[j][e];
             float p, ds;
             if (!GENERAL) {
@@ -205,7 +205,7 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
 
 template <class Elem, int BUCKET, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
-    fa_bwd_main_kernel(const fa_bwd_params prm) {
+    fa_bwd_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_K = Cfg::BLOCK_K, BLOCK_Q = Cfg::BLOCK_Q;
     constexpr int WARP_Q = Cfg::WARP_Q, CHUNK_Q = Cfg::CHUNK_Q, WARP_COLS = Cfg::WARP_COLS;
@@ -422,12 +422,12 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                  * and the window, and no score transform. */
                 if (tile_inside && !transform) {
                     fa_bwd_scores_to_grads<BUCKET, false, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
-                                                                   q_col, 0, 0, 0, 0, 0, 0, 0, 0.0f, b, h,
+                                                                   q_col, 0, 0, 0, 0, 0, 0, 0, 0.0f, dropout, b, h,
                                                                    n0 + key_row0, m0);
                 } else {
                     fa_bwd_scores_to_grads<BUCKET, true, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
                                                                   q_col, n0 + key_row0, m0, shift, len_q, len_k,
-                                                                  left_limit, right_limit, alibi_log2, b, h,
+                                                                  left_limit, right_limit, alibi_log2, dropout, b, h,
                                                                   n0 + key_row0, m0);
                 }
 
@@ -605,12 +605,13 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
 /* Launch the main kernel on `grid` blocks (opting in to its shared memory first). */
 template <class Elem, int BUCKET, bool DROPOUT = false>
-static fa_status fa_bwd_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream) {
+static fa_status fa_bwd_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream,
+                                    const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_bwd_config<BUCKET>;
     auto kernel = fa_bwd_main_kernel<Elem, BUCKET, DROPOUT>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM),
                   "cudaFuncSetAttribute(backward main kernel, shared memory)");
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("backward main kernel launch");
     return FA_OK;
 }

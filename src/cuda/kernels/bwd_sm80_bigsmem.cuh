@@ -226,7 +226,7 @@ __device__ __forceinline__ void fa_bwd_bigsmem_grads(float (&dp_acc)[2][NT][4], 
 
 template <class Elem, int BUCKET, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
-    fa_bwd_bigsmem_main_kernel(const fa_bwd_params prm) {
+    fa_bwd_bigsmem_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     /* Never launched below sm_90 (bwd.cu keeps the v1 kernel there: this one's shared memory
      * does not fit sm_80/86/89), so no code is generated for those targets. */
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll 1
                             for (int j = 0; j < NT; ++j)
-                                keep |= fa_dropout_keep_kq(prm.dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
+                                keep |= fa_dropout_keep_kq(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
                                         << (4 * (NT * mi + j));
                     }
                     if (inside)
@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                 if (!dead) /* dP^T = V dO^T */
                     fa_bwd_bigsmem_gemm_abt<Elem, 2, NT, D / 16, 16 * RB, 16 * RB>(acc, k_lane + (Cfg::OFF_V - Cfg::OFF_K),
                                                                            q_lane + (Cfg::OFF_DO - Cfg::OFF_Q));
-                fa_bwd_bigsmem_grads<NT, DROPOUT>(acc, w, dsum_smem, q_t0, keep, prm.dropout.keep_scale);
+                fa_bwd_bigsmem_grads<NT, DROPOUT>(acc, w, dsum_smem, q_t0, keep, dropout.keep_scale);
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
 #pragma unroll
                 for (int j = 0; j < KV_NT; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) kv_acc[mi][j][e] *= prm.dropout.keep_scale;
+                    for (int e = 0; e < 4; ++e) kv_acc[mi][j][e] *= dropout.keep_scale;
 #pragma unroll
         for (int mi = 0; mi < KV_MT; ++mi)
 #pragma unroll
@@ -612,12 +612,13 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
 
 /* Launch the bigsmem main kernel on `grid` blocks (opting in to its shared memory first). */
 template <class Elem, int BUCKET, bool DROPOUT = false>
-static fa_status fa_bwd_bigsmem_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream) {
+static fa_status fa_bwd_bigsmem_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream,
+                                            const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_bwd_bigsmem_config<BUCKET>;
     auto kernel = fa_bwd_bigsmem_main_kernel<Elem, BUCKET, DROPOUT>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM),
                   "cudaFuncSetAttribute(backward bigsmem main kernel, shared memory)");
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("backward bigsmem main kernel launch");
     return FA_OK;
 }

@@ -82,7 +82,7 @@ __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint1
 
 template <class Elem, int HEAD_DIM, bool DROPOUT>
 __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
-    fa_fwd_kernel(const fa_fwd_params prm) {
+    fa_fwd_kernel(const fa_fwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
     constexpr int M_TILES = Cfg::M_TILES, N_TILES = Cfg::N_TILES, O_TILES = Cfg::O_TILES;
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll 1 /* one Philox call in flight: unrolled, ptxas interleaves them and spills */
                 for (int nt = 0; nt < N_TILES; ++nt)
                     keep_rmem[DROPOUT ? mt : 0] |=
-                        fa_dropout_keep_qk(prm.dropout, batch, head, prm.heads_q,
+                        fa_dropout_keep_qk(dropout, batch, head, prm.heads_q,
                                            m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
                         << (4 * nt);
             }
@@ -374,13 +374,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             for (int nt = 0; nt < N_TILES; ++nt) {
                 const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h], score_mul, -max_scaled));
                 const float p1 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h + 1], score_mul, -max_scaled));
-                sum += p0 + p1; /* the row sum takes P before dropout */
                 if (DROPOUT) {
                     const uint32_t keep = keep_rmem[DROPOUT ? mt : 0] >> (4 * nt + 2 * h);
                     p_rmem[mt][nt][h] = Elem::pack2(keep & 1u ? p0 : 0.0f, keep & 2u ? p1 : 0.0f);
                 } else {
                     p_rmem[mt][nt][h] = Elem::pack2(p0, p1);
                 }
+                sum += p0 + p1; /* the row sum takes P before dropout */
             }
             st_shared_f32(row_sum_addr(r), fmaf(ld_shared_f32(row_sum_addr(r)), rescale, sum));
         }
@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         const float corr = exp2f(max_scaled - m);
         sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
         /* 0: no visible key; NaN: a NaN score; dropout's 1 / (1 - p) joins the O scale only */
-        const float inv_sum = fa_row_scale(DROPOUT ? corr * prm.dropout.keep_scale : corr, sum);
+        const float inv_sum = fa_row_scale(DROPOUT ? corr * dropout.keep_scale : corr, sum);
         const float max_scaled_final = m;
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot) {
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
  * function attribute: set once per device ordinal (a bit per ordinal < 64, set after success). */
 template <class Elem, int HEAD_DIM, bool DROPOUT = false>
 static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cudaStream_t stream,
-                               const char *name) {
+                               const char *name, const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
@@ -509,7 +509,8 @@ static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cud
     const dim3 grid = prm->heavy_first
                           ? dim3((unsigned)prm->heads_q, (unsigned)prm->batch, (unsigned)prm->num_m_blocks)
                           : dim3((unsigned)prm->num_m_blocks, (unsigned)prm->heads_q, (unsigned)prm->batch);
-    fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm);
+    fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+        *prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }
