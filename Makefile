@@ -141,7 +141,8 @@ $(BUILD)/flashattn: $(patsubst %.c,$(BUILD)/obj/%.o,$(TOOL_C)) $(BUILD)/libflash
 $(BUILD)/fa_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_C)) $(BUILD)/libflashattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
-# The GPU test programs, one binary with modes (tests/gpu/main.c); needs a CUDA build.
+# The GPU test programs, one binary with modes (tests/gpu/main.c), with the float64 oracle;
+# needs a CUDA build.
 GPU_TEST_C := $(wildcard tests/gpu/*.c)
 $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_C)): CFLAGS += -Werror $(if $(CUDA_HOME),-I$(CUDA_HOME)/include)
 $(BUILD)/fa_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_C) $(ORACLE_C)) $(BUILD)/libflashattn.a

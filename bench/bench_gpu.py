@@ -26,6 +26,10 @@ L2-sized input rotation, no wrapper cost). Memory for ours always comes from the
 built (--tool): its measured extra bytes (workspace + device allocations during the calls) plus
 the outputs it preallocates (o, lse, dq, dk, dv), which SDPA's number includes.
 
+Attention dropout (--dropout P, default 0.1; 0 leaves it out): fwd+bwd at d128, bf16, b·s = 16k,
+causal and not, ours with dropout next to SDPA's FLASH_ATTENTION backend with the same dropout_p
+and ours without dropout (what the mask costs), in its own table.
+
 Writes bench/results/gpu.md (Markdown table), .json (all numbers) and .svg (TFLOP/s
 against sequence length) and prints the table last.
 """
@@ -88,12 +92,14 @@ def cli_rows(tool, d_list, s_list, modes, causal_list=(0, 1), mem_only=False):
     return out
 
 
-def make_fns(name, q, k, v, causal):
+def make_fns(name, q, k, v, causal, dropout_p=0.0):
     """Forward closures. q, k, v are [b, s, h, d] (flashattn's layout); SDPA gets [b, h, s, d]
-    views of the same storage, so no implementation pays for a copy."""
-    if name == "flashattn":
+    views of the same storage, so no implementation pays for a copy. dropout_p: attention
+    dropout for ours and SDPA ("flashattn-nodrop": ours without it)."""
+    if name in ("flashattn", "flashattn-nodrop"):
         import flashattn
-        return lambda: flashattn.flash_attn_func(q, k, v, causal=causal)
+        p = dropout_p if name == "flashattn" else 0.0
+        return lambda: flashattn.flash_attn_func(q, k, v, causal=causal, dropout_p=p)
     if name == "fa4":
         from flash_attn.cute import flash_attn_func as fa4_func
 
@@ -107,7 +113,7 @@ def make_fns(name, q, k, v, causal):
 
     def f():
         with sdpa_kernel(be):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=dropout_p,
                                                   enable_gqa=gqa).transpose(1, 2)
     return f
 
@@ -121,7 +127,7 @@ def standard_shapes(d_list, s_list, gqa=True):
     return shapes
 
 
-def measure_speed(shapes, impls, modes, ours_cli=None):
+def measure_speed(shapes, impls, modes, ours_cli=None, dropout_p=0.0):
     rows = []
     for b, s, h, hkv, d, causal in shapes:
         q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -135,7 +141,7 @@ def measure_speed(shapes, impls, modes, ours_cli=None):
                 row[name] = ours_cli.get((d, causal, s), {"error": "no result"})
                 continue
             try:
-                f = make_fns(name, q, k, v, causal)
+                f = make_fns(name, q, k, v, causal, dropout_p)
                 cell = {}
                 if "fwd" in modes:
                     with torch.no_grad():
@@ -227,6 +233,19 @@ def markdown(res, impls):
                                                         str(c.get("bwd_tflops", "-"))]
         heads = f"{r['h']}/{r.get('hkv', r['h'])}" + (f" (b{r['b']})" if r.get("hkv", r["h"]) != r["h"] else "")
         lines.append(f"| {r['d']} | {int(r['causal'])} | {r['s']} | {heads} | " + " | ".join(cells) + " |")
+    if res.get("dropout"):
+        dimpls = res["dropout"]["impls"]
+        lines += ["", f"Attention dropout p = {res['dropout']['p']}, d = 128, bf16, b·s = 16k "
+                  "(flashattn-nodrop: ours without dropout), TFLOP/s:", "",
+                  "| causal | seqlen | " + " | ".join(f"{n} fwd | {n} bwd" for n in dimpls) + " |",
+                  "|" + "---|" * (2 + 2 * len(dimpls))]
+        for r in res["dropout"]["speed"]:
+            cells = []
+            for n in dimpls:
+                c = r.get(n, {})
+                cells += ["err", "err"] if "error" in c else [str(c.get("fwd_tflops", "-")),
+                                                            str(c.get("bwd_tflops", "-"))]
+            lines.append(f"| {int(r['causal'])} | {r['s']} | " + " | ".join(cells) + " |")
     if res["memory"]:
         lines += ["", "Peak extra memory, causal fwd+bwd, b=1, h=16, d=128 (MiB above q, k, v, dO):", "",
                   "| seqlen | impl | extra MiB |", "|---|---|---|"]
@@ -249,6 +268,8 @@ def main():
     ap.add_argument("--tag", default="gpu")
     ap.add_argument("--ours", choices=("cli", "python"), default="python")
     ap.add_argument("--tool", default=os.path.join(HERE, "..", "build", "flashattn"))
+    ap.add_argument("--dropout", type=float, default=0.1,
+                    help="dropout_p of the dropout table (d128, fwd+bwd); 0 leaves it out")
     a = ap.parse_args()
     d_list = [128] if a.quick else [int(x) for x in a.d.split(",")]
     s_list = [1024, 4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
@@ -274,6 +295,11 @@ def main():
     ours = cli_rows(tool, d_list, s_list, modes) if tool and "flashattn" in impls else None
     shapes = standard_shapes(d_list, s_list, gqa=not (a.no_gqa or a.quick))
     res["speed"] = measure_speed(shapes, impls, modes, ours)
+    if a.dropout > 0 and "flashattn" in impls:
+        dimpls = ["flashattn", "flashattn-nodrop"] + [n for n in impls if n == "fa2"]
+        dshapes = standard_shapes([128], s_list, gqa=False)
+        res["dropout"] = {"p": a.dropout, "impls": dimpls,
+                          "speed": measure_speed(dshapes, dimpls, ["fwd", "bwd"], None, a.dropout)}
     mem_s = [int(x) for x in a.mem_seqlens.split(",")] if a.mem_seqlens else []
     # Memory of ours always through the tool when it is built: the library's workspace comes from
     # cudaMallocAsync, which torch's allocator statistics do not see.

@@ -248,14 +248,15 @@ typedef struct fa_params {
      * give the same mask on every run, thread count and engine, and fa_backward regenerates it
      * from the same three fields (pass the forward's values). Calls sharing a seed get
      * independent masks when their offsets differ by at least ceil(seqlen_k / 4). Needs
-     * batch·heads_q <= 2^32. CPU only for now (CUDA: FA_ERR_UNSUPPORTED); not in
+     * batch·heads_q <= 2^32. CPU and CUDA (the same mask on both); not in
      * fa_kvcache_forward, fa_standard_forward or ring attention. */
     float dropout_p;         /* in [0, 1); 0 = no dropout                                     */
     uint64_t dropout_seed;   /* Philox key                                                     */
     uint64_t dropout_offset; /* Philox counter offset (advance it between calls sharing a seed) */
-    float *attn_probs; /* fa_forward (CPU), testing at small sizes, or NULL: [batch, heads_q,
-                          seqlen_q, seqlen_k] fp32, contiguous (varlen: seqlen_q / seqlen_k are
-                          the maxima, entries beyond a sequence's lengths are 0): P_ij, the
+    float *attn_probs; /* fa_forward, testing at small sizes (CUDA: device memory), or NULL:
+                          [batch, heads_q, seqlen_q, seqlen_k] fp32, contiguous (varlen:
+                          seqlen_q / seqlen_k are the maxima, entries beyond a sequence's
+                          lengths are 0): P_ij, the
                           softmax probabilities before dropout, stored negated (-P_ij) where
                           dropout drops the element (flash_attn's S_dmask encoding; a masked
                           key has P = 0). */

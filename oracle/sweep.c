@@ -568,7 +568,7 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
         if (fa_test_rng_uniform(rng) < 0.5) s->softcap = 4.0f;
         if (fa_test_rng_uniform(rng) < 0.5) { s->use_window = 1; s->window_left = left; }
         break;
-    case R_DROPOUT: /* the oracle applies the library's mask (src/api/fa_philox.h); CUDA: skipped */
+    case R_DROPOUT: /* the oracle applies the library's mask (src/api/fa_philox.h), as every engine does */
         s->dropout_p = (float)(0.05 + 0.6 * fa_test_rng_uniform(rng));
         s->dropout_seed = fa_test_rng_next(rng);
         s->dropout_offset = fa_test_rng_next(rng) >> fa_test_rng_int(rng, 1, 63);

@@ -12,6 +12,8 @@
 #   6b. the KV-cache path against the CPU engine and the oracle (appends of any length, head dims
 #      that are not multiples of 8) and fa_forward with a paged K/V (tests/gpu/cache.c), then
 #      compute-sanitizer memcheck on small problems of both
+#   6c. attention dropout: forward and backward against the float64 oracle with the same mask,
+#      the CUDA mask against the CPU's, repeatability (tests/gpu/dropout.c); compute-sanitizer
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -97,6 +99,18 @@ echo "== 6b. KV cache (any seqlen_new, odd head dims) and paged fa_forward"
 for mode in kvcache paged; do
     echo "-- memcheck: $mode (small problems)"
     "$SAN" --tool memcheck --error-exitcode 3 "$GPU" "$mode" small || fail "memcheck on $mode small"
+done
+
+# ---- 6c. attention dropout ----------------------------------------------------------------------
+# The portable kernels' DROPOUT instantiations (both backward kernels: FA_CUDA_BACKWARD=sm80 forces
+# the sm_80 one) against the float64 oracle with the library's mask over fresh seeds and odd
+# shapes, the attn_probs signs of CUDA and CPU equal bit for bit, same seed -> same bits
+# (tests/gpu/dropout.c); then compute-sanitizer on its small problems.
+echo "== 6c. attention dropout"
+"$GPU" dropout || fail "attention dropout (tests/gpu/dropout.c)"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: dropout (small problems, both backward kernels, attn_probs)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" dropout small || fail "$tool on dropout small"
 done
 
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------

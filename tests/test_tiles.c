@@ -120,24 +120,25 @@ FA_TEST(tiles_grouped_order) {
 
 FA_TEST(tiles_hopper_dispatch) {
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) == NULL,
              "sm_90 bf16 d = 128 takes the Hopper kernel");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F16, 96, 96, 0, scale_log2, 30.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F16, 96, 96, 0, scale_log2, 30.0f, 0) == NULL,
              "f16, d = 96 (bucket 128), softcap");
-    FA_CHECK(fa_hopper_fwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) != NULL,
              "sm_80: portable");
-    FA_CHECK(fa_hopper_fwd_unsupported(10, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(10, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) != NULL,
              "sm_100: the sm_90a code does not run there");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F32, 128, 128, 0, scale_log2, 0.0f) != NULL, "f32");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F32, 128, 128, 0, scale_log2, 0.0f, 0) != NULL, "f32");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f, 0) == NULL,
              "ALiBi: Hopper (scores in log2 units before the mask)");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, scale_log2, 30.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, scale_log2, 30.0f, 0) == NULL,
              "ALiBi with softcap: Hopper");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f, 0) == NULL,
              "negative scale without softcap: Hopper (scores in log2 units before the max)");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 10.0f) == NULL,
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 10.0f, 0) == NULL,
              "negative scale with softcap: the scores are transformed first");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f) != NULL, "d = 32");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f, 0) != NULL, "d = 32");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) != NULL, "dropout");
 }
 
 FA_TEST(tiles_hopper_pack_gqa) {
@@ -223,22 +224,23 @@ FA_TEST(tiles_hopper_backward) {
                  fa_hopper_bwd_bucket(200, 196) == 0,
              "d < 64, d > 256 and d not a multiple of 8: portable");
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 256");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 192");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 128");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 64");
-    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL, "sm_80: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f) == NULL, "ALiBi: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, -scale_log2, 0.0f) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 bf16 d = 256");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 f16 d = 192");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 bf16 d = 128");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 f16 d = 64");
+    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) != NULL, "sm_80: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f, 0) == NULL, "ALiBi: Hopper");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, -scale_log2, 0.0f, 0) == NULL,
              "ALiBi, negative scale, d = 256: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f, 0) == NULL,
              "negative scale: Hopper (the mask writes -inf into the exponent, after the scale)");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f, 0) == NULL,
              "softcap, positive scale: Hopper (SOFTCAP)");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 30.0f) != NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 30.0f, 0) != NULL,
              "ALiBi with softcap: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f) != NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f, 0) != NULL,
              "negative scale with softcap: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) != NULL, "dropout: portable");
     /* deterministic mode: one int32 semaphore per (sequence, query head, query block, dQ piece) */
     FA_CHECK(fa_hopper_bwd_semaphores(128, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
                  fa_hopper_bwd_semaphores(64, 2, 8, 1000) == 2 * 8 * 8 * 2 &&

@@ -153,10 +153,12 @@ def _set_dropout(p, dropout_p, rng_state):
 def attn_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_left, window_right, softcap, alibi_slopes, sink_logits, dropout_p,
                rng_state):
-    """flash_attn's S_dmask of a call (CPU): the softmax probabilities (batch, nheads,
+    """flash_attn's S_dmask of a call (CPU or CUDA): the softmax probabilities (batch, nheads,
     seqlen_q, seqlen_k) in q's dtype, negated where dropout drops the element, from the library's
     attn_probs output (the forward runs once more with the same mask)."""
     with torch.no_grad():
+        if _needs_padding(q, v):  # zero columns change no score (the scale is already fixed)
+            q, k, v = _pad_last(q, 8), _pad_last(k, 8), _pad_last(v, 8)
         geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
         q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
         out = geo.alloc(geo.out_shape, q.dtype, q.device)

@@ -7,12 +7,13 @@ varlen layout (total_tokens, nheads, headdim) with int32 cu_seqlens of shape (ba
 Additions to the flash_attn signatures (keyword-only, after all of flash_attn's arguments):
   sink_logits: (nheads,) learnable per-head sink logits joining every row's softmax denominator
                (gpt-oss style); the gradient flows to it.
-Dropout (dropout_p > 0, torch tensors on the CPU for now; CUDA raises NotImplementedError until
-the GPU kernels have it): as FlashAttention, each attention weight is dropped with probability
+Dropout (dropout_p > 0, torch tensors on the CPU or CUDA): as FlashAttention, each attention
+weight is dropped with probability
 dropout_p and the kept ones are scaled by 1 / (1 - dropout_p); softmax_lse is not affected. The
 mask comes from a counter-based generator (Philox4x32-10) whose seed is drawn from torch's
 default CPU generator on every call, so torch.manual_seed reproduces a run; the backward
-regenerates the same mask. return_attn_probs=True with dropout returns S_dmask: the softmax
+regenerates the same mask. CPU and CUDA draw the same mask from the same seed, so a run moves
+between devices bit for bit. return_attn_probs=True with dropout returns S_dmask: the softmax
 probabilities (batch, nheads, seqlen_q, seqlen_k) (varlen: the max seqlens; flash_attn rounds
 them up to multiples of 128), negated where dropout dropped the element (for tests, small
 sizes). NumPy arrays take no dropout.
@@ -122,7 +123,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     -1 is unbounded. softcap > 0: scores become softcap·tanh(scores/softcap). alibi_slopes:
     (nheads,) or (batch, nheads) fp32, bias -slope·|i + sk - sq - j|. deterministic: bitwise
     reproducible backward. sink_logits: (nheads,) per-head sink logits.
-    dropout_p: attention dropout (torch tensors on the CPU; see the module docstring): the mask's
+    dropout_p: attention dropout (torch tensors, CPU or CUDA; see the module docstring): the mask's
     seed is drawn from torch's default generator, so torch.manual_seed reproduces the call.
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, S_dmask) with
     return_attn_probs; softmax_lse is (batch, nheads, seqlen_q) fp32 (natural log); S_dmask is

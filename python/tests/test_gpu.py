@@ -1,8 +1,10 @@
 """CUDA path (skipped without a GPU or a CUDA build of libflashattn): forward and gradients
 against float64 autograd on the GPU (FlashAttention's rule), head dims padded to a multiple of 8
 and sliced back, varlen with device cu_seqlens, the current stream and device guard, bitwise
-deterministic backward, torch.compile."""
+deterministic backward, torch.compile, attention dropout (the CPU's mask, float64 reference with
+that mask)."""
 
+import math
 import zlib
 
 import pytest
@@ -293,3 +295,84 @@ def test_cuda_varlen_block_table_matches_cpu(dtype_name, page, d):
     assert out_gpu.shape == (42, h, d)
     torch.testing.assert_close(out_gpu.cpu().float(), out_cpu.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(kg.cpu(), kc) and torch.equal(vg.cpu(), vc)
+# ---- attention dropout ----------------------------------------------------------------------
+
+
+def _dropout_reference(q, k, v, keep, p_drop, causal):
+    """float64 attention (b, sq, h, d) with the kept mask keep (b, h, sq, sk) and 1 / (1 - p)."""
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    kk, vv = k.repeat_interleave(h // hk, 2), v.repeat_interleave(h // hk, 2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(d)
+    if causal:
+        hidden = torch.arange(sk, device=q.device)[None, :] > torch.arange(sq, device=q.device)[:, None] + sk - sq
+        s = s.masked_fill(hidden, float("-inf"))
+    probs = torch.softmax(s, -1)
+    return torch.einsum("bhqk,bkhd->bqhd", probs * keep / (1.0 - p_drop), vv)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_cuda_dropout_matches_cpu_mask_and_reference(dtype_name, causal):
+    """CUDA and CPU draw the same mask from one seed (S_dmask signs equal bit for bit); the CUDA
+    output and gradients match float64 autograd with that mask, and agree with the CPU path."""
+    dtype = DTYPES[dtype_name]
+    seeded("dropout_%s_%d" % (dtype_name, causal))
+    b, sq, sk, h, hk, d, p_drop = 2, 77, 130, 4, 2, 64, 0.3
+    q, k, v = rand((b, sq, h, d), dtype), rand((b, sk, hk, d), dtype), rand((b, sk, hk, d), dtype)
+    torch.manual_seed(1234)
+    out, lse, s_dmask = flashattn.flash_attn_func(q, k, v, dropout_p=p_drop, causal=causal,
+                                                  return_attn_probs=True)
+    qc, kc, vc = (t.detach().cpu().requires_grad_() for t in (q, k, v))
+    torch.manual_seed(1234)
+    out_cpu, lse_cpu, s_cpu = flashattn.flash_attn_func(qc, kc, vc, dropout_p=p_drop, causal=causal,
+                                                        return_attn_probs=True)
+    assert s_dmask.is_cuda and s_dmask.shape == (b, h, sq, sk)
+    assert torch.equal(torch.signbit(s_dmask.float()).cpu(), torch.signbit(s_cpu.float())), \
+        "the CUDA dropout mask differs from the CPU's"
+    torch.testing.assert_close(s_dmask.float().cpu(), s_cpu.float(), rtol=2e-2, atol=1e-3)
+    torch.testing.assert_close(lse.cpu(), lse_cpu, rtol=1e-3, atol=1e-3)
+    keep = (~torch.signbit(s_dmask.float())).double()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = _dropout_reference(q64, k64, v64, keep, p_drop, causal)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    assert (out.double() - ref).abs().max().item() <= tol
+    torch.testing.assert_close(out.float().cpu(), out_cpu.float(), rtol=tol, atol=tol)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    want = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    grads_cpu = torch.autograd.grad(out_cpu, (qc, kc, vc), dout.cpu())
+    for name, ours, ref_g, cpu_g in zip(("dq", "dk", "dv"), grads, want, grads_cpu):
+        scale = ref_g.abs().max().item() + 1e-3
+        assert (ours.double() - ref_g).abs().max().item() <= 4 * tol * scale, name
+        assert (ours.double().cpu() - cpu_g.double()).abs().max().item() <= 4 * tol * scale, name
+
+
+def test_cuda_dropout_reproducible_and_padded_head_dim():
+    """torch.manual_seed reproduces a CUDA dropout call bitwise (forward and deterministic
+    backward); consecutive calls draw new masks; head dim 59 (padded) and varlen take dropout."""
+    seeded("dropout_repeat")
+    q, k, v = rand((2, 96, 4, 59), torch.bfloat16), rand((2, 96, 2, 59), torch.bfloat16), \
+        rand((2, 96, 2, 59), torch.bfloat16)
+    dout = torch.randn(2, 96, 4, 59, device="cuda", dtype=torch.bfloat16)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(77)
+        out = flashattn.flash_attn_func(q, k, v, dropout_p=0.2, causal=True, deterministic=True)
+        runs.append([out] + list(torch.autograd.grad(out, (q, k, v), dout)))
+    for a, b in zip(runs[0], runs[1]):
+        assert torch.equal(a, b)
+    again = flashattn.flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
+    assert not torch.equal(again, runs[0][0]), "consecutive calls reused one mask"
+    _, _, s = flashattn.flash_attn_func(q, k, v, dropout_p=0.2, causal=True, return_attn_probs=True)
+    assert s.shape == (2, 4, 96, 96) and (s < 0).any() and (s > 0).any()
+    qkv = torch.randn(30, 3, 2, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    cu = torch.tensor([0, 11, 11, 30], dtype=torch.int32, device="cuda")
+    torch.manual_seed(10)
+    o1, _, s1 = flashattn.flash_attn_varlen_qkvpacked_func(qkv, cu, 19, dropout_p=0.25, causal=True,
+                                                           return_attn_probs=True)
+    torch.manual_seed(10)
+    o2 = flashattn.flash_attn_varlen_qkvpacked_func(qkv, cu, 19, dropout_p=0.25, causal=True)
+    assert torch.equal(o1, o2) and s1.shape == (3, 2, 19, 19) and not s1[1].any()
+    o1.float().sum().backward()
+    assert torch.isfinite(qkv.grad).all() and qkv.grad.abs().sum() > 0

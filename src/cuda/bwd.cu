@@ -11,7 +11,8 @@
  *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
  *        Hopper kernel (bwd_sm90.cu for buckets 64/128, bwd_sm90_hdim256.cu for
  *        256) for the problems it covers (sm90_tiles.h and the plan below), else the portable
- *        one (instances/bwd_sm80_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter
+ *        one (instances/bwd_sm80_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter,
+ *        FA_CUDA_BACKWARD=sm80 the sm_80 kernel (bwd_sm80.cuh) even where the bigsmem one fits
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
@@ -237,9 +238,6 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     static const char *const path = "the CUDA backward";
     const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
     fa_status s;
-    if (pb->has_dropout)
-        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g: %s has no attention dropout yet (CPU only)",
-                            (double)p->dropout_p, path);
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
@@ -268,17 +266,20 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     if ((s = fa_cuda_current_device_sm80(&dev)) != FA_OK) return s;
 
     const int bucket = fa_bwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
-    plan->v2 = dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
+    /* FA_CUDA_BACKWARD=sm80 forces the sm_80 kernel (bwd_sm80.cuh), the one sm_8x devices run,
+     * so that tests on sm_90 reach it too; =portable forces the portable kernels (not Hopper's). */
+    const char *force = getenv("FA_CUDA_BACKWARD");
+    const int force_sm80 = force != NULL && strcmp(force, "sm80") == 0;
+    plan->v2 = !force_sm80 && dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
     const size_t smem = plan->v2 ? fa_bwd_bigsmem_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
     /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
      * has one dQ accumulator (deterministic mode: semaphores instead of splits). */
-    const char *force = getenv("FA_CUDA_BACKWARD");
-    plan->hopper = (force == NULL || strcmp(force, "portable") != 0) &&
+    plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
                                              (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
-                                             p->softcap) == NULL &&
+                                             p->softcap, pb->has_dropout) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
@@ -445,21 +446,42 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.group_splits = plan->group_splits;
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
+    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
+    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernels decline) */
     fa_status s;
     if (plan->hopper) {
         if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
     } else if (plan->v2) {
+        const int grid = (int)plan->grid;
         switch (plan->bucket) {
-        case 64: s = fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
-        case 128: s = fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
-        default: s = fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+        case 64:
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim64(&prm, &drop, p->dtype, grid, stream)
+                        : fa_bwd_bigsmem_launch_hdim64(&prm, p->dtype, grid, stream);
+            break;
+        case 128:
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim128(&prm, &drop, p->dtype, grid, stream)
+                        : fa_bwd_bigsmem_launch_hdim128(&prm, p->dtype, grid, stream);
+            break;
+        default:
+            s = dropout ? fa_bwd_bigsmem_dropout_launch_hdim256(&prm, &drop, p->dtype, grid, stream)
+                        : fa_bwd_bigsmem_launch_hdim256(&prm, p->dtype, grid, stream);
+            break;
         }
         if (s != FA_OK) return s;
     } else
     switch (plan->bucket) {
-    case 64: s = fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream); break;
-    case 128: s = fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream); break;
-    default: s = fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream); break;
+    case 64:
+        s = dropout ? fa_bwd_dropout_launch_hdim64(&prm, &drop, p->dtype, (int)plan->grid, stream)
+                    : fa_bwd_launch_hdim64(&prm, p->dtype, (int)plan->grid, stream);
+        break;
+    case 128:
+        s = dropout ? fa_bwd_dropout_launch_hdim128(&prm, &drop, p->dtype, (int)plan->grid, stream)
+                    : fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream);
+        break;
+    default:
+        s = dropout ? fa_bwd_dropout_launch_hdim256(&prm, &drop, p->dtype, (int)plan->grid, stream)
+                    : fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream);
+        break;
     }
     if (s != FA_OK) return s;
     return FA_OK;

@@ -181,13 +181,6 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     static const char *const path = "the CUDA forward";
     fa_status s;
     const int check_batch = !pb->varlen;
-    /* features the CPU engine has and the CUDA kernels do not have yet */
-    if (pb->has_dropout)
-        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g: %s has no attention dropout yet (CPU only)",
-                            (double)p->dropout_p, path);
-    if (p->attn_probs != nullptr)
-        return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: %s does not return probabilities (CPU only)",
-                            path);
     const int paged = p->block_table != nullptr; /* the page pool's batch stride is its page stride */
     if (paged && (s = fa_cuda_check_paged(pb)) != FA_OK) return s;
     if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
@@ -196,6 +189,7 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
         (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch || paged, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("attn_probs", p->attn_probs, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
@@ -245,15 +239,19 @@ extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const
     if (force != nullptr && strcmp(force, "portable") == 0) return FA_CUDA_FWD_PORTABLE;
     const char *why = fa_hopper_fwd_unsupported(dev->cc_major, dev->cc_minor, p->dtype, (int)p->head_dim,
                                                 (int)p->head_dim_v, p->alibi_slopes != nullptr, pb->scale_log2,
-                                                p->softcap);
+                                                p->softcap, pb->has_dropout);
     return why == nullptr ? FA_CUDA_FWD_HOPPER : FA_CUDA_FWD_PORTABLE;
 }
+
+/* probs.cu: attn_probs (flash_attn's S_dmask) by a separate pass */
+extern "C" fa_status fa_cuda_attn_probs(const fa_problem *pb);
 
 extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     fa_cuda_device_info dev;
     fa_status s = check_forward(pb, &dev);
     if (s != FA_OK) return s;
     const fa_params *p = &pb->p;
+    if (p->attn_probs != nullptr && (s = fa_cuda_attn_probs(pb)) != FA_OK) return s;
     const int64_t rows_q = pb->varlen ? p->total_q : p->batch * p->seqlen_q;
     if (rows_q == 0 || p->seqlen_q == 0) return FA_OK; /* no query row: nothing to write */
     if (p->block_table != nullptr) return fa_cuda_forward_paged(pb);
@@ -271,10 +269,18 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
         s = fa_fwd_launch_hopper(&prm, p->dtype, dev.ordinal, stream);
         if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
     }
+    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernel declines) */
+    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     switch (bucket) {
-    case 64: return fa_fwd_launch_hdim64(&prm, p->dtype, dev.ordinal, stream);
-    case 128: return fa_fwd_launch_hdim128(&prm, p->dtype, dev.ordinal, stream);
-    case 256: return fa_fwd_launch_hdim256(&prm, p->dtype, dev.ordinal, stream);
+    case 64:
+        return dropout ? fa_fwd_dropout_launch_hdim64(&prm, &drop, p->dtype, dev.ordinal, stream)
+                       : fa_fwd_launch_hdim64(&prm, p->dtype, dev.ordinal, stream);
+    case 128:
+        return dropout ? fa_fwd_dropout_launch_hdim128(&prm, &drop, p->dtype, dev.ordinal, stream)
+                       : fa_fwd_launch_hdim128(&prm, p->dtype, dev.ordinal, stream);
+    case 256:
+        return dropout ? fa_fwd_dropout_launch_hdim256(&prm, &drop, p->dtype, dev.ordinal, stream)
+                       : fa_fwd_launch_hdim256(&prm, p->dtype, dev.ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",
                             (long long)p->head_dim, (long long)p->head_dim_v);

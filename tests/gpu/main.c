@@ -10,6 +10,8 @@
  *   kvcache [small]         fa_kvcache_forward against the oracle and the CPU engine's caches:
  *                           appends of any length, head dims not multiples of 8 (cache.c)
  *   paged [small]           fa_forward with a paged K/V (block_table) against the oracle (cache.c)
+ *   dropout [small]         attention dropout against the float64 oracle, the CUDA mask against
+ *                           the CPU's (attn_probs), repeatability (dropout.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -23,6 +25,7 @@ int gpu_nan_main(int argc, char **argv);
 int gpu_mods_main(int argc, char **argv);
 int gpu_kvcache_main(int argc, char **argv);
 int gpu_paged_main(int argc, char **argv);
+int gpu_dropout_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -36,12 +39,13 @@ static const struct {
     {"mods", gpu_mods_main},
     {"kvcache", gpu_kvcache_main},
     {"paged", gpu_paged_main},
+    {"dropout", gpu_dropout_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|dropout [ARGS]\n");
     return 2;
 }

@@ -14,6 +14,13 @@ extern "C" {
 fa_status fa_bwd_bigsmem_launch_hdim64(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_bigsmem_launch_hdim128(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_bigsmem_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+/* With attention dropout (instances/bwd_sm80_bigsmem_dropout_hdim<bucket>.cu). */
+fa_status fa_bwd_bigsmem_dropout_launch_hdim64(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                                               fa_dtype dtype, int grid, cudaStream_t stream);
+fa_status fa_bwd_bigsmem_dropout_launch_hdim128(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                                                fa_dtype dtype, int grid, cudaStream_t stream);
+fa_status fa_bwd_bigsmem_dropout_launch_hdim256(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                                                fa_dtype dtype, int grid, cudaStream_t stream);
 }
 
 #endif /* FA_BWD_BIGSMEM_LAUNCH_H */

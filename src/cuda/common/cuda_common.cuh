@@ -260,6 +260,26 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
     prm->sink_logits = p->sink_logits;
 }
 
+/* ---- attention dropout (kernels/dropout.cuh applies it) ------------------------------------ */
+
+/* The dropout constants of a call (fa_params.dropout_*; src/api/fa_philox.h gives the mapping),
+ * a kernel argument of its own after the parameter block (fa_fwd_params and fa_bwd_params, which
+ * the Hopper kernels share, keep their layout); zero without dropout. */
+struct fa_dropout_params {
+    uint64_t seed, offset;       /* Philox key and counter offset                              */
+    uint32_t threshold;          /* dropped iff the element's 32 bits < threshold              */
+    float keep_scale;            /* 1 / (1 - dropout_p)                                        */
+};
+
+static inline fa_dropout_params fa_cuda_dropout_params(const fa_problem *pb) {
+    fa_dropout_params d;
+    d.seed = pb->has_dropout ? pb->p.dropout_seed : 0;
+    d.offset = pb->has_dropout ? pb->p.dropout_offset : 0;
+    d.threshold = pb->has_dropout ? pb->dropout_threshold : 0;
+    d.keep_scale = pb->has_dropout ? pb->dropout_keep_scale : 1.0f;
+    return d;
+}
+
 /* ---- forward kernel parameters (filled by fwd.cu, read by fwd_*.cu) --------------------- */
 
 /* Everything a forward kernel needs, passed by value: fa_kernel_base and the tile order. */

@@ -170,7 +170,8 @@ FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
 }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
- * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on. */
+ * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on; has_dropout:
+ * dropout_p > 0. */
 #ifdef __cplusplus
 static inline
 #else
@@ -178,8 +179,9 @@ static inline
 #endif
     const char *
     fa_hopper_fwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim, int head_dim_v,
-                              int has_alibi, float scale_log2, float softcap) {
+                              int has_alibi, float scale_log2, float softcap, int has_dropout) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (has_dropout) return "does not implement dropout";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256";
@@ -261,10 +263,13 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
  * for softcap_pre > 0) the mask acts on tanh's output before the exponent, which has no ALiBi
  * term, and a negative scale leaves softcap_pre < 0: both stay on the portable kernel. Both
  * modes: deterministic = 1 orders each dQ tile's additions by key block (the DET
- * instantiations, semaphores), so it is no argument. */
+ * instantiations, semaphores), so it is no argument. has_dropout: dropout_p > 0 (the portable
+ * kernels' DROPOUT instantiations take it). */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
-                                                    int head_dim_v, int has_alibi, float scale_log2, float softcap) {
+                                                    int head_dim_v, int has_alibi, float scale_log2, float softcap,
+                                                    int has_dropout) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
+    if (has_dropout) return "does not implement dropout";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256";

@@ -41,6 +41,33 @@ KERNELS = [
      "                                       cudaStream_t stream)",
      ["    if (dtype == FA_DTYPE_BF16) return fa_bwd_bigsmem_launch_main<fa_bf16, {d}>(prm, grid, stream);",
       "    return fa_bwd_bigsmem_launch_main<fa_f16, {d}>(prm, grid, stream);"]),
+    # attention dropout: the same kernels' DROPOUT instantiations, in their own translation units
+    ("fwd_sm80_dropout", "Portable forward kernel with attention dropout (kernels/fwd_sm80.cuh)",
+     "fa_fwd_hdim_bucket",
+     ["cuda/kernels/fwd_sm80.cuh", "cuda/common/fwd_launch.h"],
+     "fa_status fa_fwd_dropout_launch_hdim{d}(const fa_fwd_params *prm, const fa_dropout_params *dropout,\n"
+     "                                       fa_dtype dtype, int device_ordinal, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_fwd_launch<fa_bf16, {d}, true>(prm, device_ordinal, stream,",
+      "                                                \"flash forward kernel with dropout (bf16, d <= {d})\", dropout);",
+      "    return fa_fwd_launch<fa_f16, {d}, true>(prm, device_ordinal, stream,",
+      "                                           \"flash forward kernel with dropout (f16, d <= {d})\", dropout);"]),
+    ("bwd_sm80_dropout", "Portable backward main kernel with attention dropout (kernels/bwd_sm80.cuh)",
+     "fa_bwd_hdim_bucket",
+     ["cuda/kernels/bwd_sm80.cuh", "cuda/common/bwd_launch.h"],
+     "fa_status fa_bwd_dropout_launch_hdim{d}(const fa_bwd_params *prm, const fa_dropout_params *dropout,\n"
+     "                                       fa_dtype dtype, int grid, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16) return fa_bwd_launch_main<fa_bf16, {d}, true>(prm, grid, stream, dropout);",
+      "    return fa_bwd_launch_main<fa_f16, {d}, true>(prm, grid, stream, dropout);"]),
+    ("bwd_sm80_bigsmem_dropout",
+     "Backward main kernel for >170 KiB of shared memory with attention dropout (kernels/bwd_sm80_bigsmem.cuh)",
+     "fa_bwd_hdim_bucket",
+     ["cuda/kernels/bwd_sm80_bigsmem.cuh", "cuda/common/bwd_bigsmem_launch.h"],
+     "fa_status fa_bwd_bigsmem_dropout_launch_hdim{d}(const fa_bwd_params *prm, const fa_dropout_params *dropout,\n"
+     "                                               fa_dtype dtype, int grid, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_bwd_bigsmem_launch_main<fa_bf16, {d}, true>(prm, grid, stream, dropout);",
+      "    return fa_bwd_bigsmem_launch_main<fa_f16, {d}, true>(prm, grid, stream, dropout);"]),
     ("kvcache_sm80", "KV-cache decode kernel (kernels/kvcache_sm80.cuh)", "fa_kv_hdim_bucket",
      ["cuda/kernels/kvcache_sm80.cuh"],
      "fa_status fa_kv_launch_hdim{d}(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,\n"

@@ -21,6 +21,10 @@
  *            query block (so its stage and the dS^T tile may be overwritten);
  *   B:       dS^T (and P^T) of this query block are complete in shared memory.
  *
+ * DROPOUT (a separate instantiation): with the keep bits of common/dropout.cuh (one Philox call
+ * per lane per m16n8 tile of S^T) and Z = keep / (1 - p), step 3 makes P^T -> Z∘P^T (what dV
+ * takes) and dS^T = P^T ∘ (Z∘dP^T - D).
+ *
  * Fragment layouts (m16n8k16, lane = 4g + t): C/D fragment element e of n-tile j holds row
  * g + 8·(e >> 1), column 8j + 2t + (e & 1). Two adjacent n-tiles of a C fragment, packed to 16-bit
  * pairs, are exactly the A fragment of one k16 slice, which is how P^T and dS^T feed step 4.
@@ -34,6 +38,7 @@
 #include "cuda/common/bwd_launch.h"
 #include "cuda/common/bwd_tiles.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/dropout.cuh"
 
 /* Queries of S^T/dP^T computed at a time per warp (see the chunk loop); a lab knob. */
 #ifndef FA_BWD_CHUNK_Q
@@ -142,13 +147,16 @@ __device__ __forceinline__ int64_t fa_bwd_row_offset(bool varlen, int b, int64_t
 
 /* P^T and dS^T of one warp chunk (16 keys × CHUNK_Q queries) from the S^T and dP^T accumulators,
  * in place: s_acc becomes P^T, dp_acc becomes dS^T. GENERAL adds softcap, ALiBi and the mask
- * (the plain path is one FFMA + ex2 per element). */
-template <int BUCKET, bool GENERAL>
+ * (the plain path is one FFMA + ex2 per element). DROPOUT: s_acc becomes Z∘P^T and dS^T =
+ * P^T ∘ (Z∘dP^T - D); drop_b, drop_h are the sequence and query head, drop_key0 and
+ * drop_query0 the sequence's key of row 0 and query of column 0 of the chunk (GENERAL or not). */
+template <int BUCKET, bool GENERAL, bool DROPOUT>
 __device__ __forceinline__ void fa_bwd_scores_to_grads(
     const fa_bwd_params &prm, float (&s_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4],
     float (&dp_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4], const float *lse_smem,
     const float *dsum_smem, int q_col0, int key0, int query0, int shift, int len_q, int len_k,
-    int left_limit, int right_limit, float alibi_log2) {
+    int left_limit, int right_limit, float alibi_log2, const fa_dropout_params &dropout, int drop_b, int drop_h,
+    int drop_key0, int drop_query0) {
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -157,15 +165,21 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
         const int qcol = q_col0 + 8 * j + 2 * t; /* query column of elements e = 0, 2 (+1: 1, 3) */
         const float2 lse2 = *reinterpret_cast<const float2 *>(lse_smem + qcol);
         const float2 dsum2 = *reinterpret_cast<const float2 *>(dsum_smem + qcol);
+        const uint32_t keep = DROPOUT ? fa_dropout_keep_kq(dropout, drop_b, drop_h, prm.heads_q, drop_key0,
+                                                           drop_query0 + q_col0 + 8 * j)
+                                      : 0u;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float lse = (e & 1) ? lse2.y : lse2.x;
             const float dsum = (e & 1) ? dsum2.y : dsum2.x;
             const float s = s_acc[j][e];
+            /* dropout: dP -> Z∘dP (Z = 0 or 1 / (1 - p)) */
+            const float z = DROPOUT ? ((keep >> e) & 1u ? dropout.keep_scale : 0.0f) : 1.0f;
+            const float dp = DROPOUT ? dp_acc[j][e] * z : dp_acc[j][e];
             float p, ds;
             if (!GENERAL) {
                 p = ex2_approx_ftz_f32(fmaf(s, prm.scale_log2, -lse));
-                ds = p * (dp_acc[j][e] - dsum);
+                ds = p * (dp - dsum);
             } else {
                 const int key = key0 + g + 8 * (e >> 1);   /* in the sequence */
                 const int query = query0 + qcol + (e & 1);
@@ -181,17 +195,17 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
                 x -= alibi_log2 * (float)abs(diff);
                 const bool visible = key < len_k && query < len_q && fa_window_holds(diff, left_limit, right_limit);
                 p = visible ? ex2_approx_ftz_f32(x - lse) : 0.0f;
-                ds = p * (dp_acc[j][e] - dsum) * dcap;
+                ds = p * (dp - dsum) * dcap;
             }
-            s_acc[j][e] = p;
+            s_acc[j][e] = DROPOUT ? p * z : p; /* dV takes Z∘P */
             dp_acc[j][e] = ds;
         }
     }
 }
 
-template <class Elem, int BUCKET>
+template <class Elem, int BUCKET, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
-    fa_bwd_main_kernel(const fa_bwd_params prm) {
+    fa_bwd_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_K = Cfg::BLOCK_K, BLOCK_Q = Cfg::BLOCK_Q;
     constexpr int WARP_Q = Cfg::WARP_Q, CHUNK_Q = Cfg::CHUNK_Q, WARP_COLS = Cfg::WARP_COLS;
@@ -407,12 +421,14 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 /* ---- 3. P^T, dS^T. The plain path needs the tile fully inside both sequences
                  * and the window, and no score transform. */
                 if (tile_inside && !transform) {
-                    fa_bwd_scores_to_grads<BUCKET, false>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
-                                                          q_col, 0, 0, 0, 0, 0, 0, 0, 0.0f);
+                    fa_bwd_scores_to_grads<BUCKET, false, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
+                                                                   q_col, 0, 0, 0, 0, 0, 0, 0, 0.0f, dropout, b, h,
+                                                                   n0 + key_row0, m0);
                 } else {
-                    fa_bwd_scores_to_grads<BUCKET, true>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
-                                                         q_col, n0 + key_row0, m0, shift, len_q, len_k,
-                                                         left_limit, right_limit, alibi_log2);
+                    fa_bwd_scores_to_grads<BUCKET, true, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
+                                                                  q_col, n0 + key_row0, m0, shift, len_q, len_k,
+                                                                  left_limit, right_limit, alibi_log2, dropout, b, h,
+                                                                  n0 + key_row0, m0);
                 }
 
                 /* Pack to 16-bit A fragments: k16 slice kk2 = n-tiles 2kk2, 2kk2 + 1. */
@@ -588,13 +604,14 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 }
 
 /* Launch the main kernel on `grid` blocks (opting in to its shared memory first). */
-template <class Elem, int BUCKET>
-static fa_status fa_bwd_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream) {
+template <class Elem, int BUCKET, bool DROPOUT = false>
+static fa_status fa_bwd_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream,
+                                    const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_bwd_config<BUCKET>;
-    auto kernel = fa_bwd_main_kernel<Elem, BUCKET>;
+    auto kernel = fa_bwd_main_kernel<Elem, BUCKET, DROPOUT>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM),
                   "cudaFuncSetAttribute(backward main kernel, shared memory)");
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("backward main kernel launch");
     return FA_OK;
 }

@@ -19,6 +19,10 @@
  *   2. warps 0-3: dV += P^T dO, warps 4-7: dK += dS^T Q, each on 64 keys × (64 or 32) columns,
  *      A and B from shared memory (dQ runs first so its reductions drain under these MMAs)
  * At the end dK·scale and dV are stored (fp32 partials when the GQA group is split).
+ * DROPOUT (a separate instantiation): phase 1 stores keep∘P^T (dV takes Z∘P^T, Z = keep /
+ * (1 - p): its 1 / (1 - p) is applied once, in the epilogue) and keeps the tile's keep bits
+ * (common/dropout.cuh, one Philox call per lane per m16n8 tile, 32 bits per warp tile) for
+ * dS^T = w ∘ (Z∘dP^T - D).
  *
  * Why (docs/tuning-log.md, CUDA backward v2): v1 kept P^T/dS^T in registers with 16-key warp tiles, which
  * costs 800 KB of ldmatrix per 128 × 64 tile at d = 128 and, with its per-k-step head-dim
@@ -157,7 +161,7 @@ template <int NT, bool MASKED, bool TRANSFORM>
 __device__ __forceinline__ void fa_bwd_bigsmem_probs(const fa_bwd_params &prm, float (&s_acc)[2][NT][4],
                                               float (&w)[2][NT][4], const float *lse_smem, int q_col0,
                                               int key0, int query0, int shift, int len_q, int len_k, int left_limit,
-                                              int right_limit, float alibi_log2) {
+                                              int right_limit, float alibi_log2, uint32_t keep) {
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -193,16 +197,18 @@ __device__ __forceinline__ void fa_bwd_bigsmem_probs(const fa_bwd_params &prm, f
                     const bool visible = key < len_k && query < len_q && fa_window_holds(diff, left_limit, right_limit);
                     p = visible ? ex2_approx_ftz_f32(x) : 0.0f;
                 }
-                s_acc[mi][j][e] = p;
                 w[mi][j][e] = TRANSFORM ? p * dcap : p;
+                /* dropout (keep != ~0u): P^T -> keep∘P^T for dV; bit 4·(NT·mi + j) + e */
+                s_acc[mi][j][e] = (keep >> (4 * (NT * mi + j) + e)) & 1u ? p : 0.0f;
             }
     }
 }
 
-/* dS^T = w ∘ (dP^T - D) of one phase-1 warp tile, in place in dp_acc (w from fa_bwd_bigsmem_probs). */
-template <int NT>
+/* dS^T = w ∘ (dP^T - D) of one phase-1 warp tile, in place in dp_acc (w from fa_bwd_bigsmem_probs);
+ * DROPOUT: w ∘ (Z∘dP^T - D) with Z = keep_scale or 0 by the keep bits (bit 4·(NT·mi + j) + e). */
+template <int NT, bool DROPOUT>
 __device__ __forceinline__ void fa_bwd_bigsmem_grads(float (&dp_acc)[2][NT][4], const float (&w)[2][NT][4],
-                                              const float *dsum_smem, int q_col0) {
+                                              const float *dsum_smem, int q_col0, uint32_t keep, float keep_scale) {
     const int t = threadIdx.x % 4;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -211,13 +217,16 @@ __device__ __forceinline__ void fa_bwd_bigsmem_grads(float (&dp_acc)[2][NT][4], 
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                dp_acc[mi][j][e] = w[mi][j][e] * (dp_acc[mi][j][e] - ((e & 1) ? dsum2.y : dsum2.x));
+                dp_acc[mi][j][e] =
+                    w[mi][j][e] * ((DROPOUT ? dp_acc[mi][j][e] * ((keep >> (4 * (NT * mi + j) + e)) & 1u ? keep_scale : 0.0f)
+                                            : dp_acc[mi][j][e]) -
+                                   ((e & 1) ? dsum2.y : dsum2.x));
     }
 }
 
-template <class Elem, int BUCKET>
+template <class Elem, int BUCKET, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
-    fa_bwd_bigsmem_main_kernel(const fa_bwd_params prm) {
+    fa_bwd_bigsmem_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     /* Never launched below sm_90 (bwd.cu keeps the v1 kernel there: this one's shared memory
      * does not fit sm_80/86/89), so no code is generated for those targets. */
@@ -422,6 +431,9 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
 
                 float acc[2][NT][4]; /* S^T, then P^T; then dP^T, then dS^T */
                 float w[2][NT][4];   /* P·(1 - tanh²) */
+                /* dropout keep bits of the tile (bit 4·(NT·mi + j) + e), all ones without */
+                static_assert(!DROPOUT || 2 * NT * 4 <= 32, "one word of keep bits per warp tile");
+                uint32_t keep = ~0u;
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -437,14 +449,24 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                             for (int e = 0; e < 4; ++e) w[mi][j][e] = 0.0f;
                 } else {
                     fa_bwd_bigsmem_gemm_abt<Elem, 2, NT, D / 16, 16 * RB, 16 * RB>(acc, k_lane, q_lane); /* S^T = K Q^T */
+                    if (DROPOUT) {
+                        keep = 0;
+#pragma unroll 1 /* one Philox call in flight (unrolled, ptxas interleaves them and spills) */
+                        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll 1
+                            for (int j = 0; j < NT; ++j)
+                                keep |= fa_dropout_keep_kq(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
+                                        << (4 * (NT * mi + j));
+                    }
                     if (inside)
-                        fa_bwd_bigsmem_probs<NT, false, false>(prm, acc, w, lse_smem, q_t0, 0, 0, 0, 0, 0, 0, 0, 0.0f);
+                        fa_bwd_bigsmem_probs<NT, false, false>(prm, acc, w, lse_smem, q_t0, 0, 0, 0, 0, 0, 0, 0, 0.0f,
+                                                               keep);
                     else if (!transform)
                         fa_bwd_bigsmem_probs<NT, true, false>(prm, acc, w, lse_smem, q_t0, ka, m0, shift, len_q, len_k,
-                                                       left_limit, right_limit, 0.0f);
+                                                       left_limit, right_limit, 0.0f, keep);
                     else
                         fa_bwd_bigsmem_probs<NT, true, true>(prm, acc, w, lse_smem, q_t0, ka, m0, shift, len_q, len_k,
-                                                      left_limit, right_limit, alibi_log2);
+                                                      left_limit, right_limit, alibi_log2, keep);
                 }
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
@@ -464,7 +486,7 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                 if (!dead) /* dP^T = V dO^T */
                     fa_bwd_bigsmem_gemm_abt<Elem, 2, NT, D / 16, 16 * RB, 16 * RB>(acc, k_lane + (Cfg::OFF_V - Cfg::OFF_K),
                                                                            q_lane + (Cfg::OFF_DO - Cfg::OFF_Q));
-                fa_bwd_bigsmem_grads<NT>(acc, w, dsum_smem, q_t0);
+                fa_bwd_bigsmem_grads<NT, DROPOUT>(acc, w, dsum_smem, q_t0, keep, dropout.keep_scale);
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -550,6 +572,13 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
         /* ---- epilogue: this warp's dK·scale or dV tile, keys n0 + kv_key0 + 16mi + g (+8),
          * columns kv_col0 + 8j + 2t. Zero when no query sees the block. */
         const int valid_cols = kv_tensor ? prm.head_dim : prm.head_dim_v;
+        if (DROPOUT && kv_tensor == 0) /* dV = Σ (keep∘P)^T dO / (1 - p) */
+#pragma unroll
+            for (int mi = 0; mi < KV_MT; ++mi)
+#pragma unroll
+                for (int j = 0; j < KV_NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) kv_acc[mi][j][e] *= dropout.keep_scale;
 #pragma unroll
         for (int mi = 0; mi < KV_MT; ++mi)
 #pragma unroll
@@ -582,13 +611,14 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
 }
 
 /* Launch the bigsmem main kernel on `grid` blocks (opting in to its shared memory first). */
-template <class Elem, int BUCKET>
-static fa_status fa_bwd_bigsmem_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream) {
+template <class Elem, int BUCKET, bool DROPOUT = false>
+static fa_status fa_bwd_bigsmem_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream,
+                                            const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_bwd_bigsmem_config<BUCKET>;
-    auto kernel = fa_bwd_bigsmem_main_kernel<Elem, BUCKET>;
+    auto kernel = fa_bwd_bigsmem_main_kernel<Elem, BUCKET, DROPOUT>;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM),
                   "cudaFuncSetAttribute(backward bigsmem main kernel, shared memory)");
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("backward bigsmem main kernel launch");
     return FA_OK;
 }

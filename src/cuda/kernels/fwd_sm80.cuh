@@ -14,6 +14,11 @@
  *        -> O += P V_j (fp32, registers).
  *   3. O /= rowsum (sink included), staged through shared memory for 16-byte stores; LSE.
  * Each warp owns WARP_ROWS = BLOCK_M / WARPS rows, so the softmax needs only quad shuffles.
+ *
+ * DROPOUT (a separate instantiation, so the kernels without it are unchanged): the row sums take
+ * P whole, then the dropped elements of P are zeroed before P·V (keep bits from
+ * common/dropout.cuh, one Philox call per lane per m16n8 tile of S), and the epilogue scales O
+ * by 1 / (1 - p): O = Σ Z∘P·V / Σ P, LSE that of the softmax without dropout.
  */
 #ifndef FA_FWD_KERNEL_CUH
 #define FA_FWD_KERNEL_CUH
@@ -22,6 +27,7 @@
 #include <stdint.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fwd_tiles.h"
 
 template <int HEAD_DIM>
@@ -74,9 +80,9 @@ __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint1
     }
 }
 
-template <class Elem, int HEAD_DIM>
+template <class Elem, int HEAD_DIM, bool DROPOUT>
 __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
-    fa_fwd_kernel(const fa_fwd_params prm) {
+    fa_fwd_kernel(const fa_fwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
     constexpr int M_TILES = Cfg::M_TILES, N_TILES = Cfg::N_TILES, O_TILES = Cfg::O_TILES;
@@ -263,6 +269,23 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             cp_async_commit_group();
         }
 
+        /* ---- dropout: keep bits of this warp's S tiles, bit 4·nt + e of keep_rmem[mt] for
+         * element e of n8 tile nt (32 bits per m16 tile). Drawn before S exists: the Philox
+         * rounds then have the registers S will take (after it, ptxas spills at d = 128). */
+        uint32_t keep_rmem[DROPOUT ? M_TILES : 1];
+        if (DROPOUT) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt) {
+                keep_rmem[DROPOUT ? mt : 0] = 0;
+#pragma unroll 1 /* one Philox call in flight: unrolled, ptxas interleaves them and spills */
+                for (int nt = 0; nt < N_TILES; ++nt)
+                    keep_rmem[DROPOUT ? mt : 0] |=
+                        fa_dropout_keep_qk(dropout, batch, head, prm.heads_q,
+                                           m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
+                        << (4 * nt);
+            }
+        }
+
         /* ---- S = Q K_jᵀ for this warp's rows: s_rmem[mt][nt] is the m16n8 tile (rows mt·16..,
          * keys n0 + nt·8..) in the accumulator layout (e: row g + 8·(e>>1), key 2t + (e&1)). */
         float s_rmem[M_TILES][N_TILES][4];
@@ -351,8 +374,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             for (int nt = 0; nt < N_TILES; ++nt) {
                 const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h], score_mul, -max_scaled));
                 const float p1 = ex2_approx_ftz_f32(fmaf(s_rmem[mt][nt][2 * h + 1], score_mul, -max_scaled));
-                p_rmem[mt][nt][h] = Elem::pack2(p0, p1);
-                sum += p0 + p1;
+                if (DROPOUT) {
+                    const uint32_t keep = keep_rmem[DROPOUT ? mt : 0] >> (4 * nt + 2 * h);
+                    p_rmem[mt][nt][h] = Elem::pack2(keep & 1u ? p0 : 0.0f, keep & 2u ? p1 : 0.0f);
+                } else {
+                    p_rmem[mt][nt][h] = Elem::pack2(p0, p1);
+                }
+                sum += p0 + p1; /* the row sum takes P before dropout */
             }
             st_shared_f32(row_sum_addr(r), fmaf(ld_shared_f32(row_sum_addr(r)), rescale, sum));
         }
@@ -418,7 +446,8 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
         const float corr = exp2f(max_scaled - m);
         sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
-        const float inv_sum = fa_row_scale(corr, sum); /* 0: no visible key; NaN: a NaN score */
+        /* 0: no visible key; NaN: a NaN score; dropout's 1 / (1 - p) joins the O scale only */
+        const float inv_sum = fa_row_scale(DROPOUT ? corr * dropout.keep_scale : corr, sum);
         const float max_scaled_final = m;
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot) {
@@ -464,14 +493,14 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 
 /* Launch one instantiation on `stream`. The > 48 KiB dynamic shared-memory opt-in is a per-device
  * function attribute: set once per device ordinal (a bit per ordinal < 64, set after success). */
-template <class Elem, int HEAD_DIM>
+template <class Elem, int HEAD_DIM, bool DROPOUT = false>
 static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cudaStream_t stream,
-                               const char *name) {
+                               const char *name, const fa_dropout_params *dropout = nullptr) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (Cfg::SMEM_BYTES > 48 * 1024 && (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit))) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<Elem, HEAD_DIM>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)Cfg::SMEM_BYTES),
                       name);
@@ -480,7 +509,8 @@ static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cud
     const dim3 grid = prm->heavy_first
                           ? dim3((unsigned)prm->heads_q, (unsigned)prm->batch, (unsigned)prm->num_m_blocks)
                           : dim3((unsigned)prm->num_m_blocks, (unsigned)prm->heads_q, (unsigned)prm->batch);
-    fa_fwd_kernel<Elem, HEAD_DIM><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm);
+    fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+        *prm, dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }

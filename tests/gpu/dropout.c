@@ -1,0 +1,303 @@
+/*
+ * tests/gpu/dropout.c: attention dropout on CUDA (`fa_gpu_tests dropout [small]`).
+ *   1. forward and backward against the float64 oracle with the same mask (fa_case_run, which
+ *      applies src/api/fa_philox.h in the reference), over fresh seeds and odd shapes: sq != sk,
+ *      GQA/MQA, varlen with an empty sequence, causal with fully masked rows, window, softcap,
+ *      ALiBi, sinks, head dims 40..256; each case with the default backward and with the sm_80
+ *      backward kernel forced (FA_CUDA_BACKWARD=sm80), so that both dropout kernels run on sm_90;
+ *   2. the CUDA mask equals the CPU engine's bit for bit: attn_probs from both devices on the
+ *      same problem have the same sign everywhere (negated = dropped), and close magnitudes;
+ *   3. the same seed and offset give bitwise the same O, LSE, dq, dk, dv (deterministic backward;
+ *      dk, dv in the default mode too); another offset gives another O; the LSE equals the one
+ *      without dropout bitwise (portable forward, whose two instantiations share the softmax).
+ * `small` runs a few small problems of each part (for compute-sanitizer).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flashattn.h"
+#include "oracle/sweep_case.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                         \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            printf("FAIL: ");                                                                     \
+            printf(__VA_ARGS__);                                                                  \
+            printf("\n");                                                                         \
+            failures++;                                                                           \
+        }                                                                                         \
+    } while (0)
+
+static uint64_t rng_state;
+static uint64_t next_random(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct shape {
+    const char *name;
+    fa_dtype dtype;
+    int64_t batch, sq, sk, hq, hkv, d;
+    int varlen, causal, window_left, window_right, sinks, alibi;
+    float softcap;
+} shape;
+
+static const shape shapes[] = {
+    {"plain sq != sk", FA_DTYPE_BF16, 2, 113, 203, 4, 4, 64, 0, 0, -1, -1, 0, 0, 0.0f},
+    {"GQA causal, fully masked rows (sq > sk)", FA_DTYPE_F16, 1, 203, 77, 6, 2, 128, 0, 1, -1, -1, 0, 0, 0.0f},
+    {"MQA varlen sinks", FA_DTYPE_BF16, 3, 150, 130, 3, 1, 96, 1, 0, -1, -1, 1, 0, 0.0f},
+    {"window softcap ALiBi d256", FA_DTYPE_BF16, 1, 64, 300, 2, 2, 256, 0, 0, 40, 7, 0, 1, 5.0f},
+    {"causal varlen GQA sinks d40", FA_DTYPE_F16, 2, 70, 70, 4, 2, 40, 1, 1, -1, -1, 1, 0, 0.0f},
+    {"long rows d128", FA_DTYPE_BF16, 1, 129, 1023, 2, 1, 128, 0, 0, -1, -1, 0, 0, 0.0f},
+};
+#define SMALL_SHAPES 3 /* `small`: the first three, shrunk */
+
+static fa_test_spec make_spec(const shape *sh, int small, float p_drop) {
+    fa_test_spec s;
+    memset(&s, 0, sizeof s);
+    s.dtype = sh->dtype;
+    s.batch = sh->batch;
+    s.seqlen_q = small && sh->sq > 40 ? 40 : sh->sq;
+    s.seqlen_k = small && sh->sk > 50 ? 50 : sh->sk;
+    if (small && sh->sq > sh->sk) s.seqlen_q = s.seqlen_k + 9; /* keep the fully masked rows */
+    s.heads_q = sh->hq;
+    s.heads_kv = sh->hkv;
+    s.head_dim = sh->d;
+    s.head_dim_v = sh->d;
+    s.varlen = sh->varlen;
+    s.causal = sh->causal;
+    s.use_window = sh->window_left >= 0 || sh->window_right >= 0;
+    s.window_left = sh->window_left;
+    s.window_right = sh->window_right;
+    s.sinks = sh->sinks;
+    s.alibi = sh->alibi ? FA_TEST_ALIBI_BATCH_HEAD : FA_TEST_ALIBI_NONE;
+    s.softcap = sh->softcap;
+    s.layout = (fa_test_layout)(next_random() % 3);
+    s.pad_align = 8;
+    s.backward = 1;
+    s.seed = next_random();
+    s.dropout_p = p_drop;
+    s.dropout_seed = next_random();
+    s.dropout_offset = next_random() >> (next_random() % 63 + 1);
+    return s;
+}
+
+/* ---- 1. against the float64 oracle ----------------------------------------------------------- */
+
+static void oracle_cases(int small) {
+    static const float probs[] = {0.1f, 0.3f, 0.6f};
+    const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
+    for (int si = 0; si < n_shapes; si++)
+        for (int pi = 0; pi < (small ? 1 : 3); pi++)
+            for (int kernel = 0; kernel < 2; kernel++) {
+                /* kernel 1: the sm_80 backward kernel, which sm_90 does not pick by itself */
+                if (kernel) setenv("FA_CUDA_BACKWARD", "sm80", 1);
+                else unsetenv("FA_CUDA_BACKWARD");
+                fa_test_spec spec = make_spec(&shapes[si], small, probs[pi]);
+                fa_case_result r;
+                char what[256];
+                const int rc = fa_case_run(&spec, FA_DEVICE_CUDA, 0, &r);
+                fa_case_describe(&r.spec, what, sizeof what);
+                char fwd[512], bwd[512];
+                fa_case_format(&r, 0, 0, fwd, sizeof fwd);
+                fa_case_format(&r, 1, 0, bwd, sizeof bwd);
+                const int ok = rc == 0 && !r.skipped && r.fwd_ok && r.bwd_ok;
+                printf("%s %s p=%.1f seed %llu%s:%s |%s %s%s\n", ok ? "ok  " : "FAIL", shapes[si].name,
+                       (double)probs[pi], (unsigned long long)spec.seed, kernel ? " (sm80 bwd)" : "", fwd, bwd,
+                       r.skipped ? r.skip_reason : "", r.error);
+                if (!ok) {
+                    printf("     %s\n", what);
+                    failures++;
+                }
+            }
+    unsetenv("FA_CUDA_BACKWARD");
+}
+
+/* ---- device copies of a test problem ------------------------------------------------------- */
+
+static int upload(fa_test_problem *tp) {
+    for (int b = 0; b < FA_T_COUNT; b++) {
+        fa_test_buffer *buf = &tp->buffer[b];
+        if (!buf->host) continue;
+        if (cudaMalloc(&buf->device, buf->bytes) != cudaSuccess ||
+            cudaMemcpy(buf->device, buf->host, buf->bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+            return -1;
+    }
+    return 0;
+}
+
+static void release(fa_test_problem *tp) {
+    for (int b = 0; b < FA_T_COUNT; b++)
+        if (tp->buffer[b].device) {
+            cudaFree(tp->buffer[b].device);
+            tp->buffer[b].device = NULL;
+        }
+}
+
+static int download(void *host, const void *device, size_t bytes) {
+    return cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+}
+
+/* ---- 2. the CUDA mask equals the CPU mask --------------------------------------------------- */
+
+static void mask_cases(int small) {
+    const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
+    for (int si = 0; si < n_shapes; si++) {
+        fa_test_spec spec = make_spec(&shapes[si], small, 0.25f + 0.1f * (float)si);
+        spec.backward = 0;
+        fa_test_problem tp;
+        if (fa_test_problem_create(&tp, &spec) || upload(&tp)) {
+            EXPECT(0, "%s: could not set up the problem", shapes[si].name);
+            release(&tp);
+            continue;
+        }
+        fa_params cpu = tp.params, gpu = fa_test_problem_device_params(&tp);
+        cpu.device = FA_DEVICE_CPU;
+        gpu.device = FA_DEVICE_CUDA;
+        const size_t n = (size_t)(cpu.batch * cpu.heads_q * cpu.seqlen_q * cpu.seqlen_k);
+        float *cpu_probs = malloc(sizeof(float) * n + 4), *gpu_probs = malloc(sizeof(float) * n + 4);
+        float *dev_probs = NULL;
+        int ready = cpu_probs && gpu_probs && cudaMalloc((void **)&dev_probs, sizeof(float) * n + 4) == cudaSuccess &&
+                    cudaMemset(dev_probs, 0xff, sizeof(float) * n + 4) == cudaSuccess; /* NaN: unwritten */
+        cpu.attn_probs = cpu_probs;
+        gpu.attn_probs = dev_probs;
+        fa_status sc = ready ? fa_forward(&cpu) : FA_ERR_ALLOC;
+        fa_status sg = ready ? fa_forward(&gpu) : FA_ERR_ALLOC;
+        ready = ready && cudaDeviceSynchronize() == cudaSuccess && download(gpu_probs, dev_probs, sizeof(float) * n) == 0;
+        EXPECT(sc == FA_OK && sg == FA_OK && ready, "%s: attn_probs forward: cpu %s, cuda %s (%s)", shapes[si].name,
+               fa_strerror(sc), fa_strerror(sg), fa_last_error());
+        if (sc == FA_OK && sg == FA_OK && ready) {
+            size_t sign_diff = 0, value_diff = 0, dropped = 0, kept = 0, unwritten = 0;
+            double worst = 0.0;
+            for (size_t e = 0; e < n; e++) {
+                const float c = cpu_probs[e], g = gpu_probs[e];
+                unwritten += isnan(g);
+                sign_diff += signbit(c) != signbit(g);
+                const double err = fabs((double)c - (double)g);
+                value_diff += err > 2e-5 + 1e-4 * fabs((double)c);
+                if (err > worst) worst = err;
+                dropped += signbit(c) != 0;
+                kept += c > 0.0f;
+            }
+            printf("%s mask %s: %zu elements, %zu dropped, %zu kept; sign differences %zu, values off %zu "
+                   "(max %.2e), unwritten %zu\n",
+                   sign_diff || value_diff || unwritten || !dropped || !kept ? "FAIL" : "ok  ", shapes[si].name, n,
+                   dropped, kept, sign_diff, value_diff, worst, unwritten);
+            EXPECT(sign_diff == 0 && value_diff == 0 && unwritten == 0 && dropped > 0 && kept > 0,
+                   "%s: CUDA attn_probs differ from the CPU's", shapes[si].name);
+        }
+        free(cpu_probs);
+        free(gpu_probs);
+        if (dev_probs) cudaFree(dev_probs);
+        release(&tp);
+        fa_test_problem_destroy(&tp);
+    }
+}
+
+/* ---- 3. repeatability ---------------------------------------------------------------------- */
+
+typedef struct outputs {
+    void *o, *lse, *dq, *dk, *dv;
+} outputs;
+
+static size_t buffer_bytes(const fa_test_problem *tp, int t) { return tp->buffer[t].bytes; }
+
+/* forward + backward on the device copies; host snapshots of every output into *out */
+static int run_both(fa_test_problem *tp, fa_params p, outputs *out) {
+    static const int tensors[5] = {FA_T_O, FA_T_LSE, FA_T_DQ, FA_T_DK, FA_T_DV};
+    void **dst[5] = {&out->o, &out->lse, &out->dq, &out->dk, &out->dv};
+    /* identical starting outputs (the padding around tensors included) */
+    for (int i = 0; i < 5; i++) {
+        fa_test_buffer *buf = &tp->buffer[tensors[i]];
+        if (cudaMemcpy(buf->device, buf->host, buf->bytes, cudaMemcpyHostToDevice) != cudaSuccess) return -1;
+    }
+    fa_status s = fa_forward(&p);
+    if (s == FA_OK) s = fa_backward(&p);
+    if (s != FA_OK) {
+        printf("FAIL: %s\n", fa_last_error());
+        return -1;
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+    for (int i = 0; i < 5; i++) {
+        const size_t bytes = buffer_bytes(tp, tensors[i]);
+        *dst[i] = malloc(bytes + 1);
+        if (!*dst[i] || download(*dst[i], tp->buffer[tensors[i]].device, bytes)) return -1;
+    }
+    return 0;
+}
+
+static void free_outputs(outputs *o) {
+    free(o->o);
+    free(o->lse);
+    free(o->dq);
+    free(o->dk);
+    free(o->dv);
+    memset(o, 0, sizeof *o);
+}
+
+static void repeat_cases(int small) {
+    const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
+    setenv("FA_CUDA_FORWARD", "portable", 1); /* the LSE comparison: both runs on one kernel */
+    for (int si = 0; si < n_shapes; si++)
+        for (int deterministic = 0; deterministic < 2; deterministic++) {
+            fa_test_spec spec = make_spec(&shapes[si], small, 0.2f);
+            fa_test_problem tp;
+            if (fa_test_problem_create(&tp, &spec) || upload(&tp)) {
+                EXPECT(0, "%s: could not set up the problem", shapes[si].name);
+                release(&tp);
+                continue;
+            }
+            fa_params p = fa_test_problem_device_params(&tp);
+            p.device = FA_DEVICE_CUDA;
+            p.deterministic = deterministic;
+            outputs a = {0}, b = {0}, c = {0}, z = {0};
+            fa_params other = p, none = p;
+            other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 3) / 4; /* disjoint counters */
+            none.dropout_p = 0.0f;
+            const int ran = run_both(&tp, p, &a) == 0 && run_both(&tp, p, &b) == 0 && run_both(&tp, other, &c) == 0 &&
+                            run_both(&tp, none, &z) == 0;
+            EXPECT(ran, "%s: a run failed", shapes[si].name);
+            if (ran) {
+                const int same_o = !memcmp(a.o, b.o, buffer_bytes(&tp, FA_T_O)) &&
+                                   !memcmp(a.lse, b.lse, buffer_bytes(&tp, FA_T_LSE));
+                const int same_dq = !memcmp(a.dq, b.dq, buffer_bytes(&tp, FA_T_DQ));
+                const int same_dkdv = !memcmp(a.dk, b.dk, buffer_bytes(&tp, FA_T_DK)) &&
+                                      !memcmp(a.dv, b.dv, buffer_bytes(&tp, FA_T_DV));
+                const int other_o = !!memcmp(a.o, c.o, buffer_bytes(&tp, FA_T_O));
+                const int lse_kept = !memcmp(a.lse, z.lse, buffer_bytes(&tp, FA_T_LSE));
+                const int ok = same_o && same_dkdv && (!deterministic || same_dq) && other_o && lse_kept;
+                printf("%s repeat %s%s: o/lse %s, dq %s, dk/dv %s; another offset: o %s; lse without dropout %s\n",
+                       ok ? "ok  " : "FAIL", shapes[si].name, deterministic ? " (deterministic)" : "",
+                       same_o ? "same" : "DIFFER", same_dq ? "same" : "differs", same_dkdv ? "same" : "DIFFER",
+                       other_o ? "differs" : "SAME", lse_kept ? "same" : "DIFFERS");
+                failures += !ok;
+            }
+            free_outputs(&a);
+            free_outputs(&b);
+            free_outputs(&c);
+            free_outputs(&z);
+            release(&tp);
+            fa_test_problem_destroy(&tp);
+        }
+    unsetenv("FA_CUDA_FORWARD");
+}
+
+int gpu_dropout_main(int argc, char **argv) {
+    const int small = argc > 1 && strcmp(argv[1], "small") == 0;
+    rng_state = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
+    printf("fa_gpu_tests dropout%s: random seed %llu\n", small ? " small" : "", (unsigned long long)rng_state);
+    oracle_cases(small);
+    mask_cases(small);
+    repeat_cases(small);
+    printf("fa_gpu_tests dropout: %d failed\n", failures);
+    return failures != 0;
+}
