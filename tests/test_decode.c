@@ -481,7 +481,7 @@ static void latent_case(fa_dtype dtype, int64_t page_size, int threads) {
     const int32_t seqlens[B] = {30, 17};
     const int64_t pages_per_seq = page_size ? (CAP + page_size - 1) / page_size : 0;
     const int64_t slabs = page_size ? B * pages_per_seq : B, slab_rows = page_size ? page_size : CAP;
-    int32_t table[B * 8];
+    int32_t table[B * CAP]; /* page_size >= 1: at most CAP pages per sequence */
     for (int64_t i = 0; i < B * pages_per_seq; i++) table[i] = (int32_t)(B * pages_per_seq - 1 - i); /* reversed */
     const size_t cache_elems = (size_t)(slabs * slab_rows * D), vcache_elems = (size_t)(slabs * slab_rows * DV);
     uint8_t *latent = malloc(cache_elems * e), *kc = malloc(cache_elems * e), *vc = malloc(vcache_elems * e);
