@@ -158,7 +158,8 @@ def main():
         f"{args.rounds} processes per row runs {args.inner_rounds} rounds of [copy, {args.repeats} calls of one "
         f"library, {args.repeats} of the other (order alternating)]; ms are medians over all calls, ggml / ours is "
         "the median of per-round ratios. Error: largest |output - float64 attention over the library's own "
-        "cache| on 3 heads of the first and last sequence; diff: largest |ours - ggml| over every output element.",
+        "cache| on 3 heads of the first and last sequence; diff: largest |ours - ggml| over every output element. "
+        "ggml's f16 kernel keeps its output accumulator in f16, hence its larger error on f16 rows.",
         "",
         "| layout | batch x ctx | cache ours / ggml | ours ms | ours GB/s | ours of copy | ggml ms | ggml GB/s | ggml of copy | ggml / ours time | copy GB/s | error ours / ggml | diff |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
