@@ -12,7 +12,7 @@
 #                                         under qemu-aarch64, FA_TEST_LEVEL=small (skipped, and said
 #                                         so, without aarch64-linux-gnu-gcc and qemu-aarch64)
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
-#   5. tests/fuzz/run.sh 60               the fuzzer (libFuzzer, ASan + UBSan) for 60 s from its corpus
+#   5. tests/fuzz/run.sh 30               the fuzzer (libFuzzer, ASan + UBSan) for 30 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
 #   6. python/run_tests.sh                the Python package's tests, when present
 #
@@ -22,8 +22,12 @@
 # leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR (default
 # build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make),
 # AARCH64_BUILD_DIR (default build-aarch64), FA_AARCH64_TEST_LEVEL (default small: under qemu the
-# tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage.
+# tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage, CUDA_ARCHS
+# (default 80 here: the portable kernels are compile-checked for sm_80, the branch only A100-class
+# GPUs run; their sm_90 variants are built and run by make gpu-test; the sm_90a kernels are
+# compiled here too).
 set -u
+export CUDA_ARCHS="${CUDA_ARCHS:-80}"
 cd "$(dirname "$0")/.." || exit 1
 
 JOBS=${JOBS:-2}
@@ -186,8 +190,8 @@ else
     fi
 fi
 
-banner "fuzzer (tests/fuzz/run.sh: 60 s from tests/fuzz/corpus, ASan + UBSan)"
-run_stage "fuzzer" sh tests/fuzz/run.sh "${FA_FUZZ_TEST_SECONDS:-60}"
+banner "fuzzer (tests/fuzz/run.sh: ${FA_FUZZ_TEST_SECONDS:-30} s from tests/fuzz/corpus, ASan + UBSan)"
+run_stage "fuzzer" sh tests/fuzz/run.sh "${FA_FUZZ_TEST_SECONDS:-30}"
 
 banner "concurrent callers under ThreadSanitizer (tests/tsan/tsan_callers.c, build-tsan)"
 run_stage "TSan concurrent callers" make --no-print-directory -s tsan-test
