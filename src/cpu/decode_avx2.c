@@ -143,45 +143,6 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
         for (int v = 0; v < VECS; v++) _mm256_storeu_ps(t->o + (r0 + r) * dv + c + 8 * v, acc[r][v]);
 }
 
-static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
-                                                 int64_t r0) {
-    int64_t c = 0;
-    for (; c + 16 <= t->dv; c += 16) accumulate_block(format, ROWS, 2, t, r0, c);
-    if (c < t->dv) accumulate_block(format, ROWS, 1, t, r0, c);
-}
+#include "decode_impl.h"
 
-static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
-    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
-        switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
-        case 4: accumulate_rows(format, 4, t, r0); break;
-        case 3: accumulate_rows(format, 3, t, r0); break;
-        case 2: accumulate_rows(format, 2, t, r0); break;
-        default: accumulate_rows(format, 1, t, r0); break;
-        }
-    }
-}
-
-static void decode_scores(const fa_cpu_decode_tile *t) {
-    switch (t->format) {
-    case FA_CPU_KV_F32: scores_format(FA_CPU_KV_F32, t); break;
-    case FA_CPU_KV_F16: scores_format(FA_CPU_KV_F16, t); break;
-    case FA_CPU_KV_BF16: scores_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: scores_format(FA_CPU_KV_I8, t); break;
-    case FA_CPU_KV_Q8_0: scores_format(FA_CPU_KV_Q8_0, t); break;
-    default: scores_format(FA_CPU_KV_E4M3, t); break;
-    }
-}
-
-static void decode_accumulate(const fa_cpu_decode_tile *t) {
-    switch (t->format) {
-    case FA_CPU_KV_F32: accumulate_format(FA_CPU_KV_F32, t); break;
-    case FA_CPU_KV_F16: accumulate_format(FA_CPU_KV_F16, t); break;
-    case FA_CPU_KV_BF16: accumulate_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: accumulate_format(FA_CPU_KV_I8, t); break;
-    case FA_CPU_KV_Q8_0: accumulate_format(FA_CPU_KV_Q8_0, t); break;
-    default: accumulate_format(FA_CPU_KV_E4M3, t); break;
-    }
-}
-
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate};
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void) { return &kernels; }

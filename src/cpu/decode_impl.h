@@ -1,0 +1,54 @@
+/*
+ * decode_impl.h: the part of the decode kernels (cpu_decode.h) that is the same at every SIMD
+ * level: the row blocks of the accumulation, the switch from the cache format to the format's
+ * own (inlined) kernels, and the kernel table. The including file (decode_avx2.c, decode_neon.c)
+ * defines scores_format(format, tile) and accumulate_block(format, ROWS, PAIRS, tile, r0, c),
+ * which accumulates PAIRS × 8 columns of ROWS output rows from column c, then includes this file
+ * and returns &kernels from its level's getter.
+ */
+#ifndef FA_CPU_DECODE_IMPL_H
+#define FA_CPU_DECODE_IMPL_H
+
+static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
+                                                 int64_t r0) {
+    int64_t c = 0;
+    for (; c + 16 <= t->dv; c += 16) accumulate_block(format, ROWS, 2, t, r0, c);
+    if (c < t->dv) accumulate_block(format, ROWS, 1, t, r0, c);
+}
+
+static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
+    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
+        switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
+        case 4: accumulate_rows(format, 4, t, r0); break;
+        case 3: accumulate_rows(format, 3, t, r0); break;
+        case 2: accumulate_rows(format, 2, t, r0); break;
+        default: accumulate_rows(format, 1, t, r0); break;
+        }
+    }
+}
+
+static void decode_scores(const fa_cpu_decode_tile *t) {
+    switch (t->format) {
+    case FA_CPU_KV_F32: scores_format(FA_CPU_KV_F32, t); break;
+    case FA_CPU_KV_F16: scores_format(FA_CPU_KV_F16, t); break;
+    case FA_CPU_KV_BF16: scores_format(FA_CPU_KV_BF16, t); break;
+    case FA_CPU_KV_I8: scores_format(FA_CPU_KV_I8, t); break;
+    case FA_CPU_KV_Q8_0: scores_format(FA_CPU_KV_Q8_0, t); break;
+    default: scores_format(FA_CPU_KV_E4M3, t); break;
+    }
+}
+
+static void decode_accumulate(const fa_cpu_decode_tile *t) {
+    switch (t->format) {
+    case FA_CPU_KV_F32: accumulate_format(FA_CPU_KV_F32, t); break;
+    case FA_CPU_KV_F16: accumulate_format(FA_CPU_KV_F16, t); break;
+    case FA_CPU_KV_BF16: accumulate_format(FA_CPU_KV_BF16, t); break;
+    case FA_CPU_KV_I8: accumulate_format(FA_CPU_KV_I8, t); break;
+    case FA_CPU_KV_Q8_0: accumulate_format(FA_CPU_KV_Q8_0, t); break;
+    default: accumulate_format(FA_CPU_KV_E4M3, t); break;
+    }
+}
+
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate};
+
+#endif /* FA_CPU_DECODE_IMPL_H */
