@@ -25,19 +25,12 @@
 #include <time.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 #include "oracle/reference.h"
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL: ");                                                                      \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define EXPECT(cond, ...) GPU_EXPECT(failures, "cache", cond, __VA_ARGS__)
 
 static uint64_t base_seed(void) {
     const char *env = getenv("FA_TEST_SEED");

@@ -21,19 +21,12 @@
 #include <time.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 #include "oracle/sweep_case.h"
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                                         \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL: ");                                                                     \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#define EXPECT(cond, ...) GPU_EXPECT(failures, "dropout", cond, __VA_ARGS__)
 
 static uint64_t rng_state;
 static uint64_t next_random(void) { /* splitmix64 */

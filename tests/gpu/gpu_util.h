@@ -9,6 +9,27 @@
 
 #include "flashattn.h"
 
+/* A failed check of a GPU test mode: counted in `failures` and printed as "FAIL <mode>: <message>". */
+#define GPU_EXPECT(failures, mode, cond, ...)                                                     \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            printf("FAIL %s: ", mode);                                                            \
+            printf(__VA_ARGS__);                                                                  \
+            printf("\n");                                                                         \
+            (failures)++;                                                                         \
+        }                                                                                         \
+    } while (0)
+
+/* A CUDA call a mode cannot go on without: on an error it prints the call and stops (exit 1). */
+#define GPU_CUDA_OK(mode, call)                                                                   \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            printf("FAIL %s: %s: %s\n", mode, #call, cudaGetErrorString(e_));                     \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
 /* xorshift32; each program seeds its own (state != 0). */
 typedef struct gpu_rng {
     uint32_t state;

@@ -10,27 +10,13 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                                         \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL mods: ");                                                                \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#define EXPECT(cond, ...) GPU_EXPECT(failures, "mods", cond, __VA_ARGS__)
 
-#define CUDA_OK(call)                                                                             \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            printf("FAIL mods: %s: %s\n", #call, cudaGetErrorString(e_));                         \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#define CUDA_OK(call) GPU_CUDA_OK("mods", call)
 
 enum { B = 1, S = 64, H = 2, D = 64, N = B * S * H * D };
 

@@ -20,27 +20,13 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "gpu_util.h"
 
 static int failures;
 
-#define EXPECT(cond, ...)                                                                         \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL nan: ");                                                                 \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#define EXPECT(cond, ...) GPU_EXPECT(failures, "nan", cond, __VA_ARGS__)
 
-#define CUDA_OK(call)                                                                             \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            printf("FAIL nan: %s: %s\n", #call, cudaGetErrorString(e_));                          \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#define CUDA_OK(call) GPU_CUDA_OK("nan", call)
 
 static const unsigned short BF16_NAN = 0x7fc0;
 
