@@ -1,13 +1,32 @@
 /*
  * decode_impl.h: the part of the decode kernels (cpu_decode.h) that is the same at every SIMD
- * level: the row blocks of the accumulation, the switch from the cache format to the format's
- * own (inlined) kernels, and the kernel table. The including file (decode_avx2.c, decode_neon.c)
- * defines scores_format(format, tile) and accumulate_block(format, ROWS, PAIRS, tile, r0, c),
+ * level: the row and key blocks of the scores, the row blocks of the accumulation, the switch
+ * from the cache format to the format's own (inlined) kernels, and the kernel table. The including file (decode_avx2.c, decode_neon.c)
+ * defines scores_block(format, ROWS, KEYS, tile, j, r0), which scores KEYS keys from key j for
+ * ROWS rows from row r0, and accumulate_block(format, ROWS, PAIRS, tile, r0, c),
  * which accumulates PAIRS × 8 columns of ROWS output rows from column c, then includes this file
  * and returns &kernels from its level's getter.
  */
 #ifndef FA_CPU_DECODE_IMPL_H
 #define FA_CPU_DECODE_IMPL_H
+
+static FA_CPU_ALWAYS_INLINE void scores_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
+                                             int64_t r0) {
+    int64_t j = 0;
+    for (; j + 2 <= t->n_keys; j += 2) scores_block(format, ROWS, 2, t, j, r0);
+    if (j < t->n_keys) scores_block(format, ROWS, 1, t, j, r0);
+}
+
+static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_decode_tile *t) {
+    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
+        switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
+        case 4: scores_rows(format, 4, t, r0); break;
+        case 3: scores_rows(format, 3, t, r0); break;
+        case 2: scores_rows(format, 2, t, r0); break;
+        default: scores_rows(format, 1, t, r0); break;
+        }
+    }
+}
 
 static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
                                                  int64_t r0) {

@@ -104,24 +104,6 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
     }
 }
 
-static FA_CPU_ALWAYS_INLINE void scores_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
-                                             int64_t r0) {
-    int64_t j = 0;
-    for (; j + 2 <= t->n_keys; j += 2) scores_block(format, ROWS, 2, t, j, r0);
-    if (j < t->n_keys) scores_block(format, ROWS, 1, t, j, r0);
-}
-
-static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_decode_tile *t) {
-    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
-        switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
-        case 4: scores_rows(format, 4, t, r0); break;
-        case 3: scores_rows(format, 3, t, r0); break;
-        case 2: scores_rows(format, 2, t, r0); break;
-        default: scores_rows(format, 1, t, r0); break;
-        }
-    }
-}
-
 /* o[r0 + r][c .. c + 8·PAIRS) for ROWS rows over every key of the tile (PAIRS of 4-lane vectors
  * pairs: 1 or 2). */
 static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int ROWS, const int PAIRS,
