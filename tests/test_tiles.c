@@ -195,16 +195,20 @@ FA_TEST(tiles_hopper_backward) {
             FA_CHECK(m % 64 == 0 && (m / 64) * (b / 64) == 2, "bucket %d: one m64 x n64 dQ piece per consumer", b);
             /* consumer accumulators: Sᵀ and dPᵀ (m/2 fp32 each) + dK and dV (b/2 each) per thread */
             FA_CHECK(m + b <= 192, "bucket %d: accumulators %d registers leave room in 240", b, m + b);
-            FA_CHECK(fa_hopper_bwd_ds_copies(b) == 1 && fa_hopper_bwd_barriers(b) == 1 + 2 * fa_hopper_bwd_stages(b),
+            FA_CHECK(fa_hopper_bwd_score_tiles(b) == 1 && fa_hopper_bwd_do_stages(b) == fa_hopper_bwd_stages(b) &&
+                         fa_hopper_bwd_barriers(b) == 1 + 2 * fa_hopper_bwd_stages(b),
                      "bucket %d: one shared dS, one empty barrier per stage", b);
         } else {
-            /* both consumers on the same 64 keys, each with 128 columns of dK, dV and dQ */
+            /* both consumers on the same 64 keys, each with half the queries of Sᵀ and dPᵀ and 128
+             * columns of dK, dV and dQ */
             FA_CHECK(n == 64 && m == 64, "bucket 256: 64 keys x 64 queries");
-            /* Sᵀ, dPᵀ (m/2 each) + dK, dV of 128 columns (64 each); the dQ piece (64) after them */
-            FA_CHECK(m + 128 <= 192, "bucket 256: accumulators %d registers leave room in 240", m + 128);
-            FA_CHECK(fa_hopper_bwd_ds_copies(b) == 2 && fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b),
-                     "bucket 256: a dS copy and an empty barrier per consumer");
-            FA_CHECK(smem == 231480, "bucket 256: %zu bytes of smem (kernel layout: 231480)", smem);
+            /* dK, dV and the dQ piece of 128 columns (64 each) in flight together */
+            FA_CHECK(3 * (b / 4) <= 200, "bucket 256: accumulators %d registers leave room in 240", 3 * (b / 4));
+            FA_CHECK(fa_hopper_bwd_score_tiles(b) == 2 && fa_hopper_bwd_do_stages(b) == 1 &&
+                         fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b) + 3,
+                     "bucket 256: P and dS tiles, one dO buffer, empty barriers per consumer");
+            FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b) == 8 * 2 * 16 * 32 * 4, "bucket 256: two [16, 32] fp32 buffers per consumer warp");
+            FA_CHECK(smem == 231504, "bucket 256: %zu bytes of smem (kernel layout: 231504)", smem);
         }
     }
     FA_CHECK(fa_hopper_bwd_smem_bytes(64) == 199720 && fa_hopper_bwd_smem_bytes(128) == 198696,

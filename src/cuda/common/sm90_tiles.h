@@ -197,8 +197,9 @@ static inline
  * (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles stream through a
  * STAGES-deep ring. Buckets 64 and 128: BLOCK_N = 128, each consumer owns 64 keys × all bucket
  * columns of dK/dV. Bucket 256: BLOCK_N = 64 (dK and dV of 64 keys × 256 columns would be 256
- * fp32 registers per thread), both consumers compute the whole Sᵀ and dPᵀ of the 64 keys and
- * each owns 128 head-dim columns of dK, dV and dQ (docs/design.md, "Hopper backward"). */
+ * fp32 registers per thread); each consumer computes Sᵀ and dPᵀ of the 64 keys for half the
+ * queries, both halves meet in shared memory, and each consumer owns 128 head-dim columns of dK,
+ * dV and dQ (docs/design.md, "Hopper backward"). */
 
 /* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, the larger one's bucket (64,
  * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
@@ -215,19 +216,25 @@ FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 :
  * two consumers share the same 64 keys (each owns half the head-dim columns). */
 FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket == 256 ? 64 : bucket > 0 ? 128 : 0; }
 
-/* Q / dO ring depth (bucket 256: 2 × 64 KiB, all that fits next to K and V). */
+/* Q ring depth (with the LSE·log2e and D rows of each stage). */
 FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
 
-/* dS buffers [BLOCK_M, BLOCK_N] per use: one shared by both consumers at buckets 64 and 128 (each
- * writes its 64 keys); at 256 each consumer writes a whole copy for its own dQ columns. Double
- * buffered either way. */
-FA_HOPPER_FN int fa_hopper_bwd_ds_copies(int bucket) { return bucket == 256 ? 2 : 1; }
+/* dO ring depth: the Q ring's at buckets 64 and 128 (Q and dO of an iteration share a stage); one
+ * stage at 256, where the second dO stage's 32 KiB hold the dQ staging instead: dO is loaded on
+ * its own barrier, released once the dV GEMM has read it, and the next one lands while dK and dQ
+ * run. */
+FA_HOPPER_FN int fa_hopper_bwd_do_stages(int bucket) { return bucket == 256 ? 1 : fa_hopper_bwd_stages(bucket); }
+
+/* 16-bit [BLOCK_M, BLOCK_N] score tiles per use, double buffered: dS at buckets 64 and 128 (each
+ * consumer writes its 64 keys); Pᵀ and dSᵀ at 256 (each consumer writes its half of the queries,
+ * and the dV, dK and dQ GEMMs read them from shared memory). */
+FA_HOPPER_FN int fa_hopper_bwd_score_tiles(int bucket) { return bucket == 256 ? 2 : 1; }
 
 /* mbarriers: kv_full, STAGES stage_full, then the stage_empty barriers: one per stage at buckets
- * 64 and 128 (the consumers meet on a named barrier every iteration), one per stage and consumer
- * at 256 (the consumers never meet, so each releases the stage on its own barrier). */
+ * 64 and 128; at 256 one per stage and consumer (each consumer releases the Q stage on its own
+ * barrier once its dK GEMM has retired), then do_full and one do_empty per consumer. */
 FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
-    return 1 + fa_hopper_bwd_stages(bucket) * (bucket == 256 ? 3 : 2);
+    return bucket == 256 ? 1 + 3 * fa_hopper_bwd_stages(bucket) + 3 : 1 + 2 * fa_hopper_bwd_stages(bucket);
 }
 
 /* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores
@@ -239,18 +246,23 @@ FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, lon
     return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
 }
 
-/* dQ staging of buckets 64 and 128: each consumer's fp32 dQ piece [64, 64] goes through shared
- * memory to one bulk reduce-add per 32 columns (kernels/bwd_sm90.cu); bucket 256 (no room left)
- * adds from registers. */
-FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) { return bucket == 256 ? 0 : 2 * 64 * 64 * 4; }
+/* dQ staging: the fp32 dQ pieces go through shared memory to bulk tensor reduce-adds of 32
+ * columns (half the L2 reduction traffic of per-thread red.global). Buckets 64 and 128: each
+ * consumer's piece [64, 64], added by a writer warp (kernels/bwd_sm90.cu); 256: each of the 8
+ * consumer warps its own two buffers [16 rows, 32 columns] and adds its piece [16, 128] itself in
+ * four rounds (kernels/bwd_sm90_hdim256.cu). */
+FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {
+    return bucket == 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
+}
 
-/* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × (Q and dO [BLOCK_M, bucket]);
- * 2 × ds_copies dS buffers [BLOCK_M, BLOCK_N]; the dQ staging; STAGES × (LSE·log2e and D
- * [BLOCK_M] fp32); the mbarriers; 1024 bytes to align the window to the swizzle atom. */
+/* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × Q and DO_STAGES × dO [BLOCK_M,
+ * bucket]; 2 × score_tiles 16-bit [BLOCK_M, BLOCK_N] tiles; the dQ staging; STAGES × (LSE·log2e
+ * and D [BLOCK_M] fp32); the mbarriers; 1024 bytes to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
     return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket + fa_hopper_bwd_dq_staging_bytes(bucket) +
-           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
-           2 * (size_t)fa_hopper_bwd_ds_copies(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
+           (size_t)(fa_hopper_bwd_stages(bucket) + fa_hopper_bwd_do_stages(bucket)) *
+               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
+           2 * (size_t)fa_hopper_bwd_score_tiles(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
                (size_t)fa_hopper_bwd_block_n(bucket) +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;

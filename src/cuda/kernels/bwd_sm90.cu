@@ -126,6 +126,7 @@ struct fa_bwd_sm90_config {
     static constexpr int BLOCK_M = fa_hopper_bwd_block_m(BUCKET);
     static constexpr int BLOCK_N = fa_hopper_bwd_block_n(BUCKET);
     static constexpr int STAGES = fa_hopper_bwd_stages(BUCKET);
+    static constexpr int DO_STAGES = fa_hopper_bwd_do_stages(BUCKET); /* = STAGES: dO shares Q's stage */
     static constexpr int CONSUMER_WGS = 2;
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
@@ -164,6 +165,7 @@ struct fa_bwd_sm90_config {
     static constexpr bool EARLY_DV = BLOCK_M == 64;
 
     static_assert(BLOCK_N == 64 * CONSUMER_WGS, "each consumer owns 64 keys (wgmma M)");
+    static_assert(DO_STAGES == STAGES, "Q and dO share each stage and its barriers");
     static_assert((BLOCK_M / 64) * (D / 64) == CONSUMER_WGS, "dQ: one m64 x n64 piece per consumer");
     static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256, "wgmma N of Sᵀ; TMA box rows <= 256");
     static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET), "dQ staging");
@@ -405,7 +407,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         if (warp == 0) {
             fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, head_kv, k_row,
                                   q_row0, tma_batch, m_first, q_hi, len_q, lane,
-                                  [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); });
+                                  [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
+                                  [](int) {});
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
             fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, head_kv, m_first, n_m, len_q, len_k,

@@ -175,15 +175,21 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
  * stage's TMA runs. stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and
  * every lane's arrival after its own stores. wait_empty(s, phase) returns once the consumers have
  * released stage s. Cfg names the shared-memory offsets (K, V, Q, DO, LSE, DVEC, BAR: kv_full,
- * then the STAGES stage_full barriers), sizes and STAGE_TX; this warp lives on the producers'
- * 24 registers. */
-template <class Cfg, class WaitEmpty>
+ * then the STAGES stage_full barriers), sizes, STAGE_TX and DO_STAGES; this warp lives on the
+ * producers' 24 registers.
+ * DO_STAGES == STAGES: dO shares Q's stage and barrier. DO_STAGES == 1 (bucket 256): dO has one
+ * buffer and its own barrier do_full (the one after the stage_full barriers, 1 arrival + the dO
+ * bytes); after Q of iteration t the producer waits wait_do_empty(phase) (the consumers have
+ * released dO of iteration t - 1) and loads dO of iteration t. */
+template <class Cfg, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
                                                  int64_t q_packed0, int batch, int head_kv, int k_row, int q_row0,
                                                  int tma_batch, int m_first, int q_hi, int len_q, int lane,
-                                                 WaitEmpty wait_empty) {
+                                                 WaitEmpty wait_empty, WaitDoEmpty wait_do_empty) {
+    constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
+    static_assert(!SPLIT_DO || Cfg::DO_STAGES == 1, "dO: the Q ring's stages, or one buffer of its own");
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
     const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
@@ -206,7 +212,7 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
     const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
                             (int64_t)(head_kv * prm.group) * lse_head_pitch;
     const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
-    int s = 0, phase = 1;
+    int s = 0, phase = 1, do_phase = 1;
     for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
         for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) {
             wait_empty(s, phase);
@@ -215,8 +221,9 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                 for (int slab = 0; slab < Cfg::SLABS; ++slab) {
                     tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
                                 64 * slab, q_row0 + m0, head, tma_batch);
-                    tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
-                                64 * slab, q_row0 + m0, head, tma_batch);
+                    if constexpr (!SPLIT_DO)
+                        tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
+                                    64 * slab, q_row0 + m0, head, tma_batch);
                 }
             }
 #pragma unroll 1
@@ -229,6 +236,17 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             }
             /* each lane releases its own stores (lane 0's second arrival) */
             mbarrier_arrive(stage_full(s));
+            if constexpr (SPLIT_DO) {
+                const uint32_t do_full = stage_full(Cfg::STAGES);
+                wait_do_empty(do_phase);
+                if (lane == 0) {
+                    mbarrier_arrive_expect_tx(do_full, Cfg::Q_BYTES);
+                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                        tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full, 64 * slab,
+                                    q_row0 + m0, head, tma_batch);
+                }
+                do_phase ^= 1;
+            }
             if (++s == Cfg::STAGES) {
                 s = 0;
                 phase ^= 1;

@@ -19,46 +19,50 @@
  * batch); 384 threads:
  *   warpgroup 0, producer (setmaxnreg 24), warp 0: lane 0 issues K and V of the key block once
  *     (kv_full), then for every iteration t = (query head of the group, query block; query block
- *     fastest) Q_t and dO_t [64, 256] by TMA into stage t % 2 of a ring; meanwhile the warp's 32
- *     lanes store the rows' LSE·log2e (+inf where LSE = -inf or past the sequence) and D (0 past
- *     it) into the stage; each lane then arrives on stage_full;
- *   warpgroups 1 and 2, consumers (setmaxnreg 240): BOTH work on all 64 keys; consumer c owns
- *     head-dim columns 128c .. 128c+127 of dK, dV (fp32 registers, 64 + 64 per thread, over all
- *     iterations) and of every dQ tile. Each computes the whole Sᵀ and dPᵀ [64 keys, 64 queries]
- *     itself (it needs all of Pᵀ and dSᵀ as A fragments for its columns: 7 GEMM units of
- *     64×64×256 per iteration instead of 5) and writes its own copy of dS for its own dQ, so the
- *     two consumers never wait for each other (one's softmax overlaps the other's GEMMs).
+ *     fastest) Q_t [64, 256] by TMA into stage t % 2 of a ring, the warp's 32 lanes storing the
+ *     rows' LSE·log2e (+inf where LSE = -inf or past the sequence) and D (0 past it) into the
+ *     stage (stage_full), then dO_t into the one dO buffer once both consumers have released
+ *     dO_(t-1) (do_empty -> do_full; fa_bwd_sm90_load with DO_STAGES = 1);
+ *   warpgroups 1 and 2, consumers (setmaxnreg 240): both work on all 64 keys; consumer c computes
+ *     Sᵀ and dPᵀ for queries 32c .. 32c+31 of the block (no GEMM is computed twice: 5 units of
+ *     64×64×256 per iteration) and owns head-dim columns 128c .. 128c+127 of dK, dV (fp32
+ *     registers, 64 + 64 per thread, over all iterations) and of every dQ tile. The two halves of
+ *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them.
  *
- * GEMM orientation (M = 64 keys; A from registers only in K-major form; B from shared memory
+ * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
- *   Sᵀ   = K Qᵀ             SS  A = K [64 keys, 256] K-major, B = Q stage K-major,   N = 64 queries
- *   dPᵀ  = V dOᵀ            SS  A = V, B = dO,                                        N = 64
- *   dV_c += Pᵀ dO[:, c]     RS  A = Pᵀ packed from the Sᵀ accumulator (K = queries); B = dO
- *                               slabs 2c, 2c+1 read MN-major (trans-b),               N = 128
- *   dK_c += dSᵀ Q[:, c]     RS  the same with dSᵀ and Q,                              N = 128
- *   dQ_c  = dS K[:, c]      SS  A = this consumer's dS copy [64 queries, 64 keys] K-major, written
- *                               from its dSᵀ fragment with stmatrix.trans; B = K slabs 2c, 2c+1
- *                               MN-major (trans-b),                                   N = 128
+ *   Sᵀ_c  = K Q_cᵀ         SS  A = K [64 keys, 256] K-major, B = the 32 rows of Q_c K-major, N = 32
+ *   dPᵀ_c = V dO_cᵀ        SS  the same with V and dO,                                     N = 32
+ *   dV_c += Pᵀ dO[:, c]    SS  A = the Pᵀ tile [64 keys][64 queries] K-major (K = queries);
+ *                              B = dO slabs 2c, 2c+1 read MN-major (trans-b),              N = 128
+ *   dQ_c  = dS K[:, c]     SS  A = the same dSᵀ tile read MN-major (trans-a: its rows are keys,
+ *                              the K of this GEMM); B = K slabs 2c, 2c+1 MN-major,         N = 128
+ *   dK_c += dSᵀ Q[:, c]    SS  A = the dSᵀ tile K-major; B = Q slabs 2c, 2c+1 MN-major,    N = 128
  *
- * One consumer iteration t (stage s = t % 2, dS buffer t % 2 of this consumer):
- *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed by both consumers, then
- *   named barrier Q_TAIL of the 256 consumer threads); issue Sᵀ, dPᵀ; wait for Sᵀ: mask,
- *   P = 2^(Sᵀ·scale·log2e - LSE2); pack P; issue dV_c; wait for dPᵀ: dS = P∘(dPᵀ - D); pack dS;
- *   stmatrix.trans dS into the buffer; issue dK_c; fence.proxy.async; named barrier DS_READY_c
- *   (this consumer's 128 threads: its dS copy is whole); wait for dV_c and dK_c (their A
- *   fragments are then free: issuing dQ behind them made ptxas serialise the wgmma for lack of
- *   registers, lab v2); issue dQ_c; wait; every thread arrives on stage_empty[s][c];
- *   red.global.add.v2.f32 of the dQ piece [64, 128] into the accumulator.
- * The dS double buffer: warp w writes buffer t % 2 at iteration t only after passing DS_READY_c
- * of iteration t-1, which the other warps of c reach only after their wait for the dQ GEMM of
- * iteration t-2, the last one that read buffer t % 2 (checked by a model: docs/tuning-log.md).
+ * One consumer iteration t (stage s = t % 2, score buffer t % 2):
+ *   wait stage_full[s] (varlen: do_full too, then rows of Q and dO past the sequence zeroed by
+ *   both consumers, named barrier Q_TAIL of the 256 consumer threads); issue Sᵀ_c; wait do_full;
+ *   issue dPᵀ_c; wait for Sᵀ_c: mask, P = 2^(Sᵀ·scale·log2e - LSE2); pack; stmatrix P into the
+ *   Pᵀ tile's columns 32c..; wait for dPᵀ_c: dS = P∘(dPᵀ - D); pack; stmatrix into the dSᵀ tile;
+ *   fence.proxy.async; named barrier PDS_FULL (256 threads: both halves are in place); issue dV_c,
+ *   dQ_c, dK_c; wait for dV_c: arrive on do_empty[c] (dO of t + 1 then loads under dQ and dK);
+ *   wait for dQ_c: each warp adds its rows [16, 128] of the piece with four bulk tensor
+ *   reduce-adds of 32 columns through its two staging buffers; wait for dK_c: arrive on
+ *   stage_empty[s][c].
+ * The score double buffer: consumer c writes buffer t % 2 at iteration t only after passing
+ * PDS_FULL of iteration t-1, which the other consumer reaches only after its wait for the GEMMs of
+ * iteration t-2, the last that read buffer t % 2. A staging buffer is rewritten only after lane 0's
+ * wait_group.read 1 (the reduction issued two rounds before, which read it, is done reading).
+ * Deterministic mode: consumer c's warps issue their reductions after DQ_TURN + c, and lane 0 waits
+ * for them to be written (wait_group 0, fence.proxy.async.global) before the warp arrives on
+ * DQ_DONE + c.
  *
  * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
- * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
- * warp 0 after its own vector stores); stage_empty[s][c] (128 arrivals: every thread of consumer
- * c after its last read of the stage). Use u of stage s is phase u: consumers wait full with
- * parity u & 1, the producer waits both empties with parity (u & 1) ^ 1. One empty barrier per
- * consumer: the two consumers drift apart with no barrier in common.
+ * producer lane 0's arrive.expect_tx with the Q bytes before the TMA, then every lane of warp 0
+ * after its own vector stores); do_full (1 arrival + the dO bytes); stage_empty[s][c] and
+ * do_empty[c] (128 arrivals: every thread of consumer c after its last read). Use u of stage s is
+ * phase u: consumers wait full with parity u & 1, the producer waits both empties with parity
+ * (u & 1) ^ 1; dO's use is t.
  *
  * Every thread releases its own shared-memory accesses. One lane arriving after __syncwarp for
  * its whole warp is also ordered by the memory model, but compute-sanitizer racecheck does not
@@ -68,8 +72,9 @@
  *
  * Shared memory (1024-byte aligned; every tile is 64-column slabs of 128-byte rows in the
  * 128-byte swizzle, each slab 1024-byte aligned): K [4][64][64] | V [4][64][64] |
- * Q [2][4][64][64] | dO [2][4][64][64] | dS [2 consumers][2 buffers][64][64] | LSE2 [2][64] fp32 |
- * D [2][64] fp32 | mbarriers: 231,480 bytes with the alignment slack (sm90_tiles.h).
+ * Q [2][4][64][64] | dO [4][64][64] | [2 buffers][Pᵀ, dSᵀ][64][64] | dQ staging [8 warps][2][16][32]
+ * fp32 | LSE2 [2][64] fp32 | D [2][64] fp32 | mbarriers: 231,504 bytes with the alignment slack
+ * (sm90_tiles.h).
  *
  * Varlen and windows exactly as the 64/128 kernel: K/V rows past the sequence and Q/dO rows past
  * it zeroed in shared memory before any GEMM (NaN in the next sequence's rows never reaches an
@@ -93,11 +98,13 @@
 
 struct fa_bwd_sm90_d256_config {
     static constexpr int D = 256;
-    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D); /* 64 queries: Sᵀ, dPᵀ 32 fp32 registers each */
+    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D); /* 64 queries per iteration */
     static constexpr int BLOCK_N = fa_hopper_bwd_block_n(D); /* 64 keys, shared by both consumers */
-    static constexpr int STAGES = fa_hopper_bwd_stages(D);
+    static constexpr int STAGES = fa_hopper_bwd_stages(D);       /* Q (and LSE2, D) ring */
+    static constexpr int DO_STAGES = fa_hopper_bwd_do_stages(D); /* 1: dO on its own barrier */
     static constexpr int CONSUMER_WGS = 2;
-    static constexpr int COLS = D / CONSUMER_WGS; /* head-dim columns of dK, dV, dQ per consumer */
+    static constexpr int HALF_M = BLOCK_M / CONSUMER_WGS; /* queries of Sᵀ / dPᵀ per consumer: 16 fp32 registers each */
+    static constexpr int COLS = D / CONSUMER_WGS;         /* head-dim columns of dK, dV, dQ per consumer */
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     static constexpr int CONSUMER_REGS = 240;
@@ -107,87 +114,109 @@ struct fa_bwd_sm90_d256_config {
     static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;       /* Q and dO slabs */
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;     /* one Q or dO stage */
-    static constexpr uint32_t DS_BYTES = BLOCK_M * BLOCK_N * 2;   /* one dS buffer [64 queries][64 keys] */
+    /* dQ staging: per consumer warp two fp32 buffers [16 rows][32 columns] of 128-byte rows in the
+     * 128-byte swizzle (the accumulator map's box) */
+    static constexpr uint32_t DQ_BUF_BYTES = 16 * 32 * 4;
+    static constexpr uint32_t DQ_WARP_BYTES = 2 * DQ_BUF_BYTES;
+    static constexpr uint32_t TILE_BYTES = BLOCK_N * BLOCK_M * 2; /* one Pᵀ or dSᵀ tile [64 keys][64 queries] */
+    static constexpr int SCORE_TILES = fa_hopper_bwd_score_tiles(D); /* Pᵀ and dSᵀ per buffer */
     static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;            /* one LSE2 or D stage */
     static constexpr uint32_t K_OFFSET = 0;
     static constexpr uint32_t V_OFFSET = KV_BYTES;
     static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
-    static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    static constexpr uint32_t LSE_OFFSET = DS_OFFSET + CONSUMER_WGS * 2 * DS_BYTES;
+    static constexpr uint32_t PDS_OFFSET = DO_OFFSET + DO_STAGES * Q_BYTES; /* [2 buffers][Pᵀ, dSᵀ] */
+    static constexpr uint32_t DQ_OFFSET = PDS_OFFSET + 2 * SCORE_TILES * TILE_BYTES;
+    static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + 4 * CONSUMER_WGS * DQ_WARP_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
-    /* kv_full, stage_full[STAGES], stage_empty[STAGES][CONSUMER_WGS] */
-    static constexpr int NUM_BARRIERS = 1 + STAGES * (1 + CONSUMER_WGS);
+    /* kv_full, stage_full[STAGES], do_full, stage_empty[STAGES][CONSUMER_WGS], do_empty[CONSUMER_WGS] */
+    static constexpr int NUM_BARRIERS = 1 + STAGES + 1 + STAGES * CONSUMER_WGS + CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
-    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
+    static constexpr uint32_t STAGE_TX = Q_BYTES; /* dO: Q_BYTES on do_full */
     static constexpr int FULL_ARRIVALS = 1 + 32; /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128;   /* every thread of one consumer after its reads */
 
-    static_assert(BLOCK_M == 64 && BLOCK_N == 64, "lab v2's tile: 64 keys (wgmma M) × 64 queries");
-    static_assert(COLS == 128, "each consumer owns two 64-column slabs");
-    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
-                      DS_BYTES % 1024 == 0,
-                  "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
+    static_assert(BLOCK_M == 64 && BLOCK_N == 64, "64 keys (wgmma M) × 64 queries, 32 per consumer");
+    static_assert(COLS == 128 && HALF_M == 32, "each consumer owns two 64-column slabs and 32 queries");
+    static_assert(SCORE_TILES == 2, "Pᵀ and dSᵀ");
+    static_assert(DO_STAGES == 1, "one dO buffer");
+    static_assert(4 * CONSUMER_WGS * DQ_WARP_BYTES == fa_hopper_bwd_dq_staging_bytes(D), "dQ staging");
+    static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && PDS_OFFSET % 1024 == 0 &&
+                      TILE_BYTES % 1024 == 0 && (HALF_M * 128) % 1024 == 0 && DQ_OFFSET % 1024 == 0 &&
+                      DQ_BUF_BYTES % 1024 == 0,
+                  "every slab, tile and query half on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(LSE_OFFSET % 16 == 0 && BAR_OFFSET % 8 == 0, "vector and mbarrier alignment");
     static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536, "register file");
     static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
-    static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D) && CONSUMER_WGS == fa_hopper_bwd_ds_copies(D),
-                  "sm90_tiles.h agrees with the barriers and dS copies");
+    static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D), "sm90_tiles.h agrees with the barriers");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
+/* One consumer's share of the Sᵀ / dPᵀ GEMM and of the probabilities, for the shared templates of
+ * bwd_sm90_common.cuh: 64 keys × HALF_M queries (BLOCK_M there is the N of the GEMM), the stage
+ * slab strides unchanged. */
+struct fa_bwd_sm90_d256_half_config {
+    static constexpr int D = fa_bwd_sm90_d256_config::D;
+    static constexpr int BLOCK_M = fa_bwd_sm90_d256_config::HALF_M;
+    static constexpr uint32_t KV_SLAB_BYTES = fa_bwd_sm90_d256_config::KV_SLAB_BYTES;
+    static constexpr uint32_t Q_SLAB_BYTES = fa_bwd_sm90_d256_config::Q_SLAB_BYTES;
+};
+
 /* Named barrier ids (0 is __syncthreads). */
 enum fa_bwd_sm90_d256_named_barrier {
-    FA_HBWD256_BAR_DS_READY = 1, /* + consumer (128 threads): this consumer's dS copy is in shared memory */
+    FA_HBWD256_BAR_PDS_FULL = 1, /* 256 consumer threads: both halves of Pᵀ and dSᵀ are in shared memory */
     FA_HBWD256_BAR_KV_TAIL = 3,  /* 256 consumer threads, varlen: K/V rows past the sequence zeroed    */
     FA_HBWD256_BAR_Q_TAIL = 4    /* 256 consumer threads, varlen: Q/dO rows past the sequence zeroed   */
 };
 
 /* ---- device functions (the shared ones: bwd_sm90_common.cuh) --------------------------------- */
 
-/* acc [64 keys, 128 columns] += Aᵀ-fragments (a_rmem[kk]: keys × queries 16kk..16kk+15, packed)
- * times the 128 columns of a [BLOCK_M, 256] stage (dO or Q) that start at b_cols (slab 2c), read
- * MN-major: LBO = slab stride (BLOCK_M·128 B), SBO = 1024 B (8 query rows), k16 step = 16 rows =
- * +2048 B. One commit group; nothing waits here. */
-template <bool BF16>
-__device__ __forceinline__ void fa_bwd_sm90_d256_issue_atb(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2],
-                                                     uint32_t (&a_rmem)[fa_bwd_sm90_d256_config::BLOCK_M / 16][4],
-                                                     uint32_t b_cols) {
-    using Cfg = fa_bwd_sm90_d256_config;
-    const uint64_t b_desc = wgmma_desc_sw128(b_cols, Cfg::Q_SLAB_BYTES, 1024);
+/* This consumer's half of a Pᵀ or dSᵀ tile [64 keys][64 queries] (rows of 128 bytes, 128-byte
+ * swizzle: 16-byte chunk q ^ (row & 7)) from its A fragments (keys × its HALF_M queries, packed as
+ * fa_bwd_sm90_pack). stmatrix x4 of k-slice kk: matrix i = lane / 8 holds keys 16w + 8(i & 1) ..
+ * +7 and queries half0 + 16kk + 8(i >> 1) .. +7, so lane 8i + R passes row 16w + 8(i & 1) + R,
+ * chunk (half0 / 8 + 2kk + (i >> 1)) ^ R: the 8 rows of a matrix land in 8 distinct chunks (no
+ * bank conflict). */
+__device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const uint32_t (&frag)[2][4], int warp,
+                                                            int lane, int half0) {
+    const int i = lane / 8, r = lane % 8;
+    const uint32_t row = (uint32_t)(16 * warp + 8 * (i & 1) + r);
 #pragma unroll
-    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) wgmma_fence_operand(a_rmem[kk][x]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
-        wgmma_rs_f32_transb<Cfg::COLS, BF16>(acc, a_rmem[kk], b_desc + ((kk * 2048) >> 4), 1);
-    wgmma_commit_group();
-#pragma unroll
-    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+    for (int kk = 0; kk < fa_bwd_sm90_d256_config::HALF_M / 16; ++kk) {
+        const uint32_t chunk = (uint32_t)((half0 / 8 + 2 * kk + (i >> 1)) ^ r);
+        stmatrix_x4(tile + row * 128 + chunk * 16, frag[kk]);
+    }
 }
 
-/* dQ_c [64 queries, 128 columns] = dS (K-major over the 64 keys of one slab: step kk = +32·kk
- * bytes) times K [64 keys, columns 128c..] read MN-major (LBO = K slab stride, SBO = 1024 B,
- * +2048 B per 16 keys). One commit group; nothing waits here. */
-template <bool BF16>
-__device__ __forceinline__ void fa_bwd_sm90_d256_issue_dq(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2], uint32_t ds_tile,
-                                                    uint32_t k_cols) {
+/* acc [64 rows, 128 columns] (+)= A [64 rows, 64] times B [64, 128 columns], K = 64 (4 k16 steps):
+ *   TRANS_A = false: A = a Pᵀ / dSᵀ tile read K-major (rows = keys, K = queries: +32 B per step):
+ *     dV_c += Pᵀ dO[:, c], dK_c += dSᵀ Q[:, c];
+ *   TRANS_A = true: A = the dSᵀ tile read MN-major (rows of A = queries, K = keys: +2048 B per
+ *     16 keys, SBO = 1024 B per 8): dQ_c = dS K[:, c];
+ * B = two 64-column slabs (stride b_slab_bytes) of a 64-row stage or of K, read MN-major (SBO =
+ * 1024 B, +2048 B per 16 rows). accumulate = 0 starts from zero. One commit group. */
+template <bool BF16, bool TRANS_A>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2],
+                                                            uint32_t a_tile, uint32_t b_cols, uint32_t b_slab_bytes,
+                                                            int accumulate) {
     using Cfg = fa_bwd_sm90_d256_config;
-    const uint64_t a_desc = wgmma_desc_sw128(ds_tile, 16, 1024);
-    const uint64_t b_desc = wgmma_desc_sw128(k_cols, Cfg::KV_SLAB_BYTES, 1024);
+    const uint64_t a_desc = TRANS_A ? wgmma_desc_sw128(a_tile, Cfg::TILE_BYTES, 1024) : wgmma_desc_sw128(a_tile, 16, 1024);
+    const uint64_t b_desc = wgmma_desc_sw128(b_cols, b_slab_bytes, 1024);
 #pragma unroll
     for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
-        wgmma_ss_f32_transb<Cfg::COLS, BF16>(acc, a_desc + ((kk * 32) >> 4), b_desc + ((kk * 2048) >> 4),
-                                             kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < 64 / 16; ++kk) {
+        const uint64_t a_step = TRANS_A ? (uint64_t)((kk * 2048) >> 4) : (uint64_t)((kk * 32) >> 4);
+        if constexpr (TRANS_A)
+            wgmma_ss_f32_transab<Cfg::COLS, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
+                                                  kk > 0 || accumulate ? 1 : 0);
+        else
+            wgmma_ss_f32_transb<Cfg::COLS, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
+                                                 kk > 0 || accumulate ? 1 : 0);
+    }
     wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
@@ -234,8 +263,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, 64, 1, 1} */
+                           const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 16, 1} */
                            const fa_bwd_sm90_params prm) {
     using Cfg = fa_bwd_sm90_d256_config;
+    using Half = fa_bwd_sm90_d256_half_config;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
@@ -272,14 +303,18 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
     auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
-    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    const uint32_t do_smem = smem + Cfg::DO_OFFSET; /* the one dO buffer */
     /* LSE2 and D [STAGES][BLOCK_M] fp32 as 32-bit shared addresses */
     const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t kv_full = bars;
     auto stage_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
+    const uint32_t do_full = bars + 8u * (uint32_t)(1 + STAGES);
     auto stage_empty = [&](int s, int c) -> uint32_t {
-        return bars + 8u * (uint32_t)(1 + STAGES + s * Cfg::CONSUMER_WGS + c);
+        return bars + 8u * (uint32_t)(2 + STAGES + s * Cfg::CONSUMER_WGS + c);
+    };
+    auto do_empty = [&](int c) -> uint32_t {
+        return bars + 8u * (uint32_t)(2 + STAGES + STAGES * Cfg::CONSUMER_WGS + c);
     };
 
     if (threadIdx.x == 0) {
@@ -288,6 +323,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             mbarrier_init(stage_full(s), Cfg::FULL_ARRIVALS);
             for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_init(stage_empty(s, c), Cfg::EMPTY_ARRIVALS);
         }
+        mbarrier_init(do_full, 1);
+        for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_init(do_empty(c), Cfg::EMPTY_ARRIVALS);
         fence_mbarrier_init_release_cluster();
     }
     /* every thread sees initialised barriers before any wait or arrive */
@@ -313,6 +350,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                 /* both consumers have released the stage (each on its own barrier) */
                 fa_bwd_sm90_wait(stage_empty(s, 0), phase);
                 fa_bwd_sm90_wait(stage_empty(s, 1), phase);
+            },
+                                  [&](int phase) {
+                fa_bwd_sm90_wait(do_empty(0), phase);
+                fa_bwd_sm90_wait(do_empty(1), phase);
             });
         } else if (DET && warp <= Cfg::CONSUMER_WGS) {
             /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
@@ -334,7 +375,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     const int col0 = COLS * consumer;                                         /* this consumer's columns */
     const uint32_t col_slab_off = (uint32_t)(col0 / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
     const uint32_t k_cols = k_smem + (uint32_t)(col0 / 64) * Cfg::KV_SLAB_BYTES;
-    const uint32_t ds_base = smem + Cfg::DS_OFFSET + (uint32_t)consumer * 2 * Cfg::DS_BYTES;
+    const int half0 = Cfg::HALF_M * consumer; /* this consumer's queries of Sᵀ / dPᵀ within a block */
+    const uint32_t half_off = (uint32_t)half0 * 128;                          /* their rows in a Q/dO slab */
+    const uint32_t pds_smem = smem + Cfg::PDS_OFFSET;
+    const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
+    int dq_round = 0; /* this warp's staged reductions so far: buffer dq_round & 1 is next */
+    if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
     /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: the keys [n0, n0 + 63]
      * run past the sequence (always), or the last key is right of the first row's window, or the
      * first key left of the last row's window. */
@@ -343,7 +389,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                           : prm.window_right >= 0 ? last_key - shift - prm.window_right
                                                   : INT_MIN;
     const int mask_m_hi = prm.window_left >= 0 ? n0 - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
-    const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
+    const int mask_base = key0 - shift - col_in - half0; /* key0 - shift - (query - m0 - 8j - c) */
 
     float dk_rmem[COLS / 2], dv_rmem[COLS / 2];
 #pragma unroll
@@ -365,55 +411,60 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
         const int head = head_kv * prm.group + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
-        /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
-        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
-        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
-        const uint32_t ds_tile = ds_base + (uint32_t)(t & 1) * Cfg::DS_BYTES;
+        /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
+        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
+        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
+        const uint32_t p_tile = pds_smem + (uint32_t)(t & 1) * Cfg::SCORE_TILES * Cfg::TILE_BYTES;
+        const uint32_t ds_tile = p_tile + Cfg::TILE_BYTES;
 
-        float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
-        uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
+        float s_rmem[Cfg::HALF_M / 2], dp_rmem[Cfg::HALF_M / 2];
+        uint32_t frag_rmem[Cfg::HALF_M / 16][4];
 
         fa_bwd_sm90_wait(stage_full(s), use & 1);
         if (varlen && m0 + BLOCK_M > len_q) {
             /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration;
              * both read every column of the stage) */
+            fa_bwd_sm90_wait(do_full, t & 1);
             fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-            fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fa_bwd_sm90_zero_rows(do_smem, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
             fence_proxy_async_shared_cta();
             bar_sync(FA_HBWD256_BAR_Q_TAIL, 256);
         }
-        fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_smem, q_stage(s));   /* group: Sᵀ  */
-        fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_smem, do_stage(s)); /* group: dPᵀ */
+        /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
+        fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
+        fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
+        fa_bwd_sm90_issue_abt<Half, BF16>(dp_rmem, v_smem, do_smem + half_off);     /* group: dPᵀ */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
-        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
         /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
         if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
 
         /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
         const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
         if constexpr (!LOG2) {
-            if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
+            if (needs_mask) fa_bwd_sm90_mask<Cfg::HALF_M>(s_rmem, prm, mask_base - m0, key0, len_k);
         }
         if constexpr (SOFTCAP) {
-            /* P packed for dV, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
-            fa_bwd_sm90_softcap_probs_w<Cfg, BF16>(s_rmem, p_rmem, lse2_pair, prm.softcap_post_log2);
+            /* P packed, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
+            fa_bwd_sm90_softcap_probs_w<Half, BF16>(s_rmem, frag_rmem, lse2_pair, prm.softcap_post_log2);
         } else {
             if constexpr (LOG2)
-                fa_bwd_sm90_probs_log2<BLOCK_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                                                fa_bwd_sm90_alibi_slope(prm, batch, head));
+                fa_bwd_sm90_probs_log2<Cfg::HALF_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                                                    fa_bwd_sm90_alibi_slope(prm, batch, head));
             else
-                fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
-            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+                fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm, lse2_pair);
+            fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
         }
-        fa_bwd_sm90_d256_issue_atb<BF16>(dv_rmem, p_rmem, do_stage(s) + col_slab_off); /* group: dV_c += Pᵀ dO */
-        wgmma_wait_group<1>(); /* dPᵀ ready; dV_c may still run */
+        fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
+
+        wgmma_wait_group<0>(); /* dPᵀ ready */
 #pragma unroll
-        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
         /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
 #pragma unroll
-        for (int j = 0; j < BLOCK_M / 8; ++j) {
+        for (int j = 0; j < Cfg::HALF_M / 8; ++j) {
             const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -421,71 +472,97 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                 dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
             }
         }
-        fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
-
-        /* dSᵀ -> this consumer's dS buffer t % 2, rows = queries, 64 keys per row. stmatrix.trans
-         * of k-slice kk: matrix i = lane / 8 (i & 1: keys +8, i >> 1: queries +8), stored row
-         * R = lane % 8 is query 16kk + 8(i >> 1) + R, holding the 8 keys 16w + 8(i & 1) .. +7 =
-         * 16-byte chunk 2w + (i & 1) of the row, swizzled by the row's bits 0-2 (= R). */
-        {
-            const int i = lane / 8, r = lane % 8;
-            const uint32_t chunk = (uint32_t)((2 * warp + (i & 1)) ^ r);
-#pragma unroll
-            for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-                const int query = 16 * kk + 8 * (i >> 1) + r;
-                stmatrix_x4_trans(ds_tile + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
-            }
-        }
-        fa_bwd_sm90_d256_issue_atb<BF16>(dk_rmem, ds_rmem, q_stage(s) + col_slab_off); /* group: dK_c += dSᵀ Q */
+        fa_bwd_sm90_pack<Half, BF16>(dp_rmem, frag_rmem);
+        fa_bwd_sm90_d256_store_half(ds_tile, frag_rmem, warp, lane, half0); /* dSᵀ, this consumer's queries */
 
         /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
-         * the 4 warps of this consumer meet (its dQ GEMM reads all their rows) */
+         * both consumers meet: every GEMM below reads both halves of the tiles */
         fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD256_BAR_DS_READY + consumer, 128);
-        wgmma_wait_group<0>(); /* dV_c, dK_c retired: their A fragments are free */
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                wgmma_fence_operand(p_rmem[kk][x]);
-                wgmma_fence_operand(ds_rmem[kk][x]);
-            }
+        bar_sync(FA_HBWD256_BAR_PDS_FULL, 256);
 
         float dq_rmem[COLS / 2];
-        fa_bwd_sm90_d256_issue_dq<BF16>(dq_rmem, ds_tile, k_cols); /* group: dQ_c */
-        wgmma_wait_group<0>();
+        fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                 1); /* dV_c += Pᵀ dO */
+        fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
+        fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                 1); /* dK_c += dSᵀ Q */
+        wgmma_wait_group<2>(); /* dV_c retired: this consumer is done with dO (the next one loads now) */
+        mbarrier_arrive(do_empty(consumer));
+        wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
+#pragma unroll
+        for (int i = 0; i < COLS / 2; ++i) wgmma_fence_operand(dq_rmem[i]);
+
+        /* dQ_c into the fp32 accumulator [heads_q, total_q, d]: this warp's rows 16w .. 16w + 15 of
+         * the query block (element 4j + 2h + c: row lane/4 + 8h, column col0 + 8j + col_in + c),
+         * in four rounds of 32 columns through its two staging buffers, each round one bulk
+         * tensor reduce-add by lane 0. Rows past the sequence are staged as zeros (they add into
+         * the next sequence's rows, or fall outside the map); rounds past d are skipped. */
+        if (m0 + BLOCK_M > len_q) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (m0 + 16 * warp + lane / 4 + 8 * h >= len_q)
+#pragma unroll
+                    for (int j = 0; j < COLS / 8; ++j) {
+                        dq_rmem[4 * j + 2 * h] = 0.0f;
+                        dq_rmem[4 * j + 2 * h + 1] = 0.0f;
+                    }
+        }
+        /* deterministic mode: the higher key blocks have added these columns (the turn keeper
+         * acquired at gpu scope, then arrived on DQ_TURN); lane 0's bulk reductions come after
+         * that acquire */
+        if constexpr (DET) {
+            bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
+            if (lane == 0) fence_proxy_async_global();
+        }
+        const int dq_row = (int)q_packed0 + m0 + 16 * warp;
+#pragma unroll
+        for (int r = 0; r < COLS / 32; ++r) {
+            if (col0 + 32 * r >= prm.head_dim) break; /* uniform: the columns past d are never added */
+            const uint32_t buf = dq_warp_smem + (uint32_t)(dq_round & 1) * Cfg::DQ_BUF_BYTES;
+            ++dq_round;
+            /* the reduction that read this buffer two rounds ago is done reading it */
+            if (lane == 0) tma_store_wait_group_read<1>();
+            __syncwarp();
+            /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
+             * swizzled by the row's bits 0-2, +8 bytes for odd lanes: the 8 rows of one store
+             * land on 8 different chunk pairs (conflict-free) */
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
+                    const uint32_t chunk = (uint32_t)(2 * jj + (lane % 4) / 2) ^ (row & 7u);
+                    st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), dq_rmem[4 * (4 * r + jj) + 2 * h],
+                                     dq_rmem[4 * (4 * r + jj) + 2 * h + 1]);
+                }
+            /* generic-proxy stores -> the bulk reduction (async proxy) */
+            fence_proxy_async_shared_cta();
+            __syncwarp();
+            if (lane == 0) {
+                tma_reduce_add_3d(&tmap_dq, buf, col0 + 32 * r, dq_row, head);
+                tma_store_commit_group();
+            }
+        }
+        if constexpr (DET) {
+            /* the additions are written (not only read) before the keeper passes the turn on */
+            if (lane == 0) {
+                tma_store_wait_group<0>();
+                fence_proxy_async_global();
+            }
+            __syncwarp();
+            bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
+        }
+
+        wgmma_wait_group<0>(); /* dK_c retired */
 #pragma unroll
         for (int i = 0; i < COLS / 2; ++i) {
-            wgmma_fence_operand(dq_rmem[i]);
             wgmma_fence_operand(dk_rmem[i]);
             wgmma_fence_operand(dv_rmem[i]);
         }
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s, consumer));
-
-        /* dQ_c += into the fp32 accumulator [heads_q, total_q, d]: rows 16w + l/4 + 8h, columns
-         * col0 + 8j + col_in + {0,1}; rows past the sequence and columns past d are skipped */
-        float *dq_block = prm.dq_accum + ((int64_t)head * prm.total_q + q_packed0 + m0) * prm.head_dim;
-        const int dq_row_pitch = prm.head_dim;
-        /* deterministic mode: the higher key blocks have added these columns (the turn keeper
-         * acquired at gpu scope, then arrived on DQ_TURN) */
-        if constexpr (DET) bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = 16 * warp + lane / 4 + 8 * h;
-            if (m0 + row < len_q) {
-#pragma unroll
-                for (int j = 0; j < COLS / 8; ++j) {
-                    const int col = col0 + 8 * j + col_in;
-                    if (col < prm.head_dim)
-                        red_global_add_v2_f32(dq_block + row * dq_row_pitch + col, dq_rmem[4 * j + 2 * h],
-                                              dq_rmem[4 * j + 2 * h + 1]);
-                }
-            }
-        }
-        /* this thread's adds are performed for the keeper before it passes the turn on */
-        if constexpr (DET) bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
     }
+    if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
 
     fa_bwd_sm90_d256_store_dkdv<BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col0, col_in);
 }
@@ -499,10 +576,11 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq;
     fa_status st;
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
-        FA_OK)
+            FA_OK ||
+        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
     auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true>
@@ -517,7 +595,7 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
     return FA_OK;
 }
