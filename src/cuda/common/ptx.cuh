@@ -416,20 +416,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_addr, const uint
                  : "memory");
 }
 
-/* ---- global reductions (PTX ISA "Parallel Synchronization and Communication Instructions: red",
- * vector form, sm_90+) ----------------------------------------------------------------------------
- * Two adjacent fp32 atomic adds at an 8-byte aligned address, no return value; relaxed, gpu
- * scope (the sums are complete when the kernel ends, all the backward's dQ needs). */
-__device__ __forceinline__ void red_global_add_v2_f32(float *gmem, float x, float y) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(gmem), "f"(x), "f"(y) : "memory");
-}
-
-/* The same for four adjacent fp32 values at a 16-byte aligned address. */
-__device__ __forceinline__ void red_global_add_v4_f32(float *gmem, float x, float y, float z, float w) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(x), "f"(y), "f"(z), "f"(w)
-                 : "memory");
-}
-
 /* ---- inter-CTA ordering (PTX ISA "Memory Consistency Model", "ld", "red", "Membar/Fence") -------
  * A semaphore handed from CTA to CTA: the owner releases it with red.release.gpu (its own earlier
  * accesses, and those of the threads that synchronised with it through a CTA barrier, happen

@@ -53,7 +53,7 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
 
 /* ---- deterministic dQ ---------------------------------------------------------------------------
  * Every CTA adds its dQ piece of a tile (query head, BLOCK_M query rows) into the fp32
- * accumulator with red.global.add: one addition per element and key block. In deterministic mode
+ * accumulator with bulk tensor reduce-adds: one addition per element and key block. In deterministic mode
  * the key blocks of a tile add in a fixed order, from the highest key block to the lowest, so each
  * element's fp32 sum is always rounded in the same order. The order is kept by a semaphore per
  * (sequence, query head, query block, consumer piece) in the workspace, zeroed before the kernel:
@@ -71,16 +71,16 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
  * and never waits for an unfinished one (docs/hopper.md, "Global reductions and inter-CTA order").
  *
- * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile with
- * bulk reduce-adds and keeps the turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket
- * 256, below: the consumers add from registers.
+ * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile and keeps the
+ * turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
+ * warp adds its own rows of its consumer's piece.
  *
  * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
  * same iterations as the consumers; per tile it polls the semaphore until it reads the rank
  * (relaxed loads, then fence.acq_rel.gpu: acquire) and arrives on named barrier DQ_TURN + c;
- * consumer c's 128 threads bar.sync on it just before their red.adds (normally long granted) and
- * bar.arrive on DQ_DONE + c after them; the keeper bar.syncs on DQ_DONE + c (the consumers' adds
- * are then performed for it) and passes the tile on with red.release.gpu (+1, cumulative: it
+ * consumer c's 128 threads bar.sync on it just before their reduce-adds (normally long granted)
+ * and bar.arrive on DQ_DONE + c once each warp's lane 0 has waited for its reduce-adds to be
+ * written; the keeper bar.syncs on DQ_DONE + c (the consumers' adds are then performed for it) and passes the tile on with red.release.gpu (+1, cumulative: it
  * orders the adds the barrier made visible to it). The acquire/release latencies stay off the
  * consumers' path. One phase of each barrier per tile: the keeper grants tile t + 1 only after
  * DQ_DONE of tile t, and the consumers arrive on DQ_DONE of t + 1 only after DQ_TURN of t + 1.
