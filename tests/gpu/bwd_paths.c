@@ -34,7 +34,8 @@
  * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
- * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu).
+ * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu; d ≤ 192 with dv ≤ 128 its
+ * 192 / 128 extents).
  * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
  * A negative softmax_scale and ALiBi run the Hopper kernel (the mask acts on the exponent); with
@@ -572,6 +573,9 @@ static const bwd_case big_cases[] = {
      {1100, 513, 71}, {1300, 0, 200}, 128},
     {"bf16 d64 dv128 window 200/0 sq=1500 sk=2000 h=8", B, 1, 1500, 2000, 8, 8, 64, 0, 200, 0, 0, DENSE, 0, {0},
      {0}, 128},
+    /* the 192 / 128 extents of bucket 256 with columns past d and dv inside them */
+    {"f16 d160 dv96 causal sq=900 sk=1300 GQA 6/2", H, 2, 900, 1300, 6, 2, 160, 1, -1, -1, 0, DENSE, 0, {0}, {0},
+     96},
     {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
      DENSE, 0, {0}, {0}, 0},
     {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
@@ -685,6 +689,7 @@ static const bwd_case det_cases[] = {
     {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"det bf16 d192 dv128 s=4096 h=8", B, 1, 4096, 4096, 8, 8, 192, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 128},
     {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
      {6000, 2500, 4100}, {6000, 2000, 4500}, 0},
 };

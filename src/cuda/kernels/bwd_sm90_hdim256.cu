@@ -155,10 +155,11 @@ struct fa_bwd_sm90_d256_config {
 };
 
 /* One consumer's share of the Sᵀ / dPᵀ GEMM and of the probabilities, for the shared templates of
- * bwd_sm90_common.cuh: 64 keys × HALF_M queries (BLOCK_M there is the N of the GEMM), the stage
- * slab strides unchanged. */
+ * bwd_sm90_common.cuh: 64 keys × HALF_M queries (BLOCK_M there is the N of the GEMM) over K_DIM
+ * head-dim columns (the GEMM's K: d for Sᵀ, dv for dPᵀ), the stage slab strides unchanged. */
+template <int K_DIM>
 struct fa_bwd_sm90_d256_half_config {
-    static constexpr int D = fa_bwd_sm90_d256_config::D;
+    static constexpr int D = K_DIM;
     static constexpr int BLOCK_M = fa_bwd_sm90_d256_config::HALF_M;
     static constexpr uint32_t KV_SLAB_BYTES = fa_bwd_sm90_d256_config::KV_SLAB_BYTES;
     static constexpr uint32_t Q_SLAB_BYTES = fa_bwd_sm90_d256_config::Q_SLAB_BYTES;
@@ -257,7 +258,10 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_dkdv(const fa_bwd_sm90_pa
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DET>
+/* DQK, DV: the head-dim extents the GEMMs cover (256, or 192 and 128 for the 192 / 128 problems:
+ * Sᵀ and dPᵀ then run 12 and 8 k-steps, and consumer 1, whose dV columns 128.. are all past dv,
+ * issues no dV GEMM). Columns past them are zeros in shared memory either way. */
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV>
 __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -266,7 +270,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                            const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 16, 1} */
                            const fa_bwd_sm90_params prm) {
     using Cfg = fa_bwd_sm90_d256_config;
-    using Half = fa_bwd_sm90_d256_half_config;
+    using Half = fa_bwd_sm90_d256_half_config<DQK>;    /* Sᵀ: K = d; also the probabilities' shape */
+    using HalfDP = fa_bwd_sm90_d256_half_config<DV>;   /* dPᵀ: K = dv */
+    static_assert((DQK == 256 && DV == 256) || (DQK == 192 && DV == 128), "the 256 and 192 / 128 extents");
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
@@ -433,7 +439,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
         fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
         fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
-        fa_bwd_sm90_issue_abt<Half, BF16>(dp_rmem, v_smem, do_smem + half_off);     /* group: dPᵀ */
+        fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
@@ -481,12 +487,13 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         bar_sync(FA_HBWD256_BAR_PDS_FULL, 256);
 
         float dq_rmem[COLS / 2];
-        fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + col_slab_off, Cfg::Q_SLAB_BYTES,
-                                                 1); /* dV_c += Pᵀ dO */
+        if (DV > COLS || consumer == 0) /* (uniform) consumer 1's dV columns exist */
+            fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                     1); /* dV_c += Pᵀ dO */
         fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
         fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
                                                  1); /* dK_c += dSᵀ Q */
-        wgmma_wait_group<2>(); /* dV_c retired: this consumer is done with dO (the next one loads now) */
+        wgmma_wait_group<2>(); /* dV_c retired (or not issued): this consumer is done with dO (the next one loads now) */
         mbarrier_arrive(do_empty(consumer));
         wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
 #pragma unroll
@@ -569,7 +576,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool LOG2>
+template <bool BF16, bool SOFTCAP, bool LOG2, int DQK = 256, int DV = 256>
 static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_d256_config;
     static const char *const path = "the Hopper backward (d = 256)";
@@ -583,8 +590,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
         (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
-    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true>
-                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false>;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV>
+                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -612,6 +619,9 @@ extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype 
     if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
         return bf16 ? fa_bwd_sm90_d256_launch<true, false, true>(prm, device_ordinal, stream)
                     : fa_bwd_sm90_d256_launch<false, false, true>(prm, device_ordinal, stream);
+    if (prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, 192, 128>(prm, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, false, false, 192, 128>(prm, device_ordinal, stream);
     return bf16 ? fa_bwd_sm90_d256_launch<true, false, false>(prm, device_ordinal, stream)
                 : fa_bwd_sm90_d256_launch<false, false, false>(prm, device_ordinal, stream);
 }
