@@ -58,13 +58,28 @@ struct fa_kvq_config : fa_kv_config<HEAD_DIM> {
 
 /* ---- conversions, shared with the append (kvcache_quant.cu) --------------------------------- */
 
-/* e4m3 byte -> fp32, exact: the 7 magnitude bits moved into an f16 (exponent bias 15 vs 7, so
- * the f16 is the value · 2^-8; subnormals line up too), S.1111.111 is NaN. */
-__device__ __forceinline__ float fa_kvq_e4m3_to_f32(uint32_t byte) {
-    const uint32_t mag = byte & 0x7fu;
-    const float v = __half2float(__ushort_as_half((unsigned short)(mag << 7))) * 256.0f;
-    const float r = mag == 0x7fu ? CUDART_NAN_F : v;
-    return (byte & 0x80u) ? -r : r;
+/* The conversions use the fp32 pipe and the integer ALU rather than the conversion instructions
+ * (I2F runs at a fraction of the fp32 rate, and at HBM speed an SM dequantises ~20 values per
+ * clock); every result is exact before the scale's single rounding. */
+
+/* Byte i (0..3) of w, an int8 q, -> (float)q: the byte + 128 under the exponent of 2^23 is the
+ * float 2^23 + q + 128, minus 2^23 + 128 exactly. */
+__device__ __forceinline__ float fa_kvq_i8_to_f32(uint32_t w_biased, int i) {
+    return __fsub_rn(__uint_as_float(__byte_perm(w_biased, 0x4b000000u, 0x7650u + (uint32_t)i)), 8388736.0f);
+}
+
+/* Byte i of w, an e4m3 code, -> its value: sign and the 7 magnitude bits placed as an fp32 with
+ * exponent field e and 3 mantissa bits, times 2^120 (bias 127 vs 7; a subnormal code becomes an
+ * fp32 subnormal and lands exactly too: no flush to zero in this build). NaN codes: the caller. */
+__device__ __forceinline__ float fa_kvq_e4m3_to_f32(uint32_t w, int i) {
+    const uint32_t b = (w >> (8 * i)) & 0xffu;
+    return __fmul_rn(__uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)), 0x1p120f);
+}
+
+/* Whether a byte of w has the magnitude bits 0x7f (e4m3 NaN): adding 1 to each 7-bit magnitude
+ * carries into bit 7 only there. */
+__device__ __forceinline__ bool fa_kvq_e4m3_has_nan(uint32_t w) {
+    return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0;
 }
 
 /* ---- key tiles: raw copies -------------------------------------------------------------------- */
@@ -83,15 +98,21 @@ struct fa_kvq_tile_loader {
     uint32_t raw_smem; /* raw stage 0                                                   */
     const uint8_t *k_head, *v_head; /* the cache at kv head hk                          */
     const float *ks_head, *vs_head; /* int8: the scales at kv head hk                    */
-    int k_units, v_units;           /* copies per K / V row                              */
+    /* The thread's copies of a K (V) tile: items tid, tid + THREADS, ... of BLOCK_N rows × units
+     * copies, walked without a division: first (row, unit), then + (step_r, step_u) with carry. */
+    int k_units, k_row0, k_unit0, k_step_r, k_step_u;
+    int v_units, v_row0, v_unit0, v_step_r, v_step_u;
 
-    __device__ __forceinline__ fa_kvq_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t raw)
+    __device__ __forceinline__ fa_kvq_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t raw,
+                                                  int tid)
         : prm(prm_), blk(blk_), raw_smem(raw) {
         const bool q8 = prm.kv_quant == FA_KV_Q8_0;
         const int k_bytes = q8 ? prm.head_dim / 32 * 34 : prm.head_dim;
         const int v_bytes = q8 ? prm.head_dim_v / 32 * 34 : prm.head_dim_v;
         k_units = k_bytes / prm.kv_copy_bytes;
         v_units = v_bytes / prm.kv_copy_bytes;
+        k_row0 = tid / k_units, k_unit0 = tid % k_units, k_step_r = THREADS / k_units, k_step_u = THREADS % k_units;
+        v_row0 = tid / v_units, v_unit0 = tid % v_units, v_step_r = THREADS / v_units, v_step_u = THREADS % v_units;
         k_head = (const uint8_t *)prm.k + (int64_t)blk.hk * prm.k_head_stride;
         v_head = (const uint8_t *)prm.v + (int64_t)blk.hk * prm.v_head_stride;
         const bool i8 = prm.kv_quant == FA_KV_INT8;
@@ -123,28 +144,35 @@ struct fa_kvq_tile_loader {
                           (uint64_t)(uint32_t)r.slab | ((uint64_t)(uint32_t)r.row << 32));
     }
 
-    /* The copies of one stage in units of BYTES; rows not read are zero-filled. */
+    /* The copies of one K or V tile of a stage in units of BYTES; rows not read are zero-filled. */
     template <int BYTES>
-    __device__ __forceinline__ void issue_units(uint32_t stage_addr, int tid) const {
-        const int k_items = BLOCK_N * k_units, total = k_items + BLOCK_N * v_units;
-        for (int i = tid; i < total; i += THREADS) {
-            const bool is_v = i >= k_items;
-            const int j = is_v ? i - k_items : i;
-            const int units = is_v ? v_units : k_units;
-            const int r = j / units, u = j - r * units;
+    __device__ __forceinline__ void issue_tile(uint32_t stage_addr, uint32_t dst_tile, const uint8_t *base, int64_t bs,
+                                               int64_t rs, int units, int r, int u, int step_r, int step_u) const {
+        while (r < BLOCK_N) {
             const uint64_t sr = ld_shared_u64(stage_addr + Cfg::OFF_ROWS + 8 * r);
             const int slab = (int)(uint32_t)sr, row = (int)(uint32_t)(sr >> 32);
-            const uint8_t *base = is_v ? v_head : k_head;
-            const int64_t bs = is_v ? prm.v_batch_stride : prm.k_batch_stride;
-            const int64_t rs = is_v ? prm.v_row_stride : prm.k_row_stride;
             const bool ok = slab >= 0;
             const void *src = ok ? (const void *)(base + (int64_t)slab * bs + (int64_t)row * rs + u * BYTES)
                                  : (const void *)base;
-            const uint32_t dst = stage_addr + (is_v ? Cfg::RAW_TILE_BYTES : 0) + r * Cfg::RAW_PITCH + u * BYTES;
+            const uint32_t dst = dst_tile + r * Cfg::RAW_PITCH + u * BYTES;
             if (BYTES == 16) cp_async_cg_16(dst, src, ok ? 16 : 0);
             else if (BYTES == 8) cp_async_ca_8(dst, src, ok ? 8 : 0);
             else cp_async_ca_4(dst, src, ok ? 4 : 0);
+            r += step_r;
+            u += step_u;
+            if (u >= units) {
+                u -= units;
+                ++r;
+            }
         }
+    }
+
+    template <int BYTES>
+    __device__ __forceinline__ void issue_units(uint32_t stage_addr) const {
+        issue_tile<BYTES>(stage_addr, stage_addr, k_head, prm.k_batch_stride, prm.k_row_stride, k_units, k_row0, k_unit0,
+                          k_step_r, k_step_u);
+        issue_tile<BYTES>(stage_addr, stage_addr + Cfg::RAW_TILE_BYTES, v_head, prm.v_batch_stride, prm.v_row_stride,
+                          v_units, v_row0, v_unit0, v_step_r, v_step_u);
     }
 
     /* cp.async of the tile whose rows are in `stage` (stored there one tile earlier): K and V
@@ -152,9 +180,9 @@ struct fa_kvq_tile_loader {
     __device__ __forceinline__ void issue(int stage, int tid) const {
         const uint32_t stage_addr = raw_smem + stage * Cfg::RAW_STAGE_BYTES;
         switch (prm.kv_copy_bytes) {
-        case 16: issue_units<16>(stage_addr, tid); break;
-        case 8: issue_units<8>(stage_addr, tid); break;
-        default: issue_units<4>(stage_addr, tid); break;
+        case 16: issue_units<16>(stage_addr); break;
+        case 8: issue_units<8>(stage_addr); break;
+        default: issue_units<4>(stage_addr); break;
         }
         if (prm.kv_quant == FA_KV_INT8) {
             const bool is_v = tid >= BLOCK_N;
@@ -201,26 +229,37 @@ __device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, con
             if (valid && chunk < n_chunks) {
                 const uint32_t raw_row = raw_tile + r * Cfg::RAW_PITCH;
                 float x[8];
-                if (quant == FA_KV_Q8_0) {
+                uint32_t w[2];
+                float s;
+                if (quant == FA_KV_Q8_0) { /* the block's f16 scale, then 8 of its int8 (2-byte aligned) */
                     const uint32_t block = raw_row + 34 * (chunk / 4);
-                    const float d = __half2float(__ushort_as_half(ld_shared_u16(block)));
+                    s = __half2float(__ushort_as_half(ld_shared_u16(block)));
                     const uint32_t at = block + 2 + 8 * (chunk % 4);
+                    w[0] = (uint32_t)ld_shared_u16(at) | (uint32_t)ld_shared_u16(at + 2) << 16;
+                    w[1] = (uint32_t)ld_shared_u16(at + 4) | (uint32_t)ld_shared_u16(at + 6) << 16;
+                } else {
+                    const uint64_t w64 = ld_shared_u64(raw_row + 8 * chunk);
+                    w[0] = (uint32_t)w64;
+                    w[1] = (uint32_t)(w64 >> 32);
+                    s = quant == FA_KV_INT8 ? ld_shared_f32(stage_addr + Cfg::OFF_SCALES + 4 * (kv * Cfg::BLOCK_N + r))
+                                            : head_scale;
+                }
+                if (quant == FA_KV_FP8_E4M3) {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const uint32_t pair = ld_shared_u16(at + 2 * i);
-                        x[2 * i] = __fmul_rn(d, (float)(int8_t)(pair & 0xffu));
-                        x[2 * i + 1] = __fmul_rn(d, (float)(int8_t)(pair >> 8));
+                    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) x[4 * h + i] = __fmul_rn(fa_kvq_e4m3_to_f32(w[h], i), s);
+                        if (fa_kvq_e4m3_has_nan(w[h])) /* rare: S.1111.111 decodes to NaN */
+#pragma unroll
+                            for (int i = 0; i < 4; ++i)
+                                if (((w[h] >> (8 * i)) & 0x7fu) == 0x7fu) x[4 * h + i] = CUDART_NAN_F;
                     }
                 } else {
-                    const uint64_t w = ld_shared_u64(raw_row + 8 * chunk);
-                    if (quant == FA_KV_INT8) {
-                        const float s = ld_shared_f32(stage_addr + Cfg::OFF_SCALES + 4 * (kv * Cfg::BLOCK_N + r));
 #pragma unroll
-                        for (int i = 0; i < 8; ++i) x[i] = __fmul_rn(s, (float)(int8_t)((w >> (8 * i)) & 0xffu));
-                    } else {
+                    for (int h = 0; h < 2; ++h) {
+                        const uint32_t biased = w[h] ^ 0x80808080u; /* q + 128 per byte */
 #pragma unroll
-                        for (int i = 0; i < 8; ++i)
-                            x[i] = __fmul_rn(head_scale, fa_kvq_e4m3_to_f32((uint32_t)(w >> (8 * i)) & 0xffu));
+                        for (int i = 0; i < 4; ++i) x[4 * h + i] = __fmul_rn(fa_kvq_i8_to_f32(biased, i), s);
                     }
                 }
 #pragma unroll
@@ -257,7 +296,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
     }
 
     fa_kv_issue_q<Cfg>(prm, blk, q_smem, tid / Cfg::CHUNKS, tid % Cfg::CHUNKS, prm.head_dim / 8); /* 2. */
-    const fa_kvq_tile_loader<Cfg> ld(prm, blk, raw_smem);
+    const fa_kvq_tile_loader<Cfg> ld(prm, blk, raw_smem, tid);
     /* Prologue: the rows of tiles 0 .. STAGES-1, a barrier, the copies of tiles 0 .. STAGES-2
      * (one commit each, empty or not: the wait counts of the loop and of fa_kv_land_q are
      * constants). Group order: Q, tile 0, tile 1, ... */
