@@ -206,14 +206,15 @@ struct fa_kvq_tile_loader {
  * thread = chunk column tid % CHUNKS, rows tid / CHUNKS + RPP·pass. x = scale · q in fp32 (exact
  * for Q8_0: an f16 scale times an int8; int8 and e4m3 round once there), rounded to nearest
  * into the 16-bit type. Chunks past d / dv and rows outside the block's slots are 0 (such a row
- * must stay 0 whatever the scale: 0·NaN would leak into P·V). */
-template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_addr,
-                                                    uint32_t conv_smem, int c0, int tid, float k_head_scale,
-                                                    float v_head_scale) {
+ * must stay 0 whatever the scale: 0·NaN would leak into P·V). One instantiation per format
+ * (QUANT: fa_kv_dtype), picked once per tile. */
+template <class Elem, class Cfg, int QUANT>
+__device__ __forceinline__ void fa_kvq_dequant_format(const fa_kv_params &prm, const fa_kv_block &blk,
+                                                      uint32_t stage_addr, uint32_t conv_smem, int c0, int tid,
+                                                      float k_head_scale, float v_head_scale) {
     constexpr int CHUNKS = Cfg::CHUNKS, RPP = Cfg::ROWS_PER_PASS;
+    constexpr int quant = QUANT;
     const int chunk = tid % CHUNKS, row0 = tid / CHUNKS;
-    const int quant = prm.kv_quant;
 #pragma unroll
     for (int kv = 0; kv < 2; ++kv) {
         const int n_chunks = (kv ? prm.head_dim_v : prm.head_dim) / 8;
@@ -267,6 +268,26 @@ __device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, con
             }
             st_shared_v4_b32(conv_tile + 16 * fa_swizzled_chunk<CHUNKS>(r, chunk), out);
         }
+    }
+}
+
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_addr,
+                                                    uint32_t conv_smem, int c0, int tid, float k_head_scale,
+                                                    float v_head_scale) {
+    switch (prm.kv_quant) { /* block-uniform */
+    case FA_KV_INT8:
+        fa_kvq_dequant_format<Elem, Cfg, FA_KV_INT8>(prm, blk, stage_addr, conv_smem, c0, tid, k_head_scale,
+                                                     v_head_scale);
+        break;
+    case FA_KV_Q8_0:
+        fa_kvq_dequant_format<Elem, Cfg, FA_KV_Q8_0>(prm, blk, stage_addr, conv_smem, c0, tid, k_head_scale,
+                                                     v_head_scale);
+        break;
+    default:
+        fa_kvq_dequant_format<Elem, Cfg, FA_KV_FP8_E4M3>(prm, blk, stage_addr, conv_smem, c0, tid, k_head_scale,
+                                                         v_head_scale);
+        break;
     }
 }
 
