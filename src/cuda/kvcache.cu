@@ -247,9 +247,18 @@ static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char 
         (s = fa_cuda_check_aligned("k_scale", p->k_scale, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("v_scale", p->v_scale, 4)) != FA_OK)
         return s;
-    const int q8 = p->kv_dtype == FA_KV_Q8_0;
-    const int64_t parts[8] = {(int64_t)(uintptr_t)p->k, (int64_t)(uintptr_t)p->v, p->k_batch_stride, p->k_row_stride,
-                              p->k_head_stride, p->v_batch_stride, p->v_row_stride, p->v_head_stride};
+    const int q8 = p->kv_dtype == FA_KV_Q8_0, paged = p->block_table != NULL;
+    /* strides of axes of extent 1 are never used: they do not count */
+    const int one_slab = (paged ? p->num_pages : p->cache_batch) == 1, one_row = (paged ? p->page_size : p->seqlen_k) == 1,
+              one_head = p->heads_kv == 1;
+    const int64_t parts[8] = {(int64_t)(uintptr_t)p->k,
+                              (int64_t)(uintptr_t)p->v,
+                              one_slab ? 0 : p->k_batch_stride,
+                              one_row ? 0 : p->k_row_stride,
+                              one_head ? 0 : p->k_head_stride,
+                              one_slab ? 0 : p->v_batch_stride,
+                              one_row ? 0 : p->v_row_stride,
+                              one_head ? 0 : p->v_head_stride};
     const int64_t row_bytes[2] = {q8 ? p->head_dim / 32 * 34 : p->head_dim, q8 ? p->head_dim_v / 32 * 34 : p->head_dim_v};
     int64_t unit = 16;
     for (int i = 0; i < 8; i++)
