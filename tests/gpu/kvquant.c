@@ -36,7 +36,7 @@ typedef struct qspec {
     fa_kv_dtype kvd;
     fa_dtype dtype;
     int64_t b, sq, hq, hkv, d, dv, cap, page, pad_bytes, n_new; /* n_new: appended tokens, 0 = none */
-    int causal, window_left, sinks, leftpad, splits, no_lse;
+    int causal, window_left, sinks, leftpad, batch_idx, splits, no_lse;
     float softcap;
     uint64_t seed;
 } qspec;
@@ -49,7 +49,7 @@ typedef struct qhost {
     uint8_t *k, *v;
     float *ks, *vs, *lse, *sinks;
     void *q, *o, *knew, *vnew;
-    int32_t *seqlens, *leftpad, *table;
+    int32_t *seqlens, *leftpad, *table, *batch_idx;
 } qhost;
 
 static uint64_t base_seed(void) {
@@ -103,6 +103,7 @@ static void fill_row(fa_kv_dtype t, fa_test_rng *rng, uint8_t *row, int64_t d, f
 static void qhost_free(qhost *h) {
     free(h->k), free(h->v), free(h->ks), free(h->vs), free(h->lse), free(h->sinks), free(h->q), free(h->o);
     free(h->knew), free(h->vnew), free(h->seqlens), free(h->leftpad), free(h->table);
+    free(h->batch_idx);
     memset(h, 0, sizeof *h);
 }
 
@@ -114,7 +115,8 @@ static int qhost_make(qhost *h, const qspec *c) {
     h->rb_k = row_bytes(c->kvd, c->d), h->rb_v = row_bytes(c->kvd, c->dv);
     h->pitch_k = h->rb_k + c->pad_bytes, h->pitch_v = h->rb_v + c->pad_bytes;
     h->pages_per_seq = c->page ? (c->cap + c->page - 1) / c->page : 0;
-    h->slabs = c->page ? c->b * h->pages_per_seq + 2 : c->b; /* two pages nobody reads */
+    /* two pages nobody reads; with cache_batch_idx one cache row nobody reads */
+    h->slabs = c->page ? c->b * h->pages_per_seq + 2 : c->b + (c->batch_idx ? 1 : 0);
     h->slab_rows = c->page ? c->page : c->cap;
     const int64_t rows = h->slabs * h->slab_rows * c->hkv;
     h->k_bytes = (size_t)(rows * h->pitch_k), h->v_bytes = (size_t)(rows * h->pitch_v);
@@ -131,8 +133,9 @@ static int qhost_make(qhost *h, const qspec *c) {
     h->knew = malloc(h->knew_elems * es), h->vnew = malloc(h->vnew_elems * es);
     h->seqlens = malloc(sizeof(int32_t) * (size_t)c->b), h->leftpad = malloc(sizeof(int32_t) * (size_t)c->b);
     h->table = c->page ? malloc(sizeof(int32_t) * (size_t)(c->b * h->pages_per_seq)) : NULL;
+    h->batch_idx = malloc(sizeof(int32_t) * (size_t)h->slabs);
     if (!h->k || !h->v || !h->ks || !h->vs || !h->lse || !h->sinks || !h->q || !h->o || !h->knew || !h->vnew ||
-        !h->seqlens || !h->leftpad || (c->page && !h->table))
+        !h->seqlens || !h->leftpad || (c->page && !h->table) || !h->batch_idx)
         return -1;
     memset(h->k, 0x5a, h->k_bytes); /* row padding: must come back unchanged */
     memset(h->v, 0xa5, h->v_bytes);
@@ -173,12 +176,19 @@ static int qhost_make(qhost *h, const qspec *c) {
         free(pool);
     }
     for (int64_t i = 0; i < c->hq; i++) h->sinks[i] = (float)fa_test_rng_normal(&rng);
+    for (int64_t i = 0; i < h->slabs; i++) h->batch_idx[i] = (int32_t)i; /* sequence b -> cache row [b] */
+    for (int64_t i = h->slabs - 1; c->batch_idx && i > 0; i--) {
+        int64_t j = fa_test_rng_int(&rng, 0, i);
+        int32_t x = h->batch_idx[i];
+        h->batch_idx[i] = h->batch_idx[j];
+        h->batch_idx[j] = x;
+    }
     return 0;
 }
 
 /* fa_params over the pointers in `ptr` (host or device copies of h's buffers, same order). */
 typedef struct qptrs {
-    void *k, *v, *ks, *vs, *lse, *sinks, *q, *o, *knew, *vnew, *seqlens, *leftpad, *table;
+    void *k, *v, *ks, *vs, *lse, *sinks, *q, *o, *knew, *vnew, *seqlens, *leftpad, *table, *batch_idx;
 } qptrs;
 
 static fa_params qparams(const qspec *c, const qhost *h, const qptrs *x, fa_device device) {
@@ -213,6 +223,10 @@ static fa_params qparams(const qspec *c, const qhost *h, const qptrs *x, fa_devi
     }
     p.cache_seqlens = x->seqlens;
     p.cache_leftpad = c->leftpad ? x->leftpad : NULL;
+    if (c->batch_idx) {
+        p.cache_batch_idx = x->batch_idx;
+        p.cache_batch = h->slabs;
+    }
     if (c->n_new > 0) {
         p.k_new = x->knew, p.v_new = x->vnew;
         p.knew_head_stride = c->d, p.knew_row_stride = c->hkv * c->d, p.knew_batch_stride = c->n_new * c->hkv * c->d;
@@ -233,12 +247,15 @@ static fa_params qparams(const qspec *c, const qhost *h, const qptrs *x, fa_devi
 }
 
 static qptrs host_ptrs(const qhost *h) {
-    qptrs x = {h->k, h->v, h->ks, h->vs, h->lse, h->sinks, h->q, h->o, h->knew, h->vnew, h->seqlens, h->leftpad, h->table};
+    qptrs x = {h->k,    h->v,    h->ks,   h->vs,      h->lse,     h->sinks, h->q,
+               h->o,    h->knew, h->vnew, h->seqlens, h->leftpad, h->table, h->batch_idx};
     return x;
 }
 
-/* Sizes of the 13 buffers, in qptrs order. */
-static void buffer_sizes(const qspec *c, const qhost *h, size_t n[13]) {
+enum { QBUFFERS = 14 };
+
+/* Sizes of the QBUFFERS buffers, in qptrs order. */
+static void buffer_sizes(const qspec *c, const qhost *h, size_t n[QBUFFERS]) {
     const size_t es = fa_test_dtype_size(c->dtype);
     const size_t scales = sizeof(float) * (size_t)(c->kvd == FA_KV_INT8 ? h->scale_count : c->hkv);
     n[0] = h->k_bytes, n[1] = h->v_bytes, n[2] = scales, n[3] = scales;
@@ -246,15 +263,16 @@ static void buffer_sizes(const qspec *c, const qhost *h, size_t n[13]) {
     n[6] = h->q_elems * es, n[7] = h->o_elems * es, n[8] = h->knew_elems * es, n[9] = h->vnew_elems * es;
     n[10] = n[11] = sizeof(int32_t) * (size_t)c->b;
     n[12] = c->page ? sizeof(int32_t) * (size_t)(c->b * h->pages_per_seq) : 0;
+    n[13] = sizeof(int32_t) * (size_t)h->slabs;
 }
 
 static int upload(const qspec *c, const qhost *h, qptrs *dev) {
-    size_t n[13];
+    size_t n[QBUFFERS];
     buffer_sizes(c, h, n);
     qptrs src = host_ptrs(h);
     void **s = (void **)&src, **d = (void **)dev;
     memset(dev, 0, sizeof *dev);
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < QBUFFERS; i++) {
         if (n[i] == 0) continue;
         if (cudaMalloc(&d[i], n[i]) != cudaSuccess || cudaMemcpy(d[i], s[i], n[i], cudaMemcpyHostToDevice) != cudaSuccess)
             return -1;
@@ -264,7 +282,7 @@ static int upload(const qspec *c, const qhost *h, qptrs *dev) {
 
 /* Device buffers back into h (the caches, scales, o, lse). */
 static int download(const qspec *c, qhost *h, const qptrs *dev) {
-    size_t n[13];
+    size_t n[QBUFFERS];
     buffer_sizes(c, h, n);
     qptrs dst = host_ptrs(h);
     void **s = (void **)dev, **d = (void **)&dst;
@@ -278,14 +296,14 @@ static int download(const qspec *c, qhost *h, const qptrs *dev) {
 
 static void release(qptrs *dev) {
     void **d = (void **)dev;
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < QBUFFERS; i++)
         if (d[i]) cudaFree(d[i]);
     memset(dev, 0, sizeof *dev);
 }
 
 /* (slab, row) of slot j of sequence b */
 static int64_t cache_row(const qspec *c, const qhost *h, int64_t b, int64_t j, int64_t head) {
-    int64_t slab = b, row = j;
+    int64_t slab = c->batch_idx ? h->batch_idx[b] : b, row = j;
     if (c->page) {
         slab = h->table[b * h->pages_per_seq + j / c->page];
         row = j % c->page;
@@ -295,12 +313,12 @@ static int64_t cache_row(const qspec *c, const qhost *h, int64_t b, int64_t j, i
 
 static void describe(const qspec *c, char *out, size_t n) {
     snprintf(out, n,
-             "%s %s b%lld sq%lld hq%lld hkv%lld d%lld dv%lld cap%lld page%lld pad%lld new%lld%s%s%s%s%s "
+             "%s %s b%lld sq%lld hq%lld hkv%lld d%lld dv%lld cap%lld page%lld pad%lld new%lld%s%s%s%s%s%s "
              "splits%d wl%d (seed %llu)",
              kvd_name(c->kvd), fa_test_dtype_name(c->dtype), (long long)c->b, (long long)c->sq, (long long)c->hq,
              (long long)c->hkv, (long long)c->d, (long long)c->dv, (long long)c->cap, (long long)c->page,
              (long long)c->pad_bytes, (long long)c->n_new, c->causal ? " causal" : "", c->sinks ? " sinks" : "",
-             c->leftpad ? " leftpad" : "", c->softcap > 0 ? " softcap" : "", c->no_lse ? " no-lse" : "", c->splits,
+             c->leftpad ? " leftpad" : "", c->batch_idx ? " batch_idx" : "", c->softcap > 0 ? " softcap" : "", c->no_lse ? " no-lse" : "", c->splits,
              c->window_left, (unsigned long long)c->seed);
 }
 
@@ -484,6 +502,7 @@ static void draw(fa_test_rng *rng, int index, int small, qspec *c) {
     c->window_left = fa_test_rng_uniform(rng) < 0.2 ? (int)fa_test_rng_int(rng, 0, c->cap) : -1;
     c->sinks = fa_test_rng_uniform(rng) < 0.3;
     c->leftpad = !c->page && fa_test_rng_uniform(rng) < 0.3;
+    c->batch_idx = !c->page && fa_test_rng_uniform(rng) < 0.3;
     c->softcap = fa_test_rng_uniform(rng) < 0.2 ? 4.0f : 0.0f;
     c->no_lse = fa_test_rng_uniform(rng) < 0.1;
     c->splits = (int)fa_test_rng_int(rng, 0, 6);
