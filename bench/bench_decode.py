@@ -6,16 +6,21 @@ batch x context 1 x 8k, 32 x 8k, 8 x 64k, 128 x 2k):
   - torch SDPA with the FLASH_ATTENTION and CUDNN_ATTENTION backends (enable_gqa=True) on the
     same values in SDPA's (batch, heads, seq, dim) layout,
 each call between CUDA events after a 256 MiB write that evicts the L2, median of the timed calls.
-Effective bandwidth = K and V bytes read / time. The flashattn CLI results (`flashattn bench
---mode decode --json`, every page size) are merged in when --cli-json is given, and so is their
-copy bandwidth. Prints a markdown table last and writes <out>/decode.{md,json}
+Effective bandwidth = K and V bytes read / time (for a quantised cache its own bytes: 8-bit
+values plus the int8 per-token or Q8_0 block scales); tokens/s = batch / time (one query token per
+sequence and call). The flashattn CLI results (`flashattn bench --mode decode --json`, every page
+size and cache type: bf16, int8, q8_0, fp8 e4m3) are merged in when --cli-json is given, and so
+is their copy bandwidth. Prints a markdown table last and writes <out>/decode.{md,json}
 (default bench/results/).
 
+  build/flashattn bench --mode decode --device cuda --page-size 0,16 --kv-dtype same,int8,q8_0,fp8 \
+      --json > /tmp/decode_cli.json
   PYTHONPATH=python FLASHATTN_LIB=build/libflashattn.so \
       python bench/bench_decode.py --cli-json /tmp/decode_cli.json
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -80,6 +85,7 @@ def main():
                 row["max_diff_vs_first"] = float((out.float() - reference).abs().max())
                 row["ms"] = time_ms(fn, flush, args.calls)
                 row["GBps"] = kv_bytes / (row["ms"] * 1e-3) * 1e-9
+                row["tokens_per_s"] = batch / (row["ms"] * 1e-3)
             except Exception as err:  # a backend that refuses the shape or enable_gqa
                 row["error"] = "%s: %s" % (type(err).__name__, str(err).splitlines()[0][:160])
             rows.append(row)
@@ -94,9 +100,12 @@ def main():
                     continue
                 r = json.loads(line)
                 copy_gbps = r.get("copy_GBps") or copy_gbps
-                row = {"impl": "flashattn (CLI, %s)" % ("contiguous" if r["page_size"] == 0 else "page %d" % r["page_size"]),
+                layout = "contiguous" if r["page_size"] == 0 else "page %d" % r["page_size"]
+                kv = r.get("kv_dtype", "same")
+                cache = "" if kv == "same" else ", %s cache" % {"fp8": "fp8 e4m3"}.get(kv, kv)
+                row = {"impl": "flashattn (CLI, %s%s)" % (layout, cache),
                        "b": r["b"], "ctx": r["cache_len"], "page_size": r["page_size"], "kv_bytes": r["kv_bytes"],
-                       "ms": r.get("ms"), "GBps": r.get("GBps")}
+                       "ms": r.get("ms"), "GBps": r.get("GBps"), "tokens_per_s": r.get("tokens_per_s")}
                 if r.get("status") != "ok":
                     row["error"] = r.get("note", "failed")
                 rows.append(row)
@@ -104,19 +113,24 @@ def main():
     rows.sort(key=lambda r: (SHAPES.index((r["b"], r["ctx"])) if (r["b"], r["ctx"]) in SHAPES else 99, r["impl"]))
     lines = ["# Decode attention on %s (bf16, 1 query token, hq 32, hkv 8, d 128)" % torch.cuda.get_device_name(),
              "",
-             "GB/s = K+V bytes / median time (L2 flushed before each call)%s." % (
+             "torch %s, CUDA %s, %s." % (torch.__version__, torch.version.cuda,
+                                         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")),
+             "GB/s = bytes of the K and V cache / median time (L2 flushed before each call; a quantised cache "
+             "counts its own bytes, 8-bit values and scales); tok/s = sequences decoded per second%s." % (
                  "; device copy bandwidth (read + write) %.0f GB/s" % copy_gbps if copy_gbps else ""),
              "",
-             "| batch x ctx | implementation | ms | GB/s | % of copy | note |",
-             "|---|---|---|---|---|---|"]
+             "| batch x ctx | implementation | ms | tok/s | GB/s | % of copy | note |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         ms = "%.4f" % r["ms"] if r.get("ms") else "-"
         gbps = "%.0f" % r["GBps"] if r.get("GBps") else "-"
         frac = "%.0f%%" % (100 * r["GBps"] / copy_gbps) if r.get("GBps") and copy_gbps else "-"
+        tps = "%.0f" % r["tokens_per_s"] if r.get("tokens_per_s") else "-"
         note = r.get("error", "")
         if "max_diff_vs_first" in r and r["max_diff_vs_first"] > 0:
             note = (note + " max|diff| vs flashattn %.1e" % r["max_diff_vs_first"]).strip()
-        lines.append("| %d x %d | %s | %s | %s | %s | %s |" % (r["b"], r["ctx"], r["impl"], ms, gbps, frac, note))
+        lines.append("| %d x %d | %s | %s | %s | %s | %s | %s |" % (r["b"], r["ctx"], r["impl"], ms, tps, gbps, frac,
+                                                                  note))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "decode.md"), "w") as f:
         f.write(text)

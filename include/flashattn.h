@@ -127,8 +127,8 @@ typedef enum fa_device {
     FA_DEVICE_CUDA = 1 /* device memory of the current CUDA device, computed on `stream`       */
 } fa_device;
 
-/* Storage of a quantised KV cache (fa_params.kv_dtype; fa_kvcache_forward on the CPU only). The
- * cache's strides (k_*_stride, v_*_stride) then count bytes. */
+/* Storage of a quantised KV cache (fa_params.kv_dtype; fa_kvcache_forward on the CPU and on
+ * CUDA). The cache's strides (k_*_stride, v_*_stride) then count bytes. */
 typedef enum fa_kv_dtype {
     FA_KV_SAME = 0,     /* k / v hold dtype values (no quantisation)                            */
     FA_KV_INT8 = 1,     /* int8 q, one fp32 scale per (token, kv head): x = scale · q            */
@@ -267,14 +267,17 @@ typedef struct fa_params {
     void *workspace;       /* optional scratch in the device's memory; NULL = library allocates */
     size_t workspace_bytes; /* size of workspace                                               */
 
-    /* ---- quantised KV cache (fa_kvcache_forward, CPU; CUDA answers FA_ERR_UNSUPPORTED) ----- */
+    /* ---- quantised KV cache (fa_kvcache_forward, CPU and CUDA) ----------------------------- */
     fa_kv_dtype kv_dtype; /* FA_KV_SAME (0): the cache is in dtype. Otherwise k / v hold the
                              format above (strides in bytes, head dims multiples of 8), the
                              append quantises k_new / v_new (int8 / Q8_0: scale = max|x| / 127
                              per token and head / per block, rounded to nearest; e4m3: x / scale
-                             rounded to nearest even, saturating), and rotary is not supported */
+                             rounded to nearest even, saturating), and rotary is not supported.
+                             CUDA: the same bytes as the CPU's append; the caches' addresses and
+                             byte strides multiples of 4, Q8_0 head dims multiples of 64      */
     float *k_scale;       /* FA_KV_INT8: [cache rows or pages, rows, heads_kv] fp32 (written by
-                             the append); FA_KV_FP8_E4M3: [heads_kv]; FA_KV_Q8_0: NULL         */
+                             the append); FA_KV_FP8_E4M3: [heads_kv]; FA_KV_Q8_0: NULL. In the
+                             memory of the call's device (CUDA: device memory, not checked)   */
     float *v_scale;       /* same for v                                                         */
     int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride; /* FA_KV_INT8, floats */
     int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;

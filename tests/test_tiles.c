@@ -1,12 +1,14 @@
 /*
  * test_tiles.c: the tile-shape functions of the CUDA forward kernels (fwd_tiles.h, the
- * portable mma.sync kernel; sm90_tiles.h, the sm_90a kernel) are pure C functions:
+ * portable mma.sync kernel; sm90_tiles.h, the sm_90a kernel) and of the KV-cache decode kernels
+ * (kvcache_tiles.h, unquantised and quantised caches) are pure C functions:
  * checked here on the CPU, so a tile change that cannot fit a GPU fails CI before any GPU run.
  */
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "cuda/common/fwd_tiles.h"
+#include "cuda/common/kvcache_tiles.h"
 #include "cuda/common/sm90_tiles.h"
 #include "test.h"
 
@@ -253,4 +255,28 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
                  !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),
              "TMA strides: positive multiples of 8 below 2^39, anything along an axis of extent 1");
+}
+
+FA_TEST(tiles_kvcache_decode) {
+    static const int buckets[] = {64, 128, 256};
+    /* sm_90: 228 KiB per SM; the decode kernels' launch bounds promise 3 / 2 / 1 blocks */
+    static const int blocks_sm90[] = {3, 2, 1};
+    const size_t sm90_per_sm = 233472;
+    for (int i = 0; i < 3; i++) {
+        const int b = buckets[i];
+        FA_CHECK(fa_kv_smem_bytes(b) <= SMEM_SM80 && fa_kvq_smem_bytes(b) <= SMEM_SM80,
+                 "bucket %d: %zu / %zu bytes of smem > sm_80's %d", b, fa_kv_smem_bytes(b), fa_kvq_smem_bytes(b),
+                 SMEM_SM80);
+        FA_CHECK(fa_kv_blocks_per_sm(fa_kvq_smem_bytes(b), sm90_per_sm) >= blocks_sm90[i] &&
+                     fa_kv_blocks_per_sm(fa_kv_smem_bytes(b), sm90_per_sm) >= blocks_sm90[i],
+                 "bucket %d: fewer than %d blocks per sm_90 SM", b, blocks_sm90[i]);
+        /* a raw row holds the largest quantised row of the bucket (Q8_0: d / 32 blocks of 34 bytes) */
+        FA_CHECK(fa_kvq_row_pitch(b) % 16 == 0 && fa_kvq_row_pitch(b) >= b / 32 * 34 && fa_kvq_row_pitch(b) >= b,
+                 "bucket %d: raw row pitch %d", b, fa_kvq_row_pitch(b));
+        /* half the bytes per stage: the quantised pipeline keeps at least as many tiles in flight */
+        FA_CHECK(fa_kvq_stages(b) >= fa_kv_stages(b) && fa_kvq_stages(b) >= 2, "bucket %d: %d raw stages", b,
+                 fa_kvq_stages(b));
+    }
+    FA_CHECK(fa_kv_blocks_per_sm(200000, 233472) == 1 && fa_kv_blocks_per_sm(1000, 233472) == 8,
+             "blocks per SM: at least 1, at most 8");
 }

@@ -13,8 +13,8 @@
  * every thread of the run (CPU: memcpy of 512 MiB, split among the threads; CUDA: one
  * device-to-device cudaMemcpy of 1 GiB), counted as bytes read + bytes written per second: the
  * traffic the memory sustains, which a read-mostly decode kernel can approach.
- * CPU: --kv-dtype int8|q8_0|fp8 times a quantised cache (kv_bytes then counts its bytes: 8-bit
- * values plus the int8 per-token scales or the Q8_0 block scales). The copy is measured between
+ * --kv-dtype int8|q8_0|fp8 times a quantised cache (kv_bytes then counts its bytes: 8-bit
+ * values plus the int8 per-token scales or the Q8_0 block scales), on either device. The copy is measured between
  * the calls of every configuration (a copy, then a few calls, repeated) and both medians are
  * reported, so a machine whose load changes during the sweep still compares like with like.
  * CUDA inputs are rotated through several copies when one set is smaller than twice the L2, so
@@ -112,7 +112,7 @@ static void print_help(void) {
            "  --page-size N          0 = contiguous cache, else a paged pool with a random block\n"
            "                         table (default 0)\n"
            "  --sq N                 query tokens per sequence (default 1)\n"
-           "  --kv-dtype LIST        CPU cache storage: same (default), int8, q8_0, fp8 (e4m3)\n"
+           "  --kv-dtype LIST        cache storage: same (default), int8, q8_0, fp8 (e4m3)\n"
            "  --append 0|1           also append sq new tokens per call (default 0)\n"
            "  --causal 0|1           causal mask (default 1)\n"
            "  --splits N             num_splits: 0 = heuristic (default), 1 = none, n = at most n\n"
@@ -235,6 +235,7 @@ typedef struct decode_host {
     float *lse, *k_scale, *v_scale;
     int32_t *seqlens, *block_table;
     size_t q_elems, kv_elems, new_elems, table_elems;
+    size_t kv_bytes, scale_elems; /* bytes of k (and of v); floats of k_scale (and of v_scale) */
     int64_t num_pages, pages_per_seq, capacity;
 } decode_host;
 
@@ -286,6 +287,7 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     const int64_t row_units = c->kv_dtype == FA_KV_Q8_0 ? c->d / 32 * 34 : c->d;
     const size_t kv_es = c->kv_dtype != FA_KV_SAME ? 1 : es;
     h->kv_elems = (size_t)(slabs * slab_rows * c->hkv * row_units);
+    h->kv_bytes = h->kv_elems * kv_es;
     h->new_elems = c->append ? (size_t)(c->b * c->sq * c->hkv * c->d) : 0;
     h->table_elems = c->page_size > 0 ? (size_t)(c->b * h->pages_per_seq) : 0;
     h->q = tool_alloc_touched(h->q_elems * es);
@@ -294,6 +296,7 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     h->v = malloc(h->kv_elems * kv_es);
     if (c->kv_dtype == FA_KV_INT8 || c->kv_dtype == FA_KV_FP8_E4M3) {
         size_t n = c->kv_dtype == FA_KV_INT8 ? (size_t)(slabs * slab_rows * c->hkv) : (size_t)c->hkv;
+        h->scale_elems = n;
         h->k_scale = malloc(n * sizeof(float));
         h->v_scale = malloc(n * sizeof(float));
         for (size_t i = 0; h->k_scale && h->v_scale && i < n; i++) h->k_scale[i] = h->v_scale[i] = 1.0f / 64.0f;
@@ -483,7 +486,7 @@ static void measure_cpu(const decode_options *o, const decode_case *c, decode_re
 /* ---- CUDA --------------------------------------------------------------------------------------- */
 
 typedef struct device_set {
-    void *q, *o, *k, *v, *k_new, *v_new, *lse, *seqlens, *table;
+    void *q, *o, *k, *v, *k_new, *v_new, *lse, *seqlens, *table, *k_scale, *v_scale;
 } device_set;
 
 static int cuda_ok(const cudart_api *rt, int err, const char *what, decode_result *r) {
@@ -501,7 +504,7 @@ static int upload(const cudart_api *rt, void **dst, const void *src, size_t byte
 static void free_sets(const cudart_api *rt, device_set *sets, int n) {
     for (int s = 0; s < n; s++) {
         void *ptrs[] = {sets[s].q, sets[s].o, sets[s].k, sets[s].v, sets[s].k_new, sets[s].v_new,
-                        sets[s].lse, sets[s].seqlens, sets[s].table};
+                        sets[s].lse, sets[s].seqlens, sets[s].table, sets[s].k_scale, sets[s].v_scale};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) rt->free_(ptrs[i]);
     }
@@ -550,7 +553,7 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
     int l2 = 0, device = 0;
     rt->get_device(&device);
     rt->device_get_attribute(&l2, CUDART_ATTR_L2_BYTES, device);
-    double set_bytes = 2.0 * (double)h.kv_elems * (double)es;
+    double set_bytes = 2.0 * (double)h.kv_bytes;
     int n_sets = set_bytes >= 2.0 * l2 ? 1 : (int)(2.0 * l2 / set_bytes) + 1;
     if (n_sets > MAX_SETS) n_sets = MAX_SETS;
     device_set sets[MAX_SETS];
@@ -560,7 +563,9 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
     for (int s = 0; s < n_sets && ok; s++) {
         device_set *d = &sets[s];
         ok = upload(rt, &d->q, h.q, h.q_elems * es, r) && upload(rt, &d->o, NULL, h.q_elems * es, r) &&
-             upload(rt, &d->k, h.k, h.kv_elems * es, r) && upload(rt, &d->v, h.v, h.kv_elems * es, r) &&
+             upload(rt, &d->k, h.k, h.kv_bytes, r) && upload(rt, &d->v, h.v, h.kv_bytes, r) &&
+             (!h.scale_elems || (upload(rt, &d->k_scale, h.k_scale, h.scale_elems * 4, r) &&
+                                 upload(rt, &d->v_scale, h.v_scale, h.scale_elems * 4, r))) &&
              upload(rt, &d->lse, NULL, (size_t)(c->b * c->hq * c->sq) * 4, r) &&
              upload(rt, &d->seqlens, h.seqlens, (size_t)c->b * 4, r) &&
              (!c->append || (upload(rt, &d->k_new, h.k_new, h.new_elems * es, r) &&
@@ -574,6 +579,7 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
         p.q = sets[0].q, p.o = sets[0].o, p.k = sets[0].k, p.v = sets[0].v, p.lse = sets[0].lse;
         p.cache_seqlens = sets[0].seqlens, p.block_table = sets[0].table;
         p.k_new = sets[0].k_new, p.v_new = sets[0].v_new;
+        p.k_scale = (float *)sets[0].k_scale, p.v_scale = (float *)sets[0].v_scale;
         fa_status st = fa_check_kvcache(&p, &ws);
         if (st != FA_OK) {
             snprintf(r->note, sizeof r->note, "%s: %s", fa_strerror(st), fa_last_error());
@@ -591,6 +597,7 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
         const device_set *d = &sets[i % n_sets];
         p.q = d->q, p.o = d->o, p.k = d->k, p.v = d->v, p.lse = d->lse;
         p.cache_seqlens = d->seqlens, p.block_table = d->table, p.k_new = d->k_new, p.v_new = d->v_new;
+        p.k_scale = (float *)d->k_scale, p.v_scale = (float *)d->v_scale;
         ok = cuda_ok(rt, rt->event_record(events[2 * i], NULL), "cudaEventRecord", r);
         fa_status st = ok ? fa_kvcache_forward(&p) : FA_OK;
         if (st != FA_OK) {

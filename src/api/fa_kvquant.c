@@ -1,7 +1,8 @@
 /*
  * fa_kvquant.c: validation of the quantised-cache fields of fa_kvcache_forward (kv_dtype,
  * k_scale / v_scale and their strides), called by fa_kvcache.c after the cache geometry and
- * before the other strides are checked. Quantised caches run on the CPU only for now.
+ * before the other strides are checked. The CUDA path's own limits (alignment, Q8_0 head dims)
+ * are checked by src/cuda/kvcache.cu.
  */
 #include <math.h>
 
@@ -34,10 +35,6 @@ fa_status fa_validate_kv_quant(const fa_params *p) {
     if ((int)p->kv_dtype < FA_KV_INT8 || (int)p->kv_dtype > FA_KV_FP8_E4M3)
         return fa_set_error(FA_ERR_DTYPE, "kv_dtype = %d is not a fa_kv_dtype value", (int)p->kv_dtype);
     const char *name = kv_dtype_name(p->kv_dtype);
-    if (p->device != FA_DEVICE_CPU)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "kv_dtype = %s: quantised KV caches run on the CPU only (device = FA_DEVICE_CPU)",
-                            name);
     if (p->rotary_cos != NULL)
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "rotary_cos / rotary_sin are set with kv_dtype = %s: rotary embedding is not "
@@ -90,7 +87,11 @@ fa_status fa_validate_kv_quant(const fa_params *p) {
         }
         return FA_OK;
     }
-    for (int64_t h = 0; h < p->heads_kv; h++) { /* FP8: host scales, used to divide on append */
+    /* FP8: the per-head scales divide on append. On the CPU they are checked here; on CUDA they
+     * are device memory, never read by the host (non-positive or non-finite scales give
+     * infinite or NaN cache values there). */
+    if (p->device != FA_DEVICE_CPU) return FA_OK;
+    for (int64_t h = 0; h < p->heads_kv; h++) {
         if (!(p->k_scale[h] > 0.0f) || isinf(p->k_scale[h]))
             return fa_set_error(FA_ERR_INVALID_ARGUMENT, "k_scale[%lld] = %g must be positive and finite",
                                 (long long)h, (double)p->k_scale[h]);

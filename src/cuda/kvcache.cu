@@ -217,18 +217,79 @@ typedef struct fa_kv_plan {
      * o, k_new, v_new and the caches, at these byte offsets in the workspace */
     int pad_dims, d_pad, dv_pad;
     size_t off_q, off_o, off_knew, off_vnew, off_kc, off_vc;
+    /* quantised cache (kv_dtype != FA_KV_SAME): the width of the raw row copies (16, 8 or 4) */
+    int kv_copy_bytes;
     size_t workspace_bytes; /* 0 without splits or padding                                      */
 } fa_kv_plan;
+
+/* A quantised cache (kv_dtype != FA_KV_SAME; its fields passed fa_validate_kv_quant): what the
+ * CUDA kernel needs on top. The decode kernel copies raw cache rows by cp.async in units of 16, 8
+ * or 4 bytes: the largest that divides both caches' base addresses, byte strides and row bytes.
+ * Q8_0 rows (head_dim / 32 blocks of 34 bytes) are 4-byte multiples when head_dim is a multiple
+ * of 64. q, o, k_new and v_new are 16-bit tensors moved in 16-byte vectors as on an
+ * unquantised cache; no rotary (as on the CPU). */
+static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char *path) {
+    fa_status s;
+    const char *name = p->kv_dtype == FA_KV_INT8 ? "FA_KV_INT8" : p->kv_dtype == FA_KV_Q8_0 ? "FA_KV_Q8_0" : "FA_KV_FP8_E4M3";
+    if (p->kv_dtype == FA_KV_Q8_0 && (p->head_dim % 64 != 0 || p->head_dim_v % 64 != 0))
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "head_dim = %lld, head_dim_v = %lld with kv_dtype = FA_KV_Q8_0: %s needs multiples of "
+                            "64 (rows of whole 4-byte words)",
+                            (long long)p->head_dim, (long long)p->head_dim_v, path);
+    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK ||
+        (p->k_new != NULL &&
+         ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride,
+                                      1, path)) != FA_OK ||
+          (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride,
+                                      1, path)) != FA_OK)) ||
+        (s = fa_cuda_check_aligned("k_scale", p->k_scale, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("v_scale", p->v_scale, 4)) != FA_OK)
+        return s;
+    const int q8 = p->kv_dtype == FA_KV_Q8_0, paged = p->block_table != NULL;
+    /* strides of axes of extent 1 are never used: they do not count */
+    const int one_slab = (paged ? p->num_pages : p->cache_batch) == 1, one_row = (paged ? p->page_size : p->seqlen_k) == 1,
+              one_head = p->heads_kv == 1;
+    const int64_t parts[8] = {(int64_t)(uintptr_t)p->k,
+                              (int64_t)(uintptr_t)p->v,
+                              one_slab ? 0 : p->k_batch_stride,
+                              one_row ? 0 : p->k_row_stride,
+                              one_head ? 0 : p->k_head_stride,
+                              one_slab ? 0 : p->v_batch_stride,
+                              one_row ? 0 : p->v_row_stride,
+                              one_head ? 0 : p->v_head_stride};
+    const int64_t row_bytes[2] = {q8 ? p->head_dim / 32 * 34 : p->head_dim, q8 ? p->head_dim_v / 32 * 34 : p->head_dim_v};
+    int64_t unit = 16;
+    for (int i = 0; i < 8; i++)
+        while (unit > 1 && parts[i] % unit != 0) unit /= 2;
+    for (int i = 0; i < 2; i++)
+        while (unit > 1 && row_bytes[i] % unit != 0) unit /= 2;
+    if (unit < 4)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "k / v with kv_dtype = %s: %s needs the caches' base addresses and byte strides "
+                            "(k_batch_stride %lld, k_row_stride %lld, k_head_stride %lld, v_batch_stride %lld, "
+                            "v_row_stride %lld, v_head_stride %lld) to be multiples of 4",
+                            name, path, (long long)p->k_batch_stride, (long long)p->k_row_stride,
+                            (long long)p->k_head_stride, (long long)p->v_batch_stride, (long long)p->v_row_stride,
+                            (long long)p->v_head_stride);
+    plan->kv_copy_bytes = (int)unit;
+    return FA_OK;
+}
 
 static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA KV-cache path";
     fa_status s;
+    const int quant = p->kv_dtype != FA_KV_SAME;
+    plan->kv_copy_bytes = 0;
     /* Head dims that are not multiples of 8 run on padded copies (element-wise, any stride). */
-    plan->pad_dims = p->head_dim % 8 != 0 || p->head_dim_v % 8 != 0;
+    plan->pad_dims = !quant && (p->head_dim % 8 != 0 || p->head_dim_v % 8 != 0);
     plan->d_pad = (int)((p->head_dim + 7) / 8 * 8);
     plan->dv_pad = (int)((p->head_dim_v + 7) / 8 * 8);
-    if (plan->pad_dims) {
+    if (quant) {
+        if ((s = plan_kv_quant(p, plan, path)) != FA_OK) return s;
+    } else if (plan->pad_dims) {
         if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
             return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
         if (p->head_dim < 1 || p->head_dim > 256 || p->head_dim_v < 1 || p->head_dim_v > 256)
@@ -281,8 +342,8 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
 
     if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
     plan->bucket = fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
-    if ((s = fa_cuda_check_smem(p, &plan->dev, fa_kv_smem_bytes(plan->bucket), "the CUDA KV-cache kernel")) != FA_OK)
-        return s;
+    const size_t smem = quant ? fa_kvq_smem_bytes(plan->bucket) : fa_kv_smem_bytes(plan->bucket);
+    if ((s = fa_cuda_check_smem(p, &plan->dev, smem, "the CUDA KV-cache kernel")) != FA_OK) return s;
 
     /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which
      * includes the appended tokens), narrowed by a two-sided window; a range of n slots touches
@@ -297,7 +358,7 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     }
     const int64_t key_blocks = est_keys > 0 ? (est_keys + 2 * FA_KV_BLOCK_N - 2) / FA_KV_BLOCK_N : 0;
     const int64_t units = p->batch * p->heads_kv * plan->row_tiles;
-    const int64_t workers = (int64_t)plan->dev.sm_count * fa_kv_blocks_per_sm(plan->bucket, plan->dev.smem_per_sm);
+    const int64_t workers = (int64_t)plan->dev.sm_count * fa_kv_blocks_per_sm(smem, plan->dev.smem_per_sm);
     int64_t splits;
     if (p->num_splits == 0) {
         /* The wave rule's count, but no more than one block per SM unless every split still
@@ -428,8 +489,30 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.lse_partial = plan->num_splits > 1 ? (float *)(ws + plan->off_lse_partial) : NULL;
     prm.split_flags = plan->num_splits > 1 ? (unsigned long long *)(ws + plan->off_flags) : NULL;
     prm.split_tag = next_split_tag();
+    prm.kv_quant = (int)p->kv_dtype;
+    prm.kv_copy_bytes = plan->kv_copy_bytes;
+    prm.k_scale = p->k_scale;
+    prm.v_scale = p->v_scale;
+    prm.k_scale_batch_stride = p->k_scale_batch_stride;
+    prm.k_scale_row_stride = p->k_scale_row_stride;
+    prm.k_scale_head_stride = p->k_scale_head_stride;
+    prm.v_scale_batch_stride = p->v_scale_batch_stride;
+    prm.v_scale_row_stride = p->v_scale_row_stride;
+    prm.v_scale_head_stride = p->v_scale_head_stride;
 
     fa_status s;
+    if (p->kv_dtype != FA_KV_SAME) {
+        /* the append first (stream-ordered), then the decode kernel reads every slot from the cache */
+        if (p->k_new != NULL && (s = fa_kvq_append(&prm, p->dtype, stream)) != FA_OK) return s;
+        switch (plan->bucket) {
+        case 64: return fa_kvq_launch_hdim64(&prm, p->dtype, plan->dev.ordinal, stream);
+        case 128: return fa_kvq_launch_hdim128(&prm, p->dtype, plan->dev.ordinal, stream);
+        case 256: return fa_kvq_launch_hdim256(&prm, p->dtype, plan->dev.ordinal, stream);
+        default:
+            return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA KV-cache kernel",
+                                (long long)p->head_dim, (long long)p->head_dim_v);
+        }
+    }
     switch (plan->bucket) {
     case 64: s = fa_kv_launch_hdim64(&prm, p->dtype, plan->dev.ordinal, stream); break;
     case 128: s = fa_kv_launch_hdim128(&prm, p->dtype, plan->dev.ordinal, stream); break;

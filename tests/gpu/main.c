@@ -10,6 +10,9 @@
  *   kvcache [small]         fa_kvcache_forward against the oracle and the CPU engine's caches:
  *                           appends of any length, head dims not multiples of 8 (cache.c)
  *   paged [small]           fa_forward with a paged K/V (block_table) against the oracle (cache.c)
+ *   kvquant [small]         fa_kvcache_forward on int8 / Q8_0 / e4m3 caches: the caches after an
+ *                           append equal the CPU engine's bit for bit, o / lse against the oracle
+ *                           on the dequantised cache, refused fields (kvquant.c)
  *   dropout [small]         attention dropout against the float64 oracle, the CUDA mask against
  *                           the CPU's (attn_probs), repeatability (dropout.c)
  * Each mode exits non-zero on failure.
@@ -25,6 +28,7 @@ int gpu_nan_main(int argc, char **argv);
 int gpu_mods_main(int argc, char **argv);
 int gpu_kvcache_main(int argc, char **argv);
 int gpu_paged_main(int argc, char **argv);
+int gpu_kvquant_main(int argc, char **argv);
 int gpu_dropout_main(int argc, char **argv);
 
 static const struct {
@@ -39,6 +43,7 @@ static const struct {
     {"mods", gpu_mods_main},
     {"kvcache", gpu_kvcache_main},
     {"paged", gpu_paged_main},
+    {"kvquant", gpu_kvquant_main},
     {"dropout", gpu_dropout_main},
 };
 
@@ -46,6 +51,6 @@ int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|dropout [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|dropout [ARGS]\n");
     return 2;
 }

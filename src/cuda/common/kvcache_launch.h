@@ -50,6 +50,18 @@ struct fa_kv_params : fa_kernel_base {
      * the kernel's step 6 */
     unsigned long long *split_flags;
     unsigned long long split_tag;
+
+    /* Quantised cache (fa_kv_dtype; 0 = the cache is in dtype, the fields below are unused).
+     * k / v strides then count bytes; kv_copy_bytes (16, 8 or 4) divides the cache's base
+     * addresses, byte strides and row bytes: the width of the kernel's cp.async copies. The
+     * appended rows are quantised into the cache by fa_kvq_append before the decode kernel runs,
+     * which then reads every slot, appended ones included, from the cache. */
+    int kv_quant;
+    int kv_copy_bytes;
+    const float *k_scale; /* FA_KV_INT8: per (slab, row, kv head), strides in floats; e4m3: [heads_kv] */
+    const float *v_scale;
+    int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride;
+    int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;
 };
 
 extern "C" {
@@ -59,6 +71,16 @@ fa_status fa_kv_launch_hdim128(const fa_kv_params *prm, fa_dtype dtype, int devi
                                cudaStream_t stream);
 fa_status fa_kv_launch_hdim256(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
                                cudaStream_t stream);
+/* the decode kernel on a quantised cache (instances/kvcache_quant_sm80_hdim<bucket>.cu) */
+fa_status fa_kvq_launch_hdim64(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                               cudaStream_t stream);
+fa_status fa_kvq_launch_hdim128(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
+fa_status fa_kvq_launch_hdim256(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
+/* k_new / v_new quantised into a quantised cache, as the CPU's append does it bit for bit
+ * (kvcache_quant.cu); prm->k_new != NULL */
+fa_status fa_kvq_append(const fa_kv_params *prm, fa_dtype dtype, cudaStream_t stream);
 }
 
 #endif /* FA_KVCACHE_LAUNCH_H */

@@ -66,15 +66,42 @@ FA_KV_TILES_FN size_t fa_kv_smem_bytes(int bucket) {
            (size_t)fa_kv_stages(bucket) * (size_t)2 * 2 * (size_t)FA_KV_BLOCK_N * (size_t)bucket;
 }
 
-/* Resident blocks per SM the shared memory allows (the heuristic's "workers" per SM); registers
- * (<= 255 × 128 threads) and threads (128) never limit below this. 1 KB per block is reserved by
- * the hardware on sm_80/sm_90. */
-FA_KV_TILES_FN int fa_kv_blocks_per_sm(int bucket, size_t smem_per_sm) {
-    return fa_kv_smem_bytes(bucket) + 1024 > smem_per_sm
-               ? 1
-               : (int)(smem_per_sm / (fa_kv_smem_bytes(bucket) + 1024)) > 8
-                     ? 8
-                     : (int)(smem_per_sm / (fa_kv_smem_bytes(bucket) + 1024));
+/* Resident blocks per SM the shared memory allows for a block of smem_bytes (fa_kv_smem_bytes or
+ * fa_kvq_smem_bytes; the heuristic's "workers" per SM); registers (<= 255 × 128 threads) and
+ * threads (128) never limit below this. 1 KB per block is reserved by the hardware on
+ * sm_80/sm_90. */
+FA_KV_TILES_FN int fa_kv_blocks_per_sm(size_t smem_bytes, size_t smem_per_sm) {
+    return smem_bytes + 1024 > smem_per_sm                    ? 1
+           : (int)(smem_per_sm / (smem_bytes + 1024)) > 8 ? 8
+                                                            : (int)(smem_per_sm / (smem_bytes + 1024));
+}
+
+/* ---- quantised caches (kvcache_quant_sm80.cuh) ----------------------------------------------
+ * The quantised kernel copies a tile's cache rows as raw bytes (int8 / e4m3: d bytes; Q8_0:
+ * d / 32 blocks of 34 bytes) into a STAGES-deep pipeline of raw stages, then dequantises the
+ * landed tile into one 16-bit K tile and one V tile (the layout the mma loads read): a stage
+ * holds half the bytes of an unquantised one (Q8_0: 0.53), and so does the cache traffic. */
+
+/* Bytes of one raw tile row in shared memory: the largest row of the bucket (Q8_0's), padded to
+ * 16 bytes. */
+FA_KV_TILES_FN int fa_kvq_row_pitch(int bucket) { return (bucket / 32 * 34 + 15) / 16 * 16; }
+
+/* Raw stages: d 64: 4 (3 in flight, 64 KB/block, 3 blocks/SM on sm_90); d 128: 3 (2 in flight,
+ * 95 KB, 2 blocks/SM); d 256: 2 (144 KB: 3 would not fit an sm_80 block). */
+FA_KV_TILES_FN int fa_kvq_stages(int bucket) { return bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2; }
+
+/* One raw stage: K rows, V rows (BLOCK_N × pitch each), the int8 scales of K and of V (fp32 per
+ * row), the rows' (slab, row-in-slab) pairs (8 bytes per row). */
+FA_KV_TILES_FN size_t fa_kvq_stage_bytes(int bucket) {
+    return (size_t)2 * (size_t)FA_KV_BLOCK_N * (size_t)fa_kvq_row_pitch(bucket) + (size_t)2 * 4 * FA_KV_BLOCK_N +
+           (size_t)8 * FA_KV_BLOCK_N;
+}
+
+/* Dynamic shared memory of one quantised block: Q tile, the dequantised K and V tiles, the raw
+ * stages. The epilogue reuses everything after Q. */
+FA_KV_TILES_FN size_t fa_kvq_smem_bytes(int bucket) {
+    return (size_t)2 * (size_t)FA_KV_BLOCK_M * (size_t)bucket + (size_t)2 * 2 * (size_t)FA_KV_BLOCK_N * (size_t)bucket +
+           (size_t)fa_kvq_stages(bucket) * fa_kvq_stage_bytes(bucket);
 }
 
 #endif /* FA_KVCACHE_TILES_H */

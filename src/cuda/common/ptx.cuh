@@ -218,6 +218,17 @@ __device__ __forceinline__ void st_shared_v4_b32(uint32_t smem_addr, const uint3
                  : "memory");
 }
 
+/* ---- quantised KV caches -----------------------------------------------------------------------
+ * Wrappers added by the quantised KV-cache kernel (kvcache_quant_sm80.cuh) go below this line. */
+
+/* 8-byte cp.async (PTX ISA "cp.async", .ca: sizes 4 and 8): copies src_bytes (0 or 8) and
+ * zero-fills the rest; rows of quantised caches that are 8- but not 16-byte aligned. */
+__device__ __forceinline__ void cp_async_ca_8(uint32_t smem_dst, const void *gmem_src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_dst), "l"(gmem_src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
 /* ==== Hopper (sm_90a) ============================================================================
  * Wrappers for the Hopper forward (fwd_sm90.cu): setmaxnreg, mbarrier, TMA, proxy fences,
  * named barriers and wgmma. wgmma and setmaxnreg exist only on the "a" target

@@ -75,6 +75,16 @@ KERNELS = [
      ["    if (dtype == FA_DTYPE_BF16)",
       "        return fa_kv_launch<fa_bf16, {d}>(prm, device_ordinal, stream, \"KV-cache decode kernel (bf16, d <= {d})\");",
       "    return fa_kv_launch<fa_f16, {d}>(prm, device_ordinal, stream, \"KV-cache decode kernel (f16, d <= {d})\");"]),
+    ("kvcache_quant_sm80", "KV-cache decode kernel on a quantised cache (kernels/kvcache_quant_sm80.cuh)",
+     "fa_kv_hdim_bucket",
+     ["cuda/kernels/kvcache_quant_sm80.cuh"],
+     "fa_status fa_kvq_launch_hdim{d}(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,\n"
+     "                               cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_kvq_launch<fa_bf16, {d}>(prm, device_ordinal, stream,",
+      "                                          \"quantised KV-cache decode kernel (bf16, d <= {d})\");",
+      "    return fa_kvq_launch<fa_f16, {d}>(prm, device_ordinal, stream,",
+      "                                     \"quantised KV-cache decode kernel (f16, d <= {d})\");"]),
 ]
 
 
