@@ -430,6 +430,18 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.split_tag = next_split_tag();
 
     fa_status s;
+    if (pb->has_mods) { /* the score bias (common/mods.cuh), added in the transformed path's log2 units */
+        fa_mods_params mods;
+        if ((s = fa_cuda_mods_prepare(pb, nullptr, stream, &mods)) != FA_OK) return s;
+        prm.transform_scores = 1;
+        prm.score_mul = 1.0f;
+        switch (plan->bucket) {
+        case 64: return fa_kv_mods_launch_hdim64(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        case 128: return fa_kv_mods_launch_hdim128(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        case 256: return fa_kv_mods_launch_hdim256(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        default: break;
+        }
+    }
     switch (plan->bucket) {
     case 64: s = fa_kv_launch_hdim64(&prm, p->dtype, plan->dev.ordinal, stream); break;
     case 128: s = fa_kv_launch_hdim128(&prm, p->dtype, plan->dev.ordinal, stream); break;
