@@ -296,7 +296,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                    hopper_bwd_strides_ok(pb) &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
                        dev.smem_optin;
-    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_bwd_block_q(bucket), fa_bwd_block_k(bucket), path)) != FA_OK)
+    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_bwd_block_q(bucket), fa_bwd_block_k(bucket), 1, path)) != FA_OK)
         return s;
     plan->device_ordinal = dev.ordinal;
     plan->bucket = bucket;

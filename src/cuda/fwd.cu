@@ -218,7 +218,7 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
 
     if ((s = fa_cuda_current_device_sm80(dev)) != FA_OK) return s;
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
-    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_fwd_block_m(bucket), fa_fwd_block_n(bucket), path)) != FA_OK)
+    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_fwd_block_m(bucket), fa_fwd_block_n(bucket), 0, path)) != FA_OK)
         return s;
     return fa_cuda_check_smem(p, dev, fa_fwd_smem_bytes(bucket), "the CUDA forward kernel");
 }

@@ -55,7 +55,21 @@ __global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_par
     if (!ok) atomicMin(bp.bad_row, (unsigned long long)row);
 }
 
-fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, const char *path) {
+/* 4·a·b·c·d + 512 bytes without overflow. */
+static int workspace_product(int64_t a, int64_t b, int64_t c, int64_t d, size_t *bytes) {
+    uint64_t x = 4;
+    const int64_t f[4] = {a, b, c, d};
+    for (int i = 0; i < 4; ++i)
+        if (f[i] < 0 || __builtin_mul_overflow(x, (uint64_t)f[i], &x)) return 0;
+    if (x > UINT64_MAX - 512) return 0;
+    *bytes = (size_t)x;
+    return 1;
+}
+
+static int64_t map_batches(const fa_params *p);
+static int64_t map_heads(const fa_params *p);
+
+fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, int backward, const char *path) {
     const fa_params *p = &pb->p;
     if (pb->has_dropout)
         return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g with %s: %s does not combine attention dropout "
@@ -75,6 +89,13 @@ fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, const
     if (pb->has_block_mask && (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK) return s;
     if (pb->has_block_mask && (pb->q_blocks > INT32_MAX / 2 || pb->kv_blocks > INT32_MAX / 2))
         return fa_set_error(FA_ERR_INVALID_SIZE, "block_q / block_k: too many blocks for %s", path);
+    /* the workspaces' sizes (block map, dS) must fit in 64 bits */
+    size_t bytes;
+    if (pb->has_block_mask && !workspace_product(map_batches(p), map_heads(p), pb->q_blocks, pb->kv_blocks, &bytes))
+        return fa_set_error(FA_ERR_OVERFLOW, "kv_num_blocks: the block map of %s overflows 64-bit sizes", path);
+    if (backward && fa_cuda_dbias_reduces(p) && !workspace_product(p->batch, p->heads_q, p->seqlen_q, p->seqlen_k, &bytes))
+        return fa_set_error(FA_ERR_OVERFLOW, "dbias: the dS workspace of %s (batch × heads_q × seqlen_q × "
+                            "seqlen_k fp32) overflows 64-bit sizes", path);
     return FA_OK;
 }
 

@@ -217,8 +217,9 @@ __device__ __forceinline__ int fa_mods_q_count(const fa_mods_q_walk &w, int h_be
 
 /* The CUDA limits of a call with score modifications (pb->has_mods or dbias): no dropout, no
  * paged K/V, block sizes multiples of the kernel tiles (tile_q × tile_k, the largest of the
- * kernels the call runs). `path` names the caller. */
-fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, const char *path);
+ * kernels the call runs), workspace sizes (the backward's dS too) within 64 bits. `path` names
+ * the caller. */
+fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, int backward, const char *path);
 /* Workspace of the block map and its check slot (0 without a block mask). */
 size_t fa_cuda_mods_map_bytes(const fa_problem *pb);
 /* Fills *mp from the problem; with a block mask builds the map in map_ws (map_bytes) on the
