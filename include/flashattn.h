@@ -282,7 +282,7 @@ typedef struct fa_params {
     int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride; /* FA_KV_INT8, floats */
     int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;
 
-    /* ---- additive score bias (fa_forward, fa_backward, fa_kvcache_forward; CPU) ----------- */
+    /* ---- additive score bias (fa_forward, fa_backward, fa_kvcache_forward; CPU and CUDA) -- */
     /* bias[b, h, i, j] is added to the score of query i and key j of sequence b, query head h,
      * after scale and softcap (s = softcap·tanh(scale·q·k / softcap) + bias + ALiBi), before the
      * sinks and the masks; -inf masks the element (a row of -inf behaves like a fully masked
@@ -291,18 +291,20 @@ typedef struct fa_params {
      * rows (flash_attn's padded layout), fa_kvcache_forward with i = new query, j = cache slot
      * (cache_leftpad included). A stride of 0 broadcasts that axis (per-head tables [1, h, sq,
      * sk], per-batch key padding [b, 1, 1, sk], ...); the key axis is contiguous (1) or
-     * broadcast (0). CUDA: FA_ERR_UNSUPPORTED for now. */
+     * broadcast (0). CUDA: not with dropout_p > 0 or a paged K/V in fa_forward / fa_backward
+     * (FA_ERR_UNSUPPORTED). */
     const void *bias;     /* or NULL                                                          */
     fa_dtype bias_dtype;  /* F32 (0), F16 or BF16                                              */
     int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride; /* elements */
     /* fa_backward: dL/dbias in fp32 (overwritten), or NULL. Its strides say its shape: an axis
      * of stride 0 is summed over (dbias of a broadcast bias), so give dbias the bias's own zero
      * strides to get the gradient of the bias as stored. The sums run in a fixed order: results
-     * are bitwise identical for any num_threads. */
+     * are bitwise identical for any num_threads, and run to run on CUDA (a summed axis costs a
+     * batch × heads_q × seqlen_q × seqlen_k fp32 workspace there). */
     float *dbias;
     int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
 
-    /* ---- block-sparse mask (fa_forward, fa_backward; CPU) ----------------------------------- */
+    /* ---- block-sparse mask (fa_forward, fa_backward; CPU and CUDA) ------------------------ */
     /* FlexAttention's BlockMask: query block qb = i / block_q of (b, h) attends the key blocks
      * kb (keys [kb·block_k, (kb + 1)·block_k)) listed for it, kv_num_blocks[b, h, qb] of them in
      * kv_indices[b, h, qb, 0..) ("partial": the element masks below apply inside) and
@@ -314,8 +316,10 @@ typedef struct fa_params {
      * [batch, heads_q, q_blocks, kv_blocks] (last axis contiguous), count arrays [batch,
      * heads_q, q_blocks] (last axis contiguous), q_blocks = ceil(seqlen_q / block_q); a stride
      * of 0 broadcasts. Varlen: i and j are positions within sequence b. The engine visits only
-     * listed blocks. Any positive block sizes work on the CPU; the CUDA kernels (later) will
-     * want multiples of their tile sizes (128 × 128 covers all). CUDA: FA_ERR_UNSUPPORTED. */
+     * listed blocks. Any positive block sizes work on the CPU; CUDA wants multiples of its
+     * kernels' tiles (FA_ERR_UNSUPPORTED naming block_q / block_k otherwise; 128 × 128 covers
+     * all). On CUDA the arrays are device memory, checked on the device before anything is
+     * written (one stream synchronisation per call; bad lists: FA_ERR_INVALID_ARGUMENT). */
     int64_t block_q, block_k;            /* Q_BLOCK_SIZE, KV_BLOCK_SIZE (>= 1 with a mask)     */
     const int32_t *kv_num_blocks;        /* [batch, heads_q, q_blocks], or NULL: no block mask */
     const int32_t *kv_indices;           /* [batch, heads_q, q_blocks, kv_blocks]              */

@@ -15,6 +15,8 @@
 #      tests/gpu/kvquant.c) and compute-sanitizer on its small problems
 #   6c. attention dropout: forward and backward against the float64 oracle with the same mask,
 #      the CUDA mask against the CPU's, repeatability (tests/gpu/dropout.c); compute-sanitizer
+#   6d. score bias, dbias, document ids, block-sparse masks against the oracle, deterministic
+#      dbias, bad block lists rejected (tests/gpu/mods.c); compute-sanitizer on small problems
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -51,8 +53,6 @@ echo "-- the default forward kernel against the portable one on large problems"
 "$GPU" paths || fail "forward kernels disagree (tests/gpu/paths.c)"
 echo "-- NaN inputs propagate through every kernel (tests/gpu/nan.c)"
 "$GPU" nan || fail "NaN propagation (tests/gpu/nan.c)"
-echo "-- score bias, block masks, document ids: FA_ERR_UNSUPPORTED on CUDA, nothing written (tests/gpu/mods.c)"
-"$GPU" mods || fail "bias / block-mask rejection on CUDA (tests/gpu/mods.c)"
 
 echo "== 4. compute-sanitizer"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
@@ -118,6 +118,18 @@ echo "== 6c. attention dropout"
 for tool in memcheck racecheck synccheck; do
     echo "-- $tool: dropout (small problems, both backward kernels, attn_probs)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" dropout small || fail "$tool on dropout small"
+done
+
+# ---- 6d. score bias, dbias, document ids, block-sparse masks --------------------------------------
+# The portable kernels' MODS instantiations against the float64 oracle (biases of every broadcast
+# pattern and dtype with -inf rows, dbias, doc ids, random block masks with bits, varlen, GQA),
+# deterministic dbias bitwise repeatable, bad block lists rejected on the device with nothing
+# written (tests/gpu/mods.c); then compute-sanitizer on its small problems.
+echo "== 6d. score bias, dbias, document ids, block-sparse masks"
+"$GPU" mods || fail "score mods (tests/gpu/mods.c)"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: mods (small problems)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" mods small || fail "$tool on mods small"
 done
 
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------

@@ -2,9 +2,9 @@
 (flash_attn_func(..., attn_bias=...)), block-sparse masks in FlexAttention's BlockMask format and
 document ids (flex_attention, BlockSparseMask and its constructors).
 
-The library runs these on the CPU. CUDA tensors: flash_attn_func with attn_bias raises
-NotImplementedError (the GPU kernels do not have the bias yet); flex_attention falls back to
-torch's own flex_attention (documented in python/README.md).
+The library runs these on the CPU and on CUDA tensors (the GPU kernels want block sizes that are
+multiples of 128; FlexAttention's default). flex_attention with a score_mod on CUDA tensors falls
+back to torch's own flex_attention (documented in python/README.md).
 
 A call goes through one torch.autograd.Function (_ModsAttention, eager mode only: these calls are
 not registered as custom ops for torch.compile). The bias is passed to the library as a
@@ -70,7 +70,8 @@ class BlockSparseMask:
             full_counts, full_index = _sorted_lists(block_mask.full_kv_num_blocks,
                                                     block_mask.full_kv_indices, q_blocks,
                                                     kv_blocks)
-        bits = _evaluate_bits(block_mask.mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k)
+        bits = _evaluate_bits(block_mask.mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k,
+                              block_mask.kv_num_blocks.device)
         return BlockSparseMask((bq, bk), counts, index, full_counts, full_index, bits,
                                seq_lengths=(seqlen_q, seqlen_k))
 
@@ -127,8 +128,9 @@ def _bits_tensor(counts, index, block_bytes, fill):
     return bits
 
 
-def _evaluate_bits(mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k):
-    """mask_mod evaluated by PyTorch on the listed partial blocks only."""
+def _evaluate_bits(mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k, device=None):
+    """mask_mod evaluated by PyTorch on the listed partial blocks only (on `device`, the block
+    mask's: a mask_mod may index tensors that live there)."""
     if mask_mod is None:
         return None
     block_bytes = (bq * bk + 7) // 8
@@ -139,8 +141,9 @@ def _evaluate_bits(mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k):
         out = []
         for start in range(0, b.numel(), 4096):  # bounded memory per chunk
             sl = slice(start, start + 4096)
-            vis = mask_mod(b[sl].view(-1, 1, 1), h[sl].view(-1, 1, 1), q_idx[sl].unsqueeze(2),
-                           kv_idx[sl].unsqueeze(1))
+            args = (b[sl].view(-1, 1, 1), h[sl].view(-1, 1, 1), q_idx[sl].unsqueeze(2),
+                    kv_idx[sl].unsqueeze(1))
+            vis = mask_mod(*(t.to(device) for t in args) if device is not None else args)
             vis = torch.as_tensor(vis).to(torch.bool).expand(b[sl].numel(), bq, bk)
             out.append(_pack_bits(vis.cpu()))
         return torch.cat(out)
@@ -347,7 +350,8 @@ class _ModsAttention(torch.autograd.Function):
         out = geo.alloc(geo.out_shape, q.dtype, q.device)
         lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
         if geo.batch > 0:
-            _lib.forward(_params(qc, kc, vc, out, lse, cfg, bias4))
+            with _torch_impl._guard(q):
+                _lib.forward(_params(qc, kc, vc, out, lse, cfg, bias4), _torch_impl._workspace_alloc(q))
         ctx.save_for_backward(q, k, v, out, lse, bias, sink)
         ctx.cfg = cfg
         ctx.mark_non_differentiable(lse)
@@ -364,12 +368,12 @@ class _ModsAttention(torch.autograd.Function):
         dq = geo.alloc(qc.shape, q.dtype, q.device)
         dk = geo.alloc(kc.shape, k.dtype, k.device)
         dv = geo.alloc(vc.shape, v.dtype, v.device)
-        dsink = torch.zeros(geo.hq, dtype=torch.float32) if sink is not None else None
+        dsink = torch.zeros(geo.hq, dtype=torch.float32, device=q.device) if sink is not None else None
         bias4 = dbias = None
         if bias is not None:
             bias4, _, _ = _bias4(bias, geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
             if ctx.needs_input_grad[3]:
-                dbias = torch.zeros(cfg.bias_shape4, dtype=torch.float32)
+                dbias = torch.zeros(cfg.bias_shape4, dtype=torch.float32, device=q.device)
         if geo.batch > 0:
             p = _params(qc, kc, vc, oc, lse, cfg, bias4)
             _core.set_backward(p, _torch_impl._view(doc), _torch_impl._view(dq),
@@ -380,7 +384,8 @@ class _ModsAttention(torch.autograd.Function):
                 p.dbias = dbias.data_ptr()
                 (p.dbias_batch_stride, p.dbias_head_stride, p.dbias_row_stride,
                  p.dbias_col_stride) = _strides4(full, full.shape)
-            _lib.backward(p)
+            with _torch_impl._guard(q):
+                _lib.backward(p, _torch_impl._workspace_alloc(q))
         if dbias is not None:
             dbias = dbias.reshape(bias.shape).to(bias.dtype)
         if dsink is not None:
@@ -394,12 +399,6 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               attn_bias=None, block_mask=None):
     """(out, lse) of q, k, v in flash_attn's layout with a score bias and / or a BlockSparseMask,
     with autograd (dq, dk, dv, the bias's gradient, dsink)."""
-    if q.is_cuda:
-        raise NotImplementedError(
-            "flashattn: %s on CUDA tensors is not supported yet (the CPU path runs it); for a "
-            "GPU, use torch.nn.functional.scaled_dot_product_attention(attn_mask=...) or "
-            "flashattn.flex_attention (which falls back to torch's flex_attention on CUDA)"
-            % ("attn_bias" if attn_bias is not None else "a block mask"))
     max_q, max_k = _torch_impl._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                              max_seqlen_k, alibi_slopes, sink_logits)
     cu_q, cu_k, alibi, sink_c = _torch_impl._convert_inputs(cu_seqlens_q, cu_seqlens_k,
@@ -412,7 +411,7 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
         if not isinstance(block_mask, BlockSparseMask):
             block_mask = BlockSparseMask.from_torch(block_mask, geo.seqlen_q, geo.seqlen_k)
         m = block_mask
-        block_arrays = tuple(None if t is None else t.to(dtype).contiguous() for t, dtype in
+        block_arrays = tuple(None if t is None else t.to(q.device, dtype).contiguous() for t, dtype in
                              ((m.kv_num_blocks, torch.int32), (m.kv_indices, torch.int32),
                               (m.full_kv_num_blocks, torch.int32), (m.full_kv_indices, torch.int32),
                               (m.partial_block_bits, torch.uint8)))
@@ -421,8 +420,8 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
         if m.window != (-1, -1):
             _, wl, wr = _core.window_fields(m.window)
         if m.doc_ids_q is not None:
-            doc_ids = (m.doc_ids_q.to(torch.int32).contiguous(),
-                       m.doc_ids_k.to(torch.int32).contiguous())
+            doc_ids = (m.doc_ids_q.to(q.device, torch.int32).contiguous(),
+                       m.doc_ids_k.to(q.device, torch.int32).contiguous())
     if attn_bias is not None and attn_bias.device != q.device:
         raise ValueError("flashattn: attn_bias is on %s but q on %s" % (attn_bias.device, q.device))
     cfg = _Config(geo=geo, cu_q=cu_q, cu_k=cu_k, scale=_core.default_scale(q.shape[-1], softmax_scale),
@@ -453,13 +452,15 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     """torch.nn.attention.flex_attention.flex_attention's signature on [batch, heads, seq, dim]
     tensors, computed by the library on the CPU: block_mask is torch's BlockMask (its mask_mod is
     evaluated by PyTorch on the partial blocks only) or a BlockSparseMask; score_mod must be None.
-    CUDA tensors: torch's own flex_attention. Returns out [batch, heads, seq_q, dim_v] (and the
+    CUDA tensors run on the GPU the same way (block sizes multiples of 128); with a score_mod they
+    go to torch's own flex_attention. Returns out [batch, heads, seq_q, dim_v] (and the
     LSE [batch, heads, seq_q] with return_lse)."""
-    if query.is_cuda:
+    if query.is_cuda and score_mod is not None:
         from torch.nn.attention.flex_attention import flex_attention as torch_flex
         if isinstance(block_mask, BlockSparseMask):
-            raise NotImplementedError("flashattn.flex_attention on CUDA tensors falls back to "
-                                      "torch's flex_attention, which takes torch's BlockMask only")
+            raise NotImplementedError("flashattn.flex_attention with a score_mod on CUDA tensors "
+                                      "falls back to torch's flex_attention, which takes torch's "
+                                      "BlockMask only")
         return torch_flex(query, key, value, score_mod=score_mod, block_mask=block_mask,
                           scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
     if score_mod is not None:

@@ -19,7 +19,7 @@ them up to multiples of 128), negated where dropout dropped the element (for tes
 sizes). NumPy arrays take no dropout.
 flash_attn_varlen_func takes block_table (a paged KV cache, chunked prefill; forward only) and
 flash_attn_with_kvcache paged caches with any page size.
-attn_bias (flash_attn_func, flash_attn_varlen_func; torch tensors on the CPU): an additive score
+attn_bias (flash_attn_func, flash_attn_varlen_func; torch tensors, CPU or CUDA): an additive score
 bias broadcastable to (batch, nheads, seqlen_q, seqlen_k) with its gradient through autograd.
 """
 
@@ -59,7 +59,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     dropout_p = _core.check_dropout(dropout_p)
     if attn_bias is not None:
         if not _is_torch(q):
-            raise NotImplementedError("flashattn: attn_bias needs torch tensors (CPU)")
+            raise NotImplementedError("flashattn: attn_bias needs torch tensors")
         if dropout_p > 0 or block_table is not None:
             raise NotImplementedError("flashattn: attn_bias with %s is not supported"
                                       % ("dropout_p > 0" if dropout_p > 0 else "block_table"))
@@ -131,7 +131,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     probabilities, negated where dropout dropped the element (S_dmask >= 0 is the kept mask).
     attn_bias: a float32 / float16 / bfloat16 tensor broadcastable to (batch, nheads, seqlen_q,
     seqlen_k), added to the scores after softcap (-inf masks); its gradient is returned by
-    autograd reduced to attn_bias's own shape. CPU tensors (CUDA: NotImplementedError for now).
+    autograd reduced to attn_bias's own shape. CPU and CUDA tensors.
     """
     result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
                           softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,

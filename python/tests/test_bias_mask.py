@@ -1,8 +1,8 @@
 """Programmable attention from PyTorch (CPU): flash_attn_func / flash_attn_varlen_func with
 attn_bias (out and every gradient, the bias's reduced to its broadcast shape, against float64
 autograd of plain attention), flex_attention with torch's BlockMask (create_block_mask) and with
-the BlockSparseMask constructors against the same mask applied densely, the CUDA routing, and the
-rejections. Runs where torch is importable (torch >= 2.5 for flex_attention)."""
+the BlockSparseMask constructors against the same mask applied densely, and the rejections
+(the CUDA runs of the same calls: test_gpu.py). Runs where torch is importable (torch >= 2.5 for flex_attention)."""
 
 import zlib
 
@@ -160,17 +160,3 @@ def test_rejections():
                                  score_mod=lambda s, b, h, i, j: s)
     with pytest.raises(NotImplementedError, match="dropout"):
         flashattn.flash_attn_func(q, q, q, dropout_p=0.1, attn_bias=torch.zeros(8, 8))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available() or not flashattn.cuda_available(),
-                    reason="needs a CUDA GPU and a CUDA build")
-def test_cuda_routing():
-    q = torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="attn_bias"):
-        flashattn.flash_attn_func(q, q, q, attn_bias=torch.zeros(128, 128, device="cuda"))
-    # flex_attention falls back to torch's own on CUDA
-    block_mask = flex.create_block_mask(lambda b, h, i, j: i >= j, 1, 2, 128, 128, device="cuda")
-    qt = q.transpose(1, 2).contiguous()
-    out = flashattn.flex_attention(qt, qt, qt, block_mask=block_mask)
-    ref = flex.flex_attention(qt, qt, qt, block_mask=block_mask)
-    assert torch.equal(out, ref)

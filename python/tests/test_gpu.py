@@ -2,7 +2,8 @@
 against float64 autograd on the GPU (FlashAttention's rule), head dims padded to a multiple of 8
 and sliced back, varlen with device cu_seqlens, the current stream and device guard, bitwise
 deterministic backward, torch.compile, attention dropout (the CPU's mask, float64 reference with
-that mask)."""
+that mask), attn_bias with its gradient, flex_attention with block masks and document ids, and a
+bitwise repeatable deterministic dbias."""
 
 import math
 import zlib
@@ -376,3 +377,108 @@ def test_cuda_dropout_reproducible_and_padded_head_dim():
     assert torch.equal(o1, o2) and s1.shape == (3, 2, 19, 19) and not s1[1].any()
     o1.float().sum().backward()
     assert torch.isfinite(qkv.grad).all() and qkv.grad.abs().sum() > 0
+
+
+# ---- score bias, block masks, document ids on CUDA ---------------------------------------------
+
+def dense_mods_attention(q, k, v, bias=None, mask=None, causal=False):
+    """float64 attention on [batch, seq, heads, dim] (GQA) with an additive bias broadcast to
+    [b, h, sq, sk] and a boolean mask; fully masked rows give 0."""
+    qq, kk, vv = (t.transpose(1, 2) for t in (q, k, v))
+    group = qq.shape[1] // kk.shape[1]
+    kk, vv = kk.repeat_interleave(group, 1), vv.repeat_interleave(group, 1)
+    s = qq @ kk.transpose(-1, -2) * qq.shape[-1] ** -0.5
+    if bias is not None:
+        s = s + bias
+    sq, sk = s.shape[-2], s.shape[-1]
+    if causal:
+        i = torch.arange(sq, device=s.device).unsqueeze(1)
+        j = torch.arange(sk, device=s.device).unsqueeze(0)
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return (p @ vv).transpose(1, 2)
+
+
+MOD_TOL = {torch.float16: 2e-2, torch.bfloat16: 6e-2}
+BIAS_SHAPES = {
+    "full": lambda b, h, sq, sk: (b, h, sq, sk),
+    "per_head": lambda b, h, sq, sk: (h, sq, sk),
+    "key_padding": lambda b, h, sq, sk: (b, 1, 1, sk),
+    "per_row": lambda b, h, sq, sk: (b, h, sq, 1),
+}
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("shape_name", list(BIAS_SHAPES))
+def test_cuda_attn_bias(dtype_name, shape_name):
+    dtype = DTYPES[dtype_name]
+    seeded("cuda bias " + shape_name + dtype_name)
+    b, sq, sk, hq, hkv, d = 2, 97, 150, 4, 2, 64
+    q, k, v = rand((b, sq, hq, d), dtype), rand((b, sk, hkv, d), dtype), rand((b, sk, hkv, d), dtype)
+    bias = torch.randn(BIAS_SHAPES[shape_name](b, hq, sq, sk), device="cuda")
+    if shape_name == "key_padding":
+        bias = torch.where(torch.rand(bias.shape, device="cuda") < 0.3, float("-inf"), 0.0)
+    bias = bias.to(dtype).requires_grad_()
+    out = flashattn.flash_attn_func(q, k, v, causal=True, attn_bias=bias)
+    dout = torch.randn(out.shape, device="cuda").to(dtype)
+    grads = torch.autograd.grad(out, (q, k, v, bias), dout)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v, bias)]
+    ref = dense_mods_attention(*leaves[:3], bias=leaves[3], causal=True)
+    ref_grads = torch.autograd.grad(ref, leaves, dout.double())
+    scale = lambda t: max(t.abs().max().item(), 1.0)  # noqa: E731
+    assert (out.double() - ref).abs().max().item() <= MOD_TOL[dtype] * scale(ref)
+    for name, g, r in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads):
+        assert g.shape == r.shape and g.dtype == dtype and g.is_cuda, name
+        err = (g.double() - torch.nan_to_num(r)).abs().max().item()
+        assert err <= 4 * MOD_TOL[dtype] * scale(r), (name, err)
+
+
+def test_cuda_flex_attention_block_mask():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    seeded("cuda flex")
+    b, h, s, d = 2, 2, 384, 64
+    doc = torch.randint(0, 3, (s,), device="cuda").sort().values
+
+    def mask_mod(bi, hi, qi, ki):
+        return (qi >= ki) & (doc[qi] == doc[ki]) & ((qi - ki) < 200)
+
+    block_mask = flex.create_block_mask(mask_mod, b, h, s, s, device="cuda")  # 128 x 128 blocks
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = flashattn.flex_attention(q, k, v, block_mask=block_mask)
+    dense = flex.create_mask(mask_mod, b, h, s, s, device="cuda")
+    qt, kt, vt = (t.detach().transpose(1, 2).double().requires_grad_() for t in (q, k, v))
+    ref = dense_mods_attention(qt, kt, vt, mask=dense).transpose(1, 2)
+    assert out.is_cuda and (out.double() - ref).abs().max().item() < 6e-2
+    dout = torch.randn(out.shape, device="cuda", dtype=torch.bfloat16)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(ref, (qt, kt, vt), dout.double())
+    for g, r in zip(grads, ref_grads):
+        err = (g.transpose(1, 2).double() - r).abs().max().item()
+        assert err <= 0.25 * max(r.abs().max().item(), 1.0), err
+
+
+def test_cuda_document_block_mask_and_deterministic_dbias():
+    seeded("cuda doc")
+    s, d = 300, 64
+    doc = torch.randint(0, 4, (s,)).sort().values
+    mask = flashattn.document_block_mask(doc, block_size=128)
+    q, k, v = (torch.randn(1, 3, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = flashattn.flex_attention(q, k, v, block_mask=mask)
+    i = torch.arange(s).unsqueeze(1)
+    j = torch.arange(s).unsqueeze(0)
+    dense = ((i >= j) & (doc.unsqueeze(1) == doc.unsqueeze(0))).cuda()
+    qt, kt, vt = (t.transpose(1, 2).double() for t in (q, k, v))
+    ref = dense_mods_attention(qt, kt, vt, mask=dense).transpose(1, 2)
+    assert (out.double() - ref).abs().max().item() < 2e-2
+    # a per-head bias table broadcast over the batch: its gradient is a sum, bitwise repeatable
+    qb, kb, vb = (torch.randn(3, 200, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    bias = torch.randn(2, 200, 200, device="cuda", requires_grad=True)
+    runs = []
+    for _ in range(2):
+        out = flashattn.flash_attn_func(qb, kb, vb, causal=True, deterministic=True, attn_bias=bias)
+        (g,) = torch.autograd.grad(out, (bias,), torch.ones_like(out))
+        runs.append(g)
+    assert torch.equal(runs[0], runs[1])

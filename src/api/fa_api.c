@@ -11,7 +11,8 @@
  *   5. varlen fields (both cu_seqlens or neither; totals; on the CPU the cu_seqlens contents),
  *      then the score bias / block mask / document ids fields (fa_validate_score_mods)
  *   6. strides (non-negative; outputs must not overlap themselves; offsets fit in int64)
- *      and, on the CPU, the block lists' contents (fa_check_score_mod_contents)
+ *      and, on the CPU, the block lists' contents (fa_check_score_mod_contents; the CUDA engine
+ *      checks them on the device before it writes anything, src/cuda/mods.cu)
  *   7. the engine's own limits (fa_cuda_check_*), then the caller's workspace size
  */
 #include <math.h>
@@ -232,7 +233,11 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     }
     nviews += fa_score_mod_views(pb, bwd, views + nviews);
     fa_status s = fa_check_views(views, nviews);
-    if (s != FA_OK || p->device != FA_DEVICE_CPU) return s;
+    if (s != FA_OK) return s;
+    if (p->device != FA_DEVICE_CPU) { /* CUDA: the block lists are checked on the device (src/cuda/mods.cu) */
+        fa_score_mods_move_window(pb);
+        return FA_OK;
+    }
     if ((s = fa_check_score_mod_contents(pb)) != FA_OK) return s;
     const int64_t nb = pb->varlen ? 1 : p->batch;
 #define ZERO_UNUSED(t, rows, heads)                                                                \

@@ -130,14 +130,23 @@ fa_status fa_validate_dropout(fa_problem *pb, const char *call);
 /* ---- score modifications: bias, document ids, block-sparse mask (src/api/fa_validate.c) ---- */
 
 /* Scalar fields of p.bias / p.dbias / the block mask / doc ids for a call (`call` names it in
- * messages; backward: dbias is used; kvcache: bias only), CUDA rejected (FA_ERR_UNSUPPORTED
- * naming the field); sets has_mods, has_block_mask, q_blocks, kv_blocks, block_bytes. Call
+ * messages; backward: dbias is used; kvcache: bias only, the others FA_ERR_UNSUPPORTED naming
+ * the field); sets has_mods, has_block_mask, q_blocks, kv_blocks, block_bytes. Call
  * after the varlen fields are checked. */
 fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward, int kvcache);
 /* Append the views of the arrays above (bias, dbias, counts, indices, bits, doc ids) to
  * views; returns how many (at most FA_SCORE_MOD_VIEWS). */
 #define FA_SCORE_MOD_VIEWS 8
 int fa_score_mod_views(const fa_problem *pb, int backward, fa_tensor_view *views);
+/* One block-list row (b, h, qb) of a block mask: the counts and lists as given (full NULL: no
+ * full lists); FA_ERR_INVALID_ARGUMENT naming the field and position when a count or an entry is
+ * out of range, a list is not strictly increasing, or a block is in both lists. The CPU checks
+ * every row with it; the CUDA engine checks on the device and calls it on the first bad row. */
+fa_status fa_check_block_row(const fa_problem *pb, int64_t b, int64_t h, int64_t qb, int32_t n_part,
+                             const int32_t *part, int32_t n_full, const int32_t *full);
+/* With a block mask: the window moves to elem_window_* and p.window_* become -1 (has_mask 0);
+ * without one elem_window_* = p.window_*. After the block lists are known to be valid. */
+void fa_score_mods_move_window(fa_problem *pb);
 /* After the views passed, on the CPU: the block lists' contents (counts, ranges, order, no
  * block both partial and full); then the window resolution described at fa_problem. */
 fa_status fa_check_score_mod_contents(fa_problem *pb);

@@ -366,10 +366,6 @@ fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward,
         return FA_OK;
     const char *field = has_bias ? "bias" : has_dbias ? "dbias" : has_blocks ? "kv_num_blocks"
                       : has_docs ? "doc_ids_q / doc_ids_k" : "a block-mask array";
-    if (p->device == FA_DEVICE_CUDA)
-        return fa_set_error(FA_ERR_UNSUPPORTED,
-                            "%s is set: the CUDA engine has no score bias, document ids or block-sparse "
-                            "masks yet (they run on the CPU)", field);
     if (call != NULL && (has_bias || has_blocks || has_docs))
         return fa_set_error(FA_ERR_UNSUPPORTED, "%s is set: %s does not support score biases or masks beyond "
                             "causal / window (fa_forward and fa_backward do)", field, call);
@@ -517,6 +513,35 @@ static fa_status check_block_list(const char *count_name, const char *index_name
     return FA_OK;
 }
 
+fa_status fa_check_block_row(const fa_problem *pb, int64_t b, int64_t h, int64_t qb, int32_t n_part,
+                             const int32_t *part, int32_t n_full, const int32_t *full) {
+    fa_status s = check_block_list("kv_num_blocks", "kv_indices", n_part, part, pb->kv_blocks, b, h, qb);
+    if (s != FA_OK || full == NULL) return s;
+    s = check_block_list("full_kv_num_blocks", "full_kv_indices", n_full, full, pb->kv_blocks, b, h, qb);
+    if (s != FA_OK) return s;
+    for (int32_t x = 0, y = 0; x < n_part && y < n_full;) { /* merge of two sorted lists */
+        if (part[x] == full[y])
+            return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                "key block %d is listed both in kv_indices[%lld][%lld][%lld] (partial) "
+                                "and in full_kv_indices[%lld][%lld][%lld] (full)",
+                                part[x], (long long)b, (long long)h, (long long)qb, (long long)b,
+                                (long long)h, (long long)qb);
+        if (part[x] < full[y]) x++;
+        else y++;
+    }
+    return FA_OK;
+}
+
+void fa_score_mods_move_window(fa_problem *pb) {
+    fa_params *p = &pb->p;
+    pb->elem_window_left = p->window_left;
+    pb->elem_window_right = p->window_right;
+    if (!pb->has_block_mask) return;
+    /* causal / window hold inside partial blocks only: the engines' range logic sees none */
+    p->window_left = p->window_right = -1;
+    pb->has_mask = 0;
+}
+
 fa_status fa_check_score_mod_contents(fa_problem *pb) {
     fa_params *p = &pb->p;
     if (!pb->has_block_mask) return FA_OK;
@@ -529,33 +554,12 @@ fa_status fa_check_score_mod_contents(fa_problem *pb) {
                 const int64_t c_off = b * p->block_count_batch_stride + h * p->block_count_head_stride + qb;
                 const int64_t i_off = b * p->block_index_batch_stride + h * p->block_index_head_stride +
                                       qb * p->block_index_row_stride;
-                const int32_t n_part = p->kv_num_blocks[c_off];
-                fa_status s = check_block_list("kv_num_blocks", "kv_indices", n_part, p->kv_indices + i_off,
-                                               pb->kv_blocks, b, h, qb);
-                if (s != FA_OK || !p->full_kv_num_blocks) {
-                    if (s != FA_OK) return s;
-                    continue;
-                }
-                const int32_t n_full = p->full_kv_num_blocks[c_off];
-                s = check_block_list("full_kv_num_blocks", "full_kv_indices", n_full, p->full_kv_indices + i_off,
-                                     pb->kv_blocks, b, h, qb);
+                const fa_status s = fa_check_block_row(
+                    pb, b, h, qb, p->kv_num_blocks[c_off], p->kv_indices + i_off,
+                    p->full_kv_num_blocks ? p->full_kv_num_blocks[c_off] : 0,
+                    p->full_kv_indices ? p->full_kv_indices + i_off : NULL);
                 if (s != FA_OK) return s;
-                const int32_t *a = p->kv_indices + i_off, *f = p->full_kv_indices + i_off;
-                for (int32_t x = 0, y = 0; x < n_part && y < n_full;) { /* merge of two sorted lists */
-                    if (a[x] == f[y])
-                        return fa_set_error(FA_ERR_INVALID_ARGUMENT,
-                                            "key block %d is listed both in kv_indices[%lld][%lld][%lld] (partial) "
-                                            "and in full_kv_indices[%lld][%lld][%lld] (full)",
-                                            a[x], (long long)b, (long long)h, (long long)qb, (long long)b,
-                                            (long long)h, (long long)qb);
-                    if (a[x] < f[y]) x++;
-                    else y++;
-                }
             }
-    /* causal / window hold inside partial blocks only: the engines' range logic sees none */
-    pb->elem_window_left = p->window_left;
-    pb->elem_window_right = p->window_right;
-    p->window_left = p->window_right = -1;
-    pb->has_mask = 0;
+    fa_score_mods_move_window(pb);
     return FA_OK;
 }

@@ -16,8 +16,13 @@
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
+ *   With score mods (bias, dbias, doc ids, block masks; common/mods.cuh) the main kernel is the
+ *   sm_80 kernel's MODS instantiation on every device, preceded by the block map's build and
+ *   check (mods.cu: the call's one synchronisation) and the dbias zeroing, and followed by the
+ *   dbias reduction when dbias sums an axis.
  *
- * No device synchronisation, no host read of cu_seqlens. Every CUDA call and launch is checked.
+ * No device synchronisation (but the block-mask check above), no host read of cu_seqlens. Every CUDA call
+ * and launch is checked.
  *
  * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the portable kernels'
  * deterministic-mode split count of bwd_tiles.h) and G = GQA group splits:
@@ -28,6 +33,9 @@
  *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
  *   dk/dv parts  G × total_k × heads_kv × (d + dv) × 4       (only when G > 1)
+ *   block map    256 + batch × heads_q × q_blocks × kv_blocks × 4 (a block mask; broadcast
+ *                list axes count once)
+ *   dS           batch × heads_q × seqlen_q × seqlen_k × 4   (dbias with a summed axis only)
  * Deterministic mode on the portable kernels costs (S - 1) extra dQ buffers: S ≈ SMs / (batch ×
  * heads_kv × G), capped by the number of key blocks; e.g. b = 1, 16 heads, d = 128 on 132 SMs:
  * S = 9, 9 × the 512 MiB of one fp32 dQ at 64k tokens. The Hopper kernels instead order each dQ
@@ -43,6 +51,7 @@
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/bwd_bigsmem_launch.h" /* main kernel v2 (bwd_sm80_bigsmem.cuh) on sm_90+, where its smem fits */
 #include "cuda/common/sm90_tiles.h"   /* the Hopper main kernel's coverage (bwd_sm90.cu) */
+#include "cuda/common/mods.cuh"     /* score bias, dbias, document ids, block masks (mods.cu) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +222,9 @@ typedef struct fa_bwd_plan {
     int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
     int device_ordinal;
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
-    size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp, bytes;
+    size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
+    size_t off_map, off_dbias; /* score mods: the block map, the dbias workspace (mods.cu)  */
+    size_t bytes;
 } fa_bwd_plan;
 
 /* Every stride the Hopper kernel's TMA maps step along (sm90_tiles.h's rule; an axis of
@@ -270,13 +281,14 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
      * so that tests on sm_90 reach it too; =portable forces the portable kernels (not Hopper's). */
     const char *force = getenv("FA_CUDA_BACKWARD");
     const int force_sm80 = force != NULL && strcmp(force, "sm80") == 0;
-    plan->v2 = !force_sm80 && dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
+    /* score mods (common/mods.cuh): the sm_80 kernel's MODS instantiation, on every device */
+    plan->v2 = !force_sm80 && !pb->has_mods && dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
     const size_t smem = plan->v2 ? fa_bwd_bigsmem_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
     /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
      * has one dQ accumulator (deterministic mode: semaphores instead of splits). */
-    plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) &&
+    plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) && !pb->has_mods &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
                                              (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
                                              p->softcap, pb->has_dropout) == NULL &&
@@ -284,6 +296,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                    hopper_bwd_strides_ok(pb) &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
                        dev.smem_optin;
+    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_bwd_block_q(bucket), fa_bwd_block_k(bucket), 1, path)) != FA_OK)
+        return s;
     plan->device_ordinal = dev.ordinal;
     plan->bucket = bucket;
     plan->block_k = plan->v2 ? fa_bwd_bigsmem_block_k(bucket) : fa_bwd_block_k(bucket);
@@ -338,6 +352,10 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         plan->off_dvp = off;
         off = fa_cuda_align256(off + kv_rows * (size_t)p->head_dim_v * 4);
     }
+    plan->off_map = off;
+    off = fa_cuda_align256(off + (pb->has_mods ? fa_cuda_mods_map_bytes(pb) : 0));
+    plan->off_dbias = off;
+    off = fa_cuda_align256(off + fa_cuda_dbias_workspace_bytes(pb));
     plan->bytes = off;
     return FA_OK;
 }
@@ -373,6 +391,7 @@ typedef struct fa_bwd_buffers {
     float *dsum;
     float *sink_partial; /* NULL without sinks                                         */
     size_t dq_elems;     /* total_q · heads_q · head_dim                                */
+    const fa_mods_params *mods; /* score mods (pb->has_mods), else NULL                  */
 } fa_bwd_buffers;
 
 /* 2. the pre-pass: D = rowsum(dO∘O), LSE·log2(e), the sinks' partial sums. */
@@ -449,6 +468,15 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernels decline) */
     fa_status s;
+    if (pb->has_mods) { /* score mods: the map was built and dbias begun by run_backward */
+        const fa_mods_params *mods = buf->mods;
+        const int grid = (int)plan->grid;
+        switch (plan->bucket) {
+        case 64: return fa_bwd_mods_launch_hdim64(&prm, mods, p->dtype, grid, stream);
+        case 128: return fa_bwd_mods_launch_hdim128(&prm, mods, p->dtype, grid, stream);
+        default: return fa_bwd_mods_launch_hdim256(&prm, mods, p->dtype, grid, stream);
+        }
+    }
     if (plan->hopper) {
         if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
     } else if (plan->v2) {
@@ -552,6 +580,17 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     buf.dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
     float *dq_accum = buf.dq_accum, *sink_partial = buf.sink_partial;
     const size_t dq_elems = buf.dq_elems;
+    fa_status s;
+
+    /* 0. score mods: the block map, checked before anything is written; dbias zeroed */
+    fa_mods_params mods;
+    buf.mods = nullptr;
+    if (pb->has_mods) {
+        if ((s = fa_cuda_mods_prepare(pb, ws + plan->off_map, stream, &mods)) != FA_OK) return s;
+        if ((s = fa_cuda_dbias_begin(pb, reinterpret_cast<float *>(ws + plan->off_dbias), stream, &mods)) != FA_OK)
+            return s;
+        buf.mods = &mods;
+    }
 
     /* 1. zero dQ accumulators (and the semaphores right after them) */
     const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
@@ -559,10 +598,11 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     if (dq_elems > 0)
         FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
 
-    fa_status s;
     if (p->total_q > 0 && (s = run_prepass(pb, plan, &buf, stream)) != FA_OK) return s;
     if (plan->grid > 0 && (s = run_main(pb, plan, &buf, ws, stream)) != FA_OK) return s;
     if ((s = run_conversions(pb, plan, &buf, ws, stream)) != FA_OK) return s;
+    if (pb->has_mods && (s = fa_cuda_dbias_finish(pb, reinterpret_cast<const float *>(ws + plan->off_dbias), stream)) != FA_OK)
+        return s;
 
     /* 5. dsink */
     if (p->dsink != NULL) {

@@ -26,6 +26,7 @@
 #include "cuda/common/fwd_launch.h"
 #include "cuda/common/gather_launch.h"
 #include "cuda/common/sm90_tiles.h"
+#include "cuda/common/mods.cuh"
 
 /* ---- availability ------------------------------------------------------------------------- */
 
@@ -217,6 +218,8 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
 
     if ((s = fa_cuda_current_device_sm80(dev)) != FA_OK) return s;
     const int bucket = fa_fwd_hdim_bucket((int)p->head_dim, (int)p->head_dim_v);
+    if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_fwd_block_m(bucket), fa_fwd_block_n(bucket), 0, path)) != FA_OK)
+        return s;
     return fa_cuda_check_smem(p, dev, fa_fwd_smem_bytes(bucket), "the CUDA forward kernel");
 }
 
@@ -225,6 +228,7 @@ extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspa
     fa_cuda_device_info dev;
     fa_status s = check_forward(pb, &dev);
     if (s == FA_OK && workspace_bytes && pb->p.block_table != nullptr) *workspace_bytes = fa_cuda_paged_workspace(pb);
+    if (s == FA_OK && workspace_bytes && pb->has_mods) *workspace_bytes = fa_cuda_mods_map_bytes(pb);
     return s;
 }
 
@@ -237,10 +241,36 @@ extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const
     const fa_params *p = &pb->p;
     const char *force = getenv("FA_CUDA_FORWARD");
     if (force != nullptr && strcmp(force, "portable") == 0) return FA_CUDA_FWD_PORTABLE;
+    if (pb->has_mods) return FA_CUDA_FWD_PORTABLE; /* the MODS instantiations (common/mods.cuh) */
     const char *why = fa_hopper_fwd_unsupported(dev->cc_major, dev->cc_minor, p->dtype, (int)p->head_dim,
                                                 (int)p->head_dim_v, p->alibi_slopes != nullptr, pb->scale_log2,
                                                 p->softcap, pb->has_dropout);
     return why == nullptr ? FA_CUDA_FWD_HOPPER : FA_CUDA_FWD_PORTABLE;
+}
+
+/* The MODS instantiations: the block map (if any) built and checked first, every score through
+ * the transformed path (the bias is added in log2 units there). */
+static fa_status forward_mods(const fa_problem *pb, fa_fwd_params *prm, int bucket, int device_ordinal,
+                              cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    fa_cuda_workspace ws;
+    fa_status s = fa_cuda_workspace_acquire(p->workspace, fa_cuda_mods_map_bytes(pb), stream, "block map", &ws);
+    if (s != FA_OK) return s;
+    fa_mods_params mods;
+    s = fa_cuda_mods_prepare(pb, ws.base, stream, &mods);
+    if (s == FA_OK) {
+        prm->transform_scores = 1;
+        prm->score_mul = 1.0f;
+        switch (bucket) {
+        case 64: s = fa_fwd_mods_launch_hdim64(prm, &mods, p->dtype, device_ordinal, stream); break;
+        case 128: s = fa_fwd_mods_launch_hdim128(prm, &mods, p->dtype, device_ordinal, stream); break;
+        case 256: s = fa_fwd_mods_launch_hdim256(prm, &mods, p->dtype, device_ordinal, stream); break;
+        default:
+            s = fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",
+                             (long long)p->head_dim, (long long)p->head_dim_v);
+        }
+    }
+    return fa_cuda_workspace_release(&ws, stream, "block map", s);
 }
 
 /* probs.cu: attn_probs (flash_attn's S_dmask) by a separate pass */
@@ -265,6 +295,7 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
 
     cudaStream_t stream = (cudaStream_t)p->stream;
+    if (pb->has_mods) return forward_mods(pb, &prm, bucket, dev.ordinal, stream);
     if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
         s = fa_fwd_launch_hopper(&prm, p->dtype, dev.ordinal, stream);
         if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */

@@ -288,6 +288,11 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     plan->d_pad = (int)((p->head_dim + 7) / 8 * 8);
     plan->dv_pad = (int)((p->head_dim_v + 7) / 8 * 8);
     if (quant) {
+        if (pb->has_mods) /* the quantised kernel has no MODS instantiation */
+            return fa_set_error(FA_ERR_UNSUPPORTED,
+                                "bias / block mask / doc_ids with kv_dtype = %d: %s does not combine a score bias or "
+                                "block mask with a quantised cache",
+                                (int)p->kv_dtype, path);
         if ((s = plan_kv_quant(p, plan, path)) != FA_OK) return s;
     } else if (plan->pad_dims) {
         if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
@@ -511,6 +516,18 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
         default:
             return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA KV-cache kernel",
                                 (long long)p->head_dim, (long long)p->head_dim_v);
+        }
+    }
+    if (pb->has_mods) { /* the score bias (common/mods.cuh), added in the transformed path's log2 units */
+        fa_mods_params mods;
+        if ((s = fa_cuda_mods_prepare(pb, nullptr, stream, &mods)) != FA_OK) return s;
+        prm.transform_scores = 1;
+        prm.score_mul = 1.0f;
+        switch (plan->bucket) {
+        case 64: return fa_kv_mods_launch_hdim64(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        case 128: return fa_kv_mods_launch_hdim128(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        case 256: return fa_kv_mods_launch_hdim256(&prm, &mods, p->dtype, plan->dev.ordinal, stream);
+        default: break;
         }
     }
     switch (plan->bucket) {

@@ -6,7 +6,8 @@
  *   backward [CASE...]      backward repeatability on problems reaching every kernel path (backward.c)
  *   bwd_paths [small] [det] the default backward kernel against the portable one (bwd_paths.c)
  *   nan                     a NaN input propagates through every kernel, never a masked row (nan.c)
- *   mods                    bias / block masks / document ids answer FA_ERR_UNSUPPORTED (mods.c)
+ *   mods [small]            score bias, dbias, document ids, block-sparse masks against the
+ *                           float64 oracle; bad block lists rejected, nothing written (mods.c)
  *   kvcache [small]         fa_kvcache_forward against the oracle and the CPU engine's caches:
  *                           appends of any length, head dims not multiples of 8 (cache.c)
  *   paged [small]           fa_forward with a paged K/V (block_table) against the oracle (cache.c)

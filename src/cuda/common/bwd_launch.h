@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/mods.cuh"
 
 /* Everything the main backward kernel reads, passed by value: fa_kernel_base (q, k, v, the
  * forward's lse, sizes, window, score constants, ALiBi) and the gradients and workspace below.
@@ -54,6 +55,14 @@ fa_status fa_bwd_dropout_launch_hdim128(const fa_bwd_params *prm, const fa_dropo
                                         int grid, cudaStream_t stream);
 fa_status fa_bwd_dropout_launch_hdim256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int grid, cudaStream_t stream);
+/* The same kernels with the score bias, dbias, document ids and block-sparse masks of
+ * common/mods.cuh (instances/bwd_sm80_mods_hdim<bucket>.cu). */
+fa_status fa_bwd_mods_launch_hdim64(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
+                                    cudaStream_t stream);
+fa_status fa_bwd_mods_launch_hdim128(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
+                                     cudaStream_t stream);
+fa_status fa_bwd_mods_launch_hdim256(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
+                                     cudaStream_t stream);
 /* The Hopper main kernel (bwd_sm90.cu) in place of the above, for the problems
  * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits = 1 and one dQ
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/mods.cuh"
 
 extern "C" {
 typedef enum fa_cuda_fwd_kernel { FA_CUDA_FWD_PORTABLE = 0, FA_CUDA_FWD_HOPPER = 1 } fa_cuda_fwd_kernel;
@@ -31,6 +32,14 @@ fa_status fa_fwd_dropout_launch_hdim128(const fa_fwd_params *prm, const fa_dropo
                                         int device_ordinal, cudaStream_t stream);
 fa_status fa_fwd_dropout_launch_hdim256(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int device_ordinal, cudaStream_t stream);
+/* The same kernels with the score bias, document ids and block-sparse masks of
+ * common/mods.cuh (instances/fwd_sm80_mods_hdim<bucket>.cu). */
+fa_status fa_fwd_mods_launch_hdim64(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                    int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_mods_launch_hdim128(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                     int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_mods_launch_hdim256(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                     int device_ordinal, cudaStream_t stream);
 /* The Hopper kernel (fwd_sm90.cu), for compute capability 9.0 and the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts. FA_ERR_STRIDE when a tensor's strides
  * do not fit a TMA tensor map (positive multiples of 16 bytes below 2^40), before anything is

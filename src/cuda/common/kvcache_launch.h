@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/mods.cuh"
 
 /* Everything the decode kernel reads, passed by value: fa_kernel_base and the cache layout
  * below. Strides in elements. The int32 arrays are device memory, read and clamped by the kernel
@@ -81,6 +82,13 @@ fa_status fa_kvq_launch_hdim256(const fa_kv_params *prm, fa_dtype dtype, int dev
 /* k_new / v_new quantised into a quantised cache, as the CPU's append does it bit for bit
  * (kvcache_quant.cu); prm->k_new != NULL */
 fa_status fa_kvq_append(const fa_kv_params *prm, fa_dtype dtype, cudaStream_t stream);
+/* The same kernel with a score bias (common/mods.cuh; instances/kvcache_sm80_mods_hdim<bucket>.cu). */
+fa_status fa_kv_mods_launch_hdim64(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                   int device_ordinal, cudaStream_t stream);
+fa_status fa_kv_mods_launch_hdim128(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                    int device_ordinal, cudaStream_t stream);
+fa_status fa_kv_mods_launch_hdim256(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                    int device_ordinal, cudaStream_t stream);
 }
 
 #endif /* FA_KVCACHE_LAUNCH_H */

@@ -68,6 +68,37 @@ KERNELS = [
      ["    if (dtype == FA_DTYPE_BF16)",
       "        return fa_bwd_bigsmem_launch_main<fa_bf16, {d}, true>(prm, grid, stream, dropout);",
       "    return fa_bwd_bigsmem_launch_main<fa_f16, {d}, true>(prm, grid, stream, dropout);"]),
+    # score bias, document ids, block-sparse masks: the MODS instantiations (common/mods.cuh)
+    ("fwd_sm80_mods", "Portable forward kernel with score bias / document ids / block masks (kernels/fwd_sm80.cuh)",
+     "fa_fwd_hdim_bucket",
+     ["cuda/kernels/fwd_sm80.cuh", "cuda/common/fwd_launch.h"],
+     "fa_status fa_fwd_mods_launch_hdim{d}(const fa_fwd_params *prm, const fa_mods_params *mods,\n"
+     "                                    fa_dtype dtype, int device_ordinal, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_fwd_launch<fa_bf16, {d}, false, true>(prm, device_ordinal, stream,",
+      "                                                       \"flash forward kernel with score mods (bf16, d <= {d})\",",
+      "                                                       nullptr, mods);",
+      "    return fa_fwd_launch<fa_f16, {d}, false, true>(prm, device_ordinal, stream,",
+      "                                                  \"flash forward kernel with score mods (f16, d <= {d})\",",
+      "                                                  nullptr, mods);"]),
+    ("bwd_sm80_mods", "Portable backward main kernel with score bias / dbias / document ids / block masks "
+     "(kernels/bwd_sm80.cuh)",
+     "fa_bwd_hdim_bucket",
+     ["cuda/kernels/bwd_sm80.cuh", "cuda/common/bwd_launch.h"],
+     "fa_status fa_bwd_mods_launch_hdim{d}(const fa_bwd_params *prm, const fa_mods_params *mods,\n"
+     "                                    fa_dtype dtype, int grid, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_bwd_launch_main<fa_bf16, {d}, false, true>(prm, grid, stream, nullptr, mods);",
+      "    return fa_bwd_launch_main<fa_f16, {d}, false, true>(prm, grid, stream, nullptr, mods);"]),
+    ("kvcache_sm80_mods", "KV-cache decode kernel with a score bias (kernels/kvcache_sm80.cuh)", "fa_kv_hdim_bucket",
+     ["cuda/kernels/kvcache_sm80.cuh"],
+     "fa_status fa_kv_mods_launch_hdim{d}(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,\n"
+     "                                   int device_ordinal, cudaStream_t stream)",
+     ["    if (dtype == FA_DTYPE_BF16)",
+      "        return fa_kv_launch<fa_bf16, {d}, true>(prm, device_ordinal, stream,",
+      "                                              \"KV-cache decode kernel with a score bias (bf16, d <= {d})\", mods);",
+      "    return fa_kv_launch<fa_f16, {d}, true>(prm, device_ordinal, stream,",
+      "                                         \"KV-cache decode kernel with a score bias (f16, d <= {d})\", mods);"]),
     ("kvcache_sm80", "KV-cache decode kernel (kernels/kvcache_sm80.cuh)", "fa_kv_hdim_bucket",
      ["cuda/kernels/kvcache_sm80.cuh"],
      "fa_status fa_kv_launch_hdim{d}(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,\n"

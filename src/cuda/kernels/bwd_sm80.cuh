@@ -25,6 +25,13 @@
  * per lane per m16n8 tile of S^T) and Z = keep / (1 - p), step 3 makes P^T -> Z∘P^T (what dV
  * takes) and dS^T = P^T ∘ (Z∘dP^T - D).
  *
+ * MODS (another instantiation): the score bias, document ids and block-sparse mask of
+ * common/mods.cuh in step 3 (fa_mods_score on every element; the general path always); with a
+ * block mask only the query tiles of the query blocks that list this key block are loaded and
+ * computed (fa_mods_q_walk down the block map's column), and dL/dbias = P^T ∘
+ * (dP^T - D) (0 where P = 0) stored per element into the dS target of fa_mods_params (each
+ * element of a (b, h) belongs to one block and one query block: plain stores, deterministic).
+ *
  * Fragment layouts (m16n8k16, lane = 4g + t): C/D fragment element e of n-tile j holds row
  * g + 8·(e >> 1), column 8j + 2t + (e & 1). Two adjacent n-tiles of a C fragment, packed to 16-bit
  * pairs, are exactly the A fragment of one k16 slice, which is how P^T and dS^T feed step 4.
@@ -39,6 +46,7 @@
 #include "cuda/common/bwd_tiles.h"
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/dropout.cuh"
+#include "cuda/common/mods.cuh"
 
 /* Queries of S^T/dP^T computed at a time per warp (see the chunk loop); a lab knob. */
 #ifndef FA_BWD_CHUNK_Q
@@ -150,13 +158,14 @@ __device__ __forceinline__ int64_t fa_bwd_row_offset(bool varlen, int b, int64_t
  * (the plain path is one FFMA + ex2 per element). DROPOUT: s_acc becomes Z∘P^T and dS^T =
  * P^T ∘ (Z∘dP^T - D); drop_b, drop_h are the sequence and query head, drop_key0 and
  * drop_query0 the sequence's key of row 0 and query of column 0 of the chunk (GENERAL or not). */
-template <int BUCKET, bool GENERAL, bool DROPOUT>
+template <int BUCKET, bool GENERAL, bool DROPOUT, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_scores_to_grads(
     const fa_bwd_params &prm, float (&s_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4],
     float (&dp_acc)[fa_bwd_config<BUCKET>::CHUNK_Q / 8][4], const float *lse_smem,
     const float *dsum_smem, int q_col0, int key0, int query0, int shift, int len_q, int len_k,
     int left_limit, int right_limit, float alibi_log2, const fa_dropout_params &dropout, int drop_b, int drop_h,
-    int drop_key0, int drop_query0) {
+    int drop_key0, int drop_query0, const fa_mods_arg<MODS> *mods = nullptr,
+    const fa_mods_tile *mods_tile = nullptr, int mods_left_limit = 0, int mods_right_limit = 0) {
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -193,8 +202,18 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
                     x = s * prm.scale_log2;
                 }
                 x -= alibi_log2 * (float)abs(diff);
-                const bool visible = key < len_k && query < len_q && fa_window_holds(diff, left_limit, right_limit);
-                p = visible ? ex2_approx_ftz_f32(x - lse) : 0.0f;
+                const bool in_bounds = key < len_k && query < len_q;
+                if constexpr (MODS) {
+                    x = fa_mods_score(*mods, *mods_tile, query, key, in_bounds,
+                                      fa_window_holds(diff, mods_left_limit, mods_right_limit), x,
+                                      1.4426950408889634f);
+                    p = x == -CUDART_INF_F ? 0.0f : ex2_approx_ftz_f32(x - lse);
+                    const float dbias = p == 0.0f ? 0.0f : p * (dp - dsum); /* before softcap's factor */
+                    if (mods->dbias != nullptr && in_bounds) fa_mods_store_dbias(*mods, drop_b, drop_h, query, key, dbias);
+                } else {
+                    const bool visible = in_bounds && fa_window_holds(diff, left_limit, right_limit);
+                    p = visible ? ex2_approx_ftz_f32(x - lse) : 0.0f;
+                }
                 ds = p * (dp - dsum) * dcap;
             }
             s_acc[j][e] = DROPOUT ? p * z : p; /* dV takes Z∘P */
@@ -203,9 +222,10 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
     }
 }
 
-template <class Elem, int BUCKET, bool DROPOUT>
+template <class Elem, int BUCKET, bool DROPOUT, bool MODS>
 __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
-    fa_bwd_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
+    fa_bwd_main_kernel(const fa_bwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */,
+                       const fa_mods_arg<MODS> mods /* read iff MODS */) {
     using Cfg = fa_bwd_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_K = Cfg::BLOCK_K, BLOCK_Q = Cfg::BLOCK_Q;
     constexpr int WARP_Q = Cfg::WARP_Q, CHUNK_Q = Cfg::CHUNK_Q, WARP_COLS = Cfg::WARP_COLS;
@@ -274,6 +294,11 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
     const int left_limit = fa_window_limit(prm.window_left); /* per element: fa_window_holds */
     const int right_limit = fa_window_limit(prm.window_right);
     const bool transform = prm.softcap_pre != 0.0f || prm.alibi_slopes != nullptr;
+    int mods_left_limit = 0, mods_right_limit = 0; /* MODS: the element window, per element */
+    if constexpr (MODS) {
+        mods_left_limit = fa_window_limit(mods.elem_window_left);
+        mods_right_limit = fa_window_limit(mods.elem_window_right);
+    }
 
     const int h_begin = hk * prm.group + gsplit * prm.heads_per_split;
     const int h_end = min(h_begin + prm.heads_per_split, (hk + 1) * prm.group);
@@ -294,7 +319,21 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
         fa_query_range(n0, n0 + keys_valid, len_q, len_k, prm.window_left, prm.window_right, &q_lo, &q_hi);
         const int m_first = (int)(q_lo / BLOCK_Q);
         const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
-        const int n_iter = m_count * (h_end - h_begin);
+        int n_iter = m_count * (h_end - h_begin);
+        /* MODS with a block mask: the listed (head, query tile) positions instead, walked with
+         * (walk_h, walk_tile) for the tile computed and (next_h, next_tile) for the prefetch */
+        int walk_h = h_begin, walk_tile = 0;
+        fa_mods_q_walk q_walk;
+        bool q_walk_on = false;
+        if constexpr (MODS) {
+            if (mods.block_map != nullptr) {
+                q_walk_on = true;
+                q_walk = fa_mods_q_walk_at(mods, b, h_begin, h_end, n0, BLOCK_Q, len_q);
+                n_iter = fa_mods_q_count(q_walk, h_begin);
+                fa_mods_q_scan(q_walk, h_begin, &walk_h, 0, &walk_tile);
+            }
+        }
+        int next_h = walk_h, next_tile = walk_tile;
 
         float dk_acc[WARP_COLS / 8][4], dv_acc[WARP_COLS / 8][4];
 #pragma unroll
@@ -304,8 +343,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         /* Fetch Q, dO, LSE_log2 and D of iteration `it` into `stage`. */
         auto prefetch = [&](int it, int stage) {
-            const int h = h_begin + it / m_count;
-            const int m0 = (m_first + it % m_count) * BLOCK_Q;
+            const int h = MODS && q_walk_on ? next_h : h_begin + it / m_count;
+            const int m0 = MODS && q_walk_on ? next_tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
             const int rows = min(BLOCK_Q, len_q - m0);
             fa_bwd_load_tile<BUCKET, BLOCK_Q>(
                 smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES,
@@ -349,8 +388,15 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         for (int it = 0; it < n_iter; ++it) {
             const int stage = it & 1;
-            const int h = h_begin + it / m_count;
-            const int m0 = (m_first + it % m_count) * BLOCK_Q;
+            const int h = MODS && q_walk_on ? walk_h : h_begin + it / m_count;
+            const int m0 = MODS && q_walk_on ? walk_tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
+            if (MODS && q_walk_on) { /* the position after this one, for the prefetch */
+                next_h = walk_h;
+                next_tile = walk_tile;
+                fa_mods_next_q_tile(q_walk, h_begin, &next_h, &next_tile);
+                walk_h = next_h; /* h and m0 above keep this iteration's position */
+                walk_tile = next_tile;
+            }
             const uint32_t stage_off = stage * Cfg::Q_BYTES; /* multiple of 128 */
             const float *lse_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_LSE) + stage * BLOCK_Q;
             const float *dsum_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_DSUM) + stage * BLOCK_Q;
@@ -363,6 +409,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 prefetch(it + 1, stage ^ 1);
                 cp_async_commit_group();
             }
+            fa_mods_tile mods_tile;
+            if constexpr (MODS) mods_tile = fa_mods_tile_at(mods, b, h, varlen, seq.q_start, seq.k_start, m0, n0);
 
             /* The plain score path (step 3) needs the tile fully inside both sequences and the
              * window, and no score transform. */
@@ -420,15 +468,16 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
                 /* ---- 3. P^T, dS^T. The plain path needs the tile fully inside both sequences
                  * and the window, and no score transform. */
-                if (tile_inside && !transform) {
+                if (!MODS && tile_inside && !transform) {
                     fa_bwd_scores_to_grads<BUCKET, false, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
                                                                    q_col, 0, 0, 0, 0, 0, 0, 0, 0.0f, dropout, b, h,
                                                                    n0 + key_row0, m0);
                 } else {
-                    fa_bwd_scores_to_grads<BUCKET, true, DROPOUT>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
+                    fa_bwd_scores_to_grads<BUCKET, true, DROPOUT, MODS>(prm, s_acc, dp_acc, lse_smem, dsum_smem,
                                                                   q_col, n0 + key_row0, m0, shift, len_q, len_k,
                                                                   left_limit, right_limit, alibi_log2, dropout, b, h,
-                                                                  n0 + key_row0, m0);
+                                                                  n0 + key_row0, m0, &mods, &mods_tile,
+                                                                  mods_left_limit, mods_right_limit);
                 }
 
                 /* Pack to 16-bit A fragments: k16 slice kk2 = n-tiles 2kk2, 2kk2 + 1. */
@@ -604,14 +653,18 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 }
 
 /* Launch the main kernel on `grid` blocks (opting in to its shared memory first). */
-template <class Elem, int BUCKET, bool DROPOUT = false>
+template <class Elem, int BUCKET, bool DROPOUT = false, bool MODS = false>
 static fa_status fa_bwd_launch_main(const fa_bwd_params *prm, int grid, cudaStream_t stream,
-                                    const fa_dropout_params *dropout = nullptr) {
+                                    const fa_dropout_params *dropout = nullptr,
+                                    const fa_mods_params *mods = nullptr) {
     using Cfg = fa_bwd_config<BUCKET>;
-    auto kernel = fa_bwd_main_kernel<Elem, BUCKET, DROPOUT>;
+    auto kernel = fa_bwd_main_kernel<Elem, BUCKET, DROPOUT, MODS>;
+    fa_mods_arg<MODS> mods_arg{};
+    if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM),
                   "cudaFuncSetAttribute(backward main kernel, shared memory)");
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{});
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(*prm, dropout != nullptr ? *dropout : fa_dropout_params{},
+                                                      mods_arg);
     FA_CUDA_CHECK_LAUNCH("backward main kernel launch");
     return FA_OK;
 }

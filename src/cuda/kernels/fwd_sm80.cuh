@@ -19,6 +19,11 @@
  * P whole, then the dropped elements of P are zeroed before P·V (keep bits from
  * common/dropout.cuh, one Philox call per lane per m16n8 tile of S), and the epilogue scales O
  * by 1 / (1 - p): O = Σ Z∘P·V / Σ P, LSE that of the softmax without dropout.
+ *
+ * MODS (another instantiation): the score bias, document ids and block-sparse mask of
+ * common/mods.cuh. Every score goes through the transformed (log2-unit) path and fa_mods_score;
+ * with a block mask the key tiles walked are those of the query block's listed key blocks only
+ * (fa_mods_first_tile / fa_mods_prev_tile over the block map), in the same descending order.
  */
 #ifndef FA_FWD_KERNEL_CUH
 #define FA_FWD_KERNEL_CUH
@@ -29,6 +34,7 @@
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fwd_tiles.h"
+#include "cuda/common/mods.cuh"
 
 template <int HEAD_DIM>
 struct fa_fwd_config {
@@ -80,9 +86,10 @@ __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint1
     }
 }
 
-template <class Elem, int HEAD_DIM, bool DROPOUT>
+template <class Elem, int HEAD_DIM, bool DROPOUT, bool MODS>
 __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
-    fa_fwd_kernel(const fa_fwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */) {
+    fa_fwd_kernel(const fa_fwd_params prm, const fa_dropout_params dropout /* read iff DROPOUT */,
+                  const fa_mods_arg<MODS> mods /* read iff MODS */) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N;
     constexpr int M_TILES = Cfg::M_TILES, N_TILES = Cfg::N_TILES, O_TILES = Cfg::O_TILES;
@@ -138,10 +145,22 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     const int block_key_lo = key_lo(m0), block_key_hi = key_hi(m_last);
     const int nomask_lo = key_lo(m_last), nomask_hi = key_hi(m0);
     const int n_block_first = block_key_lo / BLOCK_N;
-    const int n_tiles = block_key_hi > block_key_lo
-                            ? (block_key_hi + BLOCK_N - 1) / BLOCK_N - n_block_first
-                            : 0;
-    const int n_block_last = n_block_first + n_tiles - 1;
+    int n_tiles = block_key_hi > block_key_lo
+                      ? (block_key_hi + BLOCK_N - 1) / BLOCK_N - n_block_first
+                      : 0;
+    int n_block_last = n_block_first + n_tiles - 1;
+    /* MODS with a block mask: only the listed key blocks' tiles (the window is then unbounded,
+     * so the range above is every key; causal / window hold inside partial blocks) */
+    const int32_t *map_row = nullptr;
+    int tiles_per_block = 1;
+    const int key_tiles = (len_k + BLOCK_N - 1) / BLOCK_N;
+    if constexpr (MODS) {
+        if (mods.block_map != nullptr) {
+            map_row = fa_mods_map_row(mods, batch, head, m0);
+            tiles_per_block = mods.block_k / BLOCK_N;
+            n_block_last = fa_mods_first_tile(map_row, mods.kv_blocks, tiles_per_block, key_tiles, &n_tiles);
+        }
+    }
 
     /* The 2·M_TILES rows this lane holds: r = mt*2 + half is query row lane_row0 + 8·r. */
     const int lane_row0 = m0 + warp * Cfg::WARP_ROWS + quad_row;
@@ -235,9 +254,17 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         st_shared_f32(row_sum_addr(r), 0.0f);
     }
 
+    int walk_block = n_block_last; /* MODS: the tile of this iteration */
     for (int it = 0; it < n_tiles; ++it) {
-        const int n_block = n_block_last - it;
+        const int n_block = MODS ? walk_block : n_block_last - it;
         const int n0 = n_block * BLOCK_N;
+        /* MODS: the next tile walked (its loads are issued during this iteration); the kernels
+         * without MODS keep their own expressions for it below */
+        const int next_block = MODS && map_row != nullptr
+                                   ? fa_mods_prev_tile(map_row, n_block, tiles_per_block, key_tiles)
+                                   : n_block - 1;
+        walk_block = next_block;
+        const int next_n0 = MODS ? next_block * BLOCK_N : n0 - BLOCK_N;
         const int stage = Cfg::STAGES == 2 ? (it & 1) : 0;
         const uint32_t k_tile = k_smem + stage * 2 * Cfg::KV_ELEMS;
         const uint32_t v_tile = v_smem + stage * 2 * Cfg::KV_ELEMS;
@@ -247,14 +274,14 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             __syncthreads();          /* K_it visible to all warps, and every warp finished
                                          iteration it-1, so the other stage can be refilled */
             if (it + 1 < n_tiles) {
-                const int next = (n_block - 1) * BLOCK_N;
+                const int next = MODS ? next_n0 : (n_block - 1) * BLOCK_N;
                 fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem + (stage ^ 1) * 2 * Cfg::KV_ELEMS,
                                                k_gmem_reloaded() + (int64_t)next * prm.k_row_stride,
                                                prm.k_row_stride, len_k - next, d_chunks, prm.q);
             }
             cp_async_commit_group();
             if (it + 1 < n_tiles) {
-                const int next = (n_block - 1) * BLOCK_N;
+                const int next = MODS ? next_n0 : (n_block - 1) * BLOCK_N;
                 fa_fwd_load_tile<Cfg, BLOCK_N>(v_smem + (stage ^ 1) * 2 * Cfg::KV_ELEMS,
                                                v_gmem_reloaded() + (int64_t)next * prm.v_row_stride,
                                                prm.v_row_stride, len_k - next, dv_chunks, prm.q);
@@ -322,14 +349,21 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         /* ---- scores: transform (softcap / ALiBi / non-positive scale -> log2 units) and mask
          * (only tiles that straddle a row's key range; -inf never reaches a product). */
         const bool need_mask = !(n0 >= nomask_lo && n0 + BLOCK_N <= nomask_hi);
-        if (prm.transform_scores || need_mask) {
+        fa_mods_tile mods_tile;
+        if constexpr (MODS) mods_tile = fa_mods_tile_at(mods, batch, head, varlen, seq.q_start, seq.k_start, m0, n0);
+        if (prm.transform_scores || need_mask || MODS) {
 #pragma unroll
             for (int r = 0; r < 2 * M_TILES; ++r) {
                 const int mt = r / 2, h = r % 2;
                 const int i = lane_row0 + 8 * r;
-                /* keys this row sees, relative to the tile: [lo, hi) (everything if unmasked) */
-                const int lo = need_mask ? key_lo(i) - n0 : 0;
-                const int hi = need_mask ? key_hi(i) - n0 : BLOCK_N;
+                /* keys this row sees, relative to the tile: [lo, hi) (everything if unmasked);
+                 * MODS: the element window's [lo, hi), whose test fa_mods_score applies */
+                int lo = need_mask ? key_lo(i) - n0 : 0;
+                int hi = need_mask ? key_hi(i) - n0 : BLOCK_N;
+                if constexpr (MODS) {
+                    lo = fa_key_lo_clamped(i + shift, mods.elem_window_left, len_k) - n0;
+                    hi = fa_key_hi_clamped(i + shift, mods.elem_window_right, len_k) - n0;
+                }
                 const int diag = (int)(i + shift) - n0;
 #pragma unroll
                 for (int nt = 0; nt < N_TILES; ++nt)
@@ -342,7 +376,12 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
                                                        : x * prm.scale_log2;
                             x -= alibi_slope_log2 * (float)abs(diag - j);
                         }
-                        s_rmem[mt][nt][2 * h + c] = (j < lo || j >= hi) ? -CUDART_INF_F : x;
+                        if constexpr (MODS)
+                            s_rmem[mt][nt][2 * h + c] =
+                                fa_mods_score(mods, mods_tile, i, n0 + j, i < len_q && n0 + j < len_k,
+                                              j >= lo && j < hi, x, 1.4426950408889634f);
+                        else
+                            s_rmem[mt][nt][2 * h + c] = (j < lo || j >= hi) ? -CUDART_INF_F : x;
                     }
             }
         }
@@ -393,8 +432,8 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             __syncthreads();          /* visible to all; every warp finished Q K_itᵀ, so the
                                          single K buffer can be refilled                      */
             if (it + 1 < n_tiles)
-                fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem, k_gmem_reloaded() + (int64_t)(n0 - BLOCK_N) * prm.k_row_stride,
-                                               prm.k_row_stride, len_k - (n0 - BLOCK_N), d_chunks, prm.q);
+                fa_fwd_load_tile<Cfg, BLOCK_N>(k_smem, k_gmem_reloaded() + (int64_t)next_n0 * prm.k_row_stride,
+                                               prm.k_row_stride, len_k - next_n0, d_chunks, prm.q);
             cp_async_commit_group();
         }
 
@@ -493,14 +532,15 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 
 /* Launch one instantiation on `stream`. The > 48 KiB dynamic shared-memory opt-in is a per-device
  * function attribute: set once per device ordinal (a bit per ordinal < 64, set after success). */
-template <class Elem, int HEAD_DIM, bool DROPOUT = false>
+template <class Elem, int HEAD_DIM, bool DROPOUT = false, bool MODS = false>
 static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cudaStream_t stream,
-                               const char *name, const fa_dropout_params *dropout = nullptr) {
+                               const char *name, const fa_dropout_params *dropout = nullptr,
+                               const fa_mods_params *mods = nullptr) {
     using Cfg = fa_fwd_config<HEAD_DIM>;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (Cfg::SMEM_BYTES > 48 * 1024 && (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit))) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT, MODS>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)Cfg::SMEM_BYTES),
                       name);
@@ -509,8 +549,10 @@ static fa_status fa_fwd_launch(const fa_fwd_params *prm, int device_ordinal, cud
     const dim3 grid = prm->heavy_first
                           ? dim3((unsigned)prm->heads_q, (unsigned)prm->batch, (unsigned)prm->num_m_blocks)
                           : dim3((unsigned)prm->num_m_blocks, (unsigned)prm->heads_q, (unsigned)prm->batch);
-    fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
-        *prm, dropout != nullptr ? *dropout : fa_dropout_params{});
+    fa_mods_arg<MODS> mods_arg{};
+    if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
+    fa_fwd_kernel<Elem, HEAD_DIM, DROPOUT, MODS><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(
+        *prm, dropout != nullptr ? *dropout : fa_dropout_params{}, mods_arg);
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }

@@ -22,6 +22,10 @@
  *      cache (k_new rotated, v_new bit-exact), independently of everything above;
  *   6. with splits, the block that finds every split of its row tile done (flags in the
  *      workspace) merges the splits' partial states into o and lse, in split order.
+ *
+ * MODS (another instantiation): the score bias over (new query, cache slot) of common/mods.cuh,
+ * every score through the transformed path and fa_mods_score (the cache has no document ids or
+ * block masks, as on the CPU).
  */
 #ifndef FA_KVCACHE_KERNEL_CUH
 #define FA_KVCACHE_KERNEL_CUH
@@ -33,6 +37,7 @@
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/kvcache_launch.h"
 #include "cuda/common/kvcache_tiles.h"
+#include "cuda/common/mods.cuh"
 
 template <int HEAD_DIM>
 struct fa_kv_config {
@@ -479,10 +484,11 @@ __device__ __forceinline__ void fa_kv_rotate_appended(const fa_kv_params &prm, c
 /* S = Q Kᵀ for the warp's 16 slots from cw: s_rmem[nt][e] = (row g + 8·(e>>1), slot
  * cw + 8·nt + 2t + (e&1)), then the transform (softcap / ALiBi / non-positive scale -> log2 units)
  * and the mask, the latter only where the warp's slots are not visible to every row of the block. */
-template <class Elem, class Cfg>
+template <class Elem, class Cfg, bool MODS>
 __device__ __forceinline__ void fa_kv_scores(const fa_kv_params &prm, const fa_kv_block &blk,
                                              const fa_kv_fragments<Cfg> &f, uint32_t q_smem, uint32_t k_tile,
-                                             int cw, int warp, int quad_col, float (&s_rmem)[2][4]) {
+                                             int cw, int warp, int quad_col, float (&s_rmem)[2][4],
+                                             const fa_mods_arg<MODS> &mods) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -503,9 +509,17 @@ __device__ __forceinline__ void fa_kv_scores(const fa_kv_params &prm, const fa_k
     }
 
     const bool need_mask = !(cw >= blk.nomask_lo && cw + Cfg::WARP_N <= blk.nomask_hi);
-    if (prm.transform_scores || need_mask) {
+    if (prm.transform_scores || need_mask || MODS) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+            /* MODS: the bias of the row's (query token, query head) over the cache slots */
+            int mods_token = 0;
+            fa_mods_tile mods_tile;
+            if constexpr (MODS) {
+                const int rr = min(blk.r0 + (int)(threadIdx.x % 32) / 4 + 8 * h, blk.rows_packed - 1);
+                mods_token = rr / blk.g;
+                mods_tile = fa_mods_tile_at(mods, blk.b, blk.hk * blk.g + rr % blk.g, false, 0, 0, 0, 0);
+            }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -517,8 +531,14 @@ __device__ __forceinline__ void fa_kv_scores(const fa_kv_params &prm, const fa_k
                                                    : x * prm.scale_log2;
                         x -= blk.row_slope_log2[h] * (float)abs(blk.row_diag[h] - c);
                     }
-                    s_rmem[nt][2 * h + e] = (c < blk.row_lo[h] || c >= blk.row_hi[h]) ? -CUDART_INF_F : x;
+                    if constexpr (MODS)
+                        s_rmem[nt][2 * h + e] = fa_mods_score(mods, mods_tile, mods_token, c, true,
+                                                              c >= blk.row_lo[h] && c < blk.row_hi[h], x,
+                                                              1.4426950408889634f);
+                    else
+                        s_rmem[nt][2 * h + e] = (c < blk.row_lo[h] || c >= blk.row_hi[h]) ? -CUDART_INF_F : x;
                 }
+        }
     }
 }
 
@@ -881,9 +901,9 @@ __device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, cons
 
 /* ---- the kernel ------------------------------------------------------------------------------------ */
 
-template <class Elem, int HEAD_DIM>
+template <class Elem, int HEAD_DIM, bool MODS>
 __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blocks(HEAD_DIM))
-    fa_kv_kernel(const fa_kv_params prm) {
+    fa_kv_kernel(const fa_kv_params prm, const fa_mods_arg<MODS> mods /* read iff MODS */) {
     using Cfg = fa_kv_config<HEAD_DIM>;
     using Cvt = fa_kv_convert<Elem>;
     constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N;
@@ -942,7 +962,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         if (prm.rotary_cos != nullptr) fa_kv_rotate_appended<Cfg, Cvt>(prm, blk, rot_half, k_tile, c0, tid);
 
         float s_rmem[2][4];
-        fa_kv_scores<Elem, Cfg>(prm, blk, frag, q_smem, k_tile, c0 + warp * Cfg::WARP_N, warp, quad_col, s_rmem);
+        fa_kv_scores<Elem, Cfg, MODS>(prm, blk, frag, q_smem, k_tile, c0 + warp * Cfg::WARP_N, warp, quad_col, s_rmem,
+                                      mods);
         fa_kv_softmax_pv<Elem, Cfg>(frag, v_tile, warp, score_mul, s_rmem, o_rmem, row_max, row_sum);
     }
 
@@ -953,20 +974,23 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
 
 /* Launch one instantiation on `stream`. The > 48 KiB dynamic shared-memory opt-in is a per-device
  * function attribute: set once per device ordinal (a bit per ordinal < 64, set after success). */
-template <class Elem, int HEAD_DIM>
-static fa_status fa_kv_launch(const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
+template <class Elem, int HEAD_DIM, bool MODS = false>
+static fa_status fa_kv_launch(const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name,
+                              const fa_mods_params *mods = nullptr) {
     using Cfg = fa_kv_config<HEAD_DIM>;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
     const unsigned long long bit = device_ordinal >= 0 && device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (Cfg::SMEM_BYTES > 48 * 1024 && (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit))) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kv_kernel<Elem, HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kv_kernel<Elem, HEAD_DIM, MODS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)Cfg::SMEM_BYTES),
                       name);
         __atomic_fetch_or(&smem_configured, bit, __ATOMIC_RELEASE);
     }
     const dim3 grid((unsigned)prm->row_tiles * (unsigned)prm->num_splits, (unsigned)prm->heads_kv,
                     (unsigned)prm->batch);
-    fa_kv_kernel<Elem, HEAD_DIM><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm);
+    fa_mods_arg<MODS> mods_arg{};
+    if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
+    fa_kv_kernel<Elem, HEAD_DIM, MODS><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm, mods_arg);
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }

@@ -1,0 +1,238 @@
+/*
+ * mods.cuh: the score modifications of the portable CUDA kernels (fa_params.bias, dbias,
+ * doc_ids_*, the block-sparse mask), for their MODS instantiations (fwd_sm80.cuh, bwd_sm80.cuh).
+ * The rule is the CPU engine's (src/cpu/cpu_mods.c), applied per element by fa_mods_score, the
+ * one place it is written down on the GPU:
+ *
+ *   element (i, j) of sequence b, query head h is visible iff it lies inside the sequence and
+ *     block mask given: its block is listed full, or listed partial and the element masks hold;
+ *     no block mask: the element masks hold;
+ *   element masks: the element window (causal / window: the caller's range test, with
+ *     elem_window_*), equal document ids, and its bit in partial_block_bits (partial blocks).
+ *   A visible score becomes s + bias[b, h, i, j] (in the caller's units: `unit` per natural
+ *   unit), an invisible one -inf whatever s and the bias hold.
+ *
+ * The block mask reaches the kernels as a dense map [batch or 1, heads_q or 1, q_blocks,
+ * kv_blocks] int32 built on the device once per call (src/cuda/mods.cu): 0 = not listed, 1 =
+ * full, 2 + n = partial, position n of its kv_indices list (for partial_block_bits). The caller's
+ * block sizes are multiples of the kernels' tiles (mods.cu checks), so one map entry holds for a
+ * whole tile: unlisted tiles are skipped, full tiles need no element mask.
+ */
+#ifndef FA_CUDA_MODS_CUH
+#define FA_CUDA_MODS_CUH
+
+#include <cuda_fp16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cuda/common/cuda_common.cuh"
+
+/* Everything the MODS instantiations read, a kernel argument of its own after the parameter
+ * block (and the dropout constants), so the parameter blocks keep their layout. */
+struct fa_mods_params {
+    const void *bias;            /* [b, heads_q, seqlen_q, seqlen_k] (strides below), or NULL   */
+    int bias_dtype;              /* fa_dtype: F32, F16 or BF16                                  */
+    int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride;
+    float *dbias;                /* backward: dS = P∘(dP - D) per element, fp32, at the strides
+                                    below (the caller's dbias, or a contiguous workspace that
+                                    mods.cu then reduces over the summed axes), or NULL         */
+    int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
+    const int32_t *doc_ids_q;    /* [b, seqlen_q] (varlen: [total_q]), or NULL                  */
+    const int32_t *doc_ids_k;
+    int64_t doc_ids_q_batch_stride, doc_ids_k_batch_stride;
+    const int32_t *block_map;    /* the dense block map above, or NULL: no block mask           */
+    int64_t map_batch_stride, map_head_stride; /* 0 on broadcast axes                           */
+    int kv_blocks, block_q, block_k;
+    const uint8_t *partial_block_bits; /* or NULL                                              */
+    int64_t block_bytes;
+    int64_t block_index_batch_stride, block_index_head_stride, block_index_row_stride;
+    int elem_window_left, elem_window_right; /* the element window (-1 = unbounded side)        */
+};
+
+/* The argument type of the instantiations: empty without MODS (the kernels never touch it). */
+template <bool MODS>
+struct fa_mods_arg {};
+template <>
+struct fa_mods_arg<true> : fa_mods_params {};
+
+enum { FA_MODS_NONE = 0, FA_MODS_FULL = 1, FA_MODS_PARTIAL = 2, FA_MODS_ELEMENT = 3 };
+
+/* What one tile of (b, h) with its rows in one query block and its keys in one key block shares. */
+struct fa_mods_tile {
+    int status;            /* FA_MODS_*: ELEMENT without a block mask                            */
+    const uint8_t *bits;   /* PARTIAL with partial_block_bits: the block's bytes, else NULL       */
+    int bit_row0, bit_col0; /* first query row and key of the block                               */
+    const int32_t *doc_q, *doc_k; /* the sequence's doc ids (row 0), or NULL                     */
+    int64_t bias_base;     /* b·bias_batch_stride + h·bias_head_stride                            */
+};
+
+/* The map entry row of (b, h, query block of row i0): kv_blocks entries. */
+__device__ __forceinline__ const int32_t *fa_mods_map_row(const fa_mods_params &mp, int b, int h, int i0) {
+    return mp.block_map + b * mp.map_batch_stride + h * mp.map_head_stride +
+           (int64_t)(i0 / mp.block_q) * mp.kv_blocks;
+}
+
+/* The tile whose first row is query i0 and first key j0 of sequence b (packed starts q_start,
+ * k_start when varlen), query head h. */
+__device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp, int b, int h, bool varlen,
+                                                        int64_t q_start, int64_t k_start, int i0, int j0) {
+    fa_mods_tile t;
+    t.status = FA_MODS_ELEMENT;
+    t.bits = nullptr;
+    t.bit_row0 = t.bit_col0 = 0;
+    if (mp.block_map != nullptr) {
+        const int qb = i0 / mp.block_q, kb = j0 / mp.block_k;
+        const int entry = fa_mods_map_row(mp, b, h, i0)[kb];
+        t.status = entry == 0 ? FA_MODS_NONE : entry == 1 ? FA_MODS_FULL : FA_MODS_PARTIAL;
+        t.bit_row0 = qb * mp.block_q;
+        t.bit_col0 = kb * mp.block_k;
+        if (entry >= 2 && mp.partial_block_bits != nullptr)
+            t.bits = mp.partial_block_bits +
+                     (b * mp.block_index_batch_stride + h * mp.block_index_head_stride +
+                      qb * mp.block_index_row_stride + (entry - 2)) * mp.block_bytes;
+    }
+    t.doc_q = t.doc_k = nullptr;
+    if (mp.doc_ids_q != nullptr) {
+        t.doc_q = mp.doc_ids_q + (varlen ? q_start : b * mp.doc_ids_q_batch_stride);
+        t.doc_k = mp.doc_ids_k + (varlen ? k_start : b * mp.doc_ids_k_batch_stride);
+    }
+    t.bias_base = b * mp.bias_batch_stride + h * mp.bias_head_stride;
+    return t;
+}
+
+__device__ __forceinline__ float fa_mods_load_bias(const fa_mods_params &mp, int64_t at) {
+    if (mp.bias_dtype == FA_DTYPE_F32) return __ldg(static_cast<const float *>(mp.bias) + at);
+    const uint32_t x = __ldg(static_cast<const unsigned short *>(mp.bias) + at);
+    return mp.bias_dtype == FA_DTYPE_BF16 ? __uint_as_float(x << 16)
+                                          : __half2float(__ushort_as_half((unsigned short)x));
+}
+
+/* The score of element (query i, key j) of the tile: x (the caller's units, `unit` of them per
+ * natural unit of the bias) plus the bias when visible, else -inf. in_bounds: i < len_q and
+ * j < len_k; in_window: the element window holds (elem_window_*; ignored in full blocks). */
+__device__ __forceinline__ float fa_mods_score(const fa_mods_params &mp, const fa_mods_tile &t, int i, int j,
+                                               bool in_bounds, bool in_window, float x, float unit) {
+    bool visible = in_bounds && t.status != FA_MODS_NONE;
+    if (visible && t.status != FA_MODS_FULL) {
+        visible = in_window;
+        if (visible && t.doc_q != nullptr) visible = __ldg(t.doc_q + i) == __ldg(t.doc_k + j);
+        if (visible && t.bits != nullptr) {
+            const int64_t bit = (int64_t)(i - t.bit_row0) * mp.block_k + (j - t.bit_col0);
+            visible = (__ldg(t.bits + (bit >> 3)) >> (bit & 7)) & 1;
+        }
+    }
+    if (!visible) return -CUDART_INF_F;
+    if (mp.bias != nullptr)
+        x += unit * fa_mods_load_bias(mp, t.bias_base + (int64_t)i * mp.bias_row_stride + (int64_t)j * mp.bias_col_stride);
+    return x;
+}
+
+/* dL/dbias of element (b, h, i, j) (visible or 0) into the dS target. */
+__device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, int b, int h, int i, int j, float ds) {
+    mp.dbias[b * mp.dbias_batch_stride + h * mp.dbias_head_stride + (int64_t)i * mp.dbias_row_stride +
+             (int64_t)j * mp.dbias_col_stride] = ds;
+}
+
+/* The forward's key-tile walk over a block-map row (tiles of TILE_N keys, tiles_per_block per key
+ * block, key_tiles = ceil(len_k / TILE_N)), from the last visited tile down. */
+__device__ __forceinline__ int fa_mods_last_tile_of(int kb, int tiles_per_block, int key_tiles) {
+    return min((kb + 1) * tiles_per_block, key_tiles) - 1;
+}
+/* The next visited tile below `tile`, or -1. */
+__device__ __forceinline__ int fa_mods_prev_tile(const int32_t *map_row, int tile, int tiles_per_block,
+                                                 int key_tiles) {
+    if (tile % tiles_per_block != 0) return tile - 1;
+    for (int kb = tile / tiles_per_block - 1; kb >= 0; --kb)
+        if (__ldg(map_row + kb) != 0) return fa_mods_last_tile_of(kb, tiles_per_block, key_tiles);
+    return -1;
+}
+/* The first (highest) visited tile, or -1, and how many tiles are visited. */
+__device__ __forceinline__ int fa_mods_first_tile(const int32_t *map_row, int kv_blocks, int tiles_per_block,
+                                                  int key_tiles, int *count) {
+    const int kb_end = min(kv_blocks, (key_tiles + tiles_per_block - 1) / tiles_per_block);
+    int first = -1, n = 0;
+    for (int kb = kb_end - 1; kb >= 0; --kb) {
+        if (__ldg(map_row + kb) == 0) continue;
+        const int last = fa_mods_last_tile_of(kb, tiles_per_block, key_tiles);
+        if (first < 0) first = last;
+        n += last + 1 - kb * tiles_per_block;
+    }
+    *count = n;
+    return first;
+}
+
+/* The backward's walk over the transposed structure: for the key block of key j0, the query
+ * tiles (of TILE_Q rows, tiles_per_block per query block, q_tiles = ceil(len_q / TILE_Q)) of the
+ * listed query blocks, head by head over [h_begin, h_end), ascending: the map's column of that
+ * key block. A position is (h, tile); fa_mods_next_q_tile steps to the next listed one (h ==
+ * h_end: none left). */
+struct fa_mods_q_walk {
+    const int32_t *column; /* map entry of (b, h_begin, query block 0, key block)             */
+    int64_t head_step;     /* map_head_stride                                                 */
+    int kv_blocks, tiles_per_block, q_tiles, h_end;
+};
+__device__ __forceinline__ fa_mods_q_walk fa_mods_q_walk_at(const fa_mods_params &mp, int b, int h_begin, int h_end,
+                                                          int j0, int tile_q, int len_q) {
+    fa_mods_q_walk w;
+    w.column = mp.block_map + b * mp.map_batch_stride + h_begin * mp.map_head_stride + j0 / mp.block_k;
+    w.head_step = mp.map_head_stride;
+    w.kv_blocks = mp.kv_blocks;
+    w.tiles_per_block = mp.block_q / tile_q;
+    w.q_tiles = (len_q + tile_q - 1) / tile_q;
+    w.h_end = h_end;
+    return w;
+}
+/* The first listed position at or after query block qb of head h (h relative to h_begin). */
+__device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_begin, int *h, int qb, int *tile) {
+    for (; *h < w.h_end; ++*h, qb = 0) {
+        const int32_t *col = w.column + (*h - h_begin) * w.head_step;
+        for (; qb * w.tiles_per_block < w.q_tiles; ++qb)
+            if (__ldg(col + (int64_t)qb * w.kv_blocks) != 0) {
+                *tile = qb * w.tiles_per_block;
+                return;
+            }
+    }
+    *tile = 0;
+}
+__device__ __forceinline__ void fa_mods_next_q_tile(const fa_mods_q_walk &w, int h_begin, int *h, int *tile) {
+    if ((*tile + 1) % w.tiles_per_block != 0 && *tile + 1 < w.q_tiles) {
+        ++*tile;
+        return;
+    }
+    fa_mods_q_scan(w, h_begin, h, *tile / w.tiles_per_block + 1, tile);
+}
+/* How many positions the walk has. */
+__device__ __forceinline__ int fa_mods_q_count(const fa_mods_q_walk &w, int h_begin) {
+    int n = 0;
+    for (int h = h_begin; h < w.h_end; ++h) {
+        const int32_t *col = w.column + (h - h_begin) * w.head_step;
+        for (int qb = 0; qb * w.tiles_per_block < w.q_tiles; ++qb)
+            if (__ldg(col + (int64_t)qb * w.kv_blocks) != 0)
+                n += min(w.q_tiles, (qb + 1) * w.tiles_per_block) - qb * w.tiles_per_block;
+    }
+    return n;
+}
+
+/* ---- host side (src/cuda/mods.cu) ---------------------------------------------------------- */
+
+/* The CUDA limits of a call with score modifications (pb->has_mods or dbias): no dropout, no
+ * paged K/V, block sizes multiples of the kernel tiles (tile_q × tile_k, the largest of the
+ * kernels the call runs), workspace sizes (the backward's dS too) within 64 bits. `path` names
+ * the caller. */
+fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, int backward, const char *path);
+/* Workspace of the block map and its check slot (0 without a block mask). */
+size_t fa_cuda_mods_map_bytes(const fa_problem *pb);
+/* Fills *mp from the problem; with a block mask builds the map in map_ws (map_bytes) on the
+ * device, checks every list there and waits for the verdict: FA_ERR_INVALID_ARGUMENT naming
+ * the field and position (the CPU's message) before anything is written. */
+fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t stream, fa_mods_params *mp);
+/* dbias: 1 when a summed axis (stride 0) has more than one index, so dS goes to a workspace
+ * [batch, heads_q, seqlen_q, seqlen_k] fp32 and a reduction writes dbias. */
+int fa_cuda_dbias_reduces(const fa_params *p);
+size_t fa_cuda_dbias_workspace_bytes(const fa_problem *pb);
+/* Before the main kernel: zero the dS target (dbias, or the workspace) and point mp at it. */
+fa_status fa_cuda_dbias_begin(const fa_problem *pb, float *dbias_ws, cudaStream_t stream, fa_mods_params *mp);
+/* After it: the fixed-order sums over the summed axes into dbias (when it reduces). */
+fa_status fa_cuda_dbias_finish(const fa_problem *pb, const float *dbias_ws, cudaStream_t stream);
+
+#endif /* FA_CUDA_MODS_CUH */

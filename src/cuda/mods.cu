@@ -1,0 +1,325 @@
+/*
+ * mods.cu: host side of the score modifications on CUDA (bias, dbias, document ids, block-sparse
+ * masks; the rule and the kernels' view: common/mods.cuh), and their small kernels:
+ *
+ *   fa_mods_map_kernel     the dense block map [nb, nh, q_blocks, kv_blocks] from the caller's
+ *                          lists, one thread per list row, checking every row as it goes (the
+ *                          first bad row's position lands in a slot the host reads back: the one
+ *                          synchronisation of a call with a block mask, so that a bad mask is
+ *                          rejected before any output is written)
+ *   fa_dbias_kernel        dbias: zero it before the backward's main kernel (dS stored in place),
+ *                          or sum the dS workspace over the summed axes in a fixed order after it
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/mods.cuh"
+
+/* ---- block map ------------------------------------------------------------------------------ */
+
+struct fa_map_build_params {
+    const int32_t *counts, *indices, *full_counts, *full_indices; /* full_*: NULL without full lists */
+    int64_t count_batch_stride, count_head_stride;
+    int64_t index_batch_stride, index_head_stride, index_row_stride;
+    int nb, nh, q_blocks, kv_blocks;
+    int32_t *map;                  /* [nb, nh, q_blocks, kv_blocks], zeroed                   */
+    unsigned long long *bad_row;   /* first bad row (b·nh + h)·q_blocks + qb, or ULLONG_MAX    */
+};
+
+__global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_params bp) {
+    const int64_t row = (int64_t)blockIdx.x * 128 + threadIdx.x;
+    if (row >= (int64_t)bp.nb * bp.nh * bp.q_blocks) return;
+    const int qb = (int)(row % bp.q_blocks);
+    const int h = (int)((row / bp.q_blocks) % bp.nh);
+    const int b = (int)(row / ((int64_t)bp.q_blocks * bp.nh));
+    const int64_t c_off = b * bp.count_batch_stride + h * bp.count_head_stride + qb;
+    const int64_t i_off = b * bp.index_batch_stride + h * bp.index_head_stride + qb * bp.index_row_stride;
+    int32_t *map = bp.map + row * bp.kv_blocks;
+    bool ok = true;
+    for (int list = 0; list < 2 && ok; ++list) {
+        const int32_t *counts = list == 0 ? bp.counts : bp.full_counts;
+        const int32_t *indices = list == 0 ? bp.indices : bp.full_indices;
+        if (counts == nullptr) break;
+        const int32_t n = counts[c_off];
+        ok = n >= 0 && n <= bp.kv_blocks;
+        int32_t prev = -1;
+        for (int32_t x = 0; ok && x < n; ++x) {
+            const int32_t kb = indices[i_off + x];
+            ok = kb > prev && kb < bp.kv_blocks && (list == 0 || map[kb] == 0);
+            if (ok) map[kb] = list == 0 ? 2 + x : 1;
+            prev = kb;
+        }
+    }
+    if (!ok) atomicMin(bp.bad_row, (unsigned long long)row);
+}
+
+/* 4·a·b·c·d + 512 bytes without overflow. */
+static int workspace_product(int64_t a, int64_t b, int64_t c, int64_t d, size_t *bytes) {
+    uint64_t x = 4;
+    const int64_t f[4] = {a, b, c, d};
+    for (int i = 0; i < 4; ++i)
+        if (f[i] < 0 || __builtin_mul_overflow(x, (uint64_t)f[i], &x)) return 0;
+    if (x > UINT64_MAX - 512) return 0;
+    *bytes = (size_t)x;
+    return 1;
+}
+
+static int64_t map_batches(const fa_params *p);
+static int64_t map_heads(const fa_params *p);
+
+fa_status fa_cuda_mods_check(const fa_problem *pb, int tile_q, int tile_k, int backward, const char *path) {
+    const fa_params *p = &pb->p;
+    if (pb->has_dropout)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "dropout_p = %g with %s: %s does not combine attention dropout "
+                            "with score biases or masks (the CPU does)", (double)p->dropout_p,
+                            p->bias ? "bias" : p->kv_num_blocks ? "kv_num_blocks" : "doc_ids_q", path);
+    if (p->block_table != nullptr)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "block_table with %s: %s has no score biases or masks over a "
+                            "paged K/V", p->bias ? "bias" : p->kv_num_blocks ? "kv_num_blocks" : "doc_ids_q", path);
+    if (pb->has_block_mask && (p->block_q % tile_q != 0 || p->block_k % tile_k != 0))
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "%s = %lld: %s needs block_q a multiple of %d and block_k a multiple of %d at "
+                            "head_dim %lld (its tiles; 128 × 128 suits every CUDA kernel)",
+                            p->block_q % tile_q != 0 ? "block_q" : "block_k",
+                            (long long)(p->block_q % tile_q != 0 ? p->block_q : p->block_k), path, tile_q, tile_k,
+                            (long long)p->head_dim);
+    fa_status s;
+    if (pb->has_block_mask && (s = fa_cuda_check_aligned("workspace", p->workspace, 256)) != FA_OK) return s;
+    if (pb->has_block_mask && (pb->q_blocks > INT32_MAX / 2 || pb->kv_blocks > INT32_MAX / 2))
+        return fa_set_error(FA_ERR_INVALID_SIZE, "block_q / block_k: too many blocks for %s", path);
+    /* the workspaces' sizes (block map, dS) must fit in 64 bits */
+    size_t bytes;
+    if (pb->has_block_mask && !workspace_product(map_batches(p), map_heads(p), pb->q_blocks, pb->kv_blocks, &bytes))
+        return fa_set_error(FA_ERR_OVERFLOW, "kv_num_blocks: the block map of %s overflows 64-bit sizes", path);
+    if (backward && fa_cuda_dbias_reduces(p) && !workspace_product(p->batch, p->heads_q, p->seqlen_q, p->seqlen_k, &bytes))
+        return fa_set_error(FA_ERR_OVERFLOW, "dbias: the dS workspace of %s (batch × heads_q × seqlen_q × "
+                            "seqlen_k fp32) overflows 64-bit sizes", path);
+    return FA_OK;
+}
+
+/* Broadcast list axes (both the counts' and the indices' stride 0) hold one list set. */
+static int64_t map_batches(const fa_params *p) {
+    return p->block_count_batch_stride == 0 && p->block_index_batch_stride == 0 ? 1 : p->batch;
+}
+static int64_t map_heads(const fa_params *p) {
+    return p->block_count_head_stride == 0 && p->block_index_head_stride == 0 ? 1 : p->heads_q;
+}
+
+size_t fa_cuda_mods_map_bytes(const fa_problem *pb) {
+    if (!pb->has_block_mask) return 0;
+    const fa_params *p = &pb->p;
+    return 256 + fa_cuda_align256((size_t)map_batches(p) * (size_t)map_heads(p) * (size_t)pb->q_blocks *
+                                  (size_t)pb->kv_blocks * 4);
+}
+
+/* The first bad row, copied back and checked on the host for the CPU's message. */
+static fa_status report_bad_row(const fa_problem *pb, unsigned long long row, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    const int64_t nh = map_heads(p), qbs = pb->q_blocks;
+    const int64_t qb = (int64_t)(row % (unsigned long long)qbs), h = (int64_t)((row / qbs) % nh),
+                  b = (int64_t)(row / ((unsigned long long)qbs * nh));
+    const int64_t c_off = b * p->block_count_batch_stride + h * p->block_count_head_stride + qb;
+    const int64_t i_off = b * p->block_index_batch_stride + h * p->block_index_head_stride + qb * p->block_index_row_stride;
+    const size_t list_bytes = (size_t)pb->kv_blocks * 4;
+    int32_t counts[2] = {0, 0};
+    int32_t *lists = static_cast<int32_t *>(malloc(2 * list_bytes + 8));
+    if (lists == nullptr) return fa_set_error(FA_ERR_ALLOC, "block mask check: out of host memory");
+    fa_status s = FA_OK;
+    cudaError_t e = cudaMemcpyAsync(&counts[0], p->kv_num_blocks + c_off, 4, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(lists, p->kv_indices + i_off, list_bytes, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess && p->full_kv_num_blocks != nullptr)
+        e = cudaMemcpyAsync(&counts[1], p->full_kv_num_blocks + c_off, 4, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess && p->full_kv_indices != nullptr)
+        e = cudaMemcpyAsync(lists + pb->kv_blocks, p->full_kv_indices + i_off, list_bytes, cudaMemcpyDeviceToHost,
+                            stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+        s = fa_set_error(FA_ERR_CUDA, "block mask check: reading the bad row back: %s", cudaGetErrorString(e));
+    } else {
+        /* the host check reads at most kv_blocks entries per list: clamp the counts it loops over
+         * only after it has judged them (it reports an out-of-range count first) */
+        s = fa_check_block_row(pb, b, h, qb, counts[0], lists, counts[1],
+                               p->full_kv_indices != nullptr ? lists + pb->kv_blocks : NULL);
+        if (s == FA_OK)
+            s = fa_set_error(FA_ERR_INVALID_ARGUMENT, "kv_num_blocks / kv_indices: block-list row [%lld][%lld][%lld] "
+                             "changed while the call read it", (long long)b, (long long)h, (long long)qb);
+    }
+    free(lists);
+    return s;
+}
+
+fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t stream, fa_mods_params *mp) {
+    const fa_params *p = &pb->p;
+    memset(mp, 0, sizeof *mp);
+    mp->bias = p->bias;
+    mp->bias_dtype = (int)p->bias_dtype;
+    mp->bias_batch_stride = p->bias_batch_stride;
+    mp->bias_head_stride = p->bias_head_stride;
+    mp->bias_row_stride = p->bias_row_stride;
+    mp->bias_col_stride = p->bias_col_stride;
+    mp->doc_ids_q = p->doc_ids_q;
+    mp->doc_ids_k = p->doc_ids_k;
+    mp->doc_ids_q_batch_stride = p->doc_ids_q_batch_stride;
+    mp->doc_ids_k_batch_stride = p->doc_ids_k_batch_stride;
+    /* a side at least as wide as the longest sequence is unbounded (int32 math in the kernels) */
+    mp->elem_window_left = pb->elem_window_left < 0 || pb->elem_window_left >= p->seqlen_k ? -1 : (int)pb->elem_window_left;
+    mp->elem_window_right = pb->elem_window_right < 0 || pb->elem_window_right >= p->seqlen_q + p->seqlen_k
+                                ? -1 : (int)pb->elem_window_right;
+    if (!pb->has_block_mask) return FA_OK;
+
+    const int64_t nb = map_batches(p), nh = map_heads(p);
+    const size_t map_bytes = (size_t)nb * (size_t)nh * (size_t)pb->q_blocks * (size_t)pb->kv_blocks * 4;
+    uint8_t *ws = static_cast<uint8_t *>(map_ws);
+    unsigned long long *bad_row = reinterpret_cast<unsigned long long *>(ws);
+    int32_t *map = reinterpret_cast<int32_t *>(ws + 256);
+    FA_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, 8, stream), "cudaMemsetAsync(block mask check slot)");
+    if (map_bytes > 0) FA_CUDA_CHECK(cudaMemsetAsync(map, 0, map_bytes, stream), "cudaMemsetAsync(block map)");
+    fa_map_build_params bp;
+    bp.counts = p->kv_num_blocks;
+    bp.indices = p->kv_indices;
+    bp.full_counts = p->full_kv_num_blocks;
+    bp.full_indices = p->full_kv_indices;
+    bp.count_batch_stride = nb > 1 ? p->block_count_batch_stride : 0;
+    bp.count_head_stride = nh > 1 ? p->block_count_head_stride : 0;
+    bp.index_batch_stride = nb > 1 ? p->block_index_batch_stride : 0;
+    bp.index_head_stride = nh > 1 ? p->block_index_head_stride : 0;
+    bp.index_row_stride = p->block_index_row_stride;
+    bp.nb = (int)nb;
+    bp.nh = (int)nh;
+    bp.q_blocks = (int)pb->q_blocks;
+    bp.kv_blocks = (int)pb->kv_blocks;
+    bp.map = map;
+    bp.bad_row = bad_row;
+    const int64_t rows = nb * nh * pb->q_blocks;
+    if (rows > 0) {
+        if ((rows + 127) / 128 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "block mask: too many list rows");
+        fa_mods_map_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, stream>>>(bp);
+        FA_CUDA_CHECK_LAUNCH("block map kernel launch");
+    }
+    unsigned long long bad = 0;
+    FA_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_row, 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(block mask check)");
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize(block mask check)");
+    if (bad != ~0ull) return report_bad_row(pb, bad, stream);
+
+    mp->block_map = map;
+    mp->map_batch_stride = nb > 1 ? nh * pb->q_blocks * pb->kv_blocks : 0;
+    mp->map_head_stride = nh > 1 ? pb->q_blocks * pb->kv_blocks : 0;
+    mp->kv_blocks = (int)pb->kv_blocks;
+    mp->block_q = (int)p->block_q;
+    mp->block_k = (int)p->block_k;
+    mp->partial_block_bits = p->partial_block_bits;
+    mp->block_bytes = pb->block_bytes;
+    mp->block_index_batch_stride = p->block_index_batch_stride;
+    mp->block_index_head_stride = p->block_index_head_stride;
+    mp->block_index_row_stride = p->block_index_row_stride;
+    return FA_OK;
+}
+
+/* ---- dbias ---------------------------------------------------------------------------------- */
+
+struct fa_dbias_params {
+    const float *ws;     /* [batch, heads_q, seqlen_q, seqlen_k] dS, or NULL: write zeros   */
+    float *dbias;
+    int64_t batch_stride, head_stride, row_stride, col_stride;
+    int64_t ext[4];      /* output extents (1 on summed and stride-0 axes)                  */
+    int sum[4];          /* axis summed over                                                */
+    int64_t full[4];     /* batch, heads_q, seqlen_q, seqlen_k                               */
+};
+
+__global__ void __launch_bounds__(256) fa_dbias_kernel(const fa_dbias_params dp) {
+    const int64_t item = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const int64_t n = dp.ext[0] * dp.ext[1] * dp.ext[2] * dp.ext[3];
+    if (item >= n) return;
+    int64_t o[4], rest = item;
+    for (int a = 3; a >= 0; --a) {
+        o[a] = rest % dp.ext[a];
+        rest /= dp.ext[a];
+    }
+    float acc = 0.0f;
+    if (dp.ws != nullptr) {
+        int64_t lo[4], hi[4];
+        for (int a = 0; a < 4; ++a) {
+            lo[a] = dp.sum[a] ? 0 : o[a];
+            hi[a] = dp.sum[a] ? dp.full[a] : o[a] + 1;
+        }
+        for (int64_t b = lo[0]; b < hi[0]; ++b)
+            for (int64_t h = lo[1]; h < hi[1]; ++h)
+                for (int64_t i = lo[2]; i < hi[2]; ++i) {
+                    const float *row = dp.ws + ((b * dp.full[1] + h) * dp.full[2] + i) * dp.full[3];
+                    for (int64_t j = lo[3]; j < hi[3]; ++j) acc += row[j];
+                }
+    }
+    dp.dbias[o[0] * dp.batch_stride + o[1] * dp.head_stride + o[2] * dp.row_stride + o[3] * dp.col_stride] = acc;
+}
+
+static void dbias_axes(const fa_params *p, int sum[4], int64_t ext[4], int64_t full[4]) {
+    const int64_t stride[4] = {p->dbias_batch_stride, p->dbias_head_stride, p->dbias_row_stride, p->dbias_col_stride};
+    full[0] = p->batch;
+    full[1] = p->heads_q;
+    full[2] = p->seqlen_q;
+    full[3] = p->seqlen_k;
+    for (int a = 0; a < 4; ++a) {
+        sum[a] = stride[a] == 0 && full[a] > 1;
+        ext[a] = stride[a] == 0 ? 1 : full[a];
+    }
+}
+
+int fa_cuda_dbias_reduces(const fa_params *p) {
+    if (p->dbias == nullptr) return 0;
+    int sum[4];
+    int64_t ext[4], full[4];
+    dbias_axes(p, sum, ext, full);
+    return sum[0] || sum[1] || sum[2] || sum[3];
+}
+
+size_t fa_cuda_dbias_workspace_bytes(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    if (!fa_cuda_dbias_reduces(p)) return 0;
+    return fa_cuda_align256((size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q * (size_t)p->seqlen_k * 4);
+}
+
+static fa_status launch_dbias(const fa_params *p, const float *ws, cudaStream_t stream, const char *what) {
+    fa_dbias_params dp;
+    dp.ws = ws;
+    dp.dbias = p->dbias;
+    dp.batch_stride = p->dbias_batch_stride;
+    dp.head_stride = p->dbias_head_stride;
+    dp.row_stride = p->dbias_row_stride;
+    dp.col_stride = p->dbias_col_stride;
+    dbias_axes(p, dp.sum, dp.ext, dp.full);
+    const int64_t n = dp.ext[0] * dp.ext[1] * dp.ext[2] * dp.ext[3];
+    if (n == 0) return FA_OK;
+    if ((n + 255) / 256 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many dbias elements", what);
+    fa_dbias_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dp);
+    FA_CUDA_CHECK_LAUNCH(what);
+    return FA_OK;
+}
+
+fa_status fa_cuda_dbias_begin(const fa_problem *pb, float *dbias_ws, cudaStream_t stream, fa_mods_params *mp) {
+    const fa_params *p = &pb->p;
+    if (p->dbias == nullptr) return FA_OK;
+    if (fa_cuda_dbias_reduces(p)) {
+        const size_t bytes = fa_cuda_dbias_workspace_bytes(pb);
+        if (bytes > 0) FA_CUDA_CHECK(cudaMemsetAsync(dbias_ws, 0, bytes, stream), "cudaMemsetAsync(dbias workspace)");
+        mp->dbias = dbias_ws;
+        mp->dbias_col_stride = 1;
+        mp->dbias_row_stride = p->seqlen_k;
+        mp->dbias_head_stride = p->seqlen_q * p->seqlen_k;
+        mp->dbias_batch_stride = p->heads_q * p->seqlen_q * p->seqlen_k;
+        return FA_OK;
+    }
+    mp->dbias = p->dbias; /* every element written in place: zero the ones no tile reaches first */
+    mp->dbias_batch_stride = p->dbias_batch_stride;
+    mp->dbias_head_stride = p->dbias_head_stride;
+    mp->dbias_row_stride = p->dbias_row_stride;
+    mp->dbias_col_stride = p->dbias_col_stride;
+    return launch_dbias(p, nullptr, stream, "dbias zero kernel launch");
+}
+
+fa_status fa_cuda_dbias_finish(const fa_problem *pb, const float *dbias_ws, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    if (!fa_cuda_dbias_reduces(p)) return FA_OK;
+    return launch_dbias(p, dbias_ws, stream, "dbias reduction kernel launch");
+}
