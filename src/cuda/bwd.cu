@@ -447,10 +447,11 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
-    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernels decline) */
+    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     fa_status s;
     if (plan->hopper) {
-        if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
+        if ((s = fa_bwd_launch_hopper(&prm, dropout ? &drop : NULL, p->dtype, plan->device_ordinal, stream)) != FA_OK)
+            return s;
     } else if (plan->v2) {
         const int grid = (int)plan->grid;
         switch (plan->bucket) {
