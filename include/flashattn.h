@@ -247,8 +247,9 @@ typedef struct fa_params {
      * query row, key) (src/api/fa_philox.h gives the exact mapping): the same seed and offset
      * give the same mask on every run, thread count and engine, and fa_backward regenerates it
      * from the same three fields (pass the forward's values). Calls sharing a seed get
-     * independent masks when their offsets differ by at least ceil(seqlen_k / 4). Needs
-     * batch·heads_q <= 2^32. CPU and CUDA (the same mask on both); not in
+     * independent masks when their offsets differ by at least ceil(seqlen_k / 8). p is
+     * quantised to 1/65536 for the drop decision (16-bit numbers), not for the 1 / (1 - p)
+     * scale. Needs batch·heads_q <= 2^32. CPU and CUDA (the same mask on both); not in
      * fa_kvcache_forward, fa_standard_forward or ring attention. */
     float dropout_p;         /* in [0, 1); 0 = no dropout                                     */
     uint64_t dropout_seed;   /* Philox key                                                     */

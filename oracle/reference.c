@@ -1294,6 +1294,7 @@ static void problem_fill_params(fa_test_problem *tp) {
     p->dropout_p = s->dropout_p;
     p->dropout_seed = s->dropout_seed;
     p->dropout_offset = s->dropout_offset;
+    p->deterministic = s->deterministic;
     *p = problem_params(tp, 0); /* host pointers and strides */
 }
 

@@ -167,6 +167,7 @@ typedef struct fa_test_spec {
     double q_amplitude;           /* q = amplitude·randn (0 means 1): > 1 sharpens softmax    */
     float dropout_p;              /* attention dropout (0 = off), with the two fields below  */
     uint64_t dropout_seed, dropout_offset;
+    int deterministic;            /* fa_params.deterministic of the problem                   */
     uint64_t seed;
 } fa_test_spec;
 

@@ -13,8 +13,9 @@
 #      that are not multiples of 8) and fa_forward with a paged K/V (tests/gpu/cache.c), then
 #      compute-sanitizer memcheck on small problems of both; quantised caches (int8, Q8_0, e4m3:
 #      tests/gpu/kvquant.c) and compute-sanitizer on its small problems
-#   6c. attention dropout: forward and backward against the float64 oracle with the same mask,
-#      the CUDA mask against the CPU's, repeatability (tests/gpu/dropout.c); compute-sanitizer
+#   6c. attention dropout: forward and backward against the float64 oracle with the same mask
+#      on every kernel path (Hopper and portable), the CUDA mask against the CPU's, repeatability
+#      (tests/gpu/dropout.c); compute-sanitizer
 #   6d. score bias, dbias, document ids, block-sparse masks against the oracle, deterministic
 #      dbias, bad block lists rejected (tests/gpu/mods.c); compute-sanitizer on small problems
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
@@ -109,14 +110,16 @@ for tool in memcheck racecheck synccheck; do
 done
 
 # ---- 6c. attention dropout ----------------------------------------------------------------------
-# The portable kernels' DROPOUT instantiations (both backward kernels: FA_CUDA_BACKWARD=sm80 forces
-# the sm_80 one) against the float64 oracle with the library's mask over fresh seeds and odd
-# shapes, the attn_probs signs of CUDA and CPU equal bit for bit, same seed -> same bits
-# (tests/gpu/dropout.c); then compute-sanitizer on its small problems.
+# The DROPOUT instantiations of the Hopper forward and backward (default on sm_90; the backward at
+# head dims <= 128), then with the portable forward and each portable backward forced
+# (FA_CUDA_FORWARD=portable, FA_CUDA_BACKWARD=portable / sm80), deterministic mode too, against the
+# float64 oracle with the library's mask over fresh seeds and odd shapes, the attn_probs signs of
+# CUDA and CPU equal bit for bit, same seed -> same bits (tests/gpu/dropout.c); then
+# compute-sanitizer on its small problems (buckets 64, 128 and 256 on every path).
 echo "== 6c. attention dropout"
 "$GPU" dropout || fail "attention dropout (tests/gpu/dropout.c)"
 for tool in memcheck racecheck synccheck; do
-    echo "-- $tool: dropout (small problems, both backward kernels, attn_probs)"
+    echo "-- $tool: dropout (small problems, Hopper and portable kernels, attn_probs)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" dropout small || fail "$tool on dropout small"
 done
 

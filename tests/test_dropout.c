@@ -3,8 +3,11 @@
  * dropout_offset, src/api/fa_philox.h).
  *
  *   - Philox4x32-10 against the published known-answer vectors (Random123);
+ *   - the mapping spelled out (counter, word, half) against fa_dropout_keep, the 16-bit
+ *     thresholds (round(p · 65536), clamped);
  *   - the mask's statistics: the keep rate of every p within a 6-sigma binomial bound, for each
- *     of the four words of a Philox call, and independent masks for offsets ceil(sk / 4) apart
+ *     of the eight 16-bit numbers of a Philox call, and independent masks for offsets
+ *     ceil(sk / 8) apart
  *     and for different seeds (agreement rate p² + (1 - p)²);
  *   - forward and backward (f32, f16, bf16; causal, GQA, sinks, varlen, softcap, ALiBi, window)
  *     against the float64 oracle applying the same mask (2·baseline + floor rule);
@@ -39,10 +42,31 @@ FA_TEST(dropout_philox_known_answers) {
             FA_CHECK(r.x[w] == out[t][w], "vector %d word %d: %08x, expected %08x", t, w, r.x[w], out[t][w]);
     }
     FA_CHECK(fa_dropout_threshold(0.0f) == 0u, "threshold(0) = %u", fa_dropout_threshold(0.0f));
-    FA_CHECK(fa_dropout_threshold(0.5f) == 0x80000000u, "threshold(0.5) = %u", fa_dropout_threshold(0.5f));
+    FA_CHECK(fa_dropout_threshold(0.5f) == 32768u, "threshold(0.5) = %u", fa_dropout_threshold(0.5f));
+    FA_CHECK(fa_dropout_threshold(0.1f) == 6554u, "threshold(0.1) = %u (round(6553.6))", fa_dropout_threshold(0.1f));
+    FA_CHECK(fa_dropout_threshold(0.000005f) == 0u, "threshold(5e-6) = %u", fa_dropout_threshold(0.000005f));
+    FA_CHECK(fa_dropout_threshold(0.99999994f) == 65535u, "threshold(1 - 2^-24) = %u (clamped to 65535)",
+             fa_dropout_threshold(0.99999994f));
+    /* the mapping of fa_philox.h's comment, spelled out: counter (lo, hi of offset + j/8, i,
+     * b·heads_q + h), key = seed, half j % 2 of word (j % 8) / 2 */
+    {
+        const uint64_t seed = 0x0123456789abcdefull, offset = 0xfffffffffull;
+        const int64_t b = 2, h = 3, heads = 5, i = 77;
+        const uint32_t threshold = fa_dropout_threshold(0.45f);
+        for (int64_t j = 0; j < 40; j++) {
+            const uint64_t column = offset + (uint64_t)j / 8;
+            fa_philox_u32x4 r = fa_philox4x32_10((uint32_t)column, (uint32_t)(column >> 32), (uint32_t)i,
+                                                 (uint32_t)(b * heads + h), (uint32_t)seed, (uint32_t)(seed >> 32));
+            const uint32_t number = (r.x[(j % 8) / 2] >> (16 * (j % 2))) & 0xFFFFu;
+            if (!FA_CHECK(fa_dropout_keep(seed, offset, threshold, b, h, heads, i, j) == (number >= threshold),
+                          "key %lld: keep() disagrees with the mapping (number %u, threshold %u)", (long long)j,
+                          number, threshold))
+                break;
+        }
+    }
     /* apply_row agrees with keep() element by element, from any starting key */
     float row[37];
-    for (int64_t j0 = 0; j0 < 6; j0++) {
+    for (int64_t j0 = 0; j0 < 10; j0++) {
         for (int t = 0; t < 37; t++) row[t] = 1.0f;
         fa_dropout_apply_row(99, 7, fa_dropout_threshold(0.4f), 2.5f, 1, 2, 3, 5, j0, 37, row, 1);
         for (int t = 0; t < 37; t++) {
@@ -66,8 +90,8 @@ FA_TEST(dropout_mask_statistics) {
     for (int pi = 0; pi < 5; pi++) {
         const float p = ps[pi];
         const uint32_t threshold = fa_dropout_threshold(p);
-        const uint64_t offset = seed >> 20, other_offset = offset + (uint64_t)(sk + 3) / 4;
-        int64_t kept = 0, n = 0, kept_word[4] = {0, 0, 0, 0}, n_word[4] = {0, 0, 0, 0};
+        const uint64_t offset = seed >> 20, other_offset = offset + (uint64_t)(sk + 7) / 8;
+        int64_t kept = 0, n = 0, kept_word[8] = {0}, n_word[8] = {0}; /* per 16-bit number of a call */
         int64_t same_offset = 0, same_seed = 0;
         for (int64_t b = 0; b < batch; b++)
             for (int64_t h = 0; h < heads; h++)
@@ -76,15 +100,15 @@ FA_TEST(dropout_mask_statistics) {
                         int keep = fa_dropout_keep(seed, offset, threshold, b, h, heads, i, j);
                         kept += keep;
                         n++;
-                        kept_word[j & 3] += keep;
-                        n_word[j & 3]++;
+                        kept_word[j & 7] += keep;
+                        n_word[j & 7]++;
                         same_offset += keep == fa_dropout_keep(seed, other_offset, threshold, b, h, heads, i, j);
                         same_seed += keep == fa_dropout_keep(seed + 1, offset, threshold, b, h, heads, i, j);
                     }
         FA_CHECK(binomial_ok(kept, n, 1.0 - p), "p = %g: kept %lld of %lld (expected %.0f)", (double)p,
                  (long long)kept, (long long)n, (double)n * (1.0 - p));
-        for (int w = 0; w < 4; w++)
-            FA_CHECK(binomial_ok(kept_word[w], n_word[w], 1.0 - p), "p = %g, word %d: kept %lld of %lld", (double)p, w,
+        for (int w = 0; w < 8; w++)
+            FA_CHECK(binomial_ok(kept_word[w], n_word[w], 1.0 - p), "p = %g, number %d: kept %lld of %lld", (double)p, w,
                      (long long)kept_word[w], (long long)n_word[w]);
         double agree = (double)p * p + (1.0 - p) * (1.0 - p);
         FA_CHECK(binomial_ok(same_offset, n, agree), "p = %g: offsets %llu and %llu agree on %lld of %lld (independent: %.0f)",

@@ -140,7 +140,12 @@ FA_TEST(tiles_hopper_dispatch) {
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 10.0f, 0) == NULL,
              "negative scale with softcap: the scores are transformed first");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f, 0) != NULL, "d = 32");
-    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) != NULL, "dropout");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) == NULL,
+             "dropout: Hopper (the DROPOUT instantiations)");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, scale_log2, 0.0f, 1) == NULL,
+             "dropout with ALiBi at d = 256: Hopper");
+    FA_CHECK(fa_hopper_fwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) != NULL,
+             "dropout on sm_80: portable");
 }
 
 FA_TEST(tiles_hopper_pack_gqa) {
@@ -246,7 +251,15 @@ FA_TEST(tiles_hopper_backward) {
              "ALiBi with softcap: portable");
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f, 0) != NULL,
              "negative scale with softcap: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) != NULL, "dropout: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) == NULL, "dropout d = 128: Hopper");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 1, scale_log2, 0.0f, 1) == NULL,
+             "dropout with ALiBi d = 64: Hopper");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f, 1) == NULL,
+             "dropout with softcap d = 128: Hopper");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f, 1) != NULL,
+             "dropout d = 256: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 192, 128, 0, scale_log2, 0.0f, 1) != NULL,
+             "dropout d = 192 / 128 (bucket 256): portable");
     /* deterministic mode: one int32 semaphore per (sequence, query head, query block, dQ piece) */
     FA_CHECK(fa_hopper_bwd_semaphores(128, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
                  fa_hopper_bwd_semaphores(64, 2, 8, 1000) == 2 * 8 * 8 * 2 &&

@@ -10,8 +10,10 @@ Additions to the flash_attn signatures (keyword-only, after all of flash_attn's 
 Dropout (dropout_p > 0, torch tensors on the CPU or CUDA): as FlashAttention, each attention
 weight is dropped with probability
 dropout_p and the kept ones are scaled by 1 / (1 - dropout_p); softmax_lse is not affected. The
-mask comes from a counter-based generator (Philox4x32-10) whose seed is drawn from torch's
-default CPU generator on every call, so torch.manual_seed reproduces a run; the backward
+mask comes from a counter-based generator (Philox4x32-10, one call per eight keys, 16-bit
+numbers: dropout_p is quantised to 1/65536 for the drop decision) whose seed is drawn from torch's
+default CPU generator on every call (the counter offset stays 0: each call has its own seed), so
+torch.manual_seed reproduces a run; the backward
 regenerates the same mask. CPU and CUDA draw the same mask from the same seed, so a run moves
 between devices bit for bit. return_attn_probs=True with dropout returns S_dmask: the softmax
 probabilities (batch, nheads, seqlen_q, seqlen_k) (varlen: the max seqlens; flash_attn rounds

@@ -223,9 +223,3 @@ def test_dropout_without_attn_probs_returns_none():
     out, lse, s = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
     assert s is None
 
-
-@pytest.mark.skipif(not flashattn.cuda_available(), reason="no CUDA GPU")
-def test_dropout_cuda_not_implemented_yet():
-    q = torch.randn(1, 8, 2, 64, device="cuda", dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        flashattn.flash_attn_func(q, q, q, dropout_p=0.1)

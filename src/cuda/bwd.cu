@@ -466,7 +466,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
-    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernels decline) */
+    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     fa_status s;
     if (pb->has_mods) { /* score mods: the map was built and dbias begun by run_backward */
         const fa_mods_params *mods = buf->mods;
@@ -478,7 +478,8 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         }
     }
     if (plan->hopper) {
-        if ((s = fa_bwd_launch_hopper(&prm, p->dtype, plan->device_ordinal, stream)) != FA_OK) return s;
+        if ((s = fa_bwd_launch_hopper(&prm, dropout ? &drop : NULL, p->dtype, plan->device_ordinal, stream)) != FA_OK)
+            return s;
     } else if (plan->v2) {
         const int grid = (int)plan->grid;
         switch (plan->bucket) {

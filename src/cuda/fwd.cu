@@ -296,12 +296,12 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
 
     cudaStream_t stream = (cudaStream_t)p->stream;
     if (pb->has_mods) return forward_mods(pb, &prm, bucket, dev.ordinal, stream);
+    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
+    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
-        s = fa_fwd_launch_hopper(&prm, p->dtype, dev.ordinal, stream);
+        s = fa_fwd_launch_hopper(&prm, dropout ? &drop : NULL, p->dtype, dev.ordinal, stream);
         if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
     }
-    const bool dropout = pb->has_dropout; /* the DROPOUT instantiations (the Hopper kernel declines) */
-    const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     switch (bucket) {
     case 64:
         return dropout ? fa_fwd_dropout_launch_hdim64(&prm, &drop, p->dtype, dev.ordinal, stream)

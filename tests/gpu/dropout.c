@@ -1,15 +1,25 @@
 /*
  * tests/gpu/dropout.c: attention dropout on CUDA (`fa_gpu_tests dropout [small]`).
  *   1. forward and backward against the float64 oracle with the same mask (fa_case_run, which
- *      applies src/api/fa_philox.h in the reference), over fresh seeds and odd shapes: sq != sk,
- *      GQA/MQA, varlen with an empty sequence, causal with fully masked rows, window, softcap,
- *      ALiBi, sinks, head dims 40..256; each case with the default backward and with the sm_80
- *      backward kernel forced (FA_CUDA_BACKWARD=sm80), so that both dropout kernels run on sm_90;
+ *      applies src/api/fa_philox.h in the reference, poisons every output with NaN and counts
+ *      the elements left unwritten), over fresh seeds and odd shapes: sq != sk, GQA/MQA, varlen
+ *      with an empty sequence, causal with fully masked rows, window, softcap, ALiBi, sinks, head
+ *      dims 40..256; each case on four kernel paths: the default ones (on sm_90 the Hopper
+ *      forward, and the Hopper backward at head dims <= 128), the same with deterministic = 1,
+ *      the portable forward with the portable backward (FA_CUDA_FORWARD=portable,
+ *      FA_CUDA_BACKWARD=portable: the bigsmem kernel on sm_90), and the portable forward with
+ *      the sm_80 backward kernel (FA_CUDA_BACKWARD=sm80), so that every dropout kernel runs on
+ *      sm_90;
  *   2. the CUDA mask equals the CPU engine's bit for bit: attn_probs from both devices on the
  *      same problem have the same sign everywhere (negated = dropped), and close magnitudes;
  *   3. the same seed and offset give bitwise the same O, LSE, dq, dk, dv (deterministic backward;
  *      dk, dv in the default mode too); another offset gives another O; the LSE equals the one
- *      without dropout bitwise (portable forward, whose two instantiations share the softmax).
+ *      without dropout bitwise (on the portable forward and on the default one: each kernel's
+ *      two instantiations share the softmax);
+ *   4. the kernels' masks bit for bit: with q = 0 (P = 1 / seqlen_k), V one-hot over the keys and
+ *      dO one-hot over the queries, O[i][j] != 0 exactly where element (i, j) is kept, and so is
+ *      dV[j][i] (one query head per kv head): every element of both compared with
+ *      fa_dropout_keep, on every kernel path, with counter offsets that cross 2^32, all buckets.
  * `small` runs a few small problems of each part (for compute-sanitizer).
  */
 #include <cuda_runtime.h>
@@ -20,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/fa_philox.h"
 #include "flashattn.h"
 #include "gpu_util.h"
 #include "oracle/sweep_case.h"
@@ -51,8 +62,14 @@ static const shape shapes[] = {
     {"window softcap ALiBi d256", FA_DTYPE_BF16, 1, 64, 300, 2, 2, 256, 0, 0, 40, 7, 0, 1, 5.0f},
     {"causal varlen GQA sinks d40", FA_DTYPE_F16, 2, 70, 70, 4, 2, 40, 1, 1, -1, -1, 1, 0, 0.0f},
     {"long rows d128", FA_DTYPE_BF16, 1, 129, 1023, 2, 1, 128, 0, 0, -1, -1, 0, 0, 0.0f},
+    {"GQA causal odd d64", FA_DTYPE_BF16, 2, 157, 211, 8, 2, 64, 0, 1, -1, -1, 0, 0, 0.0f},
+    {"varlen causal GQA d128", FA_DTYPE_F16, 3, 190, 170, 4, 2, 128, 1, 1, -1, -1, 0, 0, 0.0f},
+    {"ALiBi window d64 (log2 scores)", FA_DTYPE_BF16, 2, 99, 140, 4, 4, 64, 0, 0, 20, 5, 0, 1, 0.0f},
+    {"softcap sinks d128", FA_DTYPE_BF16, 1, 200, 260, 2, 2, 128, 0, 0, -1, -1, 1, 0, 8.0f},
+    {"causal d256 (Hopper forward, portable backward)", FA_DTYPE_BF16, 2, 100, 130, 2, 2, 256, 0, 1, -1, -1, 0, 0,
+     0.0f},
 };
-#define SMALL_SHAPES 3 /* `small`: the first three, shrunk */
+#define SMALL_SHAPES 4 /* `small`: the first four (Hopper buckets 64, 128 and 256), shrunk */
 
 static fa_test_spec make_spec(const shape *sh, int small, float p_drop) {
     fa_test_spec s;
@@ -86,16 +103,36 @@ static fa_test_spec make_spec(const shape *sh, int small, float p_drop) {
 
 /* ---- 1. against the float64 oracle ----------------------------------------------------------- */
 
+/* The kernel paths of part 1: the environment that forces them (NULL: the default) and
+ * deterministic mode. */
+typedef struct kernel_path {
+    const char *name, *forward, *backward;
+    int deterministic;
+} kernel_path;
+
+static const kernel_path paths[] = {
+    {"default kernels", NULL, NULL, 0},
+    {"default kernels, deterministic", NULL, NULL, 1},
+    {"portable fwd + bwd", "portable", "portable", 0},
+    {"portable fwd + sm80 bwd", "portable", "sm80", 0},
+};
+
+static void set_path(const kernel_path *k) {
+    if (k->forward) setenv("FA_CUDA_FORWARD", k->forward, 1);
+    else unsetenv("FA_CUDA_FORWARD");
+    if (k->backward) setenv("FA_CUDA_BACKWARD", k->backward, 1);
+    else unsetenv("FA_CUDA_BACKWARD");
+}
+
 static void oracle_cases(int small) {
     static const float probs[] = {0.1f, 0.3f, 0.6f};
     const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < n_shapes; si++)
         for (int pi = 0; pi < (small ? 1 : 3); pi++)
-            for (int kernel = 0; kernel < 2; kernel++) {
-                /* kernel 1: the sm_80 backward kernel, which sm_90 does not pick by itself */
-                if (kernel) setenv("FA_CUDA_BACKWARD", "sm80", 1);
-                else unsetenv("FA_CUDA_BACKWARD");
+            for (int kernel = 0; kernel < (int)(sizeof paths / sizeof paths[0]); kernel++) {
+                set_path(&paths[kernel]);
                 fa_test_spec spec = make_spec(&shapes[si], small, probs[pi]);
+                spec.deterministic = paths[kernel].deterministic;
                 fa_case_result r;
                 char what[256];
                 const int rc = fa_case_run(&spec, FA_DEVICE_CUDA, 0, &r);
@@ -104,14 +141,15 @@ static void oracle_cases(int small) {
                 fa_case_format(&r, 0, 0, fwd, sizeof fwd);
                 fa_case_format(&r, 1, 0, bwd, sizeof bwd);
                 const int ok = rc == 0 && !r.skipped && r.fwd_ok && r.bwd_ok;
-                printf("%s %s p=%.1f seed %llu%s:%s |%s %s%s\n", ok ? "ok  " : "FAIL", shapes[si].name,
-                       (double)probs[pi], (unsigned long long)spec.seed, kernel ? " (sm80 bwd)" : "", fwd, bwd,
+                printf("%s %s p=%.1f seed %llu (%s):%s |%s %s%s\n", ok ? "ok  " : "FAIL", shapes[si].name,
+                       (double)probs[pi], (unsigned long long)spec.seed, paths[kernel].name, fwd, bwd,
                        r.skipped ? r.skip_reason : "", r.error);
                 if (!ok) {
                     printf("     %s\n", what);
                     failures++;
                 }
             }
+    unsetenv("FA_CUDA_FORWARD");
     unsetenv("FA_CUDA_BACKWARD");
 }
 
@@ -239,9 +277,15 @@ static void free_outputs(outputs *o) {
 
 static void repeat_cases(int small) {
     const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
-    setenv("FA_CUDA_FORWARD", "portable", 1); /* the LSE comparison: both runs on one kernel */
+    /* the LSE comparison needs both runs on one forward kernel: the portable one forced, or the
+     * default (Hopper on sm_90; its dropout kernels never pack GQA tiles, so neither may the run
+     * without dropout) */
+    setenv("FA_CUDA_PACK_GQA", "0", 1);
+    for (int portable = 0; portable < 2; portable++)
     for (int si = 0; si < n_shapes; si++)
         for (int deterministic = 0; deterministic < 2; deterministic++) {
+            if (portable) setenv("FA_CUDA_FORWARD", "portable", 1);
+            else unsetenv("FA_CUDA_FORWARD");
             fa_test_spec spec = make_spec(&shapes[si], small, 0.2f);
             fa_test_problem tp;
             if (fa_test_problem_create(&tp, &spec) || upload(&tp)) {
@@ -254,7 +298,7 @@ static void repeat_cases(int small) {
             p.deterministic = deterministic;
             outputs a = {0}, b = {0}, c = {0}, z = {0};
             fa_params other = p, none = p;
-            other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 3) / 4; /* disjoint counters */
+            other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 7) / 8; /* disjoint counters */
             none.dropout_p = 0.0f;
             const int ran = run_both(&tp, p, &a) == 0 && run_both(&tp, p, &b) == 0 && run_both(&tp, other, &c) == 0 &&
                             run_both(&tp, none, &z) == 0;
@@ -268,8 +312,9 @@ static void repeat_cases(int small) {
                 const int other_o = !!memcmp(a.o, c.o, buffer_bytes(&tp, FA_T_O));
                 const int lse_kept = !memcmp(a.lse, z.lse, buffer_bytes(&tp, FA_T_LSE));
                 const int ok = same_o && same_dkdv && (!deterministic || same_dq) && other_o && lse_kept;
-                printf("%s repeat %s%s: o/lse %s, dq %s, dk/dv %s; another offset: o %s; lse without dropout %s\n",
-                       ok ? "ok  " : "FAIL", shapes[si].name, deterministic ? " (deterministic)" : "",
+                printf("%s repeat %s%s%s: o/lse %s, dq %s, dk/dv %s; another offset: o %s; lse without dropout %s\n",
+                       ok ? "ok  " : "FAIL", shapes[si].name, portable ? " (portable forward)" : "",
+                       deterministic ? " (deterministic)" : "",
                        same_o ? "same" : "DIFFER", same_dq ? "same" : "differs", same_dkdv ? "same" : "DIFFER",
                        other_o ? "differs" : "SAME", lse_kept ? "same" : "DIFFERS");
                 failures += !ok;
@@ -282,6 +327,122 @@ static void repeat_cases(int small) {
             fa_test_problem_destroy(&tp);
         }
     unsetenv("FA_CUDA_FORWARD");
+    unsetenv("FA_CUDA_PACK_GQA");
+}
+
+/* ---- 4. exact masks ------------------------------------------------------------------------ */
+
+typedef struct mask_shape {
+    fa_dtype dtype;
+    int batch, sq, sk, hq, hkv, d;
+    int check_fwd, check_bwd; /* fwd: sk <= d (V one-hot over keys); bwd: sq <= d, hq == hkv */
+} mask_shape;
+
+static const mask_shape mask_shapes[] = {
+    {FA_DTYPE_BF16, 2, 400, 64, 4, 2, 64, 1, 0},  /* bucket 64: three query tiles, GQA           */
+    {FA_DTYPE_F16, 2, 64, 200, 2, 2, 64, 0, 1},   /* bucket 64 backward: two key blocks           */
+    {FA_DTYPE_BF16, 2, 300, 128, 3, 3, 128, 1, 0}, /* bucket 128: three query tiles               */
+    {FA_DTYPE_F16, 1, 128, 300, 2, 2, 128, 0, 1}, /* bucket 128 backward: 2 query, 3 key blocks    */
+    {FA_DTYPE_BF16, 1, 200, 256, 2, 1, 256, 1, 0}, /* bucket 256 forward: four key tiles of 80    */
+    {FA_DTYPE_BF16, 1, 77, 77, 2, 2, 96, 1, 1},    /* d = 96 (bucket 128), odd lengths, both      */
+};
+
+static int upload16(void **dev, const float *host, size_t n, fa_dtype dtype) {
+    uint16_t *h16 = malloc(2 * n + 2);
+    if (!h16) return -1;
+    for (size_t e = 0; e < n; e++) h16[e] = gpu_float_to_16(host[e], dtype);
+    const int ok = cudaMalloc(dev, 2 * n + 2) == cudaSuccess && cudaMemcpy(*dev, h16, 2 * n, cudaMemcpyHostToDevice) ==
+                                                                  cudaSuccess;
+    free(h16);
+    return ok ? 0 : -1;
+}
+
+static void exact_mask_cases(int small) {
+    const int n_shapes = small ? 2 : (int)(sizeof mask_shapes / sizeof mask_shapes[0]);
+    for (int si = 0; si < n_shapes; si++)
+        for (int kernel = 0; kernel < (int)(sizeof paths / sizeof paths[0]); kernel++) {
+            if (paths[kernel].deterministic) continue; /* the mask does not depend on it */
+            set_path(&paths[kernel]);
+            const mask_shape *m = &mask_shapes[si];
+            const int b = m->batch, sq = small && m->sq > 64 ? 64 : m->sq, sk = m->sk, hq = m->hq, hkv = m->hkv,
+                      d = m->d;
+            const size_t nq = (size_t)b * sq * hq * d, nk = (size_t)b * sk * hkv * d;
+            float *q = calloc(nq, sizeof(float)), *v = calloc(nk, sizeof(float)), *dout = calloc(nq, sizeof(float));
+            uint16_t *o_host = malloc(2 * nq), *dv_host = malloc(2 * nk);
+            void *q_dev = NULL, *k_dev = NULL, *v_dev = NULL, *o_dev = NULL, *do_dev = NULL, *dq_dev = NULL,
+                 *dk_dev = NULL, *dv_dev = NULL, *lse_dev = NULL;
+            /* v_j = e_j (keys j < d), dO_i = e_i (queries i < d) */
+            for (int bb = 0; bb < b; bb++)
+                for (int j = 0; j < sk && j < d; j++)
+                    for (int h = 0; h < hkv; h++) v[(((size_t)bb * sk + j) * hkv + h) * d + j] = 1.0f;
+            for (int bb = 0; bb < b; bb++)
+                for (int i = 0; i < sq && i < d; i++)
+                    for (int h = 0; h < hq; h++) dout[(((size_t)bb * sq + i) * hq + h) * d + i] = 1.0f;
+            int ok = q && v && dout && o_host && dv_host && upload16(&q_dev, q, nq, m->dtype) == 0 &&
+                     upload16(&k_dev, v, nk, m->dtype) == 0 && upload16(&v_dev, v, nk, m->dtype) == 0 &&
+                     upload16(&do_dev, dout, nq, m->dtype) == 0 && cudaMalloc(&o_dev, 2 * nq) == cudaSuccess &&
+                     cudaMalloc(&dq_dev, 2 * nq) == cudaSuccess && cudaMalloc(&dk_dev, 2 * nk) == cudaSuccess &&
+                     cudaMalloc(&dv_dev, 2 * nk) == cudaSuccess &&
+                     cudaMalloc(&lse_dev, sizeof(float) * (size_t)b * hq * sq) == cudaSuccess &&
+                     cudaMemset(o_dev, 0xff, 2 * nq) == cudaSuccess && cudaMemset(dv_dev, 0xff, 2 * nk) == cudaSuccess;
+            EXPECT(ok, "exact masks %d: could not set up the problem", si);
+            if (ok) {
+                fa_params p;
+                memset(&p, 0, sizeof p);
+                p.device = FA_DEVICE_CUDA;
+                p.dtype = m->dtype;
+                p.batch = b, p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.heads_kv = hkv;
+                p.head_dim = d, p.head_dim_v = d;
+                p.q = q_dev, p.k = k_dev, p.v = v_dev, p.o = o_dev, p.lse = lse_dev;
+                p.dout = do_dev, p.dq = dq_dev, p.dk = dk_dev, p.dv = dv_dev;
+                fa_set_contiguous_strides(&p);
+                p.dropout_p = (si & 1) ? 0.1f : 0.5f;
+                p.dropout_seed = next_random();
+                p.dropout_offset = 0xFFFFFFF0ull - (next_random() % 16); /* offset + j/8 crosses 2^32 */
+                const uint32_t threshold = fa_dropout_threshold(p.dropout_p);
+                fa_status st = fa_forward(&p);
+                if (st == FA_OK) st = fa_backward(&p);
+                ok = st == FA_OK && cudaDeviceSynchronize() == cudaSuccess &&
+                     download(o_host, o_dev, 2 * nq) == 0 && download(dv_host, dv_dev, 2 * nk) == 0;
+                EXPECT(ok, "exact masks %d (%s): %s: %s", si, paths[kernel].name, fa_strerror(st), fa_last_error());
+                int64_t fwd_bad = 0, bwd_bad = 0, fwd_n = 0, bwd_n = 0, kept = 0;
+                for (int bb = 0; ok && bb < b; bb++)
+                    for (int h = 0; h < hq; h++) {
+                        for (int i = 0; m->check_fwd && i < sq; i++)
+                            for (int c = 0; c < d; c++) { /* O[i][c] = keep(i, c) / ((1 - p) sk), c < sk */
+                                const float o = gpu_float_from_16(o_host[(((size_t)bb * sq + i) * hq + h) * d + c], m->dtype);
+                                const int want = c < sk && fa_dropout_keep(p.dropout_seed, p.dropout_offset, threshold,
+                                                                           bb, h, hq, i, c);
+                                fwd_bad += !(want ? o > 0.0f : o == 0.0f);
+                                fwd_n++;
+                                kept += want;
+                            }
+                        for (int j = 0; m->check_bwd && j < sk; j++)
+                            for (int c = 0; c < d; c++) { /* dV[j][c] = keep(c, j) / ((1 - p) sk), c < sq */
+                                const float x = gpu_float_from_16(dv_host[(((size_t)bb * sk + j) * hkv + h) * d + c], m->dtype);
+                                const int want = c < sq && fa_dropout_keep(p.dropout_seed, p.dropout_offset, threshold,
+                                                                           bb, h, hq, c, j);
+                                bwd_bad += !(want ? x > 0.0f : x == 0.0f);
+                                bwd_n++;
+                                kept += want;
+                            }
+                    }
+                if (ok) {
+                    printf("%s exact mask %s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d p=%.1f (%s): o %lld of %lld wrong, "
+                           "dv %lld of %lld wrong (%lld kept)\n",
+                           fwd_bad || bwd_bad ? "FAIL" : "ok  ", fa_test_dtype_name(m->dtype), b, sq, sk, hq, hkv, d,
+                           (double)p.dropout_p, paths[kernel].name, (long long)fwd_bad, (long long)fwd_n,
+                           (long long)bwd_bad, (long long)bwd_n, (long long)kept);
+                    failures += fwd_bad || bwd_bad;
+                }
+            }
+            free(q), free(v), free(dout), free(o_host), free(dv_host);
+            void *devs[] = {q_dev, k_dev, v_dev, o_dev, do_dev, dq_dev, dk_dev, dv_dev, lse_dev};
+            for (int t = 0; t < 9; t++)
+                if (devs[t]) cudaFree(devs[t]);
+        }
+    unsetenv("FA_CUDA_FORWARD");
+    unsetenv("FA_CUDA_BACKWARD");
 }
 
 int gpu_dropout_main(int argc, char **argv) {
@@ -291,6 +452,7 @@ int gpu_dropout_main(int argc, char **argv) {
     oracle_cases(small);
     mask_cases(small);
     repeat_cases(small);
+    exact_mask_cases(small);
     printf("fa_gpu_tests dropout: %d failed\n", failures);
     return failures != 0;
 }

@@ -1,16 +1,19 @@
 /*
- * dropout.cuh: the attention-dropout keep bits of mma.sync accumulator fragments, for the
- * portable kernels' DROPOUT instantiations (fwd_sm80.cuh, bwd_sm80.cuh, bwd_sm80_bigsmem.cuh).
+ * dropout.cuh: the attention-dropout keep bits of mma.sync / wgmma accumulator fragments, for
+ * the portable kernels' DROPOUT instantiations (fwd_sm80.cuh, bwd_sm80.cuh, bwd_sm80_bigsmem.cuh)
+ * and the Hopper ones (fwd_sm90.cu, bwd_sm90.cu).
  *
- * The bits are those of src/api/fa_philox.h (fa_dropout_bits4: one Philox4x32-10 call gives the
- * 32-bit numbers of four neighbouring keys 4k..4k+3 of one (sequence, query head, query row)),
+ * The bits are those of src/api/fa_philox.h (fa_dropout_bits8: one Philox4x32-10 call gives the
+ * 16-bit numbers of eight neighbouring keys 8k..8k+7 of one (sequence, query head, query row)),
  * so the CUDA mask equals the CPU engine's and the oracle's bit for bit.
  *
  * An m16n8 C fragment (lane = 4g + t holds rows g and g + 8, columns 2t and 2t + 1; element e is
- * row g + 8·(e >> 1), column 2t + (e & 1)) covers 16 × 8 = 128 elements = 32 Philox groups of
- * four keys, one per lane: every lane makes one call for the group of another lane's choosing
- * and the four numbers reach the lanes that hold their elements through shuffles of 4-bit keep
- * masks. No number is computed twice and no call's output is thrown away.
+ * row g + 8·(e >> 1), column 2t + (e & 1)) covers 16 × 8 = 128 elements = 16 Philox groups of
+ * eight keys, so the functions work on PAIRS of n8 fragments (32 groups, one per lane): every lane
+ * makes one call for a group of another lane's choosing and the 8-bit keep masks reach the lanes
+ * that hold their elements through shuffles. No number is computed twice and no call's output is
+ * thrown away. A wgmma accumulator of one warp is, per 8 columns, exactly such a fragment.
+ * Both functions return 8 bits: bit 4c + e = element e of fragment c (c = 0, 1) of this lane.
  */
 #ifndef FA_CUDA_DROPOUT_CUH
 #define FA_CUDA_DROPOUT_CUH
@@ -20,46 +23,47 @@
 #include "api/fa_philox.h"
 #include "cuda/common/cuda_common.cuh"
 
-/* 4 bits: bit k = key 4·(j/4) + k of row (b, h, i) is kept (fa_dropout_bits4 >= threshold). */
-__device__ __forceinline__ uint32_t fa_dropout_keep_nibble(const fa_dropout_params &dp, int b, int h, int heads_q,
-                                                           int i, int j) {
-    const fa_philox_u32x4 r = fa_dropout_bits4(dp.seed, dp.offset, b, h, heads_q, i, j);
-    return (uint32_t)(r.x[0] >= dp.threshold) | ((uint32_t)(r.x[1] >= dp.threshold) << 1) |
-           ((uint32_t)(r.x[2] >= dp.threshold) << 2) | ((uint32_t)(r.x[3] >= dp.threshold) << 3);
+/* 8 bits: bit k = key 8·(j/8) + k of row (b, h, i) is kept. */
+__device__ __forceinline__ uint32_t fa_dropout_keep_row8(const fa_dropout_params &dp, int b, int h, int heads_q, int i,
+                                                         int j) {
+    return fa_dropout_keep_byte(fa_dropout_bits8(dp.seed, dp.offset, b, h, heads_q, i, j), dp.threshold);
 }
 
-/* Keep bits of one m16n8 fragment whose rows are queries and columns keys (the forward's S):
- * row 0 is query `query0` of the sequence, column 0 key `key0` (a multiple of 4). Returns bit e
- * = element e of this lane is kept.
- * Lane (g, t) computes the group of row g + 8·(t & 1), keys key0 + 4·(t >> 1)..+3: lanes t and
- * t ^ 1 need the same two groups (rows g and g + 8, their keys 2t, 2t + 1 inside one group of
- * four), so one exchange between them gives each its 4 bits. */
-__device__ __forceinline__ uint32_t fa_dropout_keep_qk(const fa_dropout_params &dp, int b, int h, int heads_q,
-                                                       int query0, int key0) {
+/* Two fragments whose rows are queries and columns keys (the forward's S): rows query0 ..
+ * query0 + 15, fragment c = keys key0 + 8c .. + 7 (key0 a multiple of 8).
+ * Lane (g, t) draws row g + 8·(t & 1), keys of fragment t >> 1: the four lanes of a quad draw
+ * exactly the four groups the quad needs (rows g, g + 8 of both fragments), so two exchanges
+ * give each lane all four bytes; it keeps bits 2t, 2t + 1 of each. */
+__device__ __forceinline__ uint32_t fa_dropout_keep_qk2(const fa_dropout_params &dp, int b, int h, int heads_q,
+                                                        int query0, int key0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const uint32_t own = fa_dropout_keep_nibble(dp, b, h, heads_q, query0 + g + 8 * (t & 1), key0 + 4 * (t >> 1))
-                         << (4 * (t & 1));
-    const uint32_t both = own | __shfl_xor_sync(0xffffffffu, own, 1); /* nibble of row g + 8·r at bit 4r */
-    const int sel = 2 * (t & 1);                                       /* keys 2t, 2t+1 in the group */
-    return ((both >> sel) & 3u) | (((both >> (4 + sel)) & 3u) << 2);
+    uint32_t all = fa_dropout_keep_row8(dp, b, h, heads_q, query0 + g + 8 * (t & 1), key0 + 8 * (t >> 1)) << (8 * t);
+    all |= __shfl_xor_sync(0xffffffffu, all, 1);
+    all |= __shfl_xor_sync(0xffffffffu, all, 2); /* byte 2c + r: row g + 8r of fragment c */
+    const uint32_t mine = all >> (2 * t);        /* bits 8B, 8B + 1: this lane's columns of byte B */
+    return (mine & 3u) | ((mine >> 6) & 0xCu) | ((mine >> 12) & 0x30u) | ((mine >> 18) & 0xC0u);
 }
 
-/* The same for a transposed fragment, rows keys and columns queries (the backward's S^T): row 0
- * is key `key0` (a multiple of 4: rows 0-3, 4-7, 8-11, 12-15 are one group each), column 0
- * query `query0`. Lane (g, t), g = 4a + r, computes the group of keys key0 + 4·(a +
- * 2·(r >> 1))..+3 at query query0 + 2t + (r & 1): the four lanes r = 0..3 of one (a, t) need
- * exactly those four groups (rows 4a + r and 4a + r + 8 at queries 2t, 2t + 1), each element at
- * position r; two exchanges give every lane all four nibbles. */
-__device__ __forceinline__ uint32_t fa_dropout_keep_kq(const fa_dropout_params &dp, int b, int h, int heads_q,
-                                                       int key0, int query0) {
+/* Two transposed fragments, rows keys and columns queries (the backward's Sᵀ): rows key0 ..
+ * key0 + 15 (key0 a multiple of 8: rows 0-7 and 8-15 are one group each per query), fragment
+ * c = queries query0 + 8c .. + 7. The eight lanes g = 0..7 of one t need the same eight groups
+ * (query 8c + 2t + x, key half r, for c, r, x in {0, 1}), each one bit of every group (key g of
+ * the half): lane g draws group i = 4c + 2r + x = g, and an 8 × 8 bit transpose over those
+ * lanes (three exchanges at lane distances 4, 8, 16, each swapping one bit of the lane's g with
+ * one bit of the group index) leaves bit i = key g of group i, which is element e = 2r + x of
+ * fragment c: bit 4c + e. */
+__device__ __forceinline__ uint32_t fa_dropout_keep_kq2(const fa_dropout_params &dp, int b, int h, int heads_q,
+                                                        int key0, int query0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int a = g >> 2, r = g & 3;
-    uint32_t all = fa_dropout_keep_nibble(dp, b, h, heads_q, query0 + 2 * t + (r & 1), key0 + 4 * (a + 2 * (r >> 1)))
-                   << (4 * r);
-    all |= __shfl_xor_sync(0xffffffffu, all, 4); /* lanes g ^ 1 */
-    all |= __shfl_xor_sync(0xffffffffu, all, 8); /* lanes g ^ 2: now nibble s (element e = s) at 4s */
-    return ((all >> r) & 1u) | (((all >> (4 + r)) & 1u) << 1) | (((all >> (8 + r)) & 1u) << 2) |
-           (((all >> (12 + r)) & 1u) << 3);
+    uint32_t v = fa_dropout_keep_row8(dp, b, h, heads_q, query0 + 8 * (g >> 2) + 2 * t + (g & 1),
+                                      key0 + 8 * ((g >> 1) & 1));
+#pragma unroll
+    for (int s = 1; s < 8; s *= 2) {
+        const uint32_t low = s == 1 ? 0x55u : s == 2 ? 0x33u : 0x0Fu; /* bits whose index has bit s clear */
+        const uint32_t other = __shfl_xor_sync(0xffffffffu, v, 4 * s);
+        v = (g & s) ? (v & ~low & 0xFFu) | ((other & ~low & 0xFFu) >> s) : (v & low) | ((other & low) << s);
+    }
+    return v;
 }
 
 #endif /* FA_CUDA_DROPOUT_CUH */

@@ -171,7 +171,7 @@ FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
  * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on; has_dropout:
- * dropout_p > 0. */
+ * dropout_p > 0 (covered: the DROPOUT instantiations). */
 #ifdef __cplusplus
 static inline
 #else
@@ -181,11 +181,11 @@ static inline
     fa_hopper_fwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim, int head_dim_v,
                               int has_alibi, float scale_log2, float softcap, int has_dropout) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
-    if (has_dropout) return "does not implement dropout";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256";
     (void)has_alibi; /* ALiBi and a negative scale: scores go to log2 units first (fa_hopper_to_log2) */
+    (void)has_dropout;
     (void)scale_log2;
     (void)softcap;
     return NULL;
@@ -275,16 +275,17 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
  * for softcap_pre > 0) the mask acts on tanh's output before the exponent, which has no ALiBi
  * term, and a negative scale leaves softcap_pre < 0: both stay on the portable kernel. Both
  * modes: deterministic = 1 orders each dQ tile's additions by key block (the DET
- * instantiations, semaphores), so it is no argument. has_dropout: dropout_p > 0 (the portable
- * kernels' DROPOUT instantiations take it). */
+ * instantiations, semaphores), so it is no argument. has_dropout: dropout_p > 0 (the DROPOUT
+ * instantiations of buckets 64 and 128; at 256 the portable kernels' take it). */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
                                                     int head_dim_v, int has_alibi, float scale_log2, float softcap,
                                                     int has_dropout) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
-    if (has_dropout) return "does not implement dropout";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256";
+    if (has_dropout && fa_hopper_bwd_bucket(head_dim, head_dim_v) == 256)
+        return "does not implement dropout at head dims above 128";
     if (softcap > 0.0f && has_alibi) return "does not implement ALiBi together with softcap";
     if (softcap > 0.0f && !(scale_log2 > 0.0f)) return "needs a positive softmax_scale with softcap";
     return NULL;

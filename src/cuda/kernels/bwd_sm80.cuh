@@ -22,7 +22,7 @@
  *   B:       dS^T (and P^T) of this query block are complete in shared memory.
  *
  * DROPOUT (a separate instantiation): with the keep bits of common/dropout.cuh (one Philox call
- * per lane per m16n8 tile of S^T) and Z = keep / (1 - p), step 3 makes P^T -> Z∘P^T (what dV
+ * per lane per pair of m16n8 tiles of S^T) and Z = keep / (1 - p), step 3 makes P^T -> Z∘P^T (what dV
  * takes) and dS^T = P^T ∘ (Z∘dP^T - D).
  *
  * MODS (another instantiation): the score bias, document ids and block-sparse mask of
@@ -169,14 +169,16 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
+    static_assert(Cfg::CHUNK_Q % 16 == 0, "dropout keep bits come in pairs of n8 tiles");
+    uint32_t keep2 = 0; /* dropout: keep bits of n8 tiles j and j + 1 (one call per lane per pair) */
 #pragma unroll
     for (int j = 0; j < Cfg::CHUNK_Q / 8; ++j) {
         const int qcol = q_col0 + 8 * j + 2 * t; /* query column of elements e = 0, 2 (+1: 1, 3) */
         const float2 lse2 = *reinterpret_cast<const float2 *>(lse_smem + qcol);
         const float2 dsum2 = *reinterpret_cast<const float2 *>(dsum_smem + qcol);
-        const uint32_t keep = DROPOUT ? fa_dropout_keep_kq(dropout, drop_b, drop_h, prm.heads_q, drop_key0,
-                                                           drop_query0 + q_col0 + 8 * j)
-                                      : 0u;
+        if (DROPOUT && j % 2 == 0)
+            keep2 = fa_dropout_keep_kq2(dropout, drop_b, drop_h, prm.heads_q, drop_key0, drop_query0 + q_col0 + 8 * j);
+        const uint32_t keep = keep2 >> (4 * (j % 2));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float lse = (e & 1) ? lse2.y : lse2.x;

@@ -21,7 +21,7 @@
  * At the end dK·scale and dV are stored (fp32 partials when the GQA group is split).
  * DROPOUT (a separate instantiation): phase 1 stores keep∘P^T (dV takes Z∘P^T, Z = keep /
  * (1 - p): its 1 / (1 - p) is applied once, in the epilogue) and keeps the tile's keep bits
- * (common/dropout.cuh, one Philox call per lane per m16n8 tile, 32 bits per warp tile) for
+ * (common/dropout.cuh, one Philox call per lane per pair of m16n8 tiles, 32 bits per warp tile) for
  * dS^T = w ∘ (Z∘dP^T - D).
  *
  * Why (docs/tuning-log.md, CUDA backward v2): v1 kept P^T/dS^T in registers with 16-key warp tiles, which
@@ -454,8 +454,8 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
 #pragma unroll 1 /* one Philox call in flight (unrolled, ptxas interleaves them and spills) */
                         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll 1
-                            for (int j = 0; j < NT; ++j)
-                                keep |= fa_dropout_keep_kq(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
+                            for (int j = 0; j < NT; j += 2) /* pairs of n8 tiles: one call per lane */
+                                keep |= fa_dropout_keep_kq2(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
                                         << (4 * (NT * mi + j));
                     }
                     if (inside)

@@ -73,6 +73,18 @@
  * together (bwd_sm90_common.cuh's softcap section) and dV is issued with dK at both buckets
  * (no EARLY_DV: P packed before the dPᵀ wait plus w = P·(1 - tc²) spilled 4 bytes at bucket 128
  * with ptxas 13; this way the consumers peak at R220 (128) and R237 (64), no spill).
+ * Dropout (template flag DROPOUT; off, the kernel is the one above): the mask is regenerated on
+ * Sᵀ. Per 8 query columns a warp's accumulator is a transposed m16n8 fragment (rows = 16 keys,
+ * columns = 8 queries), and fa_dropout_keep_kq2 (common/dropout.cuh) gives the keep bits of two
+ * such chunks with one Philox call per lane: the 8 keys of one Philox group sit in 8 different
+ * rows g of one column, so the eight lanes g of each t draw eight groups and an 8 × 8 bit
+ * transpose (three shuffles) hands every lane its bits. They are drawn right after the Sᵀ GEMM
+ * is issued and before the dPᵀ one (integer work while the tensor cores run, without dPᵀ's
+ * accumulator yet), bit i for element i. Then,
+ * with Z = keep / (1 - p) and P recomputed whole from the LSE (the softmax without dropout):
+ * dPᵀ -> Z∘dPᵀ before dS (dS = P∘(Z∘dP - D), D = rowsum(dO∘O) as the pre-pass computes it,
+ * softcap's factor included), and dV takes keep∘P, its 1 / (1 - p) applied once when dV is
+ * stored: the algebra of the portable kernels and the CPU engine.
  * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
  * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
  * t-2, the last GEMM that read buffer t % 2 (checked by a model of the protocol: docs/tuning-log.md).
@@ -115,6 +127,7 @@
 #include "cuda/kernels/bwd_sm90_common.cuh"
 #include "cuda/common/bwd_launch.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
@@ -163,11 +176,13 @@ struct fa_bwd_sm90_config {
      * at 64 the fp32 P, dPᵀ (64 registers each) and the in-flight 16-bit P do not fit 240
      * registers together (ptxas spilled 48 bytes), so dV is issued with dK, after dS. */
     static constexpr bool EARLY_DV = BLOCK_M == 64;
+    static constexpr int KEEP_WORDS = (BLOCK_M / 2 + 31) / 32; /* dropout: one bit per Sᵀ element of a thread */
 
     static_assert(BLOCK_N == 64 * CONSUMER_WGS, "each consumer owns 64 keys (wgmma M)");
     static_assert(DO_STAGES == STAGES, "Q and dO share each stage and its barriers");
     static_assert((BLOCK_M / 64) * (D / 64) == CONSUMER_WGS, "dQ: one m64 x n64 piece per consumer");
-    static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256, "wgmma N of Sᵀ; TMA box rows <= 256");
+    static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256,
+                  "wgmma N of Sᵀ (and pairs of 8-query dropout chunks); TMA box rows <= 256");
     static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET), "dQ staging");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
                       DQ_OFFSET % 1024 == 0,
@@ -320,16 +335,71 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
     if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
 }
 
+/* ---- dropout (the DROPOUT instantiations) -------------------------------------------------------- */
+
+/* Keep bits of this warp's Sᵀ rows (keys key_w .. key_w + 15, key_w a multiple of 16) and the
+ * BLOCK_M queries m0 .. of query head `head`: bit i % 32 of keep[i / 32] says element i is kept.
+ * Pair p of 8-query chunks (2p, 2p + 1) is one fa_dropout_keep_kq2 call (bit 4c + e = element
+ * 4(2p + c) + e), so its byte belongs at bit 8p: each call's byte enters a 64-bit word from the
+ * top (unrolled, the shifts fold away; this order of the calls kept ptxas from spilling at
+ * bucket 64, where adding each byte at its place spilled up to 64 bytes). */
+template <class Cfg>
+__device__ __forceinline__ void fa_bwd_sm90_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
+                                                         int batch, int head, int heads_q, int key_w, int m0) {
+    constexpr int PAIRS = Cfg::BLOCK_M / 16;
+    static_assert(PAIRS <= 8 && Cfg::KEEP_WORDS <= 2, "one 64-bit word of keep bits");
+    uint64_t bits = 0;
+#pragma unroll
+    for (int p = 0; p < PAIRS; ++p)
+        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_kq2(dp, batch, head, heads_q, key_w, m0 + 16 * p) << 56);
+    bits >>= 64 - 8 * PAIRS;
+#pragma unroll
+    for (int w = 0; w < Cfg::KEEP_WORDS; ++w) keep[w] = (uint32_t)(bits >> (32 * w));
+}
+
+/* 1 or 0: element i kept (a factor, so a NaN stays NaN as in the portable kernels' Z∘). */
+template <class Cfg>
+__device__ __forceinline__ float fa_bwd_sm90_kept(const uint32_t (&keep)[Cfg::KEEP_WORDS], int i) {
+    return (keep[i / 32] >> (i % 32)) & 1u ? 1.0f : 0.0f;
+}
+
+/* dPᵀ -> Z∘dPᵀ, Z = keep · keep_scale. */
+template <class Cfg>
+__device__ __forceinline__ void fa_bwd_sm90_dropout_dp(float (&dp_rmem)[Cfg::BLOCK_M / 2],
+                                                       const uint32_t (&keep)[Cfg::KEEP_WORDS], float keep_scale) {
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) dp_rmem[i] *= fa_bwd_sm90_kept<Cfg>(keep, i) * keep_scale;
+}
+
+/* keep∘P (fp32, accumulator layout) -> the A fragments of dV += (keep∘P)ᵀ dO: fa_bwd_sm90_pack's
+ * pairs with the dropped halves cleared (an AND on the packed pair: multiplying the fp32 values
+ * first made ptxas spill 48 bytes at bucket 128). */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_pack_kept(const float (&acc)[Cfg::BLOCK_M / 2],
+                                                      const uint32_t (&keep)[Cfg::KEEP_WORDS],
+                                                      uint32_t (&frag)[Cfg::BLOCK_M / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_M / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const int i = 8 * kk + 2 * x;
+            const uint32_t two = keep[i / 32] >> (i % 32);
+            const uint32_t mask = (two & 1u ? 0x0000FFFFu : 0u) | (two & 2u ? 0xFFFF0000u : 0u);
+            frag[kk][x] = fa_bwd_sm90_pack2<BF16>(acc[i], acc[i + 1]) & mask;
+        }
+}
+
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
                         const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 64, 1}   */
-                        const fa_bwd_sm90_params prm) {
+                        const fa_bwd_sm90_params prm,
+                        const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
@@ -476,6 +546,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             bar_sync(FA_HBWD_BAR_Q_TAIL, 256);
         }
         fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s));   /* group: Sᵀ  */
+        /* dropout: the keep bits while Sᵀ is computed, before dPᵀ's accumulator is taken too (with
+         * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
+        uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
+        if constexpr (DROPOUT)
+            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, head_kv * prm.group + t / n_m, prm.heads_q,
+                                          key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
@@ -495,7 +571,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         else if constexpr (!SOFTCAP)
             fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
         if constexpr (EARLY_DV) {
-            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+            if constexpr (DROPOUT)
+                fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
+            else
+                fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
             fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
             wgmma_wait_group<1>(); /* dPᵀ ready; dV may still run */
         } else {
@@ -503,6 +582,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         }
 #pragma unroll
         for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        if constexpr (DROPOUT) fa_bwd_sm90_dropout_dp<Cfg>(dp_rmem, keep, dropout.keep_scale); /* Z∘dPᵀ */
         if constexpr (SOFTCAP) {
             /* P (into s_rmem, which held tc) and dS = P ∘ (1 - tc²) ∘ (dP - D) */
             fa_bwd_sm90_softcap_ds(s_rmem, dp_rmem, lse2_pair, dvec_pair, prm.softcap_post_log2);
@@ -518,7 +598,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                 }
             }
         }
-        if constexpr (!EARLY_DV) fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+        if constexpr (!EARLY_DV && DROPOUT)
+            fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
+        else if constexpr (!EARLY_DV)
+            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
         fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
 
         /* dSᵀ -> dS buffer t % 2, slab `consumer` (its 64 keys), rows = queries. stmatrix.trans of
@@ -602,13 +685,18 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         mbarrier_arrive(stage_empty(s));
     }
 
+    if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
+    }
     fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col_in);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2>
-static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT>
+static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
+                                    cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
     static const char *const path = "the Hopper backward";
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
@@ -622,8 +710,8 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
         return st;
     const bool det = p->dq_semaphore != nullptr;
     auto kernel =
-        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, true>
-            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false>;
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, true, DROPOUT>
+            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -634,33 +722,45 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, int device_ordinal, 
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
+                                                            dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
 }
 
 /* Bucket BUCKET's instantiation for the dtype and the score path: SOFTCAP (softcap_pre > 0, as
  * every CUDA kernel decides it), LOG2 (ALiBi or a negative scale, without softcap:
- * fa_hopper_bwd_unsupported keeps them apart), or the plain one. */
-template <int BUCKET>
-static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, bool bf16, int device_ordinal, cudaStream_t stream) {
+ * fa_hopper_bwd_unsupported keeps them apart), or the plain one; DROPOUT: dropout != NULL. */
+template <int BUCKET, bool DROPOUT>
+static fa_status fa_bwd_sm90_launch_path(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
+                                         int device_ordinal, cudaStream_t stream) {
     if (prm->softcap_pre > 0.0f)
-        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true, false>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_launch<BUCKET, false, true, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true, false, DROPOUT>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_launch<BUCKET, false, true, false, DROPOUT>(prm, dropout, device_ordinal, stream);
     if (fa_bwd_sm90_log2_scores(prm))
-        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, true>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_launch<BUCKET, false, false, true>(prm, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, false>(prm, device_ordinal, stream)
-                : fa_bwd_sm90_launch<BUCKET, false, false, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, true, DROPOUT>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_launch<BUCKET, false, false, true, DROPOUT>(prm, dropout, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, false, DROPOUT>(prm, dropout, device_ordinal, stream)
+                : fa_bwd_sm90_launch<BUCKET, false, false, false, DROPOUT>(prm, dropout, device_ordinal, stream);
 }
 
-extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
-                                          cudaStream_t stream) {
+template <int BUCKET>
+static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
+                                           int device_ordinal, cudaStream_t stream) {
+    return dropout != nullptr ? fa_bwd_sm90_launch_path<BUCKET, true>(prm, dropout, bf16, device_ordinal, stream)
+                              : fa_bwd_sm90_launch_path<BUCKET, false>(prm, nullptr, bf16, device_ordinal, stream);
+}
+
+extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                          int device_ordinal, cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
     switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
-    case 64: return fa_bwd_sm90_launch_bucket<64>(prm, bf16, device_ordinal, stream);
-    case 128: return fa_bwd_sm90_launch_bucket<128>(prm, bf16, device_ordinal, stream);
-    case 256: return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
+    case 64: return fa_bwd_sm90_launch_bucket<64>(prm, dropout, bf16, device_ordinal, stream);
+    case 128: return fa_bwd_sm90_launch_bucket<128>(prm, dropout, bf16, device_ordinal, stream);
+    case 256:
+        if (dropout != nullptr) /* fa_hopper_bwd_unsupported sends it to the portable kernels */
+            return fa_set_error(FA_ERR_UNSUPPORTED, "the Hopper backward at head dims above 128 has no dropout");
+        return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
                             prm->head_dim, prm->head_dim_v);

@@ -17,7 +17,7 @@
  *
  * DROPOUT (a separate instantiation, so the kernels without it are unchanged): the row sums take
  * P whole, then the dropped elements of P are zeroed before P·V (keep bits from
- * common/dropout.cuh, one Philox call per lane per m16n8 tile of S), and the epilogue scales O
+ * common/dropout.cuh, one Philox call per lane per pair of m16n8 tiles of S), and the epilogue scales O
  * by 1 / (1 - p): O = Σ Z∘P·V / Σ P, LSE that of the softmax without dropout.
  *
  * MODS (another instantiation): the score bias, document ids and block-sparse mask of
@@ -305,10 +305,10 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             for (int mt = 0; mt < M_TILES; ++mt) {
                 keep_rmem[DROPOUT ? mt : 0] = 0;
 #pragma unroll 1 /* one Philox call in flight: unrolled, ptxas interleaves them and spills */
-                for (int nt = 0; nt < N_TILES; ++nt)
+                for (int nt = 0; nt < N_TILES; nt += 2) /* pairs of n8 tiles: one call per lane */
                     keep_rmem[DROPOUT ? mt : 0] |=
-                        fa_dropout_keep_qk(dropout, batch, head, prm.heads_q,
-                                           m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
+                        fa_dropout_keep_qk2(dropout, batch, head, prm.heads_q,
+                                            m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
                         << (4 * nt);
             }
         }

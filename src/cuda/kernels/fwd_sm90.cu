@@ -10,7 +10,8 @@
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
- * mask (fa_hopper_to_log2).
+ * mask (fa_hopper_to_log2). Attention dropout: the DROPOUT instantiations (never packed), see
+ * "Dropout" below.
  *
  * One CTA = BLOCK_M query rows of one (batch, query head) (sm90_tiles.h: 192 at bucket 64, else
  * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
@@ -72,6 +73,16 @@
  * sequence, which may hold anything, NaN included). Those query rows are computed and dropped;
  * those keys are masked (their scores are overwritten with -inf); those V rows are zeroed in
  * shared memory before the P·V that would read them (P = 0 there, but 0 · NaN = NaN).
+ *
+ * Dropout (template flag DROPOUT; off, the kernel is the code it was): the wgmma accumulator of a
+ * warp is, per 8 key columns, an mma.sync m16n8 C fragment, so common/dropout.cuh's
+ * fa_dropout_keep_qk2 gives the keep bits of two such chunks with one Philox call per lane (the
+ * 8 numbers of one (row, 8 keys) group). The bits of a tile are drawn right after its GEMMs are
+ * issued, while the warp would otherwise wait for S (integer work under the tensor cores'), into
+ * BLOCK_N / 2 bits, bit i for s_rmem[i]; at bucket 64 (three consumers at 160 registers) after the
+ * P·V wait instead (DROPOUT_LATE). After the online softmax has added P to the row sums,
+ * the dropped elements of P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
+ * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -82,6 +93,7 @@
 #include <string.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fwd_tiles.h"
 #include "cuda/common/fwd_launch.h"
 #include "cuda/common/sm90_tiles.h"
@@ -122,11 +134,18 @@ struct fa_hopper_config {
      * thread 0 of every consumer once its O store has read the buffer it shares with Q */
     static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(BUCKET);
+    static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
+    /* dropout: Philox calls in flight per thread, all of a tile's but at bucket 256 (16 bytes spilled
+     * with ALiBi); with 3 consumers (160 registers) the keep bits are drawn after the P·V wait, when
+     * P's 16-bit fragments are dead (drawn under the GEMMs, ptxas spilled 124-300 bytes) */
+    static constexpr int DROPOUT_UNROLL = BUCKET == 256 ? 2 : BLOCK_N / 16;
+    static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
-    static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "key tile: whole k16 steps of P V; TMA box <= 256");
+    static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256,
+                  "key tile: whole k16 steps of P V (and pairs of 8-key dropout chunks); TMA box <= 256");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
@@ -159,6 +178,7 @@ struct fa_hopper_params : fa_fwd_params {
     int pack_tiles;                /* tiles per (batch, kv head); total_tiles = b · heads_kv · this   */
     float log2_mul;                /* log2 units per raw (softcapped) score; the LOG2 kernels take it
                                       in fa_hopper_to_log2 and run the softmax with score_mul = 1   */
+    fa_dropout_params dropout;     /* read by the DROPOUT kernels only                              */
 };
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -339,6 +359,35 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
     fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
 }
 
+/* Dropout keep bits of a key tile for this warp's 16 rows (query0: the first, in the sequence) and
+ * the keys n0 .. n0 + BLOCK_N - 1: bit i % 32 of keep[i / 32] says s_rmem[i] is kept. Pair p of
+ * 8-column chunks (2p, 2p + 1) is one fa_dropout_keep_qk2 call (bit 4c + e = element e of chunk
+ * 2p + c = s_rmem[8p + 4c + e]), so its byte belongs at bit 8p: each call's byte enters a 64-bit
+ * word from the top, which a partly unrolled loop (Cfg::DROPOUT_UNROLL calls in flight) can do
+ * too; fully unrolled, the shifts fold away. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
+                                                       int batch, int head, int heads_q, int query0, int n0) {
+    constexpr int PAIRS = Cfg::BLOCK_N / 16;
+    static_assert(PAIRS <= 8 && Cfg::KEEP_WORDS == 2, "one 64-bit word of keep bits");
+    uint64_t bits = 0;
+#pragma unroll Cfg::DROPOUT_UNROLL
+    for (int p = 0; p < PAIRS; ++p)
+        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_qk2(dp, batch, head, heads_q, query0, n0 + 16 * p) << 56);
+    bits >>= 64 - 8 * PAIRS;
+    keep[0] = (uint32_t)bits;
+    keep[1] = (uint32_t)(bits >> 32);
+}
+
+/* P -> keep∘P (the row sums already hold P whole; 1 / (1 - p) is applied in the epilogue). */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_dropout_apply(float (&s_rmem)[Cfg::BLOCK_N / 2],
+                                                        const uint32_t (&keep)[Cfg::KEEP_WORDS]) {
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i)
+        if (!((keep[i / 32] >> (i % 32)) & 1u)) s_rmem[i] = 0.0f;
+}
+
 /* P (fp32, accumulator layout) -> 16-bit A fragments of the P V GEMM: k-slice kk of keys
  * 16kk .. 16kk+15 is s_rmem[8kk .. 8kk+7], packed pairwise (see src/cuda/common/ptx.cuh). */
 template <class Cfg, bool BF16>
@@ -428,7 +477,7 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     return true;
 }
 
-template <int BUCKET, bool BF16, bool PACK, bool LOG2>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
@@ -602,6 +651,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
+                uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
+                if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
+                    fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
+                                                fa_hopper_key_tile(w, 0) * BLOCK_N);
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
@@ -611,6 +664,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 float alpha[2]; /* O = 0: unused */
                 fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
                                             pack_i, lane);
+                if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
                 /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
@@ -647,6 +701,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
+                uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
+                if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) /* while S_j is computed */
+                    fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
+                                                fa_hopper_key_tile(w, j) * BLOCK_N);
 
                 wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
 #pragma unroll
@@ -657,6 +715,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 float alpha[2];
                 fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
                                             pack_i, lane);
+                if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
@@ -669,6 +728,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 /* O was relative to the old max; P_j (next round's A) is relative to the new one */
 #pragma unroll
                 for (int i = 0; i < DV / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                if constexpr (DROPOUT && Cfg::DROPOUT_LATE) {
+                    fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4, n0);
+                    fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
+                }
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
             }
 
@@ -710,7 +773,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
             const float corr = exp2f(max_scaled - m);
             sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
-            inv_sum[h] = fa_row_scale(corr, sum); /* no visible key: O = 0; a NaN score: NaN */
+            /* no visible key: O = 0; a NaN score: NaN. Dropout: O = Σ Z∘P·V / Σ P, Z = keep / (1 - p) */
+            inv_sum[h] = fa_row_scale(DROPOUT ? corr * prm.dropout.keep_scale : corr, sum);
             if (PACK) {
                 if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
                     prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] = fa_row_lse(m, sum);
@@ -812,7 +876,7 @@ static int fa_hopper_pack_mode(void) {
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
-template <int BUCKET, bool BF16, bool PACK, bool LOG2>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
                                int device_ordinal, cudaStream_t stream) {
@@ -821,19 +885,20 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     static unsigned long long configured = 0;
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
                       "cudaFuncSetAttribute(Hopper forward shared memory)");
         __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
     }
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2>
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT>
         <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
 }
 
 template <int BUCKET, bool BF16>
-static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cudaStream_t stream) {
+static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
+                                  cudaStream_t stream) {
     using Cfg = fa_hopper_config<BUCKET>;
     const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const bool varlen = p->cu_seqlens_q != nullptr;
@@ -842,7 +907,10 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
      * mask and the max), never packed */
     const float log2_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
     const bool log2 = p->alibi_slopes != nullptr || !(log2_mul > 0.0f);
-    const int pack_heads = log2 ? 0 : fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
+    /* dropout (its own instantiations, LOG2 or not): never packed, the mask's rows are (head, i) */
+    const int pack_heads = log2 || dropout != nullptr
+                               ? 0
+                               : fa_hopper_pack_gqa(BUCKET, p->seqlen_q, p->group, varlen, fa_hopper_pack_mode());
     const bool pack = pack_heads > 0;
     /* Varlen maps: the packed rows, batch extent 1. No key row at all: no key tile is ever
      * loaded, but the maps must still be valid (they then point at q). */
@@ -877,6 +945,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
     prm.log2_mul = log2_mul;
     prm.score_mul = log2 ? 1.0f : log2_mul;
     prm.tma_store = !varlen && !pack;
+    prm.dropout = dropout != nullptr ? *dropout : fa_dropout_params{};
     if (pack) {
         prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
         prm.pack_heads = pack_heads;
@@ -906,30 +975,36 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, int device_ordinal, cu
                                 : fa_cuda_head_group(prm.num_m_blocks, sm_count);
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
+    if (dropout != nullptr)
+        return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                     device_ordinal, stream)
+                    : fa_hopper_run<BUCKET, BF16, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                      device_ordinal, stream);
     if (log2)
-        return fa_hopper_run<BUCKET, BF16, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
-                                                        stream);
-    return pack ? fa_hopper_run<BUCKET, BF16, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream)
-                : fa_hopper_run<BUCKET, BF16, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal,
-                                                     stream);
+        return fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                               device_ordinal, stream);
+    return pack ? fa_hopper_run<BUCKET, BF16, true, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                  device_ordinal, stream)
+                : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                   device_ordinal, stream);
 }
 
-extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
-                                          cudaStream_t stream) {
+extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                          int device_ordinal, cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
     switch (fa_hopper_bucket(prm->head_dim, prm->head_dim_v)) {
     case 64:
-        return bf16 ? fa_hopper_launch<64, true>(prm, device_ordinal, stream)
-                    : fa_hopper_launch<64, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<64, true>(prm, dropout, device_ordinal, stream)
+                    : fa_hopper_launch<64, false>(prm, dropout, device_ordinal, stream);
     case 128:
-        return bf16 ? fa_hopper_launch<128, true>(prm, device_ordinal, stream)
-                    : fa_hopper_launch<128, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<128, true>(prm, dropout, device_ordinal, stream)
+                    : fa_hopper_launch<128, false>(prm, dropout, device_ordinal, stream);
     case 192: /* d <= 192, dv <= 128 */
-        return bf16 ? fa_hopper_launch<192, true>(prm, device_ordinal, stream)
-                    : fa_hopper_launch<192, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<192, true>(prm, dropout, device_ordinal, stream)
+                    : fa_hopper_launch<192, false>(prm, dropout, device_ordinal, stream);
     case 256:
-        return bf16 ? fa_hopper_launch<256, true>(prm, device_ordinal, stream)
-                    : fa_hopper_launch<256, false>(prm, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<256, true>(prm, dropout, device_ordinal, stream)
+                    : fa_hopper_launch<256, false>(prm, dropout, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper forward kernel",
                             prm->head_dim, prm->head_dim_v);
