@@ -362,7 +362,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
         __syncthreads(); /* the dequantised tile visible to every warp */
 
         float s_rmem[2][4];
-        fa_kv_scores<Elem, Cfg>(prm, blk, frag, q_smem, k_tile, c0 + warp * Cfg::WARP_N, warp, quad_col, s_rmem);
+        fa_kv_scores<Elem, Cfg, false>(prm, blk, frag, q_smem, k_tile, c0 + warp * Cfg::WARP_N, warp, quad_col, s_rmem,
+                                       fa_mods_arg<false>{}); /* no score bias on a quantised cache */
         fa_kv_softmax_pv<Elem, Cfg>(frag, v_tile, warp, score_mul, s_rmem, o_rmem, row_max, row_sum);
         /* stage (next + 1) % STAGES = it % STAGES: its rows were last read by tile it's copies */
         if (more) ld.store_row((next + 1) % STAGES, tid, pending);
