@@ -70,10 +70,13 @@ ifneq ($(strip $(NVCC)),)
   GENCODE   := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
   # Hopper-only kernels (wgmma/TMA/setmaxnreg), src/cuda/kernels/*_sm90*.cu, are built for sm_90a alone.
-  # SM90A_CODE=compute_90a embeds their PTX without running ptxas (make test: a compile check on a
-  # machine without a GPU; make gpu-test builds and runs the sm_90a code).
-  SM90A_CODE ?= sm_90a
-  GENCODE_SM90A := -gencode arch=compute_90a,code=$(SM90A_CODE)
+  GENCODE_SM90A := -gencode arch=compute_90a,code=sm_90a
+  # CUDA_PTX_ONLY=1 embeds PTX only, without running ptxas (make test: a compile check on a machine
+  # without a GPU; make gpu-test builds and runs the machine code).
+  ifneq ($(strip $(CUDA_PTX_ONLY)),)
+    GENCODE       := -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
+    GENCODE_SM90A := -gencode arch=compute_90a,code=compute_90a
+  endif
   SM90A_SRC     := $(wildcard src/cuda/kernels/*_sm90*.cu)
   NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc \
                --expt-relaxed-constexpr $(PTXAS_WARN)

@@ -188,6 +188,60 @@ static ref_sequence ref_seq(const fa_ref_problem *rp, int64_t b) {
     return s;
 }
 
+int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_problem *rp,
+                         const fa_ref_outputs *ref64, const fa_ref_outputs *base, fa_ref_dbias_check *out) {
+    const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
+    const int64_t nb = p->dbias_batch_stride ? B : 1, nh = p->dbias_head_stride ? H : 1;
+    const int64_t ni = p->dbias_row_stride ? sq : 1, nj = p->dbias_col_stride ? sk : 1;
+    const size_t n_out = (size_t)(nb * nh * ni * nj) + 1;
+    double *want = calloc(n_out, sizeof(double)), *bl = calloc(n_out, sizeof(double));
+    double *mag = calloc(n_out, sizeof(double));
+    if (!want || !bl || !mag) {
+        free(want);
+        free(bl);
+        free(mag);
+        return -1;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < sq; i++)
+                for (int64_t j = 0; j < sk; j++) {
+                    const int64_t at = fa_ref_mod_index(rp, b, h, i, j);
+                    const int64_t o = (((nb > 1 ? b : 0) * nh + (nh > 1 ? h : 0)) * ni + (ni > 1 ? i : 0)) * nj +
+                                      (nj > 1 ? j : 0);
+                    want[o] += ref64->dbias[at];
+                    bl[o] += base->dbias[at];
+                    mag[o] += ref64->dbias_mag[at];
+                }
+    double err = 0.0, base_err = 0.0, ref_max = 0.0, mag_max = 0.0;
+    int64_t unwritten = 0;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t j = 0; j < nj; j++) {
+                    const int64_t o = ((b * nh + h) * ni + i) * nj + j;
+                    const float got = dbias[b * p->dbias_batch_stride + h * p->dbias_head_stride +
+                                            i * p->dbias_row_stride + j * p->dbias_col_stride];
+                    if (isnan(got)) unwritten++;
+                    const double e = fabs((double)got - want[o]);
+                    if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+                    if (fabs(bl[o] - want[o]) > base_err) base_err = fabs(bl[o] - want[o]);
+                    if (fabs(want[o]) > ref_max) ref_max = fabs(want[o]);
+                    if (mag[o] > mag_max) mag_max = mag[o];
+                }
+    free(want);
+    free(bl);
+    free(mag);
+    /* the floor: dS = P∘(dP - D) in fp32 from dots of head_dim terms; with 64·eps alone a bf16
+     * case whose dbias cancels to ~0 failed at 1.004x the tolerance */
+    out->err = err;
+    out->tol = 2.0 * base_err + (double)(p->head_dim + 64) * 1.2e-7 * (mag_max + ref_max) + 1e-6;
+    out->base_err = base_err;
+    out->ref_max = ref_max;
+    out->unwritten = unwritten;
+    return 0;
+}
+
 int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i) {
     if (rp->cu_seqlens_q) return h * rp->rows_q + rp->cu_seqlens_q[b] + i;
     return (b * rp->heads_q + h) * rp->seqlen_q + i;

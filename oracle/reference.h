@@ -111,6 +111,18 @@ void fa_ref_baseline_run(const fa_ref_problem *rp, fa_dtype dtype, int backward,
 /* Index of (sequence b, head h, row i) in the lse layout. */
 int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i);
 
+/* A dbias result (host memory `dbias` with p's dbias strides) against the float64 oracle's dense
+ * dbias summed over the axes those strides broadcast: err = max |ours - ref|, tol = 2 × the
+ * dtype baseline's error summed the same way + a floor (fp32 dots of head_dim terms: up to
+ * (head_dim + 64)·eps times the terms' magnitude), unwritten = NaN elements. */
+typedef struct fa_ref_dbias_check {
+    double err, tol, base_err, ref_max;
+    int64_t unwritten;
+} fa_ref_dbias_check;
+int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_problem *rp,
+                         const fa_ref_outputs *ref64, const fa_ref_outputs *base,
+                         fa_ref_dbias_check *out); /* 0, or -1 out of memory */
+
 /* Host problem described by fa_params -> canonical doubles (inputs read through the strides in
  * p's dtype). Owns its arrays; free with fa_ref_gathered_free. */
 typedef struct fa_ref_gathered {

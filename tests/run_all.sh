@@ -24,12 +24,12 @@
 # AARCH64_BUILD_DIR (default build-aarch64), FA_AARCH64_TEST_LEVEL (default small: under qemu the
 # tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage, CUDA_ARCHS
 # (default 80 here: the portable kernels are compile-checked for sm_80, the branch only A100-class
-# GPUs run; their sm_90 variants are built and run by make gpu-test), SM90A_CODE (default
-# compute_90a here: the sm_90a kernels are compiled to PTX, without ptxas; make gpu-test builds
-# their machine code).
+# GPUs run; their sm_90 variants are built and run by make gpu-test), CUDA_PTX_ONLY (default 1
+# here: every CUDA kernel, the sm_90a ones included, is compiled to PTX without ptxas; make
+# gpu-test builds their machine code).
 set -u
 export CUDA_ARCHS="${CUDA_ARCHS:-80}"
-export SM90A_CODE="${SM90A_CODE:-compute_90a}"
+export CUDA_PTX_ONLY="${CUDA_PTX_ONLY-1}"
 cd "$(dirname "$0")/.." || exit 1
 
 JOBS=${JOBS:-2}

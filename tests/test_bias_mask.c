@@ -174,54 +174,15 @@ static void mods_make(mods *m, fa_params *p, const mod_spec *ms, fa_test_rng *rn
 
 /* ---- one case: forward, backward, dbias against the oracle ----------------------------------- */
 
-/* max |ours - ref| over dbias elements, with the oracle's dense dbias summed over the axes
- * the strides broadcast; *tol from the baseline's error the same way. */
+/* dbias against the oracle (fa_ref_dbias_compare: summed over the broadcast axes, the 2x rule). */
 static int check_dbias(const fa_params *p, const fa_ref_problem *rp, const fa_ref_outputs *ref64,
                        const fa_ref_outputs *base, const char *label) {
-    const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
-    const int64_t nb = p->dbias_batch_stride ? B : 1, nh = p->dbias_head_stride ? H : 1;
-    const int64_t ni = p->dbias_row_stride ? sq : 1, nj = p->dbias_col_stride ? sk : 1;
-    const size_t n_out = (size_t)(nb * nh * ni * nj) + 1;
-    double *want = calloc(n_out, sizeof(double)), *bl = calloc(n_out, sizeof(double));
-    double *mag = calloc(n_out, sizeof(double));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < sq; i++)
-                for (int64_t j = 0; j < sk; j++) {
-                    const int64_t at = fa_ref_mod_index(rp, b, h, i, j);
-                    const int64_t o = (((nb > 1 ? b : 0) * nh + (nh > 1 ? h : 0)) * ni + (ni > 1 ? i : 0)) * nj +
-                                      (nj > 1 ? j : 0);
-                    want[o] += ref64->dbias[at];
-                    bl[o] += base->dbias[at];
-                    mag[o] += ref64->dbias_mag[at];
-                }
-    double err = 0.0, base_err = 0.0, ref_max = 0.0, mag_max = 0.0;
-    int64_t bad_written = 0;
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t h = 0; h < nh; h++)
-            for (int64_t i = 0; i < ni; i++)
-                for (int64_t j = 0; j < nj; j++) {
-                    const int64_t o = ((b * nh + h) * ni + i) * nj + j;
-                    const float got = p->dbias[b * p->dbias_batch_stride + h * p->dbias_head_stride +
-                                               i * p->dbias_row_stride + j * p->dbias_col_stride];
-                    if (isnan(got)) bad_written++;
-                    double e = fabs((double)got - want[o]);
-                    if (!(e <= err)) err = isnan(e) ? INFINITY : e;
-                    if (fabs(bl[o] - want[o]) > base_err) base_err = fabs(bl[o] - want[o]);
-                    if (fabs(want[o]) > ref_max) ref_max = fabs(want[o]);
-                    if (mag[o] > mag_max) mag_max = mag[o];
-                }
-    /* fp32 noise of a sum of terms scales with the terms' magnitude (P from an fp32 exp) */
-    /* floor: dS = P∘(dP - D) in fp32 from dots of head_dim terms (rounding up to head_dim·eps times
-     * the terms' magnitude), on top of the 2x rule; without the head_dim factor a bf16 case whose
-     * dbias cancels to ~0 failed at 1.004x the tolerance */
-    const double tol = 2.0 * base_err + (double)(p->head_dim + 64) * 1.2e-7 * (mag_max + ref_max) + 1e-6;
-    free(want);
-    free(bl);
-    free(mag);
-    FA_CHECK(bad_written == 0, "%s dbias: %lld elements unwritten (NaN)", label, (long long)bad_written);
-    return FA_CHECK(err <= tol, "%s dbias: err %.3e > tol %.3e (baseline err %.3e, max|ref| %.3e)", label, err, tol,
-                    base_err, ref_max);
+    fa_ref_dbias_check c;
+    if (!FA_CHECK(fa_ref_dbias_compare(p, p->dbias, rp, ref64, base, &c) == 0, "%s dbias: out of memory", label))
+        return 0;
+    FA_CHECK(c.unwritten == 0, "%s dbias: %lld elements unwritten (NaN)", label, (long long)c.unwritten);
+    return FA_CHECK(c.err <= c.tol, "%s dbias: err %.3e > tol %.3e (baseline err %.3e, max|ref| %.3e)", label, c.err,
+                    c.tol, c.base_err, c.ref_max);
 }
 
 /* Rows the oracle finds fully masked must be exact: O = 0 and LSE = -inf (no sinks here). */
