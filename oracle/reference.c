@@ -188,6 +188,26 @@ static ref_sequence ref_seq(const fa_ref_problem *rp, int64_t b) {
     return s;
 }
 
+int64_t fa_test_masked_rows_inexact(const fa_test_problem *tp, const fa_ref_outputs *ref64) {
+    const fa_params *p = &tp->params;
+    int64_t bad = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        const int varlen = p->cu_seqlens_q != NULL;
+        const int64_t q0 = varlen ? p->cu_seqlens_q[b] : 0;
+        const int64_t len_q = varlen ? p->cu_seqlens_q[b + 1] - q0 : p->seqlen_q;
+        for (int64_t h = 0; h < p->heads_q; h++)
+            for (int64_t i = 0; i < len_q; i++) {
+                const int64_t lse_at = varlen ? h * p->total_q + q0 + i : (b * p->heads_q + h) * p->seqlen_q + i;
+                if (ref64->lse[lse_at] != -INFINITY || p->sink_logits) continue;
+                if (p->lse[lse_at] != -INFINITY) bad++;
+                const int64_t row = varlen ? (q0 + i) * p->o_row_stride : b * p->o_batch_stride + i * p->o_row_stride;
+                for (int64_t c = 0; c < p->head_dim_v; c++)
+                    bad += fa_test_load(p->o, p->dtype, row + h * p->o_head_stride + c) != 0.0;
+            }
+    }
+    return bad;
+}
+
 int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_problem *rp,
                          const fa_ref_outputs *ref64, const fa_ref_outputs *base, fa_ref_dbias_check *out) {
     const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;

@@ -256,6 +256,10 @@ typedef struct fa_test_check {
     int ok;
 } fa_test_check;
 
+/* Rows the oracle finds fully masked (LSE = -inf, no sinks) must be exact in tp's host buffers:
+ * O = 0 and LSE = -inf. Returns the number of elements that are not. */
+int64_t fa_test_masked_rows_inexact(const fa_test_problem *tp, const fa_ref_outputs *ref64);
+
 /* Compare output tensor FA_T_O / LSE / DQ / DK / DV / DSINK of tp (host buffer) against the
  * canonical float64 reference (fa_ref64_run) and baseline (fa_ref_baseline_run). */
 fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_ref_outputs *ref64,

@@ -245,27 +245,6 @@ static void check_dbias(const fa_params *p, const float *dbias, const fa_ref_pro
            c.base_err, c.ref_max);
 }
 
-/* Rows the oracle finds fully masked are exact: O = 0 and LSE = -inf (no sinks). */
-static int64_t masked_rows_inexact(const fa_test_problem *tp, const fa_ref_outputs *ref64) {
-    const fa_params *p = &tp->params;
-    int64_t bad = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        const int varlen = p->cu_seqlens_q != NULL;
-        const int64_t q0 = varlen ? p->cu_seqlens_q[b] : 0;
-        const int64_t len_q = varlen ? p->cu_seqlens_q[b + 1] - q0 : p->seqlen_q;
-        for (int64_t h = 0; h < p->heads_q; h++)
-            for (int64_t i = 0; i < len_q; i++) {
-                const int64_t lse_at = varlen ? h * p->total_q + q0 + i : (b * p->heads_q + h) * p->seqlen_q + i;
-                if (ref64->lse[lse_at] != -INFINITY || p->sink_logits) continue;
-                if (p->lse[lse_at] != -INFINITY) bad++;
-                const int64_t row = varlen ? (q0 + i) * p->o_row_stride : b * p->o_batch_stride + i * p->o_row_stride;
-                for (int64_t c = 0; c < p->head_dim_v; c++)
-                    bad += fa_test_load(p->o, p->dtype, row + h * p->o_head_stride + c) != 0.0;
-            }
-    }
-    return bad;
-}
-
 static uint64_t rng_state;
 static uint64_t next_random(void) { /* splitmix64 */
     uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
@@ -334,7 +313,7 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
                o.err, o.tol, o.base_err, (long long)o.unwritten, (long long)o.nonfinite, (long long)o.clobbered);
         EXPECT(lse.ok, "%s lse: err %.3e > tol %.3e nonfinite %lld unwritten %lld", full_label, lse.err, lse.tol,
                (long long)lse.nonfinite, (long long)lse.unwritten);
-        const int64_t inexact = masked_rows_inexact(&tp, &ref64);
+        const int64_t inexact = fa_test_masked_rows_inexact(&tp, &ref64);
         EXPECT(inexact == 0, "%s: %lld elements of fully masked rows are not O = 0 / LSE = -inf", full_label,
                (long long)inexact);
         s = fa_backward(&d);
