@@ -270,6 +270,42 @@ FA_TEST(tiles_hopper_backward) {
              "TMA strides: positive multiples of 8 below 2^39, anything along an axis of extent 1");
 }
 
+FA_TEST(tiles_hopper_bwd_group_splits) {
+    /* 132 multiprocessors (H200); window sides -1 = unbounded, causal = (-1, 0) */
+    const int sms = 132;
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 1, 8, 8, 16384, 16384, -1, 0, sms, 0) == 2,
+             "GQA 64/8 causal 16k: the longest CTA (8 heads x 256 blocks) is 1/4 of a multiprocessor's share -> 2");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 1, 8, 8, 16384, 16384, -1, -1, sms, 0) == 1,
+             "GQA 64/8 non-causal 16k: equal CTAs, 1024 of them -> no split");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 16, 16, 1, 1024, 1024, -1, 0, sms, 0) == 1, "MHA: nothing to split");
+    FA_CHECK(fa_hopper_bwd_group_splits(256, 1, 8, 8, 16384, 16384, -1, 0, sms, 0) == 1, "bucket 256 never splits");
+    FA_CHECK(fa_hopper_bwd_group_splits(64, 1, 1, 16, 2048, 2048, -1, -1, sms, 0) == 8,
+             "MQA 16/1, 2k keys: 16 CTAs -> the most splits allowed (group / 2)");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 1, 2, 2, 4096, 4096, -1, 0, sms, 0) == 1,
+             "group 2: at most group / 2 = 1 split (partials within FlashAttention-2's memory)");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 2, 2, 8, 512, 512, -1, -1, sms, 0) == 4,
+             "16 CTAs of 8 heads -> 4 splits of 2 heads");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 1, 8, 8, 16384, 16384, -1, 0, sms, 3) == 2 &&
+                 fa_hopper_bwd_group_splits(128, 1, 8, 8, 16384, 16384, -1, 0, sms, 4) == 4 &&
+                 fa_hopper_bwd_group_splits(128, 1, 8, 8, 16384, 16384, -1, 0, sms, 99) == 8,
+             "forced: the largest divisor of the group up to the request");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 4, 8, 8, 4096, 4096, -1, 0, sms, 0) == 2,
+             "GQA 64/8 causal b4 4k: long enough, tail share 1/4 -> 2");
+    FA_CHECK(fa_hopper_bwd_group_splits(128, 8, 8, 4, 2048, 2048, -1, 0, sms, 0) == 1,
+             "GQA 32/8 causal b8 2k: short kernel, the partials would cost more than the tail");
+    FA_CHECK(fa_hopper_bwd_group_splits(64, 2, 2, 16, 4096, 4096, -1, -1, sms, 0) == 1,
+             "GQA 32/2 b2 4k: 128 equal CTAs, about one per multiprocessor -> no split");
+    FA_CHECK(fa_hopper_bwd_group_splits(64, 1, 1, 6, 1024, 1024, -1, -1, sms, 0) == 3,
+             "group 6, 8 CTAs: the largest divisor up to group / 2");
+    for (int group = 2; group <= 16; ++group)
+        for (int b = 1; b <= 4; b *= 2)
+            for (int sk = 100; sk <= 9000; sk += 2231) {
+                const int s = fa_hopper_bwd_group_splits(64, b, 3, group, sk, sk, -1, 0, sms, 0);
+                FA_CHECK(s >= 1 && group % s == 0 && (s == 1 || 2 * s <= group),
+                         "group %d b %d sk %d: %d splits, a divisor of the group, at most group / 2", group, b, sk, s);
+            }
+}
+
 FA_TEST(tiles_kvcache_decode) {
     static const int buckets[] = {64, 128, 256};
     /* sm_90: 228 KiB per SM; the decode kernels' launch bounds promise 3 / 2 / 1 blocks */

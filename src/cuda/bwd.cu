@@ -286,8 +286,9 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const size_t smem = plan->v2 ? fa_bwd_bigsmem_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
-    /* The Hopper kernel keeps every query head of a kv group in one CTA (no group splits) and
-     * has one dQ accumulator (deterministic mode: semaphores instead of splits). */
+    /* The Hopper kernel has one dQ accumulator (deterministic mode: semaphores instead of dQ
+     * splits) and splits a kv group's query heads across CTAs only as fa_hopper_bwd_group_splits
+     * decides (sm90_tiles.h). */
     plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) && !pb->has_mods &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
                                              (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
@@ -302,8 +303,19 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->bucket = bucket;
     plan->block_k = plan->v2 ? fa_bwd_bigsmem_block_k(bucket) : fa_bwd_block_k(bucket);
     plan->key_blocks = (p->seqlen_k + plan->block_k - 1) / plan->block_k;
-    plan->group_splits =
-        plan->hopper ? 1 : fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
+    if (plan->hopper) {
+        /* FA_HOPPER_BWD_GROUP_SPLITS=N forces N splits (timing and A/B runs) */
+        const char *forced = getenv("FA_HOPPER_BWD_GROUP_SPLITS");
+        plan->group_splits = fa_hopper_bwd_group_splits(
+            fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch, p->heads_kv, pb->group, p->seqlen_q,
+            p->seqlen_k, p->window_left >= p->seqlen_k ? -1 : p->window_left,
+            p->window_right >= p->seqlen_q ? -1 : p->window_right, dev.sm_count, forced != NULL ? atoi(forced) : 0);
+        /* grid y; softcap with dropout: those instantiations keep the group whole (bwd_sm90.cu) */
+        if (p->heads_kv * plan->group_splits > FA_CUDA_GRID_YZ_MAX || (p->softcap > 0.0f && pb->has_dropout))
+            plan->group_splits = 1;
+    } else {
+        plan->group_splits = fa_bwd_group_splits(plan->key_blocks, p->batch, p->heads_kv, pb->group, dev.sm_count);
+    }
     plan->heads_per_split = (int)((pb->group + plan->group_splits - 1) / plan->group_splits);
     const int64_t bhs = p->batch * p->heads_kv * plan->group_splits;
     const int split_dq = p->deterministic && !plan->hopper; /* the portable kernels' deterministic mode */

@@ -544,6 +544,9 @@ static int run_case(const bwd_case *c, const score_options *opt) {
 static const bwd_case big_cases[] = {
     {"bf16 d128 s=2048 b=2 h=8", B, 2, 2048, 2048, 8, 8, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"f16 d128 causal sq=1000 sk=3000 GQA 8/2", H, 2, 1000, 3000, 8, 2, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    /* few CTAs: the Hopper backward splits the kv group (8 and 3 ways, fp32 dK/dV partials) */
+    {"bf16 d128 causal s=1024 MQA 16/1", B, 1, 1024, 1024, 16, 1, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"f16 d64 s=777 GQA 12/2", H, 1, 777, 777, 12, 2, 64, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"bf16 d64 causal sq=3000 sk=1100 MQA 8/1 (rows with no key)", B, 1, 3000, 1100, 8, 1, 64, 1, -1, -1, 0,
      DENSE, 0, {0}, {0}, 0},
     {"f16 d96 window 256/64 s=2500 GQA 8/2", H, 2, 2500, 2500, 8, 2, 96, 0, 256, 64, 0, DENSE, 0, {0}, {0}, 0},

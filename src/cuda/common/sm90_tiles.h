@@ -246,6 +246,61 @@ FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, lon
     return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
 }
 
+/* Splits of a GQA group across CTAs in the backward at buckets 64 and 128 (1 = the whole group
+ * in one CTA, dK and dV summed in registers and written once; bucket 256 never splits): a divisor
+ * of the group, so every CTA walks the same number of query heads. A CTA walks (its query heads) ×
+ * n_m(key block) iterations of BLOCK_M query rows. Two reasons to split: fewer CTAs (batch × kv
+ * heads × key blocks) than half the multiprocessors (then split until there is one per
+ * multiprocessor), and, in a long kernel (a multiprocessor's share of at least
+ * FA_HOPPER_BWD_TAIL_MIN iterations) under causal masks and windows where n_m varies with the key
+ * block, a longest CTA above 1 / FA_HOPPER_BWD_TAIL_SHARE of that share (the kernel would end on
+ * a tail of long CTAs). The smallest divisor that satisfies both, else the largest allowed. Each
+ * split writes fp32 dK/dV partials that bwd.cu sums in a fixed order, which costs more than the
+ * tail saves in short kernels (docs/tuning-log.md); at most group / 2 splits, so the partials
+ * (splits × seqlen_k × heads_kv × (d + dv) × 4 bytes) stay within FlashAttention-2's
+ * per-query-head 16-bit dK/dV (group × the same × 2). Window sides -1 = unbounded, causal folded
+ * in; varlen: the longest sequences. forced > 0 (FA_HOPPER_BWD_GROUP_SPLITS, for timing): the
+ * largest divisor of the group up to forced. */
+#define FA_HOPPER_BWD_TAIL_MIN 1024
+#define FA_HOPPER_BWD_TAIL_SHARE 6
+FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long long heads_kv, long long group,
+                                            long long seqlen_q, long long seqlen_k, long long window_left,
+                                            long long window_right, int sm_count, int forced) {
+    if ((bucket != 64 && bucket != 128) || group <= 1 || batch <= 0 || heads_kv <= 0 || seqlen_q <= 0 ||
+        seqlen_k <= 0 || sm_count <= 0)
+        return 1;
+    if (forced > 0) {
+        long long s = forced < group ? forced : group;
+        while (group % s != 0) --s;
+        return (int)s;
+    }
+    const long long block_m = fa_hopper_bwd_block_m(bucket), block_n = fa_hopper_bwd_block_n(bucket);
+    const long long shift = seqlen_k - seqlen_q;
+    long long max_m = 0, sum_m = 0, key_blocks = 0;
+    for (long long n0 = 0; n0 < seqlen_k; n0 += block_n, ++key_blocks) {
+        const long long n1 = n0 + block_n < seqlen_k ? n0 + block_n : seqlen_k;
+        long long q_lo = 0, q_hi = seqlen_q;
+        if (window_right >= 0 && n0 - shift - window_right > 0) q_lo = n0 - shift - window_right;
+        if (window_left >= 0 && n1 - 1 - shift + window_left + 1 < seqlen_q) q_hi = n1 - 1 - shift + window_left + 1;
+        const long long n_m = q_hi > q_lo ? (q_hi + block_m - 1) / block_m - q_lo / block_m : 0;
+        if (n_m > max_m) max_m = n_m;
+        sum_m += n_m;
+    }
+    /* iterations per multiprocessor */
+    const double share = (double)batch * (double)heads_kv * (double)group * (double)sum_m / (double)sm_count;
+    long long splits = 1;
+    for (long long s = 1; 2 * s <= group; ++s) {
+        if (group % s != 0) continue;
+        splits = s;
+        const long long ctas = batch * heads_kv * key_blocks;
+        const int fill_ok = 2 * ctas >= sm_count || ctas * s >= sm_count;
+        const int tail_ok =
+            share < FA_HOPPER_BWD_TAIL_MIN || (double)(group / s * max_m) * FA_HOPPER_BWD_TAIL_SHARE <= share;
+        if (fill_ok && tail_ok) break;
+    }
+    return (int)splits;
+}
+
 /* dQ staging: the fp32 dQ pieces go through shared memory to bulk tensor reduce-adds of 32
  * columns (half the L2 reduction traffic of per-thread red.global). Buckets 64 and 128: each
  * consumer's piece [64, 64], added by a writer warp (kernels/bwd_sm90.cu); 256: each of the 8

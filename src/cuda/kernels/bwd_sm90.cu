@@ -249,12 +249,39 @@ __device__ __forceinline__ void fa_bwd_sm90_issue_dq(float (&acc)[32], uint32_t 
 }
 
 /* dK (scaled) and dV rows key0 and key0 + 8 of this thread (accumulator layout: element
- * 4j + 2h + c is row key0 + 8h, column 8j + 2(l%4) + c), columns below d / dv, 4-byte stores. */
-template <class Cfg, bool BF16>
+ * 4j + 2h + c is row key0 + 8h, column 8j + 2(l%4) + c), columns below d / dv, 4-byte stores; with
+ * a split group (group_splits > 1) the split's unscaled fp32 partials, 8-byte stores. PARTIALS =
+ * false compiles the partial store out: the instantiations with softcap and dropout spill with it
+ * at bucket 64 (84 bytes), so bwd.cu never splits the group for them. */
+template <class Cfg, bool BF16, bool PARTIALS = true>
 __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params &prm, const float (&dk_rmem)[Cfg::D / 2],
                                                    const float (&dv_rmem)[Cfg::D / 2], int key0, int len_k,
-                                                   int64_t k_start, int batch, int head_kv, int col_in) {
+                                                   int64_t k_start, int batch, int col_in) {
     const bool varlen = prm.cu_seqlens_q != nullptr;
+    if (PARTIALS && prm.group_splits > 1) {
+        const int split = (int)blockIdx.y % prm.group_splits, head_kv = (int)blockIdx.y / prm.group_splits;
+        const int64_t k_packed = varlen ? k_start : (int64_t)batch * prm.seqlen_k;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = key0 + 8 * h;
+            if (key >= len_k) continue;
+            const int64_t row = ((int64_t)split * prm.total_k + k_packed + key) * prm.heads_kv + head_kv;
+            float *dk_row = prm.dk_partial + row * prm.head_dim;
+            float *dv_row = prm.dv_partial + row * prm.head_dim_v;
+#pragma unroll
+            for (int j = 0; j < Cfg::D / 8; ++j) {
+                const int col = 8 * j + col_in;
+                if (col < prm.head_dim)
+                    *reinterpret_cast<float2 *>(dk_row + col) =
+                        make_float2(dk_rmem[4 * j + 2 * h], dk_rmem[4 * j + 2 * h + 1]);
+                if (col < prm.head_dim_v)
+                    *reinterpret_cast<float2 *>(dv_row + col) =
+                        make_float2(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
+            }
+        }
+        return;
+    }
+    const int head_kv = (int)blockIdx.y;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key0 + 8 * h;
@@ -290,11 +317,11 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
  * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
 template <class Cfg, bool DET>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq, const fa_bwd_sm90_params &prm,
-                                                      uint32_t dq_smem, int n_block, int batch, int head_kv,
+                                                      uint32_t dq_smem, int n_block, int batch, const fa_bwd_sm90_heads &heads,
                                                       int m_first, int n_m, int len_q, int len_k, int shift,
                                                       int q_packed0, int lane) {
 #pragma unroll 1
-    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+    for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
         int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
                        : nullptr;
 #pragma unroll 1
@@ -407,7 +434,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
     const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int n0 = n_block * BLOCK_N, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int n0 = n_block * BLOCK_N, batch = blockIdx.z;
+    const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm);
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
                                              prm.seqlen_q, prm.seqlen_k, batch);
@@ -419,7 +447,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
     const int m_first = q_lo / BLOCK_M;
     const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
-    const int iterations = prm.group * n_m;
+    const int iterations = prm.heads_per_split * n_m;
     const int warpgroup = threadIdx.x / 128;
 
     if (iterations == 0) {
@@ -430,7 +458,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) zero_rmem[i] = 0.0f;
             fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, zero_rmem, zero_rmem, n0 + 64 * consumer + 16 * (tid / 32) + (tid % 32) / 4,
-                                          len_k, seq.k_start, batch, head_kv, 2 * (tid % 4));
+                                          len_k, seq.k_start, batch, 2 * (tid % 4));
         }
         return;
     }
@@ -475,13 +503,13 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, head_kv, k_row,
+            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
                                   q_row0, tma_batch, m_first, q_hi, len_q, lane,
                                   [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
                                   [](int) {});
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
-            fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, head_kv, m_first, n_m, len_q, len_k,
+            fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, heads, m_first, n_m, len_q, len_k,
                                         shift, (int)q_packed0, lane);
         }
         return;
@@ -550,8 +578,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
          * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
         uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
         if constexpr (DROPOUT)
-            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, head_kv * prm.group + t / n_m, prm.heads_q,
-                                          key0 - lane / 4, m0);
+            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, (int)blockIdx.y * prm.heads_per_split + t / n_m,
+                                          prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
@@ -566,8 +594,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
         }
         if constexpr (LOG2)
-            fa_bwd_sm90_probs_log2<BLOCK_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                                            fa_bwd_sm90_alibi_slope(prm, batch, head_kv * prm.group + t / n_m));
+            fa_bwd_sm90_probs_log2<BLOCK_M>(
+                s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                fa_bwd_sm90_alibi_slope(prm, batch, (int)blockIdx.y * prm.heads_per_split + t / n_m));
         else if constexpr (!SOFTCAP)
             fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
         if constexpr (EARLY_DV) {
@@ -689,7 +718,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
     }
-    fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col_in);
+    fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch,
+                                                             col_in);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
@@ -718,10 +748,12 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
-    if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
-        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
-                            path, (long long)key_blocks, p->heads_kv, p->batch);
-    const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
+    const int64_t grid_y = (int64_t)p->heads_kv * p->group_splits; /* kv head · group_splits + split */
+    if (key_blocks > INT32_MAX || grid_y > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "%s: grid (%lld key blocks, %d kv heads × %d group splits, %d sequences) too large", path,
+                            (long long)key_blocks, p->heads_kv, p->group_splits, p->batch);
+    const dim3 grid((unsigned)key_blocks, (unsigned)grid_y, (unsigned)p->batch);
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");

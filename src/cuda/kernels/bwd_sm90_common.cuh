@@ -28,6 +28,24 @@ struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
 };
 
+/* The query heads a CTA walks: blockIdx.y = kv head · group_splits + split, and split s takes
+ * the heads_per_split consecutive query heads from (kv head · group + s · heads_per_split) =
+ * blockIdx.y · heads_per_split (group_splits divides the group; 1: the whole group, dK and dV
+ * written in the output dtype; > 1: each split writes fp32 partials that bwd.cu sums). Every CTA
+ * has heads_per_split · n_m iterations, a product of a parameter, as with the whole group. */
+struct fa_bwd_sm90_heads {
+    int kv, split; /* kv head; split of its group  */
+    int first;     /* first query head             */
+};
+
+__device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_sm90_params &prm) {
+    fa_bwd_sm90_heads h;
+    h.kv = (int)blockIdx.y / prm.group_splits;
+    h.split = (int)blockIdx.y % prm.group_splits;
+    h.first = (int)blockIdx.y * prm.heads_per_split;
+    return h;
+}
+
 /* ---- device functions ------------------------------------------------------------------------ */
 
 /* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
@@ -107,9 +125,9 @@ __device__ __forceinline__ int fa_bwd_sm90_last_key_block(const fa_bwd_sm90_para
  * (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value
  * in every lane). An ordering bug hangs here: tests run under a timeout. */
 __device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, int n_block, int block_m,
-                                                       int block_n, int batch, int head_kv, int m_first, int n_m,
+                                                       int block_n, int batch, const fa_bwd_sm90_heads &heads, int m_first, int n_m,
                                                        int len_q, int len_k, int shift, int piece, int lane) {
-    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+    for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
         int *sem = prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2 + piece;
 #pragma unroll 1
         for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
@@ -185,7 +203,7 @@ template <class Cfg, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
-                                                 int64_t q_packed0, int batch, int head_kv, int k_row, int q_row0,
+                                                 int64_t q_packed0, int batch, const fa_bwd_sm90_heads &heads, int k_row, int q_row0,
                                                  int tma_batch, int m_first, int q_hi, int len_q, int lane,
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
@@ -203,17 +221,17 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
         mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
         for (int slab = 0; slab < Cfg::SLABS; ++slab) {
             tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, 64 * slab, k_row,
-                        head_kv, tma_batch);
+                        heads.kv, tma_batch);
             tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, 64 * slab, k_row,
-                        head_kv, tma_batch);
+                        heads.kv, tma_batch);
         }
     }
     const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
     const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
-                            (int64_t)(head_kv * prm.group) * lse_head_pitch;
-    const float *dsum_head = prm.dsum + (int64_t)(head_kv * prm.group) * prm.total_q + q_packed0;
+                            (int64_t)heads.first * lse_head_pitch;
+    const float *dsum_head = prm.dsum + (int64_t)heads.first * prm.total_q + q_packed0;
     int s = 0, phase = 1, do_phase = 1;
-    for (int head = head_kv * prm.group; head < (head_kv + 1) * prm.group; ++head) {
+    for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
         for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) {
             wait_empty(s, phase);
             if (lane == 0) {
