@@ -41,6 +41,10 @@ typedef struct fa_cpu_decode_tile {
     const float *k_mult, *v_mult; /* [n_keys]                                                   */
     int64_t d, dv;               /* multiples of 8 (Q8_0: of 32)                               */
     const float *q;              /* [n_rows][d] fp32                                            */
+    const int16_t *q16;          /* int8 cache, kernels with quantise_rows: [n_rows][d] the
+                                  * rows as int16 (q ≈ q16 · q16_scale, |q16| <= fa_cpu_q16_max(d)),
+                                  * or NULL (a row not finite: the fp32 rows are used)         */
+    const float *q16_scale;      /* [n_rows]                                                    */
     int64_t n_rows;
     float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
     int64_t ld;
@@ -51,7 +55,18 @@ typedef struct fa_cpu_decode_tile {
 typedef struct fa_cpu_decode_kernels {
     void (*scores)(const fa_cpu_decode_tile *t);
     void (*accumulate)(const fa_cpu_decode_tile *t);
+    /* Levels with integer scores for int8 caches: q[n_rows][d] → q16 (row r scaled by
+     * q16_scale[r] = max |q_r| / fa_cpu_q16_max(d), rounded to nearest); 0 when a value is not
+     * finite (q16 then unused). NULL: scores from the fp32 rows. */
+    int (*quantise_rows)(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);
 } fa_cpu_decode_kernels;
+
+/* The largest |q16| for head dim d: 128 · d · q16_max < 2^31, so an int32 sum of d products with
+ * int8 values (-128 included) cannot overflow (32767 up to d = 516). */
+static inline int32_t fa_cpu_q16_max(int64_t d) {
+    int64_t m = 2147483647 / (128 * (d > 0 ? d : 1));
+    return (int32_t)(m < 32767 ? m : 32767);
+}
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)

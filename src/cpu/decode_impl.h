@@ -46,6 +46,11 @@ static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cp
     }
 }
 
+/* A level's integer P·V for int8 caches (1 when done; 0: the fp32 kernels run). */
+#ifndef DECODE_ACCUMULATE_INT
+#define DECODE_ACCUMULATE_INT(t) 0
+#endif
+
 static void decode_scores(const fa_cpu_decode_tile *t) {
     switch (t->format) {
     case FA_CPU_KV_F32: scores_format(FA_CPU_KV_F32, t); break;
@@ -62,12 +67,17 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
     case FA_CPU_KV_F32: accumulate_format(FA_CPU_KV_F32, t); break;
     case FA_CPU_KV_F16: accumulate_format(FA_CPU_KV_F16, t); break;
     case FA_CPU_KV_BF16: accumulate_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: accumulate_format(FA_CPU_KV_I8, t); break;
+    case FA_CPU_KV_I8:
+        if (!DECODE_ACCUMULATE_INT(t)) accumulate_format(FA_CPU_KV_I8, t);
+        break;
     case FA_CPU_KV_Q8_0: accumulate_format(FA_CPU_KV_Q8_0, t); break;
     default: accumulate_format(FA_CPU_KV_E4M3, t); break;
     }
 }
 
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate};
+#ifndef DECODE_QUANTISE_ROWS
+#define DECODE_QUANTISE_ROWS NULL
+#endif
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, DECODE_QUANTISE_ROWS};
 
 #endif /* FA_CPU_DECODE_IMPL_H */
