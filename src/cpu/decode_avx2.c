@@ -202,6 +202,15 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
     }
 }
 
+/* The weights of rows 0 .. R-1 (R <= 4) of one key, zeros in the lanes past R (which may lie past
+ * the score tile). */
+static FA_CPU_ALWAYS_INLINE __m128 load_rows(const float *s, int R) {
+    if (R == 4) return _mm_loadu_ps(s);
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    memcpy(x, s, sizeof(float) * (size_t)R);
+    return _mm_loadu_ps(x);
+}
+
 /* P·V of an int8 cache by integer multiply-adds, per block of 4 rows: P (which carries v_mult)
  * quantised per row to int16 against the row's largest |P| in the tile (rounding error at most
  * 2^-16 of it), the V rows of a key pair interleaved byte by byte and sign-extended so that one
@@ -216,7 +225,7 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
         const int R = t->n_rows - r0 >= 4 ? 4 : (int)(t->n_rows - r0);
         __m128i finite = _mm_set1_epi32(-1);
         for (int64_t j = 0; j < n; j++) {
-            __m128 x = _mm_and_ps(_mm_loadu_ps(t->s + j * ld + r0), abs_mask);
+            __m128 x = _mm_and_ps(load_rows(t->s + j * ld + r0, R), abs_mask);
             finite = _mm_and_si128(finite, _mm_castps_si128(_mm_cmple_ps(x, big)));
         }
         if ((_mm_movemask_ps(_mm_castsi128_ps(finite)) & ((1 << R) - 1)) != (1 << R) - 1) return 0;
@@ -224,16 +233,15 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
     for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
         const int R = t->n_rows - r0 >= 4 ? 4 : (int)(t->n_rows - r0);
         __m128 top = _mm_setzero_ps();
-        for (int64_t j = 0; j < n; j++) top = _mm_max_ps(top, _mm_and_ps(_mm_loadu_ps(t->s + j * ld + r0), abs_mask));
-        /* lanes of rows >= R hold other rows' scores (or zeros): quantised, never stored */
+        for (int64_t j = 0; j < n; j++) top = _mm_max_ps(top, _mm_and_ps(load_rows(t->s + j * ld + r0, R), abs_mask));
         top = _mm_and_ps(top, _mm_cmple_ps(top, big));
         const __m128 inv = _mm_and_ps(_mm_div_ps(_mm_set1_ps(32767.0f), top), _mm_cmpgt_ps(top, _mm_setzero_ps()));
         float scale[4];
         _mm_storeu_ps(scale, _mm_mul_ps(top, _mm_set1_ps(1.0f / 32767.0f)));
         int32_t pp[(FA_CPU_DECODE_KEYS + 1) / 2][4][8] __attribute__((aligned(32)));
         for (int64_t jp = 0; jp < pairs; jp++) {
-            __m128i a = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(t->s + 2 * jp * ld + r0), inv));
-            __m128i b = 2 * jp + 1 < n ? _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(t->s + (2 * jp + 1) * ld + r0), inv))
+            __m128i a = _mm_cvtps_epi32(_mm_mul_ps(load_rows(t->s + 2 * jp * ld + r0, R), inv));
+            __m128i b = 2 * jp + 1 < n ? _mm_cvtps_epi32(_mm_mul_ps(load_rows(t->s + (2 * jp + 1) * ld + r0, R), inv))
                                        : _mm_setzero_si128();
             __m128i ab = _mm_blend_epi16(a, _mm_slli_epi32(b, 16), 0xaa);
             __m256i ab2 = _mm256_broadcastsi128_si256(ab);
