@@ -116,7 +116,7 @@ int fa_cpu_decode_applies(const fa_problem *pb) {
 typedef struct dec_scratch {
     float *q, *o, *s, *out, *k_mult, *v_mult, *q16_scale;
     int16_t *q16;
-    const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows;
+    const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows, **k_next, **v_next;
     const float **k_scale_row, **v_scale_row;
     fa_cpu_item_rows rows;
 } dec_scratch;
@@ -134,7 +134,8 @@ static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
     s->out = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d > dv ? d : dv));
     s->k_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
     s->v_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
-    const char ***ptrs[] = {&s->k_base, &s->v_base, &s->k_base_next, &s->v_base_next, &s->k_rows, &s->v_rows};
+    const char ***ptrs[] = {&s->k_base, &s->v_base, &s->k_base_next, &s->v_base_next,
+                            &s->k_rows, &s->v_rows, &s->k_next, &s->v_next};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) *ptrs[i] = (const char **)fa_cpu_take(&a, sizeof(char *) * TILE);
     s->k_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
     s->v_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
@@ -363,6 +364,10 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     t.dv = dv;
     t.n_rows = rows;
     t.ld = all_pad;
+    t.k_next = w->k_next;
+    t.v_next = w->v_next;
+    t.k_bytes = k_bytes;
+    t.v_bytes = v_bytes;
     int64_t j0 = span.begin;
     if (j0 < span.end) tile_bases(c, seq, b, j0, span.end - j0 < TILE ? span.end - j0 : TILE, w->k_base_next, w->v_base_next);
     for (; j0 < span.end; j0 += TILE) {
@@ -373,9 +378,8 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         swap = w->v_base;
         w->v_base = w->v_base_next;
         w->v_base_next = swap;
-        /* the next tile's rows of this item's kv heads, into L2 while this tile computes: the
-         * K rows of kv head g before its scores, the V rows before its P V, so that the
-         * prefetches spread over the tile instead of queueing up at its start */
+        /* the next tile's rows of this item's kv heads go into L2 while this tile computes,
+         * prefetched by the kernels (fa_cpu_decode_tile.k_next) */
         const int64_t j1 = j0 + TILE;
         int64_t n1 = 0;
         if (j1 < span.end) {
@@ -391,12 +395,11 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
                                                              p->v_scale_row_stride, 0);
             }
         t.n_keys = n;
+        t.n_next = n1;
         /* scores of every kv head into its lanes of the tile */
         for (int64_t g = 0; g < n_kv; g++) {
             const int64_t h = kv_first + g;
-            for (int64_t j = 0; j < n1; j++)
-                for (int64_t at = 0; at < k_bytes; at += 64)
-                    __builtin_prefetch(w->k_base_next[j] + h * p->k_head_stride * c->unit + at, 0, 2);
+            for (int64_t j = 0; j < n1; j++) w->k_next[j] = w->k_base_next[j] + h * p->k_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
             t.k_mult = NULL;
             if (p->kv_dtype == FA_KV_INT8) {
@@ -423,9 +426,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         /* o += P V per kv head (P times the values' dequantisation factors) */
         for (int64_t g = 0; g < n_kv; g++) {
             const int64_t h = kv_first + g;
-            for (int64_t j = 0; j < n1; j++)
-                for (int64_t at = 0; at < v_bytes; at += 64)
-                    __builtin_prefetch(w->v_base_next[j] + h * p->v_head_stride * c->unit + at, 0, 2);
+            for (int64_t j = 0; j < n1; j++) w->v_next[j] = w->v_base_next[j] + h * p->v_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->v_rows[j] = w->v_base[j] + h * p->v_head_stride * c->unit;
             if (p->kv_dtype == FA_KV_INT8 || p->kv_dtype == FA_KV_FP8_E4M3)
                 for (int64_t j = 0; j < n; j++) {

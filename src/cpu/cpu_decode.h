@@ -50,7 +50,24 @@ typedef struct fa_cpu_decode_tile {
     int64_t ld;
     float *o;                    /* [n_rows][dv] fp32 accumulators                              */
     const float *alpha;          /* [n_rows]                                                    */
+    /* The next tile's rows of this kv head, prefetched into L2 by the kernels a few at a time
+     * between their steps (the scores: key by key; P·V: a share per block of columns), so the
+     * prefetches never queue up in one burst; n_next = 0: none. */
+    const char *const *k_next, *const *v_next; /* [n_next]                                     */
+    int64_t n_next, k_bytes, v_bytes;           /* row bytes                                     */
 } fa_cpu_decode_tile;
+
+static inline void fa_cpu_decode_prefetch(const char *const *rows, int64_t from, int64_t to, int64_t bytes) {
+    for (int64_t j = from; j < to; j++)
+        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(rows[j] + at, 0, 2);
+}
+
+/* The V rows to prefetch alongside the P·V block of columns from c (first row block only). */
+static inline void fa_cpu_decode_prefetch_v(const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
+    if (r0 != 0 || t->n_next == 0) return;
+    const int64_t blocks = (t->dv + 15) / 16, b = c / 16;
+    fa_cpu_decode_prefetch(t->v_next, b * t->n_next / blocks, (b + 1) * t->n_next / blocks, t->v_bytes);
+}
 
 typedef struct fa_cpu_decode_kernels {
     void (*scores)(const fa_cpu_decode_tile *t);

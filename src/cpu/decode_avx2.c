@@ -179,6 +179,7 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int WIDE, const fa_cpu_decode_tile *t, int64_t r0,
                                                       int64_t c, const int32_t (*pp)[4][8], const float *scale) {
     const int64_t n = t->n_keys, pairs = (n + 1) / 2;
+    fa_cpu_decode_prefetch_v(t, r0, c);
     __m256i acc[4][2];
     for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int64_t jp = 0; jp < pairs; jp++) {
