@@ -10,7 +10,9 @@
  * values (accumulation). Formats convert in registers: f16 by vcvtph2ps, bf16 by a 16-bit
  * shift, int8 by sign extension, e4m3 by moving its bits into an f16 (exponent bias 7 vs 15:
  * the value is the f16's times 2^8, which the caller's k_mult / weights carry; the NaN code is
- * mapped to an f16 NaN).
+ * mapped to an f16 NaN). An int8 cache is attended in integers instead (scores_block_int,
+ * accumulate_int: vpmaddwd on int16 query rows and int16 tile weights; docs/design.md), with the
+ * fp32 kernels for rows or tiles holding a non-finite value.
  */
 #include <float.h>
 #include <math.h>
