@@ -114,8 +114,9 @@ int fa_cpu_decode_applies(const fa_problem *pb) {
 /* ---- workspace ---------------------------------------------------------------------------------- */
 
 typedef struct dec_scratch {
-    float *q, *o, *s, *out, *k_mult, *v_mult;
-    const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows;
+    float *q, *o, *s, *out, *k_mult, *v_mult, *q16_scale;
+    int16_t *q16;
+    const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows, **k_next, **v_next;
     const float **k_scale_row, **v_scale_row;
     fa_cpu_item_rows rows;
 } dec_scratch;
@@ -126,12 +127,15 @@ static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
     dec_scratch dummy;
     if (!s) s = &dummy;
     s->q = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(ITEM_ROWS * d));
+    s->q16 = (int16_t *)fa_cpu_take(&a, sizeof(int16_t) * (size_t)(ITEM_ROWS * d));
+    s->q16_scale = (float *)fa_cpu_take(&a, sizeof(float) * ITEM_ROWS);
     s->o = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(ITEM_ROWS * dv));
     s->s = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(TILE * ITEM_ROWS));
     s->out = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d > dv ? d : dv));
     s->k_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
     s->v_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
-    const char ***ptrs[] = {&s->k_base, &s->v_base, &s->k_base_next, &s->v_base_next, &s->k_rows, &s->v_rows};
+    const char ***ptrs[] = {&s->k_base, &s->v_base, &s->k_base_next, &s->v_base_next,
+                            &s->k_rows, &s->v_rows, &s->k_next, &s->v_next};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) *ptrs[i] = (const char **)fa_cpu_take(&a, sizeof(char *) * TILE);
     s->k_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
     s->v_scale_row = (const float **)fa_cpu_take(&a, sizeof(float *) * TILE);
@@ -341,6 +345,12 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         c->kern->to_f32(q_row, (const char *)p->q + off * es, d, p->dtype);
         for (int64_t k = 0; k < d; k++) q_row[k] *= score_scale;
     }
+    /* int8 cache: the rows as int16 for integer scores, each scaled to fa_cpu_q16_max (a
+     * relative rounding error of at most 2^-16 of the row's largest element, far below the
+     * cache's 8-bit quantisation; docs/design.md); fp32 rows if one is not finite (NaN kept) */
+    const int16_t *q16 = NULL;
+    if (c->dk->quantise_rows && c->format == FA_CPU_KV_I8 && c->dk->quantise_rows(w->q, all, d, w->q16, w->q16_scale))
+        q16 = w->q16;
     memset(w->o, 0, sizeof(float) * (size_t)(all * dv));
     memset(w->s, 0, sizeof(float) * (size_t)(TILE * all_pad));
 
@@ -354,6 +364,10 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     t.dv = dv;
     t.n_rows = rows;
     t.ld = all_pad;
+    t.k_next = w->k_next;
+    t.v_next = w->v_next;
+    t.k_bytes = k_bytes;
+    t.v_bytes = v_bytes;
     int64_t j0 = span.begin;
     if (j0 < span.end) tile_bases(c, seq, b, j0, span.end - j0 < TILE ? span.end - j0 : TILE, w->k_base_next, w->v_base_next);
     for (; j0 < span.end; j0 += TILE) {
@@ -364,18 +378,13 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         swap = w->v_base;
         w->v_base = w->v_base_next;
         w->v_base_next = swap;
-        /* the next tile's rows of this item's kv heads, into L2 while this tile computes */
+        /* the next tile's rows of this item's kv heads go into L2 while this tile computes,
+         * prefetched by the kernels (fa_cpu_decode_tile.k_next) */
         const int64_t j1 = j0 + TILE;
+        int64_t n1 = 0;
         if (j1 < span.end) {
-            const int64_t n1 = span.end - j1 < TILE ? span.end - j1 : TILE;
+            n1 = span.end - j1 < TILE ? span.end - j1 : TILE;
             tile_bases(c, seq, b, j1, n1, w->k_base_next, w->v_base_next);
-            for (int64_t j = 0; j < n1; j++)
-                for (int64_t g = 0; g < n_kv; g++) {
-                    const char *kr = w->k_base_next[j] + (kv_first + g) * p->k_head_stride * c->unit;
-                    const char *vr = w->v_base_next[j] + (kv_first + g) * p->v_head_stride * c->unit;
-                    for (int64_t at = 0; at < k_bytes; at += 64) __builtin_prefetch(kr + at, 0, 2);
-                    for (int64_t at = 0; at < v_bytes; at += 64) __builtin_prefetch(vr + at, 0, 2);
-                }
         }
         if (p->kv_dtype == FA_KV_INT8)
             for (int64_t j = 0; j < n; j++) {
@@ -386,9 +395,11 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
                                                              p->v_scale_row_stride, 0);
             }
         t.n_keys = n;
+        t.n_next = n1;
         /* scores of every kv head into its lanes of the tile */
         for (int64_t g = 0; g < n_kv; g++) {
             const int64_t h = kv_first + g;
+            for (int64_t j = 0; j < n1; j++) w->k_next[j] = w->k_base_next[j] + h * p->k_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
             t.k_mult = NULL;
             if (p->kv_dtype == FA_KV_INT8) {
@@ -399,6 +410,8 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
                 t.k_mult = w->k_mult;
             }
             t.q = w->q + g * rows * d;
+            t.q16 = q16 ? q16 + g * rows * d : NULL;
+            t.q16_scale = w->q16_scale + g * rows;
             t.s = w->s + g * rows;
             c->dk->scores(&t);
         }
@@ -413,6 +426,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         /* o += P V per kv head (P times the values' dequantisation factors) */
         for (int64_t g = 0; g < n_kv; g++) {
             const int64_t h = kv_first + g;
+            for (int64_t j = 0; j < n1; j++) w->v_next[j] = w->v_base_next[j] + h * p->v_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->v_rows[j] = w->v_base[j] + h * p->v_head_stride * c->unit;
             if (p->kv_dtype == FA_KV_INT8 || p->kv_dtype == FA_KV_FP8_E4M3)
                 for (int64_t j = 0; j < n; j++) {

@@ -41,17 +41,49 @@ typedef struct fa_cpu_decode_tile {
     const float *k_mult, *v_mult; /* [n_keys]                                                   */
     int64_t d, dv;               /* multiples of 8 (Q8_0: of 32)                               */
     const float *q;              /* [n_rows][d] fp32                                            */
+    const int16_t *q16;          /* int8 cache, kernels with quantise_rows: [n_rows][d] the
+                                  * rows as int16 (q ≈ q16 · q16_scale, |q16| <= fa_cpu_q16_max(d)),
+                                  * or NULL (a row not finite: the fp32 rows are used)         */
+    const float *q16_scale;      /* [n_rows]                                                    */
     int64_t n_rows;
     float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
     int64_t ld;
     float *o;                    /* [n_rows][dv] fp32 accumulators                              */
     const float *alpha;          /* [n_rows]                                                    */
+    /* The next tile's rows of this kv head, prefetched into L2 by the kernels a few at a time
+     * between their steps (the scores: key by key; P·V: a share per block of columns), so the
+     * prefetches never queue up in one burst; n_next = 0: none. */
+    const char *const *k_next, *const *v_next; /* [n_next]                                     */
+    int64_t n_next, k_bytes, v_bytes;           /* row bytes                                     */
 } fa_cpu_decode_tile;
+
+static inline void fa_cpu_decode_prefetch(const char *const *rows, int64_t from, int64_t to, int64_t bytes) {
+    for (int64_t j = from; j < to; j++)
+        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(rows[j] + at, 0, 2);
+}
+
+/* The V rows to prefetch alongside the P·V block of columns from c (first row block only). */
+static inline void fa_cpu_decode_prefetch_v(const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
+    if (r0 != 0 || t->n_next == 0) return;
+    const int64_t blocks = (t->dv + 15) / 16, b = c / 16;
+    fa_cpu_decode_prefetch(t->v_next, b * t->n_next / blocks, (b + 1) * t->n_next / blocks, t->v_bytes);
+}
 
 typedef struct fa_cpu_decode_kernels {
     void (*scores)(const fa_cpu_decode_tile *t);
     void (*accumulate)(const fa_cpu_decode_tile *t);
+    /* Levels with integer scores for int8 caches: q[n_rows][d] → q16 (row r scaled by
+     * q16_scale[r] = max |q_r| / fa_cpu_q16_max(d), rounded to nearest); 0 when a value is not
+     * finite (q16 then unused). NULL: scores from the fp32 rows. */
+    int (*quantise_rows)(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);
 } fa_cpu_decode_kernels;
+
+/* The largest |q16| for head dim d: 128 · d · q16_max < 2^31, so an int32 sum of d products with
+ * int8 values (-128 included) cannot overflow (32767 up to d = 516). */
+static inline int32_t fa_cpu_q16_max(int64_t d) {
+    int64_t m = 2147483647 / (128 * (d > 0 ? d : 1));
+    return (int32_t)(m < 32767 ? m : 32767);
+}
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)

@@ -12,9 +12,14 @@
 
 static FA_CPU_ALWAYS_INLINE void scores_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
                                              int64_t r0) {
+    const int64_t n_next = r0 == 0 ? t->n_next : 0; /* prefetches: first row block only */
     int64_t j = 0;
-    for (; j + 2 <= t->n_keys; j += 2) scores_block(format, ROWS, 2, t, j, r0);
+    for (; j + 2 <= t->n_keys; j += 2) {
+        if (j < n_next) fa_cpu_decode_prefetch(t->k_next, j, j + 2 < n_next ? j + 2 : n_next, t->k_bytes);
+        scores_block(format, ROWS, 2, t, j, r0);
+    }
     if (j < t->n_keys) scores_block(format, ROWS, 1, t, j, r0);
+    if (j < n_next) fa_cpu_decode_prefetch(t->k_next, j, n_next, t->k_bytes);
 }
 
 static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_decode_tile *t) {
@@ -31,8 +36,14 @@ static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_de
 static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
                                                  int64_t r0) {
     int64_t c = 0;
-    for (; c + 16 <= t->dv; c += 16) accumulate_block(format, ROWS, 2, t, r0, c);
-    if (c < t->dv) accumulate_block(format, ROWS, 1, t, r0, c);
+    for (; c + 16 <= t->dv; c += 16) {
+        fa_cpu_decode_prefetch_v(t, r0, c);
+        accumulate_block(format, ROWS, 2, t, r0, c);
+    }
+    if (c < t->dv) {
+        fa_cpu_decode_prefetch_v(t, r0, c);
+        accumulate_block(format, ROWS, 1, t, r0, c);
+    }
 }
 
 static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
@@ -45,6 +56,11 @@ static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cp
         }
     }
 }
+
+/* A level's integer P·V for int8 caches (1 when done; 0: the fp32 kernels run). */
+#ifndef DECODE_ACCUMULATE_INT
+#define DECODE_ACCUMULATE_INT(t) 0
+#endif
 
 static void decode_scores(const fa_cpu_decode_tile *t) {
     switch (t->format) {
@@ -62,12 +78,17 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
     case FA_CPU_KV_F32: accumulate_format(FA_CPU_KV_F32, t); break;
     case FA_CPU_KV_F16: accumulate_format(FA_CPU_KV_F16, t); break;
     case FA_CPU_KV_BF16: accumulate_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: accumulate_format(FA_CPU_KV_I8, t); break;
+    case FA_CPU_KV_I8:
+        if (!DECODE_ACCUMULATE_INT(t)) accumulate_format(FA_CPU_KV_I8, t);
+        break;
     case FA_CPU_KV_Q8_0: accumulate_format(FA_CPU_KV_Q8_0, t); break;
     default: accumulate_format(FA_CPU_KV_E4M3, t); break;
     }
 }
 
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate};
+#ifndef DECODE_QUANTISE_ROWS
+#define DECODE_QUANTISE_ROWS NULL
+#endif
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, DECODE_QUANTISE_ROWS};
 
 #endif /* FA_CPU_DECODE_IMPL_H */

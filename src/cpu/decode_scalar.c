@@ -84,5 +84,5 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
     }
 }
 
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate};
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, NULL};
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void) { return &kernels; }
