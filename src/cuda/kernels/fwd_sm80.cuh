@@ -305,9 +305,9 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             for (int mt = 0; mt < M_TILES; ++mt) {
                 keep_rmem[DROPOUT ? mt : 0] = 0;
 #pragma unroll 1 /* one Philox call in flight: unrolled, ptxas interleaves them and spills */
-                for (int nt = 0; nt < N_TILES; nt += 2) /* pairs of n8 tiles: one call per lane */
+                for (int nt = 0; nt < N_TILES; nt += 4) /* four n8 tiles: one call per lane */
                     keep_rmem[DROPOUT ? mt : 0] |=
-                        fa_dropout_keep_qk2(dropout, batch, head, prm.heads_q,
+                        fa_dropout_keep_qk4(dropout, batch, head, prm.heads_q,
                                             m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
                         << (4 * nt);
             }
