@@ -135,10 +135,11 @@ struct fa_hopper_config {
     static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(BUCKET);
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
-    /* dropout: Philox calls of 32 keys in flight per thread, all of a tile's but at bucket 256;
-     * with 3 consumers (160 registers) the keep bits are drawn after the P·V wait, when P's
-     * 16-bit fragments are dead (drawn under the GEMMs, ptxas spilled 124-300 bytes) */
-    static constexpr int DROPOUT_UNROLL = BUCKET == 256 ? 1 : BLOCK_N / 32;
+    /* dropout: Philox calls of 32 keys in flight per thread: all of a tile's (at bucket 256 one
+     * at a time spilled 8 bytes with LOG2, ptxas 13); with 3 consumers (160 registers) the keep
+     * bits are drawn after the P·V wait, when P's 16-bit fragments are dead (drawn under the
+     * GEMMs, ptxas spilled 124-300 bytes) */
+    static constexpr int DROPOUT_UNROLL = BLOCK_N / 32;
     static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
