@@ -240,16 +240,17 @@ typedef struct fa_params {
 
     /* ---- attention dropout (fa_forward / fa_backward) -------------------------------------- */
     /* P_ij (the softmax probability, sinks included in its denominator) is dropped with
-     * probability dropout_p and kept elements are scaled by 1 / (1 - dropout_p):
-     * O_i = Σ_j Z_ij P_ij v_j, Z_ij = keep_ij / (1 - dropout_p). LSE is that of the softmax
+     * probability p = round(dropout_p · 256) / 256 (dropout_p quantised to 1/256: 8-bit random
+     * numbers; at most 255/256) and kept elements are scaled by 1 / (1 - p), the inverse of the
+     * rate actually kept (so E[Z] = 1): O_i = Σ_j Z_ij P_ij v_j, Z_ij = keep_ij / (1 - p).
+     * LSE is that of the softmax
      * without dropout. keep_ij comes from a counter-based generator (Philox4x32-10) keyed by
      * dropout_seed at a counter made of dropout_offset and the element's (sequence, query head,
      * query row, key) (src/api/fa_philox.h gives the exact mapping): the same seed and offset
      * give the same mask on every run, thread count and engine, and fa_backward regenerates it
      * from the same three fields (pass the forward's values). Calls sharing a seed get
-     * independent masks when their offsets differ by at least ceil(seqlen_k / 8). p is
-     * quantised to 1/65536 for the drop decision (16-bit numbers), not for the 1 / (1 - p)
-     * scale. Needs batch·heads_q <= 2^32. CPU and CUDA (the same mask on both); not in
+     * independent masks when their offsets differ by at least ceil(seqlen_k / 16).
+     * dropout_p < 1/512 rounds to no dropout. Needs batch·heads_q <= 2^32. CPU and CUDA (the same mask on both); not in
      * fa_kvcache_forward, fa_standard_forward or ring attention. */
     float dropout_p;         /* in [0, 1); 0 = no dropout                                     */
     uint64_t dropout_seed;   /* Philox key                                                     */

@@ -304,7 +304,7 @@ double fa_ref_dropout_factor(const fa_ref_problem *rp, int64_t b, int64_t h, int
     if (!(rp->dropout_p > 0.0f)) return 1.0;
     int keep = fa_dropout_keep(rp->dropout_seed, rp->dropout_offset, fa_dropout_threshold(rp->dropout_p), b, h,
                                rp->heads_q, i, j);
-    return keep ? 1.0 / (1.0 - (double)rp->dropout_p) : 0.0;
+    return keep ? 256.0 / (256.0 - (double)fa_dropout_threshold(rp->dropout_p)) : 0.0;
 }
 
 /* ---- the float64 oracle -------------------------------------------------------------------- */

@@ -68,7 +68,8 @@ typedef struct fa_ref_problem {
     const double *sinks;  /* [heads_q] sink logits, or NULL                                   */
     const double *q, *k, *v, *dout;             /* canonical; dout only for the backward     */
     /* attention dropout (fa_params.dropout_*): P_ij of sequence b, head h is multiplied by
-     * Z_ij = keep ? 1 / (1 - p) : 0 with keep from src/api/fa_philox.h, the library's mask */
+     * Z_ij = keep ? 256 / (256 - threshold) : 0 with keep and threshold = round(p · 256) from
+     * src/api/fa_philox.h, the library's mask */
     float dropout_p; /* 0 = off                                                                */
     uint64_t dropout_seed, dropout_offset;
     /* score bias and element visibility, dense [batch, heads_q, seqlen_q, seqlen_k] by position

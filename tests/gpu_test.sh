@@ -110,8 +110,8 @@ for tool in memcheck racecheck synccheck; do
 done
 
 # ---- 6c. attention dropout ----------------------------------------------------------------------
-# The DROPOUT instantiations of the Hopper forward and backward (default on sm_90; the backward at
-# head dims <= 128), then with the portable forward and each portable backward forced
+# The DROPOUT instantiations of the Hopper forward and backward (default on sm_90, every bucket),
+# then with the portable forward and each portable backward forced
 # (FA_CUDA_FORWARD=portable, FA_CUDA_BACKWARD=portable / sm80), deterministic mode too, against the
 # float64 oracle with the library's mask over fresh seeds and odd shapes, the attn_probs signs of
 # CUDA and CPU equal bit for bit, same seed -> same bits (tests/gpu/dropout.c); then

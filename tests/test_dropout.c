@@ -3,12 +3,14 @@
  * dropout_offset, src/api/fa_philox.h).
  *
  *   - Philox4x32-10 against the published known-answer vectors (Random123);
- *   - the mapping spelled out (counter, word, half) against fa_dropout_keep, the 16-bit
- *     thresholds (round(p · 65536), clamped);
- *   - the mask's statistics: the keep rate of every p within a 6-sigma binomial bound, for each
- *     of the eight 16-bit numbers of a Philox call, and independent masks for offsets
- *     ceil(sk / 8) apart
- *     and for different seeds (agreement rate p² + (1 - p)²);
+ *   - the mapping spelled out (counter, word, byte) against fa_dropout_keep, the 8-bit
+ *     thresholds (round(p · 256), clamped) and keep scales (256 / (256 - threshold)), the
+ *     byte-parallel compare of fa_dropout_keep_bits16 against the plain one for every byte and
+ *     threshold;
+ *   - the mask's statistics: the keep rate of every p within a 6-sigma binomial bound of the
+ *     quantised rate 1 - threshold / 256, for each of the sixteen 8-bit numbers of a Philox
+ *     call, and independent masks for offsets ceil(sk / 16) apart and for different seeds
+ *     (agreement rate d² + (1 - d)², d = threshold / 256);
  *   - forward and backward (f32, f16, bf16; causal, GQA, sinks, varlen, softcap, ALiBi, window)
  *     against the float64 oracle applying the same mask (2·baseline + floor rule);
  *   - LSE bitwise unaffected by dropout; the same seed and offset give bitwise identical o, dq,
@@ -42,22 +44,47 @@ FA_TEST(dropout_philox_known_answers) {
             FA_CHECK(r.x[w] == out[t][w], "vector %d word %d: %08x, expected %08x", t, w, r.x[w], out[t][w]);
     }
     FA_CHECK(fa_dropout_threshold(0.0f) == 0u, "threshold(0) = %u", fa_dropout_threshold(0.0f));
-    FA_CHECK(fa_dropout_threshold(0.5f) == 32768u, "threshold(0.5) = %u", fa_dropout_threshold(0.5f));
-    FA_CHECK(fa_dropout_threshold(0.1f) == 6554u, "threshold(0.1) = %u (round(6553.6))", fa_dropout_threshold(0.1f));
-    FA_CHECK(fa_dropout_threshold(0.000005f) == 0u, "threshold(5e-6) = %u", fa_dropout_threshold(0.000005f));
-    FA_CHECK(fa_dropout_threshold(0.99999994f) == 65535u, "threshold(1 - 2^-24) = %u (clamped to 65535)",
+    FA_CHECK(fa_dropout_threshold(0.5f) == 128u, "threshold(0.5) = %u", fa_dropout_threshold(0.5f));
+    FA_CHECK(fa_dropout_threshold(0.1f) == 26u, "threshold(0.1) = %u (round(25.6))", fa_dropout_threshold(0.1f));
+    FA_CHECK(fa_dropout_threshold(0.0019f) == 0u, "threshold(0.0019) = %u", fa_dropout_threshold(0.0019f));
+    FA_CHECK(fa_dropout_threshold(0.0021f) == 1u, "threshold(0.0021) = %u", fa_dropout_threshold(0.0021f));
+    FA_CHECK(fa_dropout_threshold(0.99999994f) == 255u, "threshold(1 - 2^-24) = %u (clamped to 255)",
              fa_dropout_threshold(0.99999994f));
-    /* the mapping of fa_philox.h's comment, spelled out: counter (lo, hi of offset + j/8, i,
-     * b·heads_q + h), key = seed, half j % 2 of word (j % 8) / 2 */
+    FA_CHECK(fa_dropout_keep_scale(0) == 1.0f && fa_dropout_keep_scale(128) == 2.0f &&
+                 fa_dropout_keep_scale(26) == 256.0f / 230.0f && fa_dropout_keep_scale(255) == 256.0f,
+             "keep scales 256 / (256 - threshold)");
+    /* the byte-parallel compare against the plain one: every byte value in every byte position
+     * (neighbours random), every threshold */
+    {
+        uint32_t mix = 0x9e3779b9u;
+        for (uint32_t th = 0; th < 256; th++)
+            for (uint32_t v = 0; v < 256; v++) {
+                fa_philox_u32x4 r;
+                for (int w = 0; w < 4; w++) {
+                    mix = mix * 1664525u + 1013904223u;
+                    r.x[w] = mix;
+                }
+                const int at = (int)((v + th) & 15);
+                r.x[at >> 2] = (r.x[at >> 2] & ~(0xFFu << (8 * (at & 3)))) | (v << (8 * (at & 3)));
+                const uint32_t bits = fa_dropout_keep_bits16(r, th);
+                uint32_t want = 0;
+                for (int k = 0; k < 16; k++) want |= (uint32_t)(fa_dropout_number(r, k) >= th) << k;
+                if (!FA_CHECK(bits == want, "keep_bits16 threshold %u byte %u at %d: %04x, expected %04x", th, v, at,
+                              bits, want))
+                    th = 256, v = 256;
+            }
+    }
+    /* the mapping of fa_philox.h's comment, spelled out: counter (lo, hi of offset + j/16, i,
+     * b·heads_q + h), key = seed, byte j % 4 of word (j % 16) / 4 */
     {
         const uint64_t seed = 0x0123456789abcdefull, offset = 0xfffffffffull;
         const int64_t b = 2, h = 3, heads = 5, i = 77;
         const uint32_t threshold = fa_dropout_threshold(0.45f);
         for (int64_t j = 0; j < 40; j++) {
-            const uint64_t column = offset + (uint64_t)j / 8;
+            const uint64_t column = offset + (uint64_t)j / 16;
             fa_philox_u32x4 r = fa_philox4x32_10((uint32_t)column, (uint32_t)(column >> 32), (uint32_t)i,
                                                  (uint32_t)(b * heads + h), (uint32_t)seed, (uint32_t)(seed >> 32));
-            const uint32_t number = (r.x[(j % 8) / 2] >> (16 * (j % 2))) & 0xFFFFu;
+            const uint32_t number = (r.x[(j % 16) / 4] >> (8 * (j % 4))) & 0xFFu;
             if (!FA_CHECK(fa_dropout_keep(seed, offset, threshold, b, h, heads, i, j) == (number >= threshold),
                           "key %lld: keep() disagrees with the mapping (number %u, threshold %u)", (long long)j,
                           number, threshold))
@@ -90,8 +117,9 @@ FA_TEST(dropout_mask_statistics) {
     for (int pi = 0; pi < 5; pi++) {
         const float p = ps[pi];
         const uint32_t threshold = fa_dropout_threshold(p);
-        const uint64_t offset = seed >> 20, other_offset = offset + (uint64_t)(sk + 7) / 8;
-        int64_t kept = 0, n = 0, kept_word[8] = {0}, n_word[8] = {0}; /* per 16-bit number of a call */
+        const double q = 1.0 - threshold / 256.0; /* the quantised keep rate */
+        const uint64_t offset = seed >> 20, other_offset = offset + (uint64_t)(sk + 15) / 16;
+        int64_t kept = 0, n = 0, kept_word[16] = {0}, n_word[16] = {0}; /* per 8-bit number of a call */
         int64_t same_offset = 0, same_seed = 0;
         for (int64_t b = 0; b < batch; b++)
             for (int64_t h = 0; h < heads; h++)
@@ -100,17 +128,17 @@ FA_TEST(dropout_mask_statistics) {
                         int keep = fa_dropout_keep(seed, offset, threshold, b, h, heads, i, j);
                         kept += keep;
                         n++;
-                        kept_word[j & 7] += keep;
-                        n_word[j & 7]++;
+                        kept_word[j & 15] += keep;
+                        n_word[j & 15]++;
                         same_offset += keep == fa_dropout_keep(seed, other_offset, threshold, b, h, heads, i, j);
                         same_seed += keep == fa_dropout_keep(seed + 1, offset, threshold, b, h, heads, i, j);
                     }
-        FA_CHECK(binomial_ok(kept, n, 1.0 - p), "p = %g: kept %lld of %lld (expected %.0f)", (double)p,
-                 (long long)kept, (long long)n, (double)n * (1.0 - p));
-        for (int w = 0; w < 8; w++)
-            FA_CHECK(binomial_ok(kept_word[w], n_word[w], 1.0 - p), "p = %g, number %d: kept %lld of %lld", (double)p, w,
+        FA_CHECK(binomial_ok(kept, n, q), "p = %g: kept %lld of %lld (expected %.0f)", (double)p, (long long)kept,
+                 (long long)n, (double)n * q);
+        for (int w = 0; w < 16; w++)
+            FA_CHECK(binomial_ok(kept_word[w], n_word[w], q), "p = %g, number %d: kept %lld of %lld", (double)p, w,
                      (long long)kept_word[w], (long long)n_word[w]);
-        double agree = (double)p * p + (1.0 - p) * (1.0 - p);
+        double agree = (1.0 - q) * (1.0 - q) + q * q;
         FA_CHECK(binomial_ok(same_offset, n, agree), "p = %g: offsets %llu and %llu agree on %lld of %lld (independent: %.0f)",
                  (double)p, (unsigned long long)offset, (unsigned long long)other_offset, (long long)same_offset,
                  (long long)n, agree * (double)n);
@@ -165,6 +193,20 @@ static void d_everything(fa_test_spec *s) {
 }
 
 FA_TEST(dropout_plain) { run_dropout_feature("dropout", d_plain); }
+
+/* key counts around the sixteen keys of a Philox call: a partial first call, one call plus a
+ * key, two plus a key (tiny, f32, forward and backward) */
+FA_TEST(dropout_key_counts) {
+    static const int64_t sks[] = {1, 15, 17, 33};
+    for (int i = 0; i < 4; i++) {
+        fa_test_spec spec = fa_test_base_spec(FA_DTYPE_F32, 1, 6, sks[i], 2, 1, 16);
+        spec.causal = i & 1;
+        spec.dropout_p = 0.4f;
+        spec.dropout_seed = spec.seed * 7 + 3;
+        spec.dropout_offset = spec.seed >> 36;
+        fa_test_expect_case(&spec, 0, "dropout key counts");
+    }
+}
 FA_TEST(dropout_causal) { run_dropout_feature("dropout+causal", d_causal); }
 FA_TEST(dropout_gqa_sinks) { run_dropout_feature("dropout+gqa+sinks", d_gqa_sinks); }
 FA_TEST(dropout_varlen) { run_dropout_feature("dropout+varlen", d_varlen); }
@@ -248,7 +290,7 @@ FA_TEST(dropout_reproducible) {
 FA_TEST(dropout_attn_probs) {
     for (int di = 0; di < 3; di++)
         for (int varlen = 0; varlen < 2; varlen++) {
-            fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[di], varlen ? 3 : 2, 37, 53, 4, 2, 32);
+            fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[di], varlen ? 3 : 2, 37, 47, 4, 2, 32);
             spec.causal = 1;
             spec.sinks = varlen;
             spec.softcap = varlen ? 0.0f : 4.0f;

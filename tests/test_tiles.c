@@ -235,31 +235,22 @@ FA_TEST(tiles_hopper_backward) {
                  fa_hopper_bwd_bucket(200, 196) == 0,
              "d < 64, d > 256 and d not a multiple of 8: portable");
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 bf16 d = 256");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 f16 d = 192");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 bf16 d = 128");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0.0f, 0) == NULL, "sm_90 f16 d = 64");
-    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 0) != NULL, "sm_80: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f, 0) == NULL, "ALiBi: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, -scale_log2, 0.0f, 0) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 256");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 192");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 128");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 64");
+    FA_CHECK(fa_hopper_bwd_unsupported(8, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f) != NULL, "sm_80: portable");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 0.0f) == NULL, "ALiBi: Hopper");
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, -scale_log2, 0.0f) == NULL,
              "ALiBi, negative scale, d = 256: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f, 0) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 0.0f) == NULL,
              "negative scale: Hopper (the mask writes -inf into the exponent, after the scale)");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f, 0) == NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f) == NULL,
              "softcap, positive scale: Hopper (SOFTCAP)");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 30.0f, 0) != NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 1, scale_log2, 30.0f) != NULL,
              "ALiBi with softcap: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f, 0) != NULL,
+    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f) != NULL,
              "negative scale with softcap: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) == NULL, "dropout d = 128: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 64, 64, 1, scale_log2, 0.0f, 1) == NULL,
-             "dropout with ALiBi d = 64: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 30.0f, 1) == NULL,
-             "dropout with softcap d = 128: Hopper");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f, 1) != NULL,
-             "dropout d = 256: portable");
-    FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 192, 128, 0, scale_log2, 0.0f, 1) != NULL,
-             "dropout d = 192 / 128 (bucket 256): portable");
     /* deterministic mode: one int32 semaphore per (sequence, query head, query block, dQ piece) */
     FA_CHECK(fa_hopper_bwd_semaphores(128, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
                  fa_hopper_bwd_semaphores(64, 2, 8, 1000) == 2 * 8 * 8 * 2 &&

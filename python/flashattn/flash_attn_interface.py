@@ -9,9 +9,11 @@ Additions to the flash_attn signatures (keyword-only, after all of flash_attn's 
                (gpt-oss style); the gradient flows to it.
 Dropout (dropout_p > 0, torch tensors on the CPU or CUDA): as FlashAttention, each attention
 weight is dropped with probability
-dropout_p and the kept ones are scaled by 1 / (1 - dropout_p); softmax_lse is not affected. The
-mask comes from a counter-based generator (Philox4x32-10, one call per eight keys, 16-bit
-numbers: dropout_p is quantised to 1/65536 for the drop decision) whose seed is drawn from torch's
+p = round(dropout_p · 256) / 256 (8-bit random numbers, as FlashAttention-2: dropout_p is
+quantised to 1/256) and the kept ones are scaled by 1 / (1 - p), so the expectation is exact;
+softmax_lse is not affected. The
+mask comes from a counter-based generator (Philox4x32-10, one call per sixteen keys) whose seed
+is drawn from torch's
 default CPU generator on every call (the counter offset stays 0: each call has its own seed), so
 torch.manual_seed reproduces a run; the backward
 regenerates the same mask. CPU and CUDA draw the same mask from the same seed, so a run moves

@@ -25,6 +25,14 @@ def rotate64(x, cos, sin, interleaved):
     return x
 
 
+def kept_rate(p_drop):
+    """The rate the library keeps at dropout_p = p_drop: 1 - threshold / 256, threshold =
+    round(p · 256) of the float32 p clamped to 255 (8-bit numbers, src/api/fa_philox.h); kept
+    elements are scaled by its inverse."""
+    threshold = min(255, math.floor(float(torch.tensor(p_drop, dtype=torch.float32)) * 256 + 0.5))
+    return 1.0 - threshold / 256.0
+
+
 def attention64(q, k, v, causal, scale=None, mask=None, p_drop=0.0):
     """q [sq, h, d], k / v [sk, hk, d] float64; bottom-right causal; `mask` [h, sq, sk] keep
     flags for dropout."""
@@ -39,7 +47,7 @@ def attention64(q, k, v, causal, scale=None, mask=None, p_drop=0.0):
         s = s.masked_fill(j > i + sk - sq, float("-inf"))
     p = torch.softmax(s, -1).nan_to_num(0.0)
     if mask is not None:
-        p = p * mask / (1 - p_drop)
+        p = p * mask / kept_rate(p_drop)
     return torch.einsum("hqk,khd->qhd", p, v)
 
 
@@ -166,8 +174,8 @@ def test_dropout_follows_torch_rng():
 @pytest.mark.parametrize("causal", [False, True])
 def test_dropout_matches_s_dmask(dtype, causal):
     """As flash_attn's own tests: S_dmask's sign gives the mask (>= 0 kept); the output equals
-    (P ∘ kept / (1 - p)) V, softmax_lse equals the lse without dropout, and the gradients equal
-    those of that reference (float64 autograd with the same mask); keep rate ~ 1 - p."""
+    (P ∘ kept / q) V (q = kept_rate(p)), softmax_lse equals the lse without dropout, and the
+    gradients equal those of that reference (float64 autograd with the same mask); keep rate ~ q."""
     p_drop = 0.37
     q, k, v = _problem(dtype)
     out, lse, s_dmask = flashattn.flash_attn_func(q, k, v, dropout_p=p_drop, causal=causal,
@@ -192,7 +200,8 @@ def test_dropout_matches_s_dmask(dtype, causal):
     visible = probs.detach() > 0
     rate = keep[visible].mean().item()
     n = visible.sum().item()
-    assert abs(rate - (1 - p_drop)) <= 6 * math.sqrt(p_drop * (1 - p_drop) / n) + 1e-9
+    q_keep = kept_rate(p_drop)
+    assert abs(rate - q_keep) <= 6 * math.sqrt(q_keep * (1 - q_keep) / n) + 1e-9
     dout = torch.randn_like(out)
     out.backward(dout)
     ref.backward(dout.double())

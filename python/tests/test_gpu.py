@@ -299,8 +299,16 @@ def test_cuda_varlen_block_table_matches_cpu(dtype_name, page, d):
 # ---- attention dropout ----------------------------------------------------------------------
 
 
+def _kept_rate(p_drop):
+    """The rate the library keeps at dropout_p = p_drop: 1 - threshold / 256, threshold =
+    round(p · 256) of the float32 p clamped to 255 (8-bit numbers, src/api/fa_philox.h); kept
+    elements are scaled by its inverse."""
+    threshold = min(255, math.floor(float(torch.tensor(p_drop, dtype=torch.float32)) * 256 + 0.5))
+    return 1.0 - threshold / 256.0
+
+
 def _dropout_reference(q, k, v, keep, p_drop, causal):
-    """float64 attention (b, sq, h, d) with the kept mask keep (b, h, sq, sk) and 1 / (1 - p)."""
+    """float64 attention (b, sq, h, d) with the kept mask keep (b, h, sq, sk) and 1 / _kept_rate(p)."""
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     kk, vv = k.repeat_interleave(h // hk, 2), v.repeat_interleave(h // hk, 2)
@@ -309,7 +317,7 @@ def _dropout_reference(q, k, v, keep, p_drop, causal):
         hidden = torch.arange(sk, device=q.device)[None, :] > torch.arange(sq, device=q.device)[:, None] + sk - sq
         s = s.masked_fill(hidden, float("-inf"))
     probs = torch.softmax(s, -1)
-    return torch.einsum("bhqk,bkhd->bqhd", probs * keep / (1.0 - p_drop), vv)
+    return torch.einsum("bhqk,bkhd->bqhd", probs * keep / _kept_rate(p_drop), vv)
 
 
 @pytest.mark.parametrize("causal", [False, True])

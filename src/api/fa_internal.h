@@ -38,8 +38,8 @@ typedef struct fa_problem {
     int has_mask;        /* window_left >= 0 or window_right >= 0                              */
     int64_t group;       /* heads_q / heads_kv: query heads sharing one kv head                 */
     float scale_log2;    /* softmax_scale · log2(e): scores in base-2 units with one FMA        */
-    /* dropout (p.dropout_p > 0): drop iff the element's 16-bit Philox number < dropout_threshold
-     * (round(p · 65536)), kept elements scaled by dropout_keep_scale = 1 / (1 - dropout_p)
+    /* dropout (p.dropout_p > 0): drop iff the element's 8-bit Philox number < dropout_threshold
+     * (round(p · 256)), kept elements scaled by dropout_keep_scale = 256 / (256 - threshold)
      * (src/api/fa_philox.h) */
     int has_dropout;
     uint32_t dropout_threshold;

@@ -8,17 +8,21 @@
  * storing it.
  *
  * Element (b, h, i, j) of the attention matrix (sequence b, query head h, query row i and key j
- * within the sequence, heads_q query heads) draws 16 bits:
+ * within the sequence, heads_q query heads) draws 8 bits:
  *   key     = (lo32(seed), hi32(seed))
- *   counter = (lo32(offset + j/8), hi32(offset + j/8), i, lo32(b·heads_q + h))
- *   word    = philox4x32_10(counter, key)[(j % 8) / 2]
- *   number  = half j % 2 of word (0: bits 0-15, 1: bits 16-31)
- * so one Philox call serves eight neighbouring keys of a row. The element is dropped iff
- * number < threshold, threshold = round(p · 65536) clamped to [0, 65535]
- * (fa_dropout_threshold): it is kept with probability 1 - threshold / 65536, p quantised to
- * 1/65536. A kept element is scaled by 1 / (1 - p).
+ *   counter = (lo32(offset + j/16), hi32(offset + j/16), i, lo32(b·heads_q + h))
+ *   number  = byte j % 16 of philox4x32_10(counter, key), byte k being bits 8·(k % 4) ..
+ *             8·(k % 4) + 7 of word k / 4
+ * so one Philox call serves sixteen neighbouring keys 16·(j/16) .. 16·(j/16) + 15 of a row. The
+ * element is dropped iff number < threshold, threshold = round(p · 256) clamped to [0, 255]
+ * (fa_dropout_threshold): it is kept with probability q = 1 - threshold / 256, i.e. p is
+ * quantised to 1/256 (as FlashAttention-2's 8-bit numbers do). A kept element is scaled by
+ * 1 / q = 256 / (256 - threshold) (fa_dropout_keep_scale), the inverse of the rate actually
+ * kept, so E[Z] = 1 exactly and the dropout estimator stays unbiased after the quantisation
+ * (1 / (1 - p) would be off by up to 0.2 % at p = 0.1). p < 1/512 rounds to threshold 0: nothing
+ * is dropped and the scale is 1.
  * Calls sharing a seed get independent masks when their offsets differ by at least
- * ceil(seqlen_k / 8) (the counters they use do not overlap).
+ * ceil(seqlen_k / 16) (the counters they use do not overlap).
  */
 #ifndef FA_PHILOX_H
 #define FA_PHILOX_H
@@ -61,52 +65,68 @@ FA_HD fa_philox_u32x4 fa_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, ui
     return r;
 }
 
-/* The eight 16-bit numbers of keys 8·(j/8) .. 8·(j/8) + 7 of element row (b, h, i): key
- * 8·(j/8) + k is half k % 2 of word k / 2 (fa_dropout_number). */
-FA_HD fa_philox_u32x4 fa_dropout_bits8(uint64_t seed, uint64_t offset, int64_t b, int64_t h, int64_t heads_q,
-                                       int64_t i, int64_t j) {
-    const uint64_t column = offset + (uint64_t)(j >> 3);
+/* The sixteen 8-bit numbers of keys 16·(j/16) .. 16·(j/16) + 15 of element row (b, h, i): key
+ * 16·(j/16) + k is byte k % 4 of word k / 4 (fa_dropout_number). */
+FA_HD fa_philox_u32x4 fa_dropout_bits16(uint64_t seed, uint64_t offset, int64_t b, int64_t h, int64_t heads_q,
+                                        int64_t i, int64_t j) {
+    const uint64_t column = offset + (uint64_t)(j >> 4);
     const uint64_t head_row = (uint64_t)(b * heads_q + h);
     return fa_philox4x32_10((uint32_t)column, (uint32_t)(column >> 32), (uint32_t)i, (uint32_t)head_row,
                             (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
-/* The 16-bit number of key 8·(j/8) + k, k = j % 8, in the call's output r. */
-FA_HD uint32_t fa_dropout_number(fa_philox_u32x4 r, int k) { return (r.x[k >> 1] >> (16 * (k & 1))) & 0xFFFFu; }
+/* The 8-bit number of key 16·(j/16) + k, k = j % 16, in the call's output r. */
+FA_HD uint32_t fa_dropout_number(fa_philox_u32x4 r, int k) { return (r.x[k >> 2] >> (8 * (k & 3))) & 0xFFu; }
 
-/* Drop threshold of probability p in [0, 1): round(p · 65536) clamped to [0, 65535]; an element
- * is dropped iff its 16-bit number < threshold. */
+/* Drop threshold of probability p in [0, 1): round(p · 256) clamped to [0, 255]; an element is
+ * dropped iff its 8-bit number < threshold. */
 FA_HD uint32_t fa_dropout_threshold(float p) {
-    const double t = (double)p * 65536.0 + 0.5;
-    return t < 1.0 ? 0u : t >= 65535.0 ? 65535u : (uint32_t)t;
+    const double t = (double)p * 256.0 + 0.5;
+    return t < 1.0 ? 0u : t >= 255.0 ? 255u : (uint32_t)t;
 }
 
-/* 8 bits: bit k = key 8·(j/8) + k of the call's output r is kept (number >= threshold). The high
- * half of a word is compared as the word against threshold << 16, the low half after a shift. */
-FA_HD uint32_t fa_dropout_keep_byte(fa_philox_u32x4 r, uint32_t threshold) {
-    const uint32_t t_hi = threshold << 16;
-    uint32_t bits = 0;
-    for (int w = 0; w < 4; ++w)
-        bits |= ((uint32_t)((r.x[w] << 16) >= t_hi) | ((uint32_t)(r.x[w] >= t_hi) << 1)) << (2 * w);
-    return bits;
+/* The factor of a kept element: 1 / (kept rate) = 256 / (256 - threshold). */
+FA_HD float fa_dropout_keep_scale(uint32_t threshold) { return 256.0f / (float)(256u - threshold); }
+
+/* 4 bits: bit k = byte k of w >= threshold, for the four bytes at once (SWAR). th7 = the
+ * threshold's low 7 bits in every byte: (w | 0x80..) - th7 cannot borrow across bytes, and its
+ * top bit per byte says low7(byte) >= low7(threshold). A byte with its top bit set is >= any
+ * threshold < 128 and a byte without it is < any threshold >= 128, so with below128 = all ones
+ * for a threshold < 128 (else 0) the top bit of (w & d) | ((w | d) & below128) (one LOP3) is
+ * byte >= threshold; one multiply gathers the four top bits into bits 28-31 (their partial
+ * products never collide). */
+FA_HD uint32_t fa_dropout_keep_nibble(uint32_t w, uint32_t th7, uint32_t below128) {
+    const uint32_t d = (w | 0x80808080u) - th7;
+    const uint32_t ge = (w & d) | ((w | d) & below128);
+    return ((ge & 0x80808080u) * 0x00204081u) >> 28;
+}
+
+/* 16 bits: bit k = key 16·(j/16) + k of the call's output r is kept (number >= threshold). */
+FA_HD uint32_t fa_dropout_keep_bits16(fa_philox_u32x4 r, uint32_t threshold) {
+    const uint32_t th7 = (threshold & 0x7Fu) * 0x01010101u;
+    const uint32_t below128 = threshold < 128u ? 0xFFFFFFFFu : 0u;
+    return fa_dropout_keep_nibble(r.x[0], th7, below128) | (fa_dropout_keep_nibble(r.x[1], th7, below128) << 4) |
+           (fa_dropout_keep_nibble(r.x[2], th7, below128) << 8) |
+           (fa_dropout_keep_nibble(r.x[3], th7, below128) << 12);
 }
 
 /* 1 if element (b, h, i, j) is kept. */
 FA_HD int fa_dropout_keep(uint64_t seed, uint64_t offset, uint32_t threshold, int64_t b, int64_t h,
                           int64_t heads_q, int64_t i, int64_t j) {
-    return fa_dropout_number(fa_dropout_bits8(seed, offset, b, h, heads_q, i, j), (int)(j & 7)) >= threshold;
+    return fa_dropout_number(fa_dropout_bits16(seed, offset, b, h, heads_q, i, j), (int)(j & 15)) >= threshold;
 }
 
 /* x[t·stride] *= kept(b, h, i, j0 + t) ? keep_scale : 0 for t < n: one row of a tile, keys
- * j0 .. j0 + n - 1 (one Philox call per eight keys). */
+ * j0 .. j0 + n - 1 (one Philox call per sixteen keys). */
 FA_HD void fa_dropout_apply_row(uint64_t seed, uint64_t offset, uint32_t threshold, float keep_scale, int64_t b,
                                 int64_t h, int64_t heads_q, int64_t i, int64_t j0, int64_t n, float *x,
                                 int64_t stride) {
-    uint32_t keep = fa_dropout_keep_byte(fa_dropout_bits8(seed, offset, b, h, heads_q, i, j0), threshold);
+    uint32_t keep = fa_dropout_keep_bits16(fa_dropout_bits16(seed, offset, b, h, heads_q, i, j0), threshold);
     for (int64_t t = 0; t < n; ++t) {
         const int64_t j = j0 + t;
-        if (t > 0 && (j & 7) == 0) keep = fa_dropout_keep_byte(fa_dropout_bits8(seed, offset, b, h, heads_q, i, j), threshold);
-        x[t * stride] *= (keep >> (j & 7)) & 1u ? keep_scale : 0.0f;
+        if (t > 0 && (j & 15) == 0)
+            keep = fa_dropout_keep_bits16(fa_dropout_bits16(seed, offset, b, h, heads_q, i, j), threshold);
+        x[t * stride] *= (keep >> (j & 15)) & 1u ? keep_scale : 0.0f;
     }
 }
 

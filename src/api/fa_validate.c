@@ -293,7 +293,7 @@ fa_status fa_validate_dropout(fa_problem *pb, const char *call) {
                                 (long long)p->batch, (long long)p->heads_q);
         pb->has_dropout = 1;
         pb->dropout_threshold = fa_dropout_threshold(p->dropout_p);
-        pb->dropout_keep_scale = 1.0f / (1.0f - p->dropout_p);
+        pb->dropout_keep_scale = fa_dropout_keep_scale(pb->dropout_threshold);
     }
     if (p->attn_probs != NULL) {
         int64_t n;

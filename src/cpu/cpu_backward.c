@@ -35,7 +35,7 @@
  * are the caller's bf16 rows read in place, the B tiles are packed as bf16 pairs instead of the
  * fp32 transposes k_t / v_t / q_t / do_t. P and dS stay fp32, so do the GEMMs that read them.
  *
- * Dropout (dropout_p > 0): the mask Z (0 or 1 / (1 - p), fa_philox.h) is regenerated per tile:
+ * Dropout (dropout_p > 0): the mask Z (0 or the keep scale, fa_philox.h) is regenerated per tile:
  * dP is multiplied by Z before the softmax step (dS = P ∘ (Z ∘ dP - D), D = rowsum(dO ∘ O) still),
  * and P by Z before dV += (Z ∘ P)ᵀ dO.
  *

@@ -24,7 +24,7 @@
  *     o_acc [rows][dv_pad] = o_acc · alpha + P V     GEMM, the rescale folded into its load of C
  *   o = o_acc / row_sum (with the sink in the denominator), lse = max + log(sum)
  * Key blocks outside every row's range are never visited (causal, sliding window).
- * Dropout (dropout_p > 0) scales P by the element's Z (0 or 1 / (1 - p), fa_philox.h) after
+ * Dropout (dropout_p > 0) scales P by the element's Z (0 or the keep scale, fa_philox.h) after
  * the softmax step has added P to the row sums, before P V.
  * A paged K/V (block_table) is first gathered into a packed copy (fa_cpu_forward_paged), then
  * run as an ordinary (varlen) call; attn_probs is written by a separate pass (cpu_probs.c).

@@ -292,7 +292,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) && !pb->has_mods &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
                                              (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
-                                             p->softcap, pb->has_dropout) == NULL &&
+                                             p->softcap) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
                    fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=

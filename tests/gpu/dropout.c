@@ -4,8 +4,9 @@
  *      applies src/api/fa_philox.h in the reference, poisons every output with NaN and counts
  *      the elements left unwritten), over fresh seeds and odd shapes: sq != sk, GQA/MQA, varlen
  *      with an empty sequence, causal with fully masked rows, window, softcap, ALiBi, sinks, head
- *      dims 40..256; each case on four kernel paths: the default ones (on sm_90 the Hopper
- *      forward, and the Hopper backward at head dims <= 128), the same with deterministic = 1,
+ *      dims 40..256, key counts 1, 15, 17, 33 (around the sixteen keys of a Philox call); each
+ *      case on four kernel paths: the default ones (on sm_90 the Hopper forward and backward,
+ *      every bucket), the same with deterministic = 1,
  *      the portable forward with the portable backward (FA_CUDA_FORWARD=portable,
  *      FA_CUDA_BACKWARD=portable: the bigsmem kernel on sm_90), and the portable forward with
  *      the sm_80 backward kernel (FA_CUDA_BACKWARD=sm80), so that every dropout kernel runs on
@@ -66,8 +67,13 @@ static const shape shapes[] = {
     {"varlen causal GQA d128", FA_DTYPE_F16, 3, 190, 170, 4, 2, 128, 1, 1, -1, -1, 0, 0, 0.0f},
     {"ALiBi window d64 (log2 scores)", FA_DTYPE_BF16, 2, 99, 140, 4, 4, 64, 0, 0, 20, 5, 0, 1, 0.0f},
     {"softcap sinks d128", FA_DTYPE_BF16, 1, 200, 260, 2, 2, 128, 0, 0, -1, -1, 1, 0, 8.0f},
-    {"causal d256 (Hopper forward, portable backward)", FA_DTYPE_BF16, 2, 100, 130, 2, 2, 256, 0, 1, -1, -1, 0, 0,
-     0.0f},
+    {"causal d256", FA_DTYPE_BF16, 2, 100, 130, 2, 2, 256, 0, 1, -1, -1, 0, 0, 0.0f},
+    {"GQA varlen causal d192", FA_DTYPE_BF16, 3, 90, 120, 4, 2, 192, 1, 1, -1, -1, 0, 0, 0.0f},
+    /* key counts around the sixteen keys of a Philox call */
+    {"one key d256", FA_DTYPE_BF16, 2, 19, 1, 2, 1, 256, 0, 0, -1, -1, 0, 0, 0.0f},
+    {"15 keys GQA d128", FA_DTYPE_F16, 2, 40, 15, 4, 2, 128, 0, 0, -1, -1, 0, 0, 0.0f},
+    {"17 keys causal d64", FA_DTYPE_BF16, 1, 17, 17, 2, 2, 64, 0, 1, -1, -1, 0, 0, 0.0f},
+    {"33 keys varlen GQA d256", FA_DTYPE_F16, 2, 45, 33, 4, 2, 256, 1, 0, -1, -1, 1, 0, 0.0f},
 };
 #define SMALL_SHAPES 4 /* `small`: the first four (Hopper buckets 64, 128 and 256), shrunk */
 
@@ -298,7 +304,7 @@ static void repeat_cases(int small) {
             p.deterministic = deterministic;
             outputs a = {0}, b = {0}, c = {0}, z = {0};
             fa_params other = p, none = p;
-            other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 7) / 8; /* disjoint counters */
+            other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 15) / 16; /* disjoint counters */
             none.dropout_p = 0.0f;
             const int ran = run_both(&tp, p, &a) == 0 && run_both(&tp, p, &b) == 0 && run_both(&tp, other, &c) == 0 &&
                             run_both(&tp, none, &z) == 0;
@@ -345,6 +351,9 @@ static const mask_shape mask_shapes[] = {
     {FA_DTYPE_F16, 1, 128, 300, 2, 2, 128, 0, 1}, /* bucket 128 backward: 2 query, 3 key blocks    */
     {FA_DTYPE_BF16, 1, 200, 256, 2, 1, 256, 1, 0}, /* bucket 256 forward: four key tiles of 80    */
     {FA_DTYPE_BF16, 1, 77, 77, 2, 2, 96, 1, 1},    /* d = 96 (bucket 128), odd lengths, both      */
+    {FA_DTYPE_BF16, 1, 200, 130, 2, 2, 256, 0, 1}, /* bucket 256 backward: 4 query, 3 key blocks   */
+    {FA_DTYPE_F16, 1, 150, 97, 2, 2, 192, 1, 1},   /* d = 192 (bucket 256), odd lengths, both     */
+    {FA_DTYPE_BF16, 1, 33, 17, 2, 2, 64, 1, 1},    /* 17 keys, 33 queries: partial Philox groups  */
 };
 
 static int upload16(void **dev, const float *host, size_t n, fa_dtype dtype) {
@@ -398,7 +407,7 @@ static void exact_mask_cases(int small) {
                 fa_set_contiguous_strides(&p);
                 p.dropout_p = (si & 1) ? 0.1f : 0.5f;
                 p.dropout_seed = next_random();
-                p.dropout_offset = 0xFFFFFFF0ull - (next_random() % 16); /* offset + j/8 crosses 2^32 */
+                p.dropout_offset = 0xFFFFFFFEull - (next_random() % 2); /* offset + j/16 crosses 2^32 */
                 const uint32_t threshold = fa_dropout_threshold(p.dropout_p);
                 fa_status st = fa_forward(&p);
                 if (st == FA_OK) st = fa_backward(&p);
@@ -409,7 +418,7 @@ static void exact_mask_cases(int small) {
                 for (int bb = 0; ok && bb < b; bb++)
                     for (int h = 0; h < hq; h++) {
                         for (int i = 0; m->check_fwd && i < sq; i++)
-                            for (int c = 0; c < d; c++) { /* O[i][c] = keep(i, c) / ((1 - p) sk), c < sk */
+                            for (int c = 0; c < d; c++) { /* O[i][c] = keep(i, c) · scale / sk, c < sk */
                                 const float o = gpu_float_from_16(o_host[(((size_t)bb * sq + i) * hq + h) * d + c], m->dtype);
                                 const int want = c < sk && fa_dropout_keep(p.dropout_seed, p.dropout_offset, threshold,
                                                                            bb, h, hq, i, c);
@@ -418,7 +427,7 @@ static void exact_mask_cases(int small) {
                                 kept += want;
                             }
                         for (int j = 0; m->check_bwd && j < sk; j++)
-                            for (int c = 0; c < d; c++) { /* dV[j][c] = keep(c, j) / ((1 - p) sk), c < sq */
+                            for (int c = 0; c < d; c++) { /* dV[j][c] = keep(c, j) · scale / sk, c < sq */
                                 const float x = gpu_float_from_16(dv_host[(((size_t)bb * sk + j) * hkv + h) * d + c], m->dtype);
                                 const int want = c < sq && fa_dropout_keep(p.dropout_seed, p.dropout_offset, threshold,
                                                                            bb, h, hq, c, j);

@@ -67,13 +67,13 @@ fa_status fa_bwd_mods_launch_hdim256(const fa_bwd_params *prm, const fa_mods_par
  * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits = 1 and one dQ
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
  * (sm90_tiles.h's fa_hopper_tma_stride_ok). dq_semaphore != NULL: deterministic dQ. dropout !=
- * NULL: the DROPOUT instantiations (buckets 64 and 128 only). */
+ * NULL: the DROPOUT instantiations. */
 fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                int device_ordinal, cudaStream_t stream);
 /* Its bucket-256 kernel (bwd_sm90_hdim256.cu), which fa_bwd_launch_hopper calls for d and dv in
  * 136..256; same contract. */
-fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
-                                  cudaStream_t stream);
+fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                  int device_ordinal, cudaStream_t stream);
 }
 
 #endif /* FA_BWD_LAUNCH_H */

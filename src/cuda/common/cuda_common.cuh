@@ -267,8 +267,8 @@ static inline void fa_cuda_fill_kernel_base(fa_kernel_base *prm, const fa_proble
  * the Hopper kernels share, keep their layout); zero without dropout. */
 struct fa_dropout_params {
     uint64_t seed, offset;       /* Philox key and counter offset                              */
-    uint32_t threshold;          /* dropped iff the element's 16-bit number < threshold        */
-    float keep_scale;            /* 1 / (1 - dropout_p)                                        */
+    uint32_t threshold;          /* dropped iff the element's 8-bit number < threshold         */
+    float keep_scale;            /* 256 / (256 - threshold)                                    */
 };
 
 static inline fa_dropout_params fa_cuda_dropout_params(const fa_problem *pb) {

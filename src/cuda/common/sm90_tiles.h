@@ -330,17 +330,14 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
  * for softcap_pre > 0) the mask acts on tanh's output before the exponent, which has no ALiBi
  * term, and a negative scale leaves softcap_pre < 0: both stay on the portable kernel. Both
  * modes: deterministic = 1 orders each dQ tile's additions by key block (the DET
- * instantiations, semaphores), so it is no argument. has_dropout: dropout_p > 0 (the DROPOUT
- * instantiations of buckets 64 and 128; at 256 the portable kernels' take it). */
+ * instantiations, semaphores), so it is no argument; nor is dropout (the DROPOUT instantiations
+ * of every bucket). */
 static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, fa_dtype dtype, int head_dim,
-                                                    int head_dim_v, int has_alibi, float scale_log2, float softcap,
-                                                    int has_dropout) {
+                                                    int head_dim_v, int has_alibi, float scale_log2, float softcap) {
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
         return "needs head_dim and head_dim_v multiples of 8 in 64..256";
-    if (has_dropout && fa_hopper_bwd_bucket(head_dim, head_dim_v) == 256)
-        return "does not implement dropout at head dims above 128";
     if (softcap > 0.0f && has_alibi) return "does not implement ALiBi together with softcap";
     if (softcap > 0.0f && !(scale_log2 > 0.0f)) return "needs a positive softmax_scale with softcap";
     return NULL;

@@ -169,16 +169,16 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    static_assert(Cfg::CHUNK_Q % 16 == 0, "dropout keep bits come in pairs of n8 tiles");
-    uint32_t keep2 = 0; /* dropout: keep bits of n8 tiles j and j + 1 (one call per lane per pair) */
+    static_assert(!DROPOUT || Cfg::CHUNK_Q % 32 == 0, "dropout keep bits come in fours of n8 tiles");
+    uint32_t keep4 = 0; /* dropout: keep bits of n8 tiles j .. j + 3 (one call per lane per four) */
 #pragma unroll
     for (int j = 0; j < Cfg::CHUNK_Q / 8; ++j) {
         const int qcol = q_col0 + 8 * j + 2 * t; /* query column of elements e = 0, 2 (+1: 1, 3) */
         const float2 lse2 = *reinterpret_cast<const float2 *>(lse_smem + qcol);
         const float2 dsum2 = *reinterpret_cast<const float2 *>(dsum_smem + qcol);
-        if (DROPOUT && j % 2 == 0)
-            keep2 = fa_dropout_keep_kq2(dropout, drop_b, drop_h, prm.heads_q, drop_key0, drop_query0 + q_col0 + 8 * j);
-        const uint32_t keep = keep2 >> (4 * (j % 2));
+        if (DROPOUT && j % 4 == 0)
+            keep4 = fa_dropout_keep_kq4(dropout, drop_b, drop_h, prm.heads_q, drop_key0, drop_query0 + q_col0 + 8 * j);
+        const uint32_t keep = keep4 >> (4 * (j % 4));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float lse = (e & 1) ? lse2.y : lse2.x;

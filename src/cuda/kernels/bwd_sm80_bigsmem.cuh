@@ -451,12 +451,16 @@ __global__ void __launch_bounds__(fa_bwd_bigsmem_config<BUCKET>::THREADS, 1)
                     fa_bwd_bigsmem_gemm_abt<Elem, 2, NT, D / 16, 16 * RB, 16 * RB>(acc, k_lane, q_lane); /* S^T = K Q^T */
                     if (DROPOUT) {
                         keep = 0;
+                        if constexpr (NT == 2) { /* both m16 key tiles × both n8 query tiles: one call */
+                            keep = fa_dropout_keep_kq4(dropout, b, h, prm.heads_q, ka, qa, 16, 0);
+                        } else {
 #pragma unroll 1 /* one Philox call in flight (unrolled, ptxas interleaves them and spills) */
-                        for (int mi = 0; mi < 2; ++mi)
+                            for (int mi = 0; mi < 2; ++mi)
 #pragma unroll 1
-                            for (int j = 0; j < NT; j += 2) /* pairs of n8 tiles: one call per lane */
-                                keep |= fa_dropout_keep_kq2(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
-                                        << (4 * (NT * mi + j));
+                                for (int j = 0; j < NT; j += 4) /* four n8 tiles: one call per lane */
+                                    keep |= fa_dropout_keep_kq4(dropout, b, h, prm.heads_q, ka + 16 * mi, qa + 8 * j)
+                                            << (4 * (NT * mi + j));
+                        }
                     }
                     if (inside)
                         fa_bwd_bigsmem_probs<NT, false, false>(prm, acc, w, lse_smem, q_t0, 0, 0, 0, 0, 0, 0, 0, 0.0f,

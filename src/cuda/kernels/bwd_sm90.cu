@@ -75,10 +75,10 @@
  * with ptxas 13; this way the consumers peak at R220 (128) and R237 (64), no spill).
  * Dropout (template flag DROPOUT; off, the kernel is the one above): the mask is regenerated on
  * Sᵀ. Per 8 query columns a warp's accumulator is a transposed m16n8 fragment (rows = 16 keys,
- * columns = 8 queries), and fa_dropout_keep_kq2 (common/dropout.cuh) gives the keep bits of two
- * such chunks with one Philox call per lane: the 8 keys of one Philox group sit in 8 different
- * rows g of one column, so the eight lanes g of each t draw eight groups and an 8 × 8 bit
- * transpose (three shuffles) hands every lane its bits. They are drawn right after the Sᵀ GEMM
+ * columns = 8 queries), and fa_dropout_keep_kq4 (common/dropout.cuh) gives the keep bits of four
+ * such chunks with one Philox call per lane: the 16 keys of one Philox group are one column,
+ * rows g and g + 8, so the eight lanes g of each t draw eight groups and an 8 × 8 bit transpose
+ * of two bytes (three shuffles) hands every lane its bits. They are drawn right after the Sᵀ GEMM
  * is issued and before the dPᵀ one (integer work while the tensor cores run, without dPᵀ's
  * accumulator yet), bit i for element i. Then,
  * with Z = keep / (1 - p) and P recomputed whole from the LSE (the softmax without dropout):
@@ -366,20 +366,22 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
 
 /* Keep bits of this warp's Sᵀ rows (keys key_w .. key_w + 15, key_w a multiple of 16) and the
  * BLOCK_M queries m0 .. of query head `head`: bit i % 32 of keep[i / 32] says element i is kept.
- * Pair p of 8-query chunks (2p, 2p + 1) is one fa_dropout_keep_kq2 call (bit 4c + e = element
- * 4(2p + c) + e), so its byte belongs at bit 8p: each call's byte enters a 64-bit word from the
- * top (unrolled, the shifts fold away; this order of the calls kept ptxas from spilling at
- * bucket 64, where adding each byte at its place spilled up to 64 bytes). */
+ * Quad q of 8-query chunks (4q .. 4q + 3) is one fa_dropout_keep_kq4 call (bit 4c + e = element
+ * 4(4q + c) + e), so its 16 bits belong at bit 16q: each call's bits enter a 64-bit word from
+ * the top. The unrolling is chosen for ptxas (13): at bucket 64 (four calls) unrolled (one call
+ * in flight spilled 8-28 bytes, each half-word put in place 8-20), at bucket 128 (two calls) one
+ * call in flight (unrolled, the deterministic LOG2 kernels spilled 4 bytes). */
 template <class Cfg>
 __device__ __forceinline__ void fa_bwd_sm90_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
                                                          int batch, int head, int heads_q, int key_w, int m0) {
-    constexpr int PAIRS = Cfg::BLOCK_M / 16;
-    static_assert(PAIRS <= 8 && Cfg::KEEP_WORDS <= 2, "one 64-bit word of keep bits");
+    constexpr int QUADS = Cfg::BLOCK_M / 32;
+    static_assert(QUADS <= 4 && Cfg::BLOCK_M % 32 == 0 && Cfg::KEEP_WORDS <= 2, "one 64-bit word of keep bits");
+    constexpr int UNROLL = QUADS > 2 ? QUADS : 1;
     uint64_t bits = 0;
-#pragma unroll
-    for (int p = 0; p < PAIRS; ++p)
-        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_kq2(dp, batch, head, heads_q, key_w, m0 + 16 * p) << 56);
-    bits >>= 64 - 8 * PAIRS;
+#pragma unroll UNROLL
+    for (int q = 0; q < QUADS; ++q)
+        bits = (bits >> 16) | ((uint64_t)fa_dropout_keep_kq4(dp, batch, head, heads_q, key_w, m0 + 32 * q) << 48);
+    bits >>= 64 - 16 * QUADS;
 #pragma unroll
     for (int w = 0; w < Cfg::KEEP_WORDS; ++w) keep[w] = (uint32_t)(bits >> (32 * w));
 }
@@ -789,10 +791,7 @@ extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dro
     switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
     case 64: return fa_bwd_sm90_launch_bucket<64>(prm, dropout, bf16, device_ordinal, stream);
     case 128: return fa_bwd_sm90_launch_bucket<128>(prm, dropout, bf16, device_ordinal, stream);
-    case 256:
-        if (dropout != nullptr) /* fa_hopper_bwd_unsupported sends it to the portable kernels */
-            return fa_set_error(FA_ERR_UNSUPPORTED, "the Hopper backward at head dims above 128 has no dropout");
-        return fa_bwd_launch_hopper256(prm, dtype, device_ordinal, stream);
+    case 256: return fa_bwd_launch_hopper256(prm, dropout, dtype, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
                             prm->head_dim, prm->head_dim_v);

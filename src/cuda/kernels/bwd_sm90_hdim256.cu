@@ -76,6 +76,15 @@
  * fp32 | LSE2 [2][64] fp32 | D [2][64] fp32 | mbarriers: 231,504 bytes with the alignment slack
  * (sm90_tiles.h).
  *
+ * Dropout (template flag DROPOUT; off, the kernel is the code it was): as the 64/128 kernel, the
+ * mask is regenerated on Sᵀ. A consumer's Sᵀ per warp is 16 keys × 32 queries, four transposed
+ * m16n8 fragments = 32 Philox groups of 16 keys: one fa_dropout_keep_kq4 call per lane, drawn
+ * right after the Sᵀ GEMM is issued (integer work under the tensor cores), bit i for element i.
+ * dPᵀ -> Z∘dPᵀ (Z = keep · keep_scale) before dS = P∘(Z∘dPᵀ - D); the packed Pᵀ of this
+ * consumer's queries has its dropped halves cleared before it goes to shared memory (so dV =
+ * Σ (keep∘P)ᵀ dO), and keep_scale is applied to dV once when it is stored. The 192 / 128 problems
+ * take the 256-wide instantiation with dropout (one instantiation fewer per path).
+ *
  * Varlen and windows exactly as the 64/128 kernel: K/V rows past the sequence and Q/dO rows past
  * it zeroed in shared memory before any GEMM (NaN in the next sequence's rows never reaches an
  * accumulator); keys past the sequence masked and not written; query blocks no key of the block
@@ -91,6 +100,7 @@
 #include "cuda/kernels/bwd_sm90_common.cuh"
 #include "cuda/common/bwd_launch.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
@@ -256,23 +266,40 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_dkdv(const fa_bwd_sm90_pa
     }
 }
 
+/* ---- dropout (the DROPOUT instantiations) ----------------------------------------------------- */
+
+/* Packed Pᵀ pairs (fa_bwd_sm90_pack's layout: frag[kk][x] holds elements i = 8kk + 2x, i + 1) with
+ * the dropped halves cleared (an AND on the packed pair, as the 64/128 kernel's pack_kept). */
+__device__ __forceinline__ void fa_bwd_sm90_d256_clear_dropped(uint32_t (&frag)[fa_bwd_sm90_d256_config::HALF_M / 16][4],
+                                                               uint32_t keep) {
+#pragma unroll
+    for (int kk = 0; kk < fa_bwd_sm90_d256_config::HALF_M / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const uint32_t two = keep >> (8 * kk + 2 * x);
+            frag[kk][x] &= (two & 1u ? 0x0000FFFFu : 0u) | (two & 2u ? 0xFFFF0000u : 0u);
+        }
+}
+
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
 /* DQK, DV: the head-dim extents the GEMMs cover (256, or 192 and 128 for the 192 / 128 problems:
  * Sᵀ and dPᵀ then run 12 and 8 k-steps, and consumer 1, whose dV columns 128.. are all past dv,
  * issues no dV GEMM). Columns past them are zeros in shared memory either way. */
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV>
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, 64, 1, 1} */
                            const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 16, 1} */
-                           const fa_bwd_sm90_params prm) {
+                           const fa_bwd_sm90_params prm,
+                           const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_sm90_d256_config;
     using Half = fa_bwd_sm90_d256_half_config<DQK>;    /* Sᵀ: K = d; also the probabilities' shape */
     using HalfDP = fa_bwd_sm90_d256_half_config<DV>;   /* dPᵀ: K = dv */
     static_assert((DQK == 256 && DV == 256) || (DQK == 192 && DV == 128), "the 256 and 192 / 128 extents");
+    static_assert(Cfg::HALF_M == 32, "dropout: one Philox call per lane covers 16 keys × 32 queries of a warp");
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
@@ -440,6 +467,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         }
         /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
         fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
+        /* dropout: the keep bits of this warp's 16 keys × 32 queries while Sᵀ is computed */
+        uint32_t keep = 0;
+        if constexpr (DROPOUT)
+            keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
         fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
         fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
 
@@ -465,11 +496,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                 fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm, lse2_pair);
             fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
         }
+        if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
         fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
 
         wgmma_wait_group<0>(); /* dPᵀ ready */
 #pragma unroll
         for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        if constexpr (DROPOUT) { /* dPᵀ -> Z∘dPᵀ (a factor 1 or 0: a NaN stays NaN) */
+#pragma unroll
+            for (int i = 0; i < Cfg::HALF_M / 2; ++i)
+                dp_rmem[i] *= ((keep >> i) & 1u ? 1.0f : 0.0f) * dropout.keep_scale;
+        }
         /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
 #pragma unroll
         for (int j = 0; j < Cfg::HALF_M / 8; ++j) {
@@ -572,14 +609,19 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         mbarrier_arrive(stage_empty(s, consumer));
     }
     if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
+    if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
+#pragma unroll
+        for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
+    }
 
     fa_bwd_sm90_d256_store_dkdv<BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col0, col_in);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool LOG2, int DQK = 256, int DV = 256>
-static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordinal, cudaStream_t stream) {
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, int DQK = 256, int DV = 256>
+static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
+                                         cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_d256_config;
     static const char *const path = "the Hopper backward (d = 256)";
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
@@ -592,8 +634,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
         (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
-    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV>
-                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV>;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT>
+                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -606,26 +648,35 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, int device_ordi
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm);
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
+                                                            dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
     return FA_OK;
 }
 
-extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
-                                             cudaStream_t stream) {
+/* The plain, softcap and LOG2 paths, each with and without dropout (DROPOUT: dropout != NULL). */
+template <bool DROPOUT>
+static fa_status fa_bwd_sm90_d256_launch_path(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
+                                              int device_ordinal, cudaStream_t stream) {
+    if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false, DROPOUT>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, true, false, DROPOUT>(prm, dropout, device_ordinal, stream);
+    if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true, DROPOUT>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, false, true, DROPOUT>(prm, dropout, device_ordinal, stream);
+    if (!DROPOUT && prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
+        return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, false, 192, 128>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, false, false, false, 192, 128>(prm, dropout, device_ordinal, stream);
+    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, DROPOUT>(prm, dropout, device_ordinal, stream)
+                : fa_bwd_sm90_d256_launch<false, false, false, DROPOUT>(prm, dropout, device_ordinal, stream);
+}
+
+extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                             int device_ordinal, cudaStream_t stream) {
     if (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v) != 256)
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: not the Hopper backward's bucket 256",
                             prm->head_dim, prm->head_dim_v);
     const bool bf16 = dtype == FA_DTYPE_BF16;
-    if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, true, false>(prm, device_ordinal, stream);
-    if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, false, true>(prm, device_ordinal, stream);
-    if (prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, 192, 128>(prm, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, false, false, 192, 128>(prm, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false>(prm, device_ordinal, stream)
-                : fa_bwd_sm90_d256_launch<false, false, false>(prm, device_ordinal, stream);
+    return dropout != nullptr ? fa_bwd_sm90_d256_launch_path<true>(prm, dropout, bf16, device_ordinal, stream)
+                              : fa_bwd_sm90_d256_launch_path<false>(prm, nullptr, bf16, device_ordinal, stream);
 }

@@ -76,10 +76,10 @@
  *
  * Dropout (template flag DROPOUT; off, the kernel is the code it was): the wgmma accumulator of a
  * warp is, per 8 key columns, an mma.sync m16n8 C fragment, so common/dropout.cuh's
- * fa_dropout_keep_qk2 gives the keep bits of two such chunks with one Philox call per lane (the
- * 8 numbers of one (row, 8 keys) group). The bits of a tile are drawn right after its GEMMs are
- * issued, while the warp would otherwise wait for S (integer work under the tensor cores'), into
- * BLOCK_N / 2 bits, bit i for s_rmem[i]; at bucket 64 (three consumers at 160 registers) after the
+ * fa_dropout_keep_qk4 gives the keep bits of four such chunks with one Philox call per lane (the
+ * 16 numbers of one (row, 16 keys) group; bucket 256's 80 keys end with a qk2 call of two
+ * chunks). The bits of a tile are drawn right after its GEMMs are issued, while the warp would
+ * otherwise wait for S (integer work under the tensor cores'), into BLOCK_N / 2 bits, bit i for s_rmem[i]; at bucket 64 (three consumers at 160 registers) after the
  * P·V wait instead (DROPOUT_LATE). After the online softmax has added P to the row sums,
  * the dropped elements of P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
  * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
@@ -135,10 +135,11 @@ struct fa_hopper_config {
     static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(BUCKET);
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
-    /* dropout: Philox calls in flight per thread, all of a tile's but at bucket 256 (16 bytes spilled
-     * with ALiBi); with 3 consumers (160 registers) the keep bits are drawn after the P·V wait, when
-     * P's 16-bit fragments are dead (drawn under the GEMMs, ptxas spilled 124-300 bytes) */
-    static constexpr int DROPOUT_UNROLL = BUCKET == 256 ? 2 : BLOCK_N / 16;
+    /* dropout: Philox calls of 32 keys in flight per thread: all of a tile's (at bucket 256 one
+     * at a time spilled 8 bytes with LOG2, ptxas 13); with 3 consumers (160 registers) the keep
+     * bits are drawn after the P·V wait, when P's 16-bit fragments are dead (drawn under the
+     * GEMMs, ptxas spilled 124-300 bytes) */
+    static constexpr int DROPOUT_UNROLL = BLOCK_N / 32;
     static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
@@ -360,21 +361,24 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
 }
 
 /* Dropout keep bits of a key tile for this warp's 16 rows (query0: the first, in the sequence) and
- * the keys n0 .. n0 + BLOCK_N - 1: bit i % 32 of keep[i / 32] says s_rmem[i] is kept. Pair p of
- * 8-column chunks (2p, 2p + 1) is one fa_dropout_keep_qk2 call (bit 4c + e = element e of chunk
- * 2p + c = s_rmem[8p + 4c + e]), so its byte belongs at bit 8p: each call's byte enters a 64-bit
- * word from the top, which a partly unrolled loop (Cfg::DROPOUT_UNROLL calls in flight) can do
- * too; fully unrolled, the shifts fold away. */
+ * the keys n0 .. n0 + BLOCK_N - 1: bit i % 32 of keep[i / 32] says s_rmem[i] is kept. Quad q of
+ * 8-column chunks (4q .. 4q + 3) is one fa_dropout_keep_qk4 call (bit 4c + e = element e of chunk
+ * 4q + c = s_rmem[16q + 4c + e]), so its 16 bits belong at bit 16q: each call's bits enter a
+ * 64-bit word from the top, which a partly unrolled loop (Cfg::DROPOUT_UNROLL calls in flight)
+ * can do too; fully unrolled, the shifts fold away. A last pair of chunks (BLOCK_N = 80) is one
+ * fa_dropout_keep_qk2 call, 8 bits entering the same way. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
                                                        int batch, int head, int heads_q, int query0, int n0) {
-    constexpr int PAIRS = Cfg::BLOCK_N / 16;
-    static_assert(PAIRS <= 8 && Cfg::KEEP_WORDS == 2, "one 64-bit word of keep bits");
+    constexpr int QUADS = Cfg::BLOCK_N / 32, PAIR = Cfg::BLOCK_N % 32 / 16;
+    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == 2, "one 64-bit word of keep bits");
     uint64_t bits = 0;
 #pragma unroll Cfg::DROPOUT_UNROLL
-    for (int p = 0; p < PAIRS; ++p)
-        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_qk2(dp, batch, head, heads_q, query0, n0 + 16 * p) << 56);
-    bits >>= 64 - 8 * PAIRS;
+    for (int q = 0; q < QUADS; ++q)
+        bits = (bits >> 16) | ((uint64_t)fa_dropout_keep_qk4(dp, batch, head, heads_q, query0, n0 + 32 * q) << 48);
+    if constexpr (PAIR != 0)
+        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_qk2(dp, batch, head, heads_q, query0, n0 + 32 * QUADS) << 56);
+    bits >>= 64 - 2 * Cfg::BLOCK_N / 4;
     keep[0] = (uint32_t)bits;
     keep[1] = (uint32_t)(bits >> 32);
 }
