@@ -64,7 +64,8 @@ fa_status fa_bwd_mods_launch_hdim128(const fa_bwd_params *prm, const fa_mods_par
 fa_status fa_bwd_mods_launch_hdim256(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
                                      cudaStream_t stream);
 /* The Hopper main kernel (bwd_sm90.cu) in place of the above, for the problems
- * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits = 1 and one dQ
+ * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits from fa_hopper_bwd_group_splits
+ * (1 at bucket 256) and one dQ
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
  * (sm90_tiles.h's fa_hopper_tma_stride_ok). dq_semaphore != NULL: deterministic dQ. dropout !=
  * NULL: the DROPOUT instantiations. */
