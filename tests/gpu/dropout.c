@@ -281,6 +281,28 @@ static void free_outputs(outputs *o) {
     memset(o, 0, sizeof *o);
 }
 
+/* (query, key) pairs the mask leaves visible, over all sequences and query heads: with few of them
+ * two offsets may well draw the same keep bits (at p = 0.2 two bits agree with probability 0.68),
+ * so "another offset gives another O" is checked only from 48 pairs on (0.68^48 < 1e-8). */
+static int64_t visible_pairs(const fa_test_problem *tp) {
+    const fa_test_spec *sp = &tp->spec;
+    const int64_t wl = sp->use_window && sp->window_left >= 0 ? sp->window_left : -1;
+    int64_t wr = sp->use_window && sp->window_right >= 0 ? sp->window_right : -1;
+    if (sp->causal) wr = 0; /* bottom-right: right side min(window_right, 0) */
+    int64_t pairs = 0;
+    for (int b = 0; b < sp->batch; b++) {
+        const int64_t lq = sp->varlen ? tp->lens_q_storage[b] : sp->seqlen_q;
+        const int64_t lk = sp->varlen ? tp->lens_k_storage[b] : sp->seqlen_k;
+        for (int64_t i = 0; i < lq; i++) {
+            int64_t hi = wr < 0 ? lk - 1 : i + lk - lq + wr, lo = wl < 0 ? 0 : i + lk - lq - wl;
+            if (hi > lk - 1) hi = lk - 1;
+            if (lo < 0) lo = 0;
+            if (hi >= lo) pairs += hi - lo + 1;
+        }
+    }
+    return pairs * sp->heads_q;
+}
+
 static void repeat_cases(int small) {
     const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
     /* the LSE comparison needs both runs on one forward kernel: the portable one forced, or the
@@ -315,14 +337,16 @@ static void repeat_cases(int small) {
                 const int same_dq = !memcmp(a.dq, b.dq, buffer_bytes(&tp, FA_T_DQ));
                 const int same_dkdv = !memcmp(a.dk, b.dk, buffer_bytes(&tp, FA_T_DK)) &&
                                       !memcmp(a.dv, b.dv, buffer_bytes(&tp, FA_T_DV));
-                const int other_o = !!memcmp(a.o, c.o, buffer_bytes(&tp, FA_T_O));
+                const int few = visible_pairs(&tp) < 48;
+                const int other_o = few || !!memcmp(a.o, c.o, buffer_bytes(&tp, FA_T_O));
                 const int lse_kept = !memcmp(a.lse, z.lse, buffer_bytes(&tp, FA_T_LSE));
                 const int ok = same_o && same_dkdv && (!deterministic || same_dq) && other_o && lse_kept;
                 printf("%s repeat %s%s%s: o/lse %s, dq %s, dk/dv %s; another offset: o %s; lse without dropout %s\n",
                        ok ? "ok  " : "FAIL", shapes[si].name, portable ? " (portable forward)" : "",
                        deterministic ? " (deterministic)" : "",
                        same_o ? "same" : "DIFFER", same_dq ? "same" : "differs", same_dkdv ? "same" : "DIFFER",
-                       other_o ? "differs" : "SAME", lse_kept ? "same" : "DIFFERS");
+                       few ? "not checked (under 48 visible pairs)" : other_o ? "differs" : "SAME",
+                       lse_kept ? "same" : "DIFFERS");
                 failures += !ok;
             }
             free_outputs(&a);
