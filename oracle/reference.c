@@ -1630,6 +1630,137 @@ double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_hos
     return ctx.max_diff;
 }
 
+/* ---- score modifications ------------------------------------------------------------------- */
+
+static void *mods_alloc(fa_test_mods *m, int which, size_t bytes) {
+    m->bytes[which] = bytes;
+    m->array[which] = calloc(bytes, 1);
+    return m->array[which];
+}
+
+void fa_test_mods_free(fa_test_mods *m) {
+    for (int w = 0; w < FA_TEST_MOD_COUNT; w++) free(m->array[w]);
+    memset(m, 0, sizeof *m);
+}
+
+int fa_test_mods_make(fa_test_mods *m, fa_params *p, const fa_test_mods_spec *ms, const fa_test_mods_odds *odds,
+                      fa_test_rng *rng) {
+    memset(m, 0, sizeof *m);
+    fa_params out = *p; /* attached to p only when every array was allocated */
+    const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
+    if (ms->bias != FA_TEST_BIAS_NONE) {
+        int64_t nb = B, nh = H, ni = sq, nj = sk;
+        if (ms->bias == FA_TEST_BIAS_HEAD) nb = 1;
+        if (ms->bias == FA_TEST_BIAS_KEYPAD) nh = ni = 1;
+        if (ms->bias == FA_TEST_BIAS_ROW) nj = 1;
+        /* padded strides: one spare element after each key row */
+        const int64_t cs = nj > 1 ? 1 : 0, rs = nj + 1, hs = rs * ni + 2, bs = hs * nh + 3;
+        const size_t elem = fa_test_dtype_size(ms->bias_dtype);
+        const int64_t count = bs * nb + 8;
+        void *bias = mods_alloc(m, FA_TEST_MOD_BIAS, (size_t)count * elem);
+        if (!bias) goto oom;
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t i = 0; i < ni; i++) {
+                    const int dead_row = ms->neg_inf_rows && fa_test_rng_uniform(rng) < 0.15;
+                    for (int64_t j = 0; j < nj; j++) {
+                        double x = 1.5 * fa_test_rng_normal(rng);
+                        if (ms->bias == FA_TEST_BIAS_KEYPAD) x = fa_test_rng_uniform(rng) < 0.3 ? -INFINITY : 0.0;
+                        if (ms->neg_inf_rows && (dead_row || fa_test_rng_uniform(rng) < 0.1)) x = -INFINITY;
+                        fa_test_store(bias, ms->bias_dtype, b * bs + h * hs + i * rs + j * cs, x);
+                    }
+                }
+        out.bias = bias;
+        out.bias_dtype = ms->bias_dtype;
+        out.bias_batch_stride = nb > 1 ? bs : 0;
+        out.bias_head_stride = nh > 1 ? hs : 0;
+        out.bias_row_stride = ni > 1 ? rs : 0;
+        out.bias_col_stride = cs;
+        if (ms->dbias) {
+            float *dbias = mods_alloc(m, FA_TEST_MOD_DBIAS, sizeof(float) * (size_t)count);
+            if (!dbias) goto oom;
+            for (int64_t e = 0; e < count; e++) dbias[e] = NAN; /* poison */
+            out.dbias = dbias;
+            out.dbias_batch_stride = out.bias_batch_stride;
+            out.dbias_head_stride = out.bias_head_stride;
+            out.dbias_row_stride = out.bias_row_stride;
+            out.dbias_col_stride = out.bias_col_stride;
+        }
+    }
+    if (ms->blocks) {
+        const int64_t bq = ms->block_q, bk = ms->block_k;
+        const int64_t QB = (sq + bq - 1) / bq, KB = (sk + bk - 1) / bk;
+        const int64_t nb = ms->broadcast_blocks ? 1 : B, nh = ms->broadcast_blocks ? 1 : H;
+        const int64_t rs = KB + 1, hs = QB * rs + 1, bs = nh * hs; /* padded index rows */
+        const int64_t cbs = nh * QB, chs = QB;
+        const size_t n_index = (size_t)(nb * bs + 1), n_count = (size_t)(nb * cbs + 1);
+        int32_t *counts = mods_alloc(m, FA_TEST_MOD_COUNTS, n_count * sizeof(int32_t));
+        int32_t *full_counts = mods_alloc(m, FA_TEST_MOD_FULL_COUNTS, n_count * sizeof(int32_t));
+        int32_t *indices = mods_alloc(m, FA_TEST_MOD_INDICES, n_index * sizeof(int32_t));
+        int32_t *full = mods_alloc(m, FA_TEST_MOD_FULL_INDICES, n_index * sizeof(int32_t));
+        if (!counts || !full_counts || !indices || !full) goto oom;
+        for (size_t e = 0; e < n_index; e++) indices[e] = full[e] = -7; /* never read */
+        const int64_t block_bytes = (bq * bk + 7) / 8;
+        uint8_t *bits = NULL;
+        if (ms->bits) {
+            bits = mods_alloc(m, FA_TEST_MOD_BITS, n_index * (size_t)block_bytes);
+            if (!bits) goto oom;
+            for (size_t e = 0; e < n_index * (size_t)block_bytes; e++)
+                bits[e] = (uint8_t)(fa_test_rng_next(rng) | fa_test_rng_next(rng)); /* ~3/4 ones */
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t qb = 0; qb < QB; qb++) {
+                    const int64_t at = b * bs + h * hs + qb * rs;
+                    const int empty = fa_test_rng_uniform(rng) < odds->empty_row;
+                    int32_t n_part = 0, n_full = 0;
+                    for (int64_t kb = 0; kb < KB && !empty; kb++) {
+                        const double u = fa_test_rng_uniform(rng);
+                        if (u < odds->partial) indices[at + n_part++] = (int32_t)kb;
+                        else if (u < odds->partial_or_full) full[at + n_full++] = (int32_t)kb;
+                    }
+                    counts[b * cbs + h * chs + qb] = n_part;
+                    full_counts[b * cbs + h * chs + qb] = n_full;
+                }
+        out.block_q = bq;
+        out.block_k = bk;
+        out.kv_num_blocks = counts;
+        out.kv_indices = indices;
+        out.full_kv_num_blocks = full_counts;
+        out.full_kv_indices = full;
+        out.block_count_batch_stride = nb > 1 ? cbs : 0;
+        out.block_count_head_stride = nh > 1 ? chs : 0;
+        out.block_index_batch_stride = nb > 1 ? bs : 0;
+        out.block_index_head_stride = nh > 1 ? hs : 0;
+        out.block_index_row_stride = rs;
+        out.partial_block_bits = bits;
+    }
+    if (ms->docs) {
+        const int varlen = p->cu_seqlens_q != NULL;
+        const int64_t nq = varlen ? p->total_q : B * sq, nk = varlen ? p->total_k : B * sk;
+        int32_t *doc_q = mods_alloc(m, FA_TEST_MOD_DOC_Q, sizeof(int32_t) * (size_t)(nq + 1));
+        int32_t *doc_k = mods_alloc(m, FA_TEST_MOD_DOC_K, sizeof(int32_t) * (size_t)(nk + 1));
+        if (!doc_q || !doc_k) goto oom;
+        /* a few documents per sequence, boundaries at random; keys' documents follow the same
+         * proportions so that most queries have keys of their document */
+        int32_t doc = 0;
+        for (int64_t t = 0; t < nq; t++) {
+            if (fa_test_rng_uniform(rng) < odds->new_document) doc++;
+            doc_q[t] = doc % 4;
+        }
+        for (int64_t t = 0; t < nk; t++) doc_k[t] = nq > 0 ? doc_q[t * nq / (nk > 0 ? nk : 1)] : 0;
+        out.doc_ids_q = doc_q;
+        out.doc_ids_k = doc_k;
+        out.doc_ids_q_batch_stride = varlen ? 0 : sq;
+        out.doc_ids_k_batch_stride = varlen ? 0 : sk;
+    }
+    *p = out;
+    return 0;
+oom:
+    fa_test_mods_free(m);
+    return -1;
+}
+
 /* ==== KV-cache decoding and state merging ================================================== */
 
 /* Value written into cache slots no sequence attends (alternating sign): a kernel that reads

@@ -10,6 +10,8 @@
  *   - test problems: host tensors with random strides, padding and layouts (BHSD, slices of a
  *     packed QKV buffer), random fills, NaN poisoning and checks that every output element was
  *     written and nothing around it was.
+ *   - score modifications of a problem drawn at random (bias in every broadcast shape, a poisoned
+ *     dbias, block-sparse lists with bit masks, document ids), the same for the CPU and CUDA tests.
  *
  * Canonical layouts of reference results (row r = b·seqlen + i, or cu_seqlens[b] + i in varlen;
  * rows_q = batch·seqlen_q or total_q, rows_k likewise):
@@ -277,6 +279,53 @@ double *fa_ref_tensor_magnitude(const fa_ref_outputs *outputs, int tensor);
 double fa_test_max_diff(const fa_test_problem *tp, int tensor, const void *a_host,
                         const void *b_host);
 const char *fa_test_tensor_name(int tensor);
+
+/* ---- score modifications of a test problem: bias, dbias, block masks, document ids ---------- */
+
+typedef enum fa_test_bias_kind {
+    FA_TEST_BIAS_NONE = 0,
+    FA_TEST_BIAS_FULL,   /* [b, h, sq, sk]                                                      */
+    FA_TEST_BIAS_HEAD,   /* [1, h, sq, sk]: batch stride 0                                      */
+    FA_TEST_BIAS_KEYPAD, /* [b, 1, 1, sk]: a padding mask, -inf on some keys (some whole rows)   */
+    FA_TEST_BIAS_ROW,    /* [b, h, sq, 1]: key stride 0                                         */
+} fa_test_bias_kind;
+
+typedef struct fa_test_mods_spec {
+    fa_test_bias_kind bias;
+    fa_dtype bias_dtype;
+    int neg_inf_rows; /* FULL / HEAD: some rows entirely -inf, some elements -inf             */
+    int dbias;        /* a NaN-poisoned f32 dbias with the bias's strides                      */
+    int blocks;       /* random block mask                                                    */
+    int64_t block_q, block_k;
+    int broadcast_blocks; /* lists shared by every batch and head (strides 0)                 */
+    int bits, docs;       /* partial-block bit masks; document ids                             */
+} fa_test_mods_spec;
+
+/* How the random block lists and documents are drawn: a block row has no blocks with
+ * probability empty_row; otherwise each key block is partial with probability partial, else
+ * full below the cumulative probability partial_or_full; a new document starts at each query
+ * token with probability new_document (keys follow the queries' proportions). */
+typedef struct fa_test_mods_odds {
+    double empty_row, partial, partial_or_full, new_document;
+} fa_test_mods_odds;
+
+enum {
+    FA_TEST_MOD_BIAS, FA_TEST_MOD_DBIAS, FA_TEST_MOD_COUNTS, FA_TEST_MOD_INDICES, FA_TEST_MOD_FULL_COUNTS,
+    FA_TEST_MOD_FULL_INDICES, FA_TEST_MOD_BITS, FA_TEST_MOD_DOC_Q, FA_TEST_MOD_DOC_K, FA_TEST_MOD_COUNT
+};
+
+/* The host arrays of one problem's modifications (NULL where unused) and their sizes in bytes. */
+typedef struct fa_test_mods {
+    void *array[FA_TEST_MOD_COUNT];
+    size_t bytes[FA_TEST_MOD_COUNT];
+} fa_test_mods;
+
+/* Draws the modifications of ms from rng into host arrays owned by m and attaches them to p
+ * (pointers and strides; the strides are padded). Returns 0, or -1 out of memory with nothing
+ * attached or left to free. Free with fa_test_mods_free. */
+int fa_test_mods_make(fa_test_mods *m, fa_params *p, const fa_test_mods_spec *ms, const fa_test_mods_odds *odds,
+                      fa_test_rng *rng);
+void fa_test_mods_free(fa_test_mods *m);
 
 /* ==== KV-cache decoding and state merging ================================================== */
 

@@ -22,154 +22,16 @@
 
 #include "test_util.h"
 
-/* ---- building the modifications on a test problem ------------------------------------------ */
+/* ---- the modifications of a test problem (fa_test_mods_make) -------------------------------- */
 
-typedef enum bias_kind {
-    BIAS_NONE = 0,
-    BIAS_FULL,     /* [b, h, sq, sk]                                                        */
-    BIAS_HEAD,     /* [1, h, sq, sk]: batch stride 0                                        */
-    BIAS_KEYPAD,   /* [b, 1, 1, sk]: a padding mask, -inf on some keys (some whole rows)     */
-    BIAS_ROW,      /* [b, h, sq, 1]: key stride 0                                           */
-} bias_kind;
+static const fa_test_mods_odds cpu_odds = {.empty_row = 0.1, .partial = 0.35, .partial_or_full = 0.6,
+                                           .new_document = 0.08};
 
-typedef struct mod_spec {
-    bias_kind bias;
-    fa_dtype bias_dtype;
-    int neg_inf_rows; /* BIAS_FULL / BIAS_HEAD: some rows entirely -inf, some elements -inf   */
-    int dbias;
-    int blocks;       /* random block mask                                                    */
-    int64_t block_q, block_k;
-    int broadcast_blocks; /* lists shared by every batch and head (strides 0)                 */
-    int bits, docs;
-} mod_spec;
-
-typedef struct mods {
-    void *bias;
-    float *dbias, *dbias_saved;
-    size_t dbias_count;
-    int32_t *counts, *indices, *full_counts, *full_indices, *doc_q, *doc_k;
-    uint8_t *bits;
-} mods;
-
-static void mods_free(mods *m) {
-    free(m->bias);
-    free(m->dbias);
-    free(m->dbias_saved);
-    free(m->counts);
-    free(m->indices);
-    free(m->full_counts);
-    free(m->full_indices);
-    free(m->doc_q);
-    free(m->doc_k);
-    free(m->bits);
-    memset(m, 0, sizeof *m);
-}
-
-/* Attach the modifications of ms to p (host arrays owned by m). */
-static void mods_make(mods *m, fa_params *p, const mod_spec *ms, fa_test_rng *rng) {
-    memset(m, 0, sizeof *m);
-    const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
-    if (ms->bias != BIAS_NONE) {
-        int64_t nb = B, nh = H, ni = sq, nj = sk;
-        if (ms->bias == BIAS_HEAD) nb = 1;
-        if (ms->bias == BIAS_KEYPAD) nh = ni = 1;
-        if (ms->bias == BIAS_ROW) nj = 1;
-        /* padded strides: one spare element after each key row */
-        const int64_t cs = nj > 1 ? 1 : 0, rs = nj + 1, hs = rs * ni + 2, bs = hs * nh + 3;
-        const size_t elem = fa_test_dtype_size(ms->bias_dtype);
-        const int64_t count = bs * nb + 8;
-        m->bias = calloc((size_t)count, elem);
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < nh; h++)
-                for (int64_t i = 0; i < ni; i++) {
-                    const int dead_row = ms->neg_inf_rows && fa_test_rng_uniform(rng) < 0.15;
-                    for (int64_t j = 0; j < nj; j++) {
-                        double x = 1.5 * fa_test_rng_normal(rng);
-                        if (ms->bias == BIAS_KEYPAD) x = fa_test_rng_uniform(rng) < 0.3 ? -INFINITY : 0.0;
-                        if (ms->neg_inf_rows && (dead_row || fa_test_rng_uniform(rng) < 0.1)) x = -INFINITY;
-                        fa_test_store(m->bias, ms->bias_dtype, b * bs + h * hs + i * rs + j * cs, x);
-                    }
-                }
-        p->bias = m->bias;
-        p->bias_dtype = ms->bias_dtype;
-        p->bias_batch_stride = nb > 1 ? bs : 0;
-        p->bias_head_stride = nh > 1 ? hs : 0;
-        p->bias_row_stride = ni > 1 ? rs : 0;
-        p->bias_col_stride = cs;
-        if (ms->dbias) {
-            m->dbias_count = (size_t)count;
-            m->dbias = malloc(sizeof(float) * m->dbias_count);
-            for (size_t e = 0; e < m->dbias_count; e++) m->dbias[e] = NAN; /* poison */
-            p->dbias = m->dbias;
-            p->dbias_batch_stride = p->bias_batch_stride;
-            p->dbias_head_stride = p->bias_head_stride;
-            p->dbias_row_stride = p->bias_row_stride;
-            p->dbias_col_stride = p->bias_col_stride;
-        }
-    }
-    if (ms->blocks) {
-        const int64_t bq = ms->block_q, bk = ms->block_k;
-        const int64_t QB = (sq + bq - 1) / bq, KB = (sk + bk - 1) / bk;
-        const int64_t nb = ms->broadcast_blocks ? 1 : B, nh = ms->broadcast_blocks ? 1 : H;
-        const int64_t rs = KB + 1, hs = QB * rs + 1, bs = nh * hs; /* padded index rows */
-        const int64_t cbs = nh * QB, chs = QB;
-        const size_t n_index = (size_t)(nb * bs + 1), n_count = (size_t)(nb * cbs + 1);
-        m->counts = calloc(n_count, sizeof(int32_t));
-        m->full_counts = calloc(n_count, sizeof(int32_t));
-        m->indices = malloc(n_index * sizeof(int32_t));
-        m->full_indices = malloc(n_index * sizeof(int32_t));
-        for (size_t e = 0; e < n_index; e++) m->indices[e] = m->full_indices[e] = -7; /* never read */
-        const int64_t block_bytes = (bq * bk + 7) / 8;
-        if (ms->bits) {
-            m->bits = malloc(n_index * (size_t)block_bytes);
-            for (size_t e = 0; e < n_index * (size_t)block_bytes; e++)
-                m->bits[e] = (uint8_t)(fa_test_rng_next(rng) | fa_test_rng_next(rng)); /* ~3/4 ones */
-        }
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < nh; h++)
-                for (int64_t qb = 0; qb < QB; qb++) {
-                    const int64_t at = b * bs + h * hs + qb * rs;
-                    const int empty = fa_test_rng_uniform(rng) < 0.1;
-                    int32_t n_part = 0, n_full = 0;
-                    for (int64_t kb = 0; kb < KB && !empty; kb++) {
-                        const double u = fa_test_rng_uniform(rng);
-                        if (u < 0.35) m->indices[at + n_part++] = (int32_t)kb;
-                        else if (u < 0.6) m->full_indices[at + n_full++] = (int32_t)kb;
-                    }
-                    m->counts[b * cbs + h * chs + qb] = n_part;
-                    m->full_counts[b * cbs + h * chs + qb] = n_full;
-                }
-        p->block_q = bq;
-        p->block_k = bk;
-        p->kv_num_blocks = m->counts;
-        p->kv_indices = m->indices;
-        p->full_kv_num_blocks = m->full_counts;
-        p->full_kv_indices = m->full_indices;
-        p->block_count_batch_stride = nb > 1 ? cbs : 0;
-        p->block_count_head_stride = nh > 1 ? chs : 0;
-        p->block_index_batch_stride = nb > 1 ? bs : 0;
-        p->block_index_head_stride = nh > 1 ? hs : 0;
-        p->block_index_row_stride = rs;
-        p->partial_block_bits = m->bits;
-    }
-    if (ms->docs) {
-        const int varlen = p->cu_seqlens_q != NULL;
-        const int64_t nq = varlen ? p->total_q : B * sq, nk = varlen ? p->total_k : B * sk;
-        m->doc_q = malloc(sizeof(int32_t) * (size_t)(nq + 1));
-        m->doc_k = malloc(sizeof(int32_t) * (size_t)(nk + 1));
-        /* a few documents per sequence, boundaries at random; keys' documents follow the same
-         * proportions so that most queries have keys of their document */
-        int32_t doc = 0;
-        for (int64_t t = 0; t < nq; t++) {
-            if (fa_test_rng_uniform(rng) < 0.08) doc++;
-            m->doc_q[t] = doc % 4;
-        }
-        for (int64_t t = 0; t < nk; t++) m->doc_k[t] = (int32_t)(nq > 0 ? m->doc_q[t * nq / (nk > 0 ? nk : 1)] : 0);
-        p->doc_ids_q = m->doc_q;
-        p->doc_ids_k = m->doc_k;
-        p->doc_ids_q_batch_stride = varlen ? 0 : sq;
-        p->doc_ids_k_batch_stride = varlen ? 0 : sk;
-    }
+/* Attach the modifications of ms to p (host arrays owned by m); 0 when out of memory. */
+static int mods_make(fa_test_mods *m, fa_params *p, const fa_test_mods_spec *ms, fa_test_rng *rng) {
+    if (fa_test_mods_make(m, p, ms, &cpu_odds, rng) == 0) return 1;
+    FA_CHECK(0, "modifications: out of memory");
+    return 0;
 }
 
 /* ---- one case: forward, backward, dbias against the oracle ----------------------------------- */
@@ -185,7 +47,7 @@ static int check_dbias(const fa_params *p, const fa_ref_problem *rp, const fa_re
                     c.tol, c.base_err, c.ref_max);
 }
 
-static void run_mod_case(const fa_test_spec *spec_in, const mod_spec *ms, int num_threads, const char *label) {
+static void run_mod_case(const fa_test_spec *spec_in, const fa_test_mods_spec *ms, int num_threads, const char *label) {
     fa_test_problem tp;
     char desc[256], full_label[400];
     if (!FA_CHECK(fa_test_problem_create(&tp, spec_in) == 0, "%s: problem not created", label)) return;
@@ -196,10 +58,10 @@ static void run_mod_case(const fa_test_spec *spec_in, const mod_spec *ms, int nu
              (long long)tp.spec.head_dim, tp.spec.varlen ? " varlen" : "");
     fa_test_rng rng;
     fa_test_rng_seed(&rng, tp.spec.seed ^ 0xb1a5ull);
-    mods m;
+    fa_test_mods m;
     fa_params *p = &tp.params;
     p->num_threads = num_threads;
-    mods_make(&m, p, ms, &rng);
+    if (!mods_make(&m, p, ms, &rng)) goto out;
     fa_ref_gathered g;
     fa_ref_outputs ref64, base;
     if (!FA_CHECK(fa_ref_references(p, tp.spec.dtype, tp.spec.backward, &g, &ref64, &base) == 0, "%s: reference OOM",
@@ -234,7 +96,7 @@ static void run_mod_case(const fa_test_spec *spec_in, const mod_spec *ms, int nu
     fa_ref_references_free(&g, &ref64, &base);
 out:
     p->bias = NULL;
-    mods_free(&m);
+    fa_test_mods_free(&m);
     fa_test_problem_destroy(&tp);
 }
 
@@ -244,7 +106,8 @@ FA_TEST(bias_forward_backward) {
     const fa_test_shape *shapes;
     int shape_count = fa_test_feature_shapes(&shapes);
     if (shape_count > 3) shape_count = 3; /* the long shapes add time, not coverage */
-    static const bias_kind kinds[4] = {BIAS_FULL, BIAS_HEAD, BIAS_KEYPAD, BIAS_ROW};
+    static const fa_test_bias_kind kinds[4] = {FA_TEST_BIAS_FULL, FA_TEST_BIAS_HEAD, FA_TEST_BIAS_KEYPAD,
+                                               FA_TEST_BIAS_ROW};
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < shape_count; i++)
             for (int k = 0; k < 4; k++) {
@@ -253,7 +116,7 @@ FA_TEST(bias_forward_backward) {
                                                       sh->heads_q, sh->heads_kv, sh->head_dim);
                 spec.seed ^= (uint64_t)k * 0x51ull;
                 spec.layout = (fa_test_layout)((i + k) % 3);
-                mod_spec ms = {kinds[k], fa_test_cpu_dtypes[(t + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
+                fa_test_mods_spec ms = {kinds[k], fa_test_cpu_dtypes[(t + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
                 if (k == 1) spec.causal = 1;
                 if (k == 2) spec.softcap = 4.0f;
                 if (k == 3) {
@@ -273,11 +136,11 @@ FA_TEST(bias_varlen_gqa_sinks) {
         spec.causal = t != 1;
         spec.sinks = t == 2;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        mod_spec ms = {t == 1 ? BIAS_HEAD : BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
         run_mod_case(&spec, &ms, 0, "bias varlen");
         /* a fused-scheme sized problem (many kv heads) */
         fa_test_spec many = fa_test_base_spec(fa_test_cpu_dtypes[t], 3, 20, 45, 24, 12, 16);
-        mod_spec ms2 = {BIAS_FULL, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms2 = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
         run_mod_case(&many, &ms2, 0, "bias many heads");
     }
 }
@@ -307,8 +170,8 @@ FA_TEST(block_mask_random) {
                     spec.batch = 3;
                     spec.layout = FA_TEST_LAYOUT_PADDED;
                 }
-                mod_spec ms = {z == 2 ? BIAS_FULL : BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1, sizes[z][0], sizes[z][1],
-                               z == 1, z != 3, z >= 3};
+                fa_test_mods_spec ms = {z == 2 ? FA_TEST_BIAS_FULL : FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1,
+                                        sizes[z][0], sizes[z][1], z == 1, z != 3, z >= 3};
                 run_mod_case(&spec, &ms, 0, "block mask");
             }
 }
@@ -317,11 +180,11 @@ FA_TEST(doc_ids_packed_sequences) {
     for (int t = 0; t < 3; t++) {
         fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[t], 2, 150, 150, 4, 2, 32);
         spec.causal = 1;
-        mod_spec ms = {BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1};
         run_mod_case(&spec, &ms, 0, "doc ids");
         spec.varlen = 1;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        ms.bias = BIAS_KEYPAD; /* with a bias */
+        ms.bias = FA_TEST_BIAS_KEYPAD; /* with a bias */
         run_mod_case(&spec, &ms, 0, "doc ids varlen");
     }
 }
@@ -337,10 +200,13 @@ FA_TEST(block_mask_equals_dense) {
         if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "problem")) return;
         fa_test_rng rng;
         fa_test_rng_seed(&rng, spec.seed);
-        mods m;
-        mod_spec ms = {BIAS_NONE, FA_DTYPE_F32, 0, 0, 1, 16, 32, 0, 1, 1};
+        fa_test_mods m;
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 1, 16, 32, 0, 1, 1};
         fa_params *p = &tp.params;
-        mods_make(&m, p, &ms, &rng);
+        if (!mods_make(&m, p, &ms, &rng)) {
+            fa_test_problem_destroy(&tp);
+            return;
+        }
         fa_ref_gathered g;
         if (!FA_CHECK(fa_ref_gather(p, &g) == 0, "gather")) return;
         FA_CHECK(fa_forward(p) == FA_OK, "block-mask forward: %s", fa_last_error());
@@ -368,7 +234,7 @@ FA_TEST(block_mask_equals_dense) {
         free(o_blocks);
         free(dense);
         fa_ref_gathered_free(&g);
-        mods_free(&m);
+        fa_test_mods_free(&m);
         fa_test_problem_destroy(&tp);
     }
 }
@@ -382,14 +248,17 @@ FA_TEST(dbias_finite_differences) {
     if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "problem")) return;
     fa_test_rng rng;
     fa_test_rng_seed(&rng, spec.seed);
-    mods m;
-    mod_spec ms = {BIAS_HEAD, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
+    fa_test_mods m;
+    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
     fa_params *p = &tp.params;
     p->num_threads = 1;
-    mods_make(&m, p, &ms, &rng);
+    if (!mods_make(&m, p, &ms, &rng)) {
+        fa_test_problem_destroy(&tp);
+        return;
+    }
     FA_CHECK(fa_forward(p) == FA_OK, "forward: %s", fa_last_error());
     FA_CHECK(fa_backward(p) == FA_OK, "backward: %s", fa_last_error());
-    float *bias = (float *)m.bias;
+    float *bias = m.array[FA_TEST_MOD_BIAS];
     int checked = 0;
     for (int trial = 0; trial < 12; trial++) {
         const int64_t h = fa_test_rng_int(&rng, 0, p->heads_q - 1), i = fa_test_rng_int(&rng, 0, p->seqlen_q - 1);
@@ -421,7 +290,7 @@ FA_TEST(dbias_finite_differences) {
                  (long long)j, analytic, numeric);
     }
     FA_CHECK(checked == 12, "checked %d", checked);
-    mods_free(&m);
+    fa_test_mods_free(&m);
     fa_test_problem_destroy(&tp);
 }
 
@@ -432,29 +301,34 @@ FA_TEST(dbias_deterministic_threads) {
     if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "problem")) return;
     fa_test_rng rng;
     fa_test_rng_seed(&rng, spec.seed);
-    mods m;
-    mod_spec ms = {BIAS_FULL, FA_DTYPE_F16, 0, 1, 1, 20, 30, 0, 1, 0};
+    fa_test_mods m;
+    fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F16, 0, 1, 1, 20, 30, 0, 1, 0};
     fa_params *p = &tp.params;
-    mods_make(&m, p, &ms, &rng);
+    if (!mods_make(&m, p, &ms, &rng)) {
+        fa_test_problem_destroy(&tp);
+        return;
+    }
     p->dbias_batch_stride = 0; /* summed over the batch and the rows */
     p->dbias_row_stride = 0;
-    float *first = malloc(sizeof(float) * m.dbias_count);
+    const size_t dbias_bytes = m.bytes[FA_TEST_MOD_DBIAS];
+    float *first = malloc(dbias_bytes);
     void *dq = NULL;
     for (int run = 0; run < 2; run++) {
         p->num_threads = run ? 3 : 1;
         FA_CHECK(fa_forward(p) == FA_OK, "forward: %s", fa_last_error());
         FA_CHECK(fa_backward(p) == FA_OK, "backward: %s", fa_last_error());
         if (run == 0) {
-            memcpy(first, m.dbias, sizeof(float) * m.dbias_count);
+            memcpy(first, m.array[FA_TEST_MOD_DBIAS], dbias_bytes);
             dq = fa_test_snapshot(&tp, FA_T_DQ);
         } else {
-            FA_CHECK(memcmp(first, m.dbias, sizeof(float) * m.dbias_count) == 0, "dbias differs between 1 and 3 threads");
+            FA_CHECK(memcmp(first, m.array[FA_TEST_MOD_DBIAS], dbias_bytes) == 0,
+                     "dbias differs between 1 and 3 threads");
             FA_CHECK(fa_test_same_as_snapshot(&tp, FA_T_DQ, dq), "dq differs between 1 and 3 threads");
         }
     }
     free(first);
     free(dq);
-    mods_free(&m);
+    fa_test_mods_free(&m);
     fa_test_problem_destroy(&tp);
 }
 
@@ -552,46 +426,51 @@ FA_TEST(bias_kvcache) {
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-typedef void (*mutate_fn)(fa_params *p, mods *m);
-static void bad_col_stride(fa_params *p, mods *m) { (void)m; p->bias_col_stride = 2; }
-static void bad_bias_dtype(fa_params *p, mods *m) { (void)m; p->bias_dtype = (fa_dtype)7; }
-static void bad_dbias_stride(fa_params *p, mods *m) { (void)m; p->dbias_col_stride = 3; }
-static void dbias_no_bias(fa_params *p, mods *m) { (void)m; p->bias = NULL; }
-static void index_range(fa_params *p, mods *m) { m->counts[0] = 1; m->indices[0] = 999; (void)p; }
-static void index_unsorted(fa_params *p, mods *m) {
+/* The block lists of a problem, writable (the cases below break them). */
+typedef struct block_lists {
+    int32_t *counts, *indices, *full_counts, *full_indices;
+} block_lists;
+
+typedef void (*mutate_fn)(fa_params *p, block_lists *m);
+static void bad_col_stride(fa_params *p, block_lists *m) { (void)m; p->bias_col_stride = 2; }
+static void bad_bias_dtype(fa_params *p, block_lists *m) { (void)m; p->bias_dtype = (fa_dtype)7; }
+static void bad_dbias_stride(fa_params *p, block_lists *m) { (void)m; p->dbias_col_stride = 3; }
+static void dbias_no_bias(fa_params *p, block_lists *m) { (void)m; p->bias = NULL; }
+static void index_range(fa_params *p, block_lists *m) { m->counts[0] = 1; m->indices[0] = 999; (void)p; }
+static void index_unsorted(fa_params *p, block_lists *m) {
     (void)p;
     m->counts[0] = 2;
     m->indices[0] = 1;
     m->indices[1] = 0;
     m->full_counts[0] = 0;
 }
-static void index_duplicate(fa_params *p, mods *m) {
+static void index_duplicate(fa_params *p, block_lists *m) {
     (void)p;
     m->counts[0] = 2;
     m->indices[0] = 1;
     m->indices[1] = 1;
     m->full_counts[0] = 0;
 }
-static void count_over(fa_params *p, mods *m) { m->counts[0] = 1000; (void)p; }
-static void count_negative(fa_params *p, mods *m) { m->full_counts[0] = -1; (void)p; }
-static void both_lists(fa_params *p, mods *m) {
+static void count_over(fa_params *p, block_lists *m) { m->counts[0] = 1000; (void)p; }
+static void count_negative(fa_params *p, block_lists *m) { m->full_counts[0] = -1; (void)p; }
+static void both_lists(fa_params *p, block_lists *m) {
     (void)p;
     m->counts[0] = 1;
     m->indices[0] = 0;
     m->full_counts[0] = 1;
     m->full_indices[0] = 0;
 }
-static void block_q_zero(fa_params *p, mods *m) { (void)m; p->block_q = 0; }
-static void full_half(fa_params *p, mods *m) { (void)m; p->full_kv_indices = NULL; }
-static void indices_null(fa_params *p, mods *m) { (void)m; p->kv_indices = NULL; }
-static void doc_half(fa_params *p, mods *m) { (void)m; p->doc_ids_k = NULL; }
-static void index_stride_negative(fa_params *p, mods *m) { (void)m; p->block_index_row_stride = -1; }
-static void bits_without_mask(fa_params *p, mods *m) {
+static void block_q_zero(fa_params *p, block_lists *m) { (void)m; p->block_q = 0; }
+static void full_half(fa_params *p, block_lists *m) { (void)m; p->full_kv_indices = NULL; }
+static void indices_null(fa_params *p, block_lists *m) { (void)m; p->kv_indices = NULL; }
+static void doc_half(fa_params *p, block_lists *m) { (void)m; p->doc_ids_k = NULL; }
+static void index_stride_negative(fa_params *p, block_lists *m) { (void)m; p->block_index_row_stride = -1; }
+static void bits_without_mask(fa_params *p, block_lists *m) {
     (void)m;
     p->kv_num_blocks = NULL;
     p->kv_indices = p->full_kv_indices = p->full_kv_num_blocks = NULL;
 }
-static void dbias_overlaps_o(fa_params *p, mods *m) { (void)m; p->dbias = (float *)p->o; }
+static void dbias_overlaps_o(fa_params *p, block_lists *m) { (void)m; p->dbias = (float *)p->o; }
 
 FA_TEST(bias_mask_errors) {
     static const struct {
@@ -624,16 +503,22 @@ FA_TEST(bias_mask_errors) {
         if (!FA_CHECK(fa_test_problem_create(&tp, &spec) == 0, "problem")) return;
         fa_test_rng rng;
         fa_test_rng_seed(&rng, 5);
-        mods m;
-        mod_spec ms = {BIAS_FULL, FA_DTYPE_F32, 0, 1, 1, 8, 8, 0, 1, 1};
+        fa_test_mods m;
+        fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 1, 8, 8, 0, 1, 1};
         fa_params *p = &tp.params;
-        mods_make(&m, p, &ms, &rng);
+        if (!mods_make(&m, p, &ms, &rng)) {
+            fa_test_problem_destroy(&tp);
+            return;
+        }
         FA_CHECK(fa_check_forward(p, NULL) == FA_OK && fa_check_backward(p, NULL) == FA_OK, "%s: base rejected: %s",
                  cases[c].label, fa_last_error());
-        cases[c].mutate(p, &m);
+        block_lists lists = {m.array[FA_TEST_MOD_COUNTS], m.array[FA_TEST_MOD_INDICES],
+                             m.array[FA_TEST_MOD_FULL_COUNTS], m.array[FA_TEST_MOD_FULL_INDICES]};
+        cases[c].mutate(p, &lists);
         fa_test_poison_forward_outputs(&tp);
         fa_test_poison_backward_outputs(&tp);
-        float *dbias = m.dbias;
+        float *dbias = m.array[FA_TEST_MOD_DBIAS];
+        const size_t dbias_count = m.bytes[FA_TEST_MOD_DBIAS] / sizeof(float);
         const fa_status got = cases[c].backward ? fa_backward(p) : fa_forward(p);
         const char *message = fa_last_error();
         FA_CHECK(got == cases[c].want, "%s: status %s, want %s (%s)", cases[c].label, fa_strerror(got),
@@ -642,10 +527,10 @@ FA_TEST(bias_mask_errors) {
                  cases[c].field, message);
         int untouched = fa_test_buffer_all_poison(&tp, FA_T_O) && fa_test_buffer_all_poison(&tp, FA_T_LSE) &&
                         fa_test_buffer_all_poison(&tp, FA_T_DQ) && fa_test_buffer_all_poison(&tp, FA_T_DK);
-        for (size_t e = 0; dbias && e < m.dbias_count; e++) untouched &= isnan(dbias[e]);
+        for (size_t e = 0; dbias && e < dbias_count; e++) untouched &= isnan(dbias[e]);
         FA_CHECK(untouched, "%s: an output was written", cases[c].label);
         p->dbias = NULL;
-        mods_free(&m);
+        fa_test_mods_free(&m);
         fa_test_problem_destroy(&tp);
     }
     /* calls without these features reject them by name */

@@ -33,146 +33,28 @@ static int failures;
 
 /* ---- the modifications of one case (host arrays and their device copies) ---------------------- */
 
-typedef enum bias_kind { BIAS_NONE = 0, BIAS_FULL, BIAS_HEAD, BIAS_KEYPAD, BIAS_ROW } bias_kind;
+static const fa_test_mods_odds gpu_odds = {.empty_row = 0.15, .partial = 0.35, .partial_or_full = 0.65,
+                                           .new_document = 0.05};
 
-typedef struct mod_spec {
-    bias_kind bias;
-    fa_dtype bias_dtype;
-    int neg_inf_rows, dbias;
-    int blocks, broadcast_blocks, bits, docs;
-    int64_t block_q, block_k;
-} mod_spec;
-
-enum { M_BIAS, M_DBIAS, M_COUNTS, M_INDICES, M_FULL_COUNTS, M_FULL_INDICES, M_BITS, M_DOC_Q, M_DOC_K, M_COUNT };
-
+/* The host arrays (the oracle's view, fa_test_mods_make) and their device copies. */
 typedef struct mods {
-    void *host[M_COUNT];
-    void *device[M_COUNT];
-    size_t bytes[M_COUNT];
+    fa_test_mods host;
+    void *device[FA_TEST_MOD_COUNT];
 } mods;
 
-static void *mods_alloc(mods *m, int which, size_t bytes) {
-    m->bytes[which] = bytes;
-    m->host[which] = calloc(bytes + 8, 1);
-    return m->host[which];
-}
-
 static void mods_upload(mods *m) {
-    for (int w = 0; w < M_COUNT; w++)
-        if (m->host[w]) {
-            CUDA_OK(cudaMalloc(&m->device[w], m->bytes[w] + 8));
-            CUDA_OK(cudaMemcpy(m->device[w], m->host[w], m->bytes[w], cudaMemcpyHostToDevice));
+    for (int w = 0; w < FA_TEST_MOD_COUNT; w++)
+        if (m->host.array[w]) {
+            CUDA_OK(cudaMalloc(&m->device[w], m->host.bytes[w] + 8));
+            CUDA_OK(cudaMemcpy(m->device[w], m->host.array[w], m->host.bytes[w], cudaMemcpyHostToDevice));
         }
 }
 
 static void mods_free(mods *m) {
-    for (int w = 0; w < M_COUNT; w++) {
-        free(m->host[w]);
+    fa_test_mods_free(&m->host);
+    for (int w = 0; w < FA_TEST_MOD_COUNT; w++)
         if (m->device[w]) CUDA_OK(cudaFree(m->device[w]));
-    }
     memset(m, 0, sizeof *m);
-}
-
-/* Host arrays of ms attached to p (the oracle's view); the device params get the same strides. */
-static void mods_make(mods *m, fa_params *p, const mod_spec *ms, fa_test_rng *rng) {
-    memset(m, 0, sizeof *m);
-    const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
-    if (ms->bias != BIAS_NONE) {
-        int64_t nb = B, nh = H, ni = sq, nj = sk;
-        if (ms->bias == BIAS_HEAD) nb = 1;
-        if (ms->bias == BIAS_KEYPAD) nh = ni = 1;
-        if (ms->bias == BIAS_ROW) nj = 1;
-        const int64_t cs = nj > 1 ? 1 : 0, rs = nj + 1, hs = rs * ni + 2, bs = hs * nh + 3; /* padded */
-        const size_t elem = fa_test_dtype_size(ms->bias_dtype);
-        const int64_t count = bs * nb + 8;
-        void *bias = mods_alloc(m, M_BIAS, (size_t)count * elem);
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < nh; h++)
-                for (int64_t i = 0; i < ni; i++) {
-                    const int dead_row = ms->neg_inf_rows && fa_test_rng_uniform(rng) < 0.15;
-                    for (int64_t j = 0; j < nj; j++) {
-                        double x = 1.5 * fa_test_rng_normal(rng);
-                        if (ms->bias == BIAS_KEYPAD) x = fa_test_rng_uniform(rng) < 0.3 ? -INFINITY : 0.0;
-                        if (ms->neg_inf_rows && (dead_row || fa_test_rng_uniform(rng) < 0.1)) x = -INFINITY;
-                        fa_test_store(bias, ms->bias_dtype, b * bs + h * hs + i * rs + j * cs, x);
-                    }
-                }
-        p->bias = bias;
-        p->bias_dtype = ms->bias_dtype;
-        p->bias_batch_stride = nb > 1 ? bs : 0;
-        p->bias_head_stride = nh > 1 ? hs : 0;
-        p->bias_row_stride = ni > 1 ? rs : 0;
-        p->bias_col_stride = cs;
-        if (ms->dbias) {
-            float *dbias = mods_alloc(m, M_DBIAS, sizeof(float) * (size_t)count);
-            for (int64_t e = 0; e < count; e++) dbias[e] = NAN; /* poison */
-            p->dbias = dbias;
-            p->dbias_batch_stride = p->bias_batch_stride;
-            p->dbias_head_stride = p->bias_head_stride;
-            p->dbias_row_stride = p->bias_row_stride;
-            p->dbias_col_stride = p->bias_col_stride;
-        }
-    }
-    if (ms->blocks) {
-        const int64_t bq = ms->block_q, bk = ms->block_k;
-        const int64_t QB = (sq + bq - 1) / bq, KB = (sk + bk - 1) / bk;
-        const int64_t nb = ms->broadcast_blocks ? 1 : B, nh = ms->broadcast_blocks ? 1 : H;
-        const int64_t rs = KB + 1, hs = QB * rs + 1, bs = nh * hs; /* padded index rows */
-        const int64_t cbs = nh * QB, chs = QB;
-        const size_t n_index = (size_t)(nb * bs + 1), n_count = (size_t)(nb * cbs + 1);
-        int32_t *counts = mods_alloc(m, M_COUNTS, n_count * 4), *full_counts = mods_alloc(m, M_FULL_COUNTS, n_count * 4);
-        int32_t *indices = mods_alloc(m, M_INDICES, n_index * 4), *full = mods_alloc(m, M_FULL_INDICES, n_index * 4);
-        for (size_t e = 0; e < n_index; e++) indices[e] = full[e] = -7; /* never read */
-        const int64_t block_bytes = (bq * bk + 7) / 8;
-        uint8_t *bits = NULL;
-        if (ms->bits) {
-            bits = mods_alloc(m, M_BITS, n_index * (size_t)block_bytes);
-            for (size_t e = 0; e < n_index * (size_t)block_bytes; e++)
-                bits[e] = (uint8_t)(fa_test_rng_next(rng) | fa_test_rng_next(rng)); /* ~3/4 ones */
-        }
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < nh; h++)
-                for (int64_t qb = 0; qb < QB; qb++) {
-                    const int64_t at = b * bs + h * hs + qb * rs;
-                    const int empty = fa_test_rng_uniform(rng) < 0.15;
-                    int32_t n_part = 0, n_full = 0;
-                    for (int64_t kb = 0; kb < KB && !empty; kb++) {
-                        const double u = fa_test_rng_uniform(rng);
-                        if (u < 0.35) indices[at + n_part++] = (int32_t)kb;
-                        else if (u < 0.65) full[at + n_full++] = (int32_t)kb;
-                    }
-                    counts[b * cbs + h * chs + qb] = n_part;
-                    full_counts[b * cbs + h * chs + qb] = n_full;
-                }
-        p->block_q = bq;
-        p->block_k = bk;
-        p->kv_num_blocks = counts;
-        p->kv_indices = indices;
-        p->full_kv_num_blocks = full_counts;
-        p->full_kv_indices = full;
-        p->block_count_batch_stride = nb > 1 ? cbs : 0;
-        p->block_count_head_stride = nh > 1 ? chs : 0;
-        p->block_index_batch_stride = nb > 1 ? bs : 0;
-        p->block_index_head_stride = nh > 1 ? hs : 0;
-        p->block_index_row_stride = rs;
-        p->partial_block_bits = bits;
-    }
-    if (ms->docs) {
-        const int varlen = p->cu_seqlens_q != NULL;
-        const int64_t nq = varlen ? p->total_q : B * sq, nk = varlen ? p->total_k : B * sk;
-        int32_t *doc_q = mods_alloc(m, M_DOC_Q, sizeof(int32_t) * (size_t)(nq + 1));
-        int32_t *doc_k = mods_alloc(m, M_DOC_K, sizeof(int32_t) * (size_t)(nk + 1));
-        int32_t doc = 0;
-        for (int64_t t = 0; t < nq; t++) {
-            if (fa_test_rng_uniform(rng) < 0.05) doc++;
-            doc_q[t] = doc % 4;
-        }
-        for (int64_t t = 0; t < nk; t++) doc_k[t] = nq > 0 ? doc_q[t * nq / (nk > 0 ? nk : 1)] : 0;
-        p->doc_ids_q = doc_q;
-        p->doc_ids_k = doc_k;
-        p->doc_ids_q_batch_stride = varlen ? 0 : sq;
-        p->doc_ids_k_batch_stride = varlen ? 0 : sk;
-    }
 }
 
 /* The device params of the problem with the device copies of the modifications. */
@@ -180,31 +62,31 @@ static fa_params device_params(const fa_test_problem *tp, const fa_params *host,
     fa_params d = fa_test_problem_device_params(tp);
     d.device = FA_DEVICE_CUDA;
     /* every modification field as on the host, pointers to the device copies */
-    d.bias = m->device[M_BIAS];
+    d.bias = m->device[FA_TEST_MOD_BIAS];
     d.bias_dtype = host->bias_dtype;
     d.bias_batch_stride = host->bias_batch_stride;
     d.bias_head_stride = host->bias_head_stride;
     d.bias_row_stride = host->bias_row_stride;
     d.bias_col_stride = host->bias_col_stride;
-    d.dbias = m->device[M_DBIAS];
+    d.dbias = m->device[FA_TEST_MOD_DBIAS];
     d.dbias_batch_stride = host->dbias_batch_stride;
     d.dbias_head_stride = host->dbias_head_stride;
     d.dbias_row_stride = host->dbias_row_stride;
     d.dbias_col_stride = host->dbias_col_stride;
     d.block_q = host->block_q;
     d.block_k = host->block_k;
-    d.kv_num_blocks = m->device[M_COUNTS];
-    d.kv_indices = m->device[M_INDICES];
-    d.full_kv_num_blocks = m->device[M_FULL_COUNTS];
-    d.full_kv_indices = m->device[M_FULL_INDICES];
+    d.kv_num_blocks = m->device[FA_TEST_MOD_COUNTS];
+    d.kv_indices = m->device[FA_TEST_MOD_INDICES];
+    d.full_kv_num_blocks = m->device[FA_TEST_MOD_FULL_COUNTS];
+    d.full_kv_indices = m->device[FA_TEST_MOD_FULL_INDICES];
     d.block_count_batch_stride = host->block_count_batch_stride;
     d.block_count_head_stride = host->block_count_head_stride;
     d.block_index_batch_stride = host->block_index_batch_stride;
     d.block_index_head_stride = host->block_index_head_stride;
     d.block_index_row_stride = host->block_index_row_stride;
-    d.partial_block_bits = m->device[M_BITS];
-    d.doc_ids_q = m->device[M_DOC_Q];
-    d.doc_ids_k = m->device[M_DOC_K];
+    d.partial_block_bits = m->device[FA_TEST_MOD_BITS];
+    d.doc_ids_q = m->device[FA_TEST_MOD_DOC_Q];
+    d.doc_ids_k = m->device[FA_TEST_MOD_DOC_K];
     d.doc_ids_q_batch_stride = host->doc_ids_q_batch_stride;
     d.doc_ids_k_batch_stride = host->doc_ids_k_batch_stride;
     return d;
@@ -273,7 +155,7 @@ static fa_test_spec make_spec(fa_dtype dtype, int64_t batch, int64_t sq, int64_t
 
 /* One case: forward and backward on CUDA against the oracle; with det, the backward twice in
  * deterministic mode, bitwise equal. */
-static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, const char *label) {
+static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int det, const char *label) {
     fa_test_problem tp;
     char desc[256], full_label[400];
     if (fa_test_problem_create(&tp, spec) != 0) {
@@ -288,12 +170,13 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
     fa_test_rng rng;
     fa_test_rng_seed(&rng, tp.spec.seed ^ 0xb1a5ull);
     mods m;
+    memset(&m, 0, sizeof m);
     fa_params *p = &tp.params;
-    mods_make(&m, p, ms, &rng);
     fa_ref_gathered g;
     fa_ref_outputs ref64, base;
-    if (fa_ref_references(p, tp.spec.dtype, 1, &g, &ref64, &base) != 0) {
-        EXPECT(0, "%s: reference out of memory", full_label);
+    if (fa_test_mods_make(&m.host, p, ms, &gpu_odds, &rng) != 0 ||
+        fa_ref_references(p, tp.spec.dtype, 1, &g, &ref64, &base) != 0) {
+        EXPECT(0, "%s: modifications or reference out of memory", full_label);
         mods_free(&m);
         fa_test_problem_destroy(&tp);
         return;
@@ -301,6 +184,8 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
     upload_problem(&tp);
     mods_upload(&m);
     fa_params d = device_params(&tp, p, &m);
+    float *dbias_host = m.host.array[FA_TEST_MOD_DBIAS];
+    const size_t dbias_bytes = m.host.bytes[FA_TEST_MOD_DBIAS];
     d.deterministic = det;
     int ok_before = failures;
     fa_status s = fa_forward(&d);
@@ -328,16 +213,16 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
                        (long long)c.unwritten, (long long)c.nonfinite);
             }
             if (d.dbias) {
-                CUDA_OK(cudaMemcpy(m.host[M_DBIAS], m.device[M_DBIAS], m.bytes[M_DBIAS], cudaMemcpyDeviceToHost));
-                check_dbias(p, m.host[M_DBIAS], &g.rp, &ref64, &base, full_label);
+                CUDA_OK(cudaMemcpy(dbias_host, d.dbias, dbias_bytes, cudaMemcpyDeviceToHost));
+                check_dbias(p, dbias_host, &g.rp, &ref64, &base, full_label);
             }
             if (det) { /* a second run: every gradient bitwise the same */
                 void *first[3];
                 for (int t = 0; t < 3; t++) first[t] = fa_test_snapshot(&tp, grads[t]);
                 float *dbias_first = NULL;
                 if (d.dbias) {
-                    dbias_first = malloc(m.bytes[M_DBIAS]);
-                    memcpy(dbias_first, m.host[M_DBIAS], m.bytes[M_DBIAS]);
+                    dbias_first = malloc(dbias_bytes);
+                    memcpy(dbias_first, dbias_host, dbias_bytes);
                 }
                 EXPECT(fa_backward(&d) == FA_OK, "%s: second fa_backward: %s", full_label, fa_last_error());
                 for (int t = 0; t < 3; t++) {
@@ -347,8 +232,8 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
                     free(first[t]);
                 }
                 if (d.dbias) {
-                    CUDA_OK(cudaMemcpy(m.host[M_DBIAS], m.device[M_DBIAS], m.bytes[M_DBIAS], cudaMemcpyDeviceToHost));
-                    EXPECT(memcmp(dbias_first, m.host[M_DBIAS], m.bytes[M_DBIAS]) == 0,
+                    CUDA_OK(cudaMemcpy(dbias_host, d.dbias, dbias_bytes, cudaMemcpyDeviceToHost));
+                    EXPECT(memcmp(dbias_first, dbias_host, dbias_bytes) == 0,
                            "%s: deterministic dbias differs run to run", full_label);
                 }
                 free(dbias_first);
@@ -365,7 +250,8 @@ static void run_case(const fa_test_spec *spec, const mod_spec *ms, int det, cons
 /* ---- 1-2. cases ------------------------------------------------------------------------------ */
 
 static void bias_cases(int small) {
-    static const bias_kind kinds[4] = {BIAS_FULL, BIAS_HEAD, BIAS_KEYPAD, BIAS_ROW};
+    static const fa_test_bias_kind kinds[4] = {FA_TEST_BIAS_FULL, FA_TEST_BIAS_HEAD, FA_TEST_BIAS_KEYPAD,
+                                               FA_TEST_BIAS_ROW};
     static const fa_dtype bias_dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     static const int64_t shapes[][6] = {{2, 100, 130, 4, 2, 64}, {1, 1, 77, 2, 1, 128}, {3, 65, 33, 6, 3, 40},
                                         {1, 90, 200, 2, 2, 256}};
@@ -375,7 +261,7 @@ static void bias_cases(int small) {
             const int64_t *sh = shapes[si];
             fa_test_spec spec = make_spec((si + k) % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, sh[0], sh[1], sh[2], sh[3],
                                           sh[4], sh[5]);
-            mod_spec ms = {kinds[k], bias_dtypes[(si + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
+            fa_test_mods_spec ms = {kinds[k], bias_dtypes[(si + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
             if (k == 1) spec.causal = 1;
             if (k == 2) spec.softcap = 4.0f;
             if (k == 3) {
@@ -393,7 +279,7 @@ static void bias_cases(int small) {
         spec.causal = t != 1;
         spec.sinks = t == 2;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        mod_spec ms = {t == 1 ? BIAS_HEAD : BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
         run_case(&spec, &ms, 0, "bias varlen");
     }
 }
@@ -402,11 +288,11 @@ static void doc_cases(int small) {
     for (int t = 0; t < (small ? 1 : 2); t++) {
         fa_test_spec spec = make_spec(t ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, 150, 150, 4, 2, 32);
         spec.causal = 1;
-        mod_spec ms = {BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 1, 0, 0};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1};
         run_case(&spec, &ms, 0, "doc ids");
         spec.varlen = 1;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        ms.bias = BIAS_KEYPAD;
+        ms.bias = FA_TEST_BIAS_KEYPAD;
         ms.dbias = 1;
         run_case(&spec, &ms, 0, "doc ids varlen + key padding");
     }
@@ -431,8 +317,8 @@ static void block_cases(int small) {
                 spec.varlen = 1;
                 spec.layout = FA_TEST_LAYOUT_PADDED;
             }
-            mod_spec ms = {z == 2 ? BIAS_FULL : BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1, z == 1, z != 3, z >= 3,
-                           z == 2 ? 256 : 128, 128};
+            fa_test_mods_spec ms = {z == 2 ? FA_TEST_BIAS_FULL : FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1,
+                                    z == 2 ? 256 : 128, 128, z == 1, z != 3, z >= 3};
             run_case(&spec, &ms, 0, "block mask");
         }
 }
@@ -440,9 +326,9 @@ static void block_cases(int small) {
 static void deterministic_cases(void) {
     fa_test_spec spec = make_spec(FA_DTYPE_BF16, 3, 200, 260, 4, 2, 64);
     spec.causal = 1;
-    mod_spec ms = {BIAS_HEAD, FA_DTYPE_F32, 1, 1, 0, 0, 0, 0, 0, 0}; /* dbias summed over the batch */
+    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 1, 1, 0, 0, 0, 0, 0, 0}; /* dbias summed over the batch */
     run_case(&spec, &ms, 1, "deterministic dbias (per-head table)");
-    mod_spec keypad = {BIAS_KEYPAD, FA_DTYPE_BF16, 0, 1, 1, 0, 1, 1, 128, 128};
+    fa_test_mods_spec keypad = {FA_TEST_BIAS_KEYPAD, FA_DTYPE_BF16, 0, 1, 1, 128, 128, 0, 1, 1};
     run_case(&spec, &keypad, 1, "deterministic dbias (key padding) + block mask");
 }
 
