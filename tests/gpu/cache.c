@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flashattn.h"
 #include "gpu_util.h"
@@ -31,14 +30,6 @@
 static int failures;
 
 #define EXPECT(cond, ...) GPU_EXPECT(failures, "cache", cond, __VA_ARGS__)
-
-static uint64_t base_seed(void) {
-    const char *env = getenv("FA_TEST_SEED");
-    if (env) return strtoull(env, NULL, 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
-}
 
 /* `word` occurs in `text` */
 static int mentions(const char *text, const char *word) { return strstr(text, word) != NULL; }
@@ -283,9 +274,7 @@ static void kv_bad_values(uint64_t seed) {
 
 int gpu_kvcache_main(int argc, char **argv) {
     const int small = argc > 1 && strcmp(argv[1], "small") == 0;
-    const uint64_t seed = base_seed();
-    printf("kvcache: seed %llu (FA_TEST_SEED=%llu reproduces)\n", (unsigned long long)seed,
-           (unsigned long long)seed);
+    const uint64_t seed = gpu_announce_seed("kvcache");
     fa_test_rng rng;
     fa_test_rng_seed(&rng, seed);
     const int cases = small ? 8 : 160;
@@ -533,8 +522,7 @@ done:
 
 int gpu_paged_main(int argc, char **argv) {
     const int small = argc > 1 && strcmp(argv[1], "small") == 0;
-    const uint64_t seed = base_seed();
-    printf("paged: seed %llu (FA_TEST_SEED=%llu reproduces)\n", (unsigned long long)seed, (unsigned long long)seed);
+    const uint64_t seed = gpu_announce_seed("paged");
     fa_test_rng rng;
     fa_test_rng_seed(&rng, seed);
     const int cases = small ? 6 : 80;

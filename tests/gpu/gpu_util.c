@@ -1,12 +1,29 @@
 /*
- * gpu_util.c: the GPU test programs' random numbers, 16-bit conversions and forward buffers
+ * gpu_util.c: the GPU test programs' seeds, random numbers, 16-bit conversions and forward buffers
  * (gpu_util.h).
  */
 #include "gpu_util.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+uint64_t gpu_announce_seed(const char *mode) {
+    const char *env = getenv("FA_TEST_SEED");
+    uint64_t seed;
+    if (env) {
+        seed = strtoull(env, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+    }
+    printf("%s: seed %llu (FA_TEST_SEED=%llu reproduces)\n", mode, (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
 
 float gpu_random_uniform(gpu_rng *rng, float lo, float hi) {
     uint32_t x = rng->state;

@@ -1,6 +1,7 @@
 /*
- * gpu_util.h: what the GPU test programs (tests/gpu/) share: a small random-number generator
- * for their inputs and the conversions between fp32 and the 16-bit dtypes of their host buffers.
+ * gpu_util.h: what the GPU test programs (tests/gpu/) share: the base seed of a randomised mode,
+ * a small random-number generator for their inputs and the conversions between fp32 and the
+ * 16-bit dtypes of their host buffers.
  */
 #ifndef FA_GPU_UTIL_H
 #define FA_GPU_UTIL_H
@@ -29,6 +30,10 @@
             exit(1);                                                                              \
         }                                                                                         \
     } while (0)
+
+/* The base seed of a randomised mode: FA_TEST_SEED when set, else from the clock; printed as
+ * "<mode>: seed N (FA_TEST_SEED=N reproduces)". */
+uint64_t gpu_announce_seed(const char *mode);
 
 /* xorshift32; each program seeds its own (state != 0). */
 typedef struct gpu_rng {

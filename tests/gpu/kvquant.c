@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flashattn.h"
 #include "gpu_util.h"
@@ -51,14 +50,6 @@ typedef struct qhost {
     void *q, *o, *knew, *vnew;
     int32_t *seqlens, *leftpad, *table, *batch_idx;
 } qhost;
-
-static uint64_t base_seed(void) {
-    const char *env = getenv("FA_TEST_SEED");
-    if (env) return strtoull(env, NULL, 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
-}
 
 static const char *kvd_name(fa_kv_dtype t) {
     return t == FA_KV_INT8 ? "int8" : t == FA_KV_Q8_0 ? "q8_0" : "e4m3";
@@ -576,8 +567,7 @@ static void bad_values(uint64_t seed) {
 
 int gpu_kvquant_main(int argc, char **argv) {
     const int small = argc > 1 && strcmp(argv[1], "small") == 0;
-    const uint64_t seed = base_seed();
-    printf("kvquant: seed %llu (FA_TEST_SEED=%llu reproduces)\n", (unsigned long long)seed, (unsigned long long)seed);
+    const uint64_t seed = gpu_announce_seed("kvquant");
     fa_test_rng rng;
     fa_test_rng_seed(&rng, seed);
     const int cases = small ? 12 : 150;
