@@ -28,7 +28,6 @@
 #define TILE FA_CPU_DECODE_KEYS
 #define ITEM_ROWS FA_CPU_BLOCK_ROWS /* query rows of one item, over all its kv heads          */
 #define ITEM_KV 16                  /* kv heads of one item at most                           */
-#define MERGE_ROWS 32
 
 typedef struct dec_layout {
     int64_t heads;       /* query heads of a group per item                                      */
@@ -480,39 +479,6 @@ static void attention_task(void *arg, int thread_index) {
     }
 }
 
-/* ---- phase 3: merge --------------------------------------------------------------------------------- */
-
-static void merge_task(void *arg, int thread_index) {
-    dec_ctx *c = (dec_ctx *)arg;
-    const fa_params *p = &c->pb->p;
-    const int64_t rows = p->batch * p->heads_q * p->seqlen_q, dv = p->head_dim_v;
-    const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2;
-    float merged[FA_MAX_HEAD_DIM];
-    (void)thread_index;
-    for (;;) {
-        int64_t item = atomic_fetch_add(&c->next_item, 1);
-        if (item >= c->total_items) break;
-        int64_t end = (item + 1) * MERGE_ROWS < rows ? (item + 1) * MERGE_ROWS : rows;
-        for (int64_t row = item * MERGE_ROWS; row < end; row++) {
-            int64_t i = row % p->seqlen_q, h = (row / p->seqlen_q) % p->heads_q, b = row / (p->seqlen_q * p->heads_q);
-            fa_cpu_merge_row_args a;
-            a.n_states = c->layout.splits;
-            a.dim = dv;
-            a.lse = c->lse_part + row;
-            a.lse_stride = rows;
-            a.o = c->o_part + row * dv;
-            a.o_stride = rows * dv;
-            a.o_dtype = FA_DTYPE_F32;
-            a.sink = p->sink_logits ? &p->sink_logits[h] : NULL;
-            a.kern = c->kern;
-            float lse = fa_cpu_merge_row(&a, merged);
-            int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
-            c->kern->from_f32((char *)p->o + off * es, merged, dv, p->dtype);
-            if (p->lse) p->lse[row] = lse;
-        }
-    }
-}
-
 /* ---- driver ------------------------------------------------------------------------------------------ */
 
 fa_status fa_cpu_decode_forward(const fa_problem *pb) {
@@ -553,16 +519,9 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.layout.per_sequence *= c.layout.splits;
     c.total_items = p->batch * c.layout.per_sequence;
     atomic_init(&c.next_item, 0);
-    int n = threads < c.total_items ? threads : (int)c.total_items;
-    fa_cpu_parallel_run(n, attention_task, &c);
+    fa_cpu_parallel_run(threads < c.total_items ? threads : (int)c.total_items, attention_task, &c);
 
-    if (c.layout.splits > 1) {
-        int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-        c.total_items = (rows + MERGE_ROWS - 1) / MERGE_ROWS;
-        atomic_init(&c.next_item, 0);
-        n = threads < c.total_items ? threads : (int)c.total_items;
-        fa_cpu_parallel_run(n, merge_task, &c);
-    }
+    if (c.layout.splits > 1) fa_cpu_merge_splits(p, c.kern, c.layout.splits, c.lse_part, c.o_part, threads);
     fa_cpu_workspace_release(&ws);
     return FA_OK;
 }

@@ -50,8 +50,6 @@
 
 #define BLOCK_ROWS FA_CPU_BLOCK_ROWS
 #define BLOCK_KEYS FA_CPU_BLOCK_KEYS
-/* Output rows per merge item. */
-#define MERGE_ROWS 32
 
 /* How the work items cover one sequence (the same for every sequence: len_q = seqlen_q). */
 typedef struct kv_layout {
@@ -622,39 +620,6 @@ static void attention_task(void *arg, int thread_index) {
     }
 }
 
-/* ---- phase 3: merge of the splits -------------------------------------------------------------- */
-
-static void merge_task(void *arg, int thread_index) {
-    kv_ctx *c = (kv_ctx *)arg;
-    const fa_params *p = &c->pb->p;
-    const int64_t rows = p->batch * p->heads_q * p->seqlen_q, stride = rows;
-    float merged[FA_MAX_HEAD_DIM];
-    (void)thread_index;
-    for (;;) {
-        int64_t item = atomic_fetch_add(&c->next_item, 1);
-        if (item >= c->total_items) break;
-        int64_t end = (item + 1) * MERGE_ROWS < rows ? (item + 1) * MERGE_ROWS : rows;
-        for (int64_t row = item * MERGE_ROWS; row < end; row++) {
-            int64_t i = row % p->seqlen_q, h = (row / p->seqlen_q) % p->heads_q;
-            int64_t b = row / (p->seqlen_q * p->heads_q);
-            fa_cpu_merge_row_args a;
-            a.n_states = c->layout.splits;
-            a.dim = c->dv;
-            a.lse = c->lse_part + row;
-            a.lse_stride = stride;
-            a.o = c->o_part + row * c->dv;
-            a.o_stride = stride * c->dv;
-            a.o_dtype = FA_DTYPE_F32;
-            a.sink = p->sink_logits ? &p->sink_logits[h] : NULL;
-            a.kern = c->kern;
-            float lse = fa_cpu_merge_row(&a, merged);
-            int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
-            c->kern->from_f32((char *)p->o + off * (int64_t)c->elem, merged, c->dv, p->dtype);
-            if (p->lse) p->lse[row] = lse;
-        }
-    }
-}
-
 /* ---- driver ------------------------------------------------------------------------------------ */
 
 /* Workspace pieces, in order: sequences, slot ids (append), partial states (splits > 1), then
@@ -733,17 +698,10 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.layout.per_sequence *= c.layout.splits;
     c.total_items = p->batch * c.layout.per_sequence;
     atomic_init(&c.next_item, 0);
-    int n = threads < c.total_items ? threads : (int)c.total_items;
-    fa_cpu_parallel_run(n, attention_task, &c);
+    fa_cpu_parallel_run(threads < c.total_items ? threads : (int)c.total_items, attention_task, &c);
 
     /* 3. merge */
-    if (c.layout.splits > 1) {
-        int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-        c.total_items = (rows + MERGE_ROWS - 1) / MERGE_ROWS;
-        atomic_init(&c.next_item, 0);
-        n = threads < c.total_items ? threads : (int)c.total_items;
-        fa_cpu_parallel_run(n, merge_task, &c);
-    }
+    if (c.layout.splits > 1) fa_cpu_merge_splits(p, c.kern, c.layout.splits, c.lse_part, c.o_part, threads);
     fa_cpu_workspace_release(&ws);
     return FA_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * cpu_merge.c: fa_merge_states on the CPU, and the row merge (cpu_merge.h) it shares with the
- * split-KV path of cpu_kvcache.c.
+ * split-KV paths of cpu_kvcache.c and cpu_decode.c (fa_cpu_merge_splits).
  *
  * Work items are blocks of MERGE_BLOCK (row, head) pairs, taken by the threads from an atomic
  * counter; each output row depends on its own inputs only, so the result does not depend on the
@@ -13,6 +13,8 @@
 #include "cpu_merge.h"
 
 #define MERGE_BLOCK 64
+/* Rows of a split-KV merge work item. */
+#define SPLIT_MERGE_ROWS 32
 /* Below this many input elements (states × rows × heads × head_dim_v) one thread does it all. */
 #define MERGE_SERIAL_ELEMENTS ((int64_t)1 << 16)
 
@@ -117,4 +119,54 @@ fa_status fa_cpu_merge_states(const fa_merge_params *m) {
     if (c.pairs * m->num_states * m->head_dim_v < MERGE_SERIAL_ELEMENTS) threads = 1;
     fa_cpu_parallel_run((int)threads, merge_task, &c);
     return FA_OK;
+}
+
+/* ---- the split-KV merge of fa_kvcache_forward ------------------------------------------------ */
+
+typedef struct split_merge_ctx {
+    const fa_params *p;
+    const fa_cpu_kernels *kern;
+    int64_t splits;
+    const float *lse_part, *o_part;
+    atomic_llong next_item;
+    int64_t total_items;
+} split_merge_ctx;
+
+static void split_merge_task(void *arg, int thread_index) {
+    split_merge_ctx *c = (split_merge_ctx *)arg;
+    const fa_params *p = c->p;
+    const int64_t rows = p->batch * p->heads_q * p->seqlen_q, dv = p->head_dim_v;
+    const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    float merged[FA_MAX_HEAD_DIM];
+    (void)thread_index;
+    for (;;) {
+        int64_t item = atomic_fetch_add(&c->next_item, 1);
+        if (item >= c->total_items) break;
+        int64_t end = (item + 1) * SPLIT_MERGE_ROWS < rows ? (item + 1) * SPLIT_MERGE_ROWS : rows;
+        for (int64_t row = item * SPLIT_MERGE_ROWS; row < end; row++) {
+            int64_t i = row % p->seqlen_q, h = (row / p->seqlen_q) % p->heads_q, b = row / (p->seqlen_q * p->heads_q);
+            fa_cpu_merge_row_args a;
+            a.n_states = c->splits;
+            a.dim = dv;
+            a.lse = c->lse_part + row;
+            a.lse_stride = rows;
+            a.o = c->o_part + row * dv;
+            a.o_stride = rows * dv;
+            a.o_dtype = FA_DTYPE_F32;
+            a.sink = p->sink_logits ? &p->sink_logits[h] : NULL;
+            a.kern = c->kern;
+            float lse = fa_cpu_merge_row(&a, merged);
+            int64_t off = b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
+            c->kern->from_f32((char *)p->o + off * es, merged, dv, p->dtype);
+            if (p->lse) p->lse[row] = lse;
+        }
+    }
+}
+
+void fa_cpu_merge_splits(const fa_params *p, const fa_cpu_kernels *kern, int64_t splits, const float *lse_part,
+                         const float *o_part, int threads) {
+    split_merge_ctx c = {.p = p, .kern = kern, .splits = splits, .lse_part = lse_part, .o_part = o_part};
+    c.total_items = (p->batch * p->heads_q * p->seqlen_q + SPLIT_MERGE_ROWS - 1) / SPLIT_MERGE_ROWS;
+    atomic_init(&c.next_item, 0);
+    fa_cpu_parallel_run(threads < c.total_items ? threads : (int)c.total_items, split_merge_task, &c);
 }

@@ -1,6 +1,6 @@
 /*
  * cpu_merge.h: merging partial attention states on the CPU (cpu_merge.c), shared by
- * fa_merge_states and the split-KV path of fa_kvcache_forward (cpu_kvcache.c).
+ * fa_merge_states and the split-KV paths of fa_kvcache_forward (cpu_kvcache.c, cpu_decode.c).
  *
  * States s = 0..n-1 of one output row hold (o_s, lse_s) over disjoint key sets; the merged state
  * over their union (plus an optional sink logit t, a key with no value) is
@@ -30,5 +30,12 @@ typedef struct fa_cpu_merge_row_args {
 
 /* Merge one row into out[dim] (fp32) and return its lse. */
 float fa_cpu_merge_row(const fa_cpu_merge_row_args *a, float *out);
+
+/* The last phase of a split-KV call of p: the `splits` fp32 partial states of every row, rows =
+ * batch·heads_q·seqlen_q in (b, h, i) order with i fastest (lse_part [splits][rows], o_part
+ * [splits][rows][head_dim_v]), merged with p's sinks into p->o and p->lse (when set), on at most
+ * `threads` threads. */
+void fa_cpu_merge_splits(const fa_params *p, const fa_cpu_kernels *kern, int64_t splits, const float *lse_part,
+                         const float *o_part, int threads);
 
 #endif /* FA_CPU_MERGE_H */
