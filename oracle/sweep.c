@@ -61,12 +61,13 @@ static const sweep_cudart *sweep_cudart_load(char *why, size_t why_size) {
     return NULL;
 }
 
-static int device_mirror_create(const sweep_cudart *rt, fa_test_problem *tp, char *why,
-                                size_t why_size) {
-    for (int b = 0; b < FA_T_COUNT; b++) {
-        fa_test_buffer *buf = &tp->buffer[b];
+/* Mirror `count` buffers on the device (all of them, outputs included, as they are now). */
+static int buffers_upload(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
+                          size_t why_size) {
+    for (int i = 0; i < count; i++) {
+        fa_test_buffer *buf = &bufs[i];
         if (!buf->host) continue;
-        int err = rt->malloc_(&buf->device, buf->bytes);
+        int err = buf->device ? 0 : rt->malloc_(&buf->device, buf->bytes);
         if (err == 0) err = rt->memcpy_(buf->device, buf->host, buf->bytes, CUDA_MEMCPY_HOST_TO_DEVICE);
         if (err != 0) {
             snprintf(why, why_size, "cudaMalloc/cudaMemcpy of %zu bytes: %s", buf->bytes,
@@ -77,11 +78,25 @@ static int device_mirror_create(const sweep_cudart *rt, fa_test_problem *tp, cha
     return 0;
 }
 
-static void device_mirror_destroy(const sweep_cudart *rt, fa_test_problem *tp) {
-    for (int b = 0; b < FA_T_COUNT; b++)
-        if (tp->buffer[b].device) {
-            rt->free_(tp->buffer[b].device);
-            tp->buffer[b].device = NULL;
+static int buffers_download(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
+                            size_t why_size) {
+    for (int i = 0; i < count; i++) {
+        fa_test_buffer *buf = &bufs[i];
+        if (!buf->host || !buf->device) continue;
+        int err = rt->memcpy_(buf->host, buf->device, buf->bytes, CUDA_MEMCPY_DEVICE_TO_HOST);
+        if (err != 0) {
+            snprintf(why, why_size, "cudaMemcpy: %s", rt->get_error_string(err));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void buffers_release(const sweep_cudart *rt, fa_test_buffer *bufs, int count) {
+    for (int i = 0; i < count; i++)
+        if (bufs[i].device) {
+            rt->free_(bufs[i].device);
+            bufs[i].device = NULL;
         }
 }
 
@@ -176,7 +191,7 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     tp.params.device = device;
     if (on_device) {
         rt = sweep_cudart_load(r->error, sizeof r->error);
-        if (!rt || device_mirror_create(rt, &tp, r->error, sizeof r->error)) goto fail;
+        if (!rt || buffers_upload(rt, tp.buffer, FA_T_COUNT, r->error, sizeof r->error)) goto fail;
     }
     fa_params p = on_device ? fa_test_problem_device_params(&tp) : tp.params;
     p.num_threads = num_threads;
@@ -262,13 +277,13 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     }
     fa_ref_references_free(&g, &ref64, &base);
 done:
-    if (rt) device_mirror_destroy(rt, &tp);
+    if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
     fa_test_problem_destroy(&tp);
     return 0;
 fail_ref:
     fa_ref_references_free(&g, &ref64, &base);
 fail:
-    if (rt) device_mirror_destroy(rt, &tp);
+    if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
     fa_test_problem_destroy(&tp);
     return -1;
 }
@@ -335,45 +350,6 @@ void fa_case_format(const fa_case_result *r, int backward, int verbose, char *bu
 }
 
 /* ---- KV-cache and merge cases --------------------------------------------------------- */
-
-/* Mirror `count` buffers on the device (all of them, outputs included, as they are now). */
-static int buffers_upload(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
-                          size_t why_size) {
-    for (int i = 0; i < count; i++) {
-        fa_test_buffer *buf = &bufs[i];
-        if (!buf->host) continue;
-        int err = buf->device ? 0 : rt->malloc_(&buf->device, buf->bytes);
-        if (err == 0) err = rt->memcpy_(buf->device, buf->host, buf->bytes, CUDA_MEMCPY_HOST_TO_DEVICE);
-        if (err != 0) {
-            snprintf(why, why_size, "cudaMalloc/cudaMemcpy of %zu bytes: %s", buf->bytes,
-                     rt->get_error_string(err));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int buffers_download(const sweep_cudart *rt, fa_test_buffer *bufs, int count, char *why,
-                            size_t why_size) {
-    for (int i = 0; i < count; i++) {
-        fa_test_buffer *buf = &bufs[i];
-        if (!buf->host || !buf->device) continue;
-        int err = rt->memcpy_(buf->host, buf->device, buf->bytes, CUDA_MEMCPY_DEVICE_TO_HOST);
-        if (err != 0) {
-            snprintf(why, why_size, "cudaMemcpy: %s", rt->get_error_string(err));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void buffers_release(const sweep_cudart *rt, fa_test_buffer *bufs, int count) {
-    for (int i = 0; i < count; i++)
-        if (bufs[i].device) {
-            rt->free_(bufs[i].device);
-            bufs[i].device = NULL;
-        }
-}
 
 static int device_refuses(fa_status s) {
     return s == FA_ERR_HEAD_DIM || s == FA_ERR_UNSUPPORTED || s == FA_ERR_ALIGNMENT;
