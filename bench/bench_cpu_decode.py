@@ -16,9 +16,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import machine_and_compiler, write_result  # noqa: E402
 
 SHAPES = [(1, 16384), (8, 4096)]
 VARIANTS = [  # (label, kv dtype, environment)
@@ -37,23 +40,6 @@ def run(tool, threads, batch, ctx, kv, env, repeats):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def machine():
-    model = "?"
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "?":
-                    model = line.split(":", 1)[1].strip()
-                if line.startswith("flags") and not flags:
-                    flags = line
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    l3 = subprocess.run(["sh", "-c", "lscpu | grep 'L3 cache' | sed 's/.*: *//'"], capture_output=True, text=True).stdout.strip()
-    return f"{model}, {os.cpu_count()} cores, {isa}, L3 {l3 or '?'}"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", default="build/flashattn")
@@ -70,12 +56,10 @@ def main():
                 r = run(args.tool, args.threads, batch, ctx, kv, env, args.repeats)
                 samples.setdefault((batch, ctx, label), []).append(r)
     load_after = os.getloadavg()[0]
-    cc = subprocess.run(["sh", "-c", "${CC:-cc} --version | head -1"], capture_output=True, text=True).stdout.strip()
     lines = [
         f"# CPU decode attention ({args.threads} threads; f16 queries, 1 query token, hq 32, hkv 8, d 128)",
         "",
-        f"Machine: {machine()}; {platform.system()} {platform.release()}. Compiler: {cc}. "
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"{machine_and_compiler()}Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Load average {load_before:.1f} before, {load_after:.1f} after (the machine was shared).",
         "",
         "GB/s = K+V bytes read (scales included) / median call time; copy GB/s = (read + written) / time of "
@@ -97,11 +81,7 @@ def main():
             speed = statistics.median(r["tokens_per_s"] / f["tokens_per_s"] for r, f in zip(rs, f16))
             lines.append(f"| {batch} x {ctx} | {label} | {ms:.2f} | {batch * 1e3 / ms:.1f} | "
                          f"{rs[0]['kv_bytes'] / 2**20:.1f} MiB | {gbps:.2f} | {copy:.2f} | {100 * share:.0f}% | {speed:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "cpu-decode.md"), "w") as f:
-        f.write(text)
-    print(text)
+    write_result(args.out, "cpu-decode.md", lines)
 
 
 if __name__ == "__main__":

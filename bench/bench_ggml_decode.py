@@ -20,12 +20,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from report import machine_and_compiler, write_result  # noqa: E402
+
 SHAPES = [(1, 16384), (8, 4096)]
 CACHES = ["f16", "q8_0", "int8"]
 LAYOUTS = ["token", "head"]  # llama.cpp's cache [ctx, heads_kv, d] per sequence; [heads_kv, ctx, d]
@@ -87,19 +89,6 @@ def ggml_version(src):
     return f"ggml {version} ({text})"
 
 
-def machine():
-    model, flags = "?", ""
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = line
-    isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "no AVX2"
-    l3 = subprocess.run(["sh", "-c", "lscpu | grep 'L3 cache' | sed 's/.*: *//'"], capture_output=True, text=True).stdout.strip()
-    return f"{model}, {os.cpu_count()} cores, {isa}, L3 {l3 or '?'}"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ggml-dir", default=os.environ.get("GGML_DIR"), help="ggml or llama.cpp source tree")
@@ -134,13 +123,12 @@ def main():
                     samples.setdefault((layout, batch, ctx, cache), []).append(r)
     load_after = os.getloadavg()[0]
 
-    cc = subprocess.run(["sh", "-c", "${CC:-cc} --version | head -1"], capture_output=True, text=True).stdout.strip()
     fa_version = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %cs"], capture_output=True, text=True).stdout.strip()
     isa = samples[(LAYOUTS[0], SHAPES[0][0], SHAPES[0][1], CACHES[0])][0]["isa"]
     lines = [
         f"# CPU decode attention against ggml ({args.threads} threads; 1 query token, hq 32, hkv 8, d 128)",
         "",
-        f"Machine: {machine()}; {platform.system()} {platform.release()}. Compiler: {cc}. "
+        f"{machine_and_compiler()}"
         f"flashattn {fa_version} (CPU SIMD level {isa}); {ggml_version(src)}, CPU backend built Release, "
         f"GGML_NATIVE=ON, no BLAS, OpenMP (OMP_WAIT_POLICY=passive). Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Load average {load_before:.1f} before, {load_after:.1f} after (the machine was shared).",
@@ -176,11 +164,7 @@ def main():
             f"{100 * ours_share:.0f}% | {med('ggml_ms'):.2f} | {med('ggml_GBps'):.2f} | {100 * ggml_share:.0f}% | "
             f"{med('speedup'):.2f}x | {med('copy_GBps'):.2f} | {max(r['err_ours'] for r in rs):.1e} / "
             f"{max(r['err_ggml'] for r in rs):.1e} | {diff} |")
-    text = "\n".join(lines) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "cpu-ggml.md"), "w") as f:
-        f.write(text)
-    print(text)
+    write_result(args.out, "cpu-ggml.md", lines)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,46 @@
-"""SVG chart of TFLOP/s against sequence length, written with the standard library only.
+"""What the benchmark scripts write into bench/results/, with the standard library only.
 
-write_svg(rows, impls, path, title) takes the "speed" rows of bench_gpu.py (one dict per
+machine_and_compiler() and write_result(out_dir, name, lines): the CPU benchmarks' machine line
+(CPU model, cores, SIMD level, L3, OS, compiler) and the results file, written and printed.
+
+write_svg(rows, impls, path, title): an SVG chart of TFLOP/s against sequence length; it takes the "speed" rows of bench_gpu.py (one dict per
 (d, causal, s) with a {fwd_tflops, bwd_tflops} cell per implementation) and draws one panel per
 (mode, d, causal): x = sequence length (log scale), y = TFLOP/s, one line per implementation.
 """
 import math
+import os
+import platform
+import subprocess
+
+
+def machine_and_compiler():
+    """The machine line of a CPU benchmark's results: 'Machine: <CPU model>, <cores> cores, <SIMD level>,
+    L3 <size>; <OS> <release>. Compiler: <cc --version>. '"""
+    model, flags = "?", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "?":
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = line.split()
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    l3 = subprocess.run(["sh", "-c", "lscpu | grep 'L3 cache' | sed 's/.*: *//'"], capture_output=True, text=True).stdout.strip()
+    cc = subprocess.run(["sh", "-c", "${CC:-cc} --version | head -1"], capture_output=True, text=True).stdout.strip()
+    return (f"Machine: {model}, {os.cpu_count()} cores, {isa}, L3 {l3 or '?'}; {platform.system()} {platform.release()}. "
+            f"Compiler: {cc}. ")
+
+
+def write_result(out_dir, name, lines):
+    """The table's lines as <out_dir>/<name> (the one current file of that benchmark), also printed."""
+    text = "\n".join(lines) + "\n"
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name), "w") as f:
+        f.write(text)
+    print(text)
+
 
 COLORS = {"flashattn": "#d62728", "fa4": "#ff7f0e", "fa2": "#1f77b4", "cudnn": "#2ca02c", "standard": "#7f7f7f"}
 PANEL_W, PANEL_H, MARGIN = 260, 190, 48
