@@ -28,68 +28,19 @@
 #define _GNU_SOURCE
 #endif
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flashattn.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "../tools/timing.h"
 
 #define COPY_BYTES ((size_t)512 << 20)
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---- memcpy bandwidth, split among threads --------------------------------------------------- */
-
-typedef struct copy_job {
-    char *dst;
-    const char *src;
-    size_t bytes;
-} copy_job;
-
-static void *copy_part(void *arg) {
-    copy_job *job = arg;
-    memcpy(job->dst, job->src, job->bytes);
-    return NULL;
-}
-
-static double copy_gbps(char *dst, const char *src, int threads) {
-    copy_job jobs[64];
-    pthread_t ids[64];
-    int started[64] = {0};
-    size_t part = COPY_BYTES / (size_t)threads / 64 * 64;
-    double t0 = now_s();
-    for (int t = 1; t < threads; t++) {
-        jobs[t] = (copy_job){dst + t * part, src + t * part, t == threads - 1 ? COPY_BYTES - t * part : part};
-        started[t] = pthread_create(&ids[t], NULL, copy_part, &jobs[t]) == 0;
-        if (!started[t]) copy_part(&jobs[t]);
-    }
-    jobs[0] = (copy_job){dst, src, threads > 1 ? part : COPY_BYTES};
-    copy_part(&jobs[0]);
-    for (int t = 1; t < threads; t++)
-        if (started[t]) pthread_join(ids[t], NULL);
-    return 2.0 * (double)COPY_BYTES / (now_s() - t0) / 1e9;
-}
 
 /* ---- inputs ------------------------------------------------------------------------------------ */
 
@@ -327,25 +278,25 @@ int main(int argc, char **argv) {
     double *ratio = malloc((size_t)rounds * sizeof(double)), *copies = malloc((size_t)rounds * sizeof(double));
     double *round_ours = malloc((size_t)repeats * sizeof(double)), *round_ggml = malloc((size_t)repeats * sizeof(double));
     for (int r = 0; r < rounds; r++) {
-        copies[r] = copy_gbps(copy_dst, copy_src, threads);
+        copies[r] = 2.0 * (double)COPY_BYTES / bench_copy_seconds(copy_dst, copy_src, COPY_BYTES, threads) / 1e9;
         for (int side = 0; side < 2; side++) {
             int ours_now = (side == 0) == (r % 2 == 0);
             for (int i = 0; i < repeats; i++) {
-                double t0 = now_s();
+                double t0 = bench_now_seconds();
                 if (ours_now) {
                     if (fa_kvcache_forward(&p) != FA_OK) return fprintf(stderr, "flashattn: %s\n", fa_last_error()), 1;
                 } else if (ggml_backend_graph_compute(backend, graph) != GGML_STATUS_SUCCESS) {
                     return fprintf(stderr, "ggml: compute failed\n"), 1;
                 }
-                double dt = now_s() - t0;
+                double dt = bench_now_seconds() - t0;
                 (ours_now ? t_ours : t_ggml)[r * repeats + i] = dt;
                 (ours_now ? round_ours : round_ggml)[i] = dt;
             }
         }
-        ratio[r] = median(round_ggml, repeats) / median(round_ours, repeats);
+        ratio[r] = bench_median(round_ggml, repeats) / bench_median(round_ours, repeats);
     }
-    double ms_ours = 1e3 * median(t_ours, calls), ms_ggml = 1e3 * median(t_ggml, calls);
-    double copy = median(copies, rounds);
+    double ms_ours = 1e3 * bench_median(t_ours, calls), ms_ggml = 1e3 * bench_median(t_ggml, calls);
+    double copy = bench_median(copies, rounds);
     char diff_text[32] = "null"; /* the int8 cache differs from ggml's Q8_0: no element-wise diff */
     if (shared_bytes) snprintf(diff_text, sizeof diff_text, "%.3g", diff);
     printf("{\"layout\":\"%s\",\"batch\":%lld,\"ctx\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"threads\":%d,\"cache\":\"%s\","
@@ -354,7 +305,7 @@ int main(int argc, char **argv) {
            "\"err_ours\":%.3g,\"err_ggml\":%.3g,\"max_diff\":%s,\"isa\":\"%s\"}\n",
            layout, (long long)batch, (long long)ctx_len, (long long)hq, (long long)hkv, (long long)d, threads, cache,
            ggml_type_name(type), ms_ours, ms_ggml, ours_bytes, ggml_bytes, ours_bytes / ms_ours / 1e6,
-           ggml_bytes / ms_ggml / 1e6, copy, median(ratio, rounds), err_ours, err_ggml, diff_text, fa_cpu_isa());
+           ggml_bytes / ms_ggml / 1e6, copy, bench_median(ratio, rounds), err_ours, err_ggml, diff_text, fa_cpu_isa());
     ggml_backend_buffer_free(buffer);
     ggml_backend_free(backend);
     ggml_free(gctx);

@@ -12,21 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_run.h"
 #include "child.h"
+#include "timing.h"
 
 /* Adaptive timing: at least this many timed calls, more while under the time budget. */
 #define ADAPTIVE_MIN_CALLS 3
 #define ADAPTIVE_MAX_CALLS 10
 #define ADAPTIVE_BUDGET_S 1.0
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Value in bytes of a "VmXXX:   1234 kB" line of /proc/self/status; -1 if unavailable. */
 static long long proc_status_bytes(const char *key) {
@@ -62,11 +56,6 @@ static fa_status call_once(const bench_case *c, const fa_params *p) {
     return st;
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void set_failure(bench_result *r, fa_status st, const char *what) {
     r->status = BENCH_FAILED;
     snprintf(r->note, sizeof r->note, "%s: %s: %s", what, fa_strerror(st), fa_last_error());
@@ -83,18 +72,15 @@ static int time_calls(const bench_case *c, const fa_params *p, bench_result *r) 
     double total = 0.0;
     int calls = 0;
     while (calls < max_calls) {
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         fa_status st = call_once(c, p);
-        double elapsed = now_seconds() - t0;
+        double elapsed = bench_now_seconds() - t0;
         if (st != FA_OK) { set_failure(r, st, "timed call"); return 0; }
         samples[calls++] = elapsed;
         total += elapsed;
         if (c->repeats == 0 && calls >= ADAPTIVE_MIN_CALLS && total > ADAPTIVE_BUDGET_S) break;
     }
-    qsort(samples, (size_t)calls, sizeof samples[0], compare_doubles);
-    double median = calls % 2 ? samples[calls / 2]
-                              : 0.5 * (samples[calls / 2 - 1] + samples[calls / 2]);
-    r->ms = 1e3 * median;
+    r->ms = 1e3 * bench_median(samples, calls);
     r->timed_calls = calls;
     return 1;
 }

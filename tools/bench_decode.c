@@ -20,17 +20,16 @@
  * CUDA inputs are rotated through several copies when one set is smaller than twice the L2, so
  * consecutive calls do not run from a warm L2.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "bench_case.h"
 #include "cli.h"
 #include "cudart.h"
 #include "tensors.h"
+#include "timing.h"
 
 #define CMD "bench"
 #define MAX_SETS 8
@@ -73,22 +72,6 @@ typedef struct decode_result {
     double kv_bytes;
     double copy_gbps; /* CPU: median of the copies interleaved with this configuration's calls */
 } decode_result;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *values, int n) {
-    qsort(values, (size_t)n, sizeof values[0], compare_doubles);
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 /* ---- flags ---------------------------------------------------------------------------------- */
 
@@ -401,38 +384,9 @@ static double kv_bytes_of(const decode_case *c) {
 
 /* ---- CPU ---------------------------------------------------------------------------------------- */
 
-typedef struct copy_job {
-    char *dst;
-    const char *src;
-    size_t bytes;
-} copy_job;
-
-static void *copy_part(void *arg) {
-    copy_job *job = arg;
-    memcpy(job->dst, job->src, job->bytes);
-    return NULL;
-}
-
 /* One memcpy of CPU_COPY_BYTES split among `threads` threads; seconds. */
 static char *copy_src, *copy_dst;
-static double cpu_copy_once(int threads) {
-    if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
-    copy_job jobs[256];
-    pthread_t ids[256];
-    size_t part = CPU_COPY_BYTES / (size_t)threads / 64 * 64;
-    double t0 = now_seconds();
-    int started = 0;
-    for (int t = 0; t < threads; t++) {
-        size_t offset = (size_t)t * part;
-        jobs[t] = (copy_job){copy_dst + offset, copy_src + offset, t == threads - 1 ? CPU_COPY_BYTES - offset : part};
-        if (t > 0 && pthread_create(&ids[t], NULL, copy_part, &jobs[t]) == 0) started = t;
-        else if (t > 0) copy_part(&jobs[t]);
-    }
-    copy_part(&jobs[0]);
-    for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
-    return now_seconds() - t0;
-}
+static double cpu_copy_once(int threads) { return bench_copy_seconds(copy_dst, copy_src, CPU_COPY_BYTES, threads); }
 
 /* memcpy bandwidth with `threads` threads, (read + written) bytes per second, median of 5. */
 static double cpu_copy_gbps(int threads) {
@@ -448,7 +402,7 @@ static double cpu_copy_gbps(int threads) {
     }
     double t[5];
     for (int rep = 0; rep < 5; rep++) t[rep] = cpu_copy_once(threads);
-    return 2.0 * (double)CPU_COPY_BYTES / median(t, 5) * 1e-9;
+    return 2.0 * (double)CPU_COPY_BYTES / bench_median(t, 5) * 1e-9;
 }
 
 static void measure_cpu(const decode_options *o, const decode_case *c, decode_result *r) {
@@ -466,18 +420,18 @@ static void measure_cpu(const decode_options *o, const decode_case *c, decode_re
     int calls = 0, n_copies = 0, max_calls = o->repeats > 0 ? o->repeats : 60;
     while (st == FA_OK && calls < max_calls) {
         if (copy_src && calls % CALLS_PER_COPY == 0) copies[n_copies++] = cpu_copy_once(c->threads);
-        double t0 = now_seconds();
+        double t0 = bench_now_seconds();
         st = fa_kvcache_forward(&p);
-        samples[calls] = now_seconds() - t0;
+        samples[calls] = bench_now_seconds() - t0;
         total += samples[calls++];
         if (o->repeats == 0 && calls >= 3 * CALLS_PER_COPY && total > TIME_BUDGET_S) break;
     }
-    if (n_copies) r->copy_gbps = 2.0 * (double)CPU_COPY_BYTES / median(copies, n_copies) * 1e-9;
+    if (n_copies) r->copy_gbps = 2.0 * (double)CPU_COPY_BYTES / bench_median(copies, n_copies) * 1e-9;
     if (st != FA_OK) {
         snprintf(r->note, sizeof r->note, "%s: %s", fa_strerror(st), fa_last_error());
     } else {
         r->ok = 1;
-        r->ms = 1e3 * median(samples, calls);
+        r->ms = 1e3 * bench_median(samples, calls);
         r->calls = calls;
     }
     free_host(&h);
@@ -617,7 +571,7 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
         }
         if (ok) {
             r->ok = 1;
-            r->ms = median(samples, calls);
+            r->ms = bench_median(samples, calls);
             r->calls = calls;
         }
     }

@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_run.h"
 #include "child.h"
 #include "tensors.h"
+#include "timing.h"
 
 #define CBLAS_ROW_MAJOR 101
 #define CBLAS_NO_TRANS 111
@@ -29,12 +29,6 @@ typedef struct gemm_request {
     int n, threads;
 } gemm_request;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *open_blas(gemm_result *g) {
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3",
                                         "libblas.so"};
@@ -47,11 +41,6 @@ static void *open_blas(gemm_result *g) {
         if (handle) dlclose(handle);
     }
     return NULL;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* One untimed call, then timed calls while under the budget; median ms. 0 when out of memory. */
@@ -68,16 +57,16 @@ static double time_sgemm(sgemm_fn sgemm, int n) {
         double samples[GEMM_MAX_CALLS], total = 0.0;
         int calls = 0;
         for (int i = -1; i < GEMM_MAX_CALLS; i++) {
-            double t0 = now_seconds();
+            double t0 = bench_now_seconds();
             sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f,
                   c, n);
-            double elapsed = now_seconds() - t0;
+            double elapsed = bench_now_seconds() - t0;
             /* The first call is a warm-up unless it alone exceeds the budget (a slow BLAS). */
             if (i >= 0 || elapsed > GEMM_BUDGET_S) samples[calls++] = elapsed;
             total += elapsed;
             if (calls > 0 && total > GEMM_BUDGET_S) break;
         }
-        qsort(samples, (size_t)calls, sizeof samples[0], compare_doubles);
+        qsort(samples, (size_t)calls, sizeof samples[0], bench_compare_doubles);
         median = 1e3 * samples[calls / 2];
     }
     free(a);
