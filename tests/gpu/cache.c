@@ -34,34 +34,6 @@ static int failures;
 /* `word` occurs in `text` */
 static int mentions(const char *text, const char *word) { return strstr(text, word) != NULL; }
 
-/* ---- device mirrors of host buffers ------------------------------------------------------ */
-
-static int upload(fa_test_buffer *bufs, int count) {
-    for (int i = 0; i < count; i++) {
-        if (!bufs[i].host) continue;
-        if (!bufs[i].device && cudaMalloc(&bufs[i].device, bufs[i].bytes) != cudaSuccess) return -1;
-        if (cudaMemcpy(bufs[i].device, bufs[i].host, bufs[i].bytes, cudaMemcpyHostToDevice) != cudaSuccess) return -1;
-    }
-    return 0;
-}
-
-static int download(fa_test_buffer *bufs, int count) {
-    if (cudaDeviceSynchronize() != cudaSuccess) return -1;
-    for (int i = 0; i < count; i++)
-        if (bufs[i].host && bufs[i].device &&
-            cudaMemcpy(bufs[i].host, bufs[i].device, bufs[i].bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-            return -1;
-    return 0;
-}
-
-static void release(fa_test_buffer *bufs, int count) {
-    for (int i = 0; i < count; i++)
-        if (bufs[i].device) {
-            cudaFree(bufs[i].device);
-            bufs[i].device = NULL;
-        }
-}
-
 /* ---- kvcache ------------------------------------------------------------------------------ */
 
 /* Elements of the two caches that differ between the CPU and the CUDA run: bitwise, or by more
@@ -150,13 +122,13 @@ static void kv_case(const fa_kv_spec *spec) {
     }
     fa_status s_cpu = fa_kvcache_forward(&cpu.params);
     EXPECT(s_cpu == FA_OK, "%s: CPU: %s", label, fa_last_error());
-    if (upload(gpu.buffer, FA_KV_BUFFER_COUNT)) {
+    if (gpu_buffers_upload(gpu.buffer, FA_KV_BUFFER_COUNT)) {
         EXPECT(0, "%s: upload failed", label);
     } else {
         fa_params p = fa_kv_problem_device_params(&gpu);
         p.device = FA_DEVICE_CUDA;
         fa_status s = fa_kvcache_forward(&p);
-        if (download(gpu.buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "%s: CUDA error after the call", label);
+        if (gpu_buffers_download(gpu.buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "%s: CUDA error after the call", label);
         EXPECT(s == FA_OK, "%s: CUDA: %s", label, fa_last_error());
         if (s == FA_OK && s_cpu == FA_OK) {
             fa_kv_check c = fa_kv_verify(&gpu);
@@ -167,7 +139,7 @@ static void kv_case(const fa_kv_spec *spec) {
             EXPECT(diff == 0, "%s: %lld cache elements differ from the CPU engine's", label, (long long)diff);
         }
     }
-    release(gpu.buffer, FA_KV_BUFFER_COUNT);
+    gpu_buffers_release(gpu.buffer, FA_KV_BUFFER_COUNT);
     fa_kv_problem_destroy(&cpu);
     fa_kv_problem_destroy(&gpu);
 }
@@ -175,7 +147,7 @@ static void kv_case(const fa_kv_spec *spec) {
 /* A bad value on CUDA: its status, a message naming `field`, no output or cache element written. */
 static void kv_bad(fa_kv_problem *kp, fa_params p, fa_status want, const char *field, const char *label) {
     fa_kv_problem_reset(kp);
-    if (upload(kp->buffer, FA_KV_BUFFER_COUNT)) {
+    if (gpu_buffers_upload(kp->buffer, FA_KV_BUFFER_COUNT)) {
         EXPECT(0, "%s: upload failed", label);
         return;
     }
@@ -183,7 +155,7 @@ static void kv_bad(fa_kv_problem *kp, fa_params p, fa_status want, const char *f
     const char *message = fa_last_error();
     char copy[512];
     snprintf(copy, sizeof copy, "%s", message);
-    if (download(kp->buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "%s: CUDA error", label);
+    if (gpu_buffers_download(kp->buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "%s: CUDA error", label);
     EXPECT(got == want, "%s: %s, want %s: %s", label, fa_strerror(got), fa_strerror(want), copy);
     EXPECT(mentions(copy, field), "%s: message does not name %s: \"%s\"", label, field, copy);
     EXPECT(fa_kv_untouched(kp), "%s: an output or the cache was written", label);
@@ -201,7 +173,7 @@ static void kv_bad_values(uint64_t seed) {
         EXPECT(0, "bad values: could not create the problem");
         return;
     }
-    if (upload(kp.buffer, FA_KV_BUFFER_COUNT)) {
+    if (gpu_buffers_upload(kp.buffer, FA_KV_BUFFER_COUNT)) {
         EXPECT(0, "bad values: upload failed");
         fa_kv_problem_destroy(&kp);
         return;
@@ -231,10 +203,10 @@ static void kv_bad_values(uint64_t seed) {
             kv_bad(&kp, p, FA_ERR_WORKSPACE, "workspace_bytes", "padded copies: workspace one byte short");
             /* the exact size works */
             fa_kv_problem_reset(&kp);
-            if (upload(kp.buffer, FA_KV_BUFFER_COUNT) == 0) {
+            if (gpu_buffers_upload(kp.buffer, FA_KV_BUFFER_COUNT) == 0) {
                 p.workspace_bytes = ws;
                 fa_status st = fa_kvcache_forward(&p);
-                if (download(kp.buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "caller workspace: CUDA error");
+                if (gpu_buffers_download(kp.buffer, FA_KV_BUFFER_COUNT)) EXPECT(0, "caller workspace: CUDA error");
                 fa_kv_check ck = fa_kv_verify(&kp);
                 char detail[600];
                 fa_kv_format(&ck, detail, sizeof detail);
@@ -244,7 +216,7 @@ static void kv_bad_values(uint64_t seed) {
             cudaFree(small);
         }
     }
-    release(kp.buffer, FA_KV_BUFFER_COUNT);
+    gpu_buffers_release(kp.buffer, FA_KV_BUFFER_COUNT);
     fa_kv_problem_destroy(&kp);
 
     /* f32 and head dims past 256 are CPU-only, also with the padded copies */
@@ -262,12 +234,12 @@ static void kv_bad_values(uint64_t seed) {
             EXPECT(0, "limits: could not create the problem");
             continue;
         }
-        if (upload(kp.buffer, FA_KV_BUFFER_COUNT) == 0) {
+        if (gpu_buffers_upload(kp.buffer, FA_KV_BUFFER_COUNT) == 0) {
             p = fa_kv_problem_device_params(&kp);
             p.device = FA_DEVICE_CUDA;
             kv_bad(&kp, p, limits[i].want, limits[i].field, limits[i].field);
         }
-        release(kp.buffer, FA_KV_BUFFER_COUNT);
+        gpu_buffers_release(kp.buffer, FA_KV_BUFFER_COUNT);
         fa_kv_problem_destroy(&kp);
     }
 }
@@ -376,7 +348,7 @@ static int paged_call(fa_test_problem *tp, const fa_params *p, const char *label
                       const fa_ref_outputs *base) {
     if (repoison(tp)) return -1;
     fa_status s = fa_forward(p);
-    if (download(tp->buffer, FA_T_COUNT)) EXPECT(0, "%s: CUDA error after the call", label);
+    if (gpu_buffers_download(tp->buffer, FA_T_COUNT)) EXPECT(0, "%s: CUDA error after the call", label);
     EXPECT(s == FA_OK, "%s: %s", label, fa_last_error());
     if (s != FA_OK) return -1;
     static const int tensors[2] = {FA_T_O, FA_T_LSE};
@@ -395,7 +367,7 @@ static void paged_bad(fa_test_problem *tp, const fa_params *p, int backward, fa_
     fa_status got = backward ? fa_backward(p) : fa_forward(p);
     char message[512];
     snprintf(message, sizeof message, "%s", fa_last_error());
-    if (download(tp->buffer, FA_T_COUNT)) EXPECT(0, "%s: CUDA error", label);
+    if (gpu_buffers_download(tp->buffer, FA_T_COUNT)) EXPECT(0, "%s: CUDA error", label);
     EXPECT(got == want, "%s: %s, want %s: %s", label, fa_strerror(got), fa_strerror(want), message);
     EXPECT(mentions(message, field), "%s: message does not name %s: \"%s\"", label, field, message);
     EXPECT(fa_test_buffer_all_poison(tp, FA_T_O) && fa_test_buffer_all_poison(tp, FA_T_LSE),
@@ -450,7 +422,7 @@ static void paged_case(fa_test_rng *rng, int index, int small) {
         return;
     }
     const int64_t pad = fa_test_rng_uniform(rng) < 0.5 ? 8 : 0;
-    if (!make_pool(&tp, page_size, pad, rng, &pool) || upload(tp.buffer, FA_T_COUNT) ||
+    if (!make_pool(&tp, page_size, pad, rng, &pool) || gpu_buffers_upload(tp.buffer, FA_T_COUNT) ||
         cudaMalloc(&k_dev, (size_t)(pool.num_pages * pool.page_stride_k) * 2) != cudaSuccess ||
         cudaMalloc(&v_dev, (size_t)(pool.num_pages * pool.page_stride_v) * 2) != cudaSuccess ||
         cudaMalloc(&table_dev, sizeof(int32_t) * (size_t)(spec.batch * pool.table_stride)) != cudaSuccess ||
@@ -514,7 +486,7 @@ done:
     cudaFree(v_dev);
     cudaFree(table_dev);
     cudaFree(ws_dev);
-    release(tp.buffer, FA_T_COUNT);
+    gpu_buffers_release(tp.buffer, FA_T_COUNT);
     free_pool(&pool);
     fa_ref_references_free(&g, &ref, &base);
     fa_test_problem_destroy(&tp);

@@ -25,6 +25,35 @@ uint64_t gpu_announce_seed(const char *mode) {
     return seed;
 }
 
+cudaError_t gpu_buffers_upload(fa_test_buffer *bufs, int count) {
+    for (int i = 0; i < count; i++) {
+        if (!bufs[i].host) continue;
+        cudaError_t e = bufs[i].device ? cudaSuccess : cudaMalloc(&bufs[i].device, bufs[i].bytes);
+        if (e == cudaSuccess) e = cudaMemcpy(bufs[i].device, bufs[i].host, bufs[i].bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t gpu_buffers_download(fa_test_buffer *bufs, int count) {
+    cudaError_t e = cudaDeviceSynchronize();
+    for (int i = 0; i < count && e == cudaSuccess; i++)
+        if (bufs[i].host && bufs[i].device)
+            e = cudaMemcpy(bufs[i].host, bufs[i].device, bufs[i].bytes, cudaMemcpyDeviceToHost);
+    return e;
+}
+
+cudaError_t gpu_buffers_release(fa_test_buffer *bufs, int count) {
+    cudaError_t first = cudaSuccess;
+    for (int i = 0; i < count; i++)
+        if (bufs[i].device) {
+            cudaError_t e = cudaFree(bufs[i].device);
+            if (first == cudaSuccess) first = e;
+            bufs[i].device = NULL;
+        }
+    return first;
+}
+
 float gpu_random_uniform(gpu_rng *rng, float lo, float hi) {
     uint32_t x = rng->state;
     x ^= x << 13;

@@ -6,9 +6,11 @@
 #ifndef FA_GPU_UTIL_H
 #define FA_GPU_UTIL_H
 
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "flashattn.h"
+#include "oracle/reference.h"
 
 /* A failed check of a GPU test mode: counted in `failures` and printed as "FAIL <mode>: <message>". */
 #define GPU_EXPECT(failures, mode, cond, ...)                                                     \
@@ -34,6 +36,14 @@
 /* The base seed of a randomised mode: FA_TEST_SEED when set, else from the clock; printed as
  * "<mode>: seed N (FA_TEST_SEED=N reproduces)". */
 uint64_t gpu_announce_seed(const char *mode);
+
+/* Device mirrors of the oracle's host buffers (fa_test_buffer.device): upload allocates the
+ * missing ones and copies every buffer that has a host array, download copies back every buffer
+ * that has both (after a device synchronisation), release frees them. cudaSuccess, or the error
+ * of the first call that failed. */
+cudaError_t gpu_buffers_upload(fa_test_buffer *bufs, int count);
+cudaError_t gpu_buffers_download(fa_test_buffer *bufs, int count);
+cudaError_t gpu_buffers_release(fa_test_buffer *bufs, int count);
 
 /* xorshift32; each program seeds its own (state != 0). */
 typedef struct gpu_rng {

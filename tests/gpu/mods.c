@@ -92,28 +92,6 @@ static fa_params device_params(const fa_test_problem *tp, const fa_params *host,
     return d;
 }
 
-static void upload_problem(fa_test_problem *tp) {
-    for (int b = 0; b < FA_T_COUNT; b++) {
-        fa_test_buffer *buf = &tp->buffer[b];
-        if (!buf->host) continue;
-        CUDA_OK(cudaMalloc(&buf->device, buf->bytes));
-        CUDA_OK(cudaMemcpy(buf->device, buf->host, buf->bytes, cudaMemcpyHostToDevice));
-    }
-}
-
-static void release_problem(fa_test_problem *tp) {
-    for (int b = 0; b < FA_T_COUNT; b++)
-        if (tp->buffer[b].device) {
-            CUDA_OK(cudaFree(tp->buffer[b].device));
-            tp->buffer[b].device = NULL;
-        }
-}
-
-static void download(fa_test_problem *tp, int tensor) {
-    fa_test_buffer *buf = &tp->buffer[tensor];
-    if (buf->host && buf->device) CUDA_OK(cudaMemcpy(buf->host, buf->device, buf->bytes, cudaMemcpyDeviceToHost));
-}
-
 /* dbias (host copy) against the oracle (fa_ref_dbias_compare: summed over the broadcast axes). */
 static void check_dbias(const fa_params *p, const float *dbias, const fa_ref_problem *rp, const fa_ref_outputs *ref64,
                         const fa_ref_outputs *base, const char *label) {
@@ -181,7 +159,7 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
         fa_test_problem_destroy(&tp);
         return;
     }
-    upload_problem(&tp);
+    CUDA_OK(gpu_buffers_upload(tp.buffer, FA_T_COUNT));
     mods_upload(&m);
     fa_params d = device_params(&tp, p, &m);
     float *dbias_host = m.host.array[FA_TEST_MOD_DBIAS];
@@ -191,8 +169,8 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
     fa_status s = fa_forward(&d);
     EXPECT(s == FA_OK, "%s: fa_forward: %s", full_label, fa_last_error());
     if (s == FA_OK) {
-        download(&tp, FA_T_O);
-        download(&tp, FA_T_LSE);
+        CUDA_OK(gpu_buffers_download(&tp.buffer[FA_T_O], 1));
+        CUDA_OK(gpu_buffers_download(&tp.buffer[FA_T_LSE], 1));
         fa_test_check o = fa_test_compare(&tp, FA_T_O, &ref64, &base), lse = fa_test_compare(&tp, FA_T_LSE, &ref64, &base);
         EXPECT(o.ok, "%s o: err %.3e > tol %.3e (base %.3e) unwritten %lld nonfinite %lld clobbered %lld", full_label,
                o.err, o.tol, o.base_err, (long long)o.unwritten, (long long)o.nonfinite, (long long)o.clobbered);
@@ -206,7 +184,7 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
         if (s == FA_OK) {
             static const int grads[3] = {FA_T_DQ, FA_T_DK, FA_T_DV};
             for (int t = 0; t < 3; t++) {
-                download(&tp, grads[t]);
+                CUDA_OK(gpu_buffers_download(&tp.buffer[grads[t]], 1));
                 fa_test_check c = fa_test_compare(&tp, grads[t], &ref64, &base);
                 EXPECT(c.ok, "%s %s: err %.3e > tol %.3e (base %.3e, max|ref| %.3e) unwritten %lld nonfinite %lld",
                        full_label, fa_test_tensor_name(grads[t]), c.err, c.tol, c.base_err, c.ref_max,
@@ -226,7 +204,7 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
                 }
                 EXPECT(fa_backward(&d) == FA_OK, "%s: second fa_backward: %s", full_label, fa_last_error());
                 for (int t = 0; t < 3; t++) {
-                    download(&tp, grads[t]);
+                    CUDA_OK(gpu_buffers_download(&tp.buffer[grads[t]], 1));
                     EXPECT(fa_test_same_as_snapshot(&tp, grads[t], first[t]), "%s: deterministic %s differs run to run",
                            full_label, fa_test_tensor_name(grads[t]));
                     free(first[t]);
@@ -242,7 +220,7 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
     }
     printf("%s %s\n", failures == ok_before ? "ok  " : "FAIL", full_label);
     fa_ref_references_free(&g, &ref64, &base);
-    release_problem(&tp);
+    CUDA_OK(gpu_buffers_release(tp.buffer, FA_T_COUNT));
     mods_free(&m);
     fa_test_problem_destroy(&tp);
 }
