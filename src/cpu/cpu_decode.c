@@ -142,20 +142,9 @@ static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
     return a.used;
 }
 
-typedef struct dec_plan {
-    size_t sequences, o_part, lse_part, per_thread, total;
-} dec_plan;
-
-static dec_plan plan_of(const fa_problem *pb, int threads, int64_t splits) {
-    const fa_params *p = &pb->p;
-    dec_plan w;
-    int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-    w.sequences = fa_cpu_align64(sizeof(fa_cpu_kv_sequence) * (size_t)p->batch);
-    w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
-    w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
-    w.per_thread = fa_cpu_align64(scratch_layout(pb, NULL, NULL));
-    w.total = 64 + w.sequences + w.o_part + w.lse_part + (size_t)threads * w.per_thread;
-    return w;
+/* No slot ids: the decode path appends on the calling thread. */
+static fa_cpu_kv_plan plan_of(const fa_problem *pb, int threads, int64_t splits) {
+    return fa_cpu_kv_plan_of(&pb->p, 0, splits, scratch_layout(pb, NULL, NULL), threads);
 }
 
 static int64_t split_bound(const fa_problem *pb, int threads) {
@@ -484,7 +473,7 @@ static void attention_task(void *arg, int thread_index) {
 fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     const int threads = fa_cpu_thread_count(pb);
-    dec_plan plan = plan_of(pb, threads, split_bound(pb, threads));
+    fa_cpu_kv_plan plan = plan_of(pb, threads, split_bound(pb, threads));
     fa_cpu_workspace ws;
     if (!fa_cpu_workspace_acquire(pb, plan.total, &ws)) return FA_ERR_ALLOC;
 
@@ -495,18 +484,14 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.dk = decode_kernels();
     c.format = format_of(p);
     c.unit = cache_unit(p);
-    char *cursor = ws.base;
-    fa_cpu_kv_sequence *seqs = (fa_cpu_kv_sequence *)cursor;
-    cursor += plan.sequences;
-    c.o_part = (float *)cursor;
-    cursor += plan.o_part;
-    c.lse_part = (float *)cursor;
-    cursor += plan.lse_part;
-    c.scratch = cursor;
+    const fa_cpu_kv_pieces at = fa_cpu_kv_pieces_at(&plan, ws.base);
+    c.o_part = at.o_part;
+    c.lse_part = at.lse_part;
+    c.scratch = at.scratch;
     c.scratch_bytes = plan.per_thread;
-    c.seqs = seqs;
+    c.seqs = at.seqs;
 
-    const int64_t longest = fa_cpu_kv_sequences(p, seqs);
+    const int64_t longest = fa_cpu_kv_sequences(p, at.seqs);
 
     if (p->k_new) {
         dec_scratch w;

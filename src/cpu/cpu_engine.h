@@ -385,4 +385,43 @@ static inline int64_t fa_cpu_kv_sequences(const fa_params *p, fa_cpu_kv_sequence
     return longest;
 }
 
+/* The workspace of a KV-cache call, in 64-byte aligned pieces: the sequences, the slot ids of the
+ * appended tokens (with_slot_ids and an append), the splits' fp32 partial states (splits > 1: o
+ * [splits][rows][head_dim_v], lse [splits][rows], rows = batch·heads_q·seqlen_q), then `threads`
+ * scratch regions of per_thread bytes; total includes 64 bytes of alignment slack. */
+typedef struct fa_cpu_kv_plan {
+    size_t sequences, slot_ids, o_part, lse_part, per_thread, total;
+} fa_cpu_kv_plan;
+
+static inline fa_cpu_kv_plan fa_cpu_kv_plan_of(const fa_params *p, int with_slot_ids, int64_t splits,
+                                               size_t scratch_bytes, int threads) {
+    fa_cpu_kv_plan w;
+    const int64_t rows = p->batch * p->heads_q * p->seqlen_q;
+    w.sequences = fa_cpu_align64(sizeof(fa_cpu_kv_sequence) * (size_t)p->batch);
+    w.slot_ids = with_slot_ids && p->k_new ? fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch * p->seqlen_new)) : 0;
+    w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
+    w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
+    w.per_thread = fa_cpu_align64(scratch_bytes);
+    w.total = 64 + w.sequences + w.slot_ids + w.o_part + w.lse_part + (size_t)threads * w.per_thread;
+    return w;
+}
+
+/* The pieces of plan w in a workspace at base (64-byte aligned). */
+typedef struct fa_cpu_kv_pieces {
+    fa_cpu_kv_sequence *seqs;
+    int64_t *slot_ids;
+    float *o_part, *lse_part;
+    char *scratch;
+} fa_cpu_kv_pieces;
+
+static inline fa_cpu_kv_pieces fa_cpu_kv_pieces_at(const fa_cpu_kv_plan *w, char *base) {
+    fa_cpu_kv_pieces at;
+    at.seqs = (fa_cpu_kv_sequence *)base;
+    at.slot_ids = (int64_t *)(base + w->sequences);
+    at.o_part = (float *)(base + w->sequences + w->slot_ids);
+    at.lse_part = (float *)(base + w->sequences + w->slot_ids + w->o_part);
+    at.scratch = base + w->sequences + w->slot_ids + w->o_part + w->lse_part;
+    return at;
+}
+
 #endif /* FA_CPU_ENGINE_H */

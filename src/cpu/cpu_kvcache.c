@@ -622,24 +622,9 @@ static void attention_task(void *arg, int thread_index) {
 
 /* ---- driver ------------------------------------------------------------------------------------ */
 
-/* Workspace pieces, in order: sequences, slot ids (append), partial states (splits > 1), then
- * the per-thread scratch. */
-typedef struct kv_workspace_plan {
-    size_t sequences, slot_ids, o_part, lse_part, per_thread;
-    size_t total;
-} kv_workspace_plan;
-
-static kv_workspace_plan plan_workspace(const fa_problem *pb, int threads, int64_t splits) {
-    const fa_params *p = &pb->p;
-    kv_workspace_plan w;
-    int64_t rows = p->batch * p->heads_q * p->seqlen_q;
-    w.sequences = fa_cpu_align64(sizeof(fa_cpu_kv_sequence) * (size_t)p->batch);
-    w.slot_ids = p->k_new ? fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch * p->seqlen_new)) : 0;
-    w.o_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows * p->head_dim_v)) : 0;
-    w.lse_part = splits > 1 ? fa_cpu_align64(sizeof(float) * (size_t)(splits * rows)) : 0;
-    w.per_thread = fa_cpu_align64(scratch_layout(pb, NULL, NULL));
-    w.total = 64 + w.sequences + w.slot_ids + w.o_part + w.lse_part + (size_t)threads * w.per_thread;
-    return w;
+/* With slot ids: the appends run in parallel unless two of them write the same slot. */
+static fa_cpu_kv_plan plan_workspace(const fa_problem *pb, int threads, int64_t splits) {
+    return fa_cpu_kv_plan_of(&pb->p, 1, splits, scratch_layout(pb, NULL, NULL), threads);
 }
 
 size_t fa_cpu_kvcache_workspace(const fa_problem *pb) {
@@ -652,7 +637,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     if (fa_cpu_decode_applies(pb)) return fa_cpu_decode_forward(pb); /* cpu_decode.c */
     const fa_params *p = &pb->p;
     const int threads = fa_cpu_thread_count(pb);
-    kv_workspace_plan plan = plan_workspace(pb, threads, split_bound(pb, threads));
+    fa_cpu_kv_plan plan = plan_workspace(pb, threads, split_bound(pb, threads));
     fa_cpu_workspace ws;
     if (!fa_cpu_workspace_acquire(pb, plan.total, &ws)) return FA_ERR_ALLOC;
 
@@ -668,26 +653,20 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.v_direct = p->dtype == FA_DTYPE_F32 && c.dv == c.dv_pad;
     c.dot_scores = dot_scores_possible(pb, c.kern, 0);
 
-    char *cursor = ws.base;
-    fa_cpu_kv_sequence *seqs = (fa_cpu_kv_sequence *)cursor;
-    cursor += plan.sequences;
-    int64_t *slot_ids = (int64_t *)cursor;
-    cursor += plan.slot_ids;
-    c.o_part = (float *)cursor;
-    cursor += plan.o_part;
-    c.lse_part = (float *)cursor;
-    cursor += plan.lse_part;
-    c.scratch = cursor;
+    const fa_cpu_kv_pieces at = fa_cpu_kv_pieces_at(&plan, ws.base);
+    c.o_part = at.o_part;
+    c.lse_part = at.lse_part;
+    c.scratch = at.scratch;
     c.scratch_bytes = plan.per_thread;
-    c.seqs = seqs;
+    c.seqs = at.seqs;
 
-    const int64_t longest = fa_cpu_kv_sequences(p, seqs);
+    const int64_t longest = fa_cpu_kv_sequences(p, at.seqs);
 
     /* 1. append */
     if (p->k_new) {
         c.total_items = p->batch * p->seqlen_new;
         atomic_init(&c.next_item, 0);
-        int n = appends_collide(&c, slot_ids) ? 1 : threads;
+        int n = appends_collide(&c, at.slot_ids) ? 1 : threads;
         if (n > c.total_items) n = (int)c.total_items;
         fa_cpu_parallel_run(n, append_task, &c);
     }
