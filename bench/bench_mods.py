@@ -384,6 +384,7 @@ def measure_case(row, case, impls, guard, args, b, s, h):
     do = torch.randn_like(q)
     flops = 4.0 * b * h * case.pairs * D
     ctx = Ctx(case)
+    ref_out = ref_name = None
     names = list(impls)
     if case.name == "sparse":
         names = [n for n in ("flashattn", "flashattn-dense", "flex") if n in impls or
@@ -402,6 +403,14 @@ def measure_case(row, case, impls, guard, args, b, s, h):
                              else flops)
             if ctx.note:
                 cell["note"] = ctx.note
+            if name != "flashattn-dense":  # cross-check: the first implementation's output
+                with torch.no_grad():
+                    out = f().float()
+                if ref_out is None:
+                    ref_out, ref_name = out, name
+                else:
+                    cell[f"max_diff_vs_{ref_name}"] = round(float((out - ref_out).abs().max()), 4)
+                out = None
             row[name] = cell
         except Exception as e:  # an unsupported mask for one implementation is a result too
             row[name] = {"error": err_text(e)}
@@ -546,6 +555,14 @@ def markdown(res):
                 for key in ("error", "bwd_error", "note"):
                     if key in c:
                         errors.append(f"- {tag} {n} ({key}): {c[key]}")
+    checks = []
+    for r in res["masks"]:
+        diffs = [f"{n} vs {key[len('max_diff_vs_'):]}: {c[key]}" for n, c in r.items()
+                 if isinstance(c, dict) for key in c if key.startswith("max_diff_vs_")]
+        if diffs:
+            checks.append(f"- {r['case']} s{r['s']}: " + ", ".join(diffs))
+    if checks:
+        lines += ["", "Cross-check, largest |out - out of the first implementation| (bf16):", ""] + checks
     if errors:
         lines += ["", "Errors and notes:", ""] + errors
     return "\n".join(lines) + "\n"
