@@ -52,6 +52,9 @@ class BlockSparseMask:
         self.doc_ids_q = doc_ids_q
         self.doc_ids_k = doc_ids_k
         self.seq_lengths = seq_lengths
+        # set by sliding_window_block_mask (and causal_block_mask): the lists are exactly the
+        # window's blocks, so the call can take the native causal / window kernels instead
+        self._window_only = False
 
     @staticmethod
     def from_torch(block_mask, seqlen_q=None, seqlen_k=None):
@@ -197,8 +200,10 @@ def sliding_window_block_mask(seqlen_q, seqlen_k=None, window_size=(-1, -1), blo
     left, right = int(window_size[0]), int(window_size[1])
     state = _window_state(seqlen_q, seqlen_k, bs, left, right)
     c, i, fc, fi = _block_lists(seqlen_q, seqlen_k, bs, state)
-    return BlockSparseMask(bs, c, i, fc, fi, causal=False, window=(left, right),
-                           seq_lengths=(seqlen_q, seqlen_k))
+    m = BlockSparseMask(bs, c, i, fc, fi, causal=False, window=(left, right),
+                        seq_lengths=(seqlen_q, seqlen_k))
+    m._window_only = True
+    return m
 
 
 def document_block_mask(doc_ids_q, doc_ids_k=None, causal=True, block_size=128):
@@ -410,6 +415,14 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     if block_mask is not None:
         if not isinstance(block_mask, BlockSparseMask):
             block_mask = BlockSparseMask.from_torch(block_mask, geo.seqlen_q, geo.seqlen_k)
+        m = block_mask
+        if (m._window_only and m.seq_lengths == (geo.seqlen_q, geo.seqlen_k) and cu_q is None and
+                m.partial_block_bits is None and m.doc_ids_q is None):
+            # a window (or causal) mask from sliding_window_block_mask: the native kernels skip
+            # the same blocks and apply the same element mask, without the block lists
+            _, wl, wr = _core.window_fields(m.window)
+            block_mask = None
+    if block_mask is not None:
         m = block_mask
         block_arrays = tuple(None if t is None else t.to(q.device, dtype).contiguous() for t, dtype in
                              ((m.kv_num_blocks, torch.int32), (m.kv_indices, torch.int32),

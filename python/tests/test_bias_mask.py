@@ -149,6 +149,31 @@ def test_block_mask_constructors(name):
     assert (out.double() - ref).abs().max().item() < 1e-5
 
 
+def test_window_block_masks_take_the_native_kernels():
+    """causal_block_mask / sliding_window_block_mask run the native causal / window path (same
+    output as flash_attn_func's), and the block-list path gives the same result."""
+    seeded("native window")
+    s, d = 150, 16
+    q, k, v = (torch.randn(1, 2, s, d) for _ in range(3))
+    for make, kw in ((lambda: flashattn.causal_block_mask(s, block_size=32), {"causal": True}),
+                     (lambda: flashattn.sliding_window_block_mask(s, s, (40, 7), block_size=32),
+                      {"window_size": (40, 7)})):
+        native = flashattn.flex_attention(q, k, v, block_mask=make())
+        lists = make()
+        lists._window_only = False  # the same mask through the block lists
+        via_lists = flashattn.flex_attention(q, k, v, block_mask=lists)
+        ref = flashattn.flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), **kw).transpose(1, 2)
+        assert (native - ref).abs().max().item() < 1e-6
+        assert (via_lists - ref).abs().max().item() < 1e-5
+    edited = flashattn.causal_block_mask(s, block_size=32)
+    edited.full_kv_num_blocks = edited.full_kv_num_blocks.clone()
+    edited.full_kv_num_blocks[..., -1] -= 1  # the last query block loses its last full key block
+    edited._window_only = False  # what a caller's edit means: not the window any more
+    out = flashattn.flex_attention(q, k, v, block_mask=edited)
+    ref = flashattn.flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True).transpose(1, 2)
+    assert (out - ref).abs().max().item() > 1e-3
+
+
 def test_rejections():
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(TypeError, match="attn_bias"):
