@@ -47,25 +47,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
-from report import write_svg  # noqa: E402
+from report import bench_ms, drop_fa4_if_missing, gpu_line, write_svg  # noqa: E402
 
 import subprocess  # noqa: E402
 
 SDPA_BACKENDS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def fa4_available():
-    """FlashAttention-4's interface, or the reason it cannot be imported."""
-    try:
-        from flash_attn.cute import flash_attn_func  # noqa: F401
-        return True, ""
-    except Exception as e:  # not installed, or no kernel for this GPU
-        return False, repr(e).splitlines()[0][:200]
-
-
-def bench_ms(fn):
-    import triton
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def cli_rows(tool, d_list, s_list, modes, causal_list=(0, 1), mem_only=False):
@@ -216,10 +204,8 @@ def measure_memory(seqlens, impls, tool=None):
 
 def markdown(res, impls):
     env = res["env"]
-    fa4 = f"; FlashAttention-4 {env['fa4']}" if "fa4" in env else ""
     lines = [f"# GPU benchmark {env['date']}", "",
-             f"GPU: {env['gpu']}; torch {env['torch']}; cuDNN {env['cudnn']}{fa4}; "
-             "bf16; b·s = 16k tokens, hidden 2048 (heads = 2048 / d) unless the heads column says "
+             gpu_line(env) + "bf16; b·s = 16k tokens, hidden 2048 (heads = 2048 / d) unless the heads column says "
              "otherwise. TFLOP/s (FlashAttention convention: fwd 4·b·h·s²·d, halved causal; bwd 2.5× fwd); "
              "median of triton.testing.do_bench, all implementations interleaved shape by shape in one "
              "process. Written by bench/bench_gpu.py.", ""]
@@ -274,11 +260,7 @@ def main():
     d_list = [128] if a.quick else [int(x) for x in a.d.split(",")]
     s_list = [1024, 4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
     impls = a.impls.split(",")
-    if "fa4" in impls:
-        ok, why = fa4_available()
-        if not ok:
-            print(f"FlashAttention-4 not measured: {why}", flush=True)
-            impls.remove("fa4")
+    drop_fa4_if_missing(impls)
     modes = a.modes.split(",")
     date = datetime.date.today().isoformat()
     res = {"env": {"date": date, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -50,24 +50,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from report import bench_ms, drop_fa4_if_missing, gpu_line  # noqa: E402
+
 BLOCK = 128
 HIDDEN = 2048
 D = 128
 MASK_IMPLS = ("flashattn", "flashattn-native", "flex", "fa4")
 
 
-def fa4_available():
-    """FlashAttention-4's interface, or the reason it cannot be imported."""
-    try:
-        from flash_attn.cute import flash_attn_func  # noqa: F401
-        return True, ""
-    except Exception as e:  # not installed, or no kernel for this GPU
-        return False, repr(e).splitlines()[0][:200]
-
-
-def bench_ms(fn):
-    import triton
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def err_text(e):
@@ -499,9 +489,8 @@ def fmt_cell(c, mode):
 
 def markdown(res):
     env = res["env"]
-    fa4 = f"; FlashAttention-4 {env['fa4']}" if "fa4" in env else ""
     lines = [f"# Programmable attention benchmark {env['date']}", "",
-             f"GPU: {env['gpu']}; torch {env['torch']}; cuDNN {env['cudnn']}{fa4}; bf16, d = 128, "
+             gpu_line(env) + "bf16, d = 128, "
              "hidden 2048 (16 heads), b·s = 16k tokens. TFLOP/s over the VISIBLE (query, key) pairs "
              "(fwd 4·pairs·d, bwd 2.5× fwd), then milliseconds; median of triton.testing.do_bench, "
              "implementations interleaved case by case in one process. "
@@ -653,11 +642,7 @@ def main():
         return dry_run(a)
     guard = Guard(a.deadline)
     impls = a.impls.split(",")
-    if "fa4" in impls:
-        ok, why = fa4_available()
-        if not ok:
-            print(f"FlashAttention-4 not measured: {why}", flush=True)
-            impls.remove("fa4")
+    drop_fa4_if_missing(impls)
     res = {"env": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                    "gpu": (torch.cuda.get_device_name() if a.device == "cuda" else a.device), "torch": torch.__version__,
                    "cudnn": torch.backends.cudnn.version(), "impls": impls,

@@ -3,6 +3,10 @@
 machine_and_compiler() and write_result(out_dir, name, lines): the CPU benchmarks' machine line
 (CPU model, cores, SIMD level, L3, OS, compiler) and the results file, written and printed.
 
+drop_fa4_if_missing(impls), bench_ms(fn) and gpu_line(env): the GPU benchmarks' FlashAttention-4 import check and their timing
+(triton.testing.do_bench median, 25 ms warm-up, 200 ms of repeats) and
+their software line.
+
 write_svg(rows, impls, path, title): an SVG chart of TFLOP/s against sequence length; it takes the "speed" rows of bench_gpu.py (one dict per
 (d, causal, s) with a {fwd_tflops, bwd_tflops} cell per implementation) and draws one panel per
 (mode, d, causal): x = sequence length (log scale), y = TFLOP/s, one line per implementation.
@@ -115,3 +119,27 @@ def write_svg(rows, impls, path, title=""):
     out.append("</svg>")
     with open(path, "w") as fh:
         fh.write("\n".join(out) + "\n")
+
+
+def drop_fa4_if_missing(impls):
+    """Removes "fa4" from the list impls, saying why, when FlashAttention-4's interface
+    (flash_attn.cute) cannot be imported."""
+    if "fa4" not in impls:
+        return
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: F401
+    except Exception as e:  # not installed, or no kernel for this GPU
+        print(f"FlashAttention-4 not measured: {repr(e).splitlines()[0][:200]}", flush=True)
+        impls.remove("fa4")
+
+
+def bench_ms(fn):
+    import triton
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def gpu_line(env):
+    """The software line of a GPU benchmark's results: 'GPU: <name>; torch <v>; cuDNN <v>[;
+    FlashAttention-4 <v>]; ' from the env dict the scripts record."""
+    fa4 = f"; FlashAttention-4 {env['fa4']}" if "fa4" in env else ""
+    return f"GPU: {env['gpu']}; torch {env['torch']}; cuDNN {env['cudnn']}{fa4}; "
