@@ -9,8 +9,9 @@
 #      build/flashattn check --quick      randomised sweep against the float64 reference
 #      tests/install_test.sh              make install; C (pkg-config) and CMake programs using it
 #      build-aarch64/fa_tests             the unit tests cross-built for AArch64 (NEON level) and run
-#                                         under qemu-aarch64, FA_TEST_LEVEL=small (skipped, and said
-#                                         so, without aarch64-linux-gnu-gcc and qemu-aarch64)
+#                                         under qemu-aarch64, FA_TEST_LEVEL=small, in the background
+#                                         alongside stages 4-6 (results printed last; skipped, and
+#                                         said so, without aarch64-linux-gnu-gcc and qemu-aarch64)
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. tests/fuzz/run.sh 30               the fuzzer (libFuzzer, ASan + UBSan) for 30 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
@@ -41,7 +42,8 @@ total_passed=0
 total_failed=0
 log_dir=${TMPDIR:-/tmp}/flashattn-test.$$
 mkdir -p "$log_dir" || exit 1
-trap 'rm -rf "$log_dir"' EXIT INT TERM
+aarch64_pid=
+trap 'if [ -n "$aarch64_pid" ]; then kill "$aarch64_pid" 2>/dev/null; fi; rm -rf "$log_dir"' EXIT INT TERM
 
 banner() {
     printf '\n==== %s ====\n' "$1"
@@ -165,12 +167,19 @@ elif ! command -v "$AARCH64_CC" >/dev/null 2>&1 || ! command -v qemu-aarch64 >/d
 else
     banner "AArch64 cross build ($AARCH64_BUILD_DIR, CC=$AARCH64_CC, FA_NO_CUDA=1)"
     if make -j"$JOBS" BUILD="$AARCH64_BUILD_DIR" CC="$AARCH64_CC" FA_NO_CUDA=1 "$AARCH64_BUILD_DIR/fa_tests"; then
-        banner "AArch64 unit tests under qemu-aarch64 (NEON level, FA_TEST_LEVEL=$aarch64_level)"
-        run_stage "AArch64 unit tests" sh -c '{ env QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}" \
-                FA_TEST_LEVEL="$2" qemu-aarch64 "./$1/fa_tests" 2>&1; echo $? > "$3.status"; } | tee "$3"
+        # qemu runs the tests on one core for minutes: in the background, while the sanitizer,
+        # fuzzer, TSan and Python stages use the other; the output is shown after them.
+        aarch64_log="$log_dir/aarch64_stage.log"
+        ( sh -c '{ env QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}" \
+                FA_TEST_LEVEL="$2" qemu-aarch64 "./$1/fa_tests" 2>&1; echo $? > "$3.status"; } > "$3"
+            cat "$3"
             if ! grep -q "^fa_tests: .*, cpu isa neon," "$3"; then
                 echo "the AArch64 tests did not run at the NEON level"; echo "0 passed, 1 failed"; exit 1; fi
-            exit "$(cat "$3.status")"' sh "$AARCH64_BUILD_DIR" "$aarch64_level" "$log_dir/aarch64_fa_tests.out"
+            exit "$(cat "$3.status")"' sh "$AARCH64_BUILD_DIR" "$aarch64_level" "$log_dir/aarch64_fa_tests.out" \
+            > "$aarch64_log" 2>&1
+          echo $? > "$aarch64_log.status" ) &
+        aarch64_pid=$!
+        echo "(the AArch64 unit tests run under qemu in the background; their results follow the last stage)"
     else
         fail_stage "the AArch64 cross build of the library or $AARCH64_BUILD_DIR/fa_tests failed"
     fi
@@ -203,6 +212,14 @@ if [ -f python/run_tests.sh ]; then
     run_stage "python tests" sh python/run_tests.sh
 else
     banner "python tests: python/run_tests.sh does not exist yet, nothing to run"
+fi
+
+if [ -n "$aarch64_pid" ]; then
+    banner "AArch64 unit tests under qemu-aarch64 (NEON level, FA_TEST_LEVEL=$aarch64_level), run in the background"
+    wait "$aarch64_pid"
+    aarch64_pid=
+    cat "$aarch64_log"
+    add_counts "AArch64 unit tests" "$aarch64_log" "$(cat "$aarch64_log.status" 2>/dev/null || echo 1)"
 fi
 
 end=$(date +%s)
