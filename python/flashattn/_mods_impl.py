@@ -55,6 +55,8 @@ class BlockSparseMask:
         # set by sliding_window_block_mask (and causal_block_mask): the lists are exactly the
         # window's blocks, so the call can take the native causal / window kernels instead
         self._window_only = False
+        # set by document_block_mask with one set of ids: the mask is a packing of sequences
+        self._documents_only = False
 
     @staticmethod
     def from_torch(block_mask, seqlen_q=None, seqlen_k=None):
@@ -239,9 +241,24 @@ def document_block_mask(doc_ids_q, doc_ids_k=None, causal=True, block_size=128):
                                                         torch.where(state == 0, 0, 1)))
     lists = [_block_lists(sq, sk, (bq, bk), state[b]) for b in range(state.shape[0])]
     c, i, fc, fi = (torch.cat([x[n] for x in lists], dim=0) for n in range(4))
-    return BlockSparseMask((bq, bk), c, i, fc, fi, causal=causal,
-                           doc_ids_q=dq.to(torch.int32), doc_ids_k=dk.to(torch.int32),
-                           seq_lengths=(sq, sk))
+    m = BlockSparseMask((bq, bk), c, i, fc, fi, causal=causal,
+                        doc_ids_q=dq.to(torch.int32), doc_ids_k=dk.to(torch.int32),
+                        seq_lengths=(sq, sk))
+    # one set of ids for queries and keys: every document is a sequence of its own, so the call
+    # can take the native varlen kernels (causal within each document when causal)
+    m._documents_only = doc_ids_k is doc_ids_q or torch.equal(dq, dk)
+    return m
+
+
+def _document_cu_seqlens(doc_ids, batch, seqlen, device):
+    """cu_seqlens (int32, on device) and the longest document of the packed rows b·seqlen + i,
+    a document starting at every change of id within a row and at every row's start."""
+    ids = doc_ids.to(device).expand(batch, seqlen) if doc_ids.shape[0] == 1 else doc_ids.to(device)
+    starts = torch.ones(batch, seqlen, dtype=torch.bool, device=device)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    first = torch.nonzero(starts.reshape(-1)).flatten()
+    cu = torch.cat([first, torch.tensor([batch * seqlen], device=device)]).to(torch.int32)
+    return cu, int((cu[1:] - cu[:-1]).max().item())
 
 
 def prefix_lm_block_mask(seqlen, prefix_length, block_size=128):
@@ -422,6 +439,19 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
             # the same blocks and apply the same element mask, without the block lists
             _, wl, wr = _core.window_fields(m.window)
             block_mask = None
+        elif (m._documents_only and m.seq_lengths == (geo.seqlen_q, geo.seqlen_k) and cu_q is None and
+              geo.seqlen_q == geo.seqlen_k and m.partial_block_bits is None and attn_bias is None and
+              window_size in ((-1, -1), [-1, -1], None) and alibi_slopes is None and sink_logits is None):
+            # documents of one set of ids from document_block_mask: each document is a sequence
+            # of the varlen kernels (the same visible pairs, no block lists or id compares)
+            b, s = q.shape[0], q.shape[1]
+            cu, longest = _document_cu_seqlens(m.doc_ids_q, b, s, q.device)
+            out, lse = attention(q.reshape(b * s, *q.shape[2:]), k.reshape(b * s, *k.shape[2:]),
+                                 v.reshape(b * s, *v.shape[2:]), cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                 max_seqlen_q=longest, max_seqlen_k=longest, softmax_scale=softmax_scale,
+                                 causal=causal or m.causal, softcap=softcap, deterministic=deterministic)
+            return (out.view(b, s, *out.shape[1:]),
+                    lse.view(lse.shape[0], b, s).permute(1, 0, 2))
     if block_mask is not None:
         m = block_mask
         block_arrays = tuple(None if t is None else t.to(q.device, dtype).contiguous() for t, dtype in

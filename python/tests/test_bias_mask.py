@@ -165,6 +165,18 @@ def test_window_block_masks_take_the_native_kernels():
         ref = flashattn.flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), **kw).transpose(1, 2)
         assert (native - ref).abs().max().item() < 1e-6
         assert (via_lists - ref).abs().max().item() < 1e-5
+    doc = torch.tensor([0] * 40 + [1] * 3 + [2] * 70 + [5] * 37)  # 150 ids, 4 documents
+    for ids, b in ((doc, 1), (torch.stack([doc, doc.roll(17).sort().values]), 2)):
+        qb, kb, vb = (torch.randn(b, 2, s, d, requires_grad=True) for _ in range(3))
+        native = flashattn.flex_attention(qb, kb, vb, block_mask=flashattn.document_block_mask(ids, block_size=32))
+        lists = flashattn.document_block_mask(ids, block_size=32)
+        lists._documents_only = False  # the same mask through the block lists and the id compares
+        via_lists = flashattn.flex_attention(qb, kb, vb, block_mask=lists)
+        assert (native - via_lists).abs().max().item() < 1e-5
+        g_native = torch.autograd.grad(native.sum(), (qb, kb, vb))
+        g_lists = torch.autograd.grad(via_lists.sum(), (qb, kb, vb))
+        for x, y in zip(g_native, g_lists):
+            assert (x - y).abs().max().item() < 1e-4
     edited = flashattn.causal_block_mask(s, block_size=32)
     edited.full_kv_num_blocks = edited.full_kv_num_blocks.clone()
     edited.full_kv_num_blocks[..., -1] -= 1  # the last query block loses its last full key block
