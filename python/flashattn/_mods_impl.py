@@ -441,7 +441,7 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
             block_mask = None
         elif (m._documents_only and m.seq_lengths == (geo.seqlen_q, geo.seqlen_k) and cu_q is None and
               geo.seqlen_q == geo.seqlen_k and m.partial_block_bits is None and attn_bias is None and
-              window_size in ((-1, -1), [-1, -1], None) and alibi_slopes is None and sink_logits is None):
+              wl < 0 and wr < 0 and alibi_slopes is None and sink_logits is None):
             # documents of one set of ids from document_block_mask: each document is a sequence
             # of the varlen kernels (the same visible pairs, no block lists or id compares)
             b, s = q.shape[0], q.shape[1]

@@ -125,8 +125,9 @@ __device__ __forceinline__ int fa_bwd_sm90_last_key_block(const fa_bwd_sm90_para
  * (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value
  * in every lane). An ordering bug hangs here: tests run under a timeout. */
 __device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, int n_block, int block_m,
-                                                       int block_n, int batch, const fa_bwd_sm90_heads &heads, int m_first, int n_m,
-                                                       int len_q, int len_k, int shift, int piece, int lane) {
+                                                       int block_n, int batch, const fa_bwd_sm90_heads &heads,
+                                                       int m_first, int n_m, int len_q, int len_k, int shift,
+                                                       int piece, int lane) {
     for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
         int *sem = prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2 + piece;
 #pragma unroll 1
@@ -203,7 +204,8 @@ template <class Cfg, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
-                                                 int64_t q_packed0, int batch, const fa_bwd_sm90_heads &heads, int k_row, int q_row0,
+                                                 int64_t q_packed0, int batch, const fa_bwd_sm90_heads &heads,
+                                                 int k_row, int q_row0,
                                                  int tma_batch, int m_first, int q_hi, int len_q, int lane,
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
