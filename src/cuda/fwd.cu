@@ -241,7 +241,12 @@ extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const
     const fa_params *p = &pb->p;
     const char *force = getenv("FA_CUDA_FORWARD");
     if (force != nullptr && strcmp(force, "portable") == 0) return FA_CUDA_FWD_PORTABLE;
-    if (pb->has_mods) return FA_CUDA_FWD_PORTABLE; /* the MODS instantiations (common/mods.cuh) */
+    /* score modifications: the Hopper MODS instantiations when a block mask's blocks are whole
+     * Hopper tiles, else the portable ones */
+    if (pb->has_mods && !fa_hopper_fwd_mods_blocks_ok(fa_hopper_bucket((int)p->head_dim, (int)p->head_dim_v),
+                                                      pb->has_block_mask ? p->block_q : 0,
+                                                      pb->has_block_mask ? p->block_k : 0))
+        return FA_CUDA_FWD_PORTABLE;
     const char *why = fa_hopper_fwd_unsupported(dev->cc_major, dev->cc_minor, p->dtype, (int)p->head_dim,
                                                 (int)p->head_dim_v, p->alibi_slopes != nullptr, pb->scale_log2,
                                                 p->softcap, pb->has_dropout);
@@ -249,16 +254,24 @@ extern "C" fa_cuda_fwd_kernel fa_cuda_forward_kernel(const fa_problem *pb, const
 }
 
 /* The MODS instantiations: the block map (if any) built and checked first, every score through
- * the transformed path (the bias is added in log2 units there). */
-static fa_status forward_mods(const fa_problem *pb, fa_fwd_params *prm, int bucket, int device_ordinal,
+ * the transformed path (the bias is added in log2 units there); the Hopper ones when
+ * fa_cuda_forward_kernel picks them. */
+static fa_status forward_mods(const fa_problem *pb, fa_fwd_params *prm, int bucket, const fa_cuda_device_info *dev,
                               cudaStream_t stream) {
+    const int device_ordinal = dev->ordinal;
     const fa_params *p = &pb->p;
     fa_cuda_workspace ws;
     fa_status s = fa_cuda_workspace_acquire(p->workspace, fa_cuda_mods_map_bytes(pb), stream, "block map", &ws);
     if (s != FA_OK) return s;
     fa_mods_params mods;
     s = fa_cuda_mods_prepare(pb, ws.base, stream, &mods);
-    if (s == FA_OK) {
+    int done = 0;
+    if (s == FA_OK && fa_cuda_forward_kernel(pb, dev) == FA_CUDA_FWD_HOPPER) {
+        s = fa_fwd_launch_hopper(prm, NULL, &mods, p->dtype, device_ordinal, stream);
+        done = s != FA_ERR_STRIDE; /* strides TMA cannot express: the portable kernel */
+        if (!done) s = FA_OK;
+    }
+    if (s == FA_OK && !done) {
         prm->transform_scores = 1;
         prm->score_mul = 1.0f;
         switch (bucket) {
@@ -295,11 +308,11 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
 
     cudaStream_t stream = (cudaStream_t)p->stream;
-    if (pb->has_mods) return forward_mods(pb, &prm, bucket, dev.ordinal, stream);
+    if (pb->has_mods) return forward_mods(pb, &prm, bucket, &dev, stream);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     if (fa_cuda_forward_kernel(pb, &dev) == FA_CUDA_FWD_HOPPER) {
-        s = fa_fwd_launch_hopper(&prm, dropout ? &drop : NULL, p->dtype, dev.ordinal, stream);
+        s = fa_fwd_launch_hopper(&prm, dropout ? &drop : NULL, NULL, p->dtype, dev.ordinal, stream);
         if (s != FA_ERR_STRIDE) return s; /* strides TMA cannot express: the portable kernel */
     }
     switch (bucket) {

@@ -301,6 +301,46 @@ static void block_cases(int small) {
         }
 }
 
+/* Shapes the Hopper forward's MODS kernels take on sm_90 (head dims 96 to 256; block masks of
+ * whole Hopper tiles: 128 × 128 multiples, 320 keys at d = 256): block lists with and without
+ * bit masks, a bias with its gradient, document ids, a window inside partial blocks, varlen. */
+static void hopper_cases(int small) {
+    static const int64_t shapes[][8] = {{2, 300, 700, 4, 2, 128, 128, 128}, {1, 513, 257, 4, 4, 96, 256, 128},
+                                        {2, 200, 700, 2, 1, 256, 128, 320}, {1, 129, 1000, 6, 2, 128, 128, 256}};
+    const int n_shapes = small ? 2 : 4;
+    for (int si = 0; si < n_shapes; si++)
+        for (int z = 0; z < (small ? 2 : 5); z++) {
+            const int64_t *sh = shapes[si];
+            fa_test_spec spec = make_spec(z % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+            spec.causal = z % 2;
+            if (z == 3) {
+                spec.use_window = 1;
+                spec.window_left = 150;
+                spec.window_right = 20;
+            }
+            if (z == 4) {
+                spec.varlen = 1;
+                spec.layout = FA_TEST_LAYOUT_PADDED;
+            }
+            if (z == 2) spec.softcap = 5.0f;
+            /* z: 0 block lists + bits, 1 block lists + full bias and dbias, 2 document ids + key
+             * padding (no block mask), 3 block lists + documents + window, 4 varlen block lists + bits */
+            fa_test_mods_spec ms = {z == 1   ? FA_TEST_BIAS_FULL
+                                    : z == 2 ? FA_TEST_BIAS_KEYPAD
+                                             : FA_TEST_BIAS_NONE,
+                                    z == 1 ? FA_DTYPE_BF16 : FA_DTYPE_F32,
+                                    z == 1,
+                                    z == 1 || z == 2,
+                                    z != 2,
+                                    z != 2 ? sh[6] : 0,
+                                    z != 2 ? sh[7] : 0,
+                                    si == 1,
+                                    z == 0 || z == 4,
+                                    z == 2 || z == 3};
+            run_case(&spec, &ms, 0, "Hopper-tiled mods");
+        }
+}
+
 static void deterministic_cases(void) {
     fa_test_spec spec = make_spec(FA_DTYPE_BF16, 3, 200, 260, 4, 2, 64);
     spec.causal = 1;
@@ -549,6 +589,7 @@ int gpu_mods_main(int argc, char **argv) {
     kvcache_cases();
     doc_cases(small);
     block_cases(small);
+    hopper_cases(small);
     if (!small) deterministic_cases();
     printf("mods: %s (%d failures)\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

@@ -42,11 +42,12 @@ fa_status fa_fwd_mods_launch_hdim256(const fa_fwd_params *prm, const fa_mods_par
                                      int device_ordinal, cudaStream_t stream);
 /* The Hopper kernel (fwd_sm90.cu), for compute capability 9.0 and the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts; dropout != NULL: its DROPOUT
- * instantiations. FA_ERR_STRIDE when a tensor's strides do not fit a TMA tensor map (positive
+ * instantiations; mods != NULL (never with dropout; a block mask only when
+ * fa_hopper_fwd_mods_blocks_ok): its MODS instantiations. FA_ERR_STRIDE when a tensor's strides do not fit a TMA tensor map (positive
  * multiples of 16 bytes below 2^40), before anything is launched: the caller then runs the
  * portable kernel. */
-fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
-                               int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout,
+                               const fa_mods_params *mods, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 }
 
 #endif /* FA_FWD_LAUNCH_H */

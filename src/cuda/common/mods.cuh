@@ -1,6 +1,7 @@
 /*
  * mods.cuh: the score modifications of the portable CUDA kernels (fa_params.bias, dbias,
- * doc_ids_*, the block-sparse mask), for their MODS instantiations (fwd_sm80.cuh, bwd_sm80.cuh).
+ * doc_ids_*, the block-sparse mask), for their MODS instantiations (fwd_sm80.cuh, bwd_sm80.cuh)
+ * and the Hopper forward's (fwd_sm90.cu).
  * The rule is the CPU engine's (src/cpu/cpu_mods.c), applied per element by fa_mods_score, the
  * one place it is written down on the GPU:
  *

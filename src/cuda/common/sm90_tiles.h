@@ -118,6 +118,19 @@ FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blo
     return fa_hopper_o_own_buffer(bucket) && (!heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS);
 }
 
+/* Score modifications (common/mods.cuh: bias, document ids, block-sparse masks) on the Hopper
+ * forward (its MODS instantiations, buckets 128, 192 and 256; bucket 64's three consumers at 160
+ * registers have no room for the element rules: ptxas spilled 852 bytes, so the portable MODS
+ * kernels run it). A block mask's blocks must be whole tiles, block_q a multiple of BLOCK_M and
+ * block_k of BLOCK_N, so one map entry holds for a tile (128 × 128 suits buckets 128 and 192;
+ * bucket 256 (80 keys) takes multiples of 80 only). Without a block mask (block_q = block_k = 0)
+ * any block sizes do. */
+FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
+    return bucket > 64 && ((block_q == 0 && block_k == 0) ||
+                           (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(bucket) == 0 &&
+                            block_k % fa_hopper_block_n(bucket) == 0));
+}
+
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
  * 2G + i, 4G - 1 - i, ...: every other round reversed), which pairs a CTA's long tile of one round
  * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */

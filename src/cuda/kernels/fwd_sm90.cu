@@ -11,7 +11,12 @@
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
  * mask (fa_hopper_to_log2). Attention dropout: the DROPOUT instantiations (never packed), see
- * "Dropout" below.
+ * "Dropout" below. Score modifications (common/mods.cuh: bias, document ids, block-sparse masks;
+ * buckets 128-256, block masks in whole tiles, fa_hopper_fwd_mods_blocks_ok): the MODS
+ * instantiations, in log2 units and unpacked; with a block mask the key tiles walked are those
+ * of the query block's listed key blocks (fa_mods_first_tile / fa_mods_prev_tile over the dense
+ * block map, by the producer and the consumers alike), full blocks unmasked but for keys past
+ * the sequence, partial ones through fa_hopper_mods.
  *
  * One CTA = BLOCK_M query rows of one (batch, query head) (sm90_tiles.h: 192 at bucket 64, else
  * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
@@ -96,6 +101,7 @@
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fwd_tiles.h"
 #include "cuda/common/fwd_launch.h"
+#include "cuda/common/mods.cuh"
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
@@ -253,7 +259,11 @@ struct fa_hopper_work {
     int len_q, len_k, shift;       /* shift = len_k - len_q: row i's diagonal key is i + shift     */
     int q_row, k_row, tma_batch;   /* TMA coordinates of the tile's first Q row / the sequence's K row 0 */
     int64_t q_start;               /* varlen: first packed row of the sequence                      */
-    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first */
+    int tile_hi, n_tiles;          /* key tiles [tile_hi - n_tiles, tile_hi), processed last first;
+                                      MODS with a block mask: tile_hi - 1 is the first, n_tiles
+                                      the count of the listed blocks' tiles, walked downwards   */
+    const int32_t *map_row;        /* MODS: the block-map row of the tile's query block, or NULL */
+    int tiles_per_block, key_tiles; /* MODS with map_row: block_k / BLOCK_N, ceil(len_k / BLOCK_N) */
 };
 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
@@ -342,12 +352,49 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
     }
 }
 
+/* Score modifications (MODS, scores already in log2 units): the tile's block-map status decides.
+ * A full block: only keys past len_k are masked (no window there); a partial block, or no block
+ * mask: the element window (mods.elem_window_*); with a bias, document ids or partial-block bits,
+ * every element goes through fa_mods_score (mods.cuh: the rule written down once), the bias in
+ * log2 units. Element layout as in fa_hopper_mask. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_mods_params &mp,
+                                               const fa_hopper_work &w, bool varlen, int n0, int row0, int lane) {
+    const fa_mods_tile t = fa_mods_tile_at(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.m0, n0);
+    const int no_pack[2] = {0, 0};
+    if (mp.bias == nullptr && mp.doc_ids_q == nullptr && t.bits == nullptr) {
+        if (t.status != FA_MODS_FULL)
+            fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, mp.elem_window_left,
+                                       mp.elem_window_right);
+        else if (n0 + Cfg::BLOCK_N > w.len_k)
+            fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, -1, -1);
+        return;
+    }
+    const int col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int i = row0 + 8 * h, diag = i + w.shift;
+        const int hi = mp.elem_window_right >= 0 ? min(w.len_k, diag + mp.elem_window_right + 1) : w.len_k;
+        const int lo = mp.elem_window_left >= 0 ? diag - mp.elem_window_left : 0;
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int key = col0 + 8 * j + c;
+                float &x = s_rmem[4 * j + 2 * h + c];
+                x = fa_mods_score(mp, t, i, key, i < w.len_q && key < w.len_k, key >= lo && key < hi, x,
+                                  1.4426950408889634f);
+            }
+    }
+}
+
 /* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every round). */
-template <class Cfg, bool PACK, bool LOG2>
+template <class Cfg, bool PACK, bool LOG2, bool MODS>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
-                                                 const fa_hopper_work &w, bool needs_mask, int n0, int row0,
-                                                 const int (&pack_g)[2], const int (&pack_i)[2], int lane) {
+                                                 const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
+                                                 bool needs_mask, int n0, int row0, const int (&pack_g)[2],
+                                                 const int (&pack_i)[2], int lane) {
     const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
@@ -355,8 +402,12 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
     }
     if constexpr (LOG2)
         fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
-    if (needs_mask)
+    if constexpr (MODS) {
+        static_assert(LOG2 && !PACK, "MODS: scores in log2 units, unpacked tiles");
+        fa_hopper_mods<Cfg>(s_rmem, mods, w, prm.cu_seqlens_q != nullptr, n0, row0, lane);
+    } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
+    }
     fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
 }
 
@@ -424,19 +475,15 @@ __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_roun
         bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
 }
 
-/* Key tile (index of its first key / BLOCK_N) that round j (0 <= j < n_tiles) of work w
- * processes: the last first (varlen relies on it: that tile's V rows past the sequence are
- * zeroed in round 0). */
-__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j) { return w.tile_hi - 1 - j; }
-
 /* Tile of round k of this CTA's walk (may be >= total_tiles in the last round: skipped). */
 __device__ __forceinline__ int64_t fa_hopper_tile_index(int64_t k, const fa_hopper_params &prm) {
     const int64_t i = (prm.snake && (k & 1)) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return k * gridDim.x + i;
 }
 
-template <class Cfg, bool PACK>
-__device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, fa_hopper_work &w) {
+template <class Cfg, bool PACK, bool MODS>
+__device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_params &prm, const fa_mods_arg<MODS> &mods,
+                                                  fa_hopper_work &w) {
     if (PACK) {
         const int64_t units = (int64_t)prm.heads_kv * prm.pack_tiles;
         const int unit = (int)(t % units);
@@ -478,16 +525,42 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     if (prm.window_right >= 0) key_hi = max(0, min(w.len_k, last_row + w.shift + prm.window_right + 1));
     w.tile_hi = (key_hi + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     w.n_tiles = key_hi > key_lo ? w.tile_hi - key_lo / Cfg::BLOCK_N : 0;
+    if constexpr (MODS) {
+        w.map_row = nullptr;
+        /* a block mask: the tiles of the row's listed blocks (the window then holds inside the
+         * partial ones only: prm.window_* are unbounded, see fa_hopper_mods) */
+        if (mods.block_map != nullptr) {
+            w.map_row = fa_mods_map_row(mods, w.batch, w.head, w.m0);
+            w.tiles_per_block = mods.block_k / Cfg::BLOCK_N;
+            w.key_tiles = (w.len_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+            w.tile_hi = fa_mods_first_tile(w.map_row, mods.kv_blocks, w.tiles_per_block, w.key_tiles, &w.n_tiles) + 1;
+        }
+    }
     return true;
 }
 
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT>
+/* Key tiles in processing order, from tile_hi - 1 downwards (varlen relies on the last tile
+ * coming first: its V rows past the sequence are zeroed in round 0). Without MODS round j's tile
+ * is tile_hi - 1 - j; MODS walks a cursor (`tile`: round j's), advanced by fa_hopper_key_walk_next to
+ * the next listed tile below when there is a block mask (fa_mods_prev_tile). */
+template <bool MODS>
+__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j, int tile) {
+    return MODS ? tile : w.tile_hi - 1 - j;
+}
+template <bool MODS>
+__device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w, int &tile) {
+    if constexpr (MODS)
+        tile = w.map_row != nullptr ? fa_mods_prev_tile(w.map_row, tile, w.tiles_per_block, w.key_tiles) : tile - 1;
+}
+
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
                          const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                      */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
-                         const fa_hopper_params prm) {
+                         const fa_hopper_params prm,
+                         const __grid_constant__ fa_mods_arg<MODS> mods) { /* MODS only: bias, doc ids, block map */
     using Cfg = fa_hopper_config<BUCKET>;
     constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, DV = Cfg::DV;
 
@@ -537,7 +610,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
                 const int64_t t = fa_hopper_tile_index(k, prm);
                 fa_hopper_work w;
-                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
+                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
                 /* Q: the previous tile's consumers must be done with the buffer. One box per
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
                  * still counted in the transaction bytes (the full box lands). Packed: one box
@@ -559,8 +632,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                         tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
                                     w.head, w.tma_batch);
                 }
-                /* Tile j (processing order) is key tile fa_hopper_key_tile(w, j). Order K_0, then
-                 * K_j before V_{j-1}: the consumers' round j needs K_j first. */
+                /* Tile j (processing order) is fa_hopper_key_tile(w, j, k_tile) (MODS: the cursor
+                 * k_tile; V one round behind it, v_tile). Order K_0, then K_j before V_{j-1}: the
+                 * consumers' round j needs K_j first. */
+                int k_tile = w.tile_hi - 1, v_tile = k_tile;
                 for (int j = 0; j <= w.n_tiles; ++j) {
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
@@ -569,7 +644,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
-                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j) * BLOCK_N, w.head_kv, w.tma_batch);
+                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j, k_tile) * BLOCK_N,
+                                        w.head_kv, w.tma_batch);
                     }
                     if (j > 0) {
                         const int g = kv_base + j - 1, s = g % STAGES;
@@ -578,8 +654,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
-                                        64 * slab, w.k_row + fa_hopper_key_tile(w, j - 1) * BLOCK_N, w.head_kv,
-                                        w.tma_batch);
+                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_tile) * BLOCK_N,
+                                        w.head_kv, w.tma_batch);
+                    }
+                    if constexpr (MODS) {
+                        v_tile = k_tile;
+                        if (j < w.n_tiles) fa_hopper_key_walk_next<MODS>(w, k_tile);
                     }
                 }
                 kv_base += w.n_tiles;
@@ -613,7 +693,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
     for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
         const int64_t t = fa_hopper_tile_index(k, prm);
         fa_hopper_work w;
-        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK>(t, prm, w)) continue;
+        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
         const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
         const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
@@ -643,6 +723,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 
         fa_hopper_wait(q_full, tiles_done & 1); /* this tile's Q landed */
 
+        int key_tile = w.tile_hi - 1; /* MODS: the current round's key tile (fa_hopper_key_tile) */
         if (n_tiles > 0) {
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
@@ -658,16 +739,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
-                                                fa_hopper_key_tile(w, 0) * BLOCK_N);
+                                                fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N);
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
                 if (n_tiles == 1) release_q();
-                const int n0 = fa_hopper_key_tile(w, 0) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
-                                            pack_i, lane);
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
+                                                        row0, pack_g, pack_i, lane);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
@@ -698,6 +779,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
             /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
             for (int j = 1; j < n_tiles; ++j) {
                 const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
+                fa_hopper_key_walk_next<MODS>(w, key_tile);
                 float s_rmem[BLOCK_N / 2];
                 fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
@@ -708,17 +790,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) /* while S_j is computed */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
-                                                fa_hopper_key_tile(w, j) * BLOCK_N);
+                                                fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
 
                 wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks));
                 if (j == n_tiles - 1) release_q();
-                const int n0 = fa_hopper_key_tile(w, j) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK, LOG2>(s_rmem, row_max, row_sum, alpha, prm, w, needs_mask(n0), n0, row0, pack_g,
-                                            pack_i, lane);
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
+                                                        row0, pack_g, pack_i, lane);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
@@ -880,29 +962,31 @@ static int fa_hopper_pack_mode(void) {
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS = false>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
-                               int device_ordinal, cudaStream_t stream) {
+                               int device_ordinal, cudaStream_t stream, const fa_mods_params *mods = nullptr) {
     using Cfg = fa_hopper_config<BUCKET>;
     /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
     static unsigned long long configured = 0;
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
                       "cudaFuncSetAttribute(Hopper forward shared memory)");
         __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
     }
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT>
-        <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm);
+    fa_mods_arg<MODS> mods_arg;
+    if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS>
+        <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
 }
 
 template <int BUCKET, bool BF16>
-static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
-                                  cudaStream_t stream) {
+static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_params *dropout,
+                                  const fa_mods_params *mods, int device_ordinal, cudaStream_t stream) {
     using Cfg = fa_hopper_config<BUCKET>;
     const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const bool varlen = p->cu_seqlens_q != nullptr;
@@ -910,7 +994,8 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     /* ALiBi, or a negative scale without softcap: the LOG2 kernel (scores in log2 units before the
      * mask and the max), never packed */
     const float log2_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
-    const bool log2 = p->alibi_slopes != nullptr || !(log2_mul > 0.0f);
+    /* score modifications (MODS): always in log2 units (the bias is added there), never packed */
+    const bool log2 = p->alibi_slopes != nullptr || !(log2_mul > 0.0f) || mods != nullptr;
     /* dropout (its own instantiations, LOG2 or not): never packed, the mask's rows are (head, i) */
     const int pack_heads = log2 || dropout != nullptr
                                ? 0
@@ -962,6 +1047,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
         prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
         prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
         prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
+        /* a block mask: tiles of uneven length, later query blocks usually the longer ones (causal,
+         * prefix-LM, document masks): longest first, one CTA per tile */
+        if (mods != nullptr && mods->block_map != nullptr) prm.heavy_first = 1;
     }
     /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
      * or one CTA per tile (sm90_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
@@ -969,8 +1057,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     int sm_count = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
-    const bool persistent =
-        fa_hopper_persistent(BUCKET, prm.heavy_first, prm.num_m_blocks) || prm.total_tiles > 2147483647;
+    const bool block_map = mods != nullptr && mods->block_map != nullptr;
+    const bool persistent = (!block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, prm.num_m_blocks)) ||
+                            prm.total_tiles > 2147483647;
     prm.snake = persistent && fa_hopper_snake_order();
     /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
      * persistent grid's static snake split takes them longest first over all units */
@@ -979,6 +1068,14 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
                                 : fa_cuda_head_group(prm.num_m_blocks, sm_count);
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
+    if (mods != nullptr) {
+        if constexpr (BUCKET == 64) /* fa_hopper_fwd_mods_blocks_ok: never sent here */
+            return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
+                                p->head_dim);
+        else
+            return fa_hopper_run<BUCKET, BF16, false, true, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                         device_ordinal, stream, mods);
+    }
     if (dropout != nullptr)
         return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                      device_ordinal, stream)
@@ -993,22 +1090,23 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
                                                                    device_ordinal, stream);
 }
 
-extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
-                                          int device_ordinal, cudaStream_t stream) {
+extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout,
+                                          const fa_mods_params *mods, fa_dtype dtype, int device_ordinal,
+                                          cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
     switch (fa_hopper_bucket(prm->head_dim, prm->head_dim_v)) {
     case 64:
-        return bf16 ? fa_hopper_launch<64, true>(prm, dropout, device_ordinal, stream)
-                    : fa_hopper_launch<64, false>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<64, true>(prm, dropout, mods, device_ordinal, stream)
+                    : fa_hopper_launch<64, false>(prm, dropout, mods, device_ordinal, stream);
     case 128:
-        return bf16 ? fa_hopper_launch<128, true>(prm, dropout, device_ordinal, stream)
-                    : fa_hopper_launch<128, false>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<128, true>(prm, dropout, mods, device_ordinal, stream)
+                    : fa_hopper_launch<128, false>(prm, dropout, mods, device_ordinal, stream);
     case 192: /* d <= 192, dv <= 128 */
-        return bf16 ? fa_hopper_launch<192, true>(prm, dropout, device_ordinal, stream)
-                    : fa_hopper_launch<192, false>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<192, true>(prm, dropout, mods, device_ordinal, stream)
+                    : fa_hopper_launch<192, false>(prm, dropout, mods, device_ordinal, stream);
     case 256:
-        return bf16 ? fa_hopper_launch<256, true>(prm, dropout, device_ordinal, stream)
-                    : fa_hopper_launch<256, false>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_hopper_launch<256, true>(prm, dropout, mods, device_ordinal, stream)
+                    : fa_hopper_launch<256, false>(prm, dropout, mods, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper forward kernel",
                             prm->head_dim, prm->head_dim_v);
