@@ -63,6 +63,12 @@ FA_TEST(tiles_hopper_forward) {
                  !fa_hopper_fwd_mods_blocks_ok(256, 128, 128) && fa_hopper_fwd_mods_blocks_ok(256, 128, 160) &&
                  !fa_hopper_fwd_mods_blocks_ok(128, 64, 128) && !fa_hopper_fwd_mods_blocks_ok(128, 128, 0),
              "Hopper forward MODS: buckets 128-256, a block mask in whole tiles (128 x 128 at buckets 128 / 192)");
+    FA_CHECK(fa_hopper_bwd_mods_ok(128, 0, 0, 128, 128) && !fa_hopper_bwd_mods_ok(64, 0, 0, 128, 256) &&
+                 fa_hopper_bwd_mods_ok(128, 0, 0, 64, 128) && !fa_hopper_bwd_mods_ok(64, 0, 0, 0, 0) &&
+                 fa_hopper_bwd_mods_ok(128, 0, 0, 0, 0) && !fa_hopper_bwd_mods_ok(256, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_mods_ok(192, 0, 0, 128, 128) && !fa_hopper_bwd_mods_ok(128, 1, 0, 128, 128) &&
+                 !fa_hopper_bwd_mods_ok(128, 0, 1, 0, 0) && !fa_hopper_bwd_mods_ok(128, 0, 0, 128, 64),
+             "Hopper backward MODS: bucket 128, no softcap or determinism, whole tiles per block");
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(192) &&
                  !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (192 and 256: Q + K/V leave no room)");

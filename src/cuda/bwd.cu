@@ -17,7 +17,8 @@
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
  *   With score mods (bias, dbias, doc ids, block masks; common/mods.cuh) the main kernel is the
- *   sm_80 kernel's MODS instantiation on every device, preceded by the block map's build and
+ *   Hopper kernel's MODS instantiation where fa_hopper_bwd_mods_ok (sm90_tiles.h), else the
+ *   sm_80 kernel's on every device, preceded by the block map's build and
  *   check (mods.cu: the call's one synchronisation) and the dbias zeroing, and followed by the
  *   dbias reduction when dbias sums an axis.
  *
@@ -289,7 +290,13 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     /* The Hopper kernel has one dQ accumulator (deterministic mode: semaphores instead of dQ
      * splits) and splits a kv group's query heads across CTAs only as fa_hopper_bwd_group_splits
      * decides (sm90_tiles.h). */
-    plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) && !pb->has_mods &&
+    /* score mods: the Hopper kernel's MODS instantiations where fa_hopper_bwd_mods_ok, else the
+     * portable kernel's */
+    const int hopper_mods_ok =
+        !pb->has_mods || fa_hopper_bwd_mods_ok(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v),
+                                               p->softcap > 0.0f, p->deterministic != 0,
+                                               pb->has_block_mask ? p->block_q : 0, pb->has_block_mask ? p->block_k : 0);
+    plan->hopper = (force == NULL || (strcmp(force, "portable") != 0 && !force_sm80)) && hopper_mods_ok &&
                    fa_hopper_bwd_unsupported(dev.cc_major, dev.cc_minor, p->dtype, (int)p->head_dim,
                                              (int)p->head_dim_v, p->alibi_slopes != NULL, pb->scale_log2,
                                              p->softcap) == NULL &&
@@ -480,7 +487,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     fa_status s;
-    if (pb->has_mods) { /* score mods: the map was built and dbias begun by run_backward */
+    if (pb->has_mods && !plan->hopper) { /* score mods: the map was built and dbias begun by run_backward */
         const fa_mods_params *mods = buf->mods;
         const int grid = (int)plan->grid;
         switch (plan->bucket) {
@@ -490,7 +497,8 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         }
     }
     if (plan->hopper) {
-        if ((s = fa_bwd_launch_hopper(&prm, dropout ? &drop : NULL, p->dtype, plan->device_ordinal, stream)) != FA_OK)
+        if ((s = fa_bwd_launch_hopper(&prm, dropout ? &drop : NULL, buf->mods, p->dtype, plan->device_ordinal,
+                                      stream)) != FA_OK)
             return s;
     } else if (plan->v2) {
         const int grid = (int)plan->grid;

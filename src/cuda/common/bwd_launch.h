@@ -68,8 +68,10 @@ fa_status fa_bwd_mods_launch_hdim256(const fa_bwd_params *prm, const fa_mods_par
  * (1 at bucket 256) and one dQ
  * accumulator, lse in place of lse_log2; its own grid. The caller has checked the strides
  * (sm90_tiles.h's fa_hopper_tma_stride_ok). dq_semaphore != NULL: deterministic dQ. dropout !=
- * NULL: the DROPOUT instantiations. */
-fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+ * NULL: the DROPOUT instantiations. mods != NULL (fa_hopper_bwd_mods_ok: bucket 128, no
+ * softcap, dropout or deterministic mode; the map built, dbias begun): the MODS instantiations. */
+fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                               const fa_mods_params *mods, fa_dtype dtype,
                                int device_ordinal, cudaStream_t stream);
 /* Its bucket-256 kernel (bwd_sm90_hdim256.cu), which fa_bwd_launch_hopper calls for d and dv in
  * 136..256; same contract. */

@@ -336,6 +336,20 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;
 }
 
+/* Score modifications (common/mods.cuh) on the Hopper backward (bwd_sm90.cu's MODS
+ * instantiations): bucket 128 (at 64 the 128-query tile's per-element rules spilled 488 bytes,
+ * so the portable MODS kernel runs it), without softcap (the MODS exponent is formed in log2 units
+ * as the LOG2 kernels do) and not in deterministic mode (a block mask's key blocks adding into one
+ * dQ tile need not be contiguous, which the ordered dQ relies on); a block mask in whole tiles,
+ * block_q a multiple of BLOCK_M (64) and block_k of BLOCK_N (128). Dropout
+ * never combines with them (mods.cu). block_q = block_k = 0: no block mask. */
+FA_HOPPER_FN int fa_hopper_bwd_mods_ok(int bucket, int softcap, int deterministic, long long block_q,
+                                       long long block_k) {
+    return bucket == 128 && !softcap && !deterministic &&
+           ((block_q == 0 && block_k == 0) || (block_q > 0 && block_k > 0 && block_q % fa_hopper_bwd_block_m(bucket) == 0 &&
+                                               block_k % fa_hopper_bwd_block_n(bucket) == 0));
+}
+
 /* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).
  * scale_log2 = softmax_scale · log2(e), softcap > 0 when on. Without softcap any scale and ALiBi
  * are covered: the exponent s·scale_log2 - slope·|i + shift - key| - LSE2 is formed first and the

@@ -315,48 +315,60 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
  * blocks have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
  * written (not only read) and pass the turn on with red.release; the proxy fences order the
  * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
-template <class Cfg, bool DET>
+template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq, const fa_bwd_sm90_params &prm,
                                                       uint32_t dq_smem, int n_block, int batch, const fa_bwd_sm90_heads &heads,
                                                       int m_first, int n_m, int len_q, int len_k, int shift,
-                                                      int q_packed0, int lane) {
-#pragma unroll 1
-    for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-        int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
-                       : nullptr;
-#pragma unroll 1
-        for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
-            if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
-            __syncwarp();
-            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
-            if constexpr (!DET) tma_store_wait_group_read<0>();
-            __syncwarp();
-            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
-            if constexpr (DET) {
-                const int rank =
-                    fa_bwd_sm90_last_key_block(prm, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift) - n_block;
-                while (ld_relaxed_gpu_s32(sem) != rank) {
-                }
-                fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
-                fence_proxy_async_global(); /* ... and before our bulk reductions */
+                                                      int q_packed0, int lane,
+                                                      const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
+                                                      int iterations = 0 /* MODS: its length */) {
+    /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
+    auto write_one = [&](int head, int m, int *sem) {
+        if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+        if constexpr (!DET) tma_store_wait_group_read<0>();
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+        if constexpr (DET) {
+            const int rank =
+                fa_bwd_sm90_last_key_block(prm, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift) - n_block;
+            while (ld_relaxed_gpu_s32(sem) != rank) {
             }
-            const int row0 = q_packed0 + m * Cfg::BLOCK_M;
+            fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
+            fence_proxy_async_global(); /* ... and before our bulk reductions */
+        }
+        const int row0 = q_packed0 + m * Cfg::BLOCK_M;
 #pragma unroll
-            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
-                const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * c : 0, dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * c;
-                bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
-                if (lane == 0) {
-                    const uint32_t piece = dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES;
-                    tma_reduce_add_3d(tmap_dq, piece, dq_col0, row0 + dq_row0, head);
-                    tma_reduce_add_3d(tmap_dq, piece + Cfg::DQ_SLAB_BYTES, dq_col0 + 32, row0 + dq_row0, head);
-                    tma_store_commit_group();
-                }
+        for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
+            const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * c : 0, dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * c;
+            bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
+            if (lane == 0) {
+                const uint32_t piece = dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES;
+                tma_reduce_add_3d(tmap_dq, piece, dq_col0, row0 + dq_row0, head);
+                tma_reduce_add_3d(tmap_dq, piece + Cfg::DQ_SLAB_BYTES, dq_col0 + 32, row0 + dq_row0, head);
+                tma_store_commit_group();
             }
-            if constexpr (DET) {
-                tma_store_wait_group<0>();  /* lane 0's additions are written */
-                fence_proxy_async_global(); /* ... before the release */
-                if (lane == 0) red_release_gpu_add_s32(sem, 1);
-            }
+        }
+        if constexpr (DET) {
+            tma_store_wait_group<0>();  /* lane 0's additions are written */
+            fence_proxy_async_global(); /* ... before the release */
+            if (lane == 0) red_release_gpu_add_s32(sem, 1);
+        }
+    };
+    if constexpr (MODS) {
+        static_assert(!DET, "a block mask's key blocks need not be contiguous: no ordered dQ");
+        int head, m;
+        fa_bwd_sm90_iter_first(*iters, head, m);
+#pragma unroll 1
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m)) write_one(head, m, nullptr);
+    } else {
+#pragma unroll 1
+        for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
+            int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
+                           : nullptr;
+#pragma unroll 1
+            for (int m = m_first; m < m_first + n_m; ++m, sem += 2) write_one(head, m, sem);
         }
     }
     if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
@@ -418,9 +430,79 @@ __device__ __forceinline__ void fa_bwd_sm90_pack_kept(const float (&acc)[Cfg::BL
         }
 }
 
+/* ---- score modifications (the MODS instantiations: LOG2, no softcap, dropout or determinism) ---- */
+
+/* Sᵀ (unmasked) -> P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| + bias·log2e - LSE2)
+ * for the tile `t` (fa_mods_tile_at of its query block and key block): a full block is masked
+ * only at keys past the sequence, a partial one (or any, without a block mask) by the element
+ * window alone when nothing else applies, else every element goes through fa_mods_score (bias,
+ * document ids, bits; common/mods.cuh). Element 4j + 2h + c: key key0 + 8h, query
+ * query0 + 8j + c (query0 = m0 + col_in); base as in fa_bwd_sm90_mask. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_probs_mods(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
+                                                       const fa_mods_params &mp, const fa_mods_tile &t, int base,
+                                                       int key0, int query0, int len_q, int len_k, int shift,
+                                                       uint32_t lse2_pair, float alibi_slope_log2) {
+#pragma unroll
+    for (int j = 0; j < BLOCK_M / 8; ++j) {
+        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float &x = s_rmem[4 * j + 2 * h + c];
+                x = fmaf(x, prm.scale_log2, -(c ? lse2.y : lse2.x));
+                x = fmaf(-alibi_slope_log2, fabsf((float)(8 * j + c) - (float)(base + 8 * h)), x);
+            }
+    }
+    if (mp.bias == nullptr && mp.doc_ids_q == nullptr && t.bits == nullptr) {
+        if (t.status != FA_MODS_FULL)
+            fa_bwd_sm90_mask_window<BLOCK_M>(s_rmem, mp.elem_window_left, mp.elem_window_right, base, key0, len_k);
+        else if (key0 + 8 >= len_k)
+            fa_bwd_sm90_mask_window<BLOCK_M>(s_rmem, -1, -1, base, key0, len_k);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = key0 + 8 * h;
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int i = query0 + 8 * j + c, diag = i + shift;
+                    const bool in_window = (mp.elem_window_left < 0 || key >= diag - mp.elem_window_left) &&
+                                           (mp.elem_window_right < 0 || key <= diag + mp.elem_window_right);
+                    float &x = s_rmem[4 * j + 2 * h + c];
+                    x = fa_mods_score(mp, t, i, key, i < len_q && key < len_k, in_window, x, 1.4426950408889634f);
+                }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < BLOCK_M / 2; ++i) s_rmem[i] = ex2_approx_ftz_f32(s_rmem[i]);
+}
+
+/* dL/dbias = dS = P∘(dP - D) of this thread's elements inside the sequence (the dbias target was
+ * zeroed: unvisited blocks stay 0). Layout as in fa_bwd_sm90_probs_mods. */
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_store_dbias(const fa_mods_params &mp, const float (&ds_rmem)[BLOCK_M / 2],
+                                                        int batch, int head, int key0, int query0, int len_q,
+                                                        int len_k) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= len_k) continue;
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int i = query0 + 8 * j + c;
+                if (i < len_q) fa_mods_store_dbias(mp, batch, head, i, key, ds_rmem[4 * j + 2 * h + c]);
+            }
+    }
+}
+
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS>
 __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
@@ -428,8 +510,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                         const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
                         const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 64, 1}   */
                         const fa_bwd_sm90_params prm,
-                        const fa_dropout_params dropout /* read iff DROPOUT */) {
+                        const fa_dropout_params dropout /* read iff DROPOUT */,
+                        const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
+    static_assert(!MODS || (LOG2 && !SOFTCAP && !DET && !DROPOUT), "MODS: log2 exponents, nothing else");
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
     constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
@@ -449,7 +533,19 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
     const int m_first = q_lo / BLOCK_M;
     const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
-    const int iterations = prm.heads_per_split * n_m;
+    int iterations = prm.heads_per_split * n_m;
+    /* MODS with a block mask: the listed query blocks of this key block instead (uniform) */
+    fa_bwd_sm90_iters iters;
+    if constexpr (MODS) {
+        iters.h_begin = heads.first;
+        iters.m_first = m_first;
+        iters.n_m = n_m;
+        iters.listed = mods.block_map != nullptr;
+        if (iters.listed) {
+            iters.walk = fa_mods_q_walk_at(mods, batch, heads.first, heads.first + prm.heads_per_split, n0, BLOCK_M, len_q);
+            iterations = fa_mods_q_count(iters.walk, heads.first);
+        }
+    }
     const int warpgroup = threadIdx.x / 128;
 
     if (iterations == 0) {
@@ -505,14 +601,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
-                                  q_row0, tma_batch, m_first, q_hi, len_q, lane,
-                                  [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
-                                  [](int) {});
+            fa_bwd_sm90_load<Cfg, MODS>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
+                                        k_row, q_row0, tma_batch, m_first, q_hi, len_q, lane,
+                                        [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
+                                        [](int) {}, &iters, iterations);
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
-            fa_bwd_sm90_dq_writer<Cfg, DET>(&tmap_dq, prm, dq_smem, n_block, batch, heads, m_first, n_m, len_q, len_k,
-                                        shift, (int)q_packed0, lane);
+            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, n_block, batch, heads, m_first, n_m, len_q,
+                                                  len_k, shift, (int)q_packed0, lane, &iters, iterations);
         }
         return;
     }
@@ -557,9 +653,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
     }
 
+    int it_head = 0, it_m = 0; /* MODS: the current iteration (query head, query block) */
+    if constexpr (MODS) fa_bwd_sm90_iter_first(iters, it_head, it_m);
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
-        const int m0 = (m_first + t % n_m) * BLOCK_M;
+        const int m0 = (MODS ? it_m : m_first + t % n_m) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
         const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -595,7 +693,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         if constexpr (!LOG2) {
             if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
         }
-        if constexpr (LOG2)
+        if constexpr (MODS)
+            fa_bwd_sm90_probs_mods<BLOCK_M>(
+                s_rmem, prm, mods, fa_mods_tile_at(mods, batch, it_head, varlen, seq.q_start, seq.k_start, m0, n0),
+                mask_base - m0, key0, m0 + col_in, len_q, len_k, shift, lse2_pair,
+                fa_bwd_sm90_alibi_slope(prm, batch, it_head));
+        else if constexpr (LOG2)
             fa_bwd_sm90_probs_log2<BLOCK_M>(
                 s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
                 fa_bwd_sm90_alibi_slope(prm, batch, (int)blockIdx.y * prm.heads_per_split + t / n_m));
@@ -629,6 +732,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                 }
             }
         }
+        if constexpr (MODS)
+            if (mods.dbias != nullptr)
+                fa_bwd_sm90_store_dbias<BLOCK_M>(mods, dp_rmem, batch, it_head, key0, m0 + col_in, len_q, len_k);
         if constexpr (!EARLY_DV && DROPOUT)
             fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
         else if constexpr (!EARLY_DV)
@@ -714,6 +820,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             }
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s));
+        if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_head, it_m);
     }
 
     if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
@@ -726,9 +833,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false>
 static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, const fa_mods_params *mods = nullptr) {
     using Cfg = fa_bwd_sm90_config<BUCKET>;
     static const char *const path = "the Hopper backward";
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
@@ -740,10 +847,10 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
             FA_OK ||
         (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 64)) != FA_OK)
         return st;
-    const bool det = p->dq_semaphore != nullptr;
+    const bool det = p->dq_semaphore != nullptr; /* never with MODS (fa_hopper_bwd_mods_ok) */
     auto kernel =
-        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, true, DROPOUT>
-            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT>;
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS>
+            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT, MODS>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -756,8 +863,11 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
                             "%s: grid (%lld key blocks, %d kv heads × %d group splits, %d sequences) too large", path,
                             (long long)key_blocks, p->heads_kv, p->group_splits, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)grid_y, (unsigned)p->batch);
+    fa_mods_arg<MODS> mods_arg;
+    if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
-                                                            dropout != nullptr ? *dropout : fa_dropout_params{});
+                                                            dropout != nullptr ? *dropout : fa_dropout_params{},
+                                                            mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
 }
@@ -785,9 +895,20 @@ static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, const fa_dr
                               : fa_bwd_sm90_launch_path<BUCKET, false>(prm, nullptr, bf16, device_ordinal, stream);
 }
 
-extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
-                                          int device_ordinal, cudaStream_t stream) {
+extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout,
+                                          const fa_mods_params *mods, fa_dtype dtype, int device_ordinal,
+                                          cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
+    if (mods != nullptr) { /* bucket 128, LOG2 exponents, no softcap or dropout (fa_hopper_bwd_mods_ok) */
+        switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
+        case 128:
+            return bf16 ? fa_bwd_sm90_launch<128, true, false, true, false, true>(prm, nullptr, device_ordinal, stream, mods)
+                        : fa_bwd_sm90_launch<128, false, false, true, false, true>(prm, nullptr, device_ordinal, stream, mods);
+        default:
+            return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d, head_dim_v = %d: no Hopper backward with score "
+                                "modifications", prm->head_dim, prm->head_dim_v);
+        }
+    }
     switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
     case 64: return fa_bwd_sm90_launch_bucket<64>(prm, dropout, bf16, device_ordinal, stream);
     case 128: return fa_bwd_sm90_launch_bucket<128>(prm, dropout, bf16, device_ordinal, stream);

@@ -17,6 +17,7 @@
 
 #include "cuda/common/bwd_launch.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/mods.cuh"
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
@@ -44,6 +45,31 @@ __device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_
     h.split = (int)blockIdx.y % prm.group_splits;
     h.first = (int)blockIdx.y * prm.heads_per_split;
     return h;
+}
+
+/* The iterations (query head, query block m) a CTA walks, heads ascending and m ascending within
+ * a head: every head's blocks [m_first, m_first + n_m) of the query range; with a block mask (the
+ * MODS instantiations, `listed`) the query blocks the block map lists for this key block instead
+ * (common/mods.cuh's fa_mods_q_walk, one map entry per query block of BLOCK_M rows: block_q is a
+ * multiple of BLOCK_M). The producer, the dQ writer and the consumers each walk them with
+ * fa_bwd_sm90_iter_first / _next. */
+struct fa_bwd_sm90_iters {
+    int h_begin, m_first, n_m;
+    bool listed;
+    fa_mods_q_walk walk; /* listed only */
+};
+__device__ __forceinline__ void fa_bwd_sm90_iter_first(const fa_bwd_sm90_iters &it, int &head, int &m) {
+    head = it.h_begin;
+    m = it.m_first;
+    if (it.listed) fa_mods_q_scan(it.walk, it.h_begin, &head, 0, &m);
+}
+__device__ __forceinline__ void fa_bwd_sm90_iter_next(const fa_bwd_sm90_iters &it, int &head, int &m) {
+    if (it.listed) {
+        fa_mods_next_q_tile(it.walk, it.h_begin, &head, &m);
+    } else if (++m == it.m_first + it.n_m) {
+        m = it.m_first;
+        ++head;
+    }
 }
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -200,14 +226,16 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
  * buffer and its own barrier do_full (the one after the stage_full barriers, 1 arrival + the dO
  * bytes); after Q of iteration t the producer waits wait_do_empty(phase) (the consumers have
  * released dO of iteration t - 1) and loads dO of iteration t. */
-template <class Cfg, class WaitEmpty, class WaitDoEmpty>
+template <class Cfg, bool MODS = false, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
                                                  int64_t q_packed0, int batch, const fa_bwd_sm90_heads &heads,
                                                  int k_row, int q_row0,
                                                  int tma_batch, int m_first, int q_hi, int len_q, int lane,
-                                                 WaitEmpty wait_empty, WaitDoEmpty wait_do_empty) {
+                                                 WaitEmpty wait_empty, WaitDoEmpty wait_do_empty,
+                                                 const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
+                                                 int iterations = 0 /* MODS: its length */) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
     static_assert(!SPLIT_DO || Cfg::DO_STAGES == 1, "dO: the Q ring's stages, or one buffer of its own");
     const bool varlen = prm.cu_seqlens_q != nullptr;
@@ -233,47 +261,58 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                             (int64_t)heads.first * lse_head_pitch;
     const float *dsum_head = prm.dsum + (int64_t)heads.first * prm.total_q + q_packed0;
     int s = 0, phase = 1, do_phase = 1;
-    for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-        for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) {
-            wait_empty(s, phase);
-            if (lane == 0) {
-                mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
-                for (int slab = 0; slab < Cfg::SLABS; ++slab) {
-                    tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
+    /* one iteration: Q and dO of (head, m0) into stage s, LSE2 and D of its rows (lse_row, dsum_row:
+     * the head's vectors) */
+    auto load_one = [&](int head, int m0, const float *lse_row, const float *dsum_row) {
+        wait_empty(s, phase);
+        if (lane == 0) {
+            mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
+            for (int slab = 0; slab < Cfg::SLABS; ++slab) {
+                tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
+                            64 * slab, q_row0 + m0, head, tma_batch);
+                if constexpr (!SPLIT_DO)
+                    tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
                                 64 * slab, q_row0 + m0, head, tma_batch);
-                    if constexpr (!SPLIT_DO)
-                        tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
-                                    64 * slab, q_row0 + m0, head, tma_batch);
-                }
-            }
-#pragma unroll 1
-            for (int r = lane; r < Cfg::BLOCK_M; r += 32) {
-                const bool in_seq = m0 + r < len_q;
-                const uint32_t at = (uint32_t)(s * Cfg::BLOCK_M + r) * 4;
-                const float lse = in_seq ? lse_head[m0 + r] : -CUDART_INF_F;
-                st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
-                st_shared_f32(dvec_smem + at, in_seq ? dsum_head[m0 + r] : 0.0f);
-            }
-            /* each lane releases its own stores (lane 0's second arrival) */
-            mbarrier_arrive(stage_full(s));
-            if constexpr (SPLIT_DO) {
-                const uint32_t do_full = stage_full(Cfg::STAGES);
-                wait_do_empty(do_phase);
-                if (lane == 0) {
-                    mbarrier_arrive_expect_tx(do_full, Cfg::Q_BYTES);
-                    for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                        tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full, 64 * slab,
-                                    q_row0 + m0, head, tma_batch);
-                }
-                do_phase ^= 1;
-            }
-            if (++s == Cfg::STAGES) {
-                s = 0;
-                phase ^= 1;
             }
         }
-        lse_head += lse_head_pitch;
-        dsum_head += prm.total_q;
+#pragma unroll 1
+        for (int r = lane; r < Cfg::BLOCK_M; r += 32) {
+            const bool in_seq = m0 + r < len_q;
+            const uint32_t at = (uint32_t)(s * Cfg::BLOCK_M + r) * 4;
+            const float lse = in_seq ? lse_row[m0 + r] : -CUDART_INF_F;
+            st_shared_f32(lse2_smem + at, lse == -CUDART_INF_F ? CUDART_INF_F : lse * 1.4426950408889634f);
+            st_shared_f32(dvec_smem + at, in_seq ? dsum_row[m0 + r] : 0.0f);
+        }
+        /* each lane releases its own stores (lane 0's second arrival) */
+        mbarrier_arrive(stage_full(s));
+        if constexpr (SPLIT_DO) {
+            const uint32_t do_full = stage_full(Cfg::STAGES);
+            wait_do_empty(do_phase);
+            if (lane == 0) {
+                mbarrier_arrive_expect_tx(do_full, Cfg::Q_BYTES);
+                for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                    tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full, 64 * slab,
+                                q_row0 + m0, head, tma_batch);
+            }
+            do_phase ^= 1;
+        }
+        if (++s == Cfg::STAGES) {
+            s = 0;
+            phase ^= 1;
+        }
+    };
+    if constexpr (MODS) {
+        int head, m;
+        fa_bwd_sm90_iter_first(*iters, head, m);
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m))
+            load_one(head, m * Cfg::BLOCK_M, lse_head + (int64_t)(head - heads.first) * lse_head_pitch,
+                     dsum_head + (int64_t)(head - heads.first) * prm.total_q);
+    } else {
+        for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
+            for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) load_one(head, m0, lse_head, dsum_head);
+            lse_head += lse_head_pitch;
+            dsum_head += prm.total_q;
+        }
     }
 }
 
@@ -286,13 +325,13 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
  * none when k is past the sequence; in local column units that is [lo, hi], and 8j + c are
  * compile-time constants, so each element costs two compares. Masked elements become -inf. */
 template <int BLOCK_M>
-__device__ __forceinline__ void fa_bwd_sm90_mask(float (&x)[BLOCK_M / 2], const fa_bwd_sm90_params &prm, int base,
-                                                 int key0, int len_k) {
+__device__ __forceinline__ void fa_bwd_sm90_mask_window(float (&x)[BLOCK_M / 2], int window_left, int window_right,
+                                                        int base, int key0, int len_k) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int b = base + 8 * h;
-        int lo = prm.window_right >= 0 ? b - prm.window_right : -BLOCK_M;
-        const int hi = prm.window_left >= 0 ? b + prm.window_left : BLOCK_M;
+        int lo = window_right >= 0 ? b - window_right : -BLOCK_M;
+        const int hi = window_left >= 0 ? b + window_left : BLOCK_M;
         if (key0 + 8 * h >= len_k) lo = BLOCK_M;
 #pragma unroll
         for (int j = 0; j < BLOCK_M / 8; ++j)
@@ -300,6 +339,11 @@ __device__ __forceinline__ void fa_bwd_sm90_mask(float (&x)[BLOCK_M / 2], const 
             for (int c = 0; c < 2; ++c)
                 if (8 * j + c < lo || 8 * j + c > hi) x[4 * j + 2 * h + c] = -CUDART_INF_F;
     }
+}
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_mask(float (&x)[BLOCK_M / 2], const fa_bwd_sm90_params &prm, int base,
+                                                 int key0, int len_k) {
+    fa_bwd_sm90_mask_window<BLOCK_M>(x, prm.window_left, prm.window_right, base, key0, len_k);
 }
 
 /* Without softcap, positive scale, no ALiBi (the mask has written -inf into the raw scores):
