@@ -221,6 +221,8 @@ typedef struct fa_bwd_plan {
     int need_sink;           /* sinks given and dsink requested                                 */
     int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
     int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
+    int window_left, window_right; /* the kernels' window sides: one at least as wide as the longest
+                                      sequence is unbounded, -1 (keeps their int32 math safe)  */
     int device_ordinal;
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
@@ -308,6 +310,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         return s;
     plan->device_ordinal = dev.ordinal;
     plan->bucket = bucket;
+    plan->window_left = p->window_left >= p->seqlen_k ? -1 : (int)p->window_left;
+    plan->window_right = p->window_right >= p->seqlen_q ? -1 : (int)p->window_right;
     plan->block_k = plan->v2 ? fa_bwd_bigsmem_block_k(bucket) : fa_bwd_block_k(bucket);
     plan->key_blocks = (p->seqlen_k + plan->block_k - 1) / plan->block_k;
     if (plan->hopper) {
@@ -315,8 +319,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         const char *forced = getenv("FA_HOPPER_BWD_GROUP_SPLITS");
         plan->group_splits = fa_hopper_bwd_group_splits(
             fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch, p->heads_kv, pb->group, p->seqlen_q,
-            p->seqlen_k, p->window_left >= p->seqlen_k ? -1 : p->window_left,
-            p->window_right >= p->seqlen_q ? -1 : p->window_right, dev.sm_count, forced != NULL ? atoi(forced) : 0);
+            p->seqlen_k, plan->window_left, plan->window_right, dev.sm_count, forced != NULL ? atoi(forced) : 0);
         /* grid y; softcap with dropout: those instantiations keep the group whole (bwd_sm90.cu) */
         if (p->heads_kv * plan->group_splits > FA_CUDA_GRID_YZ_MAX || (p->softcap > 0.0f && pb->has_dropout))
             plan->group_splits = 1;
@@ -470,9 +473,8 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.dv_batch_stride = p->dv_batch_stride;
     prm.dv_row_stride = p->dv_row_stride;
     prm.dv_head_stride = p->dv_head_stride;
-    /* A side at least as wide as the longest sequence is unbounded (keeps int32 math safe). */
-    prm.window_left = p->window_left >= p->seqlen_k ? -1 : p->window_left;
-    prm.window_right = p->window_right >= p->seqlen_q ? -1 : p->window_right;
+    prm.window_left = plan->window_left;
+    prm.window_right = plan->window_right;
     prm.softmax_scale = p->softmax_scale;
     prm.lse_log2 = lse_log2;
     prm.dsum = dsum;

@@ -1058,7 +1058,11 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
     const bool block_map = mods != nullptr && mods->block_map != nullptr;
-    const bool persistent = (!block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, prm.num_m_blocks)) ||
+    /* FA_HOPPER_FWD_PERSISTENT=1 / 0 forces the grid shape (timing) */
+    const char *forced = getenv("FA_HOPPER_FWD_PERSISTENT");
+    const bool persistent = (forced != nullptr ? strcmp(forced, "1") == 0 && Cfg::O_OWN
+                                               : !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first,
+                                                                                    prm.num_m_blocks)) ||
                             prm.total_tiles > 2147483647;
     prm.snake = persistent && fa_hopper_snake_order();
     /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
