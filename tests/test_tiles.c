@@ -58,17 +58,18 @@ FA_TEST(tiles_hopper_forward) {
                  "bucket %d: persistent iff own O and even tiles or short causal (< 8 query blocks)", b);
     }
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(128, 128, 128) && fa_hopper_fwd_mods_blocks_ok(192, 256, 384) &&
-                 !fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&
-                 !fa_hopper_fwd_mods_blocks_ok(64, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(64, 384, 128) &&
+                 fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&
+                 fa_hopper_fwd_mods_blocks_ok(64, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(64, 192, 128) &&
+                 fa_hopper_mods_bucket(64) == 128 && fa_hopper_mods_bucket(192) == 192 &&
                  !fa_hopper_fwd_mods_blocks_ok(256, 128, 128) && fa_hopper_fwd_mods_blocks_ok(256, 128, 160) &&
                  !fa_hopper_fwd_mods_blocks_ok(128, 64, 128) && !fa_hopper_fwd_mods_blocks_ok(128, 128, 0),
-             "Hopper forward MODS: buckets 128-256, a block mask in whole tiles (128 x 128 at buckets 128 / 192)");
-    FA_CHECK(fa_hopper_bwd_mods_ok(128, 0, 0, 128, 128) && !fa_hopper_bwd_mods_ok(64, 0, 0, 128, 256) &&
-                 fa_hopper_bwd_mods_ok(128, 0, 0, 64, 128) && !fa_hopper_bwd_mods_ok(64, 0, 0, 0, 0) &&
+             "Hopper forward MODS: bucket 64 on 128's kernels, a block mask in whole tiles (128 x 128 up to bucket 192)");
+    FA_CHECK(fa_hopper_bwd_mods_ok(128, 0, 0, 128, 128) && fa_hopper_bwd_mods_ok(64, 0, 0, 128, 256) &&
+                 fa_hopper_bwd_mods_ok(128, 0, 0, 64, 128) && fa_hopper_bwd_mods_ok(64, 0, 0, 0, 0) &&
                  fa_hopper_bwd_mods_ok(128, 0, 0, 0, 0) && !fa_hopper_bwd_mods_ok(256, 0, 0, 0, 0) &&
                  !fa_hopper_bwd_mods_ok(192, 0, 0, 128, 128) && !fa_hopper_bwd_mods_ok(128, 1, 0, 128, 128) &&
                  !fa_hopper_bwd_mods_ok(128, 0, 1, 0, 0) && !fa_hopper_bwd_mods_ok(128, 0, 0, 128, 64),
-             "Hopper backward MODS: bucket 128, no softcap or determinism, whole tiles per block");
+             "Hopper backward MODS: buckets 64 / 128 on 128's kernel, no softcap or determinism, whole tiles");
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(192) &&
                  !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (192 and 256: Q + K/V leave no room)");

@@ -118,17 +118,21 @@ FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blo
     return fa_hopper_o_own_buffer(bucket) && (!heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS);
 }
 
-/* Score modifications (common/mods.cuh: bias, document ids, block-sparse masks) on the Hopper
- * forward (its MODS instantiations, buckets 128, 192 and 256; bucket 64's three consumers at 160
- * registers have no room for the element rules: ptxas spilled 852 bytes, so the portable MODS
- * kernels run it). A block mask's blocks must be whole tiles, block_q a multiple of BLOCK_M and
- * block_k of BLOCK_N, so one map entry holds for a tile (128 × 128 suits buckets 128 and 192;
- * bucket 256 (80 keys) takes multiples of 80 only). Without a block mask (block_q = block_k = 0)
- * any block sizes do. */
+/* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of
+ * bucket `bucket`: bucket 64 runs on bucket 128's kernels, its head dims zero-padded to 128 (at
+ * 64 the forward's three consumers at 160 registers spilled 852 bytes with the element rules and
+ * the backward's 128-query tile 488; twice the GEMM work is still 4x the portable MODS kernels). */
+FA_HOPPER_FN int fa_hopper_mods_bucket(int bucket) { return bucket == 64 ? 128 : bucket; }
+
+/* Score modifications (bias, document ids, block-sparse masks) on the Hopper forward: its MODS
+ * instantiations at fa_hopper_mods_bucket(bucket). A block mask's blocks must be whole tiles,
+ * block_q a multiple of BLOCK_M and block_k of BLOCK_N, so one map entry holds for a tile
+ * (128 × 128 suits d up to 192; above, 80 keys per tile: block_k a multiple of 80). Without a
+ * block mask (block_q = block_k = 0) any block sizes do. */
 FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
-    return bucket > 64 && ((block_q == 0 && block_k == 0) ||
-                           (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(bucket) == 0 &&
-                            block_k % fa_hopper_block_n(bucket) == 0));
+    return bucket > 0 && ((block_q == 0 && block_k == 0) ||
+                          (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(fa_hopper_mods_bucket(bucket)) == 0 &&
+                           block_k % fa_hopper_block_n(fa_hopper_mods_bucket(bucket)) == 0));
 }
 
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
@@ -337,17 +341,18 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
 }
 
 /* Score modifications (common/mods.cuh) on the Hopper backward (bwd_sm90.cu's MODS
- * instantiations): bucket 128 (at 64 the 128-query tile's per-element rules spilled 488 bytes,
- * so the portable MODS kernel runs it), without softcap (the MODS exponent is formed in log2 units
- * as the LOG2 kernels do) and not in deterministic mode (a block mask's key blocks adding into one
- * dQ tile need not be contiguous, which the ordered dQ relies on); a block mask in whole tiles,
- * block_q a multiple of BLOCK_M (64) and block_k of BLOCK_N (128). Dropout
- * never combines with them (mods.cu). block_q = block_k = 0: no block mask. */
+ * instantiations at fa_hopper_mods_bucket: buckets 64 and 128 on bucket 128's kernel), without
+ * softcap (the MODS exponent is formed in log2 units as the LOG2 kernels do) and not in
+ * deterministic mode (a block mask's key blocks adding into one dQ tile need not be contiguous,
+ * which the ordered dQ relies on); a block mask in whole tiles, block_q a multiple of BLOCK_M (64)
+ * and block_k of BLOCK_N (128). Dropout never combines with them (mods.cu). block_q = block_k =
+ * 0: no block mask. */
 FA_HOPPER_FN int fa_hopper_bwd_mods_ok(int bucket, int softcap, int deterministic, long long block_q,
                                        long long block_k) {
-    return bucket == 128 && !softcap && !deterministic &&
-           ((block_q == 0 && block_k == 0) || (block_q > 0 && block_k > 0 && block_q % fa_hopper_bwd_block_m(bucket) == 0 &&
-                                               block_k % fa_hopper_bwd_block_n(bucket) == 0));
+    const int b = fa_hopper_mods_bucket(bucket);
+    return b == 128 && !softcap && !deterministic &&
+           ((block_q == 0 && block_k == 0) ||
+            (block_q > 0 && block_k > 0 && block_q % fa_hopper_bwd_block_m(b) == 0 && block_k % fa_hopper_bwd_block_n(b) == 0));
 }
 
 /* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).

@@ -899,8 +899,8 @@ extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dro
                                           const fa_mods_params *mods, fa_dtype dtype, int device_ordinal,
                                           cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
-    if (mods != nullptr) { /* bucket 128, LOG2 exponents, no softcap or dropout (fa_hopper_bwd_mods_ok) */
-        switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
+    if (mods != nullptr) { /* bucket 128 (64 too), LOG2 exponents, no softcap or dropout (fa_hopper_bwd_mods_ok) */
+        switch (fa_hopper_mods_bucket(fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v))) {
         case 128:
             return bf16 ? fa_bwd_sm90_launch<128, true, false, true, false, true>(prm, nullptr, device_ordinal, stream, mods)
                         : fa_bwd_sm90_launch<128, false, false, true, false, true>(prm, nullptr, device_ordinal, stream, mods);

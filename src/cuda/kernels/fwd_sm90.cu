@@ -12,7 +12,7 @@
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
  * mask (fa_hopper_to_log2). Attention dropout: the DROPOUT instantiations (never packed), see
  * "Dropout" below. Score modifications (common/mods.cuh: bias, document ids, block-sparse masks;
- * buckets 128-256, block masks in whole tiles, fa_hopper_fwd_mods_blocks_ok): the MODS
+ * buckets 128-256, bucket 64 on 128's, block masks in whole tiles, sm90_tiles.h): the MODS
  * instantiations, in log2 units and unpacked; with a block mask the key tiles walked are those
  * of the query block's listed key blocks (fa_mods_first_tile / fa_mods_prev_tile over the dense
  * block map, by the producer and the consumers alike), full blocks unmasked but for keys past
@@ -1073,7 +1073,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (grid == 0) return FA_OK;
     if (mods != nullptr) {
-        if constexpr (BUCKET == 64) /* fa_hopper_fwd_mods_blocks_ok: never sent here */
+        if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
                                 p->head_dim);
         else
@@ -1098,7 +1098,8 @@ extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dro
                                           const fa_mods_params *mods, fa_dtype dtype, int device_ordinal,
                                           cudaStream_t stream) {
     const bool bf16 = dtype == FA_DTYPE_BF16;
-    switch (fa_hopper_bucket(prm->head_dim, prm->head_dim_v)) {
+    const int bucket = fa_hopper_bucket(prm->head_dim, prm->head_dim_v);
+    switch (mods != nullptr ? fa_hopper_mods_bucket(bucket) : bucket) {
     case 64:
         return bf16 ? fa_hopper_launch<64, true>(prm, dropout, mods, device_ordinal, stream)
                     : fa_hopper_launch<64, false>(prm, dropout, mods, device_ordinal, stream);
