@@ -57,6 +57,9 @@ class BlockSparseMask:
         self._window_only = False
         # set by document_block_mask with one set of ids: the mask is a packing of sequences
         self._documents_only = False
+        # (batch, seqlen, device) -> (cu_seqlens, longest document) of that packing, computed on
+        # the first call (one host synchronisation) and reused by the next ones
+        self._document_packing = {}
 
     @staticmethod
     def from_torch(block_mask, seqlen_q=None, seqlen_k=None):
@@ -445,7 +448,10 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
             # documents of one set of ids from document_block_mask: each document is a sequence
             # of the varlen kernels (the same visible pairs, no block lists or id compares)
             b, s = q.shape[0], q.shape[1]
-            cu, longest = _document_cu_seqlens(m.doc_ids_q, b, s, q.device)
+            key = (b, s, str(q.device))
+            if key not in m._document_packing:
+                m._document_packing[key] = _document_cu_seqlens(m.doc_ids_q, b, s, q.device)
+            cu, longest = m._document_packing[key]
             out, lse = attention(q.reshape(b * s, *q.shape[2:]), k.reshape(b * s, *k.shape[2:]),
                                  v.reshape(b * s, *v.shape[2:]), cu_seqlens_q=cu, cu_seqlens_k=cu,
                                  max_seqlen_q=longest, max_seqlen_k=longest, softmax_scale=softmax_scale,

@@ -168,7 +168,10 @@ def test_window_block_masks_take_the_native_kernels():
     doc = torch.tensor([0] * 40 + [1] * 3 + [2] * 70 + [5] * 37)  # 150 ids, 4 documents
     for ids, b in ((doc, 1), (torch.stack([doc, doc.roll(17).sort().values]), 2)):
         qb, kb, vb = (torch.randn(b, 2, s, d, requires_grad=True) for _ in range(3))
-        native = flashattn.flex_attention(qb, kb, vb, block_mask=flashattn.document_block_mask(ids, block_size=32))
+        reused = flashattn.document_block_mask(ids, block_size=32)
+        native = flashattn.flex_attention(qb, kb, vb, block_mask=reused)
+        again = flashattn.flex_attention(qb, kb, vb, block_mask=reused)  # the packing computed once
+        assert len(reused._document_packing) == 1 and torch.equal(native, again)
         lists = flashattn.document_block_mask(ids, block_size=32)
         lists._documents_only = False  # the same mask through the block lists and the id compares
         via_lists = flashattn.flex_attention(qb, kb, vb, block_mask=lists)
