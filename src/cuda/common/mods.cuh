@@ -101,12 +101,22 @@ __device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp
     return t;
 }
 
-__device__ __forceinline__ float fa_mods_load_bias(const fa_mods_params &mp, int64_t at) {
-    if (mp.bias_dtype == FA_DTYPE_F32) return __ldg(static_cast<const float *>(mp.bias) + at);
-    const uint32_t x = __ldg(static_cast<const unsigned short *>(mp.bias) + at);
-    return mp.bias_dtype == FA_DTYPE_BF16 ? __uint_as_float(x << 16)
-                                          : __half2float(__ushort_as_half((unsigned short)x));
+/* The bias element at offset `at` of a bias of dtype DT (fa_dtype: F32, F16 or BF16) as fp32. */
+template <int DT>
+__device__ __forceinline__ float fa_mods_bias_at(const void *bias, int64_t at) {
+    if constexpr (DT == FA_DTYPE_F32) {
+        return __ldg(static_cast<const float *>(bias) + at);
+    } else {
+        const uint32_t x = __ldg(static_cast<const unsigned short *>(bias) + at);
+        return DT == FA_DTYPE_BF16 ? __uint_as_float(x << 16) : __half2float(__ushort_as_half((unsigned short)x));
+    }
 }
+__device__ __forceinline__ float fa_mods_load_bias(const fa_mods_params &mp, int64_t at) {
+    if (mp.bias_dtype == FA_DTYPE_F32) return fa_mods_bias_at<FA_DTYPE_F32>(mp.bias, at);
+    return mp.bias_dtype == FA_DTYPE_BF16 ? fa_mods_bias_at<FA_DTYPE_BF16>(mp.bias, at)
+                                          : fa_mods_bias_at<FA_DTYPE_F16>(mp.bias, at);
+}
+
 
 /* The score of element (query i, key j) of the tile: x (the caller's units, `unit` of them per
  * natural unit of the bias) plus the bias when visible, else -inf. in_bounds: i < len_q and

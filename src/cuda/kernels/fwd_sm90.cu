@@ -354,15 +354,33 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
 
 /* Score modifications (MODS, scores already in log2 units): the tile's block-map status decides.
  * A full block: only keys past len_k are masked (no window there); a partial block, or no block
- * mask: the element window (mods.elem_window_*); with a bias, document ids or partial-block bits,
- * every element goes through fa_mods_score (mods.cuh: the rule written down once), the bias in
- * log2 units. Element layout as in fa_hopper_mask. */
+ * mask: the element window (mods.elem_window_*), after a bias with contiguous keys; with document
+ * ids or partial-block bits (or a bias at the sequence's end or with strided keys) every element
+ * goes through fa_mods_score (mods.cuh: the rule written down once), the bias in log2 units.
+ * Element layout as in fa_hopper_mask. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_mods_params &mp,
                                                const fa_hopper_work &w, bool varlen, int n0, int row0, int lane) {
     const fa_mods_tile t = fa_mods_tile_at(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.m0, n0);
     const int no_pack[2] = {0, 0};
-    if (mp.bias == nullptr && mp.doc_ids_q == nullptr && t.bits == nullptr) {
+    const int col0 = n0 + 2 * (lane % 4);
+    if (mp.doc_ids_q == nullptr && t.bits == nullptr &&
+        (mp.bias == nullptr || (mp.bias_col_stride == 1 && n0 + Cfg::BLOCK_N <= w.len_k))) {
+        /* no per-element rule but the window: a bias with contiguous keys is added without the
+         * element rule's tests, at a row's offset plus constants (rows past the sequence read the
+         * last row's: they are dropped), then the mask overwrites with -inf */
+        if (mp.bias != nullptr) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int64_t row = t.bias_base + (int64_t)min(row0 + 8 * h, w.len_q - 1) * mp.bias_row_stride + col0;
+#pragma unroll
+                for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        s_rmem[4 * j + 2 * h + c] = fmaf(1.4426950408889634f, fa_mods_load_bias(mp, row + 8 * j + c),
+                                                         s_rmem[4 * j + 2 * h + c]);
+            }
+        }
         if (t.status != FA_MODS_FULL)
             fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, mp.elem_window_left,
                                        mp.elem_window_right);
@@ -370,7 +388,6 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
             fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, -1, -1);
         return;
     }
-    const int col0 = n0 + 2 * (lane % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int i = row0 + 8 * h, diag = i + w.shift;
