@@ -129,6 +129,25 @@ __device__ __forceinline__ uint32_t cvt_rn_f16x2_f32(float lo, float hi) {
     return r;
 }
 
+/* Two fp8 e4m3 codes (low byte -> low half) -> f16x2, exact (every e4m3 value is an f16; the
+ * NaN code S.1111.111 gives an f16 NaN). sm_89+ only; callers keep an sm_80 path. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2(uint16_t codes) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(codes));
+    return r;
+}
+#endif
+
+/* ---- packed half arithmetic (PTX ISA: Half Precision Floating-Point, "add") ------------------- */
+
+/* a + b per f16 half, round to nearest even, subnormals kept. */
+__device__ __forceinline__ uint32_t add_rn_f16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 /* ---- shared / global vector accesses (PTX ISA: Data Movement, "ld", "st") ---------------------- */
 
 __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
