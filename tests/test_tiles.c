@@ -336,7 +336,7 @@ FA_TEST(tiles_kvcache_decode) {
                                  (size_t)fa_kvq_regs_min_blocks(b, 1);
         FA_CHECK(fa_kvq_regs_stages(b) >= 2 && in_flight >= 35 * 1024,
                  "bucket %d: %zu cache bytes in flight per sm_90 SM", b, in_flight);
-        FA_CHECK(fa_kvq_regs_stage_bytes(b) == (size_t)(2 * FA_KV_BLOCK_N * b + 32 * FA_KV_BLOCK_N),
+        FA_CHECK(fa_kvq_regs_stage_bytes(b) == (size_t)(2 * FA_KV_BLOCK_N * b + (8 + FA_KVQ_ROW_BYTES) * FA_KV_BLOCK_N),
                  "bucket %d: a register-kernel stage holds 8-bit K and V rows, their scales and row addresses", b);
     }
 }

@@ -34,8 +34,8 @@
  *
  * Shared memory, register kernel: q_smem [BLOCK_M, D] 16-bit as loaded | q_frag f16 fragments
  * [K_STEPS][32 lanes][4 words] | raw stage s < STAGES: K rows [BLOCK_N][D bytes], V rows (16-byte
- * chunks swizzled), K scales [BLOCK_N] fp32, V scales, the rows' global K and V addresses
- * [BLOCK_N][2] u64, their (slab, row) [BLOCK_N] int32 pairs.
+ * chunks swizzled), K scales [BLOCK_N] fp32, V scales, the rows' global addresses [BLOCK_N]
+ * × (K row, V row, K scale, V scale) u64.
  * Q8_0 kernel: q_smem | k_conv [BLOCK_N, D], v_conv 16-bit swizzled | raw stages as above with
  * rows of RAW_PITCH bytes, unswizzled. The epilogue reuses everything after q_smem.
  */
@@ -52,8 +52,7 @@ struct fa_kvq_config : fa_kv_config<HEAD_DIM> {
     static constexpr int RAW_TILE_BYTES = Base::BLOCK_N * RAW_PITCH;
     static constexpr int RAW_STAGE_BYTES = (int)fa_kvq_stage_bytes(HEAD_DIM);
     static constexpr int OFF_SCALES = 2 * RAW_TILE_BYTES;              /* K scales, then V scales */
-    static constexpr int OFF_ROWS = OFF_SCALES + 2 * 4 * Base::BLOCK_N; /* K, V row addresses      */
-    static constexpr int OFF_SLABS = OFF_ROWS + 16 * Base::BLOCK_N;     /* (slab, row) pairs       */
+    static constexpr int OFF_ROWS = OFF_SCALES + 2 * 4 * Base::BLOCK_N; /* the rows' addresses     */
     static constexpr int CONV_BYTES = 2 * Base::TILE_BYTES;             /* dequantised K, V        */
     static constexpr int AREA_BYTES = CONV_BYTES + STAGES * RAW_STAGE_BYTES;
     /* The epilogue's view of the area after Q (fa_kv_merge_splits sizes its batches by
@@ -61,8 +60,8 @@ struct fa_kvq_config : fa_kv_config<HEAD_DIM> {
     static constexpr int STAGE_BYTES = AREA_BYTES / STAGES;
     static constexpr size_t SMEM_BYTES = fa_kvq_smem_bytes(HEAD_DIM);
     static_assert(SMEM_BYTES == (size_t)Base::Q_BYTES + (size_t)AREA_BYTES, "smem layout");
-    static_assert(RAW_STAGE_BYTES == OFF_SLABS + 8 * Base::BLOCK_N && RAW_PITCH % 16 == 0 && RAW_PITCH >= HEAD_DIM &&
-                      OFF_ROWS % 16 == 0,
+    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_PITCH % 16 == 0 &&
+                      RAW_PITCH >= HEAD_DIM && OFF_ROWS % 16 == 0,
                   "raw stage layout");
     static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
     static_assert(Base::RED_BYTES <= STAGES * STAGE_BYTES, "the epilogue fits in the area");
@@ -86,8 +85,7 @@ struct fa_kvq_regs_config : fa_kv_config<HEAD_DIM> {
     static constexpr int RAW_TILE_BYTES = Base::BLOCK_N * RAW_PITCH;
     static constexpr int RAW_STAGE_BYTES = (int)fa_kvq_regs_stage_bytes(HEAD_DIM);
     static constexpr int OFF_SCALES = 2 * RAW_TILE_BYTES;              /* K scales, then V scales */
-    static constexpr int OFF_ROWS = OFF_SCALES + 2 * 4 * Base::BLOCK_N; /* K, V row addresses      */
-    static constexpr int OFF_SLABS = OFF_ROWS + 16 * Base::BLOCK_N;     /* (slab, row) pairs       */
+    static constexpr int OFF_ROWS = OFF_SCALES + 2 * 4 * Base::BLOCK_N; /* the rows' addresses     */
     static constexpr int QF_BYTES = 16 * 32 * Base::K_STEPS;           /* f16 Q fragments         */
     static constexpr int AREA_BYTES = QF_BYTES + STAGES * RAW_STAGE_BYTES;
     /* the epilogue's view of the area after Q (fa_kv_merge_splits sizes its batches by
@@ -95,7 +93,7 @@ struct fa_kvq_regs_config : fa_kv_config<HEAD_DIM> {
     static constexpr int STAGE_BYTES = AREA_BYTES / STAGES;
     static constexpr size_t SMEM_BYTES = fa_kvq_regs_smem_bytes(HEAD_DIM);
     static_assert(SMEM_BYTES == (size_t)Base::Q_BYTES + (size_t)AREA_BYTES && QF_BYTES == Base::Q_BYTES, "smem layout");
-    static_assert(RAW_STAGE_BYTES == OFF_SLABS + 8 * Base::BLOCK_N && RAW_CHUNKS >= 4 && OFF_ROWS % 16 == 0,
+    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_CHUNKS >= 4 && OFF_ROWS % 16 == 0,
                   "raw stage layout");
     static_assert((Base::THREADS / RAW_CHUNKS) % 8 == 0, "whole-row copies: a thread's rows share one swizzle");
     static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
@@ -184,20 +182,32 @@ struct fa_kvq_tile_loader {
         return r;
     }
 
-    /* Row `tid` (< BLOCK_N) of `stage`: its (slab, row) pair for the scale copies and the global
-     * addresses of its K and V rows (0: not read), so that a copy costs one shared load and an
-     * add rather than two 64-bit products. */
+    /* Row `tid` (< BLOCK_N) of `stage`: the global addresses of its K row, V row and (int8) K and
+     * V scales, 0 where it is not read, so that a copy costs one shared load and an add rather
+     * than two 64-bit products. */
     __device__ __forceinline__ void store_row(int stage, int tid, fa_kvq_row r) const {
         if (tid < BLOCK_N) {
-            const uint32_t at = raw_smem + stage * Cfg::RAW_STAGE_BYTES;
-            st_shared_u64(at + Cfg::OFF_SLABS + 8 * tid, (uint64_t)(uint32_t)r.slab | ((uint64_t)(uint32_t)r.row << 32));
-            uint64_t k_row = 0, v_row = 0;
+            uint32_t a[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
             if (r.slab >= 0) {
-                k_row = (uint64_t)(uintptr_t)(k_head + (int64_t)r.slab * prm.k_batch_stride + (int64_t)r.row * prm.k_row_stride);
-                v_row = (uint64_t)(uintptr_t)(v_head + (int64_t)r.slab * prm.v_batch_stride + (int64_t)r.row * prm.v_row_stride);
+                const uint64_t k_row =
+                    (uint64_t)(uintptr_t)(k_head + (int64_t)r.slab * prm.k_batch_stride + (int64_t)r.row * prm.k_row_stride);
+                const uint64_t v_row =
+                    (uint64_t)(uintptr_t)(v_head + (int64_t)r.slab * prm.v_batch_stride + (int64_t)r.row * prm.v_row_stride);
+                a[0] = (uint32_t)k_row, a[1] = (uint32_t)(k_row >> 32), a[2] = (uint32_t)v_row, a[3] = (uint32_t)(v_row >> 32);
+                if (prm.kv_quant == FA_KV_INT8) {
+                    const uint64_t k_scale = (uint64_t)(uintptr_t)(prm.k_scale + (int64_t)blk.hk * prm.k_scale_head_stride +
+                                                                   (int64_t)r.slab * prm.k_scale_batch_stride +
+                                                                   (int64_t)r.row * prm.k_scale_row_stride);
+                    const uint64_t v_scale = (uint64_t)(uintptr_t)(prm.v_scale + (int64_t)blk.hk * prm.v_scale_head_stride +
+                                                                   (int64_t)r.slab * prm.v_scale_batch_stride +
+                                                                   (int64_t)r.row * prm.v_scale_row_stride);
+                    a[4] = (uint32_t)k_scale, a[5] = (uint32_t)(k_scale >> 32);
+                    a[6] = (uint32_t)v_scale, a[7] = (uint32_t)(v_scale >> 32);
+                }
             }
-            st_shared_u64(at + Cfg::OFF_ROWS + 16 * tid, k_row);
-            st_shared_u64(at + Cfg::OFF_ROWS + 16 * tid + 8, v_row);
+            const uint32_t at = raw_smem + stage * Cfg::RAW_STAGE_BYTES + Cfg::OFF_ROWS + FA_KVQ_ROW_BYTES * tid;
+            st_shared_v4_b32(at, &a[0]);
+            st_shared_v4_b32(at + 16, &a[4]);
         }
     }
 
@@ -225,10 +235,11 @@ struct fa_kvq_tile_loader {
                                                int tid) const {
         const uint32_t dst_tile = stage_addr + which * Cfg::RAW_TILE_BYTES;
         const uint32_t rows = stage_addr + Cfg::OFF_ROWS + 8 * which;
+        constexpr int ROW = FA_KVQ_ROW_BYTES;
         const int units = row_bytes / BYTES, step_r = THREADS / units, step_u = THREADS % units;
         int r = tid / units, u = tid % units;
         while (r < BLOCK_N) {
-            const uint64_t src_row = ld_shared_u64(rows + 16 * r);
+            const uint64_t src_row = ld_shared_u64(rows + ROW * r);
             const void *src = src_row ? (const void *)(src_row + u * BYTES) : (const void *)base;
             const uint32_t dst = dst_tile + Cfg::raw_offset(r, u * BYTES);
             if (BYTES == 16) cp_async_cg_16(dst, src, src_row ? 16 : 0);
@@ -261,7 +272,7 @@ struct fa_kvq_tile_loader {
 #pragma unroll
                 for (int i = 0; i < N; ++i) {
                     uint32_t a[4]; /* the row's K address, then its V address */
-                    ld_shared_v4_b32(a, stage_addr + Cfg::OFF_ROWS + 16 * (r + i * STEP));
+                    ld_shared_v4_b32(a, stage_addr + Cfg::OFF_ROWS + FA_KVQ_ROW_BYTES * (r + i * STEP));
                     const bool ok = (a[0] | a[1]) != 0u;
                     const uint64_t k_src = ((uint64_t)a[1] << 32 | a[0]) + 16u * (uint32_t)u;
                     const uint64_t v_src = ((uint64_t)a[3] << 32 | a[2]) + 16u * (uint32_t)u;
@@ -289,16 +300,9 @@ struct fa_kvq_tile_loader {
         if (prm.kv_quant == FA_KV_INT8) {
             const bool is_v = tid >= BLOCK_N;
             const int r = is_v ? tid - BLOCK_N : tid;
-            const uint64_t sr = ld_shared_u64(stage_addr + Cfg::OFF_SLABS + 8 * r);
-            const int slab = (int)(uint32_t)sr, row = (int)(uint32_t)(sr >> 32);
-            const float *base = is_v ? prm.v_scale + (int64_t)blk.hk * prm.v_scale_head_stride
-                                     : prm.k_scale + (int64_t)blk.hk * prm.k_scale_head_stride;
-            const int64_t bs = is_v ? prm.v_scale_batch_stride : prm.k_scale_batch_stride;
-            const int64_t rs = is_v ? prm.v_scale_row_stride : prm.k_scale_row_stride;
-            const bool ok = slab >= 0;
-            cp_async_ca_4(stage_addr + Cfg::OFF_SCALES + 4 * tid,
-                          ok ? (const void *)(base + (int64_t)slab * bs + (int64_t)row * rs) : (const void *)base,
-                          ok ? 4 : 0);
+            const uint64_t src = ld_shared_u64(stage_addr + Cfg::OFF_ROWS + FA_KVQ_ROW_BYTES * r + 16 + 8 * is_v);
+            cp_async_ca_4(stage_addr + Cfg::OFF_SCALES + 4 * tid, src ? (const void *)src : (const void *)prm.k_scale,
+                          src ? 4 : 0);
         }
     }
 };
@@ -439,13 +443,16 @@ struct fa_kvq_is_bf16<fa_bf16> {
     static constexpr bool value = true;
 };
 
-/* Two e4m3 codes (bits 0-7: low half, bits 8-15: high half) -> f16x2, exact, NaN codes to NaN. */
-__device__ __forceinline__ uint32_t fa_kvq_e4m3x2_to_f16x2(uint32_t codes) {
+/* Two e4m3 codes, the low (HIGH = 0) or high (1) 16 bits of w (its low byte -> the low half)
+ * -> f16x2, exact, NaN codes to NaN. */
+template <int HIGH>
+__device__ __forceinline__ uint32_t fa_kvq_e4m3x2_to_f16x2(uint32_t w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    return cvt_rn_f16x2_e4m3x2((uint16_t)codes);
+    return HIGH ? cvt_rn_f16x2_e4m3x2_hi(w) : cvt_rn_f16x2_e4m3x2_lo(w);
 #else
+    const uint32_t codes = HIGH ? w >> 16 : w & 0xffffu;
     uint32_t r = cvt_rn_f16x2_f32(fa_kvq_e4m3_to_f32(codes, 0), fa_kvq_e4m3_to_f32(codes, 1));
-    if (fa_kvq_e4m3_has_nan(codes & 0xffffu)) { /* rare: S.1111.111 decodes to NaN */
+    if (fa_kvq_e4m3_has_nan(codes)) { /* rare: S.1111.111 decodes to NaN */
         if ((codes & 0x7fu) == 0x7fu) r = (r & 0xffff0000u) | 0x7e00u;
         if ((codes & 0x7f00u) == 0x7f00u) r = (r & 0x0000ffffu) | 0x7e000000u;
     }
@@ -469,8 +476,8 @@ __device__ __forceinline__ void fa_kvq_k_frag(uint32_t w, uint32_t (&b)[2]) {
         b[0] = fa_kvq_i8x2_to_f16x2(biased, 0x4140u);
         b[1] = fa_kvq_i8x2_to_f16x2(biased, 0x4342u);
     } else {
-        b[0] = fa_kvq_e4m3x2_to_f16x2(w & 0xffffu);
-        b[1] = fa_kvq_e4m3x2_to_f16x2(w >> 16);
+        b[0] = fa_kvq_e4m3x2_to_f16x2<0>(w);
+        b[1] = fa_kvq_e4m3x2_to_f16x2<1>(w);
     }
 }
 
@@ -485,8 +492,8 @@ __device__ __forceinline__ void fa_kvq_v_pairs(uint32_t w, uint32_t &col0, uint3
         col1 = fa_kvq_i8x2_to_f16x2(biased, 0x4341u);
     } else {
         const uint32_t pairs = __byte_perm(w, 0u, 0x3120u); /* [a0 b0 a1 b1] */
-        col0 = fa_kvq_e4m3x2_to_f16x2(pairs & 0xffffu);
-        col1 = fa_kvq_e4m3x2_to_f16x2(pairs >> 16);
+        col0 = fa_kvq_e4m3x2_to_f16x2<0>(pairs);
+        col1 = fa_kvq_e4m3x2_to_f16x2<1>(pairs);
     }
 }
 
