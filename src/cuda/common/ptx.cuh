@@ -146,15 +146,6 @@ __device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2_hi(uint32_t w) {
 }
 #endif
 
-/* ---- packed half arithmetic (PTX ISA: Half Precision Floating-Point, "add") ------------------- */
-
-/* a + b per f16 half, round to nearest even, subnormals kept. */
-__device__ __forceinline__ uint32_t add_rn_f16x2(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-
 /* ---- shared / global vector accesses (PTX ISA: Data Movement, "ld", "st") ---------------------- */
 
 __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {

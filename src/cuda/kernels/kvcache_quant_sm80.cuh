@@ -460,21 +460,28 @@ __device__ __forceinline__ uint32_t fa_kvq_e4m3x2_to_f16x2(uint32_t w) {
 #endif
 }
 
+/* The int8 offset: an int8 q reaches the tensor cores as the f16 q + FA_KVQ_I8_OFFSET (exact),
+ * and the kernel takes FA_KVQ_I8_OFFSET · Σ once per row off the scores (Σ of the row's query
+ * elements) and off O (Σ of the row's probabilities, a P·V column of ones) rather than 1152
+ * from every pair. */
+#define FA_KVQ_I8_OFFSET 1152.0f
+
 /* Two int8 of `biased` (each byte q + 128), picked by `selector` into bytes 0 and 2, -> f16x2:
- * under the high byte 0x64 a byte u is the f16 1024 + u, and 1024 + 128 + q - 1152 = q exactly. */
-__device__ __forceinline__ uint32_t fa_kvq_i8x2_to_f16x2(uint32_t biased, uint32_t selector) {
-    return add_rn_f16x2(__byte_perm(biased, 0x64646464u, selector), 0xe480e480u /* -1152, -1152 */);
+ * under the high byte 0x64 a byte u is the f16 1024 + u = q + FA_KVQ_I8_OFFSET. */
+__device__ __forceinline__ uint32_t fa_kvq_i8x2_to_f16x2_offset(uint32_t biased, uint32_t selector) {
+    return __byte_perm(biased, 0x64646464u, selector);
 }
 
 /* K: register w of an ldmatrix of a K tile holds dims 4t .. 4t+3 of one slot (bytes x0..x3);
  * b[0] = (x0, x1) is the slot's k pair (2t, 2t+1) of the k16 step, b[1] = (x2, x3) the pair
- * (2t + 8, 2t + 9). The Q fragments follow the same order (fa_kvq_regs_build_q). */
+ * (2t + 8, 2t + 9). The Q fragments follow the same order (fa_kvq_regs_build_q). int8: values
+ * plus FA_KVQ_I8_OFFSET. */
 template <int QUANT>
 __device__ __forceinline__ void fa_kvq_k_frag(uint32_t w, uint32_t (&b)[2]) {
     if (QUANT == FA_KV_INT8) {
         const uint32_t biased = w ^ 0x80808080u;
-        b[0] = fa_kvq_i8x2_to_f16x2(biased, 0x4140u);
-        b[1] = fa_kvq_i8x2_to_f16x2(biased, 0x4342u);
+        b[0] = fa_kvq_i8x2_to_f16x2_offset(biased, 0x4140u);
+        b[1] = fa_kvq_i8x2_to_f16x2_offset(biased, 0x4342u);
     } else {
         b[0] = fa_kvq_e4m3x2_to_f16x2<0>(w);
         b[1] = fa_kvq_e4m3x2_to_f16x2<1>(w);
@@ -483,13 +490,13 @@ __device__ __forceinline__ void fa_kvq_k_frag(uint32_t w, uint32_t (&b)[2]) {
 
 /* V: register w of an ldmatrix.trans of a V tile holds slots (2t, 2t+1) × columns (2g, 2g+1) of
  * an 8-slot, 16-column block, bytes [a0 a1 b0 b1] (a: slot 2t); column 2g + delta is the f16x2
- * (a_delta, b_delta), the slots' k pair of the B fragment. */
+ * (a_delta, b_delta), the slots' k pair of the B fragment. int8: values plus FA_KVQ_I8_OFFSET. */
 template <int QUANT>
 __device__ __forceinline__ void fa_kvq_v_pairs(uint32_t w, uint32_t &col0, uint32_t &col1) {
     if (QUANT == FA_KV_INT8) {
         const uint32_t biased = w ^ 0x80808080u;
-        col0 = fa_kvq_i8x2_to_f16x2(biased, 0x4240u);
-        col1 = fa_kvq_i8x2_to_f16x2(biased, 0x4341u);
+        col0 = fa_kvq_i8x2_to_f16x2_offset(biased, 0x4240u);
+        col1 = fa_kvq_i8x2_to_f16x2_offset(biased, 0x4341u);
     } else {
         const uint32_t pairs = __byte_perm(w, 0u, 0x3120u); /* [a0 b0 a1 b1] */
         col0 = fa_kvq_e4m3x2_to_f16x2<0>(pairs);
@@ -611,6 +618,27 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
         row_k_mul[h] = unscale * k_head_scale;
     }
 
+    /* int8: FA_KVQ_I8_OFFSET · Σ of the f16 query elements of the lane's rows, the scores' offset */
+    float row_offset[2] = {0.0f, 0.0f};
+    if (INT8) {
+#pragma unroll
+        for (int ks = 0; ks < Cfg::K_STEPS; ++ks) {
+            uint32_t a[4];
+            if (Cfg::Q_IN_REGS) {
+#pragma unroll
+                for (int x = 0; x < 4; ++x) a[x] = q_rmem[Cfg::Q_IN_REGS ? ks : 0][x];
+            } else {
+                ld_shared_v4_b32(a, qf_smem + 16 * (ks * 32 + lane));
+            }
+#pragma unroll
+            for (int x = 0; x < 4; ++x) /* a[0], a[2]: row g; a[1], a[3]: row g + 8 */
+                row_offset[x % 2] += __half2float(__ushort_as_half((unsigned short)(a[x] & 0xffffu))) +
+                                     __half2float(__ushort_as_half((unsigned short)(a[x] >> 16)));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_offset[h] = FA_KVQ_I8_OFFSET * fa_quad_sum(row_offset[h]);
+    }
+
     /* The lane's ldmatrix rows. K (non-trans): matrix m = lane / 8 is slots 8·(m / 2) .. + 7 of
      * the warp at the chunk 2kp + m % 2, so r[j] / r[2 + j] are the B fragments of k16 step
      * 2kp + j for slots 0-7 / 8-15. V (trans): matrix m is slots 8·(m % 2) .. + 7 at the chunk
@@ -627,6 +655,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
     float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float row_sum[2] = {0.0f, 0.0f}; /* this lane's share; quad-summed in the epilogue */
     uint32_t o_unit_bits[2] = {127u << 23, 127u << 23}; /* int8: O's rows in units 2^E, these bits */
+    float o_ones[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* int8: Σ P per row (a P·V column of ones), as O */
     const float score_mul = prm.score_mul;
 
     for (int it = 0; it < blk.n_tiles; ++it) {
@@ -677,8 +706,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
                 const float2 ks = ld_shared_v2_f32(stage_addr + Cfg::OFF_SCALES + 4 * (warp * WARP_N + 8 * nt + 2 * quad_col));
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    s_rmem[nt][2 * h] = s_rmem[nt][2 * h] * row_k_mul[h] * ks.x;
-                    s_rmem[nt][2 * h + 1] = s_rmem[nt][2 * h + 1] * row_k_mul[h] * ks.y;
+                    s_rmem[nt][2 * h] = (s_rmem[nt][2 * h] - row_offset[h]) * row_k_mul[h] * ks.x;
+                    s_rmem[nt][2 * h + 1] = (s_rmem[nt][2 * h + 1] - row_offset[h]) * row_k_mul[h] * ks.y;
                 }
             }
         } else {
@@ -763,10 +792,20 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
                 o_rmem[ot][2] *= o_rescale[1];
                 o_rmem[ot][3] *= o_rescale[1];
             }
+            if (INT8) {
+                o_ones[0] *= o_rescale[0];
+                o_ones[1] *= o_rescale[0];
+                o_ones[2] *= o_rescale[1];
+                o_ones[3] *= o_rescale[1];
+            }
         }
 
         /* O += P V: n-tile 2s + delta of O is columns 16s + 2n + delta (n = 0..7) */
         const uint32_t v_tile = stage_addr + Cfg::RAW_TILE_BYTES;
+        if (INT8) {
+            const uint32_t ones[2] = {0x3c003c00u, 0x3c003c00u};
+            fa_f16::mma(o_ones, p_frag, ones);
+        }
 #pragma unroll
         for (int sp = 0; sp < Cfg::O_TILES / 4; ++sp) {
             uint32_t r[4];
@@ -784,14 +823,15 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
         if (more) ld.store_row((next + 1) % STAGES, tid, pending);
     }
 
-    /* O in its true units: 2^E per row (int8) or the e4m3 V scale */
+    /* O in its true units: less the int8 offset, times 2^E per row (int8) or the e4m3 V scale */
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const float o_unit = INT8 ? __uint_as_float(o_unit_bits[h]) : v_head_scale;
+        const float o_offset = INT8 ? FA_KVQ_I8_OFFSET * o_ones[2 * h] : 0.0f;
 #pragma unroll
         for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
-            o_rmem[ot][2 * h] *= o_unit;
-            o_rmem[ot][2 * h + 1] *= o_unit;
+            o_rmem[ot][2 * h] = (o_rmem[ot][2 * h] - o_offset) * o_unit;
+            o_rmem[ot][2 * h + 1] = (o_rmem[ot][2 * h + 1] - o_offset) * o_unit;
         }
     }
     fa_kv_merge_warps<Elem, Cfg, true>(prm, blk, qf_smem, o_rmem, row_max, row_sum, tid, score_mul); /* 4. */
