@@ -6,26 +6,29 @@
  * cache rows by cp.async as raw bytes (in units of kv_copy_bytes = 16, 8 or 4) into a
  * STAGES-deep pipeline of raw stages, with the int8 rows' scales, so the cache traffic is that
  * of the quantised bytes. Rows, (slab, row) pairs, are found one tile ahead by threads 0..63 (a
- * paged cache's block-table read is issued right after a tile's copies and its row's K and V
- * addresses are stored to shared memory after the tile's compute, so it never stalls the copies)
- * and read from shared memory by the copies. The append: fa_kvq_append (kvcache_quant.cu) has quantised k_new / v_new
- * into the cache before these kernels, on the same stream, so every slot, appended ones
- * included, comes from the cache (the attention sees the quantised appended keys, as on the
- * CPU); no step 5 here, no rotary (refused with a quantised cache).
+ * paged cache's block-table read is issued right after a tile's copies, and the row's K, V and
+ * scale addresses are stored to shared memory after the tile's compute, so it never stalls the
+ * copies) and read from shared memory by the copies. The append: fa_kvq_append
+ * (kvcache_quant.cu) has quantised k_new / v_new into the cache before these kernels, on the
+ * same stream, so every slot, appended ones included, comes from the cache (the attention sees
+ * the quantised appended keys, as on the CPU); no step 5 here, no rotary (refused with a
+ * quantised cache).
  *
  * fa_kvq_regs_kernel, int8 (fp32 scale per token and kv head) and fp8 e4m3 (fp32 scale per kv
  * head): the tensor cores compute in f16 whatever the query dtype, since every int8 and e4m3
  * value is exact in f16. Each warp reads its 16 slots of K and V from the raw stage with
  * ldmatrix (8-bit rows taken as 16-bit columns) and converts them in registers (int8: a byte
- * permute under the exponent of 1024 and one f16 subtraction per pair; e4m3: cvt.rn.f16x2.e4m3x2
+ * permute under the exponent of 1024, which gives q + 1152, the offset taken off once per row:
+ * 1152 · Σ q off the scores, 1152 · Σ p, a P·V column of ones, off O; e4m3: cvt.rn.f16x2.e4m3x2
  * on sm_89+), so the tile is never rewritten in shared memory and a tile costs one barrier. The
  * scales act on fp32 values: the K scale multiplies the score columns (int8) or the scores
  * (e4m3); the int8 V scale multiplies the probabilities of its column before they are rounded
- * to f16, relative to a power of two 2^E per warp and tile (the largest V scale of the warp's 16
- * slots) so that they stay in f16's normal range, O being kept in units of 2^E (rescaled with
- * the running max when E moves); the e4m3 V scale multiplies O once at the end. A bf16 query row
- * is scaled by a power of two into f16's range (exact for every element within 2^29 of the row's
- * largest) and the scores unscaled. Scores, softmax and O accumulate in fp32 as elsewhere.
+ * to f16, relative to a unit 2^E per row and warp (the tile's largest p·scale in [1, 2) when the
+ * unit moves) so that the terms that matter keep f16's full precision, O being kept in units of
+ * 2^E (rescaled with the running max when E moves); the e4m3 V scale multiplies O once at the
+ * end. A bf16 query row is scaled by a power of two into f16's range (exact for every element
+ * within 2^29 of the row's largest) and the scores unscaled. Scores, softmax and O accumulate in
+ * fp32 as elsewhere.
  *
  * fa_kvq_kernel, Q8_0 (an f16 scale per 32-value block, which fits neither a score column nor a
  * probability): the landed tile is dequantised (x = scale · q in fp32, exact, rounded once to
@@ -80,20 +83,21 @@ template <int HEAD_DIM>
 struct fa_kvq_regs_config : fa_kv_config<HEAD_DIM> {
     using Base = fa_kv_config<HEAD_DIM>;
     static constexpr int STAGES = fa_kvq_regs_stages(HEAD_DIM); /* raw stages (hides Base's)  */
-    static constexpr int RAW_PITCH = HEAD_DIM;                   /* bytes per raw row          */
-    static constexpr int RAW_CHUNKS = HEAD_DIM / 16;             /* 16-byte chunks per raw row */
+    static constexpr int RAW_PITCH = HEAD_DIM;                  /* bytes per raw row          */
+    static constexpr int RAW_CHUNKS = HEAD_DIM / 16;            /* 16-byte chunks per raw row */
     static constexpr int RAW_TILE_BYTES = Base::BLOCK_N * RAW_PITCH;
     static constexpr int RAW_STAGE_BYTES = (int)fa_kvq_regs_stage_bytes(HEAD_DIM);
-    static constexpr int OFF_SCALES = 2 * RAW_TILE_BYTES;              /* K scales, then V scales */
+    static constexpr int OFF_SCALES = 2 * RAW_TILE_BYTES;               /* K scales, then V scales */
     static constexpr int OFF_ROWS = OFF_SCALES + 2 * 4 * Base::BLOCK_N; /* the rows' addresses     */
-    static constexpr int QF_BYTES = 16 * 32 * Base::K_STEPS;           /* f16 Q fragments         */
+    static constexpr int QF_BYTES = 16 * 32 * Base::K_STEPS;            /* f16 Q fragments         */
     static constexpr int AREA_BYTES = QF_BYTES + STAGES * RAW_STAGE_BYTES;
     /* the epilogue's view of the area after Q (fa_kv_merge_splits sizes its batches by
      * STAGES × STAGE_BYTES): at most AREA_BYTES */
     static constexpr int STAGE_BYTES = AREA_BYTES / STAGES;
     static constexpr size_t SMEM_BYTES = fa_kvq_regs_smem_bytes(HEAD_DIM);
     static_assert(SMEM_BYTES == (size_t)Base::Q_BYTES + (size_t)AREA_BYTES && QF_BYTES == Base::Q_BYTES, "smem layout");
-    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_CHUNKS >= 4 && OFF_ROWS % 16 == 0,
+    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_CHUNKS >= 4 &&
+                      OFF_ROWS % 16 == 0,
                   "raw stage layout");
     static_assert((Base::THREADS / RAW_CHUNKS) % 8 == 0, "whole-row copies: a thread's rows share one swizzle");
     static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
@@ -189,18 +193,21 @@ struct fa_kvq_tile_loader {
         if (tid < BLOCK_N) {
             uint32_t a[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
             if (r.slab >= 0) {
-                const uint64_t k_row =
-                    (uint64_t)(uintptr_t)(k_head + (int64_t)r.slab * prm.k_batch_stride + (int64_t)r.row * prm.k_row_stride);
-                const uint64_t v_row =
-                    (uint64_t)(uintptr_t)(v_head + (int64_t)r.slab * prm.v_batch_stride + (int64_t)r.row * prm.v_row_stride);
-                a[0] = (uint32_t)k_row, a[1] = (uint32_t)(k_row >> 32), a[2] = (uint32_t)v_row, a[3] = (uint32_t)(v_row >> 32);
+                const uint64_t k_row = (uint64_t)(uintptr_t)(k_head + (int64_t)r.slab * prm.k_batch_stride +
+                                                             (int64_t)r.row * prm.k_row_stride);
+                const uint64_t v_row = (uint64_t)(uintptr_t)(v_head + (int64_t)r.slab * prm.v_batch_stride +
+                                                             (int64_t)r.row * prm.v_row_stride);
+                a[0] = (uint32_t)k_row, a[1] = (uint32_t)(k_row >> 32);
+                a[2] = (uint32_t)v_row, a[3] = (uint32_t)(v_row >> 32);
                 if (prm.kv_quant == FA_KV_INT8) {
-                    const uint64_t k_scale = (uint64_t)(uintptr_t)(prm.k_scale + (int64_t)blk.hk * prm.k_scale_head_stride +
-                                                                   (int64_t)r.slab * prm.k_scale_batch_stride +
-                                                                   (int64_t)r.row * prm.k_scale_row_stride);
-                    const uint64_t v_scale = (uint64_t)(uintptr_t)(prm.v_scale + (int64_t)blk.hk * prm.v_scale_head_stride +
-                                                                   (int64_t)r.slab * prm.v_scale_batch_stride +
-                                                                   (int64_t)r.row * prm.v_scale_row_stride);
+                    const uint64_t k_scale =
+                        (uint64_t)(uintptr_t)(prm.k_scale + (int64_t)blk.hk * prm.k_scale_head_stride +
+                                              (int64_t)r.slab * prm.k_scale_batch_stride +
+                                              (int64_t)r.row * prm.k_scale_row_stride);
+                    const uint64_t v_scale =
+                        (uint64_t)(uintptr_t)(prm.v_scale + (int64_t)blk.hk * prm.v_scale_head_stride +
+                                              (int64_t)r.slab * prm.v_scale_batch_stride +
+                                              (int64_t)r.row * prm.v_scale_row_stride);
                     a[4] = (uint32_t)k_scale, a[5] = (uint32_t)(k_scale >> 32);
                     a[6] = (uint32_t)v_scale, a[7] = (uint32_t)(v_scale >> 32);
                 }
@@ -222,7 +229,8 @@ struct fa_kvq_tile_loader {
             const int u = i % UNITS, r = (i / UNITS) % BLOCK_N, kv = (i / (UNITS * BLOCK_N)) % 2,
                       stage = i / (2 * UNITS * BLOCK_N);
             if (u >= (kv ? v_first : k_first))
-                st_shared_u64(raw_smem + stage * Cfg::RAW_STAGE_BYTES + kv * Cfg::RAW_TILE_BYTES + Cfg::raw_offset(r, 8 * u),
+                st_shared_u64(raw_smem + stage * Cfg::RAW_STAGE_BYTES + kv * Cfg::RAW_TILE_BYTES +
+                                  Cfg::raw_offset(r, 8 * u),
                               0ull);
         }
     }
@@ -315,8 +323,8 @@ struct fa_kvq_tile_loader {
  * rows outside the block's slots are 0 (such a row must stay 0 whatever the scale: 0·NaN would
  * leak into P·V). */
 template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_addr,
-                                                    uint32_t conv_smem, int c0, int tid) {
+__device__ __forceinline__ void fa_kvq_dequant_tile(const fa_kv_params &prm, const fa_kv_block &blk,
+                                                    uint32_t stage_addr, uint32_t conv_smem, int c0, int tid) {
     constexpr int CHUNKS = Cfg::CHUNKS, RPP = Cfg::ROWS_PER_PASS;
     const int chunk = tid % CHUNKS, row0 = tid / CHUNKS;
 #pragma unroll
@@ -537,7 +545,8 @@ __device__ __forceinline__ void fa_kvq_regs_build_q(uint32_t q_smem, uint32_t qf
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = g + 8 * h;
-            const uint64_t x = ld_shared_u64(q_smem + 16 * fa_swizzled_chunk<CHUNKS>(row, 2 * ks + t / 2) + 8 * (t % 2));
+            const uint64_t x =
+                ld_shared_u64(q_smem + 16 * fa_swizzled_chunk<CHUNKS>(row, 2 * ks + t / 2) + 8 * (t % 2));
             uint32_t lo = (uint32_t)x, hi = (uint32_t)(x >> 32);
             if constexpr (BF16) {
                 const float mul = row_mul[row];
@@ -606,15 +615,15 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
     uint32_t q_rmem[Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1][4];
     if (Cfg::Q_IN_REGS) {
 #pragma unroll
-        for (int ks = 0; ks < (Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1); ++ks) ld_shared_v4_b32(q_rmem[ks], qf_smem + 16 * (ks * 32 + lane));
+        for (int ks = 0; ks < (Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1); ++ks)
+            ld_shared_v4_b32(q_rmem[ks], qf_smem + 16 * (ks * 32 + lane));
     }
     /* the factor of the scores of the lane's rows g, g + 8: the bf16 row's 2^-e, times the e4m3
      * K scale (int8: the column's scale comes per tile) */
     float row_k_mul[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float unscale =
-            BF16 ? __uint_as_float(0x7f000000u - __float_as_uint(q_row_mul[quad_row + 8 * h])) : 1.0f;
+        const float unscale = BF16 ? __uint_as_float(0x7f000000u - __float_as_uint(q_row_mul[quad_row + 8 * h])) : 1.0f;
         row_k_mul[h] = unscale * k_head_scale;
     }
 
@@ -653,9 +662,9 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_rmem[ot][e] = 0.0f;
     float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
-    float row_sum[2] = {0.0f, 0.0f}; /* this lane's share; quad-summed in the epilogue */
+    float row_sum[2] = {0.0f, 0.0f};                    /* this lane's share; quad-summed in the epilogue */
     uint32_t o_unit_bits[2] = {127u << 23, 127u << 23}; /* int8: O's rows in units 2^E, these bits */
-    float o_ones[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* int8: Σ P per row (a P·V column of ones), as O */
+    float o_ones[4] = {0.0f, 0.0f, 0.0f, 0.0f};         /* int8: Σ P per row (a P·V column of ones), as O */
     const float score_mul = prm.score_mul;
 
     for (int it = 0; it < blk.n_tiles; ++it) {
@@ -703,7 +712,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
         if (INT8) {
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                const float2 ks = ld_shared_v2_f32(stage_addr + Cfg::OFF_SCALES + 4 * (warp * WARP_N + 8 * nt + 2 * quad_col));
+                const float2 ks =
+                    ld_shared_v2_f32(stage_addr + Cfg::OFF_SCALES + 4 * (warp * WARP_N + 8 * nt + 2 * quad_col));
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     s_rmem[nt][2 * h] = (s_rmem[nt][2 * h] - row_offset[h]) * row_k_mul[h] * ks.x;
@@ -723,7 +733,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
         if (INT8) {
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
-                v_scale[nt] = ld_shared_v2_f32(stage_addr + Cfg::OFF_SCALES + 4 * (BLOCK_N + warp * WARP_N + 8 * nt + 2 * quad_col));
+                v_scale[nt] = ld_shared_v2_f32(stage_addr + Cfg::OFF_SCALES +
+                                               4 * (BLOCK_N + warp * WARP_N + 8 * nt + 2 * quad_col));
         }
 
         /* Online softmax in base 2 (fa_kv_softmax_pv) to the f16 A fragment of the k16 step.
@@ -738,7 +749,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
         float o_rescale[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float tile_max = fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]), fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
+            float tile_max =
+                fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]), fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
             tile_max = fa_quad_max(tile_max);
             const float new_max = fmaxf(row_max[h], tile_max);
             const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
@@ -762,7 +774,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
                     m = fmaxf(m, fmaxf(fabsf(p[nt][0]), fabsf(p[nt][1])));
                 }
                 const uint32_t tile_bits = __float_as_uint(fa_quad_max(m)) & 0x7f800000u; /* 2^floor(log2 m) */
-                const bool tile_ok = tile_bits != 0u && tile_bits <= (253u << 23);       /* normal, below 2^126 */
+                const bool tile_ok = tile_bits != 0u && tile_bits <= (253u << 23);        /* normal, below 2^126 */
                 const uint32_t old_bits = o_unit_bits[h];
                 uint32_t unit_bits = old_bits;
                 const float frame = __uint_as_float(old_bits) * rescale; /* the old unit, rescaled */

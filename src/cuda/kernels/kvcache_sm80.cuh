@@ -631,10 +631,11 @@ __device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const
         if constexpr (QUAD_COLS) {
 #pragma unroll
             for (int sg = 0; sg < Cfg::O_TILES / 2; ++sg) {
-                const uint32_t bits[4] = {__float_as_uint(o_rmem[2 * sg][2 * h]), __float_as_uint(o_rmem[2 * sg + 1][2 * h]),
-                                          __float_as_uint(o_rmem[2 * sg][2 * h + 1]),
-                                          __float_as_uint(o_rmem[2 * sg + 1][2 * h + 1])};
-                st_shared_v4_b32(red_o + 4 * ((warp * BLOCK_M + r) * Cfg::RED_ROW_FLOATS + 16 * sg + 4 * quad_col), bits);
+                const uint32_t bits[4] = {
+                    __float_as_uint(o_rmem[2 * sg][2 * h]), __float_as_uint(o_rmem[2 * sg + 1][2 * h]),
+                    __float_as_uint(o_rmem[2 * sg][2 * h + 1]), __float_as_uint(o_rmem[2 * sg + 1][2 * h + 1])};
+                st_shared_v4_b32(red_o + 4 * ((warp * BLOCK_M + r) * Cfg::RED_ROW_FLOATS + 16 * sg + 4 * quad_col),
+                                 bits);
             }
         } else {
 #pragma unroll
