@@ -1,4 +1,5 @@
-"""bench/bench_decode.py: decode attention on the GPU, flashattn next to PyTorch SDPA.
+"""bench/bench_decode.py: decode attention on the GPU, flashattn next to PyTorch SDPA, and
+flashattn's quantised KV caches next to bf16 ones.
 
 Times, on the standard decode shapes (one query token, 32 query / 8 kv heads, d = 128, bf16;
 batch x context 1 x 8k, 32 x 8k, 8 x 64k, 128 x 2k):
@@ -6,17 +7,18 @@ batch x context 1 x 8k, 32 x 8k, 8 x 64k, 128 x 2k):
   - torch SDPA with the FLASH_ATTENTION and CUDNN_ATTENTION backends (enable_gqa=True) on the
     same values in SDPA's (batch, heads, seq, dim) layout,
 each call between CUDA events after a 256 MiB write that evicts the L2, median of the timed calls.
-Effective bandwidth = K and V bytes read / time (for a quantised cache its own bytes: 8-bit
-values plus the int8 per-token or Q8_0 block scales); tokens/s = batch / time (one query token per
-sequence and call). The flashattn CLI results (`flashattn bench --mode decode --json`, every page
-size and cache type: bf16, int8, q8_0, fp8 e4m3) are merged in when --cli-json is given, and so
-is their copy bandwidth. Prints a markdown table last and writes <out>/decode.{md,json}
-(default bench/results/).
+With --cli BIN (the `flashattn` tool of the build) it also runs `flashattn bench --mode decode`
+on every standard shape for GQA 32/8 and 64/8, 1 query token (contiguous and page-16 caches)
+and 4 (contiguous), in bf16 and as int8 and fp8 e4m3 caches (plus d 64 and 256 at 32 x 8k), and
+reports each quantised cache's tokens/s against the bf16 cache of the same shape (the target: an
+8-bit cache reads half the bytes, so ~2x). Effective bandwidth = K and V bytes read / time (for
+a quantised cache its own bytes: 8-bit values plus the int8 per-token or Q8_0 block scales);
+tokens/s = query tokens decoded per second. Results of an earlier `flashattn bench --mode decode
+--json` run can be merged instead with --cli-json. Prints a markdown table last and writes
+<out>/decode.{md,json} (default bench/results/).
 
-  build/flashattn bench --mode decode --device cuda --page-size 0,16 --kv-dtype same,int8,q8_0,fp8 \
-      --json > /tmp/decode_cli.json
   PYTHONPATH=python FLASHATTN_LIB=build/libflashattn.so \
-      python bench/bench_decode.py --cli-json /tmp/decode_cli.json
+      python bench/bench_decode.py --cli build/flashattn
 """
 
 import argparse
@@ -24,12 +26,48 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 
 import torch
 import torch.nn.functional as F
 
 SHAPES = [(1, 8192), (32, 8192), (8, 65536), (128, 2048)]
 HQ, HKV, D = 32, 8, 128
+KV_LABELS = {"same": "bf16", "int8": "int8", "q8_0": "q8_0", "fp8": "fp8 e4m3"}
+
+
+def cli_runs(cli):
+    """The flashattn tool's decode runs: (arguments, description) per run, one JSON object per case."""
+    base = [cli, "bench", "--mode", "decode", "--device", "cuda", "--hkv", str(HKV), "--json"]
+    runs = []
+    for batch, ctx in SHAPES:
+        for sq, pages in ((1, "0,16"), (4, "0")):
+            runs.append(base + ["-b", str(batch), "--cache-len", str(ctx), "--hq", "32,64", "-d", str(D),
+                                "--sq", str(sq), "--page-size", pages, "--kv-dtype", "same,int8,fp8"])
+    runs.append(base + ["-b", "32", "--cache-len", "8192", "--hq", "32", "-d", "64,256", "--sq", "1",
+                        "--page-size", "0", "--kv-dtype", "same,int8,fp8"])
+    return runs
+
+
+def cli_rows(lines):
+    """Table rows from the tool's JSON lines, and the copy bandwidth it measured."""
+    rows, copy_gbps = [], None
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        copy_gbps = r.get("copy_GBps") or copy_gbps
+        layout = "contiguous" if r["page_size"] == 0 else "page %d" % r["page_size"]
+        kv = r.get("kv_dtype", "same")
+        row = {"impl": "flashattn (CLI, %s, %s cache)" % (layout, KV_LABELS.get(kv, kv)), "kv": kv,
+               "b": r["b"], "ctx": r["cache_len"], "hq": r.get("hq", HQ), "sq": r.get("sq", 1), "d": r.get("d", D),
+               "page_size": r["page_size"], "kv_bytes": r["kv_bytes"],
+               "ms": r.get("ms"), "GBps": r.get("GBps"), "tokens_per_s": r.get("tokens_per_s")}
+        if r.get("status") != "ok":
+            row["error"] = r.get("note", "failed")
+        rows.append(row)
+    return rows, copy_gbps
 
 
 def time_ms(fn, flush, calls):
@@ -50,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--cli-json", default=None)
+    ap.add_argument("--cli", default=None, help="the flashattn tool: also run its decode benchmark")
     ap.add_argument("--calls", type=int, default=30)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -92,45 +131,52 @@ def main():
             print(json.dumps(row), flush=True)
 
     copy_gbps = None
+    lines = []
     if args.cli_json and os.path.exists(args.cli_json):
         with open(args.cli_json) as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                r = json.loads(line)
-                copy_gbps = r.get("copy_GBps") or copy_gbps
-                layout = "contiguous" if r["page_size"] == 0 else "page %d" % r["page_size"]
-                kv = r.get("kv_dtype", "same")
-                cache = "" if kv == "same" else ", %s cache" % {"fp8": "fp8 e4m3"}.get(kv, kv)
-                row = {"impl": "flashattn (CLI, %s%s)" % (layout, cache),
-                       "b": r["b"], "ctx": r["cache_len"], "page_size": r["page_size"], "kv_bytes": r["kv_bytes"],
-                       "ms": r.get("ms"), "GBps": r.get("GBps"), "tokens_per_s": r.get("tokens_per_s")}
-                if r.get("status") != "ok":
-                    row["error"] = r.get("note", "failed")
-                rows.append(row)
+            lines += f.readlines()
+    if args.cli:
+        for argv in cli_runs(args.cli):
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                print("%s: exit %d: %s" % (" ".join(argv), done.returncode, done.stderr.strip()[-400:]), flush=True)
+            print(done.stdout, end="", flush=True)
+            lines += done.stdout.splitlines()
+    found, copy_gbps = cli_rows(lines)
+    rows += found
+    # tokens/s of a quantised cache against the bf16 cache of the same shape and layout
+    bf16 = {(r["b"], r["ctx"], r["hq"], r["sq"], r["d"], r["page_size"]): r for r in found if r["kv"] == "same"}
+    for r in found:
+        ref = bf16.get((r["b"], r["ctx"], r["hq"], r["sq"], r["d"], r["page_size"]))
+        if r["kv"] != "same" and ref and r.get("tokens_per_s") and ref.get("tokens_per_s"):
+            r["vs_bf16"] = r["tokens_per_s"] / ref["tokens_per_s"]
 
-    rows.sort(key=lambda r: (SHAPES.index((r["b"], r["ctx"])) if (r["b"], r["ctx"]) in SHAPES else 99, r["impl"]))
-    lines = ["# Decode attention on %s (bf16, 1 query token, hq 32, hkv 8, d 128)" % torch.cuda.get_device_name(),
+    for r in rows:
+        r.setdefault("hq", HQ), r.setdefault("sq", 1), r.setdefault("d", D)
+    rows.sort(key=lambda r: (SHAPES.index((r["b"], r["ctx"])) if (r["b"], r["ctx"]) in SHAPES else 99, r["hq"], r["sq"],
+                             r["d"], r["impl"]))
+    lines = ["# Decode attention on %s (bf16 queries, hkv 8)" % torch.cuda.get_device_name(),
              "",
              "torch %s, CUDA %s, %s." % (torch.__version__, torch.version.cuda,
                                          datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")),
-             "GB/s = bytes of the K and V cache / median time (L2 flushed before each call; a quantised cache "
-             "counts its own bytes, 8-bit values and scales); tok/s = sequences decoded per second%s." % (
+             "GB/s = bytes of the K and V cache / median time (L2 flushed or inputs rotated between calls; a "
+             "quantised cache counts its own bytes, 8-bit values and scales); tok/s = query tokens decoded per "
+             "second; vs bf16 = tok/s against the bf16 cache of the same shape and layout%s." % (
                  "; device copy bandwidth (read + write) %.0f GB/s" % copy_gbps if copy_gbps else ""),
              "",
-             "| batch x ctx | implementation | ms | tok/s | GB/s | % of copy | note |",
-             "|---|---|---|---|---|---|---|"]
+             "| batch x ctx | hq | sq | d | implementation | ms | tok/s | GB/s | % of copy | vs bf16 | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ms = "%.4f" % r["ms"] if r.get("ms") else "-"
         gbps = "%.0f" % r["GBps"] if r.get("GBps") else "-"
         frac = "%.0f%%" % (100 * r["GBps"] / copy_gbps) if r.get("GBps") and copy_gbps else "-"
         tps = "%.0f" % r["tokens_per_s"] if r.get("tokens_per_s") else "-"
+        ratio = "%.2fx" % r["vs_bf16"] if r.get("vs_bf16") else "-"
         note = r.get("error", "")
         if "max_diff_vs_first" in r and r["max_diff_vs_first"] > 0:
             note = (note + " max|diff| vs flashattn %.1e" % r["max_diff_vs_first"]).strip()
-        lines.append("| %d x %d | %s | %s | %s | %s | %s | %s |" % (r["b"], r["ctx"], r["impl"], ms, tps, gbps, frac,
-                                                                  note))
+        lines.append("| %d x %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["b"], r["ctx"], r["hq"], r["sq"], r["d"], r["impl"], ms, tps, gbps, frac, ratio, note))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "decode.md"), "w") as f:
         f.write(text)

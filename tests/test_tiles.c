@@ -332,4 +332,24 @@ FA_TEST(tiles_kvcache_decode) {
     }
     FA_CHECK(fa_kv_blocks_per_sm(200000, 233472) == 1 && fa_kv_blocks_per_sm(1000, 233472) == 8,
              "blocks per SM: at least 1, at most 8");
+    /* the int8 / e4m3 register kernel: its launch bounds promise exactly the blocks its shared
+     * memory allows on sm_90 and sm_80 (the split heuristic counts the same workers), and those
+     * keep at least 35 KB of cache bytes in flight per SM (HBM bandwidth × loaded latency) */
+    const size_t sm80_per_sm = 167936;
+    for (int i = 0; i < 3; i++) {
+        const int b = buckets[i];
+        const size_t smem = fa_kvq_regs_smem_bytes(b);
+        FA_CHECK(smem <= SMEM_SM80, "bucket %d: register kernel %zu bytes of smem > sm_80's %d", b, smem, SMEM_SM80);
+        FA_CHECK(fa_kv_blocks_per_sm(smem, sm90_per_sm) == fa_kvq_regs_min_blocks(b, 1) &&
+                     fa_kv_blocks_per_sm(smem, sm80_per_sm) == fa_kvq_regs_min_blocks(b, 0),
+                 "bucket %d: register kernel %d / %d blocks per SM (sm_90 / sm_80), launch bounds %d / %d", b,
+                 fa_kv_blocks_per_sm(smem, sm90_per_sm), fa_kv_blocks_per_sm(smem, sm80_per_sm),
+                 fa_kvq_regs_min_blocks(b, 1), fa_kvq_regs_min_blocks(b, 0));
+        const size_t in_flight = (size_t)(fa_kvq_regs_stages(b) - 1) * 2 * FA_KV_BLOCK_N * (size_t)b *
+                                 (size_t)fa_kvq_regs_min_blocks(b, 1);
+        FA_CHECK(fa_kvq_regs_stages(b) >= 2 && in_flight >= 35 * 1024,
+                 "bucket %d: %zu cache bytes in flight per sm_90 SM", b, in_flight);
+        FA_CHECK(fa_kvq_regs_stage_bytes(b) == (size_t)(2 * FA_KV_BLOCK_N * b + (8 + FA_KVQ_ROW_BYTES) * FA_KV_BLOCK_N),
+                 "bucket %d: a register-kernel stage holds 8-bit K and V rows, their scales and row addresses", b);
+    }
 }

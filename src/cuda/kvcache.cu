@@ -347,7 +347,9 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
 
     if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
     plan->bucket = fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
-    const size_t smem = quant ? fa_kvq_smem_bytes(plan->bucket) : fa_kv_smem_bytes(plan->bucket);
+    const size_t smem = !quant                        ? fa_kv_smem_bytes(plan->bucket)
+                        : p->kv_dtype == FA_KV_Q8_0 ? fa_kvq_smem_bytes(plan->bucket)
+                                                    : fa_kvq_regs_smem_bytes(plan->bucket);
     if ((s = fa_cuda_check_smem(p, &plan->dev, smem, "the CUDA KV-cache kernel")) != FA_OK) return s;
 
     /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which

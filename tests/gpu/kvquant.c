@@ -12,6 +12,10 @@
  *     attention on the dequantised cache (after the append) within 2× the error of plain
  *     attention in the dtype on that cache (K and V rounded to the dtype, fp32 scores and
  *     softmax, P rounded to the dtype, output rounded) + the oracle's floor; lse likewise.
+ * Some problems spread the query rows' magnitudes (a bf16 row is scaled into f16's range by the
+ * int8 / e4m3 kernel) or the int8 V scales (the kernel keeps P·V in units of the tile's largest
+ * p·scale). NaN in the cache (an e4m3 NaN code, an int8 NaN scale) gives NaN exactly where the
+ * CPU engine gives NaN.
  * Then what the CUDA path refuses: FA_ERR_UNSUPPORTED naming the field (rotary, Q8_0 head dims
  * that are not multiples of 64, 2-byte-aligned strides), nothing written.
  * `small` runs a few small problems (for compute-sanitizer). Fresh seeds every run unless
@@ -36,6 +40,8 @@ typedef struct qspec {
     fa_dtype dtype;
     int64_t b, sq, hq, hkv, d, dv, cap, page, pad_bytes, n_new; /* n_new: appended tokens, 0 = none */
     int causal, window_left, sinks, leftpad, batch_idx, splits, no_lse;
+    int q_spread;     /* query rows 2^-10 .. 2^3 apart, elements down to 2^-16 of their row's scale */
+    int scale_spread; /* int8: V scales per token 2^-20 .. 2^20 (f16: 2^8) apart */
     float softcap;
     uint64_t seed;
 } qspec;
@@ -75,10 +81,12 @@ static void dequant(fa_kv_dtype t, const uint8_t *row, double scale, int64_t d, 
     }
 }
 
-static void fill_row(fa_kv_dtype t, fa_test_rng *rng, uint8_t *row, int64_t d, float *scale) {
+/* spread: an int8 scale times 2^-20 .. 2^spread */
+static void fill_row(fa_kv_dtype t, fa_test_rng *rng, uint8_t *row, int64_t d, float *scale, int spread) {
     if (t == FA_KV_INT8) {
         for (int64_t i = 0; i < d; i++) row[i] = (uint8_t)(int8_t)fa_test_rng_int(rng, -127, 127);
         *scale = (float)(0.004 + 0.012 * fa_test_rng_uniform(rng));
+        if (spread) *scale = ldexpf(*scale, (int)fa_test_rng_int(rng, -20, spread));
     } else if (t == FA_KV_FP8_E4M3) { /* magnitudes up to 2^3·1.875 */
         for (int64_t i = 0; i < d; i++) row[i] = (uint8_t)(fa_test_rng_int(rng, 0, 0x57) | (fa_test_rng_int(rng, 0, 1) << 7));
     } else {
@@ -132,9 +140,10 @@ static int qhost_make(qhost *h, const qspec *c) {
     memset(h->v, 0xa5, h->v_bytes);
     for (int64_t r = 0; r < rows; r++) {
         float s = 0.0f;
-        fill_row(c->kvd, &rng, h->k + r * h->pitch_k, c->d, &s);
+        fill_row(c->kvd, &rng, h->k + r * h->pitch_k, c->d, &s, 0);
         h->ks[r] = s;
-        fill_row(c->kvd, &rng, h->v + r * h->pitch_v, c->dv, &s);
+        fill_row(c->kvd, &rng, h->v + r * h->pitch_v, c->dv, &s,
+                 c->scale_spread ? (c->dtype == FA_DTYPE_F16 ? 8 : 20) : 0);
         h->vs[r] = s;
     }
     if (c->kvd == FA_KV_FP8_E4M3)
@@ -142,7 +151,15 @@ static int qhost_make(qhost *h, const qspec *c) {
             h->ks[i] = (float)(0.02 + 0.02 * fa_test_rng_uniform(&rng));
             h->vs[i] = (float)(0.02 + 0.02 * fa_test_rng_uniform(&rng));
         }
-    for (size_t i = 0; i < h->q_elems; i++) fa_test_store(h->q, c->dtype, (int64_t)i, fa_test_rng_normal(&rng));
+    int row_exp = 0;
+    for (size_t i = 0; i < h->q_elems; i++) {
+        double x = fa_test_rng_normal(&rng);
+        if (c->q_spread) {
+            if (i % (size_t)c->d == 0) row_exp = (int)fa_test_rng_int(&rng, -10, 3);
+            x = ldexp(x, row_exp - (int)fa_test_rng_int(&rng, 0, 16));
+        }
+        fa_test_store(h->q, c->dtype, (int64_t)i, x);
+    }
     for (size_t i = 0; i < h->knew_elems; i++) fa_test_store(h->knew, c->dtype, (int64_t)i, fa_test_rng_normal(&rng));
     for (size_t i = 0; i < h->vnew_elems; i++) fa_test_store(h->vnew, c->dtype, (int64_t)i, fa_test_rng_normal(&rng));
     memset(h->o, 0xff, h->o_elems * es); /* NaN in f16 and bf16 */
@@ -304,12 +321,13 @@ static int64_t cache_row(const qspec *c, const qhost *h, int64_t b, int64_t j, i
 
 static void describe(const qspec *c, char *out, size_t n) {
     snprintf(out, n,
-             "%s %s b%lld sq%lld hq%lld hkv%lld d%lld dv%lld cap%lld page%lld pad%lld new%lld%s%s%s%s%s%s "
+             "%s %s b%lld sq%lld hq%lld hkv%lld d%lld dv%lld cap%lld page%lld pad%lld new%lld%s%s%s%s%s%s%s%s "
              "splits%d wl%d (seed %llu)",
              kvd_name(c->kvd), fa_test_dtype_name(c->dtype), (long long)c->b, (long long)c->sq, (long long)c->hq,
              (long long)c->hkv, (long long)c->d, (long long)c->dv, (long long)c->cap, (long long)c->page,
              (long long)c->pad_bytes, (long long)c->n_new, c->causal ? " causal" : "", c->sinks ? " sinks" : "",
-             c->leftpad ? " leftpad" : "", c->batch_idx ? " batch_idx" : "", c->softcap > 0 ? " softcap" : "", c->no_lse ? " no-lse" : "", c->splits,
+             c->leftpad ? " leftpad" : "", c->batch_idx ? " batch_idx" : "", c->softcap > 0 ? " softcap" : "", c->no_lse ? " no-lse" : "",
+             c->q_spread ? " q-spread" : "", c->scale_spread ? " scale-spread" : "", c->splits,
              c->window_left, (unsigned long long)c->seed);
 }
 
@@ -497,6 +515,8 @@ static void draw(fa_test_rng *rng, int index, int small, qspec *c) {
     c->softcap = fa_test_rng_uniform(rng) < 0.2 ? 4.0f : 0.0f;
     c->no_lse = fa_test_rng_uniform(rng) < 0.1;
     c->splits = (int)fa_test_rng_int(rng, 0, 6);
+    c->q_spread = fa_test_rng_uniform(rng) < 0.25;
+    c->scale_spread = c->kvd == FA_KV_INT8 && fa_test_rng_uniform(rng) < 0.3;
     /* the float64 oracle's work: batch, then the group, then the capacity give way */
     while ((double)c->b * c->hq * c->sq * c->cap * (c->d + c->dv) > 6e7) {
         if (c->b > 1) c->b--;
@@ -504,6 +524,66 @@ static void draw(fa_test_rng *rng, int index, int small, qspec *c) {
         else if (c->cap > c->n_new + 64) c->cap = c->n_new + (c->cap - c->n_new) / 2;
         else break;
     }
+}
+
+/* NaN in the cache: an e4m3 NaN code in a K row of sequence 0, kv head 1, and in a V row of
+ * sequence 1, kv head 0 (int8: NaN scales there instead). Every row sees every slot (one query
+ * token, no window), so the outputs of those (sequence, kv head) pairs are NaN and the others are
+ * not: the CUDA outputs must be NaN exactly where the CPU engine's are, and both must have some. */
+static void nan_cache(uint64_t seed) {
+    for (int t = 0; t < 2; t++)
+        for (int splits = 1; splits <= 3; splits += 2) {
+            qspec c;
+            memset(&c, 0, sizeof c);
+            c.kvd = t ? FA_KV_INT8 : FA_KV_FP8_E4M3;
+            c.dtype = splits == 1 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+            c.b = 2, c.sq = 1, c.hq = 8, c.hkv = 2, c.d = 128, c.dv = 128, c.cap = 300, c.window_left = -1;
+            c.splits = splits, c.seed = seed + (uint64_t)(2 * t + splits);
+            char label[96];
+            snprintf(label, sizeof label, "%s NaN in the cache, splits %d", kvd_name(c.kvd), splits);
+            qhost cpu, gpu;
+            qptrs dev;
+            memset(&cpu, 0, sizeof cpu), memset(&gpu, 0, sizeof gpu), memset(&dev, 0, sizeof dev);
+            if (qhost_make(&cpu, &c) || qhost_make(&gpu, &c)) {
+                EXPECT(0, "%s: out of memory", label);
+            } else {
+                qhost *hs[2] = {&cpu, &gpu};
+                for (int i = 0; i < 2; i++) {
+                    qhost *h = hs[i];
+                    h->seqlens[0] = h->seqlens[1] = 280;
+                    const int64_t rk = cache_row(&c, h, 0, 100, 1), rv = cache_row(&c, h, 1, 200, 0);
+                    if (c.kvd == FA_KV_INT8) {
+                        h->ks[rk] = NAN;
+                        h->vs[rv] = NAN;
+                    } else {
+                        h->k[rk * h->pitch_k + 5] = 0x7f;
+                        h->v[rv * h->pitch_v + 77] = 0xff;
+                    }
+                }
+                qptrs hp = host_ptrs(&cpu);
+                fa_params pc = qparams(&c, &cpu, &hp, FA_DEVICE_CPU);
+                EXPECT(fa_kvcache_forward(&pc) == FA_OK, "%s: CPU: %s", label, fa_last_error());
+                if (upload(&c, &gpu, &dev)) {
+                    EXPECT(0, "%s: upload failed", label);
+                } else {
+                    fa_params pg = qparams(&c, &gpu, &dev, FA_DEVICE_CUDA);
+                    const fa_status st = fa_kvcache_forward(&pg);
+                    EXPECT(st == FA_OK, "%s: CUDA: %s", label, fa_last_error());
+                    if (download(&c, &gpu, &dev)) EXPECT(0, "%s: CUDA error after the call", label);
+                    int64_t differ = 0, nans = 0;
+                    for (size_t i = 0; i < gpu.o_elems; i++) {
+                        const int n_cpu = isnan(fa_test_load(cpu.o, c.dtype, (int64_t)i)) != 0;
+                        differ += n_cpu != (isnan(fa_test_load(gpu.o, c.dtype, (int64_t)i)) != 0);
+                        nans += n_cpu;
+                    }
+                    EXPECT(st != FA_OK || (differ == 0 && nans > 0 && nans < (int64_t)gpu.o_elems),
+                           "%s: %lld outputs NaN on one engine only (%lld of %zu NaN on the CPU)", label,
+                           (long long)differ, (long long)nans, gpu.o_elems);
+                }
+            }
+            release(&dev);
+            qhost_free(&cpu), qhost_free(&gpu);
+        }
 }
 
 /* Refused on CUDA: status, a message naming `field`, nothing written. */
@@ -576,6 +656,24 @@ int gpu_kvquant_main(int argc, char **argv) {
         draw(&rng, i, small, &c);
         run_case(&c);
     }
+    /* every head-dim bucket of the int8 / e4m3 kernel in every mode (the small ones run under
+     * compute-sanitizer): d 256 paged with appends, several query tokens and splits; d 256 / dv
+     * 200 with rows padded to 8-byte copies; d 64 with a spread of V scales and query rows */
+    static const qspec fixed[] = {
+        {.kvd = FA_KV_FP8_E4M3, .dtype = FA_DTYPE_BF16, .b = 2, .sq = 3, .hq = 8, .hkv = 2, .d = 256, .dv = 256,
+         .cap = 200, .page = 16, .n_new = 2, .causal = 1, .window_left = -1, .sinks = 1, .splits = 3, .q_spread = 1},
+        {.kvd = FA_KV_INT8, .dtype = FA_DTYPE_F16, .b = 2, .sq = 1, .hq = 4, .hkv = 2, .d = 256, .dv = 200,
+         .cap = 150, .pad_bytes = 8, .window_left = -1, .leftpad = 1, .scale_spread = 1},
+        {.kvd = FA_KV_INT8, .dtype = FA_DTYPE_BF16, .b = 3, .sq = 2, .hq = 16, .hkv = 2, .d = 64, .dv = 64,
+         .cap = 180, .page = 3, .n_new = 2, .causal = 1, .window_left = -1, .splits = 2, .q_spread = 1,
+         .scale_spread = 1},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        qspec c = fixed[i];
+        c.seed = fa_test_rng_next(&rng);
+        run_case(&c);
+    }
+    nan_cache(seed + 2);
     bad_values(seed + 1);
     printf("kvquant: %d cases, %d failures\n", cases, failures);
     return failures ? 1 : 0;

@@ -77,10 +77,51 @@ FA_KV_TILES_FN int fa_kv_blocks_per_sm(size_t smem_bytes, size_t smem_per_sm) {
 }
 
 /* ---- quantised caches (kvcache_quant_sm80.cuh) ----------------------------------------------
- * The quantised kernel copies a tile's cache rows as raw bytes (int8 / e4m3: d bytes; Q8_0:
- * d / 32 blocks of 34 bytes) into a STAGES-deep pipeline of raw stages, then dequantises the
- * landed tile into one 16-bit K tile and one V tile (the layout the mma loads read): a stage
- * holds half the bytes of an unquantised one (Q8_0: 0.53), and so does the cache traffic. */
+ * Both quantised kernels copy a tile's cache rows as raw bytes into a STAGES-deep pipeline of
+ * raw stages: a stage holds half the bytes of an unquantised one (Q8_0: 0.53), and so does the
+ * cache traffic.
+ *
+ * int8 and e4m3 (a scale per token or per kv head): the register kernel reads each warp's K and
+ * V bytes straight from the raw stage into its mma fragments (ldmatrix on byte rows), converts
+ * them to f16 in registers (both formats are exact in f16) and applies the scales to the fp32
+ * scores and probabilities. Its stages hold 8-bit rows of the bucket's length (pitch = bucket
+ * bytes, 16-byte chunks swizzled), the int8 scales and the rows' (slab, row) pairs; no 16-bit
+ * tiles, so more blocks fit an SM. */
+
+/* Bytes per row of a raw stage's row table: the global addresses of the row's K and V bytes and
+ * of its int8 K and V scales (0 where the row is not read), written once per tile by the thread
+ * that finds the row, so that a copy costs a shared load and an add. */
+enum { FA_KVQ_ROW_BYTES = 32 };
+
+/* Raw stages of the register kernel: d 64: 4 (a stage is 10.5 KB: 3 in flight, 46 KB per block,
+ * 4 blocks per sm_90 SM); d 128: 3 (18.5 KB: 2 in flight, 63.5 KB, 3 blocks); d 256: 2 (34.5 KB:
+ * 1 in flight, 85 KB, 2 blocks). In flight per SM: 96 / 96 / 64 KB of cache bytes, against the
+ * ~35 KB an SM needs at HBM bandwidth (the unquantised kernel's 64-100 KB). */
+FA_KV_TILES_FN int fa_kvq_regs_stages(int bucket) { return bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2; }
+
+/* One stage of the register kernel: K rows, V rows (BLOCK_N × bucket bytes each), the int8
+ * scales of K and of V (fp32 per row), the row table. */
+FA_KV_TILES_FN size_t fa_kvq_regs_stage_bytes(int bucket) {
+    return (size_t)2 * (size_t)FA_KV_BLOCK_N * (size_t)bucket + (size_t)2 * 4 * FA_KV_BLOCK_N +
+           (size_t)FA_KVQ_ROW_BYTES * FA_KV_BLOCK_N;
+}
+
+/* Dynamic shared memory of one register-kernel block: the Q tile as loaded (16-bit), the Q
+ * fragments in f16 (same size), the stages. The epilogue reuses everything after the Q tile. */
+FA_KV_TILES_FN size_t fa_kvq_regs_smem_bytes(int bucket) {
+    return (size_t)2 * 2 * (size_t)FA_KV_BLOCK_M * (size_t)bucket +
+           (size_t)fa_kvq_regs_stages(bucket) * fa_kvq_regs_stage_bytes(bucket);
+}
+
+/* The register kernel's launch bounds: the blocks per SM its shared memory allows, sm_90
+ * (228 KB per SM: 4 / 3 / 2 at d 64 / 128 / 256) or sm_80 (164 KB: 3 / 2 / 1), so ptxas budgets
+ * registers for them and no more (at 3 blocks, d 128 has 168 registers). */
+FA_KV_TILES_FN int fa_kvq_regs_min_blocks(int bucket, int sm90) {
+    return sm90 ? (bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2) : (bucket <= 64 ? 3 : bucket <= 128 ? 2 : 1);
+}
+
+/* Q8_0 (a scale per 32-value block): the shared-memory kernel dequantises the landed tile into
+ * one 16-bit K tile and one V tile (the layout the mma loads of the unquantised kernel read). */
 
 /* Bytes of one raw tile row in shared memory: the largest row of the bucket (Q8_0's), padded to
  * 16 bytes. */
@@ -91,10 +132,10 @@ FA_KV_TILES_FN int fa_kvq_row_pitch(int bucket) { return (bucket / 32 * 34 + 15)
 FA_KV_TILES_FN int fa_kvq_stages(int bucket) { return bucket <= 64 ? 4 : bucket <= 128 ? 3 : 2; }
 
 /* One raw stage: K rows, V rows (BLOCK_N × pitch each), the int8 scales of K and of V (fp32 per
- * row), the rows' (slab, row-in-slab) pairs (8 bytes per row). */
+ * row), the row table. */
 FA_KV_TILES_FN size_t fa_kvq_stage_bytes(int bucket) {
     return (size_t)2 * (size_t)FA_KV_BLOCK_N * (size_t)fa_kvq_row_pitch(bucket) + (size_t)2 * 4 * FA_KV_BLOCK_N +
-           (size_t)8 * FA_KV_BLOCK_N;
+           (size_t)FA_KVQ_ROW_BYTES * FA_KV_BLOCK_N;
 }
 
 /* Dynamic shared memory of one quantised block: Q tile, the dequantised K and V tiles, the raw

@@ -129,6 +129,23 @@ __device__ __forceinline__ uint32_t cvt_rn_f16x2_f32(float lo, float hi) {
     return r;
 }
 
+/* Two fp8 e4m3 codes, the low (_lo) or high (_hi) 16 bits of w (its low byte -> the low half)
+ * -> f16x2, exact (every e4m3 value is an f16; the NaN code S.1111.111 gives an f16 NaN). The
+ * half is split off inside the asm so that ptxas reads it as an operand half, with no shift.
+ * sm_89+ only; callers keep an sm_80 path. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2_lo(uint32_t w) {
+    uint32_t r;
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(w));
+    return r;
+}
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2_hi(uint32_t w) {
+    uint32_t r;
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(w));
+    return r;
+}
+#endif
+
 /* ---- shared / global vector accesses (PTX ISA: Data Movement, "ld", "st") ---------------------- */
 
 __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {

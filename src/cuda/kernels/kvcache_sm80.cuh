@@ -481,6 +481,11 @@ __device__ __forceinline__ void fa_kv_rotate_appended(const fa_kv_params &prm, c
     }
 }
 
+template <class Cfg, bool MODS>
+__device__ __forceinline__ void fa_kv_score_transform(const fa_kv_params &prm, const fa_kv_block &blk, int cw,
+                                                      int quad_col, float (&s_rmem)[2][4],
+                                                      const fa_mods_arg<MODS> &mods);
+
 /* S = Q Kᵀ for the warp's 16 slots from cw: s_rmem[nt][e] = (row g + 8·(e>>1), slot
  * cw + 8·nt + 2t + (e&1)), then the transform (softcap / ALiBi / non-positive scale -> log2 units)
  * and the mask, the latter only where the warp's slots are not visible to every row of the block. */
@@ -507,7 +512,16 @@ __device__ __forceinline__ void fa_kv_scores(const fa_kv_params &prm, const fa_k
         Elem::mma(s_rmem[0], a, &bk[0]);
         Elem::mma(s_rmem[1], a, &bk[2]);
     }
+    fa_kv_score_transform<Cfg, MODS>(prm, blk, cw, quad_col, s_rmem, mods);
+}
 
+/* The scores' transform (softcap / ALiBi / non-positive scale -> log2 units) and mask, on the
+ * warp's S = Q Kᵀ of the slots from cw (layout of fa_kv_scores); the mask only where the warp's
+ * slots are not visible to every row of the block. */
+template <class Cfg, bool MODS>
+__device__ __forceinline__ void fa_kv_score_transform(const fa_kv_params &prm, const fa_kv_block &blk, int cw,
+                                                      int quad_col, float (&s_rmem)[2][4],
+                                                      const fa_mods_arg<MODS> &mods) {
     const bool need_mask = !(cw >= blk.nomask_lo && cw + Cfg::WARP_N <= blk.nomask_hi);
     if (prm.transform_scores || need_mask || MODS) {
 #pragma unroll
@@ -589,8 +603,10 @@ __device__ __forceinline__ void fa_kv_softmax_pv(const fa_kv_fragments<Cfg> &f, 
 
 /* Step 4: merge the 4 warps' states through shared memory (the stage area) and write o and lse
  * (one split) or this split's normalised partial o and lse. Every copy must have landed and every
- * warp left the loop before the stage area is reused. */
-template <class Elem, class Cfg>
+ * warp left the loop before the stage area is reused. QUAD_COLS: o_rmem in the column order of
+ * the quantised register kernel (n-tiles 2s and 2s + 1 hold columns 16s + 4t + {0, 2} and
+ * {1, 3}), stored as 4 consecutive columns per lane. */
+template <class Elem, class Cfg, bool QUAD_COLS = false>
 __device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_smem,
                                                   const float (&o_rmem)[Cfg::O_TILES][4], const float (&row_max)[2],
                                                   const float (&row_sum)[2], int tid, float score_mul) {
@@ -612,10 +628,21 @@ __device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const
             st_shared_f32(red_max + 4 * (warp * BLOCK_M + r), row_max[h]);
             st_shared_f32(red_sum + 4 * (warp * BLOCK_M + r), sum);
         }
+        if constexpr (QUAD_COLS) {
 #pragma unroll
-        for (int ot = 0; ot < Cfg::O_TILES; ++ot)
-            st_shared_v2_f32(red_o + 4 * ((warp * BLOCK_M + r) * Cfg::RED_ROW_FLOATS + ot * 8 + 2 * quad_col),
-                             o_rmem[ot][2 * h], o_rmem[ot][2 * h + 1]);
+            for (int sg = 0; sg < Cfg::O_TILES / 2; ++sg) {
+                const uint32_t bits[4] = {
+                    __float_as_uint(o_rmem[2 * sg][2 * h]), __float_as_uint(o_rmem[2 * sg + 1][2 * h]),
+                    __float_as_uint(o_rmem[2 * sg][2 * h + 1]), __float_as_uint(o_rmem[2 * sg + 1][2 * h + 1])};
+                st_shared_v4_b32(red_o + 4 * ((warp * BLOCK_M + r) * Cfg::RED_ROW_FLOATS + 16 * sg + 4 * quad_col),
+                                 bits);
+            }
+        } else {
+#pragma unroll
+            for (int ot = 0; ot < Cfg::O_TILES; ++ot)
+                st_shared_v2_f32(red_o + 4 * ((warp * BLOCK_M + r) * Cfg::RED_ROW_FLOATS + ot * 8 + 2 * quad_col),
+                                 o_rmem[ot][2 * h], o_rmem[ot][2 * h + 1]);
+        }
     }
     __syncthreads(); /* all warps' states visible */
 
