@@ -11,9 +11,13 @@
  * once per key and block (scores) or per 16 values (accumulation). Formats convert in
  * registers: f16 by fcvtl, bf16 by a 16-bit shift, int8 by sign extension, e4m3 by moving its
  * bits into an f16 (exponent bias 7 vs 15: the value is the f16's times 2^8, which the caller's
- * k_mult / weights carry; the NaN code is mapped to an f16 NaN).
+ * k_mult / weights carry; the NaN code is mapped to an f16 NaN). An int8 cache is attended in
+ * integers instead, as on AVX2 (scores_block_int, accumulate_int: smlal of int16 query rows or
+ * int16 tile weights with the sign-extended int8 values, exact int32 sums; docs/design.md).
  */
 #include <arm_neon.h>
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "cpu_decode.h"
@@ -73,10 +77,45 @@ static FA_CPU_ALWAYS_INLINE f32x8 load8_scaled(const int format, const char *row
     }
 }
 
+/* Scores of an int8 cache from the int16 query rows (t->q16): smlal / smlal2 of the sign-extended
+ * K values with q16, 8 values per step, summed in int32 (exact: see fa_cpu_q16_max) and across
+ * the lanes in int32, one conversion to fp32 per key and row. */
+static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS, const fa_cpu_decode_tile *t, int64_t j,
+                                                  int64_t r0) {
+    const int64_t d = t->d;
+    const int16_t *q = t->q16 + r0 * d;
+    int32x4_t acc[4][2];
+    for (int r = 0; r < ROWS; r++)
+        for (int k = 0; k < KEYS; k++) acc[r][k] = vdupq_n_s32(0);
+    for (int64_t c = 0; c < d; c += 8) { /* d is a multiple of 8 */
+        int16x8_t kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = vmovl_s8(vld1_s8((const int8_t *)(t->k_rows[j + k] + c)));
+        for (int r = 0; r < ROWS; r++) {
+            int16x8_t qv = vld1q_s16(q + r * d + c);
+            for (int k = 0; k < KEYS; k++)
+                acc[r][k] = vmlal_high_s16(vmlal_s16(acc[r][k], vget_low_s16(kv[k]), vget_low_s16(qv)), kv[k], qv);
+        }
+    }
+    for (int k = 0; k < KEYS; k++) {
+        float mult = t->k_mult[j + k];
+        float *s = t->s + (j + k) * t->ld + r0;
+        if (ROWS == 4) {
+            int32x4_t sums = vpaddq_s32(vpaddq_s32(acc[0][k], acc[1][k]), vpaddq_s32(acc[2][k], acc[3][k]));
+            vst1q_f32(s, vmulq_f32(vcvtq_f32_s32(sums), vmulq_n_f32(vld1q_f32(t->q16_scale + r0), mult)));
+        } else {
+            for (int r = 0; r < ROWS; r++) s[r] = mult * t->q16_scale[r0 + r] * (float)vaddvq_s32(acc[r][k]);
+        }
+    }
+}
+
 /* Scores of rows r0 .. r0 + ROWS - 1 (ROWS <= 4), keys KEYS at a time (1 or 2). */
 static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
     const int64_t d = t->d;
+    if (format == FA_CPU_KV_I8 && t->q16) {
+        scores_block_int(ROWS, KEYS, t, j, r0);
+        return;
+    }
     const float *q = t->q + r0 * d;
     float32x4_t acc[4][2];
     for (int r = 0; r < ROWS; r++)
@@ -132,6 +171,121 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
         for (int v = 0; v < 2 * PAIRS; v++) vst1q_f32(t->o + (r0 + r) * dv + c + 4 * v, acc[r][v]);
 }
 
+/* o[r0 + r][c .. c + 8·PAIRS) of an int8 cache from the int16 weights p16[j][r] of the tile's
+ * keys (accumulate_int): the int8 V values sign-extended and multiplied by each row's weight
+ * with smlal / smlal2 (by element), summed over the tile in int32, then o = alpha · o + scale ·
+ * sum in fp32. */
+static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int PAIRS, const fa_cpu_decode_tile *t,
+                                                      int64_t r0, int64_t c, const int16_t (*p16)[4],
+                                                      const float *scale) {
+    fa_cpu_decode_prefetch_v(t, r0, c);
+    int32x4_t acc[4][4];
+    for (int r = 0; r < ROWS; r++)
+        for (int v = 0; v < 2 * PAIRS; v++) acc[r][v] = vdupq_n_s32(0);
+    for (int64_t j = 0; j < t->n_keys; j++) {
+        int16x8_t vv[2];
+        for (int h = 0; h < PAIRS; h++) vv[h] = vmovl_s8(vld1_s8((const int8_t *)(t->v_rows[j] + c + 8 * h)));
+        const int16x4_t w = vld1_s16(p16[j]);
+        for (int h = 0; h < PAIRS; h++) {
+            if (ROWS > 0) {
+                acc[0][2 * h] = vmlal_lane_s16(acc[0][2 * h], vget_low_s16(vv[h]), w, 0);
+                acc[0][2 * h + 1] = vmlal_high_lane_s16(acc[0][2 * h + 1], vv[h], w, 0);
+            }
+            if (ROWS > 1) {
+                acc[1][2 * h] = vmlal_lane_s16(acc[1][2 * h], vget_low_s16(vv[h]), w, 1);
+                acc[1][2 * h + 1] = vmlal_high_lane_s16(acc[1][2 * h + 1], vv[h], w, 1);
+            }
+            if (ROWS > 2) {
+                acc[2][2 * h] = vmlal_lane_s16(acc[2][2 * h], vget_low_s16(vv[h]), w, 2);
+                acc[2][2 * h + 1] = vmlal_high_lane_s16(acc[2][2 * h + 1], vv[h], w, 2);
+            }
+            if (ROWS > 3) {
+                acc[3][2 * h] = vmlal_lane_s16(acc[3][2 * h], vget_low_s16(vv[h]), w, 3);
+                acc[3][2 * h + 1] = vmlal_high_lane_s16(acc[3][2 * h + 1], vv[h], w, 3);
+            }
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        float *o = t->o + (r0 + r) * t->dv + c;
+        const float alpha = t->alpha[r0 + r];
+        for (int v = 0; v < 2 * PAIRS; v++)
+            vst1q_f32(o + 4 * v, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(o + 4 * v), alpha), vcvtq_f32_s32(acc[r][v]), scale[r]));
+    }
+}
+
+/* P·V of an int8 cache by integer multiply-adds, per block of 4 rows: P (which carries v_mult)
+ * quantised per row to int16 against the row's largest |P| in the tile (rounding error at most
+ * 2^-16 of it, round to nearest even as on AVX2), summed over the tile in int32 (|sum| <= 16 ·
+ * 128 · 32767 < 2^27). Returns 0, having written nothing, when a P of the tile is not finite (the
+ * fp32 kernels then carry the NaN / infinity). */
+static int accumulate_int(const fa_cpu_decode_tile *t) {
+    const int64_t n = t->n_keys, ld = t->ld, dv = t->dv;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < t->n_rows; r++)
+            if (!(fabsf(t->s[j * ld + r]) <= FLT_MAX)) return 0;
+    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
+        const int R = t->n_rows - r0 >= 4 ? 4 : (int)(t->n_rows - r0);
+        float top[4] = {0.0f, 0.0f, 0.0f, 0.0f}, inv[4], scale[4];
+        for (int64_t j = 0; j < n; j++)
+            for (int r = 0; r < R; r++) top[r] = fmaxf(top[r], fabsf(t->s[j * ld + r0 + r]));
+        for (int r = 0; r < 4; r++) {
+            inv[r] = top[r] > 0.0f ? 32767.0f / top[r] : 0.0f;
+            scale[r] = top[r] * (1.0f / 32767.0f);
+        }
+        int16_t p16[FA_CPU_DECODE_KEYS][4];
+        for (int64_t j = 0; j < n; j++)
+            for (int r = 0; r < 4; r++)
+                p16[j][r] = r < R ? (int16_t)vcvtns_s32_f32(t->s[j * ld + r0 + r] * inv[r]) : 0;
+        int64_t c = 0;
+        switch (R) {
+        case 4:
+            for (; c + 16 <= dv; c += 16) accumulate_int_block(4, 2, t, r0, c, p16, scale);
+            if (c < dv) accumulate_int_block(4, 1, t, r0, c, p16, scale);
+            break;
+        case 3:
+            for (; c + 16 <= dv; c += 16) accumulate_int_block(3, 2, t, r0, c, p16, scale);
+            if (c < dv) accumulate_int_block(3, 1, t, r0, c, p16, scale);
+            break;
+        case 2:
+            for (; c + 16 <= dv; c += 16) accumulate_int_block(2, 2, t, r0, c, p16, scale);
+            if (c < dv) accumulate_int_block(2, 1, t, r0, c, p16, scale);
+            break;
+        default:
+            for (; c + 16 <= dv; c += 16) accumulate_int_block(1, 2, t, r0, c, p16, scale);
+            if (c < dv) accumulate_int_block(1, 1, t, r0, c, p16, scale);
+            break;
+        }
+    }
+    return 1;
+}
+
+/* fa_cpu_decode_kernels.quantise_rows: round to nearest even (fcvtns), as on AVX2. */
+static int quantise_rows(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale) {
+    const float q_max = (float)fa_cpu_q16_max(d);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = q + r * d;
+        float top = 0.0f;
+        for (int64_t k = 0; k < d; k++) {
+            if (!(fabsf(x[k]) <= FLT_MAX)) return 0; /* NaN or infinite */
+            top = fabsf(x[k]) > top ? fabsf(x[k]) : top;
+        }
+        const float inv = top > 0.0f ? q_max / top : 0.0f;
+        q16_scale[r] = top / q_max;
+        const float32x4_t vinv = vdupq_n_f32(inv);
+        int16_t *y = q16 + r * d;
+        int64_t k = 0;
+        for (; k + 8 <= d; k += 8) {
+            int32x4_t a = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(x + k), vinv));
+            int32x4_t b = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(x + k + 4), vinv));
+            vst1q_s16(y + k, vcombine_s16(vqmovn_s32(a), vqmovn_s32(b)));
+        }
+        for (; k < d; k++) y[k] = (int16_t)vcvtns_s32_f32(x[k] * inv);
+    }
+    return 1;
+}
+
+#define DECODE_QUANTISE_ROWS quantise_rows
+#define DECODE_ACCUMULATE_INT(t) accumulate_int(t)
 #include "decode_impl.h"
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_neon(void) { return &kernels; }
