@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
          * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
         uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
         if constexpr (DROPOUT)
-            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, (int)blockIdx.y * prm.heads_per_split + t / n_m,
+            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + t / n_m,
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
 
@@ -720,7 +720,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         else if constexpr (LOG2)
             fa_bwd_sm90_probs_log2<BLOCK_M>(
                 s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                fa_bwd_sm90_alibi_slope(prm, batch, (int)blockIdx.y * prm.heads_per_split + t / n_m));
+                fa_bwd_sm90_alibi_slope(prm, batch, heads.first + t / n_m));
         else if constexpr (!SOFTCAP)
             fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
         if constexpr (EARLY_DV) {
