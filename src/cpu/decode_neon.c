@@ -173,7 +173,7 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 
 /* o[r0 + r][c .. c + 8·PAIRS) of an int8 cache from the int16 weights p16[j][r] of the tile's
  * keys (accumulate_int): the int8 V values sign-extended and multiplied by each row's weight
- * with smlal / smlal2 (by element), summed over the tile in int32, then o = alpha · o + scale ·
+ * with smlal / smlal2, summed over the tile in int32, then o = alpha · o + scale ·
  * sum in fp32. */
 static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int PAIRS, const fa_cpu_decode_tile *t,
                                                       int64_t r0, int64_t c, const int16_t (*p16)[4],
@@ -185,25 +185,11 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
     for (int64_t j = 0; j < t->n_keys; j++) {
         int16x8_t vv[2];
         for (int h = 0; h < PAIRS; h++) vv[h] = vmovl_s8(vld1_s8((const int8_t *)(t->v_rows[j] + c + 8 * h)));
-        const int16x4_t w = vld1_s16(p16[j]);
-        for (int h = 0; h < PAIRS; h++) {
-            if (ROWS > 0) {
-                acc[0][2 * h] = vmlal_lane_s16(acc[0][2 * h], vget_low_s16(vv[h]), w, 0);
-                acc[0][2 * h + 1] = vmlal_high_lane_s16(acc[0][2 * h + 1], vv[h], w, 0);
+        for (int h = 0; h < PAIRS; h++)
+            for (int r = 0; r < ROWS; r++) {
+                acc[r][2 * h] = vmlal_n_s16(acc[r][2 * h], vget_low_s16(vv[h]), p16[j][r]);
+                acc[r][2 * h + 1] = vmlal_high_n_s16(acc[r][2 * h + 1], vv[h], p16[j][r]);
             }
-            if (ROWS > 1) {
-                acc[1][2 * h] = vmlal_lane_s16(acc[1][2 * h], vget_low_s16(vv[h]), w, 1);
-                acc[1][2 * h + 1] = vmlal_high_lane_s16(acc[1][2 * h + 1], vv[h], w, 1);
-            }
-            if (ROWS > 2) {
-                acc[2][2 * h] = vmlal_lane_s16(acc[2][2 * h], vget_low_s16(vv[h]), w, 2);
-                acc[2][2 * h + 1] = vmlal_high_lane_s16(acc[2][2 * h + 1], vv[h], w, 2);
-            }
-            if (ROWS > 3) {
-                acc[3][2 * h] = vmlal_lane_s16(acc[3][2 * h], vget_low_s16(vv[h]), w, 3);
-                acc[3][2 * h + 1] = vmlal_high_lane_s16(acc[3][2 * h + 1], vv[h], w, 3);
-            }
-        }
     }
     for (int r = 0; r < ROWS; r++) {
         float *o = t->o + (r0 + r) * t->dv + c;
