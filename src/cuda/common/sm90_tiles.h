@@ -130,9 +130,10 @@ FA_HOPPER_FN int fa_hopper_mods_bucket(int bucket) { return bucket == 64 ? 128 :
  * (128 × 128 suits d up to 192; above, 80 keys per tile: block_k a multiple of 80). Without a
  * block mask (block_q = block_k = 0) any block sizes do. */
 FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
+    const int b = fa_hopper_mods_bucket(bucket);
     return bucket > 0 && ((block_q == 0 && block_k == 0) ||
-                          (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(fa_hopper_mods_bucket(bucket)) == 0 &&
-                           block_k % fa_hopper_block_n(fa_hopper_mods_bucket(bucket)) == 0));
+                          (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(b) == 0 &&
+                           block_k % fa_hopper_block_n(b) == 0));
 }
 
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,

@@ -444,18 +444,7 @@ __device__ __forceinline__ void fa_bwd_sm90_probs_mods(float (&s_rmem)[BLOCK_M /
                                                        const fa_mods_params &mp, const fa_mods_tile &t, int base,
                                                        int key0, int query0, int len_q, int len_k, int shift,
                                                        uint32_t lse2_pair, float alibi_slope_log2) {
-#pragma unroll
-    for (int j = 0; j < BLOCK_M / 8; ++j) {
-        const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                float &x = s_rmem[4 * j + 2 * h + c];
-                x = fmaf(x, prm.scale_log2, -(c ? lse2.y : lse2.x));
-                x = fmaf(-alibi_slope_log2, fabsf((float)(8 * j + c) - (float)(base + 8 * h)), x);
-            }
-    }
+    fa_bwd_sm90_exponent_log2<BLOCK_M>(s_rmem, prm, base, lse2_pair, alibi_slope_log2);
     if (mp.doc_ids_q == nullptr && t.bits == nullptr &&
         (mp.bias == nullptr || (mp.bias_col_stride == 1 && key0 + 8 < len_k))) {
         /* no per-element rule but the window: a bias with contiguous keys is added without the

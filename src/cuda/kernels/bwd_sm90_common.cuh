@@ -365,13 +365,13 @@ __device__ __forceinline__ void fa_bwd_sm90_probs(float (&s_rmem)[BLOCK_M / 2], 
 }
 
 /* The LOG2 kernels (ALiBi, or a negative scale; no softcap): Sᵀ (unmasked) ->
- * P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| - LSE2[query]) in place. The exponent
+ * P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| - LSE2[query]) in place
+ * (fa_bwd_sm90_exponent_log2 forms the exponent; the MODS kernels share it). The exponent
  * is formed first and the mask writes -inf into it, so a masked element gets P = 0 whatever the
  * sign of the scale (two more instructions per element with ALiBi). */
 template <int BLOCK_M>
-__device__ __forceinline__ void fa_bwd_sm90_probs_log2(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
-                                                       bool needs_mask, int base, int key0, int len_k,
-                                                       uint32_t lse2_pair, float alibi_slope_log2) {
+__device__ __forceinline__ void fa_bwd_sm90_exponent_log2(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
+                                                          int base, uint32_t lse2_pair, float alibi_slope_log2) {
 #pragma unroll
     for (int j = 0; j < BLOCK_M / 8; ++j) {
         const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
@@ -385,6 +385,12 @@ __device__ __forceinline__ void fa_bwd_sm90_probs_log2(float (&s_rmem)[BLOCK_M /
             }
         }
     }
+}
+template <int BLOCK_M>
+__device__ __forceinline__ void fa_bwd_sm90_probs_log2(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
+                                                       bool needs_mask, int base, int key0, int len_k,
+                                                       uint32_t lse2_pair, float alibi_slope_log2) {
+    fa_bwd_sm90_exponent_log2<BLOCK_M>(s_rmem, prm, base, lse2_pair, alibi_slope_log2);
     if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, base, key0, len_k);
 #pragma unroll
     for (int i = 0; i < BLOCK_M / 2; ++i) s_rmem[i] = ex2_approx_ftz_f32(s_rmem[i]);
