@@ -65,8 +65,10 @@
  *   stmatrix.trans dS into dS buffer t % 2; (bucket 64: issue dV); fence.proxy.async; named
  *   barrier DS_FULL (both halves of dS are in smem); issue the dQ piece, then dK += dSᵀ Q; wait
  *   for all but dK; named barrier DQ_EMPTY + c (the writer has read the previous piece); store the
- *   dQ piece into the staging (while dK runs); fence.proxy.async; arrive on DQ_FULL + c; wait for
- *   dK; every consumer thread arrives on stage_empty[s].
+ *   dQ piece into the staging (while dK runs); wait for dK; every consumer thread arrives on
+ *   stage_empty[s]. The piece's fence.proxy.async and arrival on DQ_FULL + c follow the next
+ *   iteration's Sᵀ and dPᵀ issue (after the loop for the last piece): the fence waits for the
+ *   stores to drain, which would otherwise keep the tensor cores idle before that Sᵀ.
  * Softcap (template flag SOFTCAP; off, the kernel is the one above, instruction for instruction):
  * after the Sᵀ wait tc = tanh(Sᵀ·scale / softcap) in place of Sᵀ, then the mask (tc = -inf); tc,
  * not P, stays in the fp32 registers across the dPᵀ wait; then P, dS = P∘(1 - tc²)∘(dPᵀ - D)
@@ -623,7 +625,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
     /* ================= consumers ================= */
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-    const int consumer = warpgroup - 1;
+    /* from lane 0, which ptxas knows to be warp-uniform: the shared-memory descriptors of the
+     * consumer's K and V rows are then formed in uniform registers, not per thread and moved
+     * over by R2UR before every wgmma */
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
     const uint32_t k_wg = k_smem + (uint32_t)consumer * 64 * 128; /* keys 64c.. of slab 0 */
@@ -661,6 +666,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
     }
 
+    /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
+     * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the
+     * fence waits until the stores have drained, which would otherwise hold the next Sᵀ back. */
+    auto dq_piece_staged = [&]() {
+        fence_proxy_async_shared_cta();
+        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
+    };
+
     int it_head = 0, it_m = 0; /* MODS: the current iteration (query head, query block) */
     if constexpr (MODS) fa_bwd_sm90_iter_first(iters, it_head, it_m);
     for (int t = 0; t < iterations; ++t) {
@@ -689,6 +702,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + t / n_m,
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
+        if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
@@ -809,10 +823,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                 }
             }
         }
-        /* generic-proxy stores -> the bulk reduction (async proxy) */
-        fence_proxy_async_shared_cta();
-        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
-
         wgmma_wait_group<0>(); /* dK retired */
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) {
@@ -830,6 +840,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         mbarrier_arrive(stage_empty(s));
         if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_head, it_m);
     }
+    dq_piece_staged(); /* the last iteration's */
 
     if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
 #pragma unroll

@@ -400,7 +400,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
 
     /* ================= consumers ================= */
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-    const int consumer = warpgroup - 1;
+    /* from lane 0, which ptxas knows to be warp-uniform: the shared-memory descriptors that
+     * depend on the consumer are then formed in uniform registers, not per thread and moved over
+     * by R2UR before every wgmma */
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
     /* this thread's accumulator rows (keys): key0 and key0 + 8; columns (queries, or head-dim

@@ -688,7 +688,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 
     /* ================= consumers ================= */
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-    const int consumer = warpgroup - 1;
+    /* from lane 0, which ptxas knows to be warp-uniform: the shared-memory descriptors that
+     * depend on the consumer are then formed in uniform registers, not per thread and moved over
+     * by R2UR before every wgmma */
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * 128; /* rows 64c.. of slab 0        */
