@@ -119,7 +119,10 @@ typedef enum fa_status {
 typedef enum fa_dtype {
     FA_DTYPE_F32 = 0, /* float32 (CPU only)                    */
     FA_DTYPE_F16 = 1, /* IEEE half                              */
-    FA_DTYPE_BF16 = 2 /* bfloat16                               */
+    FA_DTYPE_BF16 = 2, /* bfloat16                              */
+    FA_DTYPE_FP8_E4M3 = 3 /* OCP fp8 e4m3 (max 448, no infinities) q, k, v with the fp32
+                             descale factors q_descale / k_descale / v_descale; o is bfloat16.
+                             fa_forward on the CPU only in this version                     */
 } fa_dtype;
 
 typedef enum fa_device {
@@ -340,6 +343,13 @@ typedef struct fa_params {
      * by packed row); set both or neither. Combine with causal / window by intersection. */
     const int32_t *doc_ids_q, *doc_ids_k;
     int64_t doc_ids_q_batch_stride, doc_ids_k_batch_stride;
+
+    /* ---- fp8 inputs (dtype = FA_DTYPE_FP8_E4M3; FlashAttention-3's names and layout) -------- */
+    /* The values attended are q_descale[b, h / group] · q, k_descale[b, kvh] · k and
+     * v_descale[b, kvh] · v (each [batch, heads_kv] fp32, contiguous; the query heads of a kv
+     * group share q's factor). NULL means 1. Read by the host on the CPU: each must be finite
+     * and > 0. Ignored for the other dtypes. */
+    const float *q_descale, *k_descale, *v_descale;
 } fa_params;
 
 /* ---- calls ---------------------------------------------------------------------------------- */

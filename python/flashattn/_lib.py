@@ -61,6 +61,7 @@ STATUS_NAMES = {
 FA_DTYPE_F32 = 0
 FA_DTYPE_F16 = 1
 FA_DTYPE_BF16 = 2
+FA_DTYPE_FP8_E4M3 = 3
 
 FA_DEVICE_CPU = 0
 FA_DEVICE_CUDA = 1
@@ -223,6 +224,9 @@ class FaParams(ctypes.Structure):
             ("doc_ids_k", _ptr),
             ("doc_ids_q_batch_stride", _i64),
             ("doc_ids_k_batch_stride", _i64),
+            ("q_descale", _ptr),  # const float *
+            ("k_descale", _ptr),
+            ("v_descale", _ptr),
         ]
     )
 

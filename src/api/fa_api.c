@@ -70,9 +70,9 @@ const char *fa_cpu_isa(void) { return fa_cpu_isa_name(); }
 
 /* ---- internal functions ---------------------------------------------------------------------- */
 
-static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb, const void *ptr,
-                                int64_t rows, int64_t heads, int64_t dim, int64_t bs, int64_t rs,
-                                int64_t hs) {
+static fa_tensor_view make_view(const char *name, int is_output, const fa_problem *pb, fa_dtype dtype,
+                                const void *ptr, int64_t rows, int64_t heads, int64_t dim, int64_t bs,
+                                int64_t rs, int64_t hs) {
     fa_tensor_view t;
     memset(&t, 0, sizeof t);
     t.name = name;
@@ -86,7 +86,7 @@ static fa_tensor_view make_view(const char *name, int is_output, const fa_proble
     t.stride[2] = hs;
     t.dim = dim;
     t.ptr = ptr;
-    t.elem_bytes = pb->p.dtype == FA_DTYPE_F32 ? 4 : 2;
+    t.elem_bytes = fa_dtype_bytes(dtype);
     return t;
 }
 
@@ -136,6 +136,12 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "block_table is set: a paged K/V is supported by fa_forward only (%s)",
                             kind == CALL_BACKWARD ? "no gradients into a page pool" : "fa_standard_forward");
+    if (p->dtype == FA_DTYPE_FP8_E4M3 && kind != CALL_FORWARD)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: %s does not take fp8 inputs "
+                                          "(fa_forward only in this version)",
+                            kind == CALL_BACKWARD ? "fa_backward" : "fa_standard_forward");
+    if (p->dtype == FA_DTYPE_FP8_E4M3 && p->attn_probs != NULL)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: not with dtype = FA_DTYPE_FP8_E4M3");
     if (p->kv_dtype != FA_KV_SAME || p->k_scale != NULL || p->v_scale != NULL) /* quantised caches */
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "kv_dtype = %d / k_scale / v_scale are set: quantised K/V are read by "
@@ -205,21 +211,21 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     if (!fa_mul_add_ok(hq, p->total_q, 0, &lse_elems))
         return fa_set_error(FA_ERR_OVERFLOW, "heads_q × total_q overflows");
     const int fwd_out = kind != CALL_BACKWARD, bwd = kind == CALL_BACKWARD;
-    fa_tensor_view views[16 + FA_SCORE_MOD_VIEWS];
+    fa_tensor_view views[19 + FA_SCORE_MOD_VIEWS];
     int nviews = 0;
-    views[nviews++] = make_view("q", 0, pb, p->q, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    views[nviews++] = make_view("q", 0, pb, p->dtype, p->q, rows_q, hq, d, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
     if (!paged) {
-        views[nviews++] = make_view("k", 0, pb, p->k, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-        views[nviews++] = make_view("v", 0, pb, p->v, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+        views[nviews++] = make_view("k", 0, pb, p->dtype, p->k, rows_k, hkv, d, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+        views[nviews++] = make_view("v", 0, pb, p->dtype, p->v, rows_k, hkv, dv, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
     }
-    views[nviews++] = make_view("o", fwd_out, pb, p->o, rows_q, hq, dv, p->o_batch_stride,
+    views[nviews++] = make_view("o", fwd_out, pb, fa_out_dtype(p->dtype), p->o, rows_q, hq, dv, p->o_batch_stride,
                                 p->o_row_stride, p->o_head_stride);
     views[nviews++] = fa_array_view("lse", fwd_out, p->lse, lse_elems, 4);
     if (bwd) {
-        views[nviews++] = make_view("do", 0, pb, p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-        views[nviews++] = make_view("dq", 1, pb, p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-        views[nviews++] = make_view("dk", 1, pb, p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
-        views[nviews++] = make_view("dv", 1, pb, p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
+        views[nviews++] = make_view("do", 0, pb, p->dtype, p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+        views[nviews++] = make_view("dq", 1, pb, p->dtype, p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
+        views[nviews++] = make_view("dk", 1, pb, p->dtype, p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
+        views[nviews++] = make_view("dv", 1, pb, p->dtype, p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
         views[nviews++] = fa_array_view("dsink", 1, p->dsink, hq, 4);
     }
     fa_tensor_view alibi = fa_array_view("alibi_slopes", 0, p->alibi_slopes, hq, 4);
@@ -232,6 +238,15 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         views[nviews++] = fa_array_view("cu_seqlens_k", 0, p->cu_seqlens_k, p->batch + 1, 4);
     }
     nviews += fa_score_mod_views(pb, bwd, views + nviews);
+    const int fp8 = p->dtype == FA_DTYPE_FP8_E4M3;
+    int64_t descales = 0; /* [batch, heads_kv] per descale array */
+    if (fp8) {
+        if (!fa_mul_add_ok(p->batch, hkv, 0, &descales))
+            return fa_set_error(FA_ERR_OVERFLOW, "batch × heads_kv overflows");
+        views[nviews++] = fa_array_view("q_descale", 0, p->q_descale, descales, 4);
+        views[nviews++] = fa_array_view("k_descale", 0, p->k_descale, descales, 4);
+        views[nviews++] = fa_array_view("v_descale", 0, p->v_descale, descales, 4);
+    }
     fa_status s = fa_check_views(views, nviews);
     if (s != FA_OK) return s;
     if (p->device != FA_DEVICE_CPU) { /* CUDA: the block lists are checked on the device (src/cuda/mods.cu) */
@@ -239,6 +254,16 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         return FA_OK;
     }
     if ((s = fa_check_score_mod_contents(pb)) != FA_OK) return s;
+    if (fp8) {
+        const float *arrays[3] = {p->q_descale, p->k_descale, p->v_descale};
+        const char *names[3] = {"q_descale", "k_descale", "v_descale"};
+        for (int a = 0; a < 3; ++a)
+            for (int64_t i = 0; arrays[a] != NULL && i < descales; ++i)
+                if (!(isfinite(arrays[a][i]) && arrays[a][i] > 0.0f))
+                    return fa_set_error(FA_ERR_INVALID_ARGUMENT,
+                                        "%s[%lld] = %g: a descale factor must be finite and > 0", names[a],
+                                        (long long)i, (double)arrays[a][i]);
+    }
     const int64_t nb = pb->varlen ? 1 : p->batch;
 #define ZERO_UNUSED(t, rows, heads)                                                                \
     fa_zero_unused_strides(nb, &p->t##_batch_stride, rows, &p->t##_row_stride, heads, &p->t##_head_stride)

@@ -16,6 +16,16 @@
 
 #include "flashattn.h"
 
+/* Bytes per element of q, k, v (and of the backward's tensors) stored in `dtype`. */
+static inline int64_t fa_dtype_bytes(fa_dtype dtype) {
+    return dtype == FA_DTYPE_F32 ? 4 : dtype == FA_DTYPE_FP8_E4M3 ? 1 : 2;
+}
+
+/* The element type of o: bfloat16 for fp8 inputs (as FlashAttention-3), else the inputs' own. */
+static inline fa_dtype fa_out_dtype(fa_dtype dtype) {
+    return dtype == FA_DTYPE_FP8_E4M3 ? FA_DTYPE_BF16 : dtype;
+}
+
 #ifdef __CUDACC__
 #define FA_HD __host__ __device__ __forceinline__
 #else

@@ -324,6 +324,9 @@ static fa_status validate_kvcache(const fa_params *in, fa_problem *pb) {
     /* 1. */
     fa_status s = fa_validate_common(pb);
     if (s != FA_OK) return s;
+    if (p->dtype == FA_DTYPE_FP8_E4M3)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: fa_kvcache_forward takes f32 / f16 / "
+                                          "bf16 queries (an fp8 cache: kv_dtype = FA_KV_FP8_E4M3)");
     if ((s = fa_validate_dropout(pb, "fa_kvcache_forward")) != FA_OK) return s;
     if (p->seqlen_q < 1)
         return fa_set_error(FA_ERR_INVALID_SIZE,

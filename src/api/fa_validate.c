@@ -208,11 +208,15 @@ fa_status fa_validate_common(fa_problem *pb) {
                             "device = FA_DEVICE_CUDA but this libflashattn was built without CUDA");
     if (p->device == FA_DEVICE_CUDA && !fa_cuda_is_available())
         return fa_set_error(FA_ERR_DEVICE, "device = FA_DEVICE_CUDA but no usable CUDA GPU is present");
-    if (p->dtype != FA_DTYPE_F32 && p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
+    if (p->dtype != FA_DTYPE_F32 && p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16 &&
+        p->dtype != FA_DTYPE_FP8_E4M3)
         return fa_set_error(FA_ERR_DTYPE, "dtype = %d is not a fa_dtype value", (int)p->dtype);
     if (p->device == FA_DEVICE_CUDA && p->dtype == FA_DTYPE_F32)
         return fa_set_error(FA_ERR_DTYPE,
                             "dtype = f32 is not supported on CUDA (use f16 or bf16; f32 runs on the CPU)");
+    if (p->device == FA_DEVICE_CUDA && p->dtype == FA_DTYPE_FP8_E4M3)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3 runs on the CPU only in this version "
+                                          "(device = FA_DEVICE_CUDA)");
     if (p->num_threads < 0)
         return fa_set_error(FA_ERR_INVALID_ARGUMENT, "num_threads = %d is negative (0 = all cores)",
                             p->num_threads);
@@ -321,7 +325,7 @@ fa_status fa_validate_paged_kv(const fa_problem *pb) {
     int64_t table_elements;
     if (!fa_mul_add_ok(p->batch, p->block_table_batch_stride, 0, &table_elements))
         return fa_set_error(FA_ERR_OVERFLOW, "batch × block_table_batch_stride overflows");
-    const int64_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int64_t elem = fa_dtype_bytes(p->dtype);
     fa_tensor_view pool[2] = {
         {.name = "k", .extent = {p->num_pages, p->page_size, p->heads_kv},
          .stride = {p->k_batch_stride, p->k_row_stride, p->k_head_stride}, .dim = p->head_dim, .ptr = p->k,

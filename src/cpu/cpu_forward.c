@@ -99,7 +99,7 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
     const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = (size_t)fa_dtype_bytes(p->dtype), out_elem = (size_t)fa_dtype_bytes(fa_out_dtype(p->dtype));
     fa_seq seq = fa_sequence(pb, b);
     fwd_split split = forward_split(pb, seq.len_q);
 
@@ -143,7 +143,14 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     const int v_direct = c->fp32 && dv == dv_pad && dv_pad <= 2 * kern->gemm_panel;
     if (!v_direct) memset(w->v_buf, 0, sizeof(float) * (size_t)(BLOCK_KEYS * dv_pad));
 
-    const float score_scale = p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale;
+    /* fp8 inputs: q and k are converted exactly and their descale factors (this item's batch
+     * and kv head) folded into the score scale; v's multiplies o once per row */
+    const int64_t descale_at = b * p->heads_kv + kv_head;
+    const float qk_descale = p->dtype != FA_DTYPE_FP8_E4M3 ? 1.0f
+                             : (p->q_descale ? p->q_descale[descale_at] : 1.0f) *
+                                   (p->k_descale ? p->k_descale[descale_at] : 1.0f);
+    const float v_descale = p->dtype == FA_DTYPE_FP8_E4M3 && p->v_descale ? p->v_descale[descale_at] : 1.0f;
+    const float score_scale = (p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale) * qk_descale;
     const int64_t shift = seq.len_k - seq.len_q;
 
     const fa_cpu_mod_rows mods = {b, seq, 0, row->head, row->query, 0, 0, rows};
@@ -221,8 +228,10 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     for (int64_t r = 0; r < rows; r++) {
         int64_t h = row->head[r], i = row->query[r];
         double lse = fa_cpu_item_finish_row(row, p, r, w->o_acc + r * dv_pad, dv, w->row_tmp);
+        if (v_descale != 1.0f)
+            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] *= v_descale;
         int64_t off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
-        kern->from_f32((char *)p->o + off * (int64_t)elem, w->row_tmp, dv, p->dtype);
+        kern->from_f32((char *)p->o + off * (int64_t)out_elem, w->row_tmp, dv, fa_out_dtype(p->dtype));
         if (p->lse) p->lse[fa_lse_offset(pb, b, seq.q_start, h) + i] = (float)lse;
     }
 }
@@ -248,7 +257,7 @@ static size_t forward_workspace_unpaged(const fa_problem *pb) {
 /* Paged K/V: bytes of the packed copy (batch · seqlen_k keys at most). */
 static size_t paged_copy_bytes(const fa_problem *pb) {
     const fa_params *p = &pb->p;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = (size_t)fa_dtype_bytes(p->dtype);
     return fa_cpu_align64((size_t)(p->batch * p->seqlen_k * p->heads_kv * (p->head_dim + p->head_dim_v)) * elem);
 }
 
@@ -296,7 +305,7 @@ static fa_status forward_unpaged(const fa_problem *pb) {
 static fa_status forward_paged(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     const int64_t hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = (size_t)fa_dtype_bytes(p->dtype);
     const size_t copy_bytes = paged_copy_bytes(pb), inner_bytes = forward_workspace_unpaged(pb);
     fa_cpu_workspace ws;
     if (!fa_cpu_workspace_acquire(pb, copy_bytes + inner_bytes, &ws)) return FA_ERR_ALLOC;

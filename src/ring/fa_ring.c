@@ -725,6 +725,8 @@ static fa_status prepare(const fa_ring_params *r, ring_pass pass, ring_ctx *c) {
                             (long long)rows_r);
     }
 
+    if (a->dtype == FA_DTYPE_FP8_E4M3)
+        return fa_set_error(FA_ERR_DTYPE, "attn.dtype = FA_DTYPE_FP8_E4M3: ring attention takes f32 / f16 / bf16");
     /* everything fa_forward / fa_backward check, on the whole shard */
     fa_params whole = whole_shard_params(c);
     size_t inner_ws = 0;
