@@ -31,6 +31,11 @@ _DTYPES = {
     torch.float16: _lib.FA_DTYPE_F16,
     torch.bfloat16: _lib.FA_DTYPE_BF16,
 }
+_FP8 = getattr(torch, "float8_e4m3fn", None)  # q, k, v of fp8_forward only
+
+
+def is_fp8(dtype):
+    return _FP8 is not None and dtype == _FP8
 
 _empty_cache = {}  # device -> small tensor whose address stands in for empty tensors
 
@@ -127,7 +132,8 @@ def _params(q, k, v, o, lse, geo, cu_seqlens_q, cu_seqlens_k, softmax_scale, cau
         extra["alibi_batch_stride"] = alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0
     if sink_logits is not None:
         extra["sink_ptr"] = sink_logits.data_ptr()
-    return _core.make_params(device, dtype_code(q.dtype), _view(q), _view(k), _view(v), _view(o),
+    dtype = _lib.FA_DTYPE_FP8_E4M3 if is_fp8(q.dtype) else dtype_code(q.dtype)
+    return _core.make_params(device, dtype, _view(q), _view(k), _view(v), _view(o),
                              _address(lse), geo.batch, geo.seqlen_q, geo.seqlen_k, opts,
                              stream=stream, **extra)
 
@@ -544,7 +550,8 @@ def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError("flashattn: q, k, v must have the same dtype, got %s, %s, %s"
                         % (q.dtype, k.dtype, v.dtype))
-    dtype_code(q.dtype)
+    if not is_fp8(q.dtype):  # fp8 reaches here from fp8_forward only
+        dtype_code(q.dtype)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise ValueError("flashattn: give both cu_seqlens_q and cu_seqlens_k, or neither")
@@ -673,6 +680,45 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                                     (sink_logits is not None and sink_logits.requires_grad)):
         return _AttentionFunction.apply(*args)
     return _fwd_impl(*args)
+
+
+def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                softcap=0.0, alibi_slopes=None, sink_logits=None, q_descale=None, k_descale=None,
+                v_descale=None):
+    """(out, lse) of float8_e4m3fn q, k, v with FlashAttention-3's descale factors ((batch,
+    nheads_k) float32 each, or None = 1): out is bfloat16. Forward only (no autograd), CPU
+    tensors (the CUDA kernels are not written yet: the library says so)."""
+    if not (is_fp8(k.dtype) and is_fp8(v.dtype)):
+        raise TypeError("flashattn: fp8 q needs fp8 k and v (torch.float8_e4m3fn), got %s, %s"
+                        % (k.dtype, v.dtype))
+    if any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError("flashattn: no backward for fp8 inputs")
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+     sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, alibi_slopes, sink_logits)
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    out = geo.alloc(geo.out_shape, torch.bfloat16, q.device)
+    lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
+    descales = []
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is not None:
+            if tuple(t.shape) != (geo.batch, k.shape[-2]):
+                raise ValueError("flashattn: %s must have shape (batch, nheads_k) = (%d, %d), got %s"
+                                 % (name, geo.batch, k.shape[-2], tuple(t.shape)))
+            t = t.to(device=q.device, dtype=torch.float32).contiguous()
+        descales.append(t)
+    if geo.batch > 0 and out.numel() > 0:
+        _, wl, wr = _core.window_fields(window_size)
+        p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
+                    _core.default_scale(q.shape[-1], softmax_scale), causal, wl, wr,
+                    _core.check_softcap(softcap), alibi_slopes, sink_logits, False)
+        p.dtype = _lib.FA_DTYPE_FP8_E4M3
+        p.q_descale, p.k_descale, p.v_descale = (None if t is None else t.data_ptr() for t in descales)
+        with _guard(q):
+            _lib.forward(p, _workspace_alloc(q))
+    return out, lse
 
 
 def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None,

@@ -58,9 +58,20 @@ def _reject_torch_mix(*tensors):
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_size, softcap, alibi_slopes, sink_logits, deterministic,
-               dropout_p=0.0, return_attn_probs=False, block_table=None, attn_bias=None):
+               dropout_p=0.0, return_attn_probs=False, block_table=None, attn_bias=None,
+               descales=(None, None, None)):
     """(out, lse, S_dmask or None)."""
     dropout_p = _core.check_dropout(dropout_p)
+    if _is_torch(q) and _torch_impl.is_fp8(q.dtype):
+        if dropout_p > 0 or return_attn_probs or block_table is not None or attn_bias is not None:
+            raise NotImplementedError("flashattn: fp8 inputs take no dropout, attention "
+                                      "probabilities, block_table or attn_bias")
+        out, lse = _torch_impl.fp8_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k, softmax_scale, causal, window_size,
+                                           softcap, alibi_slopes, sink_logits, *descales)
+        return out, lse, None
+    if any(d is not None for d in descales):
+        raise TypeError("flashattn: q_descale / k_descale / v_descale need float8_e4m3fn q, k, v")
     if attn_bias is not None:
         if not _is_torch(q):
             raise NotImplementedError("flashattn: attn_bias needs torch tensors")
@@ -117,7 +128,8 @@ def _unpack(packed, name, axis, count, rank, layout):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False, *, sink_logits=None, attn_bias=None):
+                    return_attn_probs=False, *, sink_logits=None, attn_bias=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over k (batch, seqlen_k, nheads_k,
     headdim) and v (batch, seqlen_k, nheads_k, headdim_v); nheads a multiple of nheads_k (GQA/MQA:
     query head h uses kv head h // (nheads // nheads_k)).
@@ -136,10 +148,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     attn_bias: a float32 / float16 / bfloat16 tensor broadcastable to (batch, nheads, seqlen_q,
     seqlen_k), added to the scores after softcap (-inf masks); its gradient is returned by
     autograd reduced to attn_bias's own shape. CPU and CUDA tensors.
+    q, k, v in torch.float8_e4m3fn (CPU tensors, forward only): the values attended are
+    q_descale[b, h // (nheads // nheads_k)]·q, k_descale[b, hk]·k and v_descale[b, hk]·v
+    (FlashAttention-3's (batch, nheads_k) float32 factors; None = 1), and out is bfloat16.
     """
     result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
                           softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,
-                          attn_bias=attn_bias)
+                          attn_bias=attn_bias, descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 

@@ -1,0 +1,53 @@
+"""fp8 e4m3 q, k, v with FlashAttention-3's descale factors (CPU, forward only): out in bfloat16
+against float64 attention of the dequantised values, FlashAttention's rule with the bfloat16
+baseline; power-of-two descales per (batch, kv head) keep descale·e4m3 exact in bfloat16."""
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch, "float8_e4m3fn"):
+    pytest.skip("this torch has no float8_e4m3fn", allow_module_level=True)
+
+import flashattn  # noqa: E402
+from attn_ref import check_rule, torch_attention  # noqa: E402
+
+
+def quantised(shape, descale, group):
+    """(fp8 tensor, its dequantised bfloat16 values) with per-(batch, kv head) descales."""
+    x = torch.randn(shape)
+    scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]  # (b, 1, heads, 1)
+    x8 = (x / scale).to(torch.float8_e4m3fn)
+    return x8, (x8.float() * scale).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 37, 53, 4, 2, 64), (1, 9, 130, 6, 3, 40)])
+def test_fp8_forward(shape, causal):
+    b, sq, sk, hq, hk, d = shape
+    torch.manual_seed(zlib.crc32(repr((shape, causal)).encode()))
+    ds = [2.0 ** torch.randint(-3, 4, (b, hk)).float() for _ in range(3)]
+    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
+    k8, k = quantised((b, sk, hk, d), ds[1], 1)
+    v8, v = quantised((b, sk, hk, d), ds[2], 1)
+    out = flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=ds[0], k_descale=ds[1],
+                                    v_descale=ds[2])
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, hq, d)
+    ref, _ = torch_attention(q.double(), k.double(), v.double(), causal=causal)
+    base, _ = torch_attention(q, k, v, causal=causal, upcast=False)
+    check_rule("fp8 out", out.float().numpy(), ref.detach().numpy(), base.detach().float().numpy(),
+               "bfloat16")
+
+
+def test_fp8_rejections():
+    q8 = torch.randn(1, 4, 2, 32).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError):
+        flashattn.flash_attn_func(torch.randn(1, 4, 2, 32), torch.randn(1, 4, 2, 32),
+                                  torch.randn(1, 4, 2, 32), q_descale=torch.ones(1, 2))
+    with pytest.raises(NotImplementedError):
+        flashattn.flash_attn_func(q8, q8, q8, dropout_p=0.1)
+    with pytest.raises(ValueError):
+        flashattn.flash_attn_func(q8, q8, q8, k_descale=torch.ones(2, 2))
+    with pytest.raises(Exception, match="k_descale"):
+        flashattn.flash_attn_func(q8, q8, q8, k_descale=torch.full((1, 2), -1.0))
