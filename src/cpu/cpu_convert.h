@@ -1,5 +1,5 @@
 /*
- * cpu_convert.h: scalar conversions between fp32 and the 16-bit storage types.
+ * cpu_convert.h: scalar conversions between fp32 and the 16-bit storage types, and from fp8 e4m3.
  *
  * fp32 -> f16 / bf16 round to nearest, ties to even (IEEE default), keep infinities, turn NaN
  * into a quiet NaN of the same sign, and produce f16 subnormals exactly. The SIMD kernels use
@@ -61,6 +61,16 @@ static inline uint16_t fa_f32_to_f16(float f) {
      * (scaling by 2^24 is exact, the result is at most 1024 = the smallest normal) */
     float units = fa_f32_from_bits(magnitude) * 16777216.0f;
     return (uint16_t)(sign | (uint16_t)rintf(units));
+}
+
+/* OCP e4m3 (sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, S.1111.111 is NaN)
+ * -> fp32, exact: normal codes move their fields into place (bias 7 -> 127), subnormal ones are
+ * m · 2^-9. */
+static inline float fa_e4m3_to_f32(uint8_t x) {
+    const uint32_t sign = (uint32_t)(x & 0x80u) << 24, exponent = (x >> 3) & 0xfu, mantissa = x & 7u;
+    if ((x & 0x7fu) == 0x7fu) return fa_f32_from_bits(sign | 0x7fc00000u);
+    if (exponent == 0) return fa_f32_from_bits(sign | fa_f32_bits((float)mantissa * 0.001953125f));
+    return fa_f32_from_bits(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
 #endif /* FA_CPU_CONVERT_H */

@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "cpu_convert.h"
-#include "cpu_decode.h"
 #include "cpu_engine.h"
 
 /* ---- elementary functions --------------------------------------------------------------------- */
@@ -345,7 +344,7 @@ static void kernel_to_f32(float *dst, const void *src, int64_t n, fa_dtype dtype
         for (; i < n; i++) dst[i] = fa_f16_to_f32(h[i]);
     } else if (dtype == FA_DTYPE_FP8_E4M3) { /* exact; the descale factors are applied by the caller */
         const uint8_t *e = (const uint8_t *)src;
-        for (; i < n; i++) dst[i] = fa_cpu_e4m3_to_f32(e[i]);
+        for (; i < n; i++) dst[i] = fa_e4m3_to_f32(e[i]);
     } else {
         const uint16_t *h = (const uint16_t *)src;
         for (; i + FA_VL <= n; i += FA_VL) vf_storeu(dst + i, vf_load_bf16(h + i));
