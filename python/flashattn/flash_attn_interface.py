@@ -182,7 +182,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None, *, sink_logits=None,
-                           attn_bias=None):
+                           attn_bias=None, q_descale=None, k_descale=None, v_descale=None):
     """Variable-length attention: q (total_q, nheads, headdim), k (total_k, nheads_k, headdim),
     v (total_k, nheads_k, headdim_v); sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1]-1.
     max_seqlen_q/k: the longest sequence (an upper bound is fine). Masks are per sequence.
@@ -195,11 +195,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     total_q), S_dmask).
     attn_bias: as in flash_attn_func, broadcastable to (batch, nheads, max_seqlen_q,
     max_seqlen_k) and indexed by positions within each sequence (flash_attn's padded layout).
+    q_descale / k_descale / v_descale: float8_e4m3fn q, k, v as in flash_attn_func, (batch,
+    nheads_k) with batch = len(cu_seqlens_q) - 1 (not with block_table).
     """
     result = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
                           deterministic, dropout_p, return_attn_probs, block_table,
-                          attn_bias=attn_bias)
+                          attn_bias=attn_bias, descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 

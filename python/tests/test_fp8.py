@@ -40,6 +40,32 @@ def test_fp8_forward(shape, causal):
                "bfloat16")
 
 
+def test_fp8_varlen():
+    torch.manual_seed(7)
+    lens_q, lens_k, hq, hk, d = [5, 0, 17], [9, 4, 30], 4, 2, 48
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32)
+    ds = [2.0 ** torch.randint(-2, 3, (3, hk)).float() for _ in range(3)]
+    seqs = []  # per sequence: (q8, k8, v8, q, k, v), each (1, len, heads, d)
+    for b in range(3):
+        one = [x[b:b + 1] for x in ds]
+        seqs.append(quantised((1, lens_q[b], hq, d), one[0], hq // hk)
+                    + quantised((1, lens_k[b], hk, d), one[1], 1)
+                    + quantised((1, lens_k[b], hk, d), one[2], 1))
+    q8, _, k8, _, v8, _ = (torch.cat([s[i][0] for s in seqs]) for i in range(6))
+    out = flashattn.flash_attn_varlen_func(q8, k8, v8, cu_q, cu_k, max(lens_q), max(lens_k),
+                                           causal=True, q_descale=ds[0], k_descale=ds[1],
+                                           v_descale=ds[2])
+    assert out.dtype == torch.bfloat16 and out.shape == (sum(lens_q), hq, d)
+    for b in (0, 2):  # sequence 1 has no queries
+        _, q, _, k, _, v = seqs[b]
+        ref, _ = torch_attention(q.double(), k.double(), v.double(), causal=True)
+        base, _ = torch_attention(q, k, v, causal=True, upcast=False)
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        check_rule("fp8 varlen out %d" % b, out[rows].float().numpy(), ref[0].detach().numpy(),
+                   base[0].detach().float().numpy(), "bfloat16")
+
+
 def test_fp8_rejections():
     q8 = torch.randn(1, 4, 2, 32).to(torch.float8_e4m3fn)
     with pytest.raises(TypeError):
