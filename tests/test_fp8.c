@@ -3,7 +3,8 @@
  *
  * A bf16 test problem is quantised element by element to e4m3 against descale factors per
  * (batch, kv head) that are powers of two, so descale · e4m3 is exact in bf16: the bf16 problem
- * then holds exactly the values the fp8 call attends to, and the float64 reference and the bf16
+ * then holds exactly the values the fp8 call attends to (masks, softcap, ALiBi, sinks, varlen and
+ * dropout included), and the float64 reference and the bf16
  * baseline of that problem set the tolerance (max|ours - ref64| <= 2·max|baseline - ref64| +
  * floor), as for every other dtype. A second check uses descales that are not powers of two, the
  * same for every (batch, kv head): the fp8 call must equal the e4m3 values attended with the
@@ -195,7 +196,7 @@ FA_TEST(fp8_forward_features) {
     static const struct { int64_t b, sq, sk, hq, hkv, d, dv; } shapes[] = {
         {2, 7, 113, 4, 2, 59, 59}, {1, 113, 7, 2, 1, 64, 64}, {2, 1, 1, 3, 3, 32, 32}, {1, 130, 203, 4, 1, 128, 96}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
-        for (int feature = 0; feature < 5; ++feature) {
+        for (int feature = 0; feature < 6; ++feature) {
             fa_test_spec s = fa_test_base_spec(FA_DTYPE_BF16, shapes[i].b, shapes[i].sq, shapes[i].sk, shapes[i].hq,
                                                shapes[i].hkv, shapes[i].d);
             s.head_dim_v = shapes[i].dv;
@@ -218,6 +219,11 @@ FA_TEST(fp8_forward_features) {
                 s.varlen = 1;
                 s.causal = 1;
                 label = "fp8 varlen+causal";
+            } else if (feature == 5) {
+                s.dropout_p = 0.17f;
+                s.dropout_seed = 0x1234567u + (uint64_t)i;
+                s.dropout_offset = 3;
+                label = "fp8 dropout";
             }
             expect_fp8_case(s, label);
         }
