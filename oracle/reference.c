@@ -93,6 +93,7 @@ const char *fa_test_dtype_name(fa_dtype dtype) {
     case FA_DTYPE_F32: return "f32";
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
+    case FA_DTYPE_FP8_E4M3: return "e4m3";
     default: return "?";
     }
 }
@@ -2733,4 +2734,117 @@ fa_merge_check fa_merge_verify(const fa_merge_problem *mp) {
     check_finish(&out.lse, FA_DTYPE_F32);
     out.ok = out.o.ok && out.lse.ok && out.empty_violations == 0 && out.inputs_unchanged;
     return out;
+}
+
+/* ---- fp8 inputs -------------------------------------------------------------------------- */
+
+double fa_test_e4m3_value(uint8_t code) {
+    const int magnitude = code & 0x7f;
+    double v;
+    if (magnitude == 0x7f) v = NAN;
+    else if ((magnitude >> 3) == 0) v = (double)(magnitude & 7) / 512.0;
+    else v = ldexp(1.0 + (double)(magnitude & 7) / 8.0, (magnitude >> 3) - 7);
+    return (code & 0x80) ? -v : v;
+}
+
+uint8_t fa_test_e4m3_nearest(double x) {
+    static double values[0x7f]; /* the non-negative finite values, increasing with the code */
+    if (values[1] == 0.0)
+        for (int code = 0; code < 0x7f; ++code) values[code] = fa_test_e4m3_value((uint8_t)code);
+    const uint8_t sign = x < 0 ? 0x80 : 0;
+    if (isnan(x)) return (uint8_t)(sign | 0x7f);
+    const double a = fabs(x);
+    int lo = 0;
+    while (lo < 0x7e && values[lo + 1] <= a) ++lo;
+    int best = lo;
+    if (lo < 0x7e) {
+        const double below = a - values[lo], above = values[lo + 1] - a;
+        if (above < below || (above == below && (lo & 1))) best = lo + 1;
+    }
+    return (uint8_t)(sign | best);
+}
+
+/* Quantise tensor t (q, k or v) of tp in place and write its codes. */
+static void fp8_quantise_tensor(fa_test_problem *tp, int t, uint8_t *codes, const float *descale, int64_t heads,
+                                int64_t dim, int64_t group) {
+    const fa_params *p = &tp->params;
+    const fa_test_view *view = &tp->view[t];
+    void *host = tp->buffer[view->buffer].host;
+    const int varlen = p->cu_seqlens_q != NULL;
+    const int32_t *cu = t == FA_T_Q ? p->cu_seqlens_q : p->cu_seqlens_k;
+    const int64_t seqlen = t == FA_T_Q ? p->seqlen_q : p->seqlen_k;
+    for (int64_t b = 0; b < p->batch; ++b) {
+        const int64_t first = varlen ? cu[b] : 0, count = varlen ? cu[b + 1] - cu[b] : seqlen;
+        for (int64_t i = 0; i < count; ++i)
+            for (int64_t h = 0; h < heads; ++h) {
+                const double ds = descale[b * p->heads_kv + h / group];
+                for (int64_t c = 0; c < dim; ++c) {
+                    const int64_t at = view->offset + (varlen ? 0 : b * view->batch_stride) +
+                                       (first + i) * view->row_stride + h * view->head_stride + c;
+                    const uint8_t code = fa_test_e4m3_nearest(fa_test_load(host, FA_DTYPE_BF16, at) / ds);
+                    codes[at] = code;
+                    fa_test_store(host, FA_DTYPE_BF16, at, ds * fa_test_e4m3_value(code));
+                }
+            }
+    }
+}
+
+int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f) {
+    memset(f, 0, sizeof *f);
+    const fa_params *p = &tp->params;
+    if (tp->spec.dtype != FA_DTYPE_BF16 || p->batch * p->heads_kv > 64) return -1;
+    fa_test_rng rng;
+    fa_test_rng_seed(&rng, seed);
+    for (int a = 0; a < 3; ++a)
+        for (int64_t i = 0; i < p->batch * p->heads_kv; ++i)
+            f->descale[a][i] = scaled ? ldexpf(1.0f, (int)fa_test_rng_int(&rng, -3, 3)) : 1.0f;
+    static const int tensors[3] = {FA_T_Q, FA_T_K, FA_T_V};
+    for (int a = 0; a < 3; ++a) {
+        const fa_test_buffer *buf = &tp->buffer[tp->view[tensors[a]].buffer];
+        f->count[a] = buf->bytes / buf->elem_size;
+        f->code[a] = calloc(f->count[a], 1);
+        f->saved[a] = malloc(f->count[a]);
+        if (!f->code[a] || !f->saved[a]) {
+            fa_test_fp8_free(f);
+            return -1;
+        }
+    }
+    const int64_t group = p->heads_q / p->heads_kv;
+    fp8_quantise_tensor(tp, FA_T_Q, f->code[0], f->descale[0], p->heads_q, p->head_dim, group);
+    fp8_quantise_tensor(tp, FA_T_K, f->code[1], f->descale[1], p->heads_kv, p->head_dim, 1);
+    fp8_quantise_tensor(tp, FA_T_V, f->code[2], f->descale[2], p->heads_kv, p->head_dim_v, 1);
+    for (int a = 0; a < 3; ++a) {
+        memcpy(f->saved[a], f->code[a], f->count[a]);
+        fa_test_buffer *buf = &tp->buffer[tp->view[tensors[a]].buffer];
+        if (buf->saved) memcpy(buf->saved, buf->host, buf->bytes); /* the quantised values are the inputs now */
+    }
+    return 0;
+}
+
+void fa_test_fp8_free(fa_test_fp8 *f) {
+    for (int a = 0; a < 3; ++a) {
+        free(f->code[a]);
+        free(f->saved[a]);
+        f->code[a] = f->saved[a] = NULL;
+    }
+}
+
+fa_params fa_test_fp8_params(const fa_test_problem *tp, const fa_test_fp8 *f, int with_descales) {
+    fa_params p = tp->params;
+    p.dtype = FA_DTYPE_FP8_E4M3;
+    p.q = f->code[0] + tp->view[FA_T_Q].offset; /* the problem's pointers are at each view's offset */
+    p.k = f->code[1] + tp->view[FA_T_K].offset;
+    p.v = f->code[2] + tp->view[FA_T_V].offset;
+    if (with_descales) {
+        p.q_descale = f->descale[0];
+        p.k_descale = f->descale[1];
+        p.v_descale = f->descale[2];
+    }
+    return p;
+}
+
+int fa_test_fp8_unchanged(const fa_test_fp8 *f) {
+    for (int a = 0; a < 3; ++a)
+        if (f->code[a] && memcmp(f->code[a], f->saved[a], f->count[a])) return 0;
+    return 1;
 }

@@ -267,6 +267,27 @@ int64_t fa_test_masked_rows_inexact(const fa_test_problem *tp, const fa_ref_outp
  * canonical float64 reference (fa_ref64_run) and baseline (fa_ref_baseline_run). */
 fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_ref_outputs *ref64,
                               const fa_ref_outputs *baseline);
+
+/* ---- fp8 inputs (FA_DTYPE_FP8_E4M3) -------------------------------------------------------
+ * An fp8 call is tested through a problem created in bf16: each valid q / k / v element x of
+ * sequence b and head h becomes ds · e4m3(x / ds) in place, ds = descale[b·heads_kv + h / group]
+ * a power of two (2^-3 .. 2^3, drawn from `seed`; 1 when !scaled), so it stays exact in bf16 and
+ * the float64 reference and the bf16 baseline of the problem are those of the fp8 call; the codes
+ * go into byte arrays of the buffers' shapes. The inputs' saved copies are refreshed. */
+typedef struct fa_test_fp8 {
+    uint8_t *code[3], *saved[3]; /* q, k, v: one byte per element of their buffers; a copy    */
+    size_t count[3];
+    float descale[3][64];        /* q, k, v: [batch, heads_kv]                               */
+} fa_test_fp8;
+double fa_test_e4m3_value(uint8_t code);     /* the oracle's own e4m3 decoding (NaN for S.1111.111) */
+uint8_t fa_test_e4m3_nearest(double x);      /* nearest code, ties to even, saturating at ±448  */
+int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f); /* 0, or -1 */
+void fa_test_fp8_free(fa_test_fp8 *f);
+/* tp's parameters with dtype FA_DTYPE_FP8_E4M3, q / k / v the codes (at the views' offsets) and,
+ * with_descales, the descale arrays. */
+fa_params fa_test_fp8_params(const fa_test_problem *tp, const fa_test_fp8 *f, int with_descales);
+/* 1 if the codes still equal their state after quantisation. */
+int fa_test_fp8_unchanged(const fa_test_fp8 *f);
 /* Tolerance floor for a tensor whose values are stored or limited by `dtype`: the larger of one
  * unit in the last place of the dtype at magnitude max|ref| + 0.3 (FlashAttention-3's atol) and
  * eight fp32 units at the largest term magnitude (see reference.c). */

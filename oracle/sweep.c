@@ -182,25 +182,40 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_test_problem tp;
     const sweep_cudart *rt = NULL;
     int on_device = device == FA_DEVICE_CUDA;
-    if (fa_test_problem_create(&tp, spec)) {
+    /* fp8 inputs (CPU): a bf16 problem quantised to e4m3 (reference.h, fp8 inputs), forward only */
+    const int fp8 = spec->dtype == FA_DTYPE_FP8_E4M3;
+    fa_test_spec created = *spec;
+    if (fp8) {
+        created.dtype = FA_DTYPE_BF16;
+        created.backward = 0;
+    }
+    fa_test_fp8 codes;
+    memset(&codes, 0, sizeof codes);
+    if (fa_test_problem_create(&tp, &created)) {
         snprintf(r->error, sizeof r->error, "could not create the problem (bad spec or out of memory)");
         return -1;
     }
+    if (fp8 && (on_device || fa_test_fp8_quantise(&tp, 1, spec->seed ^ 0xf8u, &codes))) {
+        snprintf(r->error, sizeof r->error, "fp8 inputs: CPU problems of at most 64 (batch, kv head) pairs");
+        fa_test_problem_destroy(&tp);
+        return -1;
+    }
     r->spec = tp.spec;
+    r->spec.dtype = spec->dtype;
     tp.params.num_threads = num_threads;
     tp.params.device = device;
     if (on_device) {
         rt = sweep_cudart_load(r->error, sizeof r->error);
         if (!rt || buffers_upload(rt, tp.buffer, FA_T_COUNT, r->error, sizeof r->error)) goto fail;
     }
-    fa_params p = on_device ? fa_test_problem_device_params(&tp) : tp.params;
+    fa_params p = on_device ? fa_test_problem_device_params(&tp) : fp8 ? fa_test_fp8_params(&tp, &codes, 1) : tp.params;
     p.num_threads = num_threads;
     p.device = device;
 
     /* Does the CUDA path take it? It rejects some head dims: counted as skipped. The CPU path
      * must take everything, so there a refusal fails the case below. */
     fa_status support = fa_check_forward(&p, NULL);
-    if (support == FA_OK && spec->backward) support = fa_check_backward(&p, NULL);
+    if (support == FA_OK && created.backward) support = fa_check_backward(&p, NULL);
     if (on_device &&
         (support == FA_ERR_HEAD_DIM || support == FA_ERR_UNSUPPORTED || support == FA_ERR_ALIGNMENT)) {
         r->skipped = 1;
@@ -212,7 +227,7 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_ref_gathered g;
     fa_ref_outputs ref64, base;
     double t0 = seconds_now();
-    if (fa_ref_references(&tp.params, spec->dtype, spec->backward, &g, &ref64, &base)) {
+    if (fa_ref_references(&tp.params, created.dtype, created.backward, &g, &ref64, &base)) {
         snprintf(r->error, sizeof r->error, "out of memory in the reference");
         goto fail;
     }
@@ -237,7 +252,7 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     r->fwd_ok = r->fwd_status == FA_OK && r->o.ok && r->lse.ok && r->masked_violations == 0;
 
     /* backward, from the library's own o and lse */
-    if (spec->backward && r->fwd_status == FA_OK) {
+    if (created.backward && r->fwd_status == FA_OK) {
         void *o_before = fa_test_snapshot(&tp, FA_T_O), *lse_before = fa_test_snapshot(&tp, FA_T_LSE);
         fa_test_poison_backward_outputs(&tp);
         static const int backward_outputs[] = {FA_T_DQ, FA_T_DK, FA_T_DV, FA_T_DSINK};
@@ -270,7 +285,7 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
                     r->fwd_outputs_kept;
     }
     if (on_device && device_copy_all(rt, &tp, 0, r->error, sizeof r->error)) goto fail_ref;
-    r->inputs_unchanged = fa_test_inputs_unchanged(&tp);
+    r->inputs_unchanged = fa_test_inputs_unchanged(&tp) && fa_test_fp8_unchanged(&codes);
     if (!r->inputs_unchanged) {
         r->fwd_ok = 0;
         r->bwd_ok = 0;
@@ -278,12 +293,14 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_ref_references_free(&g, &ref64, &base);
 done:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
+    fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);
     return 0;
 fail_ref:
     fa_ref_references_free(&g, &ref64, &base);
 fail:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
+    fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);
     return -1;
 }
@@ -559,6 +576,7 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
     default: break;
     }
     if (s->varlen && s->batch < 2) s->batch = 2;
+    if (dtype == FA_DTYPE_FP8_E4M3) s->backward = 0; /* fp8 inputs: fa_forward only */
 }
 
 /* ---- KV-cache and merge case generation ---------------------------------------------------- */
@@ -768,9 +786,9 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
             return 2;
         }
     }
-    fa_dtype dtypes[3];
+    fa_dtype dtypes[4]; /* the CPU also takes fp8 inputs (forward only; not the KV-cache family) */
     int dtype_count = 0;
-    for (int t = on_device ? FA_DTYPE_F16 : FA_DTYPE_F32; t <= FA_DTYPE_BF16; t++)
+    for (int t = on_device ? FA_DTYPE_F16 : FA_DTYPE_F32; t <= (on_device ? FA_DTYPE_BF16 : FA_DTYPE_FP8_E4M3); t++)
         if (opt->dtype_filter < 0 || opt->dtype_filter == t) dtypes[dtype_count++] = (fa_dtype)t;
     if (dtype_count == 0) {
         fprintf(out, "check: dtype %d is not supported on %s\n", opt->dtype_filter,
@@ -833,7 +851,8 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
             }
     if (opt->only != FA_SWEEP_ATTENTION) {
         sweep_counts counts = {passed, failed, skipped, index};
-        run_kv_family(opt, out, seed, dtypes, dtype_count, &counts);
+        const int kv_dtypes = dtype_count - (dtypes[dtype_count - 1] == FA_DTYPE_FP8_E4M3);
+        run_kv_family(opt, out, seed, dtypes, kv_dtypes, &counts);
         passed = counts.passed;
         failed = counts.failed;
         skipped = counts.skipped;

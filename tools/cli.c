@@ -84,6 +84,7 @@ const char *cli_dtype_name(fa_dtype dtype) {
     case FA_DTYPE_F32: return "f32";
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
+    case FA_DTYPE_FP8_E4M3: return "e4m3";
     }
     return "?";
 }
