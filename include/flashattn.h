@@ -121,8 +121,9 @@ typedef enum fa_dtype {
     FA_DTYPE_F16 = 1, /* IEEE half                              */
     FA_DTYPE_BF16 = 2, /* bfloat16                              */
     FA_DTYPE_FP8_E4M3 = 3 /* OCP fp8 e4m3 (max 448, no infinities) q, k, v with the fp32
-                             descale factors q_descale / k_descale / v_descale; o is bfloat16.
-                             fa_forward on the CPU only in this version                     */
+                             descale factors q_descale / k_descale / v_descale; o (and dout,
+                             dq, dk, dv: the gradients of the dequantised q, k, v) bfloat16.
+                             fa_forward / fa_backward on the CPU only in this version        */
 } fa_dtype;
 
 typedef enum fa_device {

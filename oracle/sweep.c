@@ -182,13 +182,10 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_test_problem tp;
     const sweep_cudart *rt = NULL;
     int on_device = device == FA_DEVICE_CUDA;
-    /* fp8 inputs (CPU): a bf16 problem quantised to e4m3 (reference.h, fp8 inputs), forward only */
+    /* fp8 inputs (CPU): a bf16 problem quantised to e4m3 (reference.h, fp8 inputs) */
     const int fp8 = spec->dtype == FA_DTYPE_FP8_E4M3;
     fa_test_spec created = *spec;
-    if (fp8) {
-        created.dtype = FA_DTYPE_BF16;
-        created.backward = 0;
-    }
+    if (fp8) created.dtype = FA_DTYPE_BF16;
     fa_test_fp8 codes;
     memset(&codes, 0, sizeof codes);
     if (fa_test_problem_create(&tp, &created)) {
@@ -576,7 +573,6 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
     default: break;
     }
     if (s->varlen && s->batch < 2) s->batch = 2;
-    if (dtype == FA_DTYPE_FP8_E4M3) s->backward = 0; /* fp8 inputs: fa_forward only */
 }
 
 /* ---- KV-cache and merge case generation ---------------------------------------------------- */

@@ -4,7 +4,7 @@
  * Each case draws a problem (odd token counts 1..1023, sq != sk both ways, head dims 32..256,
  * GQA/MQA, varlen with empty sequences, causal / window / softcap / ALiBi / sinks and their
  * combinations, strided and packed layouts, every dtype the device takes: on the CPU also fp8
- * e4m3 inputs, forward only, through a bf16 problem quantised as reference.h describes), poisons the outputs
+ * e4m3 inputs, through a bf16 problem quantised as reference.h describes), poisons the outputs
  * with NaN, runs fa_forward and fa_backward, and compares o, lse, dq, dk, dv, dsink with a
  * float64 reference: ok iff max|ours - ref64| <= 2·max|baseline - ref64| + floor, where the
  * baseline is standard attention computed in the input dtype (see reference.h). It also checks

@@ -1,12 +1,13 @@
 /*
- * test_fp8.c: fa_forward with e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3, o in bf16) on the CPU.
+ * test_fp8.c: fa_forward and fa_backward with e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3; o, dout,
+ * dq, dk, dv in bf16) on the CPU.
  *
  * A bf16 test problem is quantised element by element to e4m3 against descale factors per
  * (batch, kv head) that are powers of two, so descale · e4m3 is exact in bf16: the bf16 problem
  * then holds exactly the values the fp8 call attends to (masks, softcap, ALiBi, sinks, varlen and
  * dropout included), and the float64 reference and the bf16
  * baseline of that problem set the tolerance (max|ours - ref64| <= 2·max|baseline - ref64| +
- * floor), as for every other dtype. A second check uses descales that are not powers of two, the
+ * floor) for o, lse, dq, dk and dv, as for every other dtype. A second check uses descales that are not powers of two, the
  * same for every (batch, kv head): the fp8 call must equal the e4m3 values attended with the
  * scale multiplied by q_descale · k_descale and the output by v_descale. Then the rejections:
  * fp8 where it is not supported, and bad descale factors, with nothing written.
@@ -57,25 +58,39 @@ static void compare(const char *label, fp8_problem *f, const fa_ref_outputs *ref
     FA_CHECK(fa_test_fp8_unchanged(&f->f) && fa_test_inputs_unchanged(&f->tp), "%s: an input was modified", label);
 }
 
+/* Forward, then backward from the library's o and lse: dq, dk, dv (bf16) are the gradients of
+ * the dequantised q, k, v, held to the bf16 problem's rule. */
 static void expect_fp8_case(fa_test_spec spec, const char *label) {
     spec.dtype = FA_DTYPE_BF16;
-    spec.backward = 0;
+    spec.backward = 1;
     fp8_problem f;
     if (fp8_create(&f, &spec, 1) == 0) {
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
-        if (FA_CHECK(fa_ref_references(&f.tp.params, FA_DTYPE_BF16, 0, &g, &ref, &base) == 0, "%s: oracle out of memory",
+        if (FA_CHECK(fa_ref_references(&f.tp.params, FA_DTYPE_BF16, 1, &g, &ref, &base) == 0, "%s: oracle out of memory",
                      label)) {
             fa_params p = fp8_params(&f, 1);
-            const fa_status s = fa_forward(&p);
-            if (FA_CHECK(s == FA_OK, "%s: fa_forward: %s", label, fa_last_error())) compare(label, &f, &ref, &base, 1.0);
+            fa_status s = fa_forward(&p);
+            if (FA_CHECK(s == FA_OK, "%s: fa_forward: %s", label, fa_last_error())) {
+                compare(label, &f, &ref, &base, 1.0);
+                s = fa_backward(&p);
+                if (FA_CHECK(s == FA_OK, "%s: fa_backward: %s", label, fa_last_error())) {
+                    static const int grads[3] = {FA_T_DQ, FA_T_DK, FA_T_DV};
+                    static const char *names[3] = {"dq", "dk", "dv"};
+                    for (int t = 0; t < 3; ++t) {
+                        const fa_test_check c = fa_test_compare(&f.tp, grads[t], &ref, &base);
+                        FA_CHECK(c.ok, "%s: %s err %.3e > tol %.3e (baseline err %.3e)", label, names[t], c.err, c.tol,
+                                 c.base_err);
+                    }
+                }
+            }
             fa_ref_references_free(&g, &ref, &base);
         }
     }
     fp8_destroy(&f);
 }
 
-FA_TEST(fp8_forward_features) {
+FA_TEST(fp8_forward_backward_features) {
     static const struct { int64_t b, sq, sk, hq, hkv, d, dv; } shapes[] = {
         {2, 7, 113, 4, 2, 59, 59}, {1, 113, 7, 2, 1, 64, 64}, {2, 1, 1, 3, 3, 32, 32}, {1, 130, 203, 4, 1, 128, 96}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
@@ -150,7 +165,6 @@ FA_TEST(fp8_rejections) {
     if (fp8_create(&f, &s, 1) == 0) {
         fa_test_poison_forward_outputs(&f.tp);
         fa_params p = fp8_params(&f, 1);
-        FA_CHECK(fa_backward(&p) == FA_ERR_DTYPE, "fa_backward with fp8: %s", fa_last_error());
         FA_CHECK(fa_standard_forward(&p) == FA_ERR_DTYPE, "fa_standard_forward with fp8: %s", fa_last_error());
         FA_CHECK(fa_kvcache_forward(&p) == FA_ERR_DTYPE, "fa_kvcache_forward with fp8: %s", fa_last_error());
         fa_params cuda = p;

@@ -136,10 +136,8 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "block_table is set: a paged K/V is supported by fa_forward only (%s)",
                             kind == CALL_BACKWARD ? "no gradients into a page pool" : "fa_standard_forward");
-    if (p->dtype == FA_DTYPE_FP8_E4M3 && kind != CALL_FORWARD)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: %s does not take fp8 inputs "
-                                          "(fa_forward only in this version)",
-                            kind == CALL_BACKWARD ? "fa_backward" : "fa_standard_forward");
+    if (p->dtype == FA_DTYPE_FP8_E4M3 && kind == CALL_STANDARD)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: fa_standard_forward does not take fp8 inputs");
     if (p->dtype == FA_DTYPE_FP8_E4M3 && p->attn_probs != NULL)
         return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: not with dtype = FA_DTYPE_FP8_E4M3");
     if (p->kv_dtype != FA_KV_SAME || p->k_scale != NULL || p->v_scale != NULL) /* quantised caches */
@@ -222,10 +220,10 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
                                 p->o_row_stride, p->o_head_stride);
     views[nviews++] = fa_array_view("lse", fwd_out, p->lse, lse_elems, 4);
     if (bwd) {
-        views[nviews++] = make_view("do", 0, pb, p->dtype, p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-        views[nviews++] = make_view("dq", 1, pb, p->dtype, p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-        views[nviews++] = make_view("dk", 1, pb, p->dtype, p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
-        views[nviews++] = make_view("dv", 1, pb, p->dtype, p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
+        views[nviews++] = make_view("do", 0, pb, fa_out_dtype(p->dtype), p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+        views[nviews++] = make_view("dq", 1, pb, fa_out_dtype(p->dtype), p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
+        views[nviews++] = make_view("dk", 1, pb, fa_out_dtype(p->dtype), p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
+        views[nviews++] = make_view("dv", 1, pb, fa_out_dtype(p->dtype), p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
         views[nviews++] = fa_array_view("dsink", 1, p->dsink, hq, 4);
     }
     fa_tensor_view alibi = fa_array_view("alibi_slopes", 0, p->alibi_slopes, hq, 4);

@@ -78,7 +78,9 @@ typedef struct bwd_ctx {
     char *scratch;
     size_t scratch_bytes;
     int64_t d, dv, d_pad, dv_pad;
-    size_t elem;
+    size_t elem;               /* bytes per element of q, k, v (dtype)                            */
+    fa_dtype io_dtype;         /* o, dout, dq, dk, dv: the dtype, bf16 for fp8 inputs             */
+    size_t io_elem;
     int q_direct, do_direct;   /* fp32 rows with padded width usable in place (pass 1)        */
     int k_direct, v_direct;    /* same for K (A and B operand) and V (A operand) in pass 2     */
     int bf16dot;               /* bf16 input and kern->gemm_bf16: S and dP by the bf16 GEMM    */
@@ -143,11 +145,36 @@ static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *bas
     return a.used;
 }
 
+/* fp8 inputs: the descale factors of (b, kv head) (1 for the other dtypes). The scores take
+ * q's · k's, dP = dO Vᵀ takes v's, dQ = scale·dS K takes k's and dK = scale·dSᵀ Q takes q's (on
+ * the accumulated rows, when they are stored): the gradients are those of the dequantised q, k
+ * and v. */
+typedef struct bwd_descale {
+    float qk, q, k, v;
+} bwd_descale;
+
+/* x[0..n) *= f before a gradient row is stored (the accumulating GEMMs take no factor). */
+static void scale_row(float *x, int64_t n, float f) {
+    if (f != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] *= f;
+}
+
+static bwd_descale backward_descale(const fa_params *p, int64_t b, int64_t kv_head) {
+    bwd_descale f = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (p->dtype != FA_DTYPE_FP8_E4M3) return f;
+    const int64_t at = b * p->heads_kv + kv_head;
+    f.q = p->q_descale ? p->q_descale[at] : 1.0f;
+    f.k = p->k_descale ? p->k_descale[at] : 1.0f;
+    f.v = p->v_descale ? p->v_descale[at] : 1.0f;
+    f.qk = f.q * f.k;
+    return f;
+}
+
 /* Convert `n_rows` rows of a caller tensor (row r at base + r·row_stride elements) to fp32 rows
  * of width `width`, leading dimension ld; columns width..ld-1 are zero. */
 static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const void *base, int64_t row_stride,
                       int64_t n_rows, int64_t width, fa_dtype dtype) {
-    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    size_t elem = (size_t)fa_dtype_bytes(dtype);
     for (int64_t r = 0; r < n_rows; r++) {
         kern->to_f32(dst + r * ld, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
         for (int64_t k = width; k < ld; k++) dst[r * ld + k] = 0.0f;
@@ -159,7 +186,7 @@ static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const 
  * loads from rows that lie far apart), then transposed from L1. */
 static void load_rows_transposed(const fa_cpu_kernels *kern, float *dst, int64_t ld, float *stage, const void *base,
                                  int64_t row_stride, int64_t n_rows, int64_t width, fa_dtype dtype) {
-    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    size_t elem = (size_t)fa_dtype_bytes(dtype);
     for (int64_t r = 0; r < n_rows; r++)
         kern->to_f32(stage + r * width, (const char *)base + r * row_stride * (int64_t)elem, width, dtype);
     fa_cpu_transpose_rows(dst, ld, stage, n_rows, width);
@@ -184,7 +211,7 @@ static const float *operand_rows(const fa_cpu_kernels *kern, int direct, const v
         *ld = row_stride;
         return (const float *)base + off;
     }
-    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    size_t elem = (size_t)fa_dtype_bytes(dtype);
     load_rows(kern, buf, buf_ld, (const char *)base + off * (int64_t)elem, row_stride, n_rows, width, dtype);
     *ld = buf_ld;
     return buf;
@@ -202,8 +229,8 @@ static void backward_dsum_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
         int64_t o_off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
         int64_t do_off =
             fa_row_offset(pb, b, seq.q_start, i, h, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
-        c->kern->to_f32(w->row_tmp, (const char *)p->o + o_off * (int64_t)c->elem, c->dv, p->dtype);
-        c->kern->to_f32(w->row_tmp2, (const char *)p->dout + do_off * (int64_t)c->elem, c->dv, p->dtype);
+        c->kern->to_f32(w->row_tmp, (const char *)p->o + o_off * (int64_t)c->io_elem, c->dv, c->io_dtype);
+        c->kern->to_f32(w->row_tmp2, (const char *)p->dout + do_off * (int64_t)c->io_elem, c->dv, c->io_dtype);
         double dot = 0.0;
         for (int64_t k = 0; k < c->dv; k++) dot += (double)w->row_tmp[k] * (double)w->row_tmp2[k];
         c->dsum[lse_base + i] = (float)dot;
@@ -252,7 +279,8 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                               &ldk);
 
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const bwd_descale ds = backward_descale(p, b, kv_head);
+    const float score_scale = (apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale) * ds.qk;
 
     for (int64_t h = kv_head * pb->group; h < (kv_head + 1) * pb->group; h++) {
         int64_t lse_base = fa_lse_offset(pb, b, seq.q_start, h);
@@ -277,7 +305,7 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
             const float *q_rows = operand_rows(kern, c->q_direct, p->q, q_off, p->q_row_stride, n_rows, d, p->dtype,
                                                w->q_rows, d_pad, &ldq);
             const float *do_rows = operand_rows(kern, c->do_direct, p->dout, do_off, p->do_row_stride, n_rows, dv,
-                                                p->dtype, w->do_rows, dv_pad, &lddo);
+                                                c->io_dtype, w->do_rows, dv_pad, &lddo);
             for (int64_t r = 0; r < n_rows; r++) {
                 w->lse[r] = p->lse[lse_base + i0 + r];
                 w->dsum[r] = c->dsum[lse_base + i0 + r];
@@ -315,7 +343,7 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                 kern->gemm_bf16(&dov);
             } else {
                 fa_cpu_gemm_args dov = {n_rows, keys_pad, dv, do_rows, lddo, 1, w->v_t, keys_pad, w->dp, keys_pad,
-                                        FA_CPU_GEMM_STORE, 1.0f, NULL};
+                                        FA_CPU_GEMM_STORE, ds.v, NULL};
                 kern->gemm(&dov);
             }
             if (pb->has_dropout) /* dP -> Z ∘ dP */
@@ -353,8 +381,9 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                                        p->dk_head_stride);
         int64_t dv_off = fa_row_offset(pb, b, seq.k_start, j0 + j, kv_head, p->dv_batch_stride, p->dv_row_stride,
                                        p->dv_head_stride);
-        kern->from_f32((char *)p->dk + dk_off * (int64_t)elem, w->dk_acc + j * d_pad, d, p->dtype);
-        kern->from_f32((char *)p->dv + dv_off * (int64_t)elem, w->dv_acc + j * dv_pad, dv, p->dtype);
+        scale_row(w->dk_acc + j * d_pad, d, ds.q);
+        kern->from_f32((char *)p->dk + dk_off * (int64_t)c->io_elem, w->dk_acc + j * d_pad, d, c->io_dtype);
+        kern->from_f32((char *)p->dv + dv_off * (int64_t)c->io_elem, w->dv_acc + j * dv_pad, dv, c->io_dtype);
     }
 }
 
@@ -377,8 +406,9 @@ static void backward_head_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
         for (int64_t i = 0; i < seq.len_q; i++) {
             int64_t dq_off =
                 fa_row_offset(pb, b, seq.q_start, i, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-            c->kern->from_f32((char *)p->dq + dq_off * (int64_t)c->elem, w->dq_all + (g * seq.len_q + i) * c->d_pad,
-                              c->d, p->dtype);
+            scale_row(w->dq_all + (g * seq.len_q + i) * c->d_pad, c->d, backward_descale(p, b, kv_head).k);
+            c->kern->from_f32((char *)p->dq + dq_off * (int64_t)c->io_elem, w->dq_all + (g * seq.len_q + i) * c->d_pad,
+                              c->d, c->io_dtype);
         }
     }
 }
@@ -404,8 +434,8 @@ static void load_q_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, const fa_s
     } else {
         load_rows_transposed(kern, w->q_t, rows_pad, w->stage, (const char *)p->q + q_off * (int64_t)elem,
                              p->q_row_stride, n_rows, c->d, p->dtype);
-        load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)elem,
-                             p->do_row_stride, n_rows, c->dv, p->dtype);
+        load_rows_transposed(kern, w->do_t, rows_pad, w->stage, (const char *)p->dout + do_off * (int64_t)c->io_elem,
+                             p->do_row_stride, n_rows, c->dv, c->io_dtype);
     }
     for (int64_t r = 0; r < rows_pad; r++) {
         w->lse[r] = r < n_rows ? p->lse[lse_base + i0 + r] : -INFINITY;
@@ -426,7 +456,8 @@ static const float *q_block_tile(bwd_ctx *c, const bwd_scratch *w, int64_t b, co
     const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad;
     const int64_t kv_head = h / pb->group, shift = seq->len_k - seq->len_q;
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const float score_scale = apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale;
+    const bwd_descale ds = backward_descale(p, b, kv_head);
+    const float score_scale = (apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale) * ds.qk;
     int64_t k_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
     int64_t v_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
     int64_t ldv = 0;
@@ -474,7 +505,7 @@ static const float *q_block_tile(bwd_ctx *c, const bwd_scratch *w, int64_t b, co
         kern->gemm_bf16(&vdo);
     } else {
         fa_cpu_gemm_args vdo = {n_keys, rows_pad, dv, v_rows, ldv, 1, w->do_t, rows_pad, w->dp, rows_pad,
-                                FA_CPU_GEMM_STORE, 1.0f, NULL};
+                                FA_CPU_GEMM_STORE, ds.v, NULL};
         kern->gemm(&vdo);
     }
     if (pb->has_dropout) /* dP -> Z ∘ dP */
@@ -503,7 +534,6 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
     const int64_t d = c->d, d_pad = c->d_pad;
-    const size_t elem = c->elem;
     fa_seq seq = fa_sequence(pb, b);
     int64_t q_blocks = (seq.len_q + BLOCK_ROWS - 1) / BLOCK_ROWS;
     int64_t h = local / q_blocks;
@@ -536,7 +566,8 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
     for (int64_t r = 0; r < n_rows; r++) {
         int64_t dq_off =
             fa_row_offset(pb, b, seq.q_start, i0 + r, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-        kern->from_f32((char *)p->dq + dq_off * (int64_t)elem, w->dq_acc + r * d_pad, d, p->dtype);
+        scale_row(w->dq_acc + r * d_pad, d, backward_descale(p, b, h / pb->group).k);
+        kern->from_f32((char *)p->dq + dq_off * (int64_t)c->io_elem, w->dq_acc + r * d_pad, d, c->io_dtype);
     }
 }
 
@@ -683,7 +714,9 @@ fa_status fa_cpu_backward(const fa_problem *pb) {
     c.dv = p->head_dim_v;
     c.d_pad = fa_cpu_round_up(c.d, FA_CPU_PAD);
     c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
-    c.elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    c.elem = (size_t)fa_dtype_bytes(p->dtype);
+    c.io_dtype = fa_out_dtype(p->dtype);
+    c.io_elem = (size_t)fa_dtype_bytes(c.io_dtype);
     c.bf16dot = p->dtype == FA_DTYPE_BF16 && c.kern->gemm_bf16 != NULL;
     /* fp32 rows are used in place unless a GEMM would stream them more than twice (one pass per
      * panel of columns; rows of one head lie far apart and conflict in L1): see cpu_forward.c */
