@@ -47,6 +47,23 @@
 
 #include "cuda/kernels/kvcache_sm80.cuh"
 
+/* What both raw-stage layouts below promise, stated once (instantiated by each config): the
+ * stage ends with the rows' addresses; one thread per scale of a K and a V tile; the epilogue
+ * (the reduction and the fused merge's weights with one split's partial o) fits in the area
+ * after Q; at least two stages, as the loop refills the stage computed one iteration earlier. */
+template <class Base, int HEAD_DIM, int STAGES, int STAGE_BYTES, int RAW_STAGE_BYTES, int OFF_ROWS>
+struct fa_kvq_area_rules {
+    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && OFF_ROWS % 16 == 0,
+                  "raw stage layout");
+    static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
+    static_assert(Base::RED_BYTES <= STAGES * STAGE_BYTES, "the epilogue fits in the area");
+    static_assert(4 * Base::BLOCK_M * (FA_KV_MAX_SPLITS + 1) + 16 + 4 * Base::BLOCK_M * HEAD_DIM <=
+                      STAGES * STAGE_BYTES,
+                  "the fused merge's weights and one split's partial o fit in the area");
+    static_assert(STAGES >= 2, "the loop refills the stage computed one iteration earlier");
+    static constexpr bool ok = true;
+};
+
 template <int HEAD_DIM>
 struct fa_kvq_config : fa_kv_config<HEAD_DIM> {
     using Base = fa_kv_config<HEAD_DIM>;
@@ -63,15 +80,8 @@ struct fa_kvq_config : fa_kv_config<HEAD_DIM> {
     static constexpr int STAGE_BYTES = AREA_BYTES / STAGES;
     static constexpr size_t SMEM_BYTES = fa_kvq_smem_bytes(HEAD_DIM);
     static_assert(SMEM_BYTES == (size_t)Base::Q_BYTES + (size_t)AREA_BYTES, "smem layout");
-    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_PITCH % 16 == 0 &&
-                      RAW_PITCH >= HEAD_DIM && OFF_ROWS % 16 == 0,
-                  "raw stage layout");
-    static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
-    static_assert(Base::RED_BYTES <= STAGES * STAGE_BYTES, "the epilogue fits in the area");
-    static_assert(4 * Base::BLOCK_M * (FA_KV_MAX_SPLITS + 1) + 16 + 4 * Base::BLOCK_M * HEAD_DIM <=
-                      STAGES * STAGE_BYTES,
-                  "the fused merge's weights and one split's partial o fit in the area");
-    static_assert(STAGES >= 2, "the loop refills the stage computed one iteration earlier");
+    static_assert(RAW_PITCH % 16 == 0 && RAW_PITCH >= HEAD_DIM, "raw rows of whole 16-byte chunks");
+    static_assert(fa_kvq_area_rules<Base, HEAD_DIM, STAGES, STAGE_BYTES, RAW_STAGE_BYTES, OFF_ROWS>::ok, "area");
     /* byte `byte` of raw row `row` of a tile, from the tile's start: rows RAW_PITCH apart */
     static __device__ __forceinline__ uint32_t raw_offset(int row, int byte) {
         return (uint32_t)(row * RAW_PITCH + byte);
@@ -96,20 +106,13 @@ struct fa_kvq_regs_config : fa_kv_config<HEAD_DIM> {
     static constexpr int STAGE_BYTES = AREA_BYTES / STAGES;
     static constexpr size_t SMEM_BYTES = fa_kvq_regs_smem_bytes(HEAD_DIM);
     static_assert(SMEM_BYTES == (size_t)Base::Q_BYTES + (size_t)AREA_BYTES && QF_BYTES == Base::Q_BYTES, "smem layout");
-    static_assert(RAW_STAGE_BYTES == OFF_ROWS + FA_KVQ_ROW_BYTES * Base::BLOCK_N && RAW_CHUNKS >= 4 &&
-                      OFF_ROWS % 16 == 0,
-                  "raw stage layout");
+    static_assert(RAW_CHUNKS >= 4, "raw rows of at least four 16-byte chunks");
+    static_assert(fa_kvq_area_rules<Base, HEAD_DIM, STAGES, STAGE_BYTES, RAW_STAGE_BYTES, OFF_ROWS>::ok, "area");
     static_assert((Base::THREADS / RAW_CHUNKS) % 8 == 0, "whole-row copies: a thread's rows share one swizzle");
-    static_assert(Base::THREADS == 2 * Base::BLOCK_N, "one thread per scale of a K and a V tile");
     static_assert(Base::THREADS == 8 * Base::BLOCK_M, "eight threads per query row find its largest element");
     static_assert(Base::K_STEPS >= Base::WARPS && Base::K_STEPS % 2 == 0 && Base::O_TILES % 4 == 0,
                   "every warp builds Q fragments; ldmatrix.x4 loads two k16 steps of K / two 16-column "
                   "segments of V");
-    static_assert(Base::RED_BYTES <= STAGES * STAGE_BYTES, "the epilogue fits in the area");
-    static_assert(4 * Base::BLOCK_M * (FA_KV_MAX_SPLITS + 1) + 16 + 4 * Base::BLOCK_M * HEAD_DIM <=
-                      STAGES * STAGE_BYTES,
-                  "the fused merge's weights and one split's partial o fit in the area");
-    static_assert(STAGES >= 2, "the loop refills the stage computed one iteration earlier");
     /* Byte `byte` of raw row `row` of a tile, from the tile's start. The 16-byte chunks are
      * XOR-swizzled so that the 8 rows an ldmatrix phase reads at one logical chunk fall in 8
      * different 16-byte bank groups: rows of 8 or more chunks by row & 7 (as fa_swizzled_chunk),
