@@ -109,7 +109,7 @@ typedef struct fa_tensor_view {
     int64_t stride[3];
     int64_t dim;        /* contiguous last dimension                                           */
     const void *ptr;    /* first element (NULL: absent, never checked)                         */
-    int64_t elem_bytes; /* bytes per element: 2 or 4 (also the alignment required of ptr)       */
+    int64_t elem_bytes; /* bytes per element: 1, 2 or 4 (also the alignment required of ptr)    */
     int64_t bytes;      /* set by fa_check_tensor_view: bytes from ptr to past the last element */
 } fa_tensor_view;
 

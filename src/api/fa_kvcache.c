@@ -190,7 +190,7 @@ static fa_status check_strides(fa_params *p) {
     const int paged = p->block_table != NULL, append = p->k_new != NULL;
     const int64_t slabs = paged ? p->num_pages : p->cache_batch; /* pages or cache rows      */
     const int64_t slab_rows = paged ? p->page_size : p->seqlen_k;
-    const int64_t e = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int64_t e = fa_dtype_bytes(p->dtype);
     int64_t elements;
     if (!fa_mul_add_ok(b * hq, sq, 0, &elements))
         return fa_set_error(FA_ERR_OVERFLOW, "batch × heads_q × seqlen_q overflows");
@@ -425,7 +425,7 @@ static fa_status validate_merge(const fa_merge_params *m) {
     FA_REQUIRE_PTR(m->o_parts, "o_parts");
     FA_REQUIRE_PTR(m->lse_parts, "lse_parts");
     FA_REQUIRE_PTR(m->o, "o");
-    const int64_t parts_e = m->parts_dtype == FA_DTYPE_F32 ? 4 : 2, out_e = m->out_dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int64_t parts_e = fa_dtype_bytes(m->parts_dtype), out_e = fa_dtype_bytes(m->out_dtype);
     fa_tensor_view views[4];
     int n = 0;
     views[n] = tensor_of(view_of("o_parts", 0, m->num_states, m->rows, m->heads, m->head_dim_v,

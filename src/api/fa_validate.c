@@ -354,7 +354,6 @@ fa_status fa_validate_paged_kv(const fa_problem *pb) {
 
 /* ==== score modifications: bias, document ids, block-sparse mask ============================ */
 
-static int64_t dtype_bytes(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4 : 2; }
 
 fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward, int kvcache) {
     const fa_params *p = &pb->p;
@@ -438,7 +437,7 @@ int fa_score_mod_views(const fa_problem *pb, int backward, fa_tensor_view *views
         fa_tensor_view t = {.name = "bias", .axis_names = bias_axes, .extent = {b, hq, sq},
                             .stride = {p->bias_batch_stride, p->bias_head_stride, p->bias_row_stride},
                             .dim = p->bias_col_stride == 0 ? 1 : sk, .ptr = p->bias,
-                            .elem_bytes = dtype_bytes(p->bias_dtype)};
+                            .elem_bytes = fa_dtype_bytes(p->bias_dtype)};
         views[n++] = t;
     }
     if (backward && p->dbias) {

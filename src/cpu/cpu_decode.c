@@ -87,7 +87,7 @@ static fa_cpu_kv_format format_of(const fa_params *p) {
 /* Bytes per unit of the cache strides. */
 static int64_t cache_unit(const fa_params *p) {
     if (p->kv_dtype != FA_KV_SAME) return 1;
-    return p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    return fa_dtype_bytes(p->dtype);
 }
 
 static const fa_cpu_decode_kernels *decode_kernels(void) {
@@ -228,7 +228,7 @@ static void store_row(const dec_ctx *c, char *dst, float *scale, const float *x,
 
 static void append_all(const dec_ctx *c, float *row) {
     const fa_params *p = &c->pb->p;
-    const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2, unit = c->unit;
+    const int64_t es = fa_dtype_bytes(p->dtype), unit = c->unit;
     for (int64_t b = 0; b < p->batch; b++) {
         const fa_cpu_kv_sequence *seq = &c->seqs[b];
         for (int64_t t = 0; t < p->seqlen_new; t++) {
@@ -298,7 +298,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     const dec_layout *l = &c->layout;
     const fa_cpu_kv_sequence *seq = &c->seqs[b];
     const int64_t d = p->head_dim, dv = p->head_dim_v, len_q = p->seqlen_q, len_k = seq->len_k;
-    const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int64_t es = fa_dtype_bytes(p->dtype);
 
     int64_t split = local % l->splits, rest = local / l->splits;
     int64_t q_block = rest % l->q_blocks;

@@ -144,7 +144,7 @@ static inline int64_t slot_offset(const fa_params *p, const fa_cpu_kv_sequence *
 static void load_rotary(const fa_params *p, const fa_cpu_kernels *kern, int64_t pos, float *cos_row,
                         float *sin_row) {
     const int64_t half = p->rotary_dim / 2;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = fa_dtype_bytes(p->dtype);
     kern->to_f32(cos_row, (const char *)p->rotary_cos + pos * half * (int64_t)elem, half, p->dtype);
     kern->to_f32(sin_row, (const char *)p->rotary_sin + pos * half * (int64_t)elem, half, p->dtype);
 }
@@ -648,7 +648,7 @@ fa_status fa_cpu_kvcache_forward(const fa_problem *pb) {
     c.d = p->head_dim;
     c.dv = p->head_dim_v;
     c.dv_pad = fa_cpu_round_up(c.dv, FA_CPU_PAD);
-    c.elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    c.elem = fa_dtype_bytes(p->dtype);
     c.k_direct = p->dtype == FA_DTYPE_F32;
     c.v_direct = p->dtype == FA_DTYPE_F32 && c.dv == c.dv_pad;
     c.dot_scores = dot_scores_possible(pb, c.kern, 0);

@@ -22,7 +22,7 @@ float fa_cpu_merge_row(const fa_cpu_merge_row_args *a, float *out) {
     double acc[FA_MAX_HEAD_DIM];
     float row[FA_MAX_HEAD_DIM];
     const int64_t dim = a->dim;
-    const size_t elem = a->o_dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = fa_dtype_bytes(a->o_dtype);
 
     /* the largest logit among the non-empty states and the sink */
     double top = a->sink ? (double)*a->sink : -INFINITY;
@@ -74,8 +74,8 @@ typedef struct merge_ctx {
 
 static void merge_pair(const merge_ctx *c, int64_t row, int64_t head) {
     const fa_merge_params *m = c->m;
-    const size_t parts_elem = m->parts_dtype == FA_DTYPE_F32 ? 4 : 2;
-    const size_t out_elem = m->out_dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t parts_elem = fa_dtype_bytes(m->parts_dtype);
+    const size_t out_elem = fa_dtype_bytes(m->out_dtype);
     float merged[FA_MAX_HEAD_DIM];
     fa_cpu_merge_row_args a;
     a.n_states = m->num_states;
@@ -136,7 +136,7 @@ static void split_merge_task(void *arg, int thread_index) {
     split_merge_ctx *c = (split_merge_ctx *)arg;
     const fa_params *p = c->p;
     const int64_t rows = p->batch * p->heads_q * p->seqlen_q, dv = p->head_dim_v;
-    const int64_t es = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int64_t es = fa_dtype_bytes(p->dtype);
     float merged[FA_MAX_HEAD_DIM];
     (void)thread_index;
     for (;;) {

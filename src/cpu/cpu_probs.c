@@ -17,7 +17,7 @@ fa_status fa_cpu_attn_probs(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = fa_cpu_select_kernels();
     const int64_t d = p->head_dim, sq = p->seqlen_q, sk = p->seqlen_k, hq = p->heads_q;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = fa_dtype_bytes(p->dtype);
     float *buf = malloc(sizeof(float) * (size_t)(2 * d + (sk > 0 ? sk : 1)));
     if (!buf) return fa_set_error(FA_ERR_ALLOC, "CPU engine: cannot allocate the attn_probs row buffers");
     float *q_row = buf, *k_row = buf + d, *scores = buf + 2 * d;

@@ -58,7 +58,7 @@ static void standard_item(std_ctx *c, const std_scratch *w, int64_t b, int64_t h
     const fa_params *p = &pb->p;
     const fa_cpu_kernels *kern = c->kern;
     const int64_t d = c->d, dv = c->dv, dv_pad = c->dv_pad;
-    const size_t elem = p->dtype == FA_DTYPE_F32 ? 4 : 2;
+    const size_t elem = fa_dtype_bytes(p->dtype);
     fa_seq seq = fa_sequence(pb, b);
     const int64_t len_q = seq.len_q, len_k = seq.len_k, kv_head = h / pb->group;
     const int64_t keys_pad = fa_cpu_round_up(len_k, FA_CPU_PAD);

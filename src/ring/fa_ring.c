@@ -119,7 +119,6 @@ fa_status fa_ring_shard(int64_t seqlen, int world_size, int rank, fa_ring_shardi
 
 /* ---- CPU element-wise operations ------------------------------------------------------------ */
 
-static size_t dtype_bytes(fa_dtype t) { return t == FA_DTYPE_F32 ? 4 : 2; }
 
 static float load_element(const void *base, fa_dtype t, int64_t i) {
     switch (t) {
@@ -165,7 +164,7 @@ static fa_status cpu_copy(fa_ring_view dst, fa_ring_view src, fa_ring_shape s, v
             for (int64_t h = 0; h < s.heads; ++h) {
                 int64_t od = view_offset(&dst, b, r, h), os = view_offset(&src, b, r, h);
                 if (dst.dtype == src.dtype) {
-                    size_t es = dtype_bytes(dst.dtype);
+                    size_t es = fa_dtype_bytes(dst.dtype);
                     memcpy((char *)dst.ptr + od * (int64_t)es, (const char *)src.ptr + os * (int64_t)es,
                            (size_t)s.dim * es);
                     continue;
@@ -740,7 +739,7 @@ static fa_status prepare(const fa_ring_params *r, ring_pass pass, ring_ctx *c) {
     c->hkv = a->heads_kv;
     c->d = c->a.head_dim;
     c->dv = c->a.head_dim_v;
-    c->es = dtype_bytes(a->dtype);
+    c->es = fa_dtype_bytes(a->dtype);
     c->be = a->device == FA_DEVICE_CUDA ? fa_cuda_ring_backend() : &cpu_backend;
     if (c->be == NULL)
         return fa_set_error(FA_ERR_DEVICE, "device = FA_DEVICE_CUDA but this libflashattn was built without CUDA");
