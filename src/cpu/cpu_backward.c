@@ -145,31 +145,6 @@ static size_t backward_scratch_layout(const fa_problem *pb, int fused, char *bas
     return a.used;
 }
 
-/* fp8 inputs: the descale factors of (b, kv head) (1 for the other dtypes). The scores take
- * q's · k's, dP = dO Vᵀ takes v's, dQ = scale·dS K takes k's and dK = scale·dSᵀ Q takes q's (on
- * the accumulated rows, when they are stored): the gradients are those of the dequantised q, k
- * and v. */
-typedef struct bwd_descale {
-    float qk, q, k, v;
-} bwd_descale;
-
-/* x[0..n) *= f before a gradient row is stored (the accumulating GEMMs take no factor). */
-static void scale_row(float *x, int64_t n, float f) {
-    if (f != 1.0f)
-        for (int64_t i = 0; i < n; i++) x[i] *= f;
-}
-
-static bwd_descale backward_descale(const fa_params *p, int64_t b, int64_t kv_head) {
-    bwd_descale f = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (p->dtype != FA_DTYPE_FP8_E4M3) return f;
-    const int64_t at = b * p->heads_kv + kv_head;
-    f.q = p->q_descale ? p->q_descale[at] : 1.0f;
-    f.k = p->k_descale ? p->k_descale[at] : 1.0f;
-    f.v = p->v_descale ? p->v_descale[at] : 1.0f;
-    f.qk = f.q * f.k;
-    return f;
-}
-
 /* Convert `n_rows` rows of a caller tensor (row r at base + r·row_stride elements) to fp32 rows
  * of width `width`, leading dimension ld; columns width..ld-1 are zero. */
 static void load_rows(const fa_cpu_kernels *kern, float *dst, int64_t ld, const void *base, int64_t row_stride,
@@ -279,7 +254,7 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                               &ldk);
 
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const bwd_descale ds = backward_descale(p, b, kv_head);
+    const fa_cpu_descale ds = fa_cpu_descale_of(p, b, kv_head);
     const float score_scale = (apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale) * ds.qk;
 
     for (int64_t h = kv_head * pb->group; h < (kv_head + 1) * pb->group; h++) {
@@ -381,7 +356,7 @@ static void backward_key_block(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
                                        p->dk_head_stride);
         int64_t dv_off = fa_row_offset(pb, b, seq.k_start, j0 + j, kv_head, p->dv_batch_stride, p->dv_row_stride,
                                        p->dv_head_stride);
-        scale_row(w->dk_acc + j * d_pad, d, ds.q);
+        fa_cpu_scale_row(w->dk_acc + j * d_pad, d, ds.q); /* fp8: dK takes q's factor */
         kern->from_f32((char *)p->dk + dk_off * (int64_t)c->io_elem, w->dk_acc + j * d_pad, d, c->io_dtype);
         kern->from_f32((char *)p->dv + dv_off * (int64_t)c->io_elem, w->dv_acc + j * dv_pad, dv, c->io_dtype);
     }
@@ -401,12 +376,13 @@ static void backward_head_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int6
     fa_seq seq = fa_sequence(pb, b);
     memset(w->dq_all, 0, sizeof(float) * (size_t)(pb->group * seq.len_q * c->d_pad));
     for (int64_t j0 = 0; j0 < seq.len_k; j0 += KV_KEYS) backward_key_block(c, w, b, kv_head, j0, w->dq_all);
+    const float dq_descale = fa_cpu_descale_of(p, b, kv_head).k; /* fp8: dQ takes k's factor */
     for (int64_t g = 0; g < pb->group; g++) {
         int64_t h = kv_head * pb->group + g;
         for (int64_t i = 0; i < seq.len_q; i++) {
             int64_t dq_off =
                 fa_row_offset(pb, b, seq.q_start, i, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-            scale_row(w->dq_all + (g * seq.len_q + i) * c->d_pad, c->d, backward_descale(p, b, kv_head).k);
+            fa_cpu_scale_row(w->dq_all + (g * seq.len_q + i) * c->d_pad, c->d, dq_descale);
             c->kern->from_f32((char *)p->dq + dq_off * (int64_t)c->io_elem, w->dq_all + (g * seq.len_q + i) * c->d_pad,
                               c->d, c->io_dtype);
         }
@@ -456,7 +432,7 @@ static const float *q_block_tile(bwd_ctx *c, const bwd_scratch *w, int64_t b, co
     const int64_t d = c->d, dv = c->dv, d_pad = c->d_pad;
     const int64_t kv_head = h / pb->group, shift = seq->len_k - seq->len_q;
     const int apply_softcap = p->softcap > 0.0f, apply_alibi = p->alibi_slopes != NULL;
-    const bwd_descale ds = backward_descale(p, b, kv_head);
+    const fa_cpu_descale ds = fa_cpu_descale_of(p, b, kv_head);
     const float score_scale = (apply_softcap ? p->softmax_scale / p->softcap : p->softmax_scale) * ds.qk;
     int64_t k_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
     int64_t v_off = fa_row_offset(pb, b, seq->k_start, j0, kv_head, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
@@ -563,10 +539,11 @@ static void backward_q_item(bwd_ctx *c, const bwd_scratch *w, int64_t b, int64_t
         kern->gemm(&dsk);
     }
 
+    const float dq_descale = fa_cpu_descale_of(p, b, h / pb->group).k; /* fp8: dQ takes k's factor */
     for (int64_t r = 0; r < n_rows; r++) {
         int64_t dq_off =
             fa_row_offset(pb, b, seq.q_start, i0 + r, h, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
-        scale_row(w->dq_acc + r * d_pad, d, backward_descale(p, b, h / pb->group).k);
+        fa_cpu_scale_row(w->dq_acc + r * d_pad, d, dq_descale);
         kern->from_f32((char *)p->dq + dq_off * (int64_t)c->io_elem, w->dq_acc + r * d_pad, d, c->io_dtype);
     }
 }

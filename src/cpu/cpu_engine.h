@@ -272,6 +272,30 @@ typedef struct fa_cpu_workspace {
 int fa_cpu_workspace_acquire(const fa_problem *pb, size_t bytes, fa_cpu_workspace *ws);
 void fa_cpu_workspace_release(fa_cpu_workspace *ws);
 
+/* fp8 inputs (FA_DTYPE_FP8_E4M3): the descale factors of (batch b, kv head), 1 for the other
+ * dtypes and for NULL arrays. The forward and backward fold q's · k's into the score scale and
+ * v's into o (forward) or dP = dO Vᵀ (backward); the backward's dQ takes k's and dK q's. */
+typedef struct fa_cpu_descale {
+    float qk, q, k, v;
+} fa_cpu_descale;
+
+static inline fa_cpu_descale fa_cpu_descale_of(const fa_params *p, int64_t b, int64_t kv_head) {
+    fa_cpu_descale f = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (p->dtype != FA_DTYPE_FP8_E4M3) return f;
+    const int64_t at = b * p->heads_kv + kv_head;
+    f.q = p->q_descale ? p->q_descale[at] : 1.0f;
+    f.k = p->k_descale ? p->k_descale[at] : 1.0f;
+    f.v = p->v_descale ? p->v_descale[at] : 1.0f;
+    f.qk = f.q * f.k;
+    return f;
+}
+
+/* x[0..n) *= f (nothing when f = 1): a row times its descale factor before it is stored. */
+static inline void fa_cpu_scale_row(float *x, int64_t n, float f) {
+    if (f != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] *= f;
+}
+
 /* ---- work items -------------------------------------------------------------------------------- */
 
 static inline int32_t fa_cpu_clamp_i32(int64_t x, int64_t lo, int64_t hi) {

@@ -145,12 +145,8 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
 
     /* fp8 inputs: q and k are converted exactly and their descale factors (this item's batch
      * and kv head) folded into the score scale; v's multiplies o once per row */
-    const int64_t descale_at = b * p->heads_kv + kv_head;
-    const float qk_descale = p->dtype != FA_DTYPE_FP8_E4M3 ? 1.0f
-                             : (p->q_descale ? p->q_descale[descale_at] : 1.0f) *
-                                   (p->k_descale ? p->k_descale[descale_at] : 1.0f);
-    const float v_descale = p->dtype == FA_DTYPE_FP8_E4M3 && p->v_descale ? p->v_descale[descale_at] : 1.0f;
-    const float score_scale = (p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale) * qk_descale;
+    const fa_cpu_descale ds = fa_cpu_descale_of(p, b, kv_head);
+    const float score_scale = (p->softcap > 0.0f ? p->softmax_scale / p->softcap : p->softmax_scale) * ds.qk;
     const int64_t shift = seq.len_k - seq.len_q;
 
     const fa_cpu_mod_rows mods = {b, seq, 0, row->head, row->query, 0, 0, rows};
@@ -228,8 +224,7 @@ static void forward_item(fwd_ctx *c, const fwd_scratch *w, int64_t b, int64_t lo
     for (int64_t r = 0; r < rows; r++) {
         int64_t h = row->head[r], i = row->query[r];
         double lse = fa_cpu_item_finish_row(row, p, r, w->o_acc + r * dv_pad, dv, w->row_tmp);
-        if (v_descale != 1.0f)
-            for (int64_t k = 0; k < dv; k++) w->row_tmp[k] *= v_descale;
+        fa_cpu_scale_row(w->row_tmp, dv, ds.v);
         int64_t off = fa_row_offset(pb, b, seq.q_start, i, h, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
         kern->from_f32((char *)p->o + off * (int64_t)out_elem, w->row_tmp, dv, fa_out_dtype(p->dtype));
         if (p->lse) p->lse[fa_lse_offset(pb, b, seq.q_start, h) + i] = (float)lse;
