@@ -93,9 +93,8 @@ const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_neon(void);
 #endif
 
-/* Scalar conversions of the 8-bit formats (shared by the kernels, the append and the tests'
- * expectations through the documented formulas). */
-float fa_cpu_e4m3_to_f32(uint8_t x);
+/* fp32 -> e4m3 (shared by the append and the tests; the other direction is cpu_convert.h's
+ * fa_e4m3_to_f32). */
 uint8_t fa_cpu_f32_to_e4m3(float x); /* round to nearest even, saturating to ±448; NaN kept    */
 
 /* Whether cpu_decode.c serves this call (quantised caches always; otherwise few query rows per

@@ -8,9 +8,7 @@
 #include "cpu_convert.h"
 #include "cpu_decode.h"
 
-/* e4m3 -> fp32: cpu_convert.h's fa_e4m3_to_f32, for the files that do not include it. */
-float fa_cpu_e4m3_to_f32(uint8_t x) { return fa_e4m3_to_f32(x); }
-
+/* fp32 -> e4m3 (e4m3 -> fp32 is cpu_convert.h's fa_e4m3_to_f32). */
 uint8_t fa_cpu_f32_to_e4m3(float x) {
     uint8_t sign = signbit(x) ? 0x80 : 0;
     if (isnan(x)) return (uint8_t)(sign | 0x7f);
@@ -20,12 +18,12 @@ uint8_t fa_cpu_f32_to_e4m3(float x) {
     int lo = 0, hi = 0x7e;
     while (lo < hi) { /* largest code with value <= a */
         int mid = (lo + hi + 1) / 2;
-        if (fa_cpu_e4m3_to_f32((uint8_t)mid) <= a) lo = mid;
+        if (fa_e4m3_to_f32((uint8_t)mid) <= a) lo = mid;
         else hi = mid - 1;
     }
     int code = lo;
     if (code < 0x7e) {
-        float below = fa_cpu_e4m3_to_f32((uint8_t)code), above = fa_cpu_e4m3_to_f32((uint8_t)(code + 1));
+        float below = fa_e4m3_to_f32((uint8_t)code), above = fa_e4m3_to_f32((uint8_t)(code + 1));
         if (a - below > above - a || (a - below == above - a && (code & 1))) code++;
     }
     return (uint8_t)(sign | code);
@@ -51,7 +49,7 @@ static float load1(fa_cpu_kv_format format, const char *row, int64_t c) {
         memcpy(&h, block, 2);
         return fa_f16_to_f32(h) * (float)(int8_t)block[2 + (c & 31)];
     }
-    default: return fa_cpu_e4m3_to_f32((uint8_t)row[c]) * 0.00390625f; /* 2^-8, as the AVX2 kernel */
+    default: return fa_e4m3_to_f32((uint8_t)row[c]) * 0.00390625f; /* 2^-8, as the AVX2 kernel */
     }
 }
 

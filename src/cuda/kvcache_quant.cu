@@ -42,7 +42,7 @@ __device__ __forceinline__ uint16_t fa_kvq_f32_to_f16_bits(float f) {
     return (uint16_t)(sign | (uint16_t)rintf(units));
 }
 
-/* e4m3 code (7 magnitude bits) -> value, as the CPU's fa_cpu_e4m3_to_f32 for finite codes. */
+/* e4m3 code (7 magnitude bits) -> value, as the CPU's fa_e4m3_to_f32 (cpu_convert.h) for finite codes. */
 __device__ __forceinline__ float fa_kvq_e4m3_magnitude(int code) {
     return (code >> 3) == 0 ? __fmul_rn((float)(code & 7), 0.001953125f)
                             : ldexpf(__fadd_rn(1.0f, __fmul_rn((float)(code & 7), 0.125f)), (code >> 3) - 7);
