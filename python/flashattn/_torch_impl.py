@@ -714,7 +714,6 @@ def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
         p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
                     _core.default_scale(q.shape[-1], softmax_scale), causal, wl, wr,
                     _core.check_softcap(softcap), alibi_slopes, sink_logits, False)
-        p.dtype = _lib.FA_DTYPE_FP8_E4M3
         p.q_descale, p.k_descale, p.v_descale = (None if t is None else t.data_ptr() for t in descales)
         with _guard(q):
             _lib.forward(p, _workspace_alloc(q))
