@@ -302,12 +302,15 @@ typedef struct fa_params {
     const void *bias;     /* or NULL                                                          */
     fa_dtype bias_dtype;  /* F32 (0), F16 or BF16                                              */
     int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride; /* elements */
-    /* fa_backward: dL/dbias in fp32 (overwritten), or NULL. Its strides say its shape: an axis
-     * of stride 0 is summed over (dbias of a broadcast bias), so give dbias the bias's own zero
-     * strides to get the gradient of the bias as stored. The sums run in a fixed order: results
-     * are bitwise identical for any num_threads, and run to run on CUDA (a summed axis costs a
-     * batch × heads_q × seqlen_q × seqlen_k fp32 workspace there). */
-    float *dbias;
+    /* fa_backward: dL/dbias (overwritten), or NULL, in dbias_dtype: F32 (0), F16 or BF16 (the
+     * bias's own dtype saves the caller a conversion pass; sums and the conversion run in fp32).
+     * Its strides say its shape: an axis of stride 0 is summed over (dbias of a broadcast bias),
+     * so give dbias the bias's own zero strides to get the gradient of the bias as stored. The
+     * sums run in a fixed order: results are bitwise identical for any num_threads, and run to
+     * run on CUDA (a summed axis costs a batch × heads_q × seqlen_q × seqlen_k fp32 workspace
+     * there). */
+    void *dbias;
+    fa_dtype dbias_dtype;
     int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
 
     /* ---- block-sparse mask (fa_forward, fa_backward; CPU and CUDA) ------------------------ */

@@ -209,7 +209,7 @@ int64_t fa_test_masked_rows_inexact(const fa_test_problem *tp, const fa_ref_outp
     return bad;
 }
 
-int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_problem *rp,
+int fa_ref_dbias_compare(const fa_params *p, const void *dbias, const fa_ref_problem *rp,
                          const fa_ref_outputs *ref64, const fa_ref_outputs *base, fa_ref_dbias_check *out) {
     const int64_t B = p->batch, H = p->heads_q, sq = p->seqlen_q, sk = p->seqlen_k;
     const int64_t nb = p->dbias_batch_stride ? B : 1, nh = p->dbias_head_stride ? H : 1;
@@ -241,12 +241,15 @@ int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_pr
             for (int64_t i = 0; i < ni; i++)
                 for (int64_t j = 0; j < nj; j++) {
                     const int64_t o = ((b * nh + h) * ni + i) * nj + j;
-                    const float got = dbias[b * p->dbias_batch_stride + h * p->dbias_head_stride +
-                                            i * p->dbias_row_stride + j * p->dbias_col_stride];
+                    const double got = fa_test_load(dbias, p->dbias_dtype,
+                                                    b * p->dbias_batch_stride + h * p->dbias_head_stride +
+                                                        i * p->dbias_row_stride + j * p->dbias_col_stride);
                     if (isnan(got)) unwritten++;
-                    const double e = fabs((double)got - want[o]);
+                    const double e = fabs(got - want[o]);
                     if (!(e <= err)) err = isnan(e) ? INFINITY : e;
-                    if (fabs(bl[o] - want[o]) > base_err) base_err = fabs(bl[o] - want[o]);
+                    /* the baseline stores its dbias in the same dtype */
+                    const double bl_o = fa_test_round_to(p->dbias_dtype, (float)bl[o]);
+                    if (fabs(bl_o - want[o]) > base_err) base_err = fabs(bl_o - want[o]);
                     if (fabs(want[o]) > ref_max) ref_max = fabs(want[o]);
                     if (mag[o] > mag_max) mag_max = mag[o];
                 }
@@ -1654,8 +1657,11 @@ int fa_test_mods_make(fa_test_mods *m, fa_params *p, const fa_test_mods_spec *ms
         if (ms->bias == FA_TEST_BIAS_HEAD) nb = 1;
         if (ms->bias == FA_TEST_BIAS_KEYPAD) nh = ni = 1;
         if (ms->bias == FA_TEST_BIAS_ROW) nj = 1;
-        /* padded strides: one spare element after each key row */
-        const int64_t cs = nj > 1 ? 1 : 0, rs = nj + 1, hs = rs * ni + 2, bs = hs * nh + 3;
+        /* padded strides: spare elements after each key row; half the problems keep every stride
+         * even (the kernels' paired 16-bit loads), the others have odd ones */
+        const int even = fa_test_rng_uniform(rng) < 0.5;
+        const int64_t cs = nj > 1 ? 1 : 0, rs = nj + (even ? 2 - nj % 2 : 1), hs = rs * ni + (even ? 2 : 1),
+                      bs = hs * nh + (even ? 4 : 3);
         const size_t elem = fa_test_dtype_size(ms->bias_dtype);
         const int64_t count = bs * nb + 8;
         void *bias = mods_alloc(m, FA_TEST_MOD_BIAS, (size_t)count * elem);
@@ -1678,10 +1684,11 @@ int fa_test_mods_make(fa_test_mods *m, fa_params *p, const fa_test_mods_spec *ms
         out.bias_row_stride = ni > 1 ? rs : 0;
         out.bias_col_stride = cs;
         if (ms->dbias) {
-            float *dbias = mods_alloc(m, FA_TEST_MOD_DBIAS, sizeof(float) * (size_t)count);
+            void *dbias = mods_alloc(m, FA_TEST_MOD_DBIAS, fa_test_dtype_size(ms->dbias_dtype) * (size_t)count);
             if (!dbias) goto oom;
-            for (int64_t e = 0; e < count; e++) dbias[e] = NAN; /* poison */
+            for (int64_t e = 0; e < count; e++) fa_test_store(dbias, ms->dbias_dtype, e, NAN); /* poison */
             out.dbias = dbias;
+            out.dbias_dtype = ms->dbias_dtype;
             out.dbias_batch_stride = out.bias_batch_stride;
             out.dbias_head_stride = out.bias_head_stride;
             out.dbias_row_stride = out.bias_row_stride;

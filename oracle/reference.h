@@ -114,15 +114,16 @@ void fa_ref_baseline_run(const fa_ref_problem *rp, fa_dtype dtype, int backward,
 /* Index of (sequence b, head h, row i) in the lse layout. */
 int64_t fa_ref_lse_index(const fa_ref_problem *rp, int64_t b, int64_t h, int64_t i);
 
-/* A dbias result (host memory `dbias` with p's dbias strides) against the float64 oracle's dense
- * dbias summed over the axes those strides broadcast: err = max |ours - ref|, tol = 2 × the
- * dtype baseline's error summed the same way + a floor (fp32 dots of head_dim terms: up to
- * (head_dim + 64)·eps times the terms' magnitude), unwritten = NaN elements. */
+/* A dbias result (host memory `dbias` with p's dbias strides and dbias_dtype) against the float64
+ * oracle's dense dbias summed over the axes those strides broadcast: err = max |ours - ref|,
+ * tol = 2 × the dtype baseline's error summed the same way and stored in dbias_dtype + a floor
+ * (fp32 dots of head_dim terms: up to (head_dim + 64)·eps times the terms' magnitude),
+ * unwritten = NaN elements. */
 typedef struct fa_ref_dbias_check {
     double err, tol, base_err, ref_max;
     int64_t unwritten;
 } fa_ref_dbias_check;
-int fa_ref_dbias_compare(const fa_params *p, const float *dbias, const fa_ref_problem *rp,
+int fa_ref_dbias_compare(const fa_params *p, const void *dbias, const fa_ref_problem *rp,
                          const fa_ref_outputs *ref64, const fa_ref_outputs *base,
                          fa_ref_dbias_check *out); /* 0, or -1 out of memory */
 
@@ -315,11 +316,12 @@ typedef struct fa_test_mods_spec {
     fa_test_bias_kind bias;
     fa_dtype bias_dtype;
     int neg_inf_rows; /* FULL / HEAD: some rows entirely -inf, some elements -inf             */
-    int dbias;        /* a NaN-poisoned f32 dbias with the bias's strides                      */
+    int dbias;        /* a NaN-poisoned dbias (dbias_dtype) with the bias's strides            */
     int blocks;       /* random block mask                                                    */
     int64_t block_q, block_k;
     int broadcast_blocks; /* lists shared by every batch and head (strides 0)                 */
     int bits, docs;       /* partial-block bit masks; document ids                             */
+    fa_dtype dbias_dtype; /* dbias's dtype: F32 (0), F16 or BF16                               */
 } fa_test_mods_spec;
 
 /* How the random block lists and documents are drawn: a block row has no blocks with

@@ -116,7 +116,8 @@ FA_TEST(bias_forward_backward) {
                                                       sh->heads_q, sh->heads_kv, sh->head_dim);
                 spec.seed ^= (uint64_t)k * 0x51ull;
                 spec.layout = (fa_test_layout)((i + k) % 3);
-                fa_test_mods_spec ms = {kinds[k], fa_test_cpu_dtypes[(t + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
+                fa_test_mods_spec ms = {kinds[k], fa_test_cpu_dtypes[(t + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
+                ms.dbias_dtype = fa_test_cpu_dtypes[(t + 2 * k + 1) % 3]; /* every pairing over the cases */
                 if (k == 1) spec.causal = 1;
                 if (k == 2) spec.softcap = 4.0f;
                 if (k == 3) {
@@ -136,11 +137,11 @@ FA_TEST(bias_varlen_gqa_sinks) {
         spec.causal = t != 1;
         spec.sinks = t == 2;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
         run_mod_case(&spec, &ms, 0, "bias varlen");
         /* a fused-scheme sized problem (many kv heads) */
         fa_test_spec many = fa_test_base_spec(fa_test_cpu_dtypes[t], 3, 20, 45, 24, 12, 16);
-        fa_test_mods_spec ms2 = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms2 = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
         run_mod_case(&many, &ms2, 0, "bias many heads");
     }
 }
@@ -171,7 +172,7 @@ FA_TEST(block_mask_random) {
                     spec.layout = FA_TEST_LAYOUT_PADDED;
                 }
                 fa_test_mods_spec ms = {z == 2 ? FA_TEST_BIAS_FULL : FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1,
-                                        sizes[z][0], sizes[z][1], z == 1, z != 3, z >= 3};
+                                        sizes[z][0], sizes[z][1], z == 1, z != 3, z >= 3, FA_DTYPE_F32};
                 run_mod_case(&spec, &ms, 0, "block mask");
             }
 }
@@ -180,7 +181,7 @@ FA_TEST(doc_ids_packed_sequences) {
     for (int t = 0; t < 3; t++) {
         fa_test_spec spec = fa_test_base_spec(fa_test_cpu_dtypes[t], 2, 150, 150, 4, 2, 32);
         spec.causal = 1;
-        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1, FA_DTYPE_F32};
         run_mod_case(&spec, &ms, 0, "doc ids");
         spec.varlen = 1;
         spec.layout = FA_TEST_LAYOUT_PADDED;
@@ -201,7 +202,7 @@ FA_TEST(block_mask_equals_dense) {
         fa_test_rng rng;
         fa_test_rng_seed(&rng, spec.seed);
         fa_test_mods m;
-        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 1, 16, 32, 0, 1, 1};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 1, 16, 32, 0, 1, 1, FA_DTYPE_F32};
         fa_params *p = &tp.params;
         if (!mods_make(&m, p, &ms, &rng)) {
             fa_test_problem_destroy(&tp);
@@ -249,7 +250,7 @@ FA_TEST(dbias_finite_differences) {
     fa_test_rng rng;
     fa_test_rng_seed(&rng, spec.seed);
     fa_test_mods m;
-    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0};
+    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
     fa_params *p = &tp.params;
     p->num_threads = 1;
     if (!mods_make(&m, p, &ms, &rng)) {
@@ -283,7 +284,7 @@ FA_TEST(dbias_finite_differences) {
         }
         bias[at] = keep;
         const double numeric = (loss[0] - loss[1]) / (2.0 * eps);
-        const double analytic = p->dbias[at];
+        const double analytic = fa_test_load(p->dbias, p->dbias_dtype, at);
         checked++;
         FA_CHECK(fabs(numeric - analytic) <= 2e-3 + 1e-2 * fabs(numeric),
                  "dbias[h=%lld][i=%lld][j=%lld]: analytic %.6f, finite differences %.6f", (long long)h, (long long)i,
@@ -302,7 +303,7 @@ FA_TEST(dbias_deterministic_threads) {
     fa_test_rng rng;
     fa_test_rng_seed(&rng, spec.seed);
     fa_test_mods m;
-    fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F16, 0, 1, 1, 20, 30, 0, 1, 0};
+    fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F16, 0, 1, 1, 20, 30, 0, 1, 0, FA_DTYPE_F32};
     fa_params *p = &tp.params;
     if (!mods_make(&m, p, &ms, &rng)) {
         fa_test_problem_destroy(&tp);
@@ -470,7 +471,8 @@ static void bits_without_mask(fa_params *p, block_lists *m) {
     p->kv_num_blocks = NULL;
     p->kv_indices = p->full_kv_indices = p->full_kv_num_blocks = NULL;
 }
-static void dbias_overlaps_o(fa_params *p, block_lists *m) { (void)m; p->dbias = (float *)p->o; }
+static void dbias_overlaps_o(fa_params *p, block_lists *m) { (void)m; p->dbias = p->o; }
+static void bad_dbias_dtype(fa_params *p, block_lists *m) { (void)m; p->dbias_dtype = FA_DTYPE_FP8_E4M3; }
 
 FA_TEST(bias_mask_errors) {
     static const struct {
@@ -496,6 +498,7 @@ FA_TEST(bias_mask_errors) {
         {"index stride negative", "block_index_row_stride", index_stride_negative, FA_ERR_STRIDE, 0},
         {"bits without a mask", "partial_block_bits", bits_without_mask, FA_ERR_NULL_POINTER, 0},
         {"dbias overlaps o", "dbias", dbias_overlaps_o, FA_ERR_OVERLAP, 1},
+        {"dbias_dtype fp8", "dbias_dtype", bad_dbias_dtype, FA_ERR_DTYPE, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fa_test_spec spec = fa_test_base_spec(FA_DTYPE_F32, 2, 20, 30, 2, 1, 16);
@@ -504,7 +507,7 @@ FA_TEST(bias_mask_errors) {
         fa_test_rng rng;
         fa_test_rng_seed(&rng, 5);
         fa_test_mods m;
-        fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 1, 8, 8, 0, 1, 1};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_FULL, FA_DTYPE_F32, 0, 1, 1, 8, 8, 0, 1, 1, FA_DTYPE_F32};
         fa_params *p = &tp.params;
         if (!mods_make(&m, p, &ms, &rng)) {
             fa_test_problem_destroy(&tp);

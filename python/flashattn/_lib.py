@@ -204,7 +204,7 @@ class FaParams(ctypes.Structure):
             ("bias_dtype", ctypes.c_int),
         ]
         + [("bias_" + axis + "_stride", _i64) for axis in ("batch", "head", "row", "col")]
-        + [("dbias", _ptr)]  # float *
+        + [("dbias", _ptr), ("dbias_dtype", ctypes.c_int)]
         + [("dbias_" + axis + "_stride", _i64) for axis in ("batch", "head", "row", "col")]
         + [
             # block-sparse mask (FlexAttention's BlockMask) and document ids (CPU)

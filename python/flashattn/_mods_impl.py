@@ -9,8 +9,8 @@ back to torch's own flex_attention (documented in python/README.md).
 A call goes through one torch.autograd.Function (_ModsAttention, eager mode only: these calls are
 not registered as custom ops for torch.compile). The bias is passed to the library as a
 [batch, nheads, seqlen_q, seqlen_k] view with zero strides on its broadcast axes; its gradient is
-computed by the library summed over those axes (dbias with the same zero strides), then reshaped
-to the bias's own shape and dtype.
+computed by the library in the bias's dtype, summed over those axes (dbias with the same zero
+strides), then reshaped to the bias's own shape.
 """
 
 import torch
@@ -398,7 +398,10 @@ class _ModsAttention(torch.autograd.Function):
         if bias is not None:
             bias4, _, _ = _bias4(bias, geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
             if ctx.needs_input_grad[3]:
-                dbias = torch.zeros(cfg.bias_shape4, dtype=torch.float32, device=q.device)
+                # in the bias's dtype (the library converts); every element is written unless
+                # the problem is empty
+                alloc = torch.empty if min(geo.batch, geo.seqlen_q, geo.seqlen_k) > 0 else torch.zeros
+                dbias = alloc(cfg.bias_shape4, dtype=bias.dtype, device=q.device)
         if geo.batch > 0:
             p = _params(qc, kc, vc, oc, lse, cfg, bias4)
             _core.set_backward(p, _torch_impl._view(doc), _torch_impl._view(dq),
@@ -407,12 +410,13 @@ class _ModsAttention(torch.autograd.Function):
             if dbias is not None and dbias.numel() > 0:
                 full = dbias.expand(geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
                 p.dbias = dbias.data_ptr()
+                p.dbias_dtype = _BIAS_DTYPES[dbias.dtype]
                 (p.dbias_batch_stride, p.dbias_head_stride, p.dbias_row_stride,
                  p.dbias_col_stride) = _strides4(full, full.shape)
             with _torch_impl._guard(q):
                 _lib.backward(p, _torch_impl._workspace_alloc(q))
         if dbias is not None:
-            dbias = dbias.reshape(bias.shape).to(bias.dtype)
+            dbias = dbias.reshape(bias.shape)
         if dsink is not None:
             dsink = dsink.to(sink.dtype)
         return dq, dk, dv, dbias, dsink, None

@@ -382,6 +382,9 @@ fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward,
                                 "bias_col_stride = %lld: the key axis of bias must be contiguous (1) or "
                                 "broadcast (0)", (long long)p->bias_col_stride);
     }
+    if (has_dbias && p->dbias_dtype != FA_DTYPE_F32 && p->dbias_dtype != FA_DTYPE_F16 &&
+        p->dbias_dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "dbias_dtype = %d: dbias is F32, F16 or BF16", (int)p->dbias_dtype);
     if (has_dbias && p->dbias_col_stride != 0 && p->dbias_col_stride != 1)
         return fa_set_error(FA_ERR_STRIDE,
                             "dbias_col_stride = %lld: the key axis of dbias must be contiguous (1) or summed "
@@ -446,7 +449,8 @@ int fa_score_mod_views(const fa_problem *pb, int backward, fa_tensor_view *views
                             .extent = {p->dbias_batch_stride ? b : 1, p->dbias_head_stride ? hq : 1,
                                        p->dbias_row_stride ? sq : 1},
                             .stride = {p->dbias_batch_stride, p->dbias_head_stride, p->dbias_row_stride},
-                            .dim = p->dbias_col_stride == 0 ? 1 : sk, .ptr = p->dbias, .elem_bytes = 4};
+                            .dim = p->dbias_col_stride == 0 ? 1 : sk, .ptr = p->dbias,
+                            .elem_bytes = fa_dtype_bytes(p->dbias_dtype)};
         views[n++] = t;
     }
     if (pb->has_block_mask) {

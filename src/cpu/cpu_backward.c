@@ -614,10 +614,12 @@ static void backward_dbias_item(bwd_ctx *c, const bwd_scratch *w, int64_t ob, in
             }
         }
     }
+    /* a row's keys are contiguous (col stride 1) or one summed element (0): one conversion per row */
     for (int64_t r = 0; r < out_rows; r++)
-        for (int64_t j = 0; j < out_keys; j++)
-            p->dbias[ob * p->dbias_batch_stride + oh * p->dbias_head_stride + (out_i0 + r) * p->dbias_row_stride +
-                     (out_j0 + j) * p->dbias_col_stride] = acc[r * BLOCK_KEYS + j];
+        c->kern->from_f32((char *)p->dbias + (ob * p->dbias_batch_stride + oh * p->dbias_head_stride +
+                                              (out_i0 + r) * p->dbias_row_stride + out_j0 * p->dbias_col_stride) *
+                                                 fa_dtype_bytes(p->dbias_dtype),
+                          acc + r * BLOCK_KEYS, out_keys, p->dbias_dtype);
 }
 
 /* ---- driver ----------------------------------------------------------------------------------------- */

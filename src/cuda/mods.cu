@@ -221,37 +221,44 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
 
 struct fa_dbias_params {
     const float *ws;     /* [batch, heads_q, seqlen_q, seqlen_k] dS, or NULL: write zeros   */
-    float *dbias;
+    void *dbias;
+    int dbias_dtype;     /* fa_dtype: F32, F16 or BF16                                      */
     int64_t batch_stride, head_stride, row_stride, col_stride;
     int64_t ext[4];      /* output extents (1 on summed and stride-0 axes)                  */
     int sum[4];          /* axis summed over                                                */
     int64_t full[4];     /* batch, heads_q, seqlen_q, seqlen_k                               */
 };
 
+/* One output row (b, h, i) per block and step, its keys across the threads: the index arithmetic
+ * once per row (per element, four 64-bit divisions made zeroing a 4k × 4k × 16 dbias take 1.7 ms). */
 __global__ void __launch_bounds__(256) fa_dbias_kernel(const fa_dbias_params dp) {
-    const int64_t item = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const int64_t n = dp.ext[0] * dp.ext[1] * dp.ext[2] * dp.ext[3];
-    if (item >= n) return;
-    int64_t o[4], rest = item;
-    for (int a = 3; a >= 0; --a) {
-        o[a] = rest % dp.ext[a];
-        rest /= dp.ext[a];
-    }
-    float acc = 0.0f;
-    if (dp.ws != nullptr) {
-        int64_t lo[4], hi[4];
-        for (int a = 0; a < 4; ++a) {
+    const int64_t rows = dp.ext[0] * dp.ext[1] * dp.ext[2];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t o[3], rest = r;
+        for (int a = 2; a >= 0; --a) {
+            o[a] = rest % dp.ext[a];
+            rest /= dp.ext[a];
+        }
+        const int64_t out = o[0] * dp.batch_stride + o[1] * dp.head_stride + o[2] * dp.row_stride;
+        int64_t lo[3], hi[3];
+        for (int a = 0; a < 3; ++a) {
             lo[a] = dp.sum[a] ? 0 : o[a];
             hi[a] = dp.sum[a] ? dp.full[a] : o[a] + 1;
         }
-        for (int64_t b = lo[0]; b < hi[0]; ++b)
-            for (int64_t h = lo[1]; h < hi[1]; ++h)
-                for (int64_t i = lo[2]; i < hi[2]; ++i) {
-                    const float *row = dp.ws + ((b * dp.full[1] + h) * dp.full[2] + i) * dp.full[3];
-                    for (int64_t j = lo[3]; j < hi[3]; ++j) acc += row[j];
-                }
+        for (int64_t j = threadIdx.x; j < dp.ext[3]; j += 256) {
+            float acc = 0.0f;
+            if (dp.ws != nullptr) {
+                const int64_t j_lo = dp.sum[3] ? 0 : j, j_hi = dp.sum[3] ? dp.full[3] : j + 1;
+                for (int64_t b = lo[0]; b < hi[0]; ++b)
+                    for (int64_t h = lo[1]; h < hi[1]; ++h)
+                        for (int64_t i = lo[2]; i < hi[2]; ++i) {
+                            const float *row = dp.ws + ((b * dp.full[1] + h) * dp.full[2] + i) * dp.full[3];
+                            for (int64_t k = j_lo; k < j_hi; ++k) acc += row[k];
+                        }
+            }
+            fa_mods_store_as(dp.dbias, dp.dbias_dtype, out + j * dp.col_stride, acc);
+        }
     }
-    dp.dbias[o[0] * dp.batch_stride + o[1] * dp.head_stride + o[2] * dp.row_stride + o[3] * dp.col_stride] = acc;
 }
 
 static void dbias_axes(const fa_params *p, int sum[4], int64_t ext[4], int64_t full[4]) {
@@ -284,6 +291,7 @@ static fa_status launch_dbias(const fa_params *p, const float *ws, cudaStream_t 
     fa_dbias_params dp;
     dp.ws = ws;
     dp.dbias = p->dbias;
+    dp.dbias_dtype = (int)p->dbias_dtype;
     dp.batch_stride = p->dbias_batch_stride;
     dp.head_stride = p->dbias_head_stride;
     dp.row_stride = p->dbias_row_stride;
@@ -291,10 +299,19 @@ static fa_status launch_dbias(const fa_params *p, const float *ws, cudaStream_t 
     dbias_axes(p, dp.sum, dp.ext, dp.full);
     const int64_t n = dp.ext[0] * dp.ext[1] * dp.ext[2] * dp.ext[3];
     if (n == 0) return FA_OK;
-    if ((n + 255) / 256 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many dbias elements", what);
-    fa_dbias_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dp);
+    const int64_t rows = dp.ext[0] * dp.ext[1] * dp.ext[2];
+    fa_dbias_kernel<<<(unsigned)(rows < (1 << 20) ? rows : (1 << 20)), 256, 0, stream>>>(dp);
     FA_CUDA_CHECK_LAUNCH(what);
     return FA_OK;
+}
+
+/* 1 when the main kernels visit every (query block, key block) tile of every sequence and head, so
+ * an in-place dbias gets every element written (dS, 0 where masked) and needs no zeroing: fixed,
+ * nonzero lengths, no mask that skips tiles (causal, window, block mask, document ids). */
+static int dbias_every_tile(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    return p->seqlen_q > 0 && p->seqlen_k > 0 && p->cu_seqlens_q == nullptr && p->cu_seqlens_k == nullptr && !pb->has_mask && p->kv_num_blocks == nullptr &&
+           p->doc_ids_q == nullptr && p->doc_ids_k == nullptr;
 }
 
 fa_status fa_cuda_dbias_begin(const fa_problem *pb, float *dbias_ws, cudaStream_t stream, fa_mods_params *mp) {
@@ -304,6 +321,7 @@ fa_status fa_cuda_dbias_begin(const fa_problem *pb, float *dbias_ws, cudaStream_
         const size_t bytes = fa_cuda_dbias_workspace_bytes(pb);
         if (bytes > 0) FA_CUDA_CHECK(cudaMemsetAsync(dbias_ws, 0, bytes, stream), "cudaMemsetAsync(dbias workspace)");
         mp->dbias = dbias_ws;
+        mp->dbias_dtype = FA_DTYPE_F32;
         mp->dbias_col_stride = 1;
         mp->dbias_row_stride = p->seqlen_k;
         mp->dbias_head_stride = p->seqlen_q * p->seqlen_k;
@@ -311,10 +329,12 @@ fa_status fa_cuda_dbias_begin(const fa_problem *pb, float *dbias_ws, cudaStream_
         return FA_OK;
     }
     mp->dbias = p->dbias; /* every element written in place: zero the ones no tile reaches first */
+    mp->dbias_dtype = (int)p->dbias_dtype;
     mp->dbias_batch_stride = p->dbias_batch_stride;
     mp->dbias_head_stride = p->dbias_head_stride;
     mp->dbias_row_stride = p->dbias_row_stride;
     mp->dbias_col_stride = p->dbias_col_stride;
+    if (dbias_every_tile(pb)) return FA_OK;
     return launch_dbias(p, nullptr, stream, "dbias zero kernel launch");
 }
 

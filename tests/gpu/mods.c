@@ -69,6 +69,7 @@ static fa_params device_params(const fa_test_problem *tp, const fa_params *host,
     d.bias_row_stride = host->bias_row_stride;
     d.bias_col_stride = host->bias_col_stride;
     d.dbias = m->device[FA_TEST_MOD_DBIAS];
+    d.dbias_dtype = host->dbias_dtype;
     d.dbias_batch_stride = host->dbias_batch_stride;
     d.dbias_head_stride = host->dbias_head_stride;
     d.dbias_row_stride = host->dbias_row_stride;
@@ -93,7 +94,7 @@ static fa_params device_params(const fa_test_problem *tp, const fa_params *host,
 }
 
 /* dbias (host copy) against the oracle (fa_ref_dbias_compare: summed over the broadcast axes). */
-static void check_dbias(const fa_params *p, const float *dbias, const fa_ref_problem *rp, const fa_ref_outputs *ref64,
+static void check_dbias(const fa_params *p, const void *dbias, const fa_ref_problem *rp, const fa_ref_outputs *ref64,
                         const fa_ref_outputs *base, const char *label) {
     fa_ref_dbias_check c;
     if (fa_ref_dbias_compare(p, dbias, rp, ref64, base, &c) != 0) {
@@ -162,7 +163,7 @@ static void run_case(const fa_test_spec *spec, const fa_test_mods_spec *ms, int 
     CUDA_OK(gpu_buffers_upload(tp.buffer, FA_T_COUNT));
     mods_upload(&m);
     fa_params d = device_params(&tp, p, &m);
-    float *dbias_host = m.host.array[FA_TEST_MOD_DBIAS];
+    void *dbias_host = m.host.array[FA_TEST_MOD_DBIAS];
     const size_t dbias_bytes = m.host.bytes[FA_TEST_MOD_DBIAS];
     d.deterministic = det;
     int ok_before = failures;
@@ -239,7 +240,8 @@ static void bias_cases(int small) {
             const int64_t *sh = shapes[si];
             fa_test_spec spec = make_spec((si + k) % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, sh[0], sh[1], sh[2], sh[3],
                                           sh[4], sh[5]);
-            fa_test_mods_spec ms = {kinds[k], bias_dtypes[(si + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0};
+            fa_test_mods_spec ms = {kinds[k], bias_dtypes[(si + k) % 3], k < 2, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
+            ms.dbias_dtype = bias_dtypes[(si + 2 * k + 1) % 3]; /* every pairing over the cases */
             if (k == 1) spec.causal = 1;
             if (k == 2) spec.softcap = 4.0f;
             if (k == 3) {
@@ -257,7 +259,7 @@ static void bias_cases(int small) {
         spec.causal = t != 1;
         spec.sinks = t == 2;
         spec.layout = FA_TEST_LAYOUT_PADDED;
-        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0};
+        fa_test_mods_spec ms = {t == 1 ? FA_TEST_BIAS_HEAD : FA_TEST_BIAS_FULL, FA_DTYPE_BF16, 1, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32};
         run_case(&spec, &ms, 0, "bias varlen");
     }
 }
@@ -266,7 +268,7 @@ static void doc_cases(int small) {
     for (int t = 0; t < (small ? 1 : 2); t++) {
         fa_test_spec spec = make_spec(t ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, 150, 150, 4, 2, 32);
         spec.causal = 1;
-        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1};
+        fa_test_mods_spec ms = {FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 1, FA_DTYPE_F32};
         run_case(&spec, &ms, 0, "doc ids");
         spec.varlen = 1;
         spec.layout = FA_TEST_LAYOUT_PADDED;
@@ -296,7 +298,7 @@ static void block_cases(int small) {
                 spec.layout = FA_TEST_LAYOUT_PADDED;
             }
             fa_test_mods_spec ms = {z == 2 ? FA_TEST_BIAS_FULL : FA_TEST_BIAS_NONE, FA_DTYPE_F32, 0, z == 2, 1,
-                                    z == 2 ? 256 : 128, 128, z == 1, z != 3, z >= 3};
+                                    z == 2 ? 256 : 128, 128, z == 1, z != 3, z >= 3, FA_DTYPE_F32};
             run_case(&spec, &ms, 0, "block mask");
         }
 }
@@ -338,7 +340,8 @@ static void hopper_cases(int small) {
                                     z != 2 ? sh[7] : 0,
                                     si == 1,
                                     z == 0 || z == 4,
-                                    z == 2 || z == 3};
+                                    z == 2 || z == 3,
+                                    z == 1 ? FA_DTYPE_BF16 : FA_DTYPE_F32};
             run_case(&spec, &ms, 0, "Hopper-tiled mods");
         }
 }
@@ -346,9 +349,9 @@ static void hopper_cases(int small) {
 static void deterministic_cases(void) {
     fa_test_spec spec = make_spec(FA_DTYPE_BF16, 3, 200, 260, 4, 2, 64);
     spec.causal = 1;
-    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 1, 1, 0, 0, 0, 0, 0, 0}; /* dbias summed over the batch */
+    fa_test_mods_spec ms = {FA_TEST_BIAS_HEAD, FA_DTYPE_F32, 1, 1, 0, 0, 0, 0, 0, 0, FA_DTYPE_F32}; /* dbias summed over the batch */
     run_case(&spec, &ms, 1, "deterministic dbias (per-head table)");
-    fa_test_mods_spec keypad = {FA_TEST_BIAS_KEYPAD, FA_DTYPE_BF16, 0, 1, 1, 128, 128, 0, 1, 1};
+    fa_test_mods_spec keypad = {FA_TEST_BIAS_KEYPAD, FA_DTYPE_BF16, 0, 1, 1, 128, 128, 0, 1, 1, FA_DTYPE_F32};
     run_case(&spec, &keypad, 1, "deterministic dbias (key padding) + block mask");
 }
 

@@ -34,9 +34,11 @@ struct fa_mods_params {
     const void *bias;            /* [b, heads_q, seqlen_q, seqlen_k] (strides below), or NULL   */
     int bias_dtype;              /* fa_dtype: F32, F16 or BF16                                  */
     int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride;
-    float *dbias;                /* backward: dS = P∘(dP - D) per element, fp32, at the strides
-                                    below (the caller's dbias, or a contiguous workspace that
-                                    mods.cu then reduces over the summed axes), or NULL         */
+    void *dbias;                 /* backward: dS = P∘(dP - D) per element at the strides below,
+                                    in dbias_dtype (the caller's dbias, or a contiguous fp32
+                                    workspace that mods.cu then reduces over the summed axes),
+                                    or NULL                                                      */
+    int dbias_dtype;             /* fa_dtype: F32, F16 or BF16                                  */
     int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
     const int32_t *doc_ids_q;    /* [b, seqlen_q] (varlen: [total_q]), or NULL                  */
     const int32_t *doc_ids_k;
@@ -101,22 +103,69 @@ __device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp
     return t;
 }
 
-/* The bias element at offset `at` of a bias of dtype DT (fa_dtype: F32, F16 or BF16) as fp32. */
-template <int DT>
-__device__ __forceinline__ float fa_mods_bias_at(const void *bias, int64_t at) {
-    if constexpr (DT == FA_DTYPE_F32) {
-        return __ldg(static_cast<const float *>(bias) + at);
+/* A fragment's bias values with many loads in flight (one load per element, each used right away,
+ * exposed the memory latency once per element). fa_mods_bias_load: raw[e] = the bits of element e
+ * at offset at(e) (fp32, or a 16-bit value in the low half), every load issued before any is used;
+ * fa_mods_bias_value: one raw value as fp32. The dtype is tested once per call (uniform). */
+template <int N, class At>
+__device__ __forceinline__ void fa_mods_bias_load(const fa_mods_params &mp, uint32_t (&raw)[N], At at) {
+    if (mp.bias_dtype == FA_DTYPE_F32) {
+        const float *b = static_cast<const float *>(mp.bias);
+#pragma unroll
+        for (int e = 0; e < N; ++e) raw[e] = __float_as_uint(__ldg(b + at(e)));
     } else {
-        const uint32_t x = __ldg(static_cast<const unsigned short *>(bias) + at);
-        return DT == FA_DTYPE_BF16 ? __uint_as_float(x << 16) : __half2float(__ushort_as_half((unsigned short)x));
+        const unsigned short *b = static_cast<const unsigned short *>(mp.bias);
+#pragma unroll
+        for (int e = 0; e < N; ++e) raw[e] = __ldg(b + at(e));
     }
 }
-__device__ __forceinline__ float fa_mods_load_bias(const fa_mods_params &mp, int64_t at) {
-    if (mp.bias_dtype == FA_DTYPE_F32) return fa_mods_bias_at<FA_DTYPE_F32>(mp.bias, at);
-    return mp.bias_dtype == FA_DTYPE_BF16 ? fa_mods_bias_at<FA_DTYPE_BF16>(mp.bias, at)
-                                          : fa_mods_bias_at<FA_DTYPE_F16>(mp.bias, at);
+__device__ __forceinline__ float fa_mods_bias_value(int dtype, uint32_t raw) {
+    return dtype == FA_DTYPE_F32    ? __uint_as_float(raw)
+           : dtype == FA_DTYPE_BF16 ? __uint_as_float(raw << 16)
+                                    : __half2float(__ushort_as_half((unsigned short)raw));
 }
-
+/* The bias element at offset `at` as fp32 (one load, used at once: the per-element rule). */
+__device__ __forceinline__ float fa_mods_load_bias(const fa_mods_params &mp, int64_t at) {
+    uint32_t raw[1];
+    fa_mods_bias_load(mp, raw, [&](int) { return at; });
+    return fa_mods_bias_value(mp.bias_dtype, raw[0]);
+}
+/* x[e] += unit · bias value e, CH loads in flight at a time (the backward: the whole tile; the
+ * forward's fallback for a bias that cannot be loaded early: 8, for registers). */
+template <int CH, int N, class At>
+__device__ __forceinline__ void fa_mods_bias_add_chunked(const fa_mods_params &mp, float (&x)[N], At at, float unit) {
+    static_assert(N % CH == 0, "whole chunks");
+#pragma unroll
+    for (int c0 = 0; c0 < N; c0 += CH) {
+        uint32_t raw[CH];
+        fa_mods_bias_load(mp, raw, [&](int e) { return at(c0 + e); });
+#pragma unroll
+        for (int e = 0; e < CH; ++e) x[c0 + e] = fmaf(unit, fa_mods_bias_value(mp.bias_dtype, raw[e]), x[c0 + e]);
+    }
+}
+/* Loaded early (before the GEMM the scores wait for, the loads in flight under it): elements in
+ * pairs of neighbouring keys (x[2p], x[2p + 1] at at(p), at(p) + 1) of a 16-bit bias whose pairs
+ * are 4-byte aligned (fa_mods_bias_pairs_ok), one 32-bit load per pair into raw[p]; added by
+ * fa_mods_bias_add_pairs. */
+__device__ __forceinline__ bool fa_mods_bias_pairs_ok(const fa_mods_params &mp) {
+    return mp.bias_dtype != FA_DTYPE_F32 && mp.bias_col_stride == 1 && ((uintptr_t)mp.bias & 3u) == 0 &&
+           ((mp.bias_batch_stride | mp.bias_head_stride | mp.bias_row_stride) & 1) == 0;
+}
+template <int P, class At>
+__device__ __forceinline__ void fa_mods_bias_load_pairs(const fa_mods_params &mp, uint32_t (&raw)[P], At at) {
+    const unsigned short *b = static_cast<const unsigned short *>(mp.bias);
+#pragma unroll
+    for (int p = 0; p < P; ++p) raw[p] = __ldg(reinterpret_cast<const unsigned int *>(b + at(p)));
+}
+template <int P>
+__device__ __forceinline__ void fa_mods_bias_add_pairs(const fa_mods_params &mp, float (&x)[2 * P],
+                                                       const uint32_t (&raw)[P], float unit) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        x[2 * p] = fmaf(unit, fa_mods_bias_value(mp.bias_dtype, raw[p] & 0xFFFFu), x[2 * p]);
+        x[2 * p + 1] = fmaf(unit, fa_mods_bias_value(mp.bias_dtype, raw[p] >> 16), x[2 * p + 1]);
+    }
+}
 
 /* The score of element (query i, key j) of the tile: x (the caller's units, `unit` of them per
  * natural unit of the bias) plus the bias when visible, else -inf. in_bounds: i < len_q and
@@ -139,9 +188,19 @@ __device__ __forceinline__ float fa_mods_score(const fa_mods_params &mp, const f
 }
 
 /* dL/dbias of element (b, h, i, j) (visible or 0) into the dS target. */
+/* One value into a dbias of dtype `dtype` (fa_dtype: F32, F16 or BF16; rounded to nearest even). */
+__device__ __forceinline__ void fa_mods_store_as(void *base, int dtype, int64_t at, float v) {
+    if (dtype == FA_DTYPE_F32)
+        static_cast<float *>(base)[at] = v;
+    else
+        static_cast<unsigned short *>(base)[at] =
+            (unsigned short)(dtype == FA_DTYPE_BF16 ? cvt_rn_bf16x2_f32(v, 0.0f) : cvt_rn_f16x2_f32(v, 0.0f));
+}
 __device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, int b, int h, int i, int j, float ds) {
-    mp.dbias[b * mp.dbias_batch_stride + h * mp.dbias_head_stride + (int64_t)i * mp.dbias_row_stride +
-             (int64_t)j * mp.dbias_col_stride] = ds;
+    fa_mods_store_as(mp.dbias, mp.dbias_dtype,
+                     b * mp.dbias_batch_stride + h * mp.dbias_head_stride + (int64_t)i * mp.dbias_row_stride +
+                         (int64_t)j * mp.dbias_col_stride,
+                     ds);
 }
 
 /* The forward's key-tile walk over a block-map row (tiles of TILE_N keys, tiles_per_block per key

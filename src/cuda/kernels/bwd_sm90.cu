@@ -439,8 +439,9 @@ __device__ __forceinline__ void fa_bwd_sm90_pack_kept(const float (&acc)[Cfg::BL
  * only at keys past the sequence, a partial one (or any, without a block mask) by the element
  * window alone when nothing else applies (a bias with contiguous keys added first), else every
  * element goes through fa_mods_score (document ids, bits, a bias at the sequence's end or with
- * strided keys; common/mods.cuh). Element 4j + 2h + c: key key0 + 8h, query
- * query0 + 8j + c (query0 = m0 + col_in); base as in fa_bwd_sm90_mask. */
+ * strided keys; common/mods.cuh).
+ * Element 4j + 2h + c: key key0 + 8h, query query0 + 8j + c (query0 = m0 + col_in); base as in
+ * fa_bwd_sm90_mask. */
 template <int BLOCK_M>
 __device__ __forceinline__ void fa_bwd_sm90_probs_mods(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
                                                        const fa_mods_params &mp, const fa_mods_tile &t, int base,
@@ -452,19 +453,11 @@ __device__ __forceinline__ void fa_bwd_sm90_probs_mods(float (&s_rmem)[BLOCK_M /
         /* no per-element rule but the window: a bias with contiguous keys is added without the
          * element rule's tests (queries past the sequence read the last row's: their LSE2 = +inf
          * makes P = 0 anyway), then the mask overwrites with -inf */
-        if (mp.bias != nullptr) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int64_t at = t.bias_base + key0 + 8 * h;
-#pragma unroll
-                for (int j = 0; j < BLOCK_M / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int i = min(query0 + 8 * j + c, len_q - 1);
-                        float &x = s_rmem[4 * j + 2 * h + c];
-                        x = fmaf(1.4426950408889634f, fa_mods_load_bias(mp, at + (int64_t)i * mp.bias_row_stride), x);
-                    }
-            }
+        if (mp.bias != nullptr) { /* every load of the tile in flight at once */
+            const int64_t key[2] = {t.bias_base + key0, t.bias_base + key0 + 8};
+            fa_mods_bias_add_chunked<BLOCK_M / 2>(mp, s_rmem, [&](int e) {
+                return key[(e >> 1) & 1] + (int64_t)min(query0 + 8 * (e >> 2) + (e & 1), len_q - 1) * mp.bias_row_stride;
+            }, 1.4426950408889634f);
         }
         if (t.status != FA_MODS_FULL)
             fa_bwd_sm90_mask_window<BLOCK_M>(s_rmem, mp.elem_window_left, mp.elem_window_right, base, key0, len_k);

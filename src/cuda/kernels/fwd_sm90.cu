@@ -352,15 +352,36 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
     }
 }
 
+/* The bias of a tile at key n0 that can be loaded before its S GEMM is waited for (loads in flight
+ * while the GEMM runs): no per-element rule (no document ids or partial-block bits), a 16-bit bias
+ * in aligned pairs of keys, and the whole tile inside the keys. Pair p = 2j + h of this thread:
+ * keys col0 + 8j, + 1 of row row0 + 8h (rows past the sequence read the last row's: they are
+ * dropped), s_rmem[4j + 2h], [4j + 2h + 1]. */
+template <class Cfg>
+__device__ __forceinline__ bool fa_hopper_bias_early(const fa_mods_params &mp, const fa_hopper_work &w, int n0) {
+    return mp.bias != nullptr && mp.doc_ids_q == nullptr && mp.partial_block_bits == nullptr &&
+           fa_mods_bias_pairs_ok(mp) && n0 + Cfg::BLOCK_N <= w.len_k;
+}
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_bias_load(uint32_t (&bias_rmem)[Cfg::BLOCK_N / 4], const fa_mods_params &mp,
+                                                    const fa_hopper_work &w, int n0, int row0, int lane) {
+    const int64_t base = w.batch * mp.bias_batch_stride + w.head * mp.bias_head_stride + n0 + 2 * (lane % 4);
+    const int64_t row[2] = {base + (int64_t)min(row0, w.len_q - 1) * mp.bias_row_stride,
+                            base + (int64_t)min(row0 + 8, w.len_q - 1) * mp.bias_row_stride};
+    fa_mods_bias_load_pairs(mp, bias_rmem, [&](int p) { return row[p & 1] + 8 * (p >> 1); });
+}
+
 /* Score modifications (MODS, scores already in log2 units): the tile's block-map status decides.
  * A full block: only keys past len_k are masked (no window there); a partial block, or no block
- * mask: the element window (mods.elem_window_*), after a bias with contiguous keys; with document
+ * mask: the element window (mods.elem_window_*), after a bias with contiguous keys (loaded early
+ * into bias_rmem when fa_hopper_bias_early, else here, a chunk of loads at a time); with document
  * ids or partial-block bits (or a bias at the sequence's end or with strided keys) every element
  * goes through fa_mods_score (mods.cuh: the rule written down once), the bias in log2 units.
  * Element layout as in fa_hopper_mask. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_mods_params &mp,
-                                               const fa_hopper_work &w, bool varlen, int n0, int row0, int lane) {
+                                               const fa_hopper_work &w, bool varlen, int n0, int row0, int lane,
+                                               const uint32_t (&bias_rmem)[Cfg::BLOCK_N / 4], bool bias_early) {
     const fa_mods_tile t = fa_mods_tile_at(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.m0, n0);
     const int no_pack[2] = {0, 0};
     const int col0 = n0 + 2 * (lane % 4);
@@ -369,17 +390,15 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
         /* no per-element rule but the window: a bias with contiguous keys is added without the
          * element rule's tests, at a row's offset plus constants (rows past the sequence read the
          * last row's: they are dropped), then the mask overwrites with -inf */
-        if (mp.bias != nullptr) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int64_t row = t.bias_base + (int64_t)min(row0 + 8 * h, w.len_q - 1) * mp.bias_row_stride + col0;
-#pragma unroll
-                for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c)
-                        s_rmem[4 * j + 2 * h + c] = fmaf(1.4426950408889634f, fa_mods_load_bias(mp, row + 8 * j + c),
-                                                         s_rmem[4 * j + 2 * h + c]);
-            }
+        if (bias_early) {
+            fa_mods_bias_add_pairs(mp, s_rmem, bias_rmem, 1.4426950408889634f);
+        } else if (mp.bias != nullptr) {
+            const int64_t row[2] = {t.bias_base + (int64_t)min(row0, w.len_q - 1) * mp.bias_row_stride + col0,
+                                    t.bias_base + (int64_t)min(row0 + 8, w.len_q - 1) * mp.bias_row_stride + col0};
+            /* element e = 4j + 2h + c: row h, key col0 + 8j + c */
+            fa_mods_bias_add_chunked<8>(mp, s_rmem,
+                                        [&](int e) { return row[(e >> 1) & 1] + 8 * (e >> 2) + (e & 1); },
+                                        1.4426950408889634f);
         }
         if (t.status != FA_MODS_FULL)
             fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, mp.elem_window_left,
@@ -411,7 +430,9 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
                                                  const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
                                                  bool needs_mask, int n0, int row0, const int (&pack_g)[2],
-                                                 const int (&pack_i)[2], int lane) {
+                                                 const int (&pack_i)[2], int lane,
+                                                 const uint32_t (&bias_rmem)[MODS ? Cfg::BLOCK_N / 4 : 1],
+                                                 bool bias_early) {
     const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
@@ -421,7 +442,7 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
         fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
     if constexpr (MODS) {
         static_assert(LOG2 && !PACK, "MODS: scores in log2 units, unpacked tiles");
-        fa_hopper_mods<Cfg>(s_rmem, mods, w, prm.cu_seqlens_q != nullptr, n0, row0, lane);
+        fa_hopper_mods<Cfg>(s_rmem, mods, w, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem, bias_early);
     } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     }
@@ -760,6 +781,13 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
                                                 fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N);
+                uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S runs */
+                bool bias_early = false;
+                if constexpr (MODS) {
+                    const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
+                    bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
+                    if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
+                }
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
@@ -768,7 +796,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
                 fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
-                                                        row0, pack_g, pack_i, lane);
+                                                        row0, pack_g, pack_i, lane, bias_rmem,
+                                                        bias_early);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
 
@@ -812,6 +841,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
                                                 fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
 
+                uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S_j runs */
+                bool bias_early = false;
+                if constexpr (MODS) {
+                    const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
+                    bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
+                    if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
+                }
+
                 wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
@@ -820,7 +857,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
                 float alpha[2];
                 fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
-                                                        row0, pack_g, pack_i, lane);
+                                                        row0, pack_g, pack_i, lane, bias_rmem,
+                                                        bias_early);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
