@@ -37,20 +37,23 @@ FA_SONAME  := libflashattn.so.$(FA_VERSION_MAJOR)
 # ---- CPU sources ------------------------------------------------------------------------------
 # src/api: validation and dispatch; src/cpu: the CPU engine; src/ring: ring attention.
 # src/cpu/*_avx512.c and *_avx2.c are compiled with their ISA flags and picked at run time on
-# x86-64; src/cpu/*_neon.c on AArch64 (NEON is part of the base ISA there: no extra flags). On
-# other architectures all are left out and the scalar kernels are used.
+# x86-64; src/cpu/*_neon.c on AArch64 (NEON is part of the base ISA there: no extra flags), and
+# *_sve256.c with the SVE flags. On other architectures all are left out and the scalar kernels
+# are used.
 LIB_C      := $(wildcard src/api/*.c) $(wildcard src/cpu/*.c) $(wildcard src/ring/*.c)
 SIMD512_C  := $(filter %_avx512.c,$(LIB_C))
 SIMD2_C    := $(filter %_avx2.c,$(LIB_C))
-NEON_C     := $(filter %_neon.c,$(LIB_C))
+ARM_C      := $(filter %_neon.c %_sve256.c,$(LIB_C))
 ifneq ($(filter x86_64 amd64,$(CC_ARCH)),)
   AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2
   AVX2_FLAGS   = -mavx2 -mfma -mf16c -mbmi2
-  LIB_C := $(filter-out $(NEON_C),$(LIB_C))
+  LIB_C := $(filter-out $(ARM_C),$(LIB_C))
 else ifneq ($(filter aarch64 arm64,$(CC_ARCH)),)
+  # 256-bit SVE, fixed length (kernels_sve256.c; selected at run time only on such CPUs)
+  SVE256_FLAGS = -march=armv8.2-a+sve -msve-vector-bits=256
   LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C),$(LIB_C))
 else
-  LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C) $(NEON_C),$(LIB_C))
+  LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C) $(ARM_C),$(LIB_C))
 endif
 
 # ---- CUDA -------------------------------------------------------------------------------------
@@ -124,6 +127,9 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_sve256.o: %_sve256.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SVE256_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@

@@ -430,7 +430,8 @@ FA_API const char *fa_strerror(fa_status status); /* short name of a status code
 FA_API const char *fa_last_error(void);           /* detailed message, calling thread only    */
 FA_API const char *fa_version(void);              /* "0.1.0"                                  */
 FA_API int fa_cuda_available(void);               /* 1 if built with CUDA and a GPU is present */
-FA_API const char *fa_cpu_isa(void);              /* SIMD level the CPU path uses: "avx512", "avx2", "scalar" */
+/* SIMD level the CPU path uses: "avx512", "avx2", "neon", "sve256" or "scalar" */
+FA_API const char *fa_cpu_isa(void);
 
 /* ==== context parallelism: ring attention ==================================================== */
 /*

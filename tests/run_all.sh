@@ -11,7 +11,9 @@
 #      build-aarch64/fa_tests             the unit tests cross-built for AArch64 (NEON level) and run
 #                                         under qemu-aarch64, FA_TEST_LEVEL=small, in the background
 #                                         alongside stages 4-6 (results printed last; skipped, and
-#                                         said so, without aarch64-linux-gnu-gcc and qemu-aarch64)
+#                                         said so, without aarch64-linux-gnu-gcc and qemu-aarch64);
+#                                         then the ISA and engine suites at the SVE level (qemu with
+#                                         256-bit vectors)
 #   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
 #   5. tests/fuzz/run.sh 30               the fuzzer (libFuzzer, ASan + UBSan) for 30 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
@@ -169,7 +171,7 @@ else
     if make -j"$JOBS" BUILD="$AARCH64_BUILD_DIR" CC="$AARCH64_CC" FA_NO_CUDA=1 "$AARCH64_BUILD_DIR/fa_tests"; then
         # qemu runs the tests on one core for minutes: in the background, while the sanitizer,
         # fuzzer, TSan and Python stages use the other; the output is shown after them.
-        aarch64_log="$log_dir/aarch64_stage.log"
+        aarch64_log="$log_dir/aarch64_stage.log" aarch64_sve_log="$log_dir/aarch64_sve_stage.log"
         ( sh -c '{ env QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}" \
                 FA_TEST_LEVEL="$2" qemu-aarch64 "./$1/fa_tests" 2>&1; echo $? > "$3.status"; } > "$3"
             cat "$3"
@@ -177,7 +179,18 @@ else
                 echo "the AArch64 tests did not run at the NEON level"; echo "0 passed, 1 failed"; exit 1; fi
             exit "$(cat "$3.status")"' sh "$AARCH64_BUILD_DIR" "$aarch64_level" "$log_dir/aarch64_fa_tests.out" \
             > "$aarch64_log" 2>&1
-          echo $? > "$aarch64_log.status" ) &
+          echo $? > "$aarch64_log.status"
+          # then the SVE level (256-bit vectors: qemu's default length is 512, which runs NEON):
+          # test_isa's cases and the engine's forward / backward suites at that level
+          sh -c '{ env QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}" FA_TEST_LEVEL="$2" \
+                qemu-aarch64 -cpu max,sve-default-vector-length=32 "./$1/fa_tests" isa_sve256 attention bias \
+                block accuracy nan dropout kvcache_isa_levels 2>&1; echo $? > "$3.status"; } > "$3"
+            cat "$3"
+            if ! grep -q "^fa_tests: .*, cpu isa sve256," "$3"; then
+                echo "the AArch64 SVE tests did not run at the sve256 level"; echo "0 passed, 1 failed"; exit 1; fi
+            exit "$(cat "$3.status")"' sh "$AARCH64_BUILD_DIR" "$aarch64_level" "$log_dir/aarch64_sve_fa_tests.out" \
+            > "$aarch64_sve_log" 2>&1
+          echo $? > "$aarch64_sve_log.status" ) &
         aarch64_pid=$!
         echo "(the AArch64 unit tests run under qemu in the background; their results follow the last stage)"
     else
@@ -220,6 +233,9 @@ if [ -n "$aarch64_pid" ]; then
     aarch64_pid=
     cat "$aarch64_log"
     add_counts "AArch64 unit tests" "$aarch64_log" "$(cat "$aarch64_log.status" 2>/dev/null || echo 1)"
+    banner "AArch64 unit tests under qemu-aarch64 at the SVE level (256-bit vectors), run in the background"
+    cat "$aarch64_sve_log"
+    add_counts "AArch64 SVE unit tests" "$aarch64_sve_log" "$(cat "$aarch64_sve_log.status" 2>/dev/null || echo 1)"
 fi
 
 end=$(date +%s)

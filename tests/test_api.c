@@ -314,7 +314,8 @@ FA_TEST(api_standard_forward_matches_reference) {
 
 FA_TEST(api_cpu_isa_and_cuda_query) {
     const char *isa = fa_cpu_isa();
-    FA_CHECK(isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") || !strcmp(isa, "neon")),
+    FA_CHECK(isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") || !strcmp(isa, "neon") ||
+                     !strcmp(isa, "sve256")),
              "fa_cpu_isa() = \"%s\"", isa ? isa : "(null)");
     int available = fa_cuda_available();
     FA_CHECK(available == 0 || available == 1, "fa_cuda_available() = %d", available);

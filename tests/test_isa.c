@@ -1,6 +1,6 @@
 /*
  * test_isa.c: the key correctness cases under every SIMD level this machine has. The CPU engine
- * reads FA_CPU_ISA=scalar|avx2|avx512|neon on every call (src/cpu/cpu_dispatch.c), so the test sets
+ * reads FA_CPU_ISA=scalar|avx2|avx512|neon|sve256 on every call (src/cpu/cpu_dispatch.c), so the test sets
  * it, checks fa_cpu_isa() reports that level, runs forward + backward cases (odd head dims that
  * leave vector tails, GQA, varlen, every feature, every dtype), and restores the variable.
  * A level the CPU lacks is reported as skipped (never passed).
@@ -9,6 +9,7 @@
 #include <string.h>
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+#include <sys/prctl.h>
 #endif
 
 #include "cpu/cpu_convert.h"
@@ -23,6 +24,12 @@ static int cpu_has(const char *level) {
     if (!strcmp(level, "avx512"))
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+#if defined(__aarch64__) && defined(__linux__) && defined(HWCAP_SVE) && defined(PR_SVE_GET_VL) && \
+    defined(FA_CPU_HAVE_SVE256_KERNELS)
+    /* 256-bit SVE: under qemu-aarch64, -cpu max,sve-default-vector-length=32 */
+    if (!strcmp(level, "sve256"))
+        return (getauxval(AT_HWCAP) & HWCAP_SVE) && (prctl(PR_SVE_GET_VL, 0, 0, 0, 0) & PR_SVE_VL_LEN_MASK) == 32;
 #endif
 #if defined(__aarch64__) && defined(__linux__) && defined(HWCAP_ASIMD)
     if (!strcmp(level, "neon")) return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
@@ -113,6 +120,7 @@ FA_TEST(isa_scalar) { run_level("scalar"); }
 FA_TEST(isa_avx2) { run_level("avx2"); }
 FA_TEST(isa_avx512) { run_level("avx512"); }
 FA_TEST(isa_neon) { run_level("neon"); }
+FA_TEST(isa_sve256) { run_level("sve256"); }
 /* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps; the fp32 score GEMM
  * of the same level is tested too (FA_CPU_BF16DOT=0; on other CPUs this repeats isa_avx512). */
 FA_TEST(isa_avx512_without_bf16dot) {

@@ -383,9 +383,9 @@ FA_TEST(kvcache_repeated_cache_rows) {
  * level): the AVX-512 level scores few-row tiles with its own dot-product kernel, the others
  * with the engine's GEMM. */
 FA_TEST(kvcache_isa_levels) {
-    static const char *const levels[] = {"scalar", "avx2", "avx512", "neon"};
+    static const char *const levels[] = {"scalar", "avx2", "avx512", "neon", "sve256"};
     char *previous = getenv("FA_CPU_ISA") ? strdup(getenv("FA_CPU_ISA")) : NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         setenv("FA_CPU_ISA", levels[i], 1);
         for (int t = 0; t < 3; t++) {
             fa_kv_spec s = kv_base(fa_test_cpu_dtypes[t], 2, 1 + 2 * (t == 1), 8, 2, 64 + 32 * t, 150);

@@ -96,7 +96,9 @@ static const fa_cpu_decode_kernels *decode_kernels(void) {
     if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0) return fa_cpu_decode_kernels_avx2();
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
-    if (strcmp(fa_cpu_select_kernels()->name, "neon") == 0) return fa_cpu_decode_kernels_neon();
+    /* the SVE level's CPUs have NEON: its decode kernels there too */
+    const char *arm = fa_cpu_select_kernels()->name;
+    if (strcmp(arm, "neon") == 0 || strcmp(arm, "sve256") == 0) return fa_cpu_decode_kernels_neon();
 #endif
     return fa_cpu_decode_kernels_scalar();
 }

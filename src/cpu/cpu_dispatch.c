@@ -4,12 +4,14 @@
  * The best level the CPU and OS support is detected once (__builtin_cpu_supports also checks
  * that the OS saves the vector state). The environment variable
  *
- *     FA_CPU_ISA=scalar|avx2|avx512 (x86-64), scalar|neon (AArch64)
+ *     FA_CPU_ISA=scalar|avx2|avx512 (x86-64), scalar|neon|sve256 (AArch64)
  *
  * lowers the level for testing and comparisons (it is read on every call, so a test can switch
  * levels between calls; asking for a level the CPU lacks, or another architecture's, gives the
  * best one it has). AArch64 has the NEON level (HWCAP_ASIMD; Linux reads it with getauxval, other
- * AArch64 systems always have it). On other architectures only the scalar kernels exist.
+ * AArch64 systems always have it) and, on Linux, the SVE level for 256-bit vectors (HWCAP_SVE and
+ * a vector length of 32 bytes from prctl(PR_SVE_GET_VL): the kernels are compiled for that length).
+ * On other architectures only the scalar kernels exist.
  *
  * On CPUs with AVX512-BF16 the avx512 level (detected or forced) also computes the score GEMMs
  * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); the level's name stays "avx512", and
@@ -29,9 +31,27 @@
 #if defined(FA_CPU_HAVE_NEON_KERNELS) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+#include <sys/prctl.h>
+#endif
 
-/* Levels are ordered within an architecture (x86-64: scalar < avx2 < avx512; AArch64: scalar < neon). */
-typedef enum { FA_ISA_SCALAR = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2, FA_ISA_NEON = 3 } fa_cpu_isa_level;
+/* Levels are ordered within an architecture (x86-64: scalar < avx2 < avx512; AArch64: scalar < neon
+ * < sve256). */
+typedef enum { FA_ISA_SCALAR = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2, FA_ISA_NEON = 3, FA_ISA_SVE256 = 4 } fa_cpu_isa_level;
+
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+/* SVE with 32-byte vectors (the length this thread runs with; Linux gives every thread the
+ * system's default unless the program changes it). */
+static int sve256_usable(void) {
+#if defined(HWCAP_SVE) && defined(PR_SVE_GET_VL) && defined(PR_SVE_VL_LEN_MASK)
+    if (!(getauxval(AT_HWCAP) & HWCAP_SVE)) return 0;
+    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+    return vl >= 0 && (vl & PR_SVE_VL_LEN_MASK) == 32;
+#else
+    return 0;
+#endif
+}
+#endif
 
 /* Bit of the cached detection that records AVX512-BF16 (with the AVX-512 level). */
 #define FA_ISA_BF16DOT_BIT 4
@@ -62,6 +82,9 @@ static fa_cpu_isa_level detected_level(int *bf16dot) {
     *bf16dot = (level >> FA_ISA_BF16DOT_BIT) & 1;
     return (fa_cpu_isa_level)(level & ((1 << FA_ISA_BF16DOT_BIT) - 1));
 #elif defined(FA_CPU_HAVE_NEON_KERNELS)
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+    if (sve256_usable()) return FA_ISA_SVE256;
+#endif
 #if defined(__linux__) && defined(HWCAP_ASIMD)
     return (getauxval(AT_HWCAP) & HWCAP_ASIMD) ? FA_ISA_NEON : FA_ISA_SCALAR;
 #else
@@ -84,6 +107,9 @@ static fa_cpu_isa_level selected_level(int *bf16dot) {
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
         else if (strcmp(forced, "neon") == 0) want = FA_ISA_NEON;
+#endif
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+        else if (strcmp(forced, "sve256") == 0) want = FA_ISA_SVE256;
 #endif
         if (want < level) level = want;
     }
@@ -112,6 +138,9 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void) {
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
     case FA_ISA_NEON: return fa_cpu_kernels_neon();
+#endif
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+    case FA_ISA_SVE256: return fa_cpu_kernels_sve256();
 #endif
     default: return fa_cpu_kernels_scalar();
     }

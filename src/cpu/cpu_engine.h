@@ -85,9 +85,16 @@ static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) 
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define FA_CPU_HAVE_BF16DOT 1
 #endif
-/* AArch64 with GCC / clang: kernels_neon.c and decode_neon.c are built (Makefile) and selectable. */
+/* AArch64 with GCC / clang: kernels_neon.c and decode_neon.c are built (Makefile) and selectable
+ * (the NEON decode kernels serve the SVE level too). */
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
 #define FA_CPU_HAVE_NEON_KERNELS 1
+#endif
+/* AArch64 Linux with a compiler that has fixed-length SVE types (arm_sve_vector_bits: GCC 10,
+ * clang 12): kernels_sve256.c is built and selectable (on a CPU whose SVE vectors are 256 bits). */
+#if defined(__aarch64__) && defined(__linux__) &&                                                               \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#define FA_CPU_HAVE_SVE256_KERNELS 1
 #endif
 /* Upper bound on worker threads (num_threads is clamped to it). */
 #define FA_CPU_MAX_THREADS 256
@@ -185,7 +192,7 @@ typedef struct fa_cpu_grad_tile {
 
 /* One SIMD level's inner kernels. */
 typedef struct fa_cpu_kernels {
-    const char *name;        /* "avx512", "avx2", "neon", "scalar"                            */
+    const char *name;        /* "avx512", "avx2", "neon", "sve256", "scalar"                  */
     int64_t gemm_panel;      /* columns of C one pass of the GEMM micro-kernel covers         */
     void (*gemm)(const fa_cpu_gemm_args *g);
     void (*transform_scores)(const fa_cpu_score_tile *t);
@@ -223,6 +230,9 @@ void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g);
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
 const fa_cpu_kernels *fa_cpu_kernels_neon(void);
+#endif
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+const fa_cpu_kernels *fa_cpu_kernels_sve256(void);
 #endif
 
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */

@@ -1,7 +1,8 @@
 /*
  * kernels_impl.h: the CPU engine's inner kernels, written once over a small vector abstraction
- * and compiled once per instruction set. Not a public header: kernels_scalar.c, kernels_avx2.c
- * and kernels_avx512.c each define the abstraction below and then include this file.
+ * and compiled once per instruction set. Not a public header: kernels_scalar.c, kernels_avx2.c,
+ * kernels_avx512.c, kernels_neon.c and kernels_sve256.c each define the abstraction below and
+ * then include this file.
  *
  * The including file provides
  *   FA_VL                 floats per vector (16, 8 or 1)
