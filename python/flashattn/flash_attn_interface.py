@@ -160,21 +160,27 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                              deterministic=False, return_attn_probs=False, *, sink_logits=None):
-    """flash_attn_func with qkv (batch, seqlen, 3, nheads, headdim), read in place by strides."""
+                              deterministic=False, return_attn_probs=False, *, sink_logits=None,
+                              q_descale=None, k_descale=None, v_descale=None):
+    """flash_attn_func with qkv (batch, seqlen, 3, nheads, headdim), read in place by strides
+    (float8_e4m3fn qkv with the descale factors as in flash_attn_func)."""
     q, k, v = _unpack(qkv, "qkv", 2, 3, 5, "(batch, seqlen, 3, nheads, headdim)")
     result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,
+                          descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             deterministic=False, return_attn_probs=False, *, sink_logits=None):
-    """flash_attn_func with kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+                             deterministic=False, return_attn_probs=False, *, sink_logits=None,
+                             q_descale=None, k_descale=None, v_descale=None):
+    """flash_attn_func with kv (batch, seqlen_k, 2, nheads_k, headdim) (float8_e4m3fn q and kv
+    with the descale factors as in flash_attn_func)."""
     k, v = _unpack(kv, "kv", 2, 2, 5, "(batch, seqlen_k, 2, nheads_k, headdim)")
     result = _attention(q, k, v, None, None, None, None, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+                          softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,
+                          descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 
@@ -208,11 +214,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False, *, sink_logits=None):
-    """flash_attn_varlen_func with qkv (total, 3, nheads, headdim) and one cu_seqlens."""
+                                     return_attn_probs=False, *, sink_logits=None,
+                                     q_descale=None, k_descale=None, v_descale=None):
+    """flash_attn_varlen_func with qkv (total, 3, nheads, headdim) and one cu_seqlens (float8_e4m3fn
+    qkv with the descale factors as in flash_attn_varlen_func)."""
     q, k, v = _unpack(qkv, "qkv", 1, 3, 4, "(total, 3, nheads, headdim)")
     result = _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale,
-                          causal, window_size, softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs)
+                          causal, window_size, softcap, alibi_slopes, sink_logits, deterministic, dropout_p, return_attn_probs,
+                          descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 
@@ -220,12 +229,15 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     max_seqlen_k, dropout_p=0.0, softmax_scale=None,
                                     causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
-                                    return_attn_probs=False, *, sink_logits=None):
-    """flash_attn_varlen_func with kv (total_k, 2, nheads_k, headdim)."""
+                                    return_attn_probs=False, *, sink_logits=None,
+                                    q_descale=None, k_descale=None, v_descale=None):
+    """flash_attn_varlen_func with kv (total_k, 2, nheads_k, headdim) (float8_e4m3fn q and kv with
+    the descale factors as in flash_attn_varlen_func)."""
     k, v = _unpack(kv, "kv", 1, 2, 4, "(total_k, 2, nheads_k, headdim)")
     result = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
-                          deterministic, dropout_p, return_attn_probs)
+                          deterministic, dropout_p, return_attn_probs,
+                          descales=(q_descale, k_descale, v_descale))
     return _result(result, return_attn_probs)
 
 

@@ -77,3 +77,25 @@ def test_fp8_rejections():
         flashattn.flash_attn_func(q8, q8, q8, k_descale=torch.ones(2, 2))
     with pytest.raises(Exception, match="k_descale"):
         flashattn.flash_attn_func(q8, q8, q8, k_descale=torch.full((1, 2), -1.0))
+
+
+def test_fp8_packed_equal_unpacked():
+    """The packed functions read fp8 qkv / kv in place (strided views) and give flash_attn_func's
+    and flash_attn_varlen_func's results bit for bit."""
+    torch.manual_seed(11)
+    b, s, h, d = 2, 21, 4, 32
+    ds = [2.0 ** torch.randint(-2, 3, (b, h)).float() for _ in range(3)]
+    qkv8 = (torch.randn(b, s, 3, h, d) * 4).to(torch.float8_e4m3fn)
+    q8, k8, v8 = (qkv8[:, :, i].contiguous() for i in range(3))
+    kw = dict(causal=True, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    want = flashattn.flash_attn_func(q8, k8, v8, **kw)
+    assert torch.equal(flashattn.flash_attn_qkvpacked_func(qkv8, **kw), want)
+    assert torch.equal(flashattn.flash_attn_kvpacked_func(q8, qkv8[:, :, 1:], **kw), want)
+    cu = torch.arange(0, (b + 1) * s, s, dtype=torch.int32)
+    flat = qkv8.reshape(b * s, 3, h, d)
+    want_v = flashattn.flash_attn_varlen_func(q8.reshape(b * s, h, d), k8.reshape(b * s, h, d),
+                                              v8.reshape(b * s, h, d), cu, cu, s, s, **kw)
+    assert torch.equal(want_v.reshape(b, s, h, d), want)
+    assert torch.equal(flashattn.flash_attn_varlen_qkvpacked_func(flat, cu, s, **kw), want_v)
+    assert torch.equal(flashattn.flash_attn_varlen_kvpacked_func(flat[:, 0], flat[:, 1:], cu, cu, s, s, **kw),
+                       want_v)
