@@ -85,6 +85,26 @@ static inline int32_t fa_cpu_q16_max(int64_t d) {
     return (int32_t)(m < 32767 ? m : 32767);
 }
 
+/* A level's integer P·V of an int8 tile (its DECODE_ACCUMULATE_INT): the level's
+ * accumulate_int_block(ROWS, PAIRS, t, r0, c, weights, scale) over rows r0 .. r0 + R - 1 (R = 1..4,
+ * passed on as a compile-time ROWS) and all dv columns, 16 at a time (PAIRS = 2) and then an
+ * 8-column tail (PAIRS = 1). A macro: the weights' type is the level's own. */
+#define FA_DECODE_INT_COLUMNS(ROWS, t, r0, weights, scale)                                                     \
+    do {                                                                                                        \
+        int64_t c_ = 0;                                                                                         \
+        for (; c_ + 16 <= (t)->dv; c_ += 16) accumulate_int_block(ROWS, 2, t, r0, c_, weights, scale);        \
+        if (c_ < (t)->dv) accumulate_int_block(ROWS, 1, t, r0, c_, weights, scale);                            \
+    } while (0)
+#define FA_DECODE_INT_ROWS(R, t, r0, weights, scale)                                                           \
+    do {                                                                                                        \
+        switch (R) {                                                                                            \
+        case 4: FA_DECODE_INT_COLUMNS(4, t, r0, weights, scale); break;                                        \
+        case 3: FA_DECODE_INT_COLUMNS(3, t, r0, weights, scale); break;                                        \
+        case 2: FA_DECODE_INT_COLUMNS(2, t, r0, weights, scale); break;                                        \
+        default: FA_DECODE_INT_COLUMNS(1, t, r0, weights, scale); break;                                       \
+        }                                                                                                       \
+    } while (0)
+
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);

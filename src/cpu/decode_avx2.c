@@ -176,9 +176,9 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
         for (int v = 0; v < VECS; v++) _mm256_storeu_ps(t->o + (r0 + r) * dv + c + 8 * v, acc[r][v]);
 }
 
-/* o[r0 + r][c .. c + 16) (WIDE) or [c .. c + 8) of ROWS rows from the tile's key pairs
+/* o[r0 + r][c .. c + 8·PAIRS) (PAIRS = 2 or 1) of ROWS rows from the tile's key pairs
  * (accumulate_int). */
-static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int WIDE, const fa_cpu_decode_tile *t, int64_t r0,
+static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int PAIRS, const fa_cpu_decode_tile *t, int64_t r0,
                                                       int64_t c, const int32_t (*pp)[4][8], const float *scale) {
     const int64_t n = t->n_keys, pairs = (n + 1) / 2;
     fa_cpu_decode_prefetch_v(t, r0, c);
@@ -186,21 +186,21 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
     for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int64_t jp = 0; jp < pairs; jp++) {
         const char *va = t->v_rows[2 * jp] + c, *vb = 2 * jp + 1 < n ? t->v_rows[2 * jp + 1] + c : va;
-        __m128i a = WIDE ? _mm_loadu_si128((const __m128i *)va) : _mm_loadl_epi64((const __m128i *)va);
-        __m128i b = WIDE ? _mm_loadu_si128((const __m128i *)vb) : _mm_loadl_epi64((const __m128i *)vb);
+        __m128i a = PAIRS == 2 ? _mm_loadu_si128((const __m128i *)va) : _mm_loadl_epi64((const __m128i *)va);
+        __m128i b = PAIRS == 2 ? _mm_loadu_si128((const __m128i *)vb) : _mm_loadl_epi64((const __m128i *)vb);
         __m256i lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)); /* columns c .. c+7 as (v_j, v_j+1) */
-        __m256i hi = WIDE ? _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b)) : lo; /* columns c+8 .. c+15 */
+        __m256i hi = PAIRS == 2 ? _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b)) : lo; /* columns c+8 .. c+15 */
         for (int r = 0; r < ROWS; r++) {
             __m256i w = _mm256_load_si256((const __m256i *)pp[jp][r]);
             acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(lo, w));
-            if (WIDE) acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(hi, w));
+            if (PAIRS == 2) acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(hi, w));
         }
     }
     for (int r = 0; r < ROWS; r++) {
         float *o = t->o + (r0 + r) * t->dv + c;
         const __m256 alpha = _mm256_broadcast_ss(t->alpha + r0 + r), sc = _mm256_broadcast_ss(scale + r);
         _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][0]), sc, _mm256_mul_ps(_mm256_loadu_ps(o), alpha)));
-        if (WIDE)
+        if (PAIRS == 2)
             _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][1]), sc, _mm256_mul_ps(_mm256_loadu_ps(o + 8), alpha)));
     }
 }
@@ -222,7 +222,7 @@ static FA_CPU_ALWAYS_INLINE __m128 load_rows(const float *s, int R) {
  * fp32. Returns 0, having written nothing, when a P of the tile is not finite (the fp32 kernels
  * then carry the NaN / infinity). */
 static int accumulate_int(const fa_cpu_decode_tile *t) {
-    const int64_t n = t->n_keys, pairs = (n + 1) / 2, ld = t->ld, dv = t->dv;
+    const int64_t n = t->n_keys, pairs = (n + 1) / 2, ld = t->ld;
     const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)), big = _mm_set1_ps(FLT_MAX);
     for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
         const int R = t->n_rows - r0 >= 4 ? 4 : (int)(t->n_rows - r0);
@@ -253,25 +253,7 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
             _mm256_store_si256((__m256i *)pp[jp][2], _mm256_shuffle_epi32(ab2, 0xaa));
             _mm256_store_si256((__m256i *)pp[jp][3], _mm256_shuffle_epi32(ab2, 0xff));
         }
-        int64_t c = 0;
-        switch (R) {
-        case 4:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(4, 1, t, r0, c, pp, scale);
-            if (c < dv) accumulate_int_block(4, 0, t, r0, c, pp, scale);
-            break;
-        case 3:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(3, 1, t, r0, c, pp, scale);
-            if (c < dv) accumulate_int_block(3, 0, t, r0, c, pp, scale);
-            break;
-        case 2:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(2, 1, t, r0, c, pp, scale);
-            if (c < dv) accumulate_int_block(2, 0, t, r0, c, pp, scale);
-            break;
-        default:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(1, 1, t, r0, c, pp, scale);
-            if (c < dv) accumulate_int_block(1, 0, t, r0, c, pp, scale);
-            break;
-        }
+        FA_DECODE_INT_ROWS(R, t, r0, pp, scale);
     }
     return 1;
 }

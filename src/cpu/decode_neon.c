@@ -205,7 +205,7 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
  * 128 · 32767 < 2^27). Returns 0, having written nothing, when a P of the tile is not finite (the
  * fp32 kernels then carry the NaN / infinity). */
 static int accumulate_int(const fa_cpu_decode_tile *t) {
-    const int64_t n = t->n_keys, ld = t->ld, dv = t->dv;
+    const int64_t n = t->n_keys, ld = t->ld;
     for (int64_t j = 0; j < n; j++)
         for (int64_t r = 0; r < t->n_rows; r++)
             if (!(fabsf(t->s[j * ld + r]) <= FLT_MAX)) return 0;
@@ -222,25 +222,7 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
         for (int64_t j = 0; j < n; j++)
             for (int r = 0; r < 4; r++)
                 p16[j][r] = r < R ? (int16_t)vcvtns_s32_f32(t->s[j * ld + r0 + r] * inv[r]) : 0;
-        int64_t c = 0;
-        switch (R) {
-        case 4:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(4, 2, t, r0, c, p16, scale);
-            if (c < dv) accumulate_int_block(4, 1, t, r0, c, p16, scale);
-            break;
-        case 3:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(3, 2, t, r0, c, p16, scale);
-            if (c < dv) accumulate_int_block(3, 1, t, r0, c, p16, scale);
-            break;
-        case 2:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(2, 2, t, r0, c, p16, scale);
-            if (c < dv) accumulate_int_block(2, 1, t, r0, c, p16, scale);
-            break;
-        default:
-            for (; c + 16 <= dv; c += 16) accumulate_int_block(1, 2, t, r0, c, p16, scale);
-            if (c < dv) accumulate_int_block(1, 1, t, r0, c, p16, scale);
-            break;
-        }
+        FA_DECODE_INT_ROWS(R, t, r0, p16, scale);
     }
     return 1;
 }
