@@ -180,9 +180,12 @@ static void fuzz_score_mods(reader *r, arena *a, fa_params *p, int64_t b, int64_
             p->dbias_head_stride = p->bias_head_stride ? (sq > 0 ? sq : 1) * sk : 0;
             p->dbias_batch_stride = p->bias_batch_stride ? hq * (sq > 0 ? sq : 1) * sk : 0;
             if (chance(r, 16)) p->dbias_head_stride = hostile(r);
+            /* f32, f16 or bf16; now and then a value that is none of them (rejected) */
+            p->dbias_dtype = chance(r, 24) ? (fa_dtype)(3 + take(r, 5)) : (fa_dtype)take(r, 3);
             p->dbias = tensor(a, r, p->dbias_batch_stride ? b : 1, p->dbias_batch_stride,
                               p->dbias_head_stride ? hq : 1, p->dbias_head_stride, p->dbias_row_stride ? sq : 1,
-                              p->dbias_row_stride, p->dbias_col_stride ? sk : 1, 4, 1);
+                              p->dbias_row_stride, p->dbias_col_stride ? sk : 1,
+                              p->dbias_dtype == FA_DTYPE_F16 || p->dbias_dtype == FA_DTYPE_BF16 ? 2 : 4, 1);
         }
     }
     if (take(r, 5) == 0) {
