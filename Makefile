@@ -51,6 +51,8 @@ ifneq ($(filter x86_64 amd64,$(CC_ARCH)),)
 else ifneq ($(filter aarch64 arm64,$(CC_ARCH)),)
   # 256-bit SVE, fixed length (kernels_sve256.c; selected at run time only on such CPUs)
   SVE256_FLAGS = -march=armv8.2-a+sve -msve-vector-bits=256
+  # BFDOT (gemm_bf16_neon.c; called only on CPUs with the BF16 extension)
+  BF16_NEON_FLAGS = -march=armv8.2-a+bf16
   LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C),$(LIB_C))
 else
   LIB_C := $(filter-out $(SIMD512_C) $(SIMD2_C) $(ARM_C),$(LIB_C))
@@ -130,6 +132,9 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_sve256.o: %_sve256.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SVE256_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_bf16_neon.o: %_bf16_neon.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(BF16_NEON_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@

@@ -121,12 +121,13 @@ FA_TEST(isa_avx2) { run_level("avx2"); }
 FA_TEST(isa_avx512) { run_level("avx512"); }
 FA_TEST(isa_neon) { run_level("neon"); }
 FA_TEST(isa_sve256) { run_level("sve256"); }
-/* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps; the fp32 score GEMM
- * of the same level is tested too (FA_CPU_BF16DOT=0; on other CPUs this repeats isa_avx512). */
-FA_TEST(isa_avx512_without_bf16dot) {
+/* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps, on one with the
+ * AArch64 BF16 extension the neon level with BFDOT; the fp32 score GEMM of the same level is tested
+ * too (FA_CPU_BF16DOT=0; on other CPUs this repeats the level's test). */
+static void run_level_without_bf16dot(const char *level) {
     char *previous = getenv("FA_CPU_BF16DOT") ? strdup(getenv("FA_CPU_BF16DOT")) : NULL;
     setenv("FA_CPU_BF16DOT", "0", 1);
-    run_level("avx512");
+    run_level(level);
     if (previous) {
         setenv("FA_CPU_BF16DOT", previous, 1);
         free(previous);
@@ -134,3 +135,5 @@ FA_TEST(isa_avx512_without_bf16dot) {
         unsetenv("FA_CPU_BF16DOT");
     }
 }
+FA_TEST(isa_avx512_without_bf16dot) { run_level_without_bf16dot("avx512"); }
+FA_TEST(isa_neon_without_bf16dot) { run_level_without_bf16dot("neon"); }

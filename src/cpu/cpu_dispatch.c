@@ -14,8 +14,9 @@
  * On other architectures only the scalar kernels exist.
  *
  * On CPUs with AVX512-BF16 the avx512 level (detected or forced) also computes the score GEMMs
- * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); the level's name stays "avx512", and
- * FA_CPU_BF16DOT=0 turns that off.
+ * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); on AArch64 CPUs with the BF16 extension
+ * (HWCAP2_BF16) the neon and sve256 levels do with BFDOT (gemm_bf16_neon.c). The level's name
+ * stays the same, and FA_CPU_BF16DOT=0 turns that off.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -56,7 +57,8 @@ static int sve256_usable(void) {
 /* Bit of the cached detection that records AVX512-BF16 (with the AVX-512 level). */
 #define FA_ISA_BF16DOT_BIT 4
 
-/* The detected level; *bf16dot = the AVX-512 level may use its AVX512-BF16 GEMM. */
+/* The detected level; *bf16dot = the level may use its bf16 GEMM (AVX512-BF16 on x86-64, BFDOT on
+ * AArch64). */
 static fa_cpu_isa_level detected_level(int *bf16dot) {
     *bf16dot = 0;
 #ifdef FA_CPU_HAVE_X86_KERNELS
@@ -82,6 +84,9 @@ static fa_cpu_isa_level detected_level(int *bf16dot) {
     *bf16dot = (level >> FA_ISA_BF16DOT_BIT) & 1;
     return (fa_cpu_isa_level)(level & ((1 << FA_ISA_BF16DOT_BIT) - 1));
 #elif defined(FA_CPU_HAVE_NEON_KERNELS)
+#if defined(FA_CPU_HAVE_BF16DOT_NEON) && defined(HWCAP2_BF16)
+    *bf16dot = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#endif
 #ifdef FA_CPU_HAVE_SVE256_KERNELS
     if (sve256_usable()) return FA_ISA_SVE256;
 #endif
@@ -116,9 +121,9 @@ static fa_cpu_isa_level selected_level(int *bf16dot) {
     return level;
 }
 
-#ifdef FA_CPU_HAVE_BF16DOT
-/* FA_CPU_BF16DOT=0 keeps bf16 problems on the fp32 GEMM at the avx512 level (read on every call, like
- * FA_CPU_ISA, so tests run both on a CPU that has AVX512-BF16). */
+#if defined(FA_CPU_HAVE_BF16DOT) || defined(FA_CPU_HAVE_BF16DOT_NEON)
+/* FA_CPU_BF16DOT=0 keeps bf16 problems on the fp32 GEMM at the avx512 / neon / sve256 level (read on
+ * every call, like FA_CPU_ISA, so tests run both on a CPU that has the bf16 dot products). */
 static int bf16dot_disabled(void) {
     const char *s = getenv("FA_CPU_BF16DOT");
     return s != NULL && s[0] == '0';
@@ -137,10 +142,18 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void) {
     case FA_ISA_AVX2: return fa_cpu_kernels_avx2();
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
-    case FA_ISA_NEON: return fa_cpu_kernels_neon();
+    case FA_ISA_NEON:
+#ifdef FA_CPU_HAVE_BF16DOT_NEON
+        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_neon_bf16();
+#endif
+        return fa_cpu_kernels_neon();
 #endif
 #ifdef FA_CPU_HAVE_SVE256_KERNELS
-    case FA_ISA_SVE256: return fa_cpu_kernels_sve256();
+    case FA_ISA_SVE256:
+#ifdef FA_CPU_HAVE_BF16DOT_NEON
+        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_sve256_bf16();
+#endif
+        return fa_cpu_kernels_sve256();
 #endif
     default: return fa_cpu_kernels_scalar();
     }

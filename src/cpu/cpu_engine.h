@@ -96,6 +96,12 @@ static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) 
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define FA_CPU_HAVE_SVE256_KERNELS 1
 #endif
+/* AArch64 Linux with a compiler that has the BF16 intrinsics (GCC 11, clang 11): gemm_bf16_neon.c
+ * (BFDOT) is built, for CPUs with HWCAP2_BF16. */
+#if defined(__aarch64__) && defined(__linux__) &&                                                               \
+    ((defined(__clang__) && __clang_major__ >= 11) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define FA_CPU_HAVE_BF16DOT_NEON 1
+#endif
 /* Upper bound on worker threads (num_threads is clamped to it). */
 #define FA_CPU_MAX_THREADS 256
 
@@ -214,7 +220,8 @@ typedef struct fa_cpu_kernels {
     void (*to_f32)(float *dst, const void *src, int64_t n, fa_dtype dtype);
     void (*from_f32)(void *dst, const float *src, int64_t n, fa_dtype dtype);
     /* bf16 × bf16 GEMM (fa_cpu_gemm_bf16_args), or NULL: the drivers then use gemm on fp32
-     * copies. Set only in the AVX-512 level's table for CPUs with AVX512-BF16. */
+     * copies. Set only in the AVX-512 level's table for CPUs with AVX512-BF16 and in the NEON
+     * and SVE levels' tables for CPUs with the BF16 extension (BFDOT). */
     void (*gemm_bf16)(const fa_cpu_gemm_bf16_args *g);
 } fa_cpu_kernels;
 
@@ -233,6 +240,14 @@ const fa_cpu_kernels *fa_cpu_kernels_neon(void);
 #endif
 #ifdef FA_CPU_HAVE_SVE256_KERNELS
 const fa_cpu_kernels *fa_cpu_kernels_sve256(void);
+#endif
+#ifdef FA_CPU_HAVE_BF16DOT_NEON
+/* the NEON and SVE tables with gemm_bf16 set (only for CPUs with the BF16 extension) */
+void fa_cpu_gemm_bf16_neon(const fa_cpu_gemm_bf16_args *g);
+const fa_cpu_kernels *fa_cpu_kernels_neon_bf16(void);
+#ifdef FA_CPU_HAVE_SVE256_KERNELS
+const fa_cpu_kernels *fa_cpu_kernels_sve256_bf16(void);
+#endif
 #endif
 
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */

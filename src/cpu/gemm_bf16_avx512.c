@@ -23,7 +23,9 @@
 
 #define BF16_ROWS 6
 #define BF16_VECS 4
+#define BF16_LANES 16
 #define BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+#define BF16_ENTRY fa_cpu_gemm_bf16_avx512
 
 /* C[m0 .. m0+rows)[n0 .. n0+vecs·16) = alpha · A B; rows / vecs are constants at every call. */
 static inline __attribute__((always_inline)) BF16_TARGET void
@@ -61,37 +63,6 @@ gemm_bf16_tile(const int rows, const int vecs, const fa_cpu_gemm_bf16_args *g, i
         for (int v = 0; v < vecs; v++) _mm512_storeu_ps(c + r * g->ldc + v * 16, _mm512_mul_ps(acc[r][v], alpha));
 }
 
-static inline __attribute__((always_inline)) BF16_TARGET void
-gemm_bf16_tile_vecs(const int rows, int vecs, const fa_cpu_gemm_bf16_args *g, int64_t m0, int64_t n0) {
-    switch (vecs) {
-    case 4: gemm_bf16_tile(rows, 4, g, m0, n0); break;
-    case 3: gemm_bf16_tile(rows, 3, g, m0, n0); break;
-    case 2: gemm_bf16_tile(rows, 2, g, m0, n0); break;
-    default: gemm_bf16_tile(rows, 1, g, m0, n0); break;
-    }
-}
-
-/* The remainder rows (fewer than BF16_ROWS) of a panel. */
-static BF16_TARGET void gemm_bf16_tail_rows(int rows, int vecs, const fa_cpu_gemm_bf16_args *g, int64_t m0, int64_t n0) {
-    switch (rows) {
-    case 5: gemm_bf16_tile_vecs(5, vecs, g, m0, n0); break;
-    case 4: gemm_bf16_tile_vecs(4, vecs, g, m0, n0); break;
-    case 3: gemm_bf16_tile_vecs(3, vecs, g, m0, n0); break;
-    case 2: gemm_bf16_tile_vecs(2, vecs, g, m0, n0); break;
-    default: gemm_bf16_tile_vecs(1, vecs, g, m0, n0); break;
-    }
-}
-
-/* Column panels of BF16_VECS vectors (B's panel stays in L1 while A's rows stream past), then
- * row tiles of BF16_ROWS. */
-BF16_TARGET void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g) {
-    for (int64_t n0 = 0; n0 < g->n; n0 += BF16_VECS * 16) {
-        int64_t left = (g->n - n0) / 16;
-        int vecs = left < BF16_VECS ? (int)left : BF16_VECS;
-        int64_t m0 = 0;
-        for (; m0 + BF16_ROWS <= g->m; m0 += BF16_ROWS) gemm_bf16_tile_vecs(BF16_ROWS, vecs, g, m0, n0);
-        if (m0 < g->m) gemm_bf16_tail_rows((int)(g->m - m0), vecs, g, m0, n0);
-    }
-}
+#include "gemm_bf16_impl.h"
 
 #endif /* FA_CPU_HAVE_BF16DOT */

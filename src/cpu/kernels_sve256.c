@@ -94,4 +94,10 @@ static inline void vf_store_bf16(uint16_t *p, fa_vf x) {
 
 #include "kernels_impl.h"
 
+#ifdef FA_CPU_HAVE_BF16DOT_NEON
+/* Same kernels and name; the score GEMMs of bf16 problems use NEON's BFDOT (gemm_bf16_neon.c). */
+static const fa_cpu_kernels kernel_table_bf16 = FA_KERNEL_TABLE(fa_cpu_gemm_bf16_neon);
+const fa_cpu_kernels *fa_cpu_kernels_sve256_bf16(void) { return &kernel_table_bf16; }
+#endif
+
 #endif /* FA_CPU_HAVE_SVE256_KERNELS */
