@@ -500,26 +500,80 @@ class _NoCtx:
         pass
 
 
+# The largest bias an additive score_mod is evaluated into (elements of its broadcast shape, fp32).
+_SCORE_MOD_BIAS_MAX = 1 << 28
+
+
+def _score_mod_bias(score_mod, b, h, sq, sk, device):
+    """The bias an additive score_mod adds (score_mod(s, b, h, q_idx, kv_idx) = s + bias[b, h,
+    q_idx, kv_idx]), evaluated by PyTorch once over index tensors that broadcast, so the bias has
+    only the axes score_mod reads; tensors score_mod captures keep their autograd graph (their
+    gradients flow through the bias's). None when score_mod is not additive on probe scores, fails
+    on whole index tensors (FlexAttention calls it per element), or its bias would exceed
+    _SCORE_MOD_BIAS_MAX elements."""
+    idx = [torch.arange(n, device=device).view([n if a == i else 1 for a in range(4)])
+           for i, n in enumerate((b, h, sq, sk))]
+    zero = torch.zeros((), dtype=torch.float32, device=device)
+    try:
+        bias = score_mod(zero, *idx)
+        if not torch.is_tensor(bias) or bias.dim() > 4 or bias.numel() > _SCORE_MOD_BIAS_MAX:
+            return None
+        bias = torch.broadcast_to(bias.float(), [1] * (4 - bias.dim()) + list(bias.shape))
+        torch.broadcast_shapes(bias.shape, (b, h, sq, sk))
+        with torch.no_grad():
+            # constant scores and random ones on a corner of the grid must give score + bias
+            base = bias.detach()
+            for c in (1.5, -3.25):
+                got = score_mod(torch.full((), c, dtype=torch.float32, device=device), *idx).float()
+                if not _same_scores(got, base + c):
+                    return None
+            corner = [min(n, 8) for n in (b, h, sq, sk)]
+            probe = torch.randn(corner, dtype=torch.float32, device=device) * 4
+            sub = [t.narrow(i, 0, corner[i]) for i, t in enumerate(idx)]
+            got = score_mod(probe, *sub).float()
+            want = probe + base.expand(b, h, sq, sk)[:corner[0], :corner[1], :corner[2], :corner[3]]
+            if not _same_scores(got, want):
+                return None
+    except Exception:  # a score_mod written for FlexAttention's per-element calls only
+        return None
+    return bias
+
+
+def _same_scores(got, want):
+    finite = torch.isfinite(want)
+    return bool(torch.equal(torch.isfinite(got.expand_as(want)), finite) and
+                torch.equal(got.expand_as(want)[~finite], want[~finite]) and
+                torch.allclose(got.expand_as(want)[finite], want[finite], rtol=1e-5, atol=1e-5))
+
+
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
                    enable_gqa=False, return_lse=False):
     """torch.nn.attention.flex_attention.flex_attention's signature on [batch, heads, seq, dim]
-    tensors, computed by the library on the CPU: block_mask is torch's BlockMask (its mask_mod is
-    evaluated by PyTorch on the partial blocks only) or a BlockSparseMask; score_mod must be None.
-    CUDA tensors run on the GPU the same way (block sizes multiples of 128); with a score_mod they
-    go to torch's own flex_attention. Returns out [batch, heads, seq_q, dim_v] (and the
-    LSE [batch, heads, seq_q] with return_lse)."""
-    if query.is_cuda and score_mod is not None:
-        from torch.nn.attention.flex_attention import flex_attention as torch_flex
-        if isinstance(block_mask, BlockSparseMask):
-            raise NotImplementedError("flashattn.flex_attention with a score_mod on CUDA tensors "
-                                      "falls back to torch's flex_attention, which takes torch's "
-                                      "BlockMask only")
-        return torch_flex(query, key, value, score_mod=score_mod, block_mask=block_mask,
-                          scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+    tensors, computed by the library (CPU, and CUDA with block sizes multiples of 128): block_mask
+    is torch's BlockMask (its mask_mod is evaluated by PyTorch on the partial blocks only) or a
+    BlockSparseMask. An additive score_mod (score + f(b, h, q_idx, kv_idx): relative positions,
+    ALiBi, a bias table, -inf masks) is evaluated by PyTorch once into a score bias with only the
+    axes it reads, and gradients reach the tensors it captures. Other score_mods (tanh softcap,
+    score-dependent ones): CUDA tensors go to torch's own flex_attention, CPU ones raise
+    NotImplementedError. Returns out [batch, heads, seq_q, dim_v] (and the LSE [batch, heads,
+    seq_q] with return_lse)."""
+    attn_bias = None
     if score_mod is not None:
-        raise NotImplementedError("flashattn.flex_attention: score_mod is not supported (give the "
-                                  "scores' changes as attn_bias to flash_attn_func, or a mask as "
-                                  "block_mask)")
+        attn_bias = _score_mod_bias(score_mod, query.shape[0], query.shape[1], query.shape[2],
+                                    key.shape[2], query.device) if query.dim() == 4 and key.dim() == 4 else None
+        if attn_bias is None and query.is_cuda:
+            from torch.nn.attention.flex_attention import flex_attention as torch_flex
+            if isinstance(block_mask, BlockSparseMask):
+                raise NotImplementedError("flashattn.flex_attention with a score_mod that is not "
+                                          "additive on CUDA tensors falls back to torch's "
+                                          "flex_attention, which takes torch's BlockMask only")
+            return torch_flex(query, key, value, score_mod=score_mod, block_mask=block_mask,
+                              scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+        if attn_bias is None:
+            raise NotImplementedError("flashattn.flex_attention: this score_mod is not additive "
+                                      "(score + a function of b, h, q_idx, kv_idx) or cannot run on "
+                                      "whole index tensors; give the scores' changes as attn_bias "
+                                      "to flash_attn_func, or a mask as block_mask")
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != 4:
             raise ValueError("flashattn.flex_attention: %s must be [batch, heads, seq, dim], got %s"
@@ -528,7 +582,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         raise ValueError("flashattn.flex_attention: query has %d heads, key %d (enable_gqa=True "
                          "for GQA)" % (query.shape[1], key.shape[1]))
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    out, lse = attention(q, k, v, softmax_scale=scale, block_mask=block_mask)
+    out, lse = attention(q, k, v, softmax_scale=scale, block_mask=block_mask, attn_bias=attn_bias)
     out = out.transpose(1, 2)
     return (out, lse) if return_lse else out
 

@@ -124,6 +124,47 @@ def test_flex_attention_torch_block_mask():
         assert (g.double() - r).abs().max().item() < 1e-4
 
 
+def test_flex_attention_additive_score_mod():
+    """An additive score_mod (relative positions, per-head ALiBi slopes that require grad, a -inf
+    mask) with a torch BlockMask: out and every gradient, the slopes' included, against float64
+    attention with the same bias; the evaluated bias has only the axes score_mod reads."""
+    seeded("score_mod")
+    b, h, sq, sk, d = 2, 3, 70, 96, 16
+    slopes = torch.tensor([0.5, 0.25, 0.125], requires_grad=True)
+
+    def score_mod(score, bi, hi, qi, ki):
+        rel = (qi - ki).float()
+        return torch.where(ki % 7 == 3, float("-inf"), score + 0.1 * rel - slopes[hi] * rel.abs())
+
+    def mask_mod(bi, hi, qi, ki):
+        return qi + 40 >= ki
+
+    assert flashattn._mods_impl._score_mod_bias(score_mod, b, h, sq, sk, "cpu").shape == (1, h, sq, sk)
+    block_mask = flex.create_block_mask(mask_mod, b, h, sq, sk, device="cpu", BLOCK_SIZE=32)
+    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for n in (sq, sk, sk))
+    out = flashattn.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    qi, ki = torch.arange(sq).view(-1, 1), torch.arange(sk).view(1, -1)
+    rel = (qi - ki).double()
+    bias = torch.where(ki % 7 == 3, float("-inf"), 0.1 * rel - slopes.double().view(-1, 1, 1) * rel.abs())
+    dense = flex.create_mask(mask_mod, b, h, sq, sk, device="cpu")
+    qt, kt, vt = (t.transpose(1, 2).double() for t in (q, k, v))
+    ref = dense_attention(qt, kt, vt, bias=bias, mask=dense).transpose(1, 2)
+    assert (out.double() - ref).abs().max().item() < 1e-5
+    dout = torch.randn(out.shape)
+    grads = torch.autograd.grad(out, (q, k, v, slopes), dout)
+    ref_grads = torch.autograd.grad(ref, (q, k, v, slopes), dout.double())
+    for g, r in zip(grads, ref_grads):
+        assert (g.double() - r).abs().max().item() < 1e-4 * max(1.0, r.abs().max().item())
+
+
+def test_flex_attention_score_mod_not_additive():
+    q = torch.randn(1, 2, 8, 16)
+    with pytest.raises(NotImplementedError, match="not additive"):
+        flashattn.flex_attention(q, q, q, score_mod=lambda s, bi, hi, qi, ki: 20 * torch.tanh(s / 20))
+    with pytest.raises(NotImplementedError, match="not additive"):  # per-element Python control flow
+        flashattn.flex_attention(q, q, q, score_mod=lambda s, bi, hi, qi, ki: s if qi > ki else s + 1)
+
+
 @pytest.mark.parametrize("name", ["causal", "window", "document", "prefix_lm"])
 def test_block_mask_constructors(name):
     seeded(name)
@@ -197,6 +238,6 @@ def test_rejections():
         flashattn.flash_attn_func(q, q, q, attn_bias=torch.zeros(3, 8, 8))
     with pytest.raises(NotImplementedError, match="score_mod"):
         flashattn.flex_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2),
-                                 score_mod=lambda s, b, h, i, j: s)
+                                 score_mod=lambda s, b, h, i, j: 2 * s)
     with pytest.raises(NotImplementedError, match="dropout"):
         flashattn.flash_attn_func(q, q, q, dropout_p=0.1, attn_bias=torch.zeros(8, 8))

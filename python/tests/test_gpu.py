@@ -2,8 +2,8 @@
 against float64 autograd on the GPU (FlashAttention's rule), head dims padded to a multiple of 8
 and sliced back, varlen with device cu_seqlens, the current stream and device guard, bitwise
 deterministic backward, torch.compile, attention dropout (the CPU's mask, float64 reference with
-that mask), attn_bias with its gradient, flex_attention with block masks and document ids, and a
-bitwise repeatable deterministic dbias."""
+that mask), attn_bias with its gradient, flex_attention with block masks, document ids and an
+additive score_mod, and a bitwise repeatable deterministic dbias."""
 
 import math
 import zlib
@@ -466,6 +466,35 @@ def test_cuda_flex_attention_block_mask():
     for g, r in zip(grads, ref_grads):
         err = (g.transpose(1, 2).double() - r).abs().max().item()
         assert err <= 0.25 * max(r.abs().max().item(), 1.0), err
+
+
+def test_cuda_flex_attention_additive_score_mod():
+    """An additive score_mod on CUDA runs the library's kernels with the bias it evaluates to: the
+    result of flash_attn_func with that bias and the causal mask (other kernels: the block lists'
+    against the element window, so up to rounding), the captured slopes' gradient included."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    seeded("cuda score_mod")
+    b, h, s, d = 2, 4, 320, 64
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device="cuda", requires_grad=True)
+
+    def score_mod(score, bi, hi, qi, ki):
+        return score - slopes[hi] * (qi - ki).abs().float()
+
+    block_mask = flex.create_block_mask(lambda bi, hi, qi, ki: qi >= ki, b, h, s, s, device="cuda")
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = flashattn.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    rel = (torch.arange(s, device="cuda").view(-1, 1) - torch.arange(s, device="cuda").view(1, -1)).abs().float()
+    bias = -slopes.view(1, -1, 1, 1) * rel
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    want = flashattn.flash_attn_func(qt, kt, vt, causal=True, attn_bias=bias).transpose(1, 2)
+    assert out.is_cuda and (out.float() - want.float()).abs().max().item() <= 1e-2 * want.abs().max().item()
+    dout = torch.randn(out.shape, device="cuda", dtype=torch.bfloat16)
+    grads = torch.autograd.grad(out, (q, k, v, slopes), dout)
+    want_grads = torch.autograd.grad(want, (q, k, v, slopes), dout)
+    for g, w in zip(grads, want_grads):
+        err = (g.float() - w.float()).abs().max().item()
+        assert err <= 2e-2 * max(w.abs().max().item(), 1.0), err
 
 
 def test_cuda_document_block_mask_and_deterministic_dbias():
