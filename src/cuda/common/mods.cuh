@@ -187,7 +187,6 @@ __device__ __forceinline__ float fa_mods_score(const fa_mods_params &mp, const f
     return x;
 }
 
-/* dL/dbias of element (b, h, i, j) (visible or 0) into the dS target. */
 /* One value into a dbias of dtype `dtype` (fa_dtype: F32, F16 or BF16; rounded to nearest even). */
 __device__ __forceinline__ void fa_mods_store_as(void *base, int dtype, int64_t at, float v) {
     if (dtype == FA_DTYPE_F32)
@@ -196,6 +195,7 @@ __device__ __forceinline__ void fa_mods_store_as(void *base, int dtype, int64_t 
         static_cast<unsigned short *>(base)[at] =
             (unsigned short)(dtype == FA_DTYPE_BF16 ? cvt_rn_bf16x2_f32(v, 0.0f) : cvt_rn_f16x2_f32(v, 0.0f));
 }
+/* dL/dbias of element (b, h, i, j) (visible or 0) into the dS target. */
 __device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, int b, int h, int i, int j, float ds) {
     fa_mods_store_as(mp.dbias, mp.dbias_dtype,
                      b * mp.dbias_batch_stride + h * mp.dbias_head_stride + (int64_t)i * mp.dbias_row_stride +
