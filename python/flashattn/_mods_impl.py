@@ -396,7 +396,7 @@ class _ModsAttention(torch.autograd.Function):
         dsink = torch.zeros(geo.hq, dtype=torch.float32, device=q.device) if sink is not None else None
         bias4 = dbias = None
         if bias is not None:
-            bias4, _, _ = _bias4(bias, geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
+            bias4, bias_code, _ = _bias4(bias, geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
             if ctx.needs_input_grad[3]:
                 # in the bias's dtype (the library converts); every element is written unless
                 # the problem is empty
@@ -410,7 +410,7 @@ class _ModsAttention(torch.autograd.Function):
             if dbias is not None and dbias.numel() > 0:
                 full = dbias.expand(geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k)
                 p.dbias = dbias.data_ptr()
-                p.dbias_dtype = _BIAS_DTYPES[dbias.dtype]
+                p.dbias_dtype = bias_code
                 (p.dbias_batch_stride, p.dbias_head_stride, p.dbias_row_stride,
                  p.dbias_col_stride) = _strides4(full, full.shape)
             with _torch_impl._guard(q):
@@ -540,10 +540,9 @@ def _score_mod_bias(score_mod, b, h, sq, sk, device):
 
 
 def _same_scores(got, want):
-    finite = torch.isfinite(want)
-    return bool(torch.equal(torch.isfinite(got.expand_as(want)), finite) and
-                torch.equal(got.expand_as(want)[~finite], want[~finite]) and
-                torch.allclose(got.expand_as(want)[finite], want[finite], rtol=1e-5, atol=1e-5))
+    got, finite = got.expand_as(want), torch.isfinite(want)
+    return bool(torch.equal(torch.isfinite(got), finite) and torch.equal(got[~finite], want[~finite]) and
+                torch.allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5))
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
@@ -557,10 +556,17 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     score-dependent ones): CUDA tensors go to torch's own flex_attention, CPU ones raise
     NotImplementedError. Returns out [batch, heads, seq_q, dim_v] (and the LSE [batch, heads,
     seq_q] with return_lse)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 4:
+            raise ValueError("flashattn.flex_attention: %s must be [batch, heads, seq, dim], got %s"
+                             % (name, tuple(t.shape)))
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        raise ValueError("flashattn.flex_attention: query has %d heads, key %d (enable_gqa=True "
+                         "for GQA)" % (query.shape[1], key.shape[1]))
     attn_bias = None
     if score_mod is not None:
         attn_bias = _score_mod_bias(score_mod, query.shape[0], query.shape[1], query.shape[2],
-                                    key.shape[2], query.device) if query.dim() == 4 and key.dim() == 4 else None
+                                    key.shape[2], query.device)
         if attn_bias is None and query.is_cuda:
             from torch.nn.attention.flex_attention import flex_attention as torch_flex
             if isinstance(block_mask, BlockSparseMask):
@@ -574,13 +580,6 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                                       "(score + a function of b, h, q_idx, kv_idx) or cannot run on "
                                       "whole index tensors; give the scores' changes as attn_bias "
                                       "to flash_attn_func, or a mask as block_mask")
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if t.dim() != 4:
-            raise ValueError("flashattn.flex_attention: %s must be [batch, heads, seq, dim], got %s"
-                             % (name, tuple(t.shape)))
-    if not enable_gqa and query.shape[1] != key.shape[1]:
-        raise ValueError("flashattn.flex_attention: query has %d heads, key %d (enable_gqa=True "
-                         "for GQA)" % (query.shape[1], key.shape[1]))
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     out, lse = attention(q, k, v, softmax_scale=scale, block_mask=block_mask, attn_bias=attn_bias)
     out = out.transpose(1, 2)
