@@ -49,9 +49,14 @@ FA_HD fa_philox_u32x4 fa_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, ui
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
+#ifdef __CUDA_ARCH__ /* the same words; from the 64-bit products ptxas added a zero to each high word */
+        const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+#else
         const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
         const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
         const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+#endif
         c0 = hi1 ^ c1 ^ k0;
         c1 = lo1;
         c2 = hi0 ^ c3 ^ k1;

@@ -157,7 +157,8 @@ struct fa_bwd_sm90_d256_config {
                       DQ_BUF_BYTES % 1024 == 0,
                   "every slab, tile and query half on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(LSE_OFFSET % 16 == 0 && BAR_OFFSET % 8 == 0, "vector and mbarrier alignment");
-    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536, "register file");
+    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= THREADS * LAUNCH_REGS,
+                  "register pool: setmaxnreg moves registers within the CTA's THREADS · LAUNCH_REGS");
     static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
     static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D), "sm90_tiles.h agrees with the barriers");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");

@@ -156,8 +156,10 @@ struct fa_hopper_config {
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
-    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= 65536,
-                  "register file: producer + consumers after setmaxnreg");
+    /* setmaxnreg moves registers within the CTA's pool, THREADS · LAUNCH_REGS: the consumers'
+     * increase waits for the producer's decrease, for ever if the pool is short */
+    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= THREADS * LAUNCH_REGS,
+                  "register pool: producer + consumers after setmaxnreg");
     static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS,
                   "setmaxnreg: .dec from the launch cap to PRODUCER_REGS, .inc to CONSUMER_REGS");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
