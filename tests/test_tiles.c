@@ -202,6 +202,17 @@ FA_TEST(tiles_hopper_pack_gqa) {
              "sq 100: one head per 128-row tile; bucket 64 (192 rows): 2");
 }
 
+FA_TEST(tiles_hopper_setmaxnreg) {
+    FA_CHECK(fa_hopper_launch_regs(384) == 168 && fa_hopper_launch_regs(512) == 128, "launch caps 168 and 128");
+    FA_CHECK(fa_hopper_regs_split_ok(384, 24, 240) && fa_hopper_regs_split_ok(512, 24, 160) &&
+                 fa_hopper_regs_split_ok(512, 32, 160),
+             "the splits the kernels use fit their CTA's pool");
+    /* 128·32 + 256·240 = 65,536 fits the register file but not 384 × 168: it hung on the H200 */
+    FA_CHECK(!fa_hopper_regs_split_ok(384, 32, 240) && !fa_hopper_regs_split_ok(384, 24, 160) &&
+                 !fa_hopper_regs_split_ok(384, 176, 240) && !fa_hopper_regs_split_ok(128, 24, 240),
+             "a split past the pool, an .inc below the cap, a .dec above it, no consumers: rejected");
+}
+
 FA_TEST(tiles_hopper_backward) {
     static const int buckets[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {

@@ -79,6 +79,18 @@ FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
 /* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each. */
 FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)); }
 
+/* setmaxnreg (docs/hopper.md): under __launch_bounds__(threads, 1) every thread starts at the
+ * launch cap, 65,536 / threads rounded down to 8; the producer warpgroup's .dec to producer_regs
+ * and the other warpgroups' .inc to consumer_regs move registers within the CTA's own pool,
+ * threads × cap (not the multiprocessor's 65,536): a split that does not fit it leaves the
+ * consumers' .inc waiting for ever. */
+FA_HOPPER_FN int fa_hopper_launch_regs(int threads) { return threads > 0 ? 65536 / threads / 8 * 8 : 0; }
+FA_HOPPER_FN int fa_hopper_regs_split_ok(int threads, int producer_regs, int consumer_regs) {
+    const int cap = fa_hopper_launch_regs(threads);
+    return threads > 128 && producer_regs <= cap && consumer_regs >= cap &&
+           128 * producer_regs + (threads - 128) * consumer_regs <= threads * cap;
+}
+
 /* Shared memory an H100/H200 block may opt into. */
 enum { FA_HOPPER_SMEM_LIMIT = 232448 };
 

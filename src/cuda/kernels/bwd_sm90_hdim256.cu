@@ -118,7 +118,6 @@ struct fa_bwd_sm90_d256_config {
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     static constexpr int CONSUMER_REGS = 240;
-    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* 168: the cap __launch_bounds__ sets */
     static constexpr int SLABS = D / 64;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
     static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
@@ -157,9 +156,8 @@ struct fa_bwd_sm90_d256_config {
                       DQ_BUF_BYTES % 1024 == 0,
                   "every slab, tile and query half on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(LSE_OFFSET % 16 == 0 && BAR_OFFSET % 8 == 0, "vector and mbarrier alignment");
-    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= THREADS * LAUNCH_REGS,
-                  "register pool: setmaxnreg moves registers within the CTA's THREADS · LAUNCH_REGS");
-    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS, "setmaxnreg directions");
+    static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
+                  "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D), "sm90_tiles.h agrees with the barriers");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");

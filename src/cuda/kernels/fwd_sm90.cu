@@ -119,7 +119,6 @@ struct fa_hopper_config {
     static constexpr int PRODUCER_REGS = 24;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
-    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8; /* the cap __launch_bounds__ sets */
     static constexpr int SLABS_QK = DQK / 64;            /* 64-column slabs per row of Q and K */
     static constexpr int SLABS_V = DV / 64;              /* ... of V and O                      */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
@@ -156,12 +155,8 @@ struct fa_hopper_config {
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
-    /* setmaxnreg moves registers within the CTA's pool, THREADS · LAUNCH_REGS: the consumers'
-     * increase waits for the producer's decrease, for ever if the pool is short */
-    static_assert(128 * PRODUCER_REGS + 128 * CONSUMER_WGS * CONSUMER_REGS <= THREADS * LAUNCH_REGS,
-                  "register pool: producer + consumers after setmaxnreg");
-    static_assert(PRODUCER_REGS <= LAUNCH_REGS && CONSUMER_REGS >= LAUNCH_REGS,
-                  "setmaxnreg: .dec from the launch cap to PRODUCER_REGS, .inc to CONSUMER_REGS");
+    static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
+                  "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
