@@ -123,7 +123,11 @@ typedef enum fa_dtype {
     FA_DTYPE_FP8_E4M3 = 3 /* OCP fp8 e4m3 (max 448, no infinities) q, k, v with the fp32
                              descale factors q_descale / k_descale / v_descale; o (and dout,
                              dq, dk, dv: the gradients of the dequantised q, k, v) bfloat16.
-                             fa_forward / fa_backward on the CPU only in this version        */
+                             CPU: fa_forward and fa_backward. CUDA: fa_forward on sm_90
+                             (H100 / H200), head dims multiples of 8 up to 256, q / k / v
+                             strides multiples of 16 bytes, P·V in e4m3 as FlashAttention-3's;
+                             not with ALiBi, a negative scale, dropout, score modifications
+                             or a paged K/V; a workspace for V's transposed copy        */
 } fa_dtype;
 
 typedef enum fa_device {
@@ -352,7 +356,8 @@ typedef struct fa_params {
     /* The values attended are q_descale[b, h / group] · q, k_descale[b, kvh] · k and
      * v_descale[b, kvh] · v (each [batch, heads_kv] fp32, contiguous; the query heads of a kv
      * group share q's factor). NULL means 1. Read by the host on the CPU: each must be finite
-     * and > 0. Ignored for the other dtypes. */
+     * and > 0. On CUDA: device memory, read by the kernel (not checked). Ignored for the other
+     * dtypes. */
     const float *q_descale, *k_descale, *v_descale;
 } fa_params;
 

@@ -432,6 +432,35 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
 }
 
 /* The dtype baseline for one unit: fp32 math, dtype rounding of P, dP, dS and every output. */
+/* The probability the baseline multiplies V with: P = exp(s - max) / sum rounded to dtype; for
+ * fp8 inputs (dtype FA_DTYPE_FP8_E4M3, forward) the unnormalised exp(s - max) <= 1 rounded to
+ * e4m3, as an fp8 P·V product takes it (FlashAttention-3's), then divided by the unrounded sum. */
+static float baseline_prob(fa_dtype dtype, float e, float sum) {
+    if (dtype == FA_DTYPE_FP8_E4M3) return (float)fa_test_e4m3_value(fa_test_e4m3_nearest(e)) / sum;
+    return fa_test_round_to(dtype, e / sum);
+}
+
+/* Hopper's fp8 tensor-core product keeps about 14 significant bits in its sums, not fp32's 24
+ * (DeepSeek-V3's report for the H800). The fp8 baseline's S = Q Kᵀ models one k32 step of it as
+ * adding the accumulator and the step's 32 exact e4m3 products after aligning each to the
+ * largest of them and dropping the bits below its 14th (toward zero), as a fixed-point adder
+ * would; the H200's fp8 wgmma errs within that (docs/tuning-log.md, fp8 forward). A NaN or an
+ * infinity passes through unchanged. */
+static float fp8_mma_step(float acc, const double *products, int64_t n) {
+    double largest = fabs((double)acc), exact = acc;
+    for (int64_t i = 0; i < n; i++) {
+        exact += products[i];
+        if (fabs(products[i]) > largest) largest = fabs(products[i]);
+    }
+    if (!isfinite(exact) || largest == 0.0) return (float)exact;
+    int exponent;
+    frexp(largest, &exponent); /* largest = m·2^exponent, m in [0.5, 1): 14 bits reach 2^(exponent - 14) */
+    const double unit = ldexp(1.0, exponent - 14);
+    double sum = trunc((double)acc / unit) * unit;
+    for (int64_t i = 0; i < n; i++) sum += trunc(products[i] / unit) * unit;
+    return (float)sum;
+}
+
 static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward,
                           fa_ref_outputs *out, int64_t b, int64_t kv_head, double *dsink_part,
                           float *scores, float *tanh_row, float *probs, float *probs_drop, float *dk_acc,
@@ -458,7 +487,15 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             for (int64_t j = lo; j < hi; j++) {
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
                 float s = 0.0f; /* q, k hold dtype values; fp32 multiply-accumulate         */
-                for (int64_t c = 0; c < d; c++) s += (float)q_row[c] * (float)k_row[c];
+                if (dtype == FA_DTYPE_FP8_E4M3)
+                    for (int64_t c0 = 0; c0 < d; c0 += 32) {
+                        double products[32];
+                        const int64_t n = d - c0 < 32 ? d - c0 : 32;
+                        for (int64_t c = 0; c < n; c++) products[c] = q_row[c0 + c] * k_row[c0 + c];
+                        s = fp8_mma_step(s, products, n);
+                    }
+                else
+                    for (int64_t c = 0; c < d; c++) s += (float)q_row[c] * (float)k_row[c];
                 s *= scale;
                 if (softcap > 0) {
                     tanh_row[j] = tanhf(s / softcap);
@@ -480,8 +517,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             float sum = has_sink ? expf(sink - row_max) : 0.0f;
             for (int64_t j = lo; j < hi; j++) sum += expf(scores[j] - row_max);
             if (out->lse) out->lse[lse_at] = row_max + logf(sum);
-            for (int64_t j = lo; j < hi; j++)
-                probs[j] = fa_test_round_to(dtype, expf(scores[j] - row_max) / sum);
+            for (int64_t j = lo; j < hi; j++) probs[j] = baseline_prob(dtype, expf(scores[j] - row_max), sum);
             /* dropout: P·Z rounded, as a framework would apply nn.Dropout to P */
             for (int64_t j = lo; j < hi; j++)
                 probs_drop[j] = fa_test_round_to(dtype, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
@@ -490,7 +526,7 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     float acc = 0.0f;
                     for (int64_t j = lo; j < hi; j++)
                         acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    o_row[c] = fa_test_round_to(dtype, acc);
+                    o_row[c] = fa_test_round_to(dtype == FA_DTYPE_FP8_E4M3 ? FA_DTYPE_BF16 : dtype, acc);
                 }
             }
             if (backward)
@@ -2799,7 +2835,12 @@ static void fp8_quantise_tensor(fa_test_problem *tp, int t, uint8_t *codes, cons
 int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f) {
     memset(f, 0, sizeof *f);
     const fa_params *p = &tp->params;
-    if (tp->spec.dtype != FA_DTYPE_BF16 || p->batch * p->heads_kv > 64) return -1;
+    if (tp->spec.dtype != FA_DTYPE_BF16) return -1;
+    for (int a = 0; a < 3; ++a)
+        if (!(f->descale[a] = malloc(sizeof(float) * (size_t)(p->batch * p->heads_kv)))) {
+            fa_test_fp8_free(f);
+            return -1;
+        }
     fa_test_rng rng;
     fa_test_rng_seed(&rng, seed);
     for (int a = 0; a < 3; ++a)
@@ -2832,7 +2873,9 @@ void fa_test_fp8_free(fa_test_fp8 *f) {
     for (int a = 0; a < 3; ++a) {
         free(f->code[a]);
         free(f->saved[a]);
+        free(f->descale[a]);
         f->code[a] = f->saved[a] = NULL;
+        f->descale[a] = NULL;
     }
 }
 

@@ -107,7 +107,9 @@ typedef struct fa_ref_outputs {
 
 /* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */
 void fa_ref64_run(const fa_ref_problem *rp, int backward, fa_ref_outputs *out);
-/* The dtype baseline (fp32 math, rounding to `dtype` where PyTorch would), same outputs. */
+/* The dtype baseline (fp32 math, rounding to `dtype` where PyTorch would), same outputs. dtype
+ * FA_DTYPE_FP8_E4M3 (forward, on a problem holding the dequantised fp8 values): P·V takes
+ * exp(s - max) rounded to e4m3 (FlashAttention-3's fp8 product), o is rounded to bf16. */
 void fa_ref_baseline_run(const fa_ref_problem *rp, fa_dtype dtype, int backward,
                          fa_ref_outputs *out);
 
@@ -278,11 +280,11 @@ fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_re
 typedef struct fa_test_fp8 {
     uint8_t *code[3], *saved[3]; /* q, k, v: one byte per element of their buffers; a copy    */
     size_t count[3];
-    float descale[3][64];        /* q, k, v: [batch, heads_kv]                               */
+    float *descale[3];           /* q, k, v: [batch, heads_kv]                               */
 } fa_test_fp8;
 double fa_test_e4m3_value(uint8_t code);     /* the oracle's own e4m3 decoding (NaN for S.1111.111) */
 uint8_t fa_test_e4m3_nearest(double x);      /* nearest code, ties to even, saturating at ±448  */
-int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f); /* 0, or -1 */
+int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f); /* 0, or -1 (memory) */
 void fa_test_fp8_free(fa_test_fp8 *f);
 /* tp's parameters with dtype FA_DTYPE_FP8_E4M3, q / k / v the codes (at the views' offsets) and,
  * with_descales, the descale arrays. */

@@ -182,18 +182,21 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_test_problem tp;
     const sweep_cudart *rt = NULL;
     int on_device = device == FA_DEVICE_CUDA;
-    /* fp8 inputs (CPU): a bf16 problem quantised to e4m3 (reference.h, fp8 inputs) */
+    /* fp8 inputs: a bf16 problem quantised to e4m3 (reference.h, fp8 inputs); on CUDA forward
+     * only, against the baseline whose P·V takes P in e4m3 (the CPU engine keeps P in fp32) */
     const int fp8 = spec->dtype == FA_DTYPE_FP8_E4M3;
     fa_test_spec created = *spec;
     if (fp8) created.dtype = FA_DTYPE_BF16;
+    if (fp8 && on_device) created.backward = 0;
+    void *fp8_device[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* codes q, k, v; descales q, k, v */
     fa_test_fp8 codes;
     memset(&codes, 0, sizeof codes);
     if (fa_test_problem_create(&tp, &created)) {
         snprintf(r->error, sizeof r->error, "could not create the problem (bad spec or out of memory)");
         return -1;
     }
-    if (fp8 && (on_device || fa_test_fp8_quantise(&tp, 1, spec->seed ^ 0xf8u, &codes))) {
-        snprintf(r->error, sizeof r->error, "fp8 inputs: CPU problems of at most 64 (batch, kv head) pairs");
+    if (fp8 && fa_test_fp8_quantise(&tp, 1, spec->seed ^ 0xf8u, &codes)) {
+        snprintf(r->error, sizeof r->error, "fp8 inputs: out of memory");
         fa_test_problem_destroy(&tp);
         return -1;
     }
@@ -206,6 +209,30 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
         if (!rt || buffers_upload(rt, tp.buffer, FA_T_COUNT, r->error, sizeof r->error)) goto fail;
     }
     fa_params p = on_device ? fa_test_problem_device_params(&tp) : fp8 ? fa_test_fp8_params(&tp, &codes, 1) : tp.params;
+    if (on_device && fp8) { /* the codes and descale factors on the device, at the host layout's offsets */
+        const fa_params host = fa_test_fp8_params(&tp, &codes, 1);
+        const size_t bytes[6] = {codes.count[0], codes.count[1], codes.count[2],
+                                 sizeof(float) * (size_t)(host.batch * host.heads_kv),
+                                 sizeof(float) * (size_t)(host.batch * host.heads_kv),
+                                 sizeof(float) * (size_t)(host.batch * host.heads_kv)};
+        const void *src[6] = {codes.code[0], codes.code[1], codes.code[2],
+                              codes.descale[0], codes.descale[1], codes.descale[2]};
+        for (int i = 0; i < 6; i++) {
+            int err = rt->malloc_(&fp8_device[i], bytes[i] > 0 ? bytes[i] : 1);
+            if (err == 0 && bytes[i] > 0) err = rt->memcpy_(fp8_device[i], src[i], bytes[i], CUDA_MEMCPY_HOST_TO_DEVICE);
+            if (err != 0) {
+                snprintf(r->error, sizeof r->error, "fp8 codes to the device: %s", rt->get_error_string(err));
+                goto fail;
+            }
+        }
+        p.dtype = FA_DTYPE_FP8_E4M3;
+        p.q = (const uint8_t *)fp8_device[0] + ((const uint8_t *)host.q - codes.code[0]);
+        p.k = (const uint8_t *)fp8_device[1] + ((const uint8_t *)host.k - codes.code[1]);
+        p.v = (const uint8_t *)fp8_device[2] + ((const uint8_t *)host.v - codes.code[2]);
+        p.q_descale = fp8_device[3];
+        p.k_descale = fp8_device[4];
+        p.v_descale = fp8_device[5];
+    }
     p.num_threads = num_threads;
     p.device = device;
 
@@ -224,7 +251,8 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_ref_gathered g;
     fa_ref_outputs ref64, base;
     double t0 = seconds_now();
-    if (fa_ref_references(&tp.params, created.dtype, created.backward, &g, &ref64, &base)) {
+    if (fa_ref_references(&tp.params, fp8 && on_device ? FA_DTYPE_FP8_E4M3 : created.dtype, created.backward, &g,
+                          &ref64, &base)) {
         snprintf(r->error, sizeof r->error, "out of memory in the reference");
         goto fail;
     }
@@ -290,6 +318,8 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_ref_references_free(&g, &ref64, &base);
 done:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
+    for (int i = 0; rt && i < 6; i++)
+        if (fp8_device[i]) rt->free_(fp8_device[i]);
     fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);
     return 0;
@@ -297,6 +327,8 @@ fail_ref:
     fa_ref_references_free(&g, &ref64, &base);
 fail:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
+    for (int i = 0; rt && i < 6; i++)
+        if (fp8_device[i]) rt->free_(fp8_device[i]);
     fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);
     return -1;
@@ -479,7 +511,7 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
     s->dtype = dtype;
     s->seed = fa_test_rng_next(rng);
     s->backward = 1;
-    s->pad_align = device == FA_DEVICE_CUDA ? 8 : 1;
+    s->pad_align = device != FA_DEVICE_CUDA ? 1 : dtype == FA_DTYPE_FP8_E4M3 ? 16 : 8; /* 16-byte rows */
     int full = level == FA_SWEEP_FULL;
     const int64_t *tokens = full ? tokens_full : tokens_quick;
     int token_count = full ? 7 : 6;
@@ -782,9 +814,9 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
             return 2;
         }
     }
-    fa_dtype dtypes[4]; /* the CPU also takes fp8 inputs (forward only; not the KV-cache family) */
+    fa_dtype dtypes[4]; /* fp8 inputs too (CUDA: the forward; not the KV-cache family) */
     int dtype_count = 0;
-    for (int t = on_device ? FA_DTYPE_F16 : FA_DTYPE_F32; t <= (on_device ? FA_DTYPE_BF16 : FA_DTYPE_FP8_E4M3); t++)
+    for (int t = on_device ? FA_DTYPE_F16 : FA_DTYPE_F32; t <= FA_DTYPE_FP8_E4M3; t++)
         if (opt->dtype_filter < 0 || opt->dtype_filter == t) dtypes[dtype_count++] = (fa_dtype)t;
     if (dtype_count == 0) {
         fprintf(out, "check: dtype %d is not supported on %s\n", opt->dtype_filter,

@@ -213,6 +213,48 @@ FA_TEST(tiles_hopper_setmaxnreg) {
              "a split past the pool, an .inc below the cap, a .dec above it, no consumers: rejected");
 }
 
+FA_TEST(tiles_hopper_fp8) {
+    FA_CHECK(fa_hopper_fp8_bucket(64, 64) == 128 && fa_hopper_fp8_bucket(128, 96) == 128 &&
+                 fa_hopper_fp8_bucket(136, 128) == 256 && fa_hopper_fp8_bucket(256, 256) == 256 &&
+                 fa_hopper_fp8_bucket(264, 256) == 0 && fa_hopper_fp8_bucket(60, 64) == 0,
+             "fp8 buckets 128 and 256, multiples of 8 only");
+    for (int b = 128; b <= 256; b += 128)
+        FA_CHECK(fa_hopper_fp8_smem_bytes(b) <= SMEM_SM90, "fp8 bucket %d: %zu bytes of smem", b,
+                 fa_hopper_fp8_smem_bytes(b));
+    /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */
+    int seen[64] = {0};
+    for (int key = 0; key < 64; key++) {
+        const int slot = fa_hopper_fp8_vt_slot(key);
+        FA_CHECK(slot / 32 == key / 32 && fa_hopper_fp8_vt_key(slot) == key, "key %d: slot %d, back %d", key, slot,
+                 fa_hopper_fp8_vt_key(slot));
+        seen[slot & 63]++;
+    }
+    int perm = 1;
+    for (int i = 0; i < 64; i++) perm &= seen[i] == 1;
+    FA_CHECK(perm, "every slot taken once");
+    /* lane quad position q holds keys 8j + 2q + {0, 1}: its register for columns j = 0, 1 is slots 4q .. 4q + 3 */
+    for (int q = 0; q < 4; q++)
+        FA_CHECK(fa_hopper_fp8_vt_key(4 * q) == 2 * q && fa_hopper_fp8_vt_key(4 * q + 1) == 2 * q + 1 &&
+                     fa_hopper_fp8_vt_key(4 * q + 2) == 8 + 2 * q && fa_hopper_fp8_vt_key(4 * q + 3) == 9 + 2 * q &&
+                     fa_hopper_fp8_vt_key(16 + 4 * q) == 16 + 2 * q,
+                 "quad position %d: the accumulator's keys at the A fragment's slots", q);
+    FA_CHECK(fa_hopper_fp8_vt_rows(128, 0, 3, 200, 0) == 3 * 256 && fa_hopper_fp8_vt_rows(256, 0, 2, 256, 0) == 512 &&
+                 fa_hopper_fp8_vt_rows(128, 1, 3, 0, 1000) == (1000 + 3 * 127 + 15) / 16 * 16,
+             "Vt rows: whole tiles per sequence, varlen's bound");
+    FA_CHECK(fa_hopper_fp8_workspace_bytes(128, 0, 2, 4, 128, 100, 0) == (size_t)4 * 128 * 256 &&
+                 fa_hopper_fp8_workspace_bytes(128, 1, 2, 1, 64, 100, 300) ==
+                     (size_t)64 * ((300 + 2 * 127 + 15) / 16 * 16) + 12,
+             "fp8 workspace: Vt, then the varlen starts");
+    FA_CHECK(fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 0, 0) == NULL &&
+                 fa_hopper_fp8_unsupported(8, 0, 128, 128, 0, 0.1f, 0, 0, 0) != NULL &&
+                 fa_hopper_fp8_unsupported(9, 0, 128, 128, 1, 0.1f, 0, 0, 0) != NULL &&
+                 fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, -0.1f, 0, 0, 0) != NULL &&
+                 fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 1, 0, 0) != NULL &&
+                 fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 1, 0) != NULL &&
+                 fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 0, 1) != NULL,
+             "fp8: sm_90 only; no ALiBi, negative scale, dropout, score modifications, paged K/V");
+}
+
 FA_TEST(tiles_hopper_backward) {
     static const int buckets[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {

@@ -25,7 +25,8 @@ static void print_help(void) {
            "  --device cpu|cuda   device to check (default cpu)\n"
            "  --quick             a few dozen small cases, seconds (default)\n"
            "  --full              hundreds of cases up to 1023 tokens and d = 256, minutes\n"
-           "  --dtype f32|f16|bf16  only this dtype (default: every dtype the device takes)\n"
+           "  --dtype f32|f16|bf16|e4m3  only this dtype (default: every dtype the device takes;\n"
+           "                      e4m3: fp8 inputs, the forward on CUDA)\n"
            "  --seed N            reproduce a run (default: a fresh seed, printed)\n"
            "  --threads N         CPU worker threads (default 0 = all cores)\n"
            "  --only attention|kvcache  only the fa_forward / fa_backward cases, or only the\n"
@@ -58,8 +59,10 @@ static void parse_options(int argc, char **argv, fa_sweep_options *opt) {
             if (!cli_parse_device(v, &opt->device))
                 cli_usage_error(CMD, "--device: '%s' is not cpu or cuda", v);
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--dtype"))) {
-            if (!cli_parse_dtype(v, &dtype))
-                cli_usage_error(CMD, "--dtype: '%s' is not f32, f16 or bf16", v);
+            if (!strcmp(v, "e4m3") || !strcmp(v, "fp8"))
+                dtype = FA_DTYPE_FP8_E4M3;
+            else if (!cli_parse_dtype(v, &dtype))
+                cli_usage_error(CMD, "--dtype: '%s' is not f32, f16, bf16 or e4m3", v);
             opt->dtype_filter = (int)dtype;
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--seed"))) {
             opt->seed = (uint64_t)cli_parse_int(CMD, "--seed", v, 0, INT64_MAX);

@@ -687,8 +687,9 @@ def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
                 softcap=0.0, alibi_slopes=None, sink_logits=None, q_descale=None, k_descale=None,
                 v_descale=None):
     """(out, lse) of float8_e4m3fn q, k, v with FlashAttention-3's descale factors ((batch,
-    nheads_k) float32 each, or None = 1): out is bfloat16. Forward only (no autograd), CPU
-    tensors (the CUDA kernels are not written yet: the library says so)."""
+    nheads_k) float32 each, or None = 1): out is bfloat16. Forward only (no autograd); CPU
+    tensors, or CUDA tensors on an sm_90 GPU (H100 / H200: the Hopper fp8 kernel, P·V in e4m3
+    as FlashAttention-3's)."""
     if not (is_fp8(k.dtype) and is_fp8(v.dtype)):
         raise TypeError("flashattn: fp8 q needs fp8 k and v (torch.float8_e4m3fn), got %s, %s"
                         % (k.dtype, v.dtype))

@@ -148,7 +148,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     attn_bias: a float32 / float16 / bfloat16 tensor broadcastable to (batch, nheads, seqlen_q,
     seqlen_k), added to the scores after softcap (-inf masks); its gradient is returned by
     autograd reduced to attn_bias's own shape. CPU and CUDA tensors.
-    q, k, v in torch.float8_e4m3fn (CPU tensors, forward only): the values attended are
+    q, k, v in torch.float8_e4m3fn (CPU tensors, or CUDA tensors on sm_90; forward only): the
+    values attended are
     q_descale[b, h // (nheads // nheads_k)]·q, k_descale[b, hk]·k and v_descale[b, hk]·v
     (FlashAttention-3's (batch, nheads_k) float32 factors; None = 1), and out is bfloat16.
     """

@@ -214,9 +214,6 @@ fa_status fa_validate_common(fa_problem *pb) {
     if (p->device == FA_DEVICE_CUDA && p->dtype == FA_DTYPE_F32)
         return fa_set_error(FA_ERR_DTYPE,
                             "dtype = f32 is not supported on CUDA (use f16 or bf16; f32 runs on the CPU)");
-    if (p->device == FA_DEVICE_CUDA && p->dtype == FA_DTYPE_FP8_E4M3)
-        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3 runs on the CPU only in this version "
-                                          "(device = FA_DEVICE_CUDA)");
     if (p->num_threads < 0)
         return fa_set_error(FA_ERR_INVALID_ARGUMENT, "num_threads = %d is negative (0 = all cores)",
                             p->num_threads);

@@ -104,6 +104,9 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev) {
 /* ---- checks shared by the forward, backward and decode paths -------------------------------- */
 
 fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path) {
+    if (p->dtype == FA_DTYPE_FP8_E4M3)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: %s takes f16 and bf16 (fp8 inputs on CUDA: "
+                                          "fa_forward on an sm_90 GPU)", path);
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
         return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
@@ -177,10 +180,72 @@ fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, 
 
 /* ---- forward: limits ------------------------------------------------------------------------ */
 
+/* fp8 e4m3 inputs: the Hopper fp8 forward only (sm90_tiles.h, fa_hopper_fp8_unsupported); q, k
+ * and v 8-bit with 16-byte rows for the TMA, o bf16. */
+static fa_status check_forward_fp8(const fa_problem *pb, fa_cuda_device_info *dev) {
+    const fa_params *p = &pb->p;
+    static const char *const path = "the CUDA fp8 forward";
+    fa_status s;
+    if ((s = fa_cuda_current_device_sm80(dev)) != FA_OK) return s;
+    const char *why = fa_hopper_fp8_unsupported(dev->cc_major, dev->cc_minor, (int)p->head_dim, (int)p->head_dim_v,
+                                                p->alibi_slopes != nullptr, pb->scale_log2, pb->has_dropout,
+                                                pb->has_mods, p->block_table != nullptr);
+    if (why != nullptr)
+        return fa_set_error(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v) == 0 ? FA_ERR_HEAD_DIM
+                                                                                             : FA_ERR_UNSUPPORTED,
+                            "dtype = FA_DTYPE_FP8_E4M3 (head_dim = %lld, head_dim_v = %lld): %s %s",
+                            (long long)p->head_dim, (long long)p->head_dim_v, path, why);
+    const void *ptrs[3] = {p->q, p->k, p->v};
+    const int64_t strides[3][3] = {{p->q_batch_stride, p->q_row_stride, p->q_head_stride},
+                                   {p->k_batch_stride, p->k_row_stride, p->k_head_stride},
+                                   {p->v_batch_stride, p->v_row_stride, p->v_head_stride}};
+    static const char *const names[3] = {"q", "k", "v"}, *const axis[3] = {"batch", "row", "head"};
+    for (int t = 0; t < 3; ++t) {
+        if (((uintptr_t)ptrs[t] & 15u) != 0)
+            return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 16-byte aligned (%s loads it by TMA)", names[t],
+                                ptrs[t], path);
+        for (int a = pb->varlen ? 1 : 0; a < 3; ++a)
+            if (strides[t][a] % 16 != 0)
+                return fa_set_error(FA_ERR_ALIGNMENT,
+                                    "%s_%s_stride = %lld is not a multiple of 16 elements (16 bytes of fp8), which "
+                                    "%s needs",
+                                    names[t], axis[a], (long long)strides[t][a], path);
+    }
+    if ((s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, !pb->varlen,
+                                    path)) != FA_OK ||
+        (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_q", p->cu_seqlens_q, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("cu_seqlens_k", p->cu_seqlens_k, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("q_descale", p->q_descale, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("k_descale", p->k_descale, 4)) != FA_OK ||
+        (s = fa_cuda_check_aligned("v_descale", p->v_descale, 4)) != FA_OK)
+        return s;
+    const int64_t int_max = 2147483647;
+    const int64_t keys = pb->varlen ? p->total_k : p->seqlen_k;
+    if (p->seqlen_q > int_max - 256 || keys + 128 * p->batch > int_max - 256 || p->total_q > int_max - 256)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "seqlen_q = %lld, keys = %lld (plus 128 per sequence): %s needs both below 2^31 - 256",
+                            (long long)p->seqlen_q, (long long)keys, path);
+    if (p->heads_q > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "heads_q = %lld, batch = %lld: %s takes at most %d of each",
+                            (long long)p->heads_q, (long long)p->batch, path, FA_CUDA_GRID_YZ_MAX);
+    return fa_cuda_check_smem(p, dev, fa_hopper_fp8_smem_bytes(fa_hopper_fp8_bucket((int)p->head_dim,
+                                                                                   (int)p->head_dim_v)),
+                              "the Hopper fp8 forward kernel");
+}
+
+static size_t fp8_workspace_bytes(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    return fa_hopper_fp8_workspace_bytes(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v), pb->varlen,
+                                         p->batch, p->heads_kv, p->head_dim_v, p->seqlen_k, p->total_k);
+}
+
 static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA forward";
     fa_status s;
+    if (p->dtype == FA_DTYPE_FP8_E4M3) return check_forward_fp8(pb, dev);
     const int check_batch = !pb->varlen;
     const int paged = p->block_table != nullptr; /* the page pool's batch stride is its page stride */
     if (paged && (s = fa_cuda_check_paged(pb)) != FA_OK) return s;
@@ -229,6 +294,7 @@ extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspa
     fa_status s = check_forward(pb, &dev);
     if (s == FA_OK && workspace_bytes && pb->p.block_table != nullptr) *workspace_bytes = fa_cuda_paged_workspace(pb);
     if (s == FA_OK && workspace_bytes && pb->has_mods) *workspace_bytes = fa_cuda_mods_map_bytes(pb);
+    if (s == FA_OK && workspace_bytes && pb->p.dtype == FA_DTYPE_FP8_E4M3) *workspace_bytes = fp8_workspace_bytes(pb);
     return s;
 }
 
@@ -308,6 +374,13 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
 
     cudaStream_t stream = (cudaStream_t)p->stream;
+    if (p->dtype == FA_DTYPE_FP8_E4M3) { /* the Vᵀ copy in the workspace, then the fp8 kernel */
+        fa_cuda_workspace ws;
+        if ((s = fa_cuda_workspace_acquire(p->workspace, fp8_workspace_bytes(pb), stream, "fp8 forward", &ws)) != FA_OK)
+            return s;
+        s = fa_fwd_launch_hopper_fp8(&prm, p->q_descale, p->k_descale, p->v_descale, ws.base, dev.ordinal, stream);
+        return fa_cuda_workspace_release(&ws, stream, "fp8 forward", s);
+    }
     if (pb->has_mods) return forward_mods(pb, &prm, bucket, &dev, stream);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);

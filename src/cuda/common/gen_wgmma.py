@@ -22,6 +22,10 @@ SS_TRANSB_SHAPES = (64, 128)
 # SS with A and B MN-major (imm-trans-a = imm-trans-b = 1): the bucket-256 backward's dQ = dS K
 # with dS read from the dSᵀ tile it shares with the dK GEMM.
 SS_TRANSAB_SHAPES = (128,)
+# e4m3 (k32; both operands K-major, no transpose exists for 8-bit types): the fp8 forward's
+# S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V).
+E4M3_SS_SHAPES = (128,)
+E4M3_RS_SHAPES = (128, 256)
 
 
 def reg_list(first, count, per_line=16):
@@ -108,6 +112,45 @@ def emit_rs(n):
     return out
 
 
+def emit_e4m3(n, rs):
+    h = n // 2
+    out = []
+    if rs:
+        out.append(f"/* D[64x{n}] (+)= A[64x32] · B[32x{n}], e4m3 inputs: A from registers (a[4], the 8-bit A")
+        out.append(f" * fragment), B K-major in shared memory, fp32 accumulators d[{h}]. */")
+        head = f"__device__ __forceinline__ void wgmma_m64n{n}k32_rs_f32_e4m3("
+        out.append(f"{head}float (&d)[{h}], const uint32_t (&a)[4],")
+        out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
+        pred = h + 5
+    else:
+        out.append(f"/* D[64x{n}] (+)= A[64x32] · B[32x{n}], e4m3 inputs, A and B K-major in shared memory")
+        out.append(f" * (descriptors), fp32 accumulators d[{h}]; scale_d = 0 ignores the old D. */")
+        head = f"__device__ __forceinline__ void wgmma_m64n{n}k32_ss_f32_e4m3("
+        out.append(f"{head}float (&d)[{h}], uint64_t desc_a,")
+        out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
+        pred = h + 2
+    out.append("    asm volatile(")
+    out.append('        "{\\n.reg .pred p;\\n"')
+    out.append(f'        "setp.ne.b32 p, %{pred}, 0;\\n"')
+    out.append(f'        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "')
+    for line in reg_list(0, h):
+        out.append(f"        {line}")
+    if rs:
+        out.append(f'        ", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1;\\n}}\\n"')
+    else:
+        out.append(f'        ", %{h}, %{h + 1}, p, 1, 1;\\n}}\\n"')
+    ops = acc_operands(h)
+    out.append(f"        : {ops[0]},")
+    for i, line in enumerate(ops[1:]):
+        out.append(f"          {line}{',' if i < len(ops) - 2 else ''}")
+    if rs:
+        out.append('        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
+    else:
+        out.append('        : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+    out.append("}")
+    return out
+
+
 def emit_front_ends():
     out = []
     out.append("/* Front ends: the shape as a template parameter (only the shapes above exist). */")
@@ -145,6 +188,23 @@ def emit_front_ends():
         out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);")
     out.append('    else static_assert(N < 0, "wgmma_ss_f32_transab: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
     out.append("}")
+    out.append("")
+    out.append("template <int N>")
+    out.append("__device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {")
+    for i, n in enumerate(E4M3_SS_SHAPES):
+        kw = "if constexpr" if i == 0 else "else if constexpr"
+        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d);")
+    out.append('    else static_assert(N < 0, "wgmma_ss_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
+    out.append("}")
+    out.append("")
+    out.append("template <int N>")
+    out.append("__device__ __forceinline__ void wgmma_rs_f32_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,")
+    out.append("                                                  int scale_d) {")
+    for i, n in enumerate(E4M3_RS_SHAPES):
+        kw = "if constexpr" if i == 0 else "else if constexpr"
+        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k32_rs_f32_e4m3(d, a, desc_b, scale_d);")
+    out.append('    else static_assert(N < 0, "wgmma_rs_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
+    out.append("}")
     return out
 
 
@@ -158,6 +218,10 @@ def generate():
         lines += emit_ss(n, trans_a=True) + [""]
     for n in RS_SHAPES:
         lines += emit_rs(n) + [""]
+    for n in E4M3_SS_SHAPES:
+        lines += emit_e4m3(n, rs=False) + [""]
+    for n in E4M3_RS_SHAPES:
+        lines += emit_e4m3(n, rs=True) + [""]
     lines += emit_front_ends()
     return "\n".join(lines) + "\n"
 

@@ -148,6 +148,94 @@ FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, lon
                            block_k % fa_hopper_block_n(b) == 0));
 }
 
+/* ---- fp8 e4m3 inputs (fwd_sm90.cu's FP8 instantiations) -----------------------------------
+ * Q and K tiles are slabs of [rows, 128] 8-bit elements (128-byte rows: the 16-bit tiles' slab
+ * layout and swizzle, twice the columns). The 8-bit wgmma reads both operands K-major only, so
+ * P·V needs V with the keys contiguous: a pre-pass writes Vᵀ [heads_kv][dv][keys] (each sequence
+ * padded with zeros to a whole number of key tiles, its keys permuted within groups of 32 so that
+ * P's fp32 accumulator registers are its A fragment as they stand, see fa_hopper_fp8_vt_slot) and
+ * the kernel loads tiles [dv, BLOCK_N keys] of it. O is bf16, staged in its own buffer. */
+
+/* Bucket: 128 (d and dv up to 128; smaller head dims zero-padded to it: the 8-bit 64-column tile
+ * would need the 64-byte swizzle) or 256; 0 = out of range (d or dv above 256, or not a multiple
+ * of 8). */
+FA_HOPPER_FN int fa_hopper_fp8_bucket(int head_dim, int head_dim_v) {
+    return head_dim < 8 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 8 || head_dim_v > 256 ||
+                   head_dim_v % 8 != 0
+               ? 0
+           : head_dim <= 128 && head_dim_v <= 128 ? 128
+                                                  : 256;
+}
+
+/* Keys per tile: 128, one 128-byte row of Vᵀ per dv column (S 64 registers, P 16, O 64 / 128). */
+FA_HOPPER_FN int fa_hopper_fp8_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
+
+/* Query rows per CTA (2 consumer warpgroups) and ring depth. */
+FA_HOPPER_FN int fa_hopper_fp8_block_m(int bucket) { return bucket > 0 ? 128 : 0; }
+FA_HOPPER_FN int fa_hopper_fp8_stages(int bucket) { return bucket > 0 ? 2 : 0; }
+
+/* Shared memory: Q [128, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [128, dv] bf16,
+ * the mbarriers, 1024 bytes of alignment (bucket 128: 113 KiB; 256: 225 KiB). */
+FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket) {
+    return (size_t)fa_hopper_fp8_block_m(bucket) * (size_t)bucket +
+           (size_t)fa_hopper_fp8_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +
+           (size_t)fa_hopper_fp8_block_m(bucket) * 2 * (size_t)bucket +
+           8 * (size_t)(2 + 4 * fa_hopper_fp8_stages(bucket)) + 1024;
+}
+
+/* Vᵀ's padded key rows: a sequence of len keys takes ceil(len / BLOCK_N) · BLOCK_N of them, so
+ * every tile the kernel loads lies inside its own sequence's (zero-filled) rows. Fixed-length
+ * batches: batch · ceil(seqlen_k / BLOCK_N) · BLOCK_N; varlen (total_k keys in batch sequences):
+ * an upper bound, total_k + batch · (BLOCK_N - 1), rounded up to 16 (TMA strides are multiples of
+ * 16 bytes). */
+FA_HOPPER_FN long long fa_hopper_fp8_vt_rows(int bucket, int varlen, long long batch, long long seqlen_k,
+                                             long long total_k) {
+    const long long n = fa_hopper_fp8_block_n(bucket);
+    return n == 0 ? 0 : varlen ? (total_k + batch * (n - 1) + 15) / 16 * 16 : batch * ((seqlen_k + n - 1) / n) * n;
+}
+
+/* Workspace of the fp8 forward: Vᵀ [heads_kv][dv][vt_rows] bytes, then (varlen) each sequence's
+ * first Vᵀ row, batch + 1 int32 (16-byte aligned). */
+FA_HOPPER_FN size_t fa_hopper_fp8_workspace_bytes(int bucket, int varlen, long long batch, long long heads_kv,
+                                                  long long head_dim_v, long long seqlen_k, long long total_k) {
+    const size_t vt = (size_t)heads_kv * (size_t)head_dim_v *
+                      (size_t)fa_hopper_fp8_vt_rows(bucket, varlen, batch, seqlen_k, total_k);
+    return (vt + 15) / 16 * 16 + (varlen ? (size_t)4 * (size_t)(batch + 1) : 0);
+}
+
+/* Position of key `key` (its index within its sequence) in its padded Vᵀ row: the same group of
+ * 32, slot s with key = group + σ(s), σ(4q + i) = 2q + (i & 1) + 8(i >> 1) (+16 for the upper
+ * 16 slots). The fp32 accumulator of S gives lane quad position q the keys 8j + 2q + {0, 1} of
+ * every 8-key column j; the 8-bit A fragment of P·V wants slots 4q .. 4q + 3 and 16 + 4q .. +3.
+ * Packing the thread's columns j = 0, 1 (and 2, 3) into one register each is then the A fragment
+ * of keys σ(slot), and Vᵀ rows holding key σ(s) at slot s make the product the right one. */
+FA_HOPPER_FN int fa_hopper_fp8_vt_slot(int key) {
+    const int k = key % 32, half = k / 16, r = k % 16; /* r = 8h + 2q + c */
+    const int h = r / 8, q = (r % 8) / 2, c = r % 2;
+    return key - k + 16 * half + 4 * q + 2 * h + c;
+}
+
+/* The inverse: the key (within its group of 32, plus the group's first) at slot `slot`. */
+FA_HOPPER_FN int fa_hopper_fp8_vt_key(int slot) {
+    const int s = slot % 32, half = s / 16, r = s % 16; /* r = 4q + 2h + c */
+    const int q = r / 4, h = (r % 4) / 2, c = r % 2;
+    return slot - s + 16 * half + 8 * h + 2 * q + c;
+}
+
+/* NULL when the fp8 forward takes the problem, else why not (fp8 has no portable kernel). */
+static inline const char *fa_hopper_fp8_unsupported(int cc_major, int cc_minor, int head_dim, int head_dim_v,
+                                                    int has_alibi, float scale_log2, int has_dropout,
+                                                    int has_mods, int paged) {
+    if (cc_major != 9 || cc_minor != 0) return "needs an sm_90 GPU (H100 / H200)";
+    if (fa_hopper_fp8_bucket(head_dim, head_dim_v) == 0) return "needs head_dim and head_dim_v multiples of 8 in 8..256";
+    if (has_alibi) return "does not take ALiBi";
+    if (!(scale_log2 > 0.0f)) return "needs softmax_scale > 0";
+    if (has_dropout) return "does not take dropout";
+    if (has_mods) return "does not take a bias, document ids or a block mask";
+    if (paged) return "does not take a paged K/V (block_table)";
+    return NULL;
+}
+
 /* Order of the persistent grid's tiles over G CTAs: 1 = snake (CTA i takes tiles i, 2G - 1 - i,
  * 2G + i, 4G - 1 - i, ...: every other round reversed), which pairs a CTA's long tile of one round
  * with a short one of the next when tiles come longest first; 0 = round robin (i, G + i, ...). */
@@ -192,11 +280,15 @@ FA_HOPPER_FN int fa_hopper_pack_gqa(int bucket, int seqlen_q, int group, int var
     return varlen || mode < 0 ? 0 : fa_hopper_pack_heads(bucket, seqlen_q, group);
 }
 
-/* A tensor-map stride the TMA accepts (in elements of a 16-bit tensor): along an axis of extent
- * 1 anything (never stepped along), else a positive multiple of 8 (16 bytes) below 2^39 (2^40
- * bytes). tma.cu's fa_hopper_make_map applies this rule. */
+/* A tensor-map stride the TMA accepts, in bytes: along an axis of extent 1 anything (never
+ * stepped along), else a positive multiple of 16 below 2^40. In elements of a 16-bit tensor
+ * (fa_hopper_tma_stride_ok): a positive multiple of 8 below 2^39. tma.cu's fa_hopper_make_map
+ * applies this rule. */
+FA_HOPPER_FN int fa_hopper_tma_stride_bytes_ok(long long stride_bytes, long long extent) {
+    return extent == 1 || (stride_bytes > 0 && stride_bytes % 16 == 0 && stride_bytes < (1ll << 40));
+}
 FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
-    return extent == 1 || (stride > 0 && stride % 8 == 0 && stride < (1ll << 39));
+    return extent == 1 || (stride > 0 && stride < (1ll << 39) && fa_hopper_tma_stride_bytes_ok(2 * stride, extent));
 }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable

@@ -36,17 +36,20 @@ fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *nam
     const int64_t strides_el[3] = {row_stride, head_stride, batch_stride};
     const int64_t extents[3] = {rows, heads, batch};
     static const char *const axis[3] = {"row", "head", "batch"};
+    const int64_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
     cuuint64_t stride_bytes[3];
     for (int i = 0; i < 3; ++i) {
-        if (!fa_hopper_tma_stride_ok(strides_el[i], extents[i]))
+        if (extents[i] != 1 && !(strides_el[i] < (1ll << 40) / elem_bytes &&
+                                 fa_hopper_tma_stride_bytes_ok(elem_bytes * strides_el[i], extents[i])))
             return fa_set_error(FA_ERR_STRIDE,
-                                "%s_%s_stride = %lld: %s (TMA) needs a positive multiple of 8 elements below 2^39",
-                                name, axis[i], (long long)strides_el[i], path);
+                                "%s_%s_stride = %lld: %s (TMA) needs a positive multiple of %d elements below 2^%d",
+                                name, axis[i], (long long)strides_el[i], path, (int)(16 / elem_bytes),
+                                elem_bytes == 1 ? 40 : 39);
         /* an axis of extent 1 is never stepped along: any valid stride will do */
-        stride_bytes[i] = (cuuint64_t)(2 * (extents[i] == 1 ? 8 : strides_el[i]));
+        stride_bytes[i] = (cuuint64_t)(extents[i] == 1 ? 16 : elem_bytes * strides_el[i]);
     }
     const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)batch};
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
+    const cuuint32_t box[4] = {(cuuint32_t)(128 / elem_bytes), (cuuint32_t)box_rows, 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     const CUresult r = encode(map, type, 4, const_cast<void *>(base), dims, stride_bytes, box, elem_strides,
                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -54,11 +57,11 @@ fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *nam
     if (r != CUDA_SUCCESS)
         return fa_set_error(FA_ERR_CUDA,
                             "cuTensorMapEncodeTiled(%s) failed with CUresult %d: dims {%llu, %llu, %llu, %llu}, "
-                            "byte strides {%llu, %llu, %llu}, box {64, %d, 1, 1}",
+                            "byte strides {%llu, %llu, %llu}, box {%d, %d, 1, 1}",
                             name, (int)r, (unsigned long long)dims[0], (unsigned long long)dims[1],
                             (unsigned long long)dims[2], (unsigned long long)dims[3],
                             (unsigned long long)stride_bytes[0], (unsigned long long)stride_bytes[1],
-                            (unsigned long long)stride_bytes[2], box_rows);
+                            (unsigned long long)stride_bytes[2], (int)box[0], box_rows);
     return FA_OK;
 }
 

@@ -10,10 +10,11 @@
 
 #include "flashattn.h"
 
-/* A [batch, rows, heads, dim] 16-bit tensor (strides in elements) as the 4-D map
- * {dim, rows, heads, batch} with box {64, box_rows, 1, 1}, 128-byte swizzle, zero fill (columns
- * past dim and rows past `rows` read as zeros). The caller has checked the base (16-byte
- * aligned); here: strides positive multiples of 8 elements below 2^39 (FA_ERR_STRIDE otherwise,
+/* A [batch, rows, heads, dim] 16-bit (or, type UINT8, 8-bit) tensor (strides in elements) as the
+ * 4-D map {dim, rows, heads, batch} with box {128-byte rows, box_rows, 1, 1} (64 or 128
+ * elements), 128-byte swizzle, zero fill (columns past dim and rows past `rows` read as zeros).
+ * The caller has checked the base (16-byte aligned); here: strides positive multiples of 16
+ * bytes below 2^40 (FA_ERR_STRIDE otherwise,
  * so the caller can fall back to a portable kernel) and the driver's own checks (FA_ERR_CUDA).
  * `path` names the kernel in messages. */
 fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *name, CUtensorMapDataType type,

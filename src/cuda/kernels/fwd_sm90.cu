@@ -107,27 +107,34 @@
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
-template <int BUCKET>
+template <int BUCKET, bool FP8 = false>
 struct fa_hopper_config {
     static constexpr int DQK = fa_hopper_dqk(BUCKET), DV = fa_hopper_dv(BUCKET);
-    static constexpr int BLOCK_M = fa_hopper_block_m(BUCKET);
-    static constexpr int BLOCK_N = fa_hopper_block_n(BUCKET);
-    static constexpr int STAGES = fa_hopper_stages(BUCKET);
+    static constexpr int BLOCK_M = FP8 ? fa_hopper_fp8_block_m(BUCKET) : fa_hopper_block_m(BUCKET);
+    static constexpr int BLOCK_N = FP8 ? fa_hopper_fp8_block_n(BUCKET) : fa_hopper_block_n(BUCKET);
+    static constexpr int STAGES = FP8 ? fa_hopper_fp8_stages(BUCKET) : fa_hopper_stages(BUCKET);
     static constexpr bool PINGPONG = fa_hopper_pingpong(BUCKET) != 0;
+    /* Q and K elements per 128-byte slab row (fp8: 128); O is 16-bit either way (64 per row) */
+    static constexpr int SLAB_COLS = FP8 ? 128 : 64;
+    /* k-steps of the GEMMs: k16 for 16-bit inputs, k32 for fp8 (32 bytes of a 128-byte row either
+     * way); P's A fragments, one per k-step of P·V */
+    static constexpr int K_STEP = FP8 ? 32 : 16;
+    static constexpr int P_STEPS = BLOCK_N / K_STEP;
     static constexpr int CONSUMER_WGS = BLOCK_M / 64;
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
-    static constexpr int SLABS_QK = DQK / 64;            /* 64-column slabs per row of Q and K */
-    static constexpr int SLABS_V = DV / 64;              /* ... of V and O                      */
+    static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
+    static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS_QK; /* also the Q loads' tx bytes */
     static constexpr uint32_t O_BYTES = Q_SLAB_BYTES * SLABS_V;
     static constexpr uint32_t K_BYTES = KV_SLAB_BYTES * SLABS_QK; /* one K stage            */
-    static constexpr uint32_t V_BYTES = KV_SLAB_BYTES * SLABS_V;  /* one V stage            */
-    static constexpr bool O_OWN = fa_hopper_o_own_buffer(BUCKET) != 0; /* O staged apart from Q */
+    /* one V stage: [BLOCK_N, DV] 16-bit, or fp8 Vᵀ [DV, BLOCK_N] (one slab of DV 128-byte rows) */
+    static constexpr uint32_t V_BYTES = FP8 ? DV * BLOCK_N : KV_SLAB_BYTES * SLABS_V;
+    static constexpr bool O_OWN = FP8 || fa_hopper_o_own_buffer(BUCKET) != 0; /* O staged apart from Q */
     static constexpr uint32_t K_OFFSET = Q_BYTES;
     static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * K_BYTES;
     static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * V_BYTES : 0;
@@ -138,7 +145,8 @@ struct fa_hopper_config {
     /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
      * thread 0 of every consumer once its O store has read the buffer it shares with Q */
     static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
-    static constexpr uint32_t SMEM_BYTES = (uint32_t)fa_hopper_smem_bytes(BUCKET);
+    static constexpr uint32_t SMEM_BYTES =
+        (uint32_t)(FP8 ? fa_hopper_fp8_smem_bytes(BUCKET) : fa_hopper_smem_bytes(BUCKET));
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
     /* dropout: Philox calls of 32 keys in flight per thread: all of a tile's (at bucket 256 one
      * at a time spilled 8 bytes with LOG2, ptxas 13); with 3 consumers (160 registers) the keep
@@ -148,6 +156,8 @@ struct fa_hopper_config {
     static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
+    static_assert(!FP8 || (BLOCK_N == 128 && DQK % 128 == 0 && DV == DQK),
+                  "fp8: one 128-byte Vᵀ row per dv column, whole 128-column Q/K slabs");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256,
@@ -183,6 +193,18 @@ struct fa_hopper_params : fa_fwd_params {
     float log2_mul;                /* log2 units per raw (softcapped) score; the LOG2 kernels take it
                                       in fa_hopper_to_log2 and run the softmax with score_mul = 1   */
     fa_dropout_params dropout;     /* read by the DROPOUT kernels only                              */
+    /* FP8 kernels only: the descale factors [batch, heads_kv] (device memory; NULL = 1) and Vᵀ's
+     * first row of sequence b: vt_start[b] (varlen) or b · vt_seq_rows */
+    const float *q_descale, *k_descale, *v_descale;
+    const int *vt_start;
+    int vt_seq_rows;
+};
+
+/* The multipliers a tile's scores go through: softcap's pre-tanh factor, the log2-unit factor
+ * (LOG2 kernels) and the softmax's score_mul; fp8 folds q_descale · k_descale into the first of
+ * them that applies. */
+struct fa_hopper_muls {
+    float softcap_pre, log2_mul, score_mul;
 };
 
 /* ---- device functions ------------------------------------------------------------------------ */
@@ -198,11 +220,12 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* S = Q K_jᵀ for this consumer's 64 rows: DQK/16 wgmma (k16 steps over the head dim). A = Q rows
- * [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk reads slab kk/4 at
- * +32·(kk%4) bytes. The first step has scale-d = 0 (S is overwritten). Issued and committed as
- * one wgmma group; nothing waits here. */
-template <class Cfg, bool BF16>
+/* S = Q K_jᵀ for this consumer's 64 rows: DQK/K_STEP wgmma (k16 steps over the head dim, k32
+ * for fp8). A = Q rows [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk
+ * reads slab kk/4 at +32·(kk%4) bytes (32 bytes of a 128-byte row for either element size). The
+ * first step has scale-d = 0 (S is overwritten). Issued and committed as one wgmma group; nothing
+ * waits here. */
+template <class Cfg, bool BF16, bool FP8>
 __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t q_wg, uint32_t k_tile) {
     const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, 1024);
     const uint64_t k_desc = wgmma_desc_sw128(k_tile, 16, 1024);
@@ -210,35 +233,44 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::DQK / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::DQK / Cfg::K_STEP; ++kk) {
         /* descriptors advance in 16-byte units in their low bits (start-address field) */
         const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
         const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+        if constexpr (FP8)
+            wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+        else
+            wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
     }
     wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
 }
 
-/* O += P V_j: BLOCK_N/16 wgmma (k16 steps over the keys). A = P from registers (p_rmem[kk] is
- * the A fragment of keys 16kk .. 16kk+15, see src/cuda/common/ptx.cuh), B = the V stage at v_tile read
- * MN-major: LBO = slab stride (BLOCK_N·128 B), SBO = 1024 B (8 keys), k16 step = +2048 B. One
- * wgmma group; nothing waits here. */
-template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2], uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4],
+/* O += P V_j: P_STEPS wgmma over the keys. 16-bit: k16 steps, A = P from registers (p_rmem[kk]
+ * is the A fragment of keys 16kk .. 16kk+15, see src/cuda/common/ptx.cuh), B = the V stage at
+ * v_tile read MN-major: LBO = slab stride (BLOCK_N·128 B), SBO = 1024 B (8 keys), k16 step =
+ * +2048 B. fp8: k32 steps, B = the Vᵀ stage [DV rows][128 key bytes] K-major like K in S
+ * (step kk at +32·kk bytes; the keys in Vᵀ's slot order, fa_hopper_fp8_vt_slot). One wgmma group;
+ * nothing waits here. */
+template <class Cfg, bool BF16, bool FP8>
+__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2], uint32_t (&p_rmem)[Cfg::P_STEPS][4],
                                                    uint32_t v_tile) {
-    const uint64_t v_desc = wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
+    const uint64_t v_desc = FP8 ? wgmma_desc_sw128(v_tile, 16, 1024) : wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
 #pragma unroll
     for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+    for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
         for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
-        wgmma_rs_f32_transb<Cfg::DV, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+    for (int kk = 0; kk < Cfg::P_STEPS; ++kk) {
+        if constexpr (FP8)
+            wgmma_rs_f32_e4m3<Cfg::DV>(o_rmem, p_rmem[kk], v_desc + ((kk * 32) >> 4), 1);
+        else
+            wgmma_rs_f32_transb<Cfg::DV, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+    }
     wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
@@ -296,7 +328,7 @@ __device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2]
  * their own head's slope. */
 template <class Cfg, bool PACK>
 __device__ __forceinline__ void fa_hopper_to_log2(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_hopper_params &prm,
-                                                  int batch, int head, int pack_heads, int n0, int row0,
+                                                  float log2_mul, int batch, int head, int pack_heads, int n0, int row0,
                                                   const int (&pack_g)[2], const int (&pack_i)[2], int lane, int shift) {
     const int col0 = n0 + 2 * (lane % 4);
 #pragma unroll
@@ -313,7 +345,7 @@ __device__ __forceinline__ void fa_hopper_to_log2(float (&s_rmem)[Cfg::BLOCK_N /
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 float &x = s_rmem[4 * j + 2 * h + c];
-                x = fmaf(x, prm.log2_mul, -slope * fabsf(rel - (float)(8 * j + c)));
+                x = fmaf(x, log2_mul, -slope * fabsf(rel - (float)(8 * j + c)));
             }
     }
 }
@@ -425,7 +457,7 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
 template <class Cfg, bool PACK, bool LOG2, bool MODS>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
-                                                 const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
+                                                 const fa_hopper_muls &mul, const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
                                                  bool needs_mask, int n0, int row0, const int (&pack_g)[2],
                                                  const int (&pack_i)[2], int lane,
                                                  const uint32_t (&bias_rmem)[MODS ? Cfg::BLOCK_N / 4 : 1],
@@ -433,17 +465,17 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
     const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
-        for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * prm.softcap_pre);
+        for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] = fa_tanh(s_rmem[i] * mul.softcap_pre);
     }
     if constexpr (LOG2)
-        fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
+        fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, mul.log2_mul, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
     if constexpr (MODS) {
         static_assert(LOG2 && !PACK, "MODS: scores in log2 units, unpacked tiles");
         fa_hopper_mods<Cfg>(s_rmem, mods, w, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem, bias_early);
     } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     }
-    fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, prm.score_mul);
+    fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, mul.score_mul);
 }
 
 /* Dropout keep bits of a key tile for this warp's 16 rows (query0: the first, in the sequence) and
@@ -478,16 +510,26 @@ __device__ __forceinline__ void fa_hopper_dropout_apply(float (&s_rmem)[Cfg::BLO
         if (!((keep[i / 32] >> (i % 32)) & 1u)) s_rmem[i] = 0.0f;
 }
 
-/* P (fp32, accumulator layout) -> 16-bit A fragments of the P V GEMM: k-slice kk of keys
- * 16kk .. 16kk+15 is s_rmem[8kk .. 8kk+7], packed pairwise (see src/cuda/common/ptx.cuh). */
-template <class Cfg, bool BF16>
+/* P (fp32, accumulator layout) -> the A fragments of the P V GEMM. 16-bit: k-slice kk of keys
+ * 16kk .. 16kk+15 is s_rmem[8kk .. 8kk+7], packed pairwise (see src/cuda/common/ptx.cuh). fp8:
+ * k-slice kk of keys 32kk .. 32kk+31 is s_rmem[16kk .. 16kk+15]; the 8-bit A fragment holds 4
+ * consecutive k of row r (a0, a2: k 4q.., 16+4q..) and of row r+8 (a1, a3), and this thread's
+ * accumulator holds keys 8j + 2q + {0, 1}: register x packs the columns j = 2(x/2), 2(x/2)+1 of
+ * row x%2 as they stand, which are the keys Vᵀ stores at those slots (fa_hopper_fp8_vt_slot). */
+template <class Cfg, bool BF16, bool FP8>
 __device__ __forceinline__ void fa_hopper_convert_p(const float (&s_rmem)[Cfg::BLOCK_N / 2],
-                                                    uint32_t (&p_rmem)[Cfg::BLOCK_N / 16][4]) {
+                                                    uint32_t (&p_rmem)[Cfg::P_STEPS][4]) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk)
+    for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
-        for (int x = 0; x < 4; ++x)
-            p_rmem[kk][x] = fa_hopper_pack2<BF16>(s_rmem[8 * kk + 2 * x], s_rmem[8 * kk + 2 * x + 1]);
+        for (int x = 0; x < 4; ++x) {
+            if constexpr (FP8) {
+                const int e = 16 * kk + 8 * (x / 2) + 2 * (x % 2); /* column j = 4kk + 2(x/2), row x%2 */
+                p_rmem[kk][x] = cvt_rn_satfinite_e4m3x4_f32(s_rmem[e], s_rmem[e + 1], s_rmem[e + 4], s_rmem[e + 5]);
+            } else {
+                p_rmem[kk][x] = fa_hopper_pack2<BF16>(s_rmem[8 * kk + 2 * x], s_rmem[8 * kk + 2 * x + 1]);
+            }
+        }
 }
 
 /* Ping-pong turn-taking (see the file comment), round robin 0, 1, .., C-1, 0, ...: consumer c
@@ -588,15 +630,16 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
         tile = w.map_row != nullptr ? fa_mods_prev_tile(w.map_row, tile, w.tiles_per_block, w.key_tiles) : tile - 1;
 }
 
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS>
-__global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS, bool FP8>
+__global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
-                         const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                      */
+                         const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}; FP8: Vᵀ {vt_rows, dv, hkv, 1}, box {BLOCK_N, DV, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
                          const fa_hopper_params prm,
                          const __grid_constant__ fa_mods_arg<MODS> mods) { /* MODS only: bias, doc ids, block map */
-    using Cfg = fa_hopper_config<BUCKET>;
+    using Cfg = fa_hopper_config<BUCKET, FP8>;
+    static_assert(!FP8 || (BF16 && !PACK && !LOG2 && !DROPOUT && !MODS), "fp8: bf16 out, plain scores only");
     constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, DV = Cfg::DV;
 
     /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS_QK][BLOCK_M][64] |
@@ -659,13 +702,13 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES + (uint32_t)g * head_bytes,
-                                        &tmap_q, q_full, 64 * slab, 0, w.head + g, w.batch);
+                                        &tmap_q, q_full, Cfg::SLAB_COLS * slab, 0, w.head + g, w.batch);
                 } else {
                     mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
 #pragma unroll
                     for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
-                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, 64 * slab, w.q_row,
-                                    w.head, w.tma_batch);
+                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, Cfg::SLAB_COLS * slab,
+                                    w.q_row, w.head, w.tma_batch);
                 }
                 /* Tile j (processing order) is fa_hopper_key_tile(w, j, k_tile) (MODS: the cursor
                  * k_tile; V one round behind it, v_tile). Order K_0, then K_j before V_{j-1}: the
@@ -679,13 +722,20 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
-                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j, k_tile) * BLOCK_N,
-                                        w.head_kv, w.tma_batch);
+                                        Cfg::SLAB_COLS * slab,
+                                        w.k_row + fa_hopper_key_tile<MODS>(w, j, k_tile) * BLOCK_N, w.head_kv,
+                                        w.tma_batch);
                     }
                     if (j > 0) {
                         const int g = kv_base + j - 1, s = g % STAGES;
                         fa_hopper_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
                         mbarrier_arrive_expect_tx(v_full(s), Cfg::V_BYTES);
+                        if constexpr (FP8) { /* Vᵀ rows of the sequence's padded keys: one box {BLOCK_N, DV} */
+                            const int vt_row0 = prm.vt_start != nullptr ? prm.vt_start[w.batch]
+                                                                        : w.batch * prm.vt_seq_rows;
+                            tma_load_4d(v_stage(s), &tmap_v, v_full(s),
+                                        vt_row0 + fa_hopper_key_tile<MODS>(w, j - 1, v_tile) * BLOCK_N, 0, w.head_kv, 0);
+                        } else
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
@@ -757,7 +807,19 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
         for (int i = 0; i < DV / 2; ++i) o_rmem[i] = 0.0f;
         float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
         float row_sum[2] = {0.0f, 0.0f};
-        uint32_t p_rmem[BLOCK_N / 16][4];
+        uint32_t p_rmem[Cfg::P_STEPS][4];
+        /* the multipliers of this tile's scores; fp8: q_descale · k_descale folded in, v_descale
+         * applied with the normalisation */
+        fa_hopper_muls mul = {prm.softcap_pre, prm.log2_mul, prm.score_mul};
+        float v_descale = 1.0f;
+        if constexpr (FP8) {
+            const int64_t dsc = (int64_t)w.batch * prm.heads_kv + w.head_kv;
+            const float qk = (prm.q_descale != nullptr ? prm.q_descale[dsc] : 1.0f) *
+                             (prm.k_descale != nullptr ? prm.k_descale[dsc] : 1.0f);
+            if (prm.softcap_pre != 0.0f) mul.softcap_pre *= qk;
+            else mul.score_mul *= qk;
+            v_descale = prm.v_descale != nullptr ? prm.v_descale[dsc] : 1.0f;
+        }
 
         fa_hopper_wait(q_full, tiles_done & 1); /* this tile's Q landed */
 
@@ -772,7 +834,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 float s_rmem[BLOCK_N / 2];
                 fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
-                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
@@ -792,11 +854,11 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0), n0,
                                                         row0, pack_g, pack_i, lane, bias_rmem,
                                                         bias_early);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
-                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+                fa_hopper_convert_p<Cfg, BF16, FP8>(s_rmem, p_rmem);
 
                 /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
                  * rows after the last, possibly NaN). All consumers zero them (each a share of
@@ -804,7 +866,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                  * st.shared before the wgmma (async proxy) reads of round 1. Placed after this
                  * round's GEMM issue, so no consumer can be waiting for another one's ping-pong
                  * turn here. */
-                if (varlen && n0 + BLOCK_N > len_k) {
+                if (!FP8 && varlen && n0 + BLOCK_N > len_k) { /* fp8: Vᵀ's padding is zeros */
                     const int vs = g % STAGES;
                     fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
                     const int valid = max(0, len_k - n0);
@@ -829,9 +891,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 float s_rmem[BLOCK_N / 2];
                 fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
-                fa_hopper_issue_qk<Cfg, BF16>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) /* while S_j is computed */
@@ -853,7 +915,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mods, w, needs_mask(n0), n0,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0), n0,
                                                         row0, pack_g, pack_i, lane, bias_rmem,
                                                         bias_early);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
@@ -862,7 +924,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
-                for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+                for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
@@ -873,14 +935,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4, n0);
                     fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 }
-                fa_hopper_convert_p<Cfg, BF16>(s_rmem, p_rmem);
+                fa_hopper_convert_p<Cfg, BF16, FP8>(s_rmem, p_rmem);
             }
 
             /* ---- last: O += P_{n-1} V_{n-1} */
             {
                 const int g = kv_base + n_tiles - 1, vs = g % STAGES;
                 fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
@@ -909,13 +971,13 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET>::THREADS, 1)
                                    ? prm.sink_logits[w.head + min(pack_g[h], w.pack_heads - 1)] * 1.4426950408889634f
                                    : -CUDART_INF_F;
             float sum = fa_quad_sum(row_sum[h]);
-            const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * prm.score_mul;
+            const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * mul.score_mul;
             float m = fmaxf(max_scaled, sink);
             if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
             const float corr = exp2f(max_scaled - m);
             sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
             /* no visible key: O = 0; a NaN score: NaN. Dropout: O = Σ Z∘P·V / Σ P, Z = keep / (1 - p) */
-            inv_sum[h] = fa_row_scale(DROPOUT ? corr * prm.dropout.keep_scale : corr, sum);
+            inv_sum[h] = fa_row_scale(DROPOUT ? corr * prm.dropout.keep_scale : FP8 ? corr * v_descale : corr, sum);
             if (PACK) {
                 if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
                     prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] = fa_row_lse(m, sum);
@@ -1017,23 +1079,23 @@ static int fa_hopper_pack_mode(void) {
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS = false>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS = false, bool FP8 = false>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
                                int device_ordinal, cudaStream_t stream, const fa_mods_params *mods = nullptr) {
-    using Cfg = fa_hopper_config<BUCKET>;
+    using Cfg = fa_hopper_config<BUCKET, FP8>;
     /* > 48 KiB of dynamic shared memory needs the per-device opt-in, set once per device. */
     static unsigned long long configured = 0;
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS, FP8>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
                       "cudaFuncSetAttribute(Hopper forward shared memory)");
         __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
     }
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS>
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS, FP8>
         <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
@@ -1169,6 +1231,193 @@ extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dro
                     : fa_hopper_launch<256, false>(prm, dropout, mods, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper forward kernel",
+                            prm->head_dim, prm->head_dim_v);
+    }
+}
+
+/* ---- fp8: Vᵀ pre-pass and launch ------------------------------------------------------------- */
+
+/* Varlen: vt_start[b] = Σ_{i<b} ceil(len_k(i) / BLOCK_N) · BLOCK_N (the clamped lengths the
+ * forward walks), vt_start[batch] = the total. One block of 1024 threads: each sums a contiguous
+ * run of sequences, the run totals are scanned in shared memory, then each writes its run. */
+template <int BLOCK_N>
+__global__ void __launch_bounds__(1024) fa_hopper_fp8_vt_start_kernel(const int32_t *cu_seqlens_k, /* [batch + 1] */
+                                                                      int64_t total_k, int batch,
+                                                                      int *vt_start) { /* [batch + 1] */
+    __shared__ long long run_smem[1024];
+    const int per = (batch + 1023) / 1024, lo = min(batch, (int)threadIdx.x * per), hi = min(batch, lo + per);
+    auto padded = [&](int b) -> long long {
+        const fa_seq_rows r = fa_sequence_rows(cu_seqlens_k, cu_seqlens_k, total_k, total_k, 0, 0, b);
+        return ((long long)r.len_k + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+    };
+    long long sum = 0;
+    for (int b = lo; b < hi; ++b) sum += padded(b);
+    run_smem[threadIdx.x] = sum;
+    __syncthreads();
+    /* inclusive Hillis-Steele scan over the 1024 run totals */
+    for (int off = 1; off < 1024; off *= 2) {
+        const long long add = threadIdx.x >= (unsigned)off ? run_smem[threadIdx.x - off] : 0;
+        __syncthreads();
+        run_smem[threadIdx.x] += add;
+        __syncthreads();
+    }
+    long long start = run_smem[threadIdx.x] - sum;
+    for (int b = lo; b < hi; ++b) {
+        vt_start[b] = (int)min(start, (long long)INT32_MAX);
+        start += padded(b);
+    }
+    if (threadIdx.x == 1023) vt_start[batch] = (int)min(run_smem[1023], (long long)INT32_MAX);
+}
+
+/* Vᵀ for the fp8 forward: for kv head blockIdx.y of sequence blockIdx.z, every key tile t
+ * (t = blockIdx.x, + gridDim.x, ...) of BLOCK_N keys: vt[h][c][row0 + t·BLOCK_N + slot(key)] =
+ * v[key][c] for c < dv, zeros for keys past the sequence (fa_hopper_fp8_vt_slot's order). The
+ * tile goes through shared memory [BLOCK_N keys][dv + 8] (8-byte loads in, 16 slots of one
+ * column out per store; the 8-byte pad spreads a column's bytes over the banks). Tiles that
+ * would end past vt_rows (only for cu_seqlens that overlap) are not written. */
+template <int BLOCK_N>
+__global__ void __launch_bounds__(256) fa_hopper_fp8_vt_kernel(const uint8_t *v, /* [b, sk, hkv, dv] or [total_k, hkv, dv] */
+                                                               int64_t v_batch_stride, int64_t v_row_stride,
+                                                               int64_t v_head_stride, const int32_t *cu_seqlens_k,
+                                                               int64_t total_k, int seqlen_k, int head_dim_v,
+                                                               uint8_t *vt, /* [hkv][dv][vt_rows] */
+                                                               int64_t vt_rows, const int *vt_start, int vt_seq_rows) {
+    extern __shared__ __align__(16) uint8_t vtile_smem[];
+    const int h = blockIdx.y, b = blockIdx.z, dv = head_dim_v, pitch = dv + 8, chunks = dv / 8;
+    const fa_seq_rows seq = fa_sequence_rows(cu_seqlens_k, cu_seqlens_k, total_k, total_k, seqlen_k, seqlen_k, b);
+    const int64_t row0 = cu_seqlens_k != nullptr ? vt_start[b] : (int64_t)b * vt_seq_rows;
+    const uint8_t *src = v + (int64_t)h * v_head_stride +
+                         (cu_seqlens_k != nullptr ? seq.k_start * v_row_stride : (int64_t)b * v_batch_stride);
+    for (int t = blockIdx.x; (int64_t)t * BLOCK_N < seq.len_k; t += gridDim.x) {
+        if (row0 + (int64_t)(t + 1) * BLOCK_N > vt_rows) return;
+        __syncthreads(); /* the previous tile's reads of the staging are done */
+        for (int idx = threadIdx.x; idx < BLOCK_N * chunks; idx += 256) {
+            const int key = idx / chunks, c = idx % chunks;
+            const int64_t k = (int64_t)t * BLOCK_N + key;
+            uint2 x = make_uint2(0u, 0u);
+            if (k < seq.len_k) x = *reinterpret_cast<const uint2 *>(src + k * v_row_stride + 8 * c);
+            *reinterpret_cast<uint2 *>(vtile_smem + key * pitch + 8 * c) = x;
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < dv * (BLOCK_N / 16); idx += 256) {
+            const int c = idx / (BLOCK_N / 16), s0 = idx % (BLOCK_N / 16) * 16;
+            uint32_t w[4];
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t byte = vtile_smem[fa_hopper_fp8_vt_key(s0 + i) * pitch + c];
+                w[i / 4] = (i % 4 == 0 ? 0u : w[i / 4]) | byte << (8 * (i % 4));
+            }
+            *reinterpret_cast<uint4 *>(vt + ((int64_t)h * dv + c) * vt_rows + row0 + (int64_t)t * BLOCK_N + s0) =
+                make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+template <int BUCKET>
+static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_descale, const float *k_descale,
+                                      const float *v_descale, void *workspace, int device_ordinal,
+                                      cudaStream_t stream) {
+    using Cfg = fa_hopper_config<BUCKET, true>;
+    static const char *const path = "the Hopper fp8 forward";
+    const bool varlen = p->cu_seqlens_q != nullptr;
+    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
+    const int64_t map_batch = varlen ? 1 : p->batch;
+    const bool no_keys = rows_k == 0;
+    const int64_t vt_rows = fa_hopper_fp8_vt_rows(BUCKET, varlen, p->batch, p->seqlen_k, p->total_k);
+    uint8_t *vt = static_cast<uint8_t *>(workspace);
+    int *vt_start = varlen ? reinterpret_cast<int *>(vt + ((size_t)p->heads_kv * p->head_dim_v * vt_rows + 15) / 16 * 16)
+                           : nullptr;
+    CUtensorMap tmap_q, tmap_k, tmap_v, tmap_o;
+    fa_status st;
+    const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    if ((st = fa_hopper_make_map(&tmap_q, path, "q", u8, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
+                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
+        (st = fa_hopper_make_map(&tmap_k, path, "k", u8, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
+                                 no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->k_row_stride,
+                                 p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK)
+        return st;
+    /* Vᵀ {vt_rows, dv, hkv, 1}: box {BLOCK_N keys, DV columns} (columns past dv read as zeros) */
+    if (no_keys) {
+        tmap_v = tmap_k;
+    } else if ((st = fa_hopper_make_map(&tmap_v, path, "v (transposed copy)", u8, vt, vt_rows, p->head_dim_v,
+                                        p->heads_kv, 1, vt_rows, (int64_t)p->head_dim_v * vt_rows, 16, Cfg::DV)) != FA_OK)
+        return st;
+    const bool tma_store = !varlen;
+    if (tma_store) {
+        if ((st = fa_hopper_make_map(&tmap_o, path, "o", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p->o, p->head_dim_v, rows_q,
+                                     p->heads_q, map_batch, p->o_row_stride, p->o_head_stride, p->o_batch_stride,
+                                     64)) != FA_OK)
+            return st;
+    } else {
+        tmap_o = tmap_q; /* unused: the varlen epilogue stores with st.global */
+    }
+    /* V's 8-byte loads in the pre-pass */
+    if (((uintptr_t)p->v & 7u) != 0 || p->v_row_stride % 8 != 0 || p->v_head_stride % 8 != 0 ||
+        (!varlen && p->v_batch_stride % 8 != 0))
+        return fa_set_error(FA_ERR_STRIDE, "v: %s needs 8-byte aligned rows", path);
+
+    if (!no_keys) {
+        if (varlen) {
+            fa_hopper_fp8_vt_start_kernel<Cfg::BLOCK_N><<<1, 1024, 0, stream>>>(p->cu_seqlens_k, p->total_k, p->batch,
+                                                                                vt_start);
+            FA_CUDA_CHECK_LAUNCH("fp8 forward: Vᵀ sequence starts");
+        }
+        const int tiles = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+        const size_t smem = (size_t)Cfg::BLOCK_N * (size_t)(p->head_dim_v + 8);
+        if (smem > 48 * 1024)
+            FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fp8_vt_kernel<Cfg::BLOCK_N>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                          "cudaFuncSetAttribute(fp8 Vᵀ shared memory)");
+        if (tiles > 0) {
+            fa_hopper_fp8_vt_kernel<Cfg::BLOCK_N><<<dim3((unsigned)tiles, (unsigned)p->heads_kv, (unsigned)p->batch), 256,
+                                                    smem, stream>>>(
+                static_cast<const uint8_t *>(p->v), p->v_batch_stride, p->v_row_stride, p->v_head_stride,
+                p->cu_seqlens_k, p->total_k, p->seqlen_k, p->head_dim_v, vt, vt_rows, vt_start,
+                (int)(vt_rows / (varlen ? 1 : p->batch)));
+            FA_CUDA_CHECK_LAUNCH("fp8 forward: Vᵀ");
+        }
+    }
+
+    fa_hopper_params prm;
+    static_cast<fa_fwd_params &>(prm) = *p;
+    prm.log2_mul = p->scale_log2;
+    prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
+    prm.tma_store = tma_store;
+    prm.dropout = fa_dropout_params{};
+    prm.pack_rows = prm.pack_heads = prm.pack_tiles = 0;
+    prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
+    prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
+    prm.q_descale = q_descale;
+    prm.k_descale = k_descale;
+    prm.v_descale = v_descale;
+    prm.vt_start = vt_start;
+    prm.vt_seq_rows = varlen ? 0 : (int)(vt_rows / p->batch);
+    int sm_count = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
+                  "cudaDeviceGetAttribute(multiprocessor count)");
+    /* O always has its own buffer: fa_hopper_persistent's rule without its buffer condition */
+    const bool persistent = !prm.heavy_first || prm.num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS ||
+                            prm.total_tiles > 2147483647;
+    prm.snake = persistent && fa_hopper_snake_order();
+    const int64_t units = (int64_t)p->heads_q * p->batch;
+    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
+                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
+    const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    if (grid == 0) return FA_OK;
+    return fa_hopper_run<BUCKET, true, false, false, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                         device_ordinal, stream);
+}
+
+extern "C" fa_status fa_fwd_launch_hopper_fp8(const fa_fwd_params *prm, const float *q_descale,
+                                              const float *k_descale, const float *v_descale, void *workspace,
+                                              int device_ordinal, cudaStream_t stream) {
+    switch (fa_hopper_fp8_bucket(prm->head_dim, prm->head_dim_v)) {
+    case 128: return fa_hopper_fp8_launch<128>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
+    case 256: return fa_hopper_fp8_launch<256>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
+    default:
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper fp8 forward kernel",
                             prm->head_dim, prm->head_dim_v);
     }
 }

@@ -1,0 +1,182 @@
+"""Side-by-side fp8 forward benchmark on a Hopper GPU: flashattn's e4m3 forward against cuDNN's fp8
+SDPA (the cuDNN frontend's `pygraph.sdpa_fp8`, when `import cudnn` works) and flashattn's own bf16
+forward, interleaved shape by shape in one process.
+
+Run where PyTorch and an sm_90 GPU are present, from the repository root, after `make`:
+
+    python3 bench/bench_fp8.py [--quick] [--out bench/results] [--d 64,128,256] [--seqlens 1024,...]
+
+Shapes: the FlashAttention papers' standard ones, b·s = 16k tokens, hidden 2048 (h = 2048/d),
+causal and not. FLOPs: 4·b·h·s²·d, halved when causal. Timing: triton.testing.do_bench median,
+the same for every implementation. Inputs: randn quantised to e4m3 with per-tensor descale 1
+(ours takes [batch, heads_kv] factors, cuDNN one scalar each: both read their factors every
+call). Ours writes o in bf16; cuDNN on Hopper writes o in fp8 (its bf16 output is Blackwell-only),
+which saves it half of the output's bytes.
+
+Also the accuracy of each fp8 output against float64 attention of the dequantised inputs at
+one small shape (RMSE), so a fast wrong kernel cannot hide here.
+
+Writes bench/results/fp8.md and prints the table last.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+from report import bench_ms  # noqa: E402
+
+E4M3 = torch.float8_e4m3fn
+
+
+def ours_fp8(q8, k8, v8, causal):
+    import flashattn
+    return lambda: flashattn.flash_attn_func(q8, k8, v8, causal=causal)
+
+
+def ours_bf16(q, k, v, causal):
+    import flashattn
+    return lambda: flashattn.flash_attn_func(q, k, v, causal=causal)
+
+
+class CudnnFp8:
+    """cuDNN's fp8 SDPA forward on [b, s, h, d] tensors (viewed as [b, h, s, d]), o in fp8."""
+
+    def __init__(self, q8, k8, v8, causal):
+        import cudnn
+        b, s, h, d = q8.shape
+        self.handle = cudnn.create_handle()
+        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+        e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+        g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32,
+                          handle=self.handle)
+        dims, strides = (b, h, s, d), (s * h * d, d, h * d, 1)
+        tq, tk, tv = (g.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in "qkv")
+        scal = [g.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
+                for n in ("dq", "dk", "dv", "ds", "ss", "so")]
+        o, _, amax_s, amax_o = g.sdpa_fp8(q=tq, k=tk, v=tv, descale_q=scal[0], descale_k=scal[1],
+                                          descale_v=scal[2], descale_s=scal[3], scale_s=scal[4],
+                                          scale_o=scal[5], attn_scale=1.0 / math.sqrt(d),
+                                          use_causal_mask=causal, generate_stats=False)
+        o.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
+        for a in (amax_s, amax_o):
+            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+        one = lambda: torch.ones(1, 1, 1, 1, dtype=torch.float32, device=q8.device)  # noqa: E731
+        self.out = torch.empty(b, s, h, d, dtype=E4M3, device=q8.device)
+        self.pack = {tq: q8, tk: k8, tv: v8, o: self.out, amax_s: one(), amax_o: one()}
+        for t in scal:
+            self.pack[t] = one()
+        self.ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=q8.device)
+        self.g = g
+
+    def __call__(self):
+        self.g.execute(self.pack, self.ws, handle=self.handle)
+        return self.out
+
+
+def reference_rmse(device):
+    """RMSE of each fp8 output against float64 attention of the dequantised inputs."""
+    torch.manual_seed(0)
+    b, s, h, d = 2, 1024, 8, 128
+    out = {}
+    for causal in (False, True):
+        q8, k8, v8 = (torch.randn(b, s, h, d, device=device).to(E4M3) for _ in range(3))
+        q, k, v = (t.double().transpose(1, 2) for t in (q8, k8, v8))
+        sc = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if causal:
+            sc.masked_fill_(torch.ones(s, s, dtype=torch.bool, device=device).triu(1), float("-inf"))
+        ref = (sc.softmax(-1) @ v).transpose(1, 2)
+        rows = {"flashattn": ours_fp8(q8, k8, v8, causal)()}
+        try:
+            rows["cudnn"] = CudnnFp8(q8, k8, v8, causal)()
+        except Exception as e:  # noqa: BLE001
+            print(f"cudnn fp8 unavailable: {e}", flush=True)
+        for name, o in rows.items():
+            out[(name, causal)] = (o.double() - ref).pow(2).mean().sqrt().item()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--d", default="64,128,256")
+    ap.add_argument("--seqlens", default=None)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    seqlens = [int(x) for x in args.seqlens.split(",")] if args.seqlens else \
+        ([2048, 8192] if args.quick else [1024, 2048, 4096, 8192, 16384])
+    d_list = [int(x) for x in args.d.split(",")]
+    try:
+        import cudnn
+        have_cudnn = True
+        cudnn_version = cudnn.backend_version()
+    except Exception as e:  # noqa: BLE001
+        print(f"cudnn frontend not importable ({e}): ours only", flush=True)
+        have_cudnn, cudnn_version = False, None
+    rows = []
+    for d in d_list:
+        h = 2048 // d
+        for causal in (False, True):
+            for s in seqlens:
+                b = max(1, 16384 // s)
+                torch.manual_seed(s + d)
+                q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+                q8, k8, v8 = (t.to(E4M3) for t in (q, k, v))
+                impls = {"flashattn fp8": ours_fp8(q8, k8, v8, causal), "flashattn bf16": ours_bf16(q, k, v, causal)}
+                if have_cudnn:
+                    try:
+                        impls["cudnn fp8"] = CudnnFp8(q8, k8, v8, causal)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"cudnn fp8 d{d} s{s} causal {causal}: {e}", flush=True)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                row = {"d": d, "causal": int(causal), "s": s, "b": b, "h": h}
+                for rnd in range(2):  # interleaved: every implementation once per round, best kept
+                    for name, fn in impls.items():
+                        ms = bench_ms(fn)
+                        t = flops / ms / 1e9
+                        row[name] = max(row.get(name, 0.0), round(t, 1))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    acc = reference_rmse(dev)
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn_frontend_backend": cudnn_version,
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    names = ["flashattn fp8", "cudnn fp8", "flashattn bf16"]
+    lines = [f"# fp8 e4m3 forward on the GPU {env['date'][:10]}", "",
+             f"GPU: {env['gpu']}; torch {env['torch']}; cuDNN (frontend's backend) {env['cudnn_frontend_backend']}; "
+             f"{env['date']}. b·s = 16k tokens, hidden 2048 (heads = 2048 / d); TFLOP/s (4·b·h·s²·d, halved causal), "
+             "median of triton.testing.do_bench, implementations interleaved shape by shape in one process "
+             "(best of two rounds). Ours: e4m3 q, k, v, o bf16; cuDNN: e4m3 q, k, v, o e4m3 (its bf16 output is "
+             "Blackwell-only). Written by bench/bench_fp8.py.", "",
+             "| d | causal | seqlen | " + " | ".join(names) + " | fp8 / cuDNN | fp8 / bf16 |",
+             "|---|---|---|" + "---|" * (len(names) + 2)]
+    for r in rows:
+        cells = [f"{r[n]:.1f}" if n in r else "-" for n in names]
+        ratio_c = f"{r['flashattn fp8'] / r['cudnn fp8']:.2f}" if "cudnn fp8" in r else "-"
+        ratio_b = f"{r['flashattn fp8'] / r['flashattn bf16']:.2f}"
+        lines.append(f"| {r['d']} | {r['causal']} | {r['s']} | " + " | ".join(cells) + f" | {ratio_c} | {ratio_b} |")
+    lines += ["", "Accuracy, b 2, s 1024, h 8, d 128, randn inputs quantised to e4m3: RMSE of o against float64 "
+              "attention of the dequantised inputs.", "", "| impl | causal | RMSE |", "|---|---|---|"]
+    for (name, causal), e in sorted(acc.items()):
+        lines.append(f"| {name} | {int(causal)} | {e:.2e} |")
+    text = "\n".join(lines) + "\n"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fp8.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
