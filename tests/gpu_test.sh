@@ -2,7 +2,8 @@
 # tests/gpu_test.sh: what `make gpu-test` runs on a machine with an NVIDIA GPU.
 #   1. build the library and the flashattn tool for the local GPU (build-gpu/)
 #   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
-#      (default kernels), then `--quick` with the portable forward forced
+#      (default kernels; f16, bf16 and fp8 e4m3 inputs, the last on sm_90 only), then `--quick`
+#      with the portable forward forced
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
 #      (tests/gpu/determinism.c); the default forward against the portable one; NaN inputs
 #      propagate through every kernel (tests/gpu/nan.c)

@@ -214,11 +214,12 @@ FA_TEST(tiles_hopper_setmaxnreg) {
 }
 
 FA_TEST(tiles_hopper_fp8) {
-    FA_CHECK(fa_hopper_fp8_bucket(64, 64) == 128 && fa_hopper_fp8_bucket(128, 96) == 128 &&
-                 fa_hopper_fp8_bucket(136, 128) == 256 && fa_hopper_fp8_bucket(256, 256) == 256 &&
-                 fa_hopper_fp8_bucket(264, 256) == 0 && fa_hopper_fp8_bucket(60, 64) == 0,
-             "fp8 buckets 128 and 256, multiples of 8 only");
-    for (int b = 128; b <= 256; b += 128)
+    FA_CHECK(fa_hopper_fp8_bucket(8, 64) == 64 && fa_hopper_fp8_bucket(64, 72) == 128 &&
+                 fa_hopper_fp8_bucket(128, 96) == 128 && fa_hopper_fp8_bucket(136, 128) == 256 &&
+                 fa_hopper_fp8_bucket(256, 256) == 256 && fa_hopper_fp8_bucket(264, 256) == 0 &&
+                 fa_hopper_fp8_bucket(60, 64) == 0,
+             "fp8 buckets 64, 128 and 256, multiples of 8 only");
+    for (int b = 64; b <= 256; b *= 2)
         FA_CHECK(fa_hopper_fp8_smem_bytes(b) <= SMEM_SM90, "fp8 bucket %d: %zu bytes of smem", b,
                  fa_hopper_fp8_smem_bytes(b));
     /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */

@@ -519,3 +519,50 @@ def test_cuda_document_block_mask_and_deterministic_dbias():
         (g,) = torch.autograd.grad(out, (bias,), torch.ones_like(out))
         runs.append(g)
     assert torch.equal(runs[0], runs[1])
+
+
+def fp8_baseline(q, k, v, causal):
+    """Attention as an fp8 kernel must compute it, in float64 otherwise: P·V takes exp(s - max)
+    rounded to e4m3 (FlashAttention-3's product), out rounded to bfloat16. q, k, v: the
+    dequantised (b, s, heads, d) values."""
+    group = q.shape[2] // k.shape[2]
+    qd = q.double().transpose(1, 2)
+    kd = k.double().repeat_interleave(group, dim=2).transpose(1, 2)
+    vd = v.double().repeat_interleave(group, dim=2).transpose(1, 2)
+    s = qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        lq, lk = s.shape[-2], s.shape[-1]
+        rows = torch.arange(lq, device=s.device)[:, None] + (lk - lq)
+        s = s.masked_fill(torch.arange(lk, device=s.device)[None, :] > rows, float("-inf"))
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    o = (e.to(torch.float8_e4m3fn).double() @ vd) / e.sum(-1, keepdim=True)
+    return o.transpose(1, 2).to(torch.bfloat16)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn") or not torch.cuda.is_available() or
+                    torch.cuda.get_device_capability() != (9, 0), reason="the fp8 forward needs sm_90")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 37, 300, 4, 2, 64), (1, 130, 130, 6, 3, 128), (2, 65, 200, 2, 1, 256)])
+def test_cuda_fp8_forward(shape, causal):
+    """float8_e4m3fn CUDA tensors with (batch, nheads_k) descales on the device: out against
+    float64 attention of the dequantised values, FlashAttention's rule with fp8_baseline."""
+    b, sq, sk, hq, hk, d = shape
+    seeded("fp8" + repr((shape, causal)))
+    ds = [2.0 ** torch.randint(-3, 4, (b, hk), device="cuda").float() for _ in range(3)]
+
+    def quantised(shape_, descale, group):
+        x = torch.randn(shape_, device="cuda")
+        scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]
+        x8 = (x / scale).to(torch.float8_e4m3fn)
+        return x8, (x8.float() * scale).to(torch.bfloat16)
+
+    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
+    k8, k = quantised((b, sk, hk, d), ds[1], 1)
+    v8, v = quantised((b, sk, hk, d), ds[2], 1)
+    out = flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    assert out.dtype == torch.bfloat16 and out.device.type == "cuda" and out.shape == (b, sq, hq, d)
+    ref, _ = torch_attention(q.double(), k.double(), v.double(), causal=causal)
+    base = fp8_baseline(q, k, v, causal)
+    check_rule("cuda fp8 out", npy(out), npy(ref), npy(base), "bfloat16")
+    with pytest.raises(Exception, match="fp8|FP8"):  # the fp8 kernel takes no ALiBi: refused, with the reason
+        flashattn.flash_attn_func(q8, k8, v8, causal=causal, alibi_slopes=torch.ones(hq, device="cuda"))

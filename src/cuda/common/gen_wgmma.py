@@ -25,7 +25,7 @@ SS_TRANSAB_SHAPES = (128,)
 # e4m3 (k32; both operands K-major, no transpose exists for 8-bit types): the fp8 forward's
 # S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V).
 E4M3_SS_SHAPES = (128,)
-E4M3_RS_SHAPES = (128, 256)
+E4M3_RS_SHAPES = (64, 128, 256)
 
 
 def reg_list(first, count, per_line=16):

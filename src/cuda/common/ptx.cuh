@@ -280,6 +280,11 @@ __device__ __forceinline__ void cp_async_ca_8(uint32_t smem_dst, const void *gme
  * i.e. an fp32 accumulator of N columns is, after packing, exactly the A operand of a K = N GEMM
  * (docs/hopper.md, "Verification on the H200", mode 3). This is how P = softmax(S) feeds O += P V.
  *
+ * ---- register A operand (8-bit types, k32): a[0] row r0, k = 4(l%4) .. +3 (the low byte first);
+ * a[1] row r0 + 8, same k; a[2] row r0, k = 16 + 4(l%4) .. +3; a[3] row r0 + 8, same k. Packing
+ * the accumulator's columns as they stand therefore permutes k within each group of 32; the fp8
+ * forward stores Vᵀ in that order (sm90_tiles.h, fa_hopper_fp8_vt_slot; docs/hopper.md).
+ *
  * ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"; docs/hopper.md):
  *     bits  0-13  start address >> 4       bits 16-29  leading-dimension byte offset (LBO) >> 4
  *     bits 32-45  stride-dimension byte offset (SBO) >> 4
@@ -516,6 +521,13 @@ __device__ __forceinline__ void wgmma_fence_operand(uint32_t &x) { asm volatile(
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
     return (uint64_t)((smem_addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo_bytes & 0x3FFFFu) >> 4) << 16) |
            ((uint64_t)((sbo_bytes & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+/* The same with layout 2, the 64-byte swizzle (atoms of 8 rows × 64 bytes, 512-byte aligned; TMA's
+ * CU_TENSOR_MAP_SWIZZLE_64B writes it): the fp8 forward's Q and K at head dims up to 64. */
+__device__ __forceinline__ uint64_t wgmma_desc_sw64(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+    return (uint64_t)((smem_addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo_bytes & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo_bytes & 0x3FFFFu) >> 4) << 32) | (2ull << 62);
 }
 
 /* ---- wgmma.mma_async (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
@@ -1132,6 +1144,24 @@ __device__ __forceinline__ void wgmma_m64n128k32_ss_f32_e4m3(float (&d)[64], uin
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+/* D[64x64] (+)= A[64x32] · B[32x64], e4m3 inputs: A from registers (a[4], the 8-bit A
+ * fragment), B K-major in shared memory, fp32 accumulators d[32]. */
+__device__ __forceinline__ void wgmma_m64n64k32_rs_f32_e4m3(float (&d)[32], const uint32_t (&a)[4],
+                                                            uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 /* D[64x128] (+)= A[64x32] · B[32x128], e4m3 inputs: A from registers (a[4], the 8-bit A
  * fragment), B K-major in shared memory, fp32 accumulators d[64]. */
 __device__ __forceinline__ void wgmma_m64n128k32_rs_f32_e4m3(float (&d)[64], const uint32_t (&a)[4],
@@ -1238,7 +1268,8 @@ __device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t de
 template <int N>
 __device__ __forceinline__ void wgmma_rs_f32_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                   int scale_d) {
-    if constexpr (N == 128) wgmma_m64n128k32_rs_f32_e4m3(d, a, desc_b, scale_d);
+    if constexpr (N == 64) wgmma_m64n64k32_rs_f32_e4m3(d, a, desc_b, scale_d);
+    else if constexpr (N == 128) wgmma_m64n128k32_rs_f32_e4m3(d, a, desc_b, scale_d);
     else if constexpr (N == 256) wgmma_m64n256k32_rs_f32_e4m3(d, a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_rs_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }

@@ -156,26 +156,27 @@ FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, lon
  * P's fp32 accumulator registers are its A fragment as they stand, see fa_hopper_fp8_vt_slot) and
  * the kernel loads tiles [dv, BLOCK_N keys] of it. O is bf16, staged in its own buffer. */
 
-/* Bucket: 128 (d and dv up to 128; smaller head dims zero-padded to it: the 8-bit 64-column tile
- * would need the 64-byte swizzle) or 256; 0 = out of range (d or dv above 256, or not a multiple
- * of 8). */
+/* Bucket: 64, 128 or 256 (d and dv up to it, zero-padded; at 64 Q and K rows are 64 bytes, in the
+ * 64-byte swizzle); 0 = out of range (d or dv above 256, or not a multiple of 8). */
 FA_HOPPER_FN int fa_hopper_fp8_bucket(int head_dim, int head_dim_v) {
     return head_dim < 8 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 8 || head_dim_v > 256 ||
                    head_dim_v % 8 != 0
                ? 0
+           : head_dim <= 64 && head_dim_v <= 64   ? 64
            : head_dim <= 128 && head_dim_v <= 128 ? 128
                                                   : 256;
 }
 
-/* Keys per tile: 128, one 128-byte row of Vᵀ per dv column (S 64 registers, P 16, O 64 / 128). */
+/* Keys per tile: 128, one 128-byte row of Vᵀ per dv column (S 64 registers, P 16, O 32 / 64 / 128). */
 FA_HOPPER_FN int fa_hopper_fp8_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
 
-/* Query rows per CTA (2 consumer warpgroups) and ring depth. */
-FA_HOPPER_FN int fa_hopper_fp8_block_m(int bucket) { return bucket > 0 ? 128 : 0; }
-FA_HOPPER_FN int fa_hopper_fp8_stages(int bucket) { return bucket > 0 ? 2 : 0; }
+/* Query rows per CTA and ring depth: the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:
+ * 192 rows in 3 consumer warpgroups and 3 stages at bucket 64, else 128 rows in 2 and 2 stages). */
+FA_HOPPER_FN int fa_hopper_fp8_block_m(int bucket) { return bucket > 0 ? fa_hopper_block_m(bucket) : 0; }
+FA_HOPPER_FN int fa_hopper_fp8_stages(int bucket) { return bucket > 0 ? fa_hopper_stages(bucket) : 0; }
 
-/* Shared memory: Q [128, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [128, dv] bf16,
- * the mbarriers, 1024 bytes of alignment (bucket 128: 113 KiB; 256: 225 KiB). */
+/* Shared memory: Q [BLOCK_M, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [BLOCK_M, dv] bf16,
+ * the mbarriers, 1024 bytes of alignment (bucket 64: 73 KiB; 128: 113 KiB; 256: 225 KiB). */
 FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket) {
     return (size_t)fa_hopper_fp8_block_m(bucket) * (size_t)bucket +
            (size_t)fa_hopper_fp8_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +

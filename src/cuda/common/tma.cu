@@ -30,6 +30,14 @@ static PFN_cuTensorMapEncodeTiled_v12000 fa_hopper_encode_fn(void) {
 fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *name, CUtensorMapDataType type,
                              const void *base, int64_t dim, int64_t rows, int64_t heads, int64_t batch,
                              int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
+    return fa_hopper_make_map_rows(map, path, name, type, base, dim, rows, heads, batch, row_stride, head_stride,
+                                   batch_stride, box_rows, 128);
+}
+
+fa_status fa_hopper_make_map_rows(CUtensorMap *map, const char *path, const char *name, CUtensorMapDataType type,
+                                  const void *base, int64_t dim, int64_t rows, int64_t heads, int64_t batch,
+                                  int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows,
+                                  int row_bytes) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = fa_hopper_encode_fn();
     if (encode == nullptr)
         return fa_set_error(FA_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the CUDA driver");
@@ -49,10 +57,11 @@ fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *nam
         stride_bytes[i] = (cuuint64_t)(extents[i] == 1 ? 16 : elem_bytes * strides_el[i]);
     }
     const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)batch};
-    const cuuint32_t box[4] = {(cuuint32_t)(128 / elem_bytes), (cuuint32_t)box_rows, 1, 1};
+    const cuuint32_t box[4] = {(cuuint32_t)(row_bytes / elem_bytes), (cuuint32_t)box_rows, 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     const CUresult r = encode(map, type, 4, const_cast<void *>(base), dims, stride_bytes, box, elem_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return fa_set_error(FA_ERR_CUDA,

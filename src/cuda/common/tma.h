@@ -21,6 +21,13 @@ fa_status fa_hopper_make_map(CUtensorMap *map, const char *path, const char *nam
                              const void *base, int64_t dim, int64_t rows, int64_t heads, int64_t batch,
                              int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows);
 
+/* The same with boxes of row_bytes (128: the 128-byte swizzle, as above; 64: the 64-byte swizzle,
+ * the fp8 forward's Q and K at head dims up to 64). */
+fa_status fa_hopper_make_map_rows(CUtensorMap *map, const char *path, const char *name, CUtensorMapDataType type,
+                                  const void *base, int64_t dim, int64_t rows, int64_t heads, int64_t batch,
+                                  int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows,
+                                  int row_bytes);
+
 /* The backward's fp32 dQ accumulator [heads, rows, dim] (dense) as the 3-D map {dim, rows, heads}
  * with box {32, box_rows, 1} (128-byte rows), 128-byte swizzle: the target of the Hopper
  * backward's bulk reduce-adds (columns past dim and rows past `rows` are skipped). FA_ERR_CUDA

@@ -88,6 +88,15 @@
  * P·V wait instead (DROPOUT_LATE). After the online softmax has added P to the row sums,
  * the dropped elements of P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
  * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
+ *
+ * fp8 e4m3 inputs (template flag FP8, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's fp8 section):
+ * Q and K tiles hold 128 (bucket 64: 64, in the 64-byte swizzle) e4m3 columns per slab row; S and
+ * P·V are e4m3 wgmma (k32); P goes to e4m3 straight from the accumulator registers, four per
+ * register as they stand (fa_hopper_convert_p), and V arrives transposed from the pre-pass at the
+ * end of this file, [dv rows][128 keys] per tile in the slot order that makes those registers the
+ * A fragment. Each sequence's Vᵀ is zero-padded to whole tiles, so varlen needs no V zeroing here.
+ * q_descale · k_descale fold into the tile's score multiplier (fa_hopper_muls), v_descale into o's
+ * normalisation. Not with PACK, LOG2, DROPOUT or MODS.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -114,8 +123,12 @@ struct fa_hopper_config {
     static constexpr int BLOCK_N = FP8 ? fa_hopper_fp8_block_n(BUCKET) : fa_hopper_block_n(BUCKET);
     static constexpr int STAGES = FP8 ? fa_hopper_fp8_stages(BUCKET) : fa_hopper_stages(BUCKET);
     static constexpr bool PINGPONG = fa_hopper_pingpong(BUCKET) != 0;
-    /* Q and K elements per 128-byte slab row (fp8: 128); O is 16-bit either way (64 per row) */
-    static constexpr int SLAB_COLS = FP8 ? 128 : 64;
+    /* Q and K: bytes and elements per slab row, 128-byte rows in the 128-byte swizzle (16-bit: 64
+     * elements, fp8: 128), or for fp8 at bucket 64 64-byte rows in the 64-byte swizzle; O and V
+     * (16-bit) are slabs of 64 elements in 128-byte rows either way */
+    static constexpr int QK_ROW_BYTES = FP8 && DQK == 64 ? 64 : 128;
+    static constexpr int SLAB_COLS = FP8 ? QK_ROW_BYTES : 64;
+    static constexpr uint32_t QK_ATOM_BYTES = 8 * QK_ROW_BYTES; /* 8 rows: the SBO of K-major Q and K */
     /* k-steps of the GEMMs: k16 for 16-bit inputs, k32 for fp8 (32 bytes of a 128-byte row either
      * way); P's A fragments, one per k-step of P·V */
     static constexpr int K_STEP = FP8 ? 32 : 16;
@@ -127,10 +140,11 @@ struct fa_hopper_config {
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
-    static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;
-    static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * 128;
+    static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
+    static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * QK_ROW_BYTES; /* K (and 16-bit V) slabs */
+    static constexpr uint32_t O_SLAB_BYTES = BLOCK_M * 128;
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS_QK; /* also the Q loads' tx bytes */
-    static constexpr uint32_t O_BYTES = Q_SLAB_BYTES * SLABS_V;
+    static constexpr uint32_t O_BYTES = O_SLAB_BYTES * SLABS_V;
     static constexpr uint32_t K_BYTES = KV_SLAB_BYTES * SLABS_QK; /* one K stage            */
     /* one V stage: [BLOCK_N, DV] 16-bit, or fp8 Vᵀ [DV, BLOCK_N] (one slab of DV 128-byte rows) */
     static constexpr uint32_t V_BYTES = FP8 ? DV * BLOCK_N : KV_SLAB_BYTES * SLABS_V;
@@ -156,13 +170,13 @@ struct fa_hopper_config {
     static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
-    static_assert(!FP8 || (BLOCK_N == 128 && DQK % 128 == 0 && DV == DQK),
-                  "fp8: one 128-byte Vᵀ row per dv column, whole 128-column Q/K slabs");
+    static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
+                  "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256,
                   "key tile: whole k16 steps of P V (and pairs of 8-key dropout chunks); TMA box <= 256");
-    static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0,
+    static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0 && O_SLAB_BYTES % 1024 == 0,
                   "every slab starts on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(CONSUMER_WGS == 2 || CONSUMER_WGS == 3, "named barrier ids below: at most 3 consumers");
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
@@ -227,16 +241,19 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
  * waits here. */
 template <class Cfg, bool BF16, bool FP8>
 __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t q_wg, uint32_t k_tile) {
-    const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, 1024);
-    const uint64_t k_desc = wgmma_desc_sw128(k_tile, 16, 1024);
+    const uint64_t q_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(q_wg, 16, Cfg::QK_ATOM_BYTES)
+                                                   : wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
+    const uint64_t k_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(k_tile, 16, Cfg::QK_ATOM_BYTES)
+                                                   : wgmma_desc_sw128(k_tile, 16, Cfg::QK_ATOM_BYTES);
 #pragma unroll
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::DQK / Cfg::K_STEP; ++kk) {
         /* descriptors advance in 16-byte units in their low bits (start-address field) */
-        const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        constexpr int STEPS_PER_ROW = Cfg::QK_ROW_BYTES / 32;
+        const uint64_t q_step = ((kk / STEPS_PER_ROW) * Cfg::Q_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
+        const uint64_t k_step = ((kk / STEPS_PER_ROW) * Cfg::KV_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
         if constexpr (FP8)
             wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
         else
@@ -762,7 +779,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * 128; /* rows 64c.. of slab 0        */
+    const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES; /* rows 64c.. of slab 0 */
     const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
     const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
     /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
@@ -1005,7 +1022,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         for (int j = 0; j < DV / 8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::Q_SLAB_BYTES +
+                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::O_SLAB_BYTES +
                                       (uint32_t)(tile_row + 8 * h) * 128 +
                                       (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
                 st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
@@ -1022,7 +1039,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (wg_row_first < w.len_q) /* else every row is past the sequence */
 #pragma unroll
                     for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
-                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::Q_SLAB_BYTES, 64 * slab, wg_row_first,
+                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, 64 * slab, wg_row_first,
                                      w.head, w.batch);
                 tma_store_commit_group();
                 if (!Cfg::O_OWN) {
@@ -1047,7 +1064,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 const int pg = PACK ? tr / prm.pack_rows : 0, pi = PACK ? tr - pg * prm.pack_rows : 0;
                 if (PACK && (pg >= w.pack_heads || pi >= w.len_q)) continue;
                 uint32_t v4[4];
-                ld_shared_v4_b32(v4, o_smem + (uint32_t)(chunk / 8) * Cfg::Q_SLAB_BYTES + (uint32_t)tr * 128 +
+                ld_shared_v4_b32(v4, o_smem + (uint32_t)(chunk / 8) * Cfg::O_SLAB_BYTES + (uint32_t)tr * 128 +
                                          (uint32_t)(((chunk % 8) ^ (tr % 8)) * 16));
                 if (PACK)
                     st_global_v4_b32(o_gmem + (int64_t)pg * prm.o_head_stride + (int64_t)pi * prm.o_row_stride +
@@ -1331,11 +1348,13 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     CUtensorMap tmap_q, tmap_k, tmap_v, tmap_o;
     fa_status st;
     const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-    if ((st = fa_hopper_make_map(&tmap_q, path, "q", u8, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
-                                 p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
-        (st = fa_hopper_make_map(&tmap_k, path, "k", u8, no_keys ? p->q : p->k, p->head_dim, no_keys ? 1 : rows_k,
-                                 no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->k_row_stride,
-                                 p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N)) != FA_OK)
+    if ((st = fa_hopper_make_map_rows(&tmap_q, path, "q", u8, p->q, p->head_dim, rows_q, p->heads_q, map_batch,
+                                      p->q_row_stride, p->q_head_stride, p->q_batch_stride, Cfg::BLOCK_M,
+                                      Cfg::QK_ROW_BYTES)) != FA_OK ||
+        (st = fa_hopper_make_map_rows(&tmap_k, path, "k", u8, no_keys ? p->q : p->k, p->head_dim,
+                                      no_keys ? 1 : rows_k, no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch,
+                                      p->k_row_stride, p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N,
+                                      Cfg::QK_ROW_BYTES)) != FA_OK)
         return st;
     /* Vᵀ {vt_rows, dv, hkv, 1}: box {BLOCK_N keys, DV columns} (columns past dv read as zeros) */
     if (no_keys) {
@@ -1414,6 +1433,7 @@ extern "C" fa_status fa_fwd_launch_hopper_fp8(const fa_fwd_params *prm, const fl
                                               const float *k_descale, const float *v_descale, void *workspace,
                                               int device_ordinal, cudaStream_t stream) {
     switch (fa_hopper_fp8_bucket(prm->head_dim, prm->head_dim_v)) {
+    case 64: return fa_hopper_fp8_launch<64>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
     case 128: return fa_hopper_fp8_launch<128>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
     case 256: return fa_hopper_fp8_launch<256>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
     default:
