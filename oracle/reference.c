@@ -443,9 +443,9 @@ static float baseline_prob(fa_dtype dtype, float e, float sum) {
 /* Hopper's fp8 tensor-core product keeps about 14 significant bits in its sums, not fp32's 24
  * (DeepSeek-V3's report for the H800). The fp8 baseline's S = Q Kᵀ models one k32 step of it as
  * adding the accumulator and the step's 32 exact e4m3 products after aligning each to the
- * largest of them and dropping the bits below its 14th (toward zero), as a fixed-point adder
- * would; the H200's fp8 wgmma errs within that (docs/tuning-log.md, fp8 forward). A NaN or an
- * infinity passes through unchanged. */
+ * largest of them and dropping the bits below its 14th (toward -inf: two's complement), as a
+ * fixed-point adder would; of the four models tried it is the one the H200's fp8 wgmma errs
+ * within (docs/tuning-log.md, fp8 forward). A NaN or an infinity passes through unchanged. */
 static float fp8_mma_step(float acc, const double *products, int64_t n) {
     double largest = fabs((double)acc), exact = acc;
     for (int64_t i = 0; i < n; i++) {
@@ -456,8 +456,8 @@ static float fp8_mma_step(float acc, const double *products, int64_t n) {
     int exponent;
     frexp(largest, &exponent); /* largest = m·2^exponent, m in [0.5, 1): 14 bits reach 2^(exponent - 14) */
     const double unit = ldexp(1.0, exponent - 14);
-    double sum = trunc((double)acc / unit) * unit;
-    for (int64_t i = 0; i < n; i++) sum += trunc(products[i] / unit) * unit;
+    double sum = floor((double)acc / unit) * unit;
+    for (int64_t i = 0; i < n; i++) sum += floor(products[i] / unit) * unit;
     return (float)sum;
 }
 
@@ -487,13 +487,17 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             for (int64_t j = lo; j < hi; j++) {
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
                 float s = 0.0f; /* q, k hold dtype values; fp32 multiply-accumulate         */
-                if (dtype == FA_DTYPE_FP8_E4M3)
+                if (dtype == FA_DTYPE_FP8_E4M3) {
                     for (int64_t c0 = 0; c0 < d; c0 += 32) {
                         double products[32];
                         const int64_t n = d - c0 < 32 ? d - c0 : 32;
                         for (int64_t c = 0; c < n; c++) products[c] = q_row[c0 + c] * k_row[c0 + c];
                         s = fp8_mma_step(s, products, n);
                     }
+                    /* the GEMM's K padded with zeros to 64, 128 or 256 (the kernels' head-dim
+                     * buckets): a step of zero products still re-aligns the accumulator */
+                    if (d != 64 && d != 128 && d != 256) s = fp8_mma_step(s, NULL, 0);
+                }
                 else
                     for (int64_t c = 0; c < d; c++) s += (float)q_row[c] * (float)k_row[c];
                 s *= scale;
