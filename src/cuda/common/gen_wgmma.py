@@ -45,6 +45,23 @@ def acc_operands(count, per_line=8):
     return [", ".join(ops[i:i + per_line]) for i in range(0, count, per_line)]
 
 
+def asm_body(indent, pred, instr, h, tail, inputs):
+    """One wgmma asm statement at `indent`: a predicate p from operand %pred (scale-d), `instr`
+    with the h accumulators, then `tail` (the other operands and immediates) and the inputs."""
+    out = [f"{indent}asm volatile(",
+           f'{indent}    "{{\\n.reg .pred p;\\n"',
+           f'{indent}    "setp.ne.b32 p, %{pred}, 0;\\n"',
+           f'{indent}    "{instr} "']
+    out += [f"{indent}    {line}" for line in reg_list(0, h)]
+    out.append(f'{indent}    "{tail};\\n}}\\n"')
+    ops = acc_operands(h)
+    out.append(f"{indent}    : {ops[0]},")
+    for i, line in enumerate(ops[1:]):
+        out.append(f"{indent}      {line}{',' if i < len(ops) - 2 else ''}")
+    out.append(f"{indent}    : {inputs});")
+    return out
+
+
 def emit_ss(n, trans_b=False, trans_a=False):
     h = n // 2
     out = []
@@ -66,18 +83,9 @@ def emit_ss(n, trans_b=False, trans_a=False):
     for dt in ("bf16", "f16"):
         cond = "if constexpr (BF16) {" if dt == "bf16" else "} else {"
         out.append(f"    {cond}")
-        out.append("        asm volatile(")
-        out.append('            "{\\n.reg .pred p;\\n"')
-        out.append(f'            "setp.ne.b32 p, %{h + 2}, 0;\\n"')
-        out.append(f'            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "')
-        for line in reg_list(0, h):
-            out.append(f"            {line}")
-        out.append(f'            ", %{h}, %{h + 1}, p, 1, 1, {1 if trans_a else 0}, {1 if trans_b or trans_a else 0};\\n}}\\n"')
-        ops = acc_operands(h)
-        out.append(f"            : {ops[0]},")
-        for i, line in enumerate(ops[1:]):
-            out.append(f"              {line}{',' if i < len(ops) - 2 else ''}")
-        out.append('            : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+        out += asm_body("        ", h + 2, f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}", h,
+                        f", %{h}, %{h + 1}, p, 1, 1, {1 if trans_a else 0}, {1 if trans_b or trans_a else 0}",
+                        '"l"(desc_a), "l"(desc_b), "r"(scale_d)')
     out.append("    }")
     out.append("}")
     return out
@@ -95,18 +103,9 @@ def emit_rs(n):
     for dt in ("bf16", "f16"):
         cond = "if constexpr (BF16) {" if dt == "bf16" else "} else {"
         out.append(f"    {cond}")
-        out.append("        asm volatile(")
-        out.append('            "{\\n.reg .pred p;\\n"')
-        out.append(f'            "setp.ne.b32 p, %{h + 5}, 0;\\n"')
-        out.append(f'            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "')
-        for line in reg_list(0, h):
-            out.append(f"            {line}")
-        out.append(f'            ", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, 1;\\n}}\\n"')
-        ops = acc_operands(h)
-        out.append(f"            : {ops[0]},")
-        for i, line in enumerate(ops[1:]):
-            out.append(f"              {line}{',' if i < len(ops) - 2 else ''}")
-        out.append('            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
+        out += asm_body("        ", h + 5, f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}", h,
+                        f", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, 1",
+                        '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)')
     out.append("    }")
     out.append("}")
     return out
@@ -129,82 +128,60 @@ def emit_e4m3(n, rs):
         out.append(f"{head}float (&d)[{h}], uint64_t desc_a,")
         out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
         pred = h + 2
-    out.append("    asm volatile(")
-    out.append('        "{\\n.reg .pred p;\\n"')
-    out.append(f'        "setp.ne.b32 p, %{pred}, 0;\\n"')
-    out.append(f'        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "')
-    for line in reg_list(0, h):
-        out.append(f"        {line}")
+    instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
     if rs:
-        out.append(f'        ", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1;\\n}}\\n"')
+        out += asm_body("    ", pred, instr, h, f", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1",
+                        '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)')
     else:
-        out.append(f'        ", %{h}, %{h + 1}, p, 1, 1;\\n}}\\n"')
-    ops = acc_operands(h)
-    out.append(f"        : {ops[0]},")
-    for i, line in enumerate(ops[1:]):
-        out.append(f"          {line}{',' if i < len(ops) - 2 else ''}")
-    if rs:
-        out.append('        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
-    else:
-        out.append('        : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+        out += asm_body("    ", pred, instr, h, f", %{h}, %{h + 1}, p, 1, 1", '"l"(desc_a), "l"(desc_b), "r"(scale_d)')
+    out.append("}")
+    return out
+
+
+def front_end(template, signature, name, shapes, call):
+    """A dispatcher `name` over the generated shapes: `signature` its declaration lines, call(n)
+    the wrapper call of shape n."""
+    out = [template] + signature
+    for i, n in enumerate(shapes):
+        kw = "if constexpr" if i == 0 else "else if constexpr"
+        out.append(f"    {kw} (N == {n}) {call(n)};")
+    out.append(f'    else static_assert(N < 0, "{name}: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
     out.append("}")
     return out
 
 
 def emit_front_ends():
-    out = []
-    out.append("/* Front ends: the shape as a template parameter (only the shapes above exist). */")
-    out.append("template <int N, bool BF16>")
-    out.append("__device__ __forceinline__ void wgmma_ss_f32(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {")
-    for i, n in enumerate(SS_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_ss_f32: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
-    out.append("")
-    out.append("template <int N, bool BF16>")
-    out.append("__device__ __forceinline__ void wgmma_rs_f32_transb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,")
-    out.append("                                                    int scale_d) {")
-    for i, n in enumerate(RS_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_rs_f32_transb: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
-    out.append("")
-    out.append("template <int N, bool BF16>")
-    out.append("__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,")
-    out.append("                                                    int scale_d) {")
-    for i, n in enumerate(SS_TRANSB_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_ss_f32_transb<BF16>(d, desc_a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_ss_f32_transb: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
-    out.append("")
-    out.append("template <int N, bool BF16>")
-    out.append("__device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,")
-    out.append("                                                     int scale_d) {")
-    for i, n in enumerate(SS_TRANSAB_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_ss_f32_transab: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
-    out.append("")
-    out.append("template <int N>")
-    out.append("__device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {")
-    for i, n in enumerate(E4M3_SS_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_ss_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
-    out.append("")
-    out.append("template <int N>")
-    out.append("__device__ __forceinline__ void wgmma_rs_f32_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,")
-    out.append("                                                  int scale_d) {")
-    for i, n in enumerate(E4M3_RS_SHAPES):
-        kw = "if constexpr" if i == 0 else "else if constexpr"
-        out.append(f"    {kw} (N == {n}) wgmma_m64n{n}k32_rs_f32_e4m3(d, a, desc_b, scale_d);")
-    out.append('    else static_assert(N < 0, "wgmma_rs_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");')
-    out.append("}")
+    out = ["/* Front ends: the shape as a template parameter (only the shapes above exist). */"]
+    out += front_end(
+        "template <int N, bool BF16>",
+        ["__device__ __forceinline__ void wgmma_ss_f32(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {"],
+        "wgmma_ss_f32", SS_SHAPES, lambda n: f"wgmma_m64n{n}k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d)") + [""]
+    out += front_end(
+        "template <int N, bool BF16>",
+        ["__device__ __forceinline__ void wgmma_rs_f32_transb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,",
+         "                                                    int scale_d) {"],
+        "wgmma_rs_f32_transb", RS_SHAPES, lambda n: f"wgmma_m64n{n}k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d)") + [""]
+    out += front_end(
+        "template <int N, bool BF16>",
+        ["__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
+         "                                                    int scale_d) {"],
+        "wgmma_ss_f32_transb", SS_TRANSB_SHAPES,
+        lambda n: f"wgmma_m64n{n}k16_ss_f32_transb<BF16>(d, desc_a, desc_b, scale_d)") + [""]
+    out += front_end(
+        "template <int N, bool BF16>",
+        ["__device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
+         "                                                     int scale_d) {"],
+        "wgmma_ss_f32_transab", SS_TRANSAB_SHAPES,
+        lambda n: f"wgmma_m64n{n}k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d)") + [""]
+    out += front_end(
+        "template <int N>",
+        ["__device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {"],
+        "wgmma_ss_f32_e4m3", E4M3_SS_SHAPES, lambda n: f"wgmma_m64n{n}k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d)") + [""]
+    out += front_end(
+        "template <int N>",
+        ["__device__ __forceinline__ void wgmma_rs_f32_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,",
+         "                                                  int scale_d) {"],
+        "wgmma_rs_f32_e4m3", E4M3_RS_SHAPES, lambda n: f"wgmma_m64n{n}k32_rs_f32_e4m3(d, a, desc_b, scale_d)")
     return out
 
 
