@@ -124,19 +124,25 @@ fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned byte
     return FA_OK;
 }
 
-fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
-                                 int64_t head_stride, int check_batch, const char *path) {
+fa_status fa_cuda_check_tensor(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                               int64_t head_stride, int check_batch, int elem_bytes, const char *path) {
     if (((uintptr_t)ptr & 15u) != 0)
         return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 16-byte aligned (%s moves 16-byte vectors)",
                             name, ptr, path);
     const int64_t strides[3] = {batch_stride, row_stride, head_stride};
     static const char *const axis[3] = {"batch", "row", "head"};
+    const int per_16_bytes = 16 / elem_bytes;
     for (int i = check_batch ? 0 : 1; i < 3; ++i)
-        if (strides[i] % 8 != 0)
+        if (strides[i] % per_16_bytes != 0)
             return fa_set_error(FA_ERR_ALIGNMENT,
-                                "%s_%s_stride = %lld is not a multiple of 8 elements (16 bytes), which %s needs",
-                                name, axis[i], (long long)strides[i], path);
+                                "%s_%s_stride = %lld is not a multiple of %d elements (16 bytes), which %s needs",
+                                name, axis[i], (long long)strides[i], per_16_bytes, path);
     return FA_OK;
+}
+
+fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                                 int64_t head_stride, int check_batch, const char *path) {
+    return fa_cuda_check_tensor(name, ptr, batch_stride, row_stride, head_stride, check_batch, 2, path);
 }
 
 fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel) {
@@ -195,23 +201,14 @@ static fa_status check_forward_fp8(const fa_problem *pb, fa_cuda_device_info *de
                                                                                              : FA_ERR_UNSUPPORTED,
                             "dtype = FA_DTYPE_FP8_E4M3 (head_dim = %lld, head_dim_v = %lld): %s %s",
                             (long long)p->head_dim, (long long)p->head_dim_v, path, why);
-    const void *ptrs[3] = {p->q, p->k, p->v};
-    const int64_t strides[3][3] = {{p->q_batch_stride, p->q_row_stride, p->q_head_stride},
-                                   {p->k_batch_stride, p->k_row_stride, p->k_head_stride},
-                                   {p->v_batch_stride, p->v_row_stride, p->v_head_stride}};
-    static const char *const names[3] = {"q", "k", "v"}, *const axis[3] = {"batch", "row", "head"};
-    for (int t = 0; t < 3; ++t) {
-        if (((uintptr_t)ptrs[t] & 15u) != 0)
-            return fa_set_error(FA_ERR_ALIGNMENT, "%s = %p is not 16-byte aligned (%s loads it by TMA)", names[t],
-                                ptrs[t], path);
-        for (int a = pb->varlen ? 1 : 0; a < 3; ++a)
-            if (strides[t][a] % 16 != 0)
-                return fa_set_error(FA_ERR_ALIGNMENT,
-                                    "%s_%s_stride = %lld is not a multiple of 16 elements (16 bytes of fp8), which "
-                                    "%s needs",
-                                    names[t], axis[a], (long long)strides[t][a], path);
-    }
-    if ((s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, !pb->varlen,
+    const int check_batch = !pb->varlen;
+    if ((s = fa_cuda_check_tensor("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, 1,
+                                  path)) != FA_OK ||
+        (s = fa_cuda_check_tensor("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, 1,
+                                  path)) != FA_OK ||
+        (s = fa_cuda_check_tensor("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, 1,
+                                  path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, check_batch,
                                     path)) != FA_OK ||
         (s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("sink_logits", p->sink_logits, 4)) != FA_OK ||

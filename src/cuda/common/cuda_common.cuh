@@ -312,8 +312,12 @@ fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path);
 /* ptr (NULL passes) aligned to `bytes`, a power of two: "name = ptr is not N-byte aligned". */
 fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes);
 
-/* A 16-bit tensor the kernels move in 16-byte vectors: base 16-byte aligned, row and head
- * strides (and the batch stride when check_batch) multiples of 8 elements. */
+/* A tensor of elem_bytes-byte elements the kernels move in 16-byte vectors: base 16-byte aligned,
+ * row and head strides (and the batch stride when check_batch) multiples of 16 bytes. */
+fa_status fa_cuda_check_tensor(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
+                               int64_t head_stride, int check_batch, int elem_bytes, const char *path);
+
+/* The same for a 16-bit tensor: strides multiples of 8 elements. */
 fa_status fa_cuda_check_tensor16(const char *name, const void *ptr, int64_t batch_stride, int64_t row_stride,
                                  int64_t head_stride, int check_batch, const char *path);
 

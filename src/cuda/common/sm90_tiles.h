@@ -126,8 +126,14 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
  * always run one CTA per tile. docs/tuning-log.md has the measurements. */
 enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
 
+/* The tiles' half of the rule: even tiles, or causal-like ones shorter than the grouped order pays
+ * for (the fp8 kernels, whose O always has its own buffer, use it alone). */
+FA_HOPPER_FN int fa_hopper_persistent_tiles(int heavy_first, int num_m_blocks) {
+    return !heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS;
+}
+
 FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
-    return fa_hopper_o_own_buffer(bucket) && (!heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS);
+    return fa_hopper_o_own_buffer(bucket) && fa_hopper_persistent_tiles(heavy_first, num_m_blocks);
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of
@@ -170,18 +176,14 @@ FA_HOPPER_FN int fa_hopper_fp8_bucket(int head_dim, int head_dim_v) {
 /* Keys per tile: 128, one 128-byte row of Vᵀ per dv column (S 64 registers, P 16, O 32 / 64 / 128). */
 FA_HOPPER_FN int fa_hopper_fp8_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
 
-/* Query rows per CTA and ring depth: the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:
- * 192 rows in 3 consumer warpgroups and 3 stages at bucket 64, else 128 rows in 2 and 2 stages). */
-FA_HOPPER_FN int fa_hopper_fp8_block_m(int bucket) { return bucket > 0 ? fa_hopper_block_m(bucket) : 0; }
-FA_HOPPER_FN int fa_hopper_fp8_stages(int bucket) { return bucket > 0 ? fa_hopper_stages(bucket) : 0; }
-
-/* Shared memory: Q [BLOCK_M, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [BLOCK_M, dv] bf16,
+/* Query rows per CTA and ring depth are the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:
+ * 192 rows in 3 consumer warpgroups and 3 stages at bucket 64, else 128 rows in 2 and 2 stages).
+ * Shared memory: Q [BLOCK_M, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [BLOCK_M, dv] bf16,
  * the mbarriers, 1024 bytes of alignment (bucket 64: 73 KiB; 128: 113 KiB; 256: 225 KiB). */
 FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket) {
-    return (size_t)fa_hopper_fp8_block_m(bucket) * (size_t)bucket +
-           (size_t)fa_hopper_fp8_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +
-           (size_t)fa_hopper_fp8_block_m(bucket) * 2 * (size_t)bucket +
-           8 * (size_t)(2 + 4 * fa_hopper_fp8_stages(bucket)) + 1024;
+    return (size_t)fa_hopper_block_m(bucket) * (size_t)bucket +
+           (size_t)fa_hopper_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +
+           (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket + fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
 /* Vᵀ's padded key rows: a sequence of len keys takes ceil(len / BLOCK_N) · BLOCK_N of them, so

@@ -119,9 +119,9 @@
 template <int BUCKET, bool FP8 = false>
 struct fa_hopper_config {
     static constexpr int DQK = fa_hopper_dqk(BUCKET), DV = fa_hopper_dv(BUCKET);
-    static constexpr int BLOCK_M = FP8 ? fa_hopper_fp8_block_m(BUCKET) : fa_hopper_block_m(BUCKET);
+    static constexpr int BLOCK_M = fa_hopper_block_m(BUCKET);
     static constexpr int BLOCK_N = FP8 ? fa_hopper_fp8_block_n(BUCKET) : fa_hopper_block_n(BUCKET);
-    static constexpr int STAGES = FP8 ? fa_hopper_fp8_stages(BUCKET) : fa_hopper_stages(BUCKET);
+    static constexpr int STAGES = fa_hopper_stages(BUCKET);
     static constexpr bool PINGPONG = fa_hopper_pingpong(BUCKET) != 0;
     /* Q and K: bytes and elements per slab row, 128-byte rows in the 128-byte swizzle (16-bit: 64
      * elements, fp8: 128), or for fp8 at bucket 64 64-byte rows in the 64-byte swizzle; O and V
@@ -1095,6 +1095,23 @@ static int fa_hopper_pack_mode(void) {
     return strcmp(mode, "1") == 0 ? 1 : strcmp(mode, "0") == 0 ? -1 : 0;
 }
 
+/* The grid of a launch: persistent (one CTA per multiprocessor, snake order, every unit in one
+ * head group) or one CTA per tile (heavy-first tiles in head groups, fa_cuda_head_group). Sets
+ * prm.snake and prm.head_group; *grid = 0 when there is no tile. */
+static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, int device_ordinal, int64_t *grid) {
+    int sm_count = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
+                  "cudaDeviceGetAttribute(multiprocessor count)");
+    prm.snake = persistent && fa_hopper_snake_order();
+    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
+     * persistent grid's static snake split takes them longest first over all units */
+    const int64_t units = (int64_t)prm.heads_q * prm.batch;
+    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
+                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
+    *grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    return FA_OK;
+}
+
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
 template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS = false, bool FP8 = false>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
@@ -1188,9 +1205,6 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
      * or one CTA per tile (sm90_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
      * either way. */
-    int sm_count = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
-                  "cudaDeviceGetAttribute(multiprocessor count)");
     const bool block_map = mods != nullptr && mods->block_map != nullptr;
     /* FA_HOPPER_FWD_PERSISTENT=1 / 0 forces the grid shape (timing) */
     const char *forced = getenv("FA_HOPPER_FWD_PERSISTENT");
@@ -1198,14 +1212,9 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
                                                : !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first,
                                                                                     prm.num_m_blocks)) ||
                             prm.total_tiles > 2147483647;
-    prm.snake = persistent && fa_hopper_snake_order();
-    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
-     * persistent grid's static snake split takes them longest first over all units */
-    const int64_t units = (int64_t)p->heads_q * p->batch;
-    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
-                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
-    const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
-    if (grid == 0) return FA_OK;
+    int64_t grid = 0;
+    fa_status st_grid = fa_hopper_schedule(prm, persistent, device_ordinal, &grid);
+    if (st_grid != FA_OK || grid == 0) return st_grid;
     if (mods != nullptr) {
         if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
@@ -1383,11 +1392,8 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
             FA_CUDA_CHECK_LAUNCH("fp8 forward: Vᵀ sequence starts");
         }
         const int tiles = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+        static_assert(Cfg::BLOCK_N * (Cfg::DV + 8) <= 48 * 1024, "the Vᵀ staging needs no shared-memory opt-in");
         const size_t smem = (size_t)Cfg::BLOCK_N * (size_t)(p->head_dim_v + 8);
-        if (smem > 48 * 1024)
-            FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fp8_vt_kernel<Cfg::BLOCK_N>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                          "cudaFuncSetAttribute(fp8 Vᵀ shared memory)");
         if (tiles > 0) {
             fa_hopper_fp8_vt_kernel<Cfg::BLOCK_N><<<dim3((unsigned)tiles, (unsigned)p->heads_kv, (unsigned)p->batch), 256,
                                                     smem, stream>>>(
@@ -1413,18 +1419,11 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     prm.v_descale = v_descale;
     prm.vt_start = vt_start;
     prm.vt_seq_rows = varlen ? 0 : (int)(vt_rows / p->batch);
-    int sm_count = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
-                  "cudaDeviceGetAttribute(multiprocessor count)");
-    /* O always has its own buffer: fa_hopper_persistent's rule without its buffer condition */
-    const bool persistent = !prm.heavy_first || prm.num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS ||
-                            prm.total_tiles > 2147483647;
-    prm.snake = persistent && fa_hopper_snake_order();
-    const int64_t units = (int64_t)p->heads_q * p->batch;
-    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
-                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
-    const int64_t grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
-    if (grid == 0) return FA_OK;
+    /* O always has its own buffer: the persistence rule's tile half alone */
+    const bool persistent =
+        fa_hopper_persistent_tiles(prm.heavy_first, prm.num_m_blocks) || prm.total_tiles > 2147483647;
+    int64_t grid = 0;
+    if ((st = fa_hopper_schedule(prm, persistent, device_ordinal, &grid)) != FA_OK || grid == 0) return st;
     return fa_hopper_run<BUCKET, true, false, false, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                          device_ordinal, stream);
 }
