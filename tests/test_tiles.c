@@ -246,6 +246,10 @@ FA_TEST(tiles_hopper_fp8) {
                  fa_hopper_fp8_workspace_bytes(128, 1, 2, 1, 64, 100, 300) ==
                      (size_t)64 * ((300 + 2 * 127 + 15) / 16 * 16) + 12,
              "fp8 workspace: Vt, then the varlen starts");
+    FA_CHECK(fa_hopper_persistent_tiles(0, 100) && fa_hopper_persistent_tiles(1, FA_HOPPER_GROUPED_MIN_BLOCKS - 1) &&
+                 !fa_hopper_persistent_tiles(1, FA_HOPPER_GROUPED_MIN_BLOCKS) &&
+                 fa_hopper_persistent(128, 0, 100) && !fa_hopper_persistent(256, 0, 100),
+             "persistent grid: even or short causal tiles (fp8 always has O's own buffer); 16-bit d256 never");
     FA_CHECK(fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 0, 0) == NULL &&
                  fa_hopper_fp8_unsupported(8, 0, 128, 128, 0, 0.1f, 0, 0, 0) != NULL &&
                  fa_hopper_fp8_unsupported(9, 0, 128, 128, 1, 0.1f, 0, 0, 0) != NULL &&
