@@ -252,7 +252,7 @@ typedef struct fa_params {
      * numbers; at most 255/256) and kept elements are scaled by 1 / (1 - p), the inverse of the
      * rate actually kept (so E[Z] = 1): O_i = Σ_j Z_ij P_ij v_j, Z_ij = keep_ij / (1 - p).
      * LSE is that of the softmax
-     * without dropout. keep_ij comes from a counter-based generator (Philox4x32-10) keyed by
+     * without dropout. keep_ij comes from a counter-based generator (Philox4x32-7) keyed by
      * dropout_seed at a counter made of dropout_offset and the element's (sequence, query head,
      * query row, key) (src/api/fa_philox.h gives the exact mapping): the same seed and offset
      * give the same mask on every run, thread count and engine, and fa_backward regenerates it

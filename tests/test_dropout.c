@@ -2,7 +2,8 @@
  * test_dropout.c: attention dropout on the CPU (fa_params.dropout_p / dropout_seed /
  * dropout_offset, src/api/fa_philox.h).
  *
- *   - Philox4x32-10 against the published known-answer vectors (Random123);
+ *   - Philox4x32 with 7 rounds (the mask's) and 10 against the published known-answer vectors
+ *     (Random123);
  *   - the mapping spelled out (counter, word, byte) against fa_dropout_keep, the 8-bit
  *     thresholds (round(p · 256), clamped) and keep scales (256 / (256 - threshold)), the
  *     byte-parallel compare of fa_dropout_keep_bits16 against the plain one for every byte and
@@ -27,21 +28,32 @@
 #include "test_util.h"
 
 FA_TEST(dropout_philox_known_answers) {
-    /* Random123's kat_vectors for philox4x32 with 10 rounds */
+    /* Random123's kat_vectors for philox4x32 with 7 rounds (the mask's) and with 10 */
     static const uint32_t in[3][6] = {
         {0, 0, 0, 0, 0, 0},
         {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
         {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u},
     };
-    static const uint32_t out[3][4] = {
+    static const uint32_t out7[3][4] = {
+        {0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u},
+        {0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u},
+        {0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au},
+    };
+    static const uint32_t out10[3][4] = {
         {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u},
     };
+    FA_CHECK(FA_DROPOUT_PHILOX_ROUNDS == 7, "the mask's generator has %d rounds", FA_DROPOUT_PHILOX_ROUNDS);
     for (int t = 0; t < 3; t++) {
-        fa_philox_u32x4 r = fa_philox4x32_10(in[t][0], in[t][1], in[t][2], in[t][3], in[t][4], in[t][5]);
-        for (int w = 0; w < 4; w++)
-            FA_CHECK(r.x[w] == out[t][w], "vector %d word %d: %08x, expected %08x", t, w, r.x[w], out[t][w]);
+        const fa_philox_u32x4 r7 = fa_philox4x32(in[t][0], in[t][1], in[t][2], in[t][3], in[t][4], in[t][5], 7);
+        const fa_philox_u32x4 r10 = fa_philox4x32(in[t][0], in[t][1], in[t][2], in[t][3], in[t][4], in[t][5], 10);
+        for (int w = 0; w < 4; w++) {
+            FA_CHECK(r7.x[w] == out7[t][w], "7 rounds, vector %d word %d: %08x, expected %08x", t, w, r7.x[w],
+                     out7[t][w]);
+            FA_CHECK(r10.x[w] == out10[t][w], "10 rounds, vector %d word %d: %08x, expected %08x", t, w, r10.x[w],
+                     out10[t][w]);
+        }
     }
     FA_CHECK(fa_dropout_threshold(0.0f) == 0u, "threshold(0) = %u", fa_dropout_threshold(0.0f));
     FA_CHECK(fa_dropout_threshold(0.5f) == 128u, "threshold(0.5) = %u", fa_dropout_threshold(0.5f));
@@ -82,8 +94,8 @@ FA_TEST(dropout_philox_known_answers) {
         const uint32_t threshold = fa_dropout_threshold(0.45f);
         for (int64_t j = 0; j < 40; j++) {
             const uint64_t column = offset + (uint64_t)j / 16;
-            fa_philox_u32x4 r = fa_philox4x32_10((uint32_t)column, (uint32_t)(column >> 32), (uint32_t)i,
-                                                 (uint32_t)(b * heads + h), (uint32_t)seed, (uint32_t)(seed >> 32));
+            fa_philox_u32x4 r = fa_philox4x32((uint32_t)column, (uint32_t)(column >> 32), (uint32_t)i,
+                                              (uint32_t)(b * heads + h), (uint32_t)seed, (uint32_t)(seed >> 32), 7);
             const uint32_t number = (r.x[(j % 16) / 4] >> (8 * (j % 4))) & 0xFFu;
             if (!FA_CHECK(fa_dropout_keep(seed, offset, threshold, b, h, heads, i, j) == (number >= threshold),
                           "key %lld: keep() disagrees with the mapping (number %u, threshold %u)", (long long)j,

@@ -12,7 +12,7 @@ weight is dropped with probability
 p = round(dropout_p · 256) / 256 (8-bit random numbers, as FlashAttention-2: dropout_p is
 quantised to 1/256) and the kept ones are scaled by 1 / (1 - p), so the expectation is exact;
 softmax_lse is not affected. The
-mask comes from a counter-based generator (Philox4x32-10, one call per sixteen keys) whose seed
+mask comes from a counter-based generator (Philox4x32-7, one call per sixteen keys) whose seed
 is drawn from torch's
 default CPU generator on every call (the counter offset stays 0: each call has its own seed), so
 torch.manual_seed reproduces a run; the backward

@@ -3,7 +3,7 @@
  * the portable kernels' DROPOUT instantiations (fwd_sm80.cuh, bwd_sm80.cuh, bwd_sm80_bigsmem.cuh)
  * and the Hopper ones (fwd_sm90.cu, bwd_sm90.cu, bwd_sm90_hdim256.cu).
  *
- * The bits are those of src/api/fa_philox.h (fa_dropout_bits16: one Philox4x32-10 call gives the
+ * The bits are those of src/api/fa_philox.h (fa_dropout_bits16: one Philox4x32-7 call gives the
  * 8-bit numbers of sixteen neighbouring keys 16k..16k+15 of one (sequence, query head, query
  * row)), so the CUDA mask equals the CPU engine's and the oracle's bit for bit.
  *
