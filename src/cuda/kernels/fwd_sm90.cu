@@ -83,10 +83,15 @@
  * warp is, per 8 key columns, an mma.sync m16n8 C fragment, so common/dropout.cuh's
  * fa_dropout_keep_qk4 gives the keep bits of four such chunks with one Philox call per lane (the
  * 16 numbers of one (row, 16 keys) group; bucket 256's 80 keys end with a qk2 call of two
- * chunks). The bits of a tile are drawn right after its GEMMs are issued, while the warp would
- * otherwise wait for S (integer work under the tensor cores'), into BLOCK_N / 2 bits, bit i for s_rmem[i]; at bucket 64 (three consumers at 160 registers) after the
- * P·V wait instead (DROPOUT_LATE). After the online softmax has added P to the row sums,
- * the dropped elements of P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
+ * chunks). A tile's BLOCK_N / 2 bits (bit i for s_rmem[i]) are two words. At bucket 128
+ * (DROPOUT_SPLIT) the first is drawn right after the tile's GEMMs are issued, while the warp
+ * would otherwise wait for S (integer work under the tensor cores'), and the second inside the
+ * softmax between the row maxima and the exponentials (fa_hopper_softmax's mid hook: in one basic
+ * block with them, its Philox chains fill their latency; with both before the S wait, the draws
+ * outlasted the S GEMM). The first tile, and every tile at buckets 192 and 256, draws both right
+ * after the GEMM issue; at bucket 64 (three consumers at 160 registers) after the P·V wait
+ * (DROPOUT_LATE). After the online softmax has added P to the row sums, the dropped elements of
+ * P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
  * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
  *
  * fp8 e4m3 inputs (template flag FP8, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's fp8 section):
@@ -162,12 +167,12 @@ struct fa_hopper_config {
     static constexpr uint32_t SMEM_BYTES =
         (uint32_t)(FP8 ? fa_hopper_fp8_smem_bytes(BUCKET) : fa_hopper_smem_bytes(BUCKET));
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
-    /* dropout: Philox calls of 32 keys in flight per thread: all of a tile's (at bucket 256 one
-     * at a time spilled 8 bytes with LOG2, ptxas 13); with 3 consumers (160 registers) the keep
-     * bits are drawn after the P·V wait, when P's 16-bit fragments are dead (drawn under the
-     * GEMMs, ptxas spilled 124-300 bytes) */
-    static constexpr int DROPOUT_UNROLL = BLOCK_N / 32;
+    /* dropout: with 3 consumers (160 registers) the keep bits are drawn after the P·V wait, when
+     * P's 16-bit fragments are dead (drawn under the GEMMs, ptxas spilled 124-300 bytes) */
     static constexpr bool DROPOUT_LATE = CONSUMER_WGS == 3;
+    /* dropout: the second keep word drawn inside the softmax at bucket 128 (the file comment); at
+     * 192 and 256 ptxas 13 spilled 56-100 bytes that way, 12-40 with both words before the S wait */
+    static constexpr bool DROPOUT_SPLIT = BUCKET == 128;
 
     static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
@@ -372,29 +377,53 @@ __device__ __forceinline__ void fa_hopper_to_log2(float (&s_rmem)[Cfg::BLOCK_N /
  * multiplied by it), s <- 2^(s·score_mul - m·score_mul) in place (one FFMA + one MUFU.EX2 per
  * score), row_sum = row_sum·alpha + Σ s (this thread's columns only; the quad is summed once at
  * the end). A row whose max is still -inf uses 0 in place of m·score_mul: every exp2 is then
- * 2^-inf = 0 and no inf - inf appears. */
-template <class Cfg>
+ * 2^-inf = 0 and no inf - inf appears. The maxima and sums run as ACC interleaved chains, not
+ * one: a chain of BLOCK_N / 4 dependent FMNMX / FADD is latency the warp waits out on the path
+ * to the P·V issue. mid() runs between the maxima and the exponentials, in the same basic block
+ * as the exponentials, so its independent integer work (the dropout draws of the tile's second
+ * half) fills their latency. */
+struct fa_hopper_no_mid {
+    __device__ __forceinline__ void operator()() const {}
+};
+template <class Cfg, class Mid = fa_hopper_no_mid>
 __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
-                                                  float (&row_sum)[2], float (&alpha)[2], float score_mul) {
+                                                  float (&row_sum)[2], float (&alpha)[2], float score_mul,
+                                                  const Mid &mid = Mid()) {
+    constexpr int ACC = Cfg::BLOCK_N / 8 % 4 == 0 ? 4 : 2;
+    static_assert(Cfg::BLOCK_N / 8 % ACC == 0, "whole rounds of the interleaved chains");
+    float m_scaled[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float m = row_max[h];
+        float m_acc[ACC];
 #pragma unroll
-        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j) m = fmaxf(m, fmaxf(s_rmem[4 * j + 2 * h], s_rmem[4 * j + 2 * h + 1]));
-        m = fa_quad_max(m);
-        const float m_scaled = m == -CUDART_INF_F ? 0.0f : m * score_mul;
-        alpha[h] = ex2_approx_ftz_f32(row_max[h] * score_mul - m_scaled);
+        for (int a = 0; a < ACC; ++a) m_acc[a] = a == 0 ? row_max[h] : -CUDART_INF_F;
+#pragma unroll
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
+            m_acc[j % ACC] = fmaxf(m_acc[j % ACC], fmaxf(s_rmem[4 * j + 2 * h], s_rmem[4 * j + 2 * h + 1]));
+#pragma unroll
+        for (int a = 1; a < ACC; ++a) m_acc[0] = fmaxf(m_acc[0], m_acc[a]);
+        const float m = fa_quad_max(m_acc[0]);
+        m_scaled[h] = m == -CUDART_INF_F ? 0.0f : m * score_mul;
+        alpha[h] = ex2_approx_ftz_f32(row_max[h] * score_mul - m_scaled[h]);
         row_max[h] = m;
-        float sum = 0.0f;
+    }
+    mid();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum_acc[ACC];
+#pragma unroll
+        for (int a = 0; a < ACC; ++a) sum_acc[a] = 0.0f;
 #pragma unroll
         for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const float p = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + c], score_mul, -m_scaled));
+                const float p = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + c], score_mul, -m_scaled[h]));
                 s_rmem[4 * j + 2 * h + c] = p;
-                sum += p;
+                sum_acc[j % ACC] += p;
             }
-        row_sum[h] = fmaf(row_sum[h], alpha[h], sum);
+#pragma unroll
+        for (int a = 1; a < ACC; ++a) sum_acc[0] += sum_acc[a];
+        row_sum[h] = fmaf(row_sum[h], alpha[h], sum_acc[0]);
     }
 }
 
@@ -470,15 +499,16 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
     }
 }
 
-/* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every round). */
-template <class Cfg, bool PACK, bool LOG2, bool MODS>
+/* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every
+ * round); mid: fa_hopper_softmax's. */
+template <class Cfg, bool PACK, bool LOG2, bool MODS, class Mid = fa_hopper_no_mid>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
                                                  const fa_hopper_muls &mul, const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
                                                  bool needs_mask, int n0, int row0, const int (&pack_g)[2],
                                                  const int (&pack_i)[2], int lane,
                                                  const uint32_t (&bias_rmem)[MODS ? Cfg::BLOCK_N / 4 : 1],
-                                                 bool bias_early) {
+                                                 bool bias_early, const Mid &mid = Mid()) {
     const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
 #pragma unroll
@@ -492,30 +522,35 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
     } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     }
-    fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, mul.score_mul);
+    fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, mul.score_mul, mid);
 }
 
 /* Dropout keep bits of a key tile for this warp's 16 rows (query0: the first, in the sequence) and
  * the keys n0 .. n0 + BLOCK_N - 1: bit i % 32 of keep[i / 32] says s_rmem[i] is kept. Quad q of
  * 8-column chunks (4q .. 4q + 3) is one fa_dropout_keep_qk4 call (bit 4c + e = element e of chunk
- * 4q + c = s_rmem[16q + 4c + e]), so its 16 bits belong at bit 16q: each call's bits enter a
- * 64-bit word from the top, which a partly unrolled loop (Cfg::DROPOUT_UNROLL calls in flight)
- * can do too; fully unrolled, the shifts fold away. A last pair of chunks (BLOCK_N = 80) is one
- * fa_dropout_keep_qk2 call, 8 bits entering the same way. */
+ * 4q + c = s_rmem[16q + 4c + e]), so its 16 bits belong at bit 16q, and a last pair of chunks
+ * (BLOCK_N = 80) is one fa_dropout_keep_qk2 call, 8 bits at 16·(BLOCK_N / 32). One word at a
+ * time, all its calls in flight: keep[0] while the S GEMM runs, keep[1] inside the softmax (its
+ * mid hook, DROPOUT_SPLIT), where the two Philox chains fill the exponentials' latency. */
+template <class Cfg, int WORD>
+__device__ __forceinline__ uint32_t fa_hopper_dropout_word(const fa_dropout_params &dp, int batch, int head, int heads_q,
+                                                           int query0, int n0) {
+    constexpr int QUADS = Cfg::BLOCK_N / 32, PAIR = Cfg::BLOCK_N % 32 / 16;
+    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == 2, "two words of keep bits");
+    uint32_t word = 0;
+#pragma unroll
+    for (int q = 2 * WORD; q < 2 * WORD + 2 && q < QUADS; ++q)
+        word |= fa_dropout_keep_qk4(dp, batch, head, heads_q, query0, n0 + 32 * q) << (16 * (q - 2 * WORD));
+    if constexpr (PAIR != 0 && QUADS / 2 == WORD)
+        word |= fa_dropout_keep_qk2(dp, batch, head, heads_q, query0, n0 + 32 * QUADS) << (16 * (QUADS % 2));
+    return word;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
                                                        int batch, int head, int heads_q, int query0, int n0) {
-    constexpr int QUADS = Cfg::BLOCK_N / 32, PAIR = Cfg::BLOCK_N % 32 / 16;
-    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == 2, "one 64-bit word of keep bits");
-    uint64_t bits = 0;
-#pragma unroll Cfg::DROPOUT_UNROLL
-    for (int q = 0; q < QUADS; ++q)
-        bits = (bits >> 16) | ((uint64_t)fa_dropout_keep_qk4(dp, batch, head, heads_q, query0, n0 + 32 * q) << 48);
-    if constexpr (PAIR != 0)
-        bits = (bits >> 8) | ((uint64_t)fa_dropout_keep_qk2(dp, batch, head, heads_q, query0, n0 + 32 * QUADS) << 56);
-    bits >>= 64 - 2 * Cfg::BLOCK_N / 4;
-    keep[0] = (uint32_t)bits;
-    keep[1] = (uint32_t)(bits >> 32);
+    keep[0] = fa_hopper_dropout_word<Cfg, 0>(dp, batch, head, heads_q, query0, n0);
+    keep[1] = fa_hopper_dropout_word<Cfg, 1>(dp, batch, head, heads_q, query0, n0);
 }
 
 /* P -> keep∘P (the row sums already hold P whole; 1 / (1 - p) is applied in the epilogue). */
@@ -913,9 +948,20 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
-                if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) /* while S_j is computed */
+                /* dropout: the first word while S_j is computed, the second inside its softmax
+                 * (DROPOUT_SPLIT; else both while S_j is computed) */
+                if constexpr (DROPOUT && Cfg::DROPOUT_SPLIT)
+                    keep[0] = fa_hopper_dropout_word<Cfg, 0>(prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
+                                                             fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                else if constexpr (DROPOUT && !Cfg::DROPOUT_LATE)
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
                                                 fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                auto draw_second_word = [&]() {
+                    if constexpr (DROPOUT && Cfg::DROPOUT_SPLIT)
+                        keep[1] = fa_hopper_dropout_word<Cfg, 1>(prm.dropout, w.batch, w.head, prm.heads_q,
+                                                                 row0 - lane / 4,
+                                                                 fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                };
 
                 uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S_j runs */
                 bool bias_early = false;
@@ -932,9 +978,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0), n0,
-                                                        row0, pack_g, pack_i, lane, bias_rmem,
-                                                        bias_early);
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0),
+                                                        n0, row0, pack_g, pack_i, lane, bias_rmem, bias_early,
+                                                        draw_second_word);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
