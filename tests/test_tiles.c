@@ -330,6 +330,21 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
                  !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),
              "TMA strides: positive multiples of 8 below 2^39, anything along an axis of extent 1");
+    /* dK / dV [b = 2, sk = 1000, hkv = 4, d = 128] contiguous at a 256-byte aligned base */
+    FA_CHECK(fa_hopper_tma_map_ok(0x10000, 512, 128, 512000, 1000, 4, 2) &&
+                 !fa_hopper_tma_map_ok(0x10008, 512, 128, 512000, 1000, 4, 2) &&
+                 !fa_hopper_tma_map_ok(0x10000, 516, 128, 516000, 1000, 4, 2) &&
+                 fa_hopper_tma_map_ok(0x10000, 512, 128, 7, 1000, 4, 1),
+             "a mappable tensor: 16-byte aligned base, TMA strides (a batch of one: any batch stride)");
+    FA_CHECK(fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
+             "dK / dV by the TMA store: fixed-length, whole group, mappable");
+    FA_CHECK(!fa_hopper_bwd_dkdv_tma(1, 1, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 1),
+             "varlen: st.global (a key block may end inside the next sequence)");
+    FA_CHECK(!fa_hopper_bwd_dkdv_tma(0, 2, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
+             "a split GQA group writes fp32 partials");
+    FA_CHECK(!fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90004, 512, 128, 512000, 1000, 4, 2) &&
+                 !fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90000, 516, 128, 516000, 1000, 4, 2),
+             "dV unaligned or with a row stride the TMA cannot step: st.global");
 }
 
 FA_TEST(tiles_hopper_bwd_group_splits) {

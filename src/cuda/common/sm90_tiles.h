@@ -294,6 +294,28 @@ FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
     return extent == 1 || (stride > 0 && stride < (1ll << 39) && fa_hopper_tma_stride_bytes_ok(2 * stride, extent));
 }
 
+/* A 16-bit tensor [batch, rows, heads, dim] the TMA can map: a 16-byte aligned base and
+ * fa_hopper_tma_stride_ok strides (tma.cu's fa_hopper_make_map accepts it). */
+FA_HOPPER_FN int fa_hopper_tma_map_ok(unsigned long long base, long long row_stride, long long head_stride,
+                                      long long batch_stride, long long rows, long long heads, long long batch) {
+    return base % 16 == 0 && fa_hopper_tma_stride_ok(row_stride, rows) && fa_hopper_tma_stride_ok(head_stride, heads) &&
+           fa_hopper_tma_stride_ok(batch_stride, batch);
+}
+
+/* The Hopper backward at buckets 64 and 128 writes dK and dV with the TMA store (from tiles
+ * staged in shared memory) when the batch is fixed-length (a varlen key block may end inside the
+ * next sequence's rows, which the box would overwrite), the GQA group is not split (a split
+ * writes fp32 partials) and both tensors can be mapped; else it copies the staged rows out with
+ * coalesced stores. */
+FA_HOPPER_FN int fa_hopper_bwd_dkdv_tma(int varlen, int group_splits, unsigned long long dk_base, long long dk_row_stride,
+                                        long long dk_head_stride, long long dk_batch_stride, unsigned long long dv_base,
+                                        long long dv_row_stride, long long dv_head_stride, long long dv_batch_stride,
+                                        long long seqlen_k, long long heads_kv, long long batch) {
+    return !varlen && group_splits == 1 &&
+           fa_hopper_tma_map_ok(dk_base, dk_row_stride, dk_head_stride, dk_batch_stride, seqlen_k, heads_kv, batch) &&
+           fa_hopper_tma_map_ok(dv_base, dv_row_stride, dv_head_stride, dv_batch_stride, seqlen_k, heads_kv, batch);
+}
+
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
  * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on; has_dropout:
  * dropout_p > 0 (covered: the DROPOUT instantiations). */

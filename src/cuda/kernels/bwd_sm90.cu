@@ -39,7 +39,9 @@
  *     red.global per element pair from 256 threads: half the L2 reduction traffic, and the
  *     consumers' issue slots stay on the GEMMs; FlashAttention-3/4's design); warps 2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
- *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations.
+ *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations; after the last one
+ *     they go out through shared memory (the Q / dO stages, free then) by the TMA store, or by
+ *     coalesced stores for varlen batches (fa_bwd_sm90_epilogue_dkdv).
  * Query blocks no key of the block can see (causal, window) are skipped: the loop runs over
  * [q_lo, q_hi) of fa_hopper_bwd_query_range.
  *
@@ -191,6 +193,7 @@ struct fa_bwd_sm90_config {
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
+    static_assert(2 * KV_BYTES <= DS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO stages");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
@@ -200,7 +203,9 @@ enum fa_bwd_sm90_named_barrier {
     FA_HBWD_BAR_KV_TAIL = 2, /* varlen: K/V rows past the sequence zeroed                           */
     FA_HBWD_BAR_Q_TAIL = 3,  /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
     FA_HBWD_BAR_DQ_EMPTY = 4, /* + consumer: the writer's reductions have read the staged dQ piece */
-    FA_HBWD_BAR_DQ_FULL = 6   /* + consumer: the consumer's dQ piece is staged                      */
+    FA_HBWD_BAR_DQ_FULL = 6,  /* + consumer: the consumer's dQ piece is staged                      */
+    FA_HBWD_BAR_EPILOGUE = 8  /* both consumers' GEMMs are done (256); + 1 + consumer: its dK / dV
+                                 tiles are staged (128)                                           */
 };
 /* DQ_EMPTY and DQ_FULL join consumer c's warpgroup and the dQ writer warp. */
 enum { FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
@@ -304,6 +309,81 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
                     fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
         }
     }
+}
+
+/* dK (scaled) and dV of this consumer's 64 keys [n0 + 64c, +64) through shared memory, the
+ * forward's O epilogue: once both consumers' last GEMMs have retired (EPILOGUE barrier) the Q / dO
+ * stages are free and hold the dK and dV tiles [SLABS][BLOCK_N][64] in the 128-byte swizzle (the
+ * K / V layout); each thread writes its pairs with 4-byte stores (the 8 rows of a store
+ * instruction on 8 different chunks: conflict-free). Then with `tma` (a fixed-length batch, mappable
+ * tensors) one thread per consumer stores its 64 rows with the TMA, whose box clips rows past
+ * the sequence and columns past d / dv; else (varlen: rows past the sequence belong to the next
+ * one) the consumer copies its rows below len_k out with coalesced 4-byte stores, consecutive
+ * threads on consecutive words of a row (each thread storing its own pairs to global memory
+ * writes half of every 32-byte sector and throttles the load-store unit at the CTA's end). */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
+                                                          const fa_bwd_sm90_params &prm,
+                                                          const float (&dk_rmem)[Cfg::D / 2],
+                                                          const float (&dv_rmem)[Cfg::D / 2], uint32_t tiles_smem,
+                                                          int consumer, int tid, int n0, int len_k, int64_t k_start,
+                                                          int batch) {
+    const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + Cfg::KV_BYTES;
+    const int warp = tid / 32, lane = tid % 32;
+    bar_sync(FA_HBWD_BAR_EPILOGUE, 256); /* both consumers' GEMMs have read the stages */
+    const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
+#pragma unroll
+    for (int j = 0; j < Cfg::D / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint32_t at = (uint32_t)(j / 8) * Cfg::KV_SLAB_BYTES + (uint32_t)(tile_row + 8 * h) * 128 +
+                                (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
+            st_shared_b32(dk_tile + at, fa_bwd_sm90_pack2<BF16>(dk_rmem[4 * j + 2 * h] * prm.softmax_scale,
+                                                                dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale));
+            st_shared_b32(dv_tile + at, fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
+        }
+    const int key_first = n0 + 64 * consumer;
+    const int head_kv = (int)blockIdx.y;
+    if (prm.dkdv_tma) {
+        /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
+         * consumer's 128 threads meet before one of them issues the stores; it waits until they
+         * have read the tiles before the CTA may exit */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
+        if (tid == 0 && key_first < len_k) {
+            const uint32_t rows = (uint32_t)(64 * consumer) * 128;
+#pragma unroll
+            for (int slab = 0; slab < Cfg::SLABS; ++slab) { /* slabs past d or dv hold no column */
+                if (64 * slab < prm.head_dim)
+                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * Cfg::KV_SLAB_BYTES + rows, 64 * slab, key_first,
+                                 head_kv, batch);
+                if (64 * slab < prm.head_dim_v)
+                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)slab * Cfg::KV_SLAB_BYTES + rows, 64 * slab, key_first,
+                                 head_kv, batch);
+            }
+            tma_store_commit_group();
+            tma_store_wait_group_read<0>();
+        }
+        return;
+    }
+    bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    const int rows = max(0, min(64, len_k - key_first));
+    auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
+                        int dim) {
+        const int words = dim / 2; /* dim is even: 4-byte pairs */
+        uint16_t *rows_gmem = static_cast<uint16_t *>(base) + (int64_t)head_kv * head_stride +
+                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride);
+        for (int idx = tid; idx < rows * words; idx += 128) {
+            const int r = idx / words, w = idx % words, tr = 64 * consumer + r;
+            const uint32_t at = (uint32_t)(w / 32) * Cfg::KV_SLAB_BYTES + (uint32_t)tr * 128 +
+                                (uint32_t)((((w % 32) / 4) ^ (tr % 8)) * 16) + (uint32_t)(w % 4) * 4;
+            *reinterpret_cast<uint32_t *>(rows_gmem + (int64_t)(key_first + r) * row_stride + 2 * w) =
+                __float_as_uint(ld_shared_f32(tile + at));
+        }
+    };
+    copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim);
+    copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v);
 }
 
 /* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
@@ -511,6 +591,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
                         const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 64, 1}   */
+                        const __grid_constant__ CUtensorMap tmap_dk, /* {d, sk, hkv, b}, box {64, 64, 1, 1}: dK out  */
+                        const __grid_constant__ CUtensorMap tmap_dv, /* {dv, sk, hkv, b}, box {64, 64, 1, 1}: dV out */
                         const fa_bwd_sm90_params prm,
                         const fa_dropout_params dropout /* read iff DROPOUT */,
                         const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */) {
@@ -838,8 +920,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
     }
-    fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch,
-                                                             col_in);
+    if (prm.group_splits > 1) /* fp32 partials */
+        fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start,
+                                                                 batch, col_in);
+    else
+        fa_bwd_sm90_epilogue_dkdv<Cfg, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer,
+                                             tid, n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
@@ -852,12 +938,15 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv;
     fa_status st;
+    const bool dkdv_tma = fa_bwd_sm90_dkdv_tma(p);
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
             FA_OK ||
-        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 64)) != FA_OK)
+        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 64)) != FA_OK ||
+        (dkdv_tma && (st = fa_bwd_sm90_make_dkdv_maps(p, BF16, path, &tmap_dk, &tmap_dv)) != FA_OK))
         return st;
+    if (!dkdv_tma) tmap_dk = tmap_dv = tmap_k; /* unused: the epilogue copies out with st.global */
     const bool det = p->dq_semaphore != nullptr; /* never with MODS (fa_hopper_bwd_mods_ok) */
     auto kernel =
         det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS>
@@ -866,6 +955,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     const int64_t grid_y = (int64_t)p->heads_kv * p->group_splits; /* kv head · group_splits + split */
@@ -876,7 +966,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     const dim3 grid((unsigned)key_blocks, (unsigned)grid_y, (unsigned)p->batch);
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{},
                                                             mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");

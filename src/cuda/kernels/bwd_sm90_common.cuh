@@ -27,6 +27,8 @@
  * the kernel's BLOCK_M. */
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
+    int dkdv_tma;                  /* buckets 64 / 128: dK and dV out through the TMA store
+                                      (fa_bwd_sm90_dkdv_tma)                                     */
 };
 
 /* The query heads a CTA walks: blockIdx.y = kv head · group_splits + split, and split s takes
@@ -478,6 +480,7 @@ static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p)
     fa_bwd_sm90_params prm;
     static_cast<fa_bwd_params &>(prm) = *p;
     prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
+    prm.dkdv_tma = 0;
     return prm;
 }
 
@@ -506,6 +509,29 @@ static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16,
                                  p->k_row_stride, p->k_head_stride, p->k_batch_stride, block_n)) != FA_OK ||
         (st = fa_hopper_make_map(tmap_v, path, "v", type, p->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
                                  p->v_row_stride, p->v_head_stride, p->v_batch_stride, block_n)) != FA_OK)
+        return st;
+    return FA_OK;
+}
+
+/* dK and dV through the TMA store (buckets 64 / 128): sm90_tiles.h's rule on this problem. */
+static inline bool fa_bwd_sm90_dkdv_tma(const fa_bwd_params *p) {
+    const bool varlen = p->cu_seqlens_q != nullptr;
+    return fa_hopper_bwd_dkdv_tma(varlen, p->group_splits, (unsigned long long)(uintptr_t)p->dk,
+                                  p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride,
+                                  (unsigned long long)(uintptr_t)p->dv, p->dv_row_stride, p->dv_head_stride,
+                                  p->dv_batch_stride, p->seqlen_k, p->heads_kv, p->batch) != 0;
+}
+
+/* TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch}, box {64, 64, 1, 1}: one
+ * consumer's 64 keys per slab (fixed-length batches only, fa_bwd_sm90_dkdv_tma). */
+static inline fa_status fa_bwd_sm90_make_dkdv_maps(const fa_bwd_params *p, bool bf16, const char *path,
+                                                   CUtensorMap *tmap_dk, CUtensorMap *tmap_dv) {
+    const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    fa_status st;
+    if ((st = fa_hopper_make_map(tmap_dk, path, "dk", type, p->dk, p->head_dim, p->seqlen_k, p->heads_kv, p->batch,
+                                 p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride, 64)) != FA_OK ||
+        (st = fa_hopper_make_map(tmap_dv, path, "dv", type, p->dv, p->head_dim_v, p->seqlen_k, p->heads_kv, p->batch,
+                                 p->dv_row_stride, p->dv_head_stride, p->dv_batch_stride, 64)) != FA_OK)
         return st;
     return FA_OK;
 }
