@@ -203,10 +203,8 @@ enum fa_bwd_sm90_named_barrier {
     FA_HBWD_BAR_KV_TAIL = 2, /* varlen: K/V rows past the sequence zeroed                           */
     FA_HBWD_BAR_Q_TAIL = 3,  /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
     FA_HBWD_BAR_DQ_EMPTY = 4, /* + consumer: the writer's reductions have read the staged dQ piece */
-    FA_HBWD_BAR_DQ_FULL = 6,  /* + consumer: the consumer's dQ piece is staged                      */
-    FA_HBWD_BAR_EPILOGUE = 8  /* both consumers' GEMMs are done (256); + 1 + consumer: its dK / dV
-                                 tiles are staged (128)                                           */
-};
+    FA_HBWD_BAR_DQ_FULL = 6   /* + consumer: the consumer's dQ piece is staged                      */
+};                            /* 8-10: FA_HBWD_BAR_EPILOGUE (bwd_sm90_common.cuh)                  */
 /* DQ_EMPTY and DQ_FULL join consumer c's warpgroup and the dQ writer warp. */
 enum { FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
 
@@ -309,81 +307,6 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
                     fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
         }
     }
-}
-
-/* dK (scaled) and dV of this consumer's 64 keys [n0 + 64c, +64) through shared memory, the
- * forward's O epilogue: once both consumers' last GEMMs have retired (EPILOGUE barrier) the Q / dO
- * stages are free and hold the dK and dV tiles [SLABS][BLOCK_N][64] in the 128-byte swizzle (the
- * K / V layout); each thread writes its pairs with 4-byte stores (the 8 rows of a store
- * instruction on 8 different chunks: conflict-free). Then with `tma` (a fixed-length batch, mappable
- * tensors) one thread per consumer stores its 64 rows with the TMA, whose box clips rows past
- * the sequence and columns past d / dv; else (varlen: rows past the sequence belong to the next
- * one) the consumer copies its rows below len_k out with coalesced 4-byte stores, consecutive
- * threads on consecutive words of a row (each thread storing its own pairs to global memory
- * writes half of every 32-byte sector and throttles the load-store unit at the CTA's end). */
-template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
-                                                          const fa_bwd_sm90_params &prm,
-                                                          const float (&dk_rmem)[Cfg::D / 2],
-                                                          const float (&dv_rmem)[Cfg::D / 2], uint32_t tiles_smem,
-                                                          int consumer, int tid, int n0, int len_k, int64_t k_start,
-                                                          int batch) {
-    const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + Cfg::KV_BYTES;
-    const int warp = tid / 32, lane = tid % 32;
-    bar_sync(FA_HBWD_BAR_EPILOGUE, 256); /* both consumers' GEMMs have read the stages */
-    const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
-#pragma unroll
-    for (int j = 0; j < Cfg::D / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint32_t at = (uint32_t)(j / 8) * Cfg::KV_SLAB_BYTES + (uint32_t)(tile_row + 8 * h) * 128 +
-                                (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
-            st_shared_b32(dk_tile + at, fa_bwd_sm90_pack2<BF16>(dk_rmem[4 * j + 2 * h] * prm.softmax_scale,
-                                                                dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale));
-            st_shared_b32(dv_tile + at, fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
-        }
-    const int key_first = n0 + 64 * consumer;
-    const int head_kv = (int)blockIdx.y;
-    if (prm.dkdv_tma) {
-        /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
-         * consumer's 128 threads meet before one of them issues the stores; it waits until they
-         * have read the tiles before the CTA may exit */
-        fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
-        if (tid == 0 && key_first < len_k) {
-            const uint32_t rows = (uint32_t)(64 * consumer) * 128;
-#pragma unroll
-            for (int slab = 0; slab < Cfg::SLABS; ++slab) { /* slabs past d or dv hold no column */
-                if (64 * slab < prm.head_dim)
-                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * Cfg::KV_SLAB_BYTES + rows, 64 * slab, key_first,
-                                 head_kv, batch);
-                if (64 * slab < prm.head_dim_v)
-                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)slab * Cfg::KV_SLAB_BYTES + rows, 64 * slab, key_first,
-                                 head_kv, batch);
-            }
-            tma_store_commit_group();
-            tma_store_wait_group_read<0>();
-        }
-        return;
-    }
-    bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
-    const bool varlen = prm.cu_seqlens_q != nullptr;
-    const int rows = max(0, min(64, len_k - key_first));
-    auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
-                        int dim) {
-        const int words = dim / 2; /* dim is even: 4-byte pairs */
-        uint16_t *rows_gmem = static_cast<uint16_t *>(base) + (int64_t)head_kv * head_stride +
-                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride);
-        for (int idx = tid; idx < rows * words; idx += 128) {
-            const int r = idx / words, w = idx % words, tr = 64 * consumer + r;
-            const uint32_t at = (uint32_t)(w / 32) * Cfg::KV_SLAB_BYTES + (uint32_t)tr * 128 +
-                                (uint32_t)((((w % 32) / 4) ^ (tr % 8)) * 16) + (uint32_t)(w % 4) * 4;
-            *reinterpret_cast<uint32_t *>(rows_gmem + (int64_t)(key_first + r) * row_stride + 2 * w) =
-                __float_as_uint(ld_shared_f32(tile + at));
-        }
-    };
-    copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim);
-    copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v);
 }
 
 /* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
@@ -924,8 +847,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start,
                                                                  batch, col_in);
     else
-        fa_bwd_sm90_epilogue_dkdv<Cfg, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer,
-                                             tid, n0, len_k, seq.k_start, batch);
+        fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, Cfg::SLABS, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
+                                                             smem + Cfg::Q_OFFSET, consumer, tid, 64 * consumer, 0,
+                                                             n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */

@@ -27,7 +27,9 @@
  *     Sᵀ and dPᵀ for queries 32c .. 32c+31 of the block (no GEMM is computed twice: 5 units of
  *     64×64×256 per iteration) and owns head-dim columns 128c .. 128c+127 of dK, dV (fp32
  *     registers, 64 + 64 per thread, over all iterations) and of every dQ tile. The two halves of
- *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them.
+ *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them. After the
+ *     last iteration dK and dV go out through the Q stages (bwd_sm90_common.cuh's
+ *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches).
  *
  * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
@@ -160,6 +162,7 @@ struct fa_bwd_sm90_d256_config {
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D), "sm90_tiles.h agrees with the barriers");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");
+    static_assert(2 * KV_BYTES <= PDS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO buffers");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
@@ -292,6 +295,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                            const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, 64, 1, 1} */
                            const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 16, 1} */
+                           const __grid_constant__ CUtensorMap tmap_dk, /* {d, sk, hkv, b}, box {64, 64, 1, 1}: dK out  */
+                           const __grid_constant__ CUtensorMap tmap_dv, /* {dv, sk, hkv, b}, box {64, 64, 1, 1}: dV out */
                            const fa_bwd_sm90_params prm,
                            const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_sm90_d256_config;
@@ -616,7 +621,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
     }
 
-    fa_bwd_sm90_d256_store_dkdv<BF16>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start, batch, head_kv, col0, col_in);
+    /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
+    fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
+                                                                   smem + Cfg::Q_OFFSET, consumer, tid, 0,
+                                                                   COLS / 64 * consumer, n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
@@ -629,12 +637,15 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv;
     fa_status st;
+    const bool dkdv_tma = fa_bwd_sm90_dkdv_tma(p);
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
             FA_OK ||
-        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK)
+        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK ||
+        (dkdv_tma && (st = fa_bwd_sm90_make_dkdv_maps(p, BF16, path, &tmap_dk, &tmap_dv)) != FA_OK))
         return st;
+    if (!dkdv_tma) tmap_dk = tmap_dv = tmap_k; /* unused: the epilogue copies out with st.global */
     const bool det = p->dq_semaphore != nullptr;
     auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT>
                       : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT>;
@@ -642,6 +653,7 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     if (p->group_splits != 1 || p->heads_per_split != p->group)
@@ -650,7 +662,7 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, prm,
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{});
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
     return FA_OK;
