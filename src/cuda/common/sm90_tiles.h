@@ -302,7 +302,7 @@ FA_HOPPER_FN int fa_hopper_tma_map_ok(unsigned long long base, long long row_str
            fa_hopper_tma_stride_ok(batch_stride, batch);
 }
 
-/* The Hopper backward at buckets 64 and 128 writes dK and dV with the TMA store (from tiles
+/* The Hopper backward (every bucket) writes dK and dV with the TMA store (from tiles
  * staged in shared memory) when the batch is fixed-length (a varlen key block may end inside the
  * next sequence's rows, which the box would overwrite), the GQA group is not split (a split
  * writes fp32 partials) and both tensors can be mapped; else it copies the staged rows out with

@@ -27,8 +27,7 @@
  * the kernel's BLOCK_M. */
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
-    int dkdv_tma;                  /* buckets 64 / 128: dK and dV out through the TMA store
-                                      (fa_bwd_sm90_dkdv_tma)                                     */
+    int dkdv_tma;                  /* dK and dV out through the TMA store (fa_bwd_sm90_dkdv_maps)   */
 };
 
 /* The query heads a CTA walks: blockIdx.y = kv head · group_splits + split, and split s takes
@@ -223,7 +222,6 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
     copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim);
     copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v);
 }
-
 
 /* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):
  * the last key any of its rows sees, clamped to the sequence. */
@@ -601,19 +599,21 @@ static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16,
     return FA_OK;
 }
 
-/* dK and dV through the TMA store (buckets 64 / 128): sm90_tiles.h's rule on this problem. */
-static inline bool fa_bwd_sm90_dkdv_tma(const fa_bwd_params *p) {
-    const bool varlen = p->cu_seqlens_q != nullptr;
-    return fa_hopper_bwd_dkdv_tma(varlen, p->group_splits, (unsigned long long)(uintptr_t)p->dk,
+/* The dK / dV epilogue's output path for this problem (sm90_tiles.h's fa_hopper_bwd_dkdv_tma):
+ * *tma = 1 and the TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch}, box
+ * {64, 64, 1, 1} (one consumer's 64 keys per slab); or *tma = 0 and both maps copies of `unused`
+ * (the epilogue then copies out with st.global and never reads them). */
+static inline fa_status fa_bwd_sm90_dkdv_maps(const fa_bwd_params *p, bool bf16, const char *path,
+                                              const CUtensorMap *unused, CUtensorMap *tmap_dk, CUtensorMap *tmap_dv,
+                                              int *tma) {
+    *tma = fa_hopper_bwd_dkdv_tma(p->cu_seqlens_q != nullptr, p->group_splits, (unsigned long long)(uintptr_t)p->dk,
                                   p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride,
                                   (unsigned long long)(uintptr_t)p->dv, p->dv_row_stride, p->dv_head_stride,
-                                  p->dv_batch_stride, p->seqlen_k, p->heads_kv, p->batch) != 0;
-}
-
-/* TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch}, box {64, 64, 1, 1}: one
- * consumer's 64 keys per slab (fixed-length batches only, fa_bwd_sm90_dkdv_tma). */
-static inline fa_status fa_bwd_sm90_make_dkdv_maps(const fa_bwd_params *p, bool bf16, const char *path,
-                                                   CUtensorMap *tmap_dk, CUtensorMap *tmap_dv) {
+                                  p->dv_batch_stride, p->seqlen_k, p->heads_kv, p->batch);
+    if (!*tma) {
+        *tmap_dk = *tmap_dv = *unused;
+        return FA_OK;
+    }
     const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     fa_status st;
     if ((st = fa_hopper_make_map(tmap_dk, path, "dk", type, p->dk, p->head_dim, p->seqlen_k, p->heads_kv, p->batch,

@@ -639,13 +639,12 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
     CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv;
     fa_status st;
-    const bool dkdv_tma = fa_bwd_sm90_dkdv_tma(p);
+    int dkdv_tma;
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
             FA_OK ||
         (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK ||
-        (dkdv_tma && (st = fa_bwd_sm90_make_dkdv_maps(p, BF16, path, &tmap_dk, &tmap_dv)) != FA_OK))
+        (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
-    if (!dkdv_tma) tmap_dk = tmap_dv = tmap_k; /* unused: the epilogue copies out with st.global */
     const bool det = p->dq_semaphore != nullptr;
     auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT>
                       : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT>;
