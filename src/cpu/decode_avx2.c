@@ -138,6 +138,7 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
         for (int k = 0; k < KEYS; k++) kv[k] = load8_scaled(format, t->k_rows[j + k], c, scale[k]);
         for (int r = 0; r < ROWS; r++) {
             __m256 qv = _mm256_loadu_ps(q + r * d + c);
+            __asm__("" : "+x"(qv)); /* in a register: folded into each key's FMA, q would be loaded KEYS times */
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm256_fmadd_ps(kv[k], qv, acc[r][k]);
         }
     }
@@ -156,24 +157,26 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
 static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int ROWS, const int VECS,
                                                   const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
     __m256 acc[4][2];
-    const int64_t dv = t->dv, ld = t->ld;
+    const int64_t dv = t->dv, ld = t->ld, n = t->n_keys;
+    const char *const *v_rows = t->v_rows;
+    float *o = t->o + r0 * dv + c; /* locals: stores through o could alias t's fields */
     for (int r = 0; r < ROWS; r++) {
         __m256 alpha = _mm256_broadcast_ss(t->alpha + r0 + r);
-        for (int v = 0; v < VECS; v++)
-            acc[r][v] = _mm256_mul_ps(_mm256_loadu_ps(t->o + (r0 + r) * dv + c + 8 * v), alpha);
+        for (int v = 0; v < VECS; v++) acc[r][v] = _mm256_mul_ps(_mm256_loadu_ps(o + r * dv + 8 * v), alpha);
     }
     const float *s = t->s + r0;
-    for (int64_t j = 0; j < t->n_keys; j++, s += ld) {
+    for (int64_t j = 0; j < n; j++, s += ld) {
         __m256 vv[2];
-        __m256 scale = format == FA_CPU_KV_Q8_0 ? q8_scale(t->v_rows[j], c) : _mm256_setzero_ps();
-        for (int v = 0; v < VECS; v++) vv[v] = load8_scaled(format, t->v_rows[j], c + 8 * v, scale);
+        const char *v_row = v_rows[j];
+        __m256 scale = format == FA_CPU_KV_Q8_0 ? q8_scale(v_row, c) : _mm256_setzero_ps();
+        for (int v = 0; v < VECS; v++) vv[v] = load8_scaled(format, v_row, c + 8 * v, scale);
         for (int r = 0; r < ROWS; r++) {
             __m256 w = _mm256_broadcast_ss(s + r);
             for (int v = 0; v < VECS; v++) acc[r][v] = _mm256_fmadd_ps(w, vv[v], acc[r][v]);
         }
     }
     for (int r = 0; r < ROWS; r++)
-        for (int v = 0; v < VECS; v++) _mm256_storeu_ps(t->o + (r0 + r) * dv + c + 8 * v, acc[r][v]);
+        for (int v = 0; v < VECS; v++) _mm256_storeu_ps(o + r * dv + 8 * v, acc[r][v]);
 }
 
 /* o[r0 + r][c .. c + 8·PAIRS) (PAIRS = 2 or 1) of ROWS rows from the tile's key pairs
