@@ -62,11 +62,13 @@ static inline void fa_cpu_decode_prefetch(const char *const *rows, int64_t from,
         for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(rows[j] + at, 0, 2);
 }
 
-/* The V rows to prefetch alongside the P·V block of columns from c (first row block only). */
+/* The V rows to prefetch alongside the P·V block of columns from c (first row block only):
+ * rows b, b + blocks, b + 2·blocks, ... for block b, an even share without a division per block. */
 static inline void fa_cpu_decode_prefetch_v(const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
     if (r0 != 0 || t->n_next == 0) return;
-    const int64_t blocks = (t->dv + 15) / 16, b = c / 16;
-    fa_cpu_decode_prefetch(t->v_next, b * t->n_next / blocks, (b + 1) * t->n_next / blocks, t->v_bytes);
+    const int64_t blocks = (t->dv + 15) / 16;
+    for (int64_t j = c / 16; j < t->n_next; j += blocks)
+        for (int64_t at = 0; at < t->v_bytes; at += 64) __builtin_prefetch(t->v_next[j] + at, 0, 2);
 }
 
 typedef struct fa_cpu_decode_kernels {
