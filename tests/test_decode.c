@@ -378,6 +378,37 @@ FA_TEST(decode_quant_scalar_isa) { /* the scalar kernels serve quantised caches 
     else unsetenv("FA_CPU_ISA");
 }
 
+FA_TEST(decode_quant_int8_both_pv) { /* the integer and the fp32 P·V of an int8 cache, on any CPU */
+    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    for (int integer = 0; integer < 2; integer++) {
+        setenv("FA_CPU_DECODE_INT_PV", integer ? "1" : "0", 1);
+        for (int paged = 0; paged < 2; paged++) {
+            qcase c = qbase(FA_KV_INT8, FA_DTYPE_F16, 2, 3, 8, 2, 64, 150);
+            c.append = 1;
+            c.causal = 1;
+            if (paged) t_paged(&c);
+            char label[64];
+            snprintf(label, sizeof label, "int8, %s P·V%s", integer ? "integer" : "fp32", paged ? ", paged" : "");
+            run_case(&c, label);
+        }
+    }
+    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
+    else unsetenv("FA_CPU_DECODE_INT_PV");
+}
+
+FA_TEST(decode_integer_pv_rule) {
+    FA_CHECK(fa_cpu_decode_integer_pv(1, 0x17, 0x01) && fa_cpu_decode_integer_pv(1, 0x17, 0x08) &&
+                 fa_cpu_decode_integer_pv(1, 0x17, 0x18),
+             "Zen and Zen+ (256-bit operations as two halves): integer P·V");
+    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x17, 0x31) && !fa_cpu_decode_integer_pv(1, 0x17, 0x71),
+             "Zen 2: fp32 P·V");
+    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x19, 0x01) && !fa_cpu_decode_integer_pv(1, 0x19, 0x11) &&
+                 !fa_cpu_decode_integer_pv(1, 0x1a, 0x02),
+             "Zen 3, 4, 5: fp32 P·V");
+    FA_CHECK(!fa_cpu_decode_integer_pv(0, 6, 0x55) && !fa_cpu_decode_integer_pv(0, 0x17, 0x01),
+             "other vendors: fp32 P·V");
+}
+
 FA_TEST(decode_e4m3_conversion) {
     int bad = 0;
     for (int x = 0; x < 256; x++) {

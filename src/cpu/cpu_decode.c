@@ -21,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+
 #include "cpu_convert.h"
 #include "cpu_decode.h"
 #include "cpu_merge.h"
@@ -103,6 +107,38 @@ static const fa_cpu_decode_kernels *decode_kernels(void) {
     return fa_cpu_decode_kernels_scalar();
 }
 
+int fa_cpu_decode_integer_pv(int amd, int family, int model) { return amd && family == 0x17 && model < 0x30; }
+
+/* The rule for this CPU (CPUID, once); FA_CPU_DECODE_INT_PV=0 / 1 overrides it (read per call, so
+ * tests run both kernels on any CPU). */
+static int integer_pv_here(void) {
+    const char *forced = getenv("FA_CPU_DECODE_INT_PV");
+    if (forced && (forced[0] == '0' || forced[0] == '1')) return forced[0] == '1';
+#if defined(__x86_64__) || defined(_M_X64)
+    static atomic_int cached = -1; /* every thread that races here computes the same value */
+    int rule = atomic_load(&cached);
+    if (rule < 0) {
+        unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+        int amd = 0, family = 0, model = 0;
+        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+            amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u; /* "AuthenticAMD" */
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+            family = (int)((eax >> 8) & 0xf);
+            model = (int)((eax >> 4) & 0xf);
+            if (family == 0xf) {
+                family += (int)((eax >> 20) & 0xff);
+                model |= (int)((eax >> 16) & 0xf) << 4;
+            }
+        }
+        rule = fa_cpu_decode_integer_pv(amd, family, model);
+        atomic_store(&cached, rule);
+    }
+    return rule;
+#else
+    return 1;
+#endif
+}
+
 int fa_cpu_decode_applies(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     if (p->kv_dtype != FA_KV_SAME) return 1;
@@ -169,6 +205,7 @@ typedef struct dec_ctx {
     dec_layout layout;
     fa_cpu_kv_format format;
     int64_t unit; /* bytes per stride unit of k / v */
+    int integer_pv; /* fa_cpu_decode_tile.integer_pv */
     atomic_llong next_item;
     int64_t total_items;
     char *scratch;
@@ -348,6 +385,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     const int64_t k_bytes = row_bytes(c, d), v_bytes = row_bytes(c, dv);
     fa_cpu_decode_tile t;
     t.format = c->format;
+    t.integer_pv = c->integer_pv;
     t.k_rows = w->k_rows;
     t.v_rows = w->v_rows;
     t.d = d;
@@ -484,6 +522,7 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.pb = pb;
     c.kern = fa_cpu_select_kernels();
     c.dk = decode_kernels();
+    c.integer_pv = integer_pv_here();
     c.format = format_of(p);
     c.unit = cache_unit(p);
     const fa_cpu_kv_pieces at = fa_cpu_kv_pieces_at(&plan, ws.base);

@@ -45,6 +45,8 @@ typedef struct fa_cpu_decode_tile {
                                   * rows as int16 (q ≈ q16 · q16_scale, |q16| <= fa_cpu_q16_max(d)),
                                   * or NULL (a row not finite: the fp32 rows are used)         */
     const float *q16_scale;      /* [n_rows]                                                    */
+    int integer_pv;              /* int8 cache at the AVX2 level: 1 = P·V in integers
+                                  * (accumulate_int), 0 = the fp32 kernel (fa_cpu_decode_integer_pv) */
     int64_t n_rows;
     float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
     int64_t ld;
@@ -106,6 +108,13 @@ static inline int32_t fa_cpu_q16_max(int64_t d) {
         default: FA_DECODE_INT_COLUMNS(1, t, r0, weights, scale); break;                                       \
         }                                                                                                       \
     } while (0)
+
+/* Whether an int8 cache's P·V runs in integers at the AVX2 level (pure): on cores that split
+ * 256-bit operations into two 128-bit halves (AMD family 0x17 models below 0x30: Zen, Zen+) a
+ * vpmaddwd does twice the products of an fp32 FMA and wins; with two full-width 256-bit FMA pipes
+ * (Zen 2 and later, Intel) the fp32 kernel does (docs/tuning-log.md). `amd`: the vendor is AMD;
+ * family and model as CPUID leaf 1 reports them with the extended fields folded in. */
+int fa_cpu_decode_integer_pv(int amd, int family, int model);
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)

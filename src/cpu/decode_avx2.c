@@ -10,9 +10,10 @@
  * values (accumulation). Formats convert in registers: f16 by vcvtph2ps, bf16 by a 16-bit
  * shift, int8 by sign extension, e4m3 by moving its bits into an f16 (exponent bias 7 vs 15:
  * the value is the f16's times 2^8, which the caller's k_mult / weights carry; the NaN code is
- * mapped to an f16 NaN). An int8 cache is attended in integers instead (scores_block_int,
- * accumulate_int: vpmaddwd on int16 query rows and int16 tile weights; docs/design.md), with the
- * fp32 kernels for rows or tiles holding a non-finite value.
+ * mapped to an f16 NaN). An int8 cache's scores are taken in integers instead (scores_block_int:
+ * vpmaddwd on int16 query rows; docs/design.md), and its P·V too where the core favours it
+ * (accumulate_int on int16 tile weights, t->integer_pv), with the fp32 kernels for rows or tiles
+ * holding a non-finite value.
  */
 #include <float.h>
 #include <math.h>
@@ -298,7 +299,7 @@ static int quantise_rows(const float *q, int64_t n_rows, int64_t d, int16_t *q16
 }
 
 #define DECODE_QUANTISE_ROWS quantise_rows
-#define DECODE_ACCUMULATE_INT(t) accumulate_int(t)
+#define DECODE_ACCUMULATE_INT(t) ((t)->integer_pv && accumulate_int(t))
 #include "decode_impl.h"
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void) { return &kernels; }
