@@ -59,9 +59,13 @@ typedef struct fa_cpu_decode_tile {
     int64_t n_next, k_bytes, v_bytes;           /* row bytes                                     */
 } fa_cpu_decode_tile;
 
+/* Every 64-byte line of one row into L2. */
+static inline void fa_cpu_decode_prefetch_row(const char *row, int64_t bytes) {
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at, 0, 2);
+}
+
 static inline void fa_cpu_decode_prefetch(const char *const *rows, int64_t from, int64_t to, int64_t bytes) {
-    for (int64_t j = from; j < to; j++)
-        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(rows[j] + at, 0, 2);
+    for (int64_t j = from; j < to; j++) fa_cpu_decode_prefetch_row(rows[j], bytes);
 }
 
 /* The V rows to prefetch alongside the P·V block of columns from c (first row block only):
@@ -69,8 +73,7 @@ static inline void fa_cpu_decode_prefetch(const char *const *rows, int64_t from,
 static inline void fa_cpu_decode_prefetch_v(const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
     if (r0 != 0 || t->n_next == 0) return;
     const int64_t blocks = (t->dv + 15) / 16;
-    for (int64_t j = c / 16; j < t->n_next; j += blocks)
-        for (int64_t at = 0; at < t->v_bytes; at += 64) __builtin_prefetch(t->v_next[j] + at, 0, 2);
+    for (int64_t j = c / 16; j < t->n_next; j += blocks) fa_cpu_decode_prefetch_row(t->v_next[j], t->v_bytes);
 }
 
 typedef struct fa_cpu_decode_kernels {
