@@ -407,6 +407,14 @@ FA_TEST(decode_integer_pv_rule) {
              "Zen 3, 4, 5: fp32 P·V");
     FA_CHECK(!fa_cpu_decode_integer_pv(0, 6, 0x55) && !fa_cpu_decode_integer_pv(0, 0x17, 0x01),
              "other vendors: fp32 P·V");
+    const fa_cpu_model_id a = fa_cpu_identify(), b = fa_cpu_identify();
+    FA_CHECK(a.amd == b.amd && a.family == b.family && a.model == b.model && (a.amd == 0 || a.amd == 1) &&
+                 a.family >= 0 && a.family <= 0x10e && a.model >= 0 && a.model <= 0xff,
+             "fa_cpu_identify: the same identity on every call, fields in CPUID's ranges (%d, %#x, %#x)", a.amd,
+             a.family, a.model);
+#if defined(__x86_64__) || defined(_M_X64)
+    FA_CHECK(a.family >= 5, "fa_cpu_identify: an x86-64 CPU reports family 5 or later (%#x)", a.family);
+#endif
 }
 
 FA_TEST(decode_e4m3_conversion) {

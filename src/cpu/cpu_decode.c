@@ -21,10 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <cpuid.h>
-#endif
-
 #include "cpu_convert.h"
 #include "cpu_decode.h"
 #include "cpu_merge.h"
@@ -109,31 +105,14 @@ static const fa_cpu_decode_kernels *decode_kernels(void) {
 
 int fa_cpu_decode_integer_pv(int amd, int family, int model) { return amd && family == 0x17 && model < 0x30; }
 
-/* The rule for this CPU (CPUID, once); FA_CPU_DECODE_INT_PV=0 / 1 overrides it (read per call, so
- * tests run both kernels on any CPU). */
+/* The rule for this CPU (fa_cpu_identify); FA_CPU_DECODE_INT_PV=0 / 1 overrides it (read per call,
+ * so tests run both kernels on any CPU). */
 static int integer_pv_here(void) {
     const char *forced = getenv("FA_CPU_DECODE_INT_PV");
     if (forced && (forced[0] == '0' || forced[0] == '1')) return forced[0] == '1';
 #if defined(__x86_64__) || defined(_M_X64)
-    static atomic_int cached = -1; /* every thread that races here computes the same value */
-    int rule = atomic_load(&cached);
-    if (rule < 0) {
-        unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-        int amd = 0, family = 0, model = 0;
-        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx))
-            amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u; /* "AuthenticAMD" */
-        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
-            family = (int)((eax >> 8) & 0xf);
-            model = (int)((eax >> 4) & 0xf);
-            if (family == 0xf) {
-                family += (int)((eax >> 20) & 0xff);
-                model |= (int)((eax >> 16) & 0xf) << 4;
-            }
-        }
-        rule = fa_cpu_decode_integer_pv(amd, family, model);
-        atomic_store(&cached, rule);
-    }
-    return rule;
+    const fa_cpu_model_id id = fa_cpu_identify();
+    return fa_cpu_decode_integer_pv(id.amd, id.family, id.model);
 #else
     return 1;
 #endif

@@ -100,6 +100,35 @@ static fa_cpu_isa_level detected_level(int *bf16dot) {
 #endif
 }
 
+fa_cpu_model_id fa_cpu_identify(void) {
+    fa_cpu_model_id id = {0, 0, 0};
+#ifdef FA_CPU_HAVE_X86_KERNELS
+    /* amd << 20 | family << 8 | model (family <= 0x10e); every racing thread stores the same */
+    static atomic_int cached = -1;
+    int packed = atomic_load(&cached);
+    if (packed < 0) {
+        unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+        int amd = 0, family = 0, model = 0;
+        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+            amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u; /* "AuthenticAMD" */
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+            family = (int)((eax >> 8) & 0xf);
+            model = (int)((eax >> 4) & 0xf);
+            if (family == 0xf) {
+                family += (int)((eax >> 20) & 0xff);
+                model |= (int)((eax >> 16) & 0xf) << 4;
+            }
+        }
+        packed = amd << 20 | family << 8 | model;
+        atomic_store(&cached, packed);
+    }
+    id.amd = packed >> 20;
+    id.family = (packed >> 8) & 0xfff;
+    id.model = packed & 0xff;
+#endif
+    return id;
+}
+
 static fa_cpu_isa_level selected_level(int *bf16dot) {
     fa_cpu_isa_level level = detected_level(bf16dot);
     const char *forced = getenv("FA_CPU_ISA");

@@ -253,6 +253,15 @@ const fa_cpu_kernels *fa_cpu_kernels_sve256_bf16(void);
 /* The kernels this call should use: the best level the CPU supports, lowered by FA_CPU_ISA. */
 const fa_cpu_kernels *fa_cpu_select_kernels(void);
 
+/* The x86-64 CPU's vendor, family and model (CPUID leaves 0 and 1, read once; family and model
+ * with the extended fields folded in), for choices that depend on the microarchitecture and not
+ * only on the ISA level; all zero on other architectures. */
+typedef struct fa_cpu_model_id {
+    int amd; /* the vendor is AMD ("AuthenticAMD") */
+    int family, model;
+} fa_cpu_model_id;
+fa_cpu_model_id fa_cpu_identify(void);
+
 /* fa_forward's attn_probs output for a validated problem (cpu_probs.c). */
 fa_status fa_cpu_attn_probs(const fa_problem *pb);
 
