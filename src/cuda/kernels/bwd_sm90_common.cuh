@@ -86,6 +86,14 @@ __device__ __forceinline__ uint32_t fa_bwd_sm90_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
+/* dQ staging stores (both kernels): a thread's fp32 accumulator pairs go to rows lane/4 (+8) of a
+ * 128-byte-swizzled fp32 tile, 16-byte chunk 2b + (lane%4)/2 of column block b swizzled by the
+ * row's bits 0-2, so the four lanes of row r fill chunk pair b ^ (r/2). 8-byte stores reach the
+ * banks a half-warp (rows 0-3 or 4-7) at a time: with block b = j in step j, rows r and r^1 would
+ * share a pair (two wavefronts per half-warp, twice the minimum); odd rows store block j ^ 2
+ * instead, and the four rows of a half-warp land on four different pairs. */
+__device__ __forceinline__ int fa_bwd_sm90_dq_block(int j, int lane) { return (lane / 4) & 1 ? j ^ 2 : j; }
+
 /* Query rows [q_lo, q_hi) that see at least one key of [n0, n1) (n1 <= len_k): key j is visible
  * to row i iff i + shift - window_left <= j <= i + shift + window_right (sides -1 unbounded). */
 __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_params &prm, int n0, int n1, int len_q,

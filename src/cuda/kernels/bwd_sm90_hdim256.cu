@@ -577,16 +577,19 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             if (lane == 0) tma_store_wait_group_read<1>();
             __syncwarp();
             /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
-             * swizzled by the row's bits 0-2, +8 bytes for odd lanes: the 8 rows of one store
-             * land on 8 different chunk pairs (conflict-free) */
+             * swizzled by the row's bits 0-2, +8 bytes for odd lanes; step jj stores block
+             * fa_bwd_sm90_dq_block(jj, lane) (bwd_sm90_common.cuh: no bank twice per half-warp) */
+            const bool odd_row = fa_bwd_sm90_dq_block(0, lane) != 0;
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
-                    const uint32_t chunk = (uint32_t)(2 * jj + (lane % 4) / 2) ^ (row & 7u);
-                    st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), dq_rmem[4 * (4 * r + jj) + 2 * h],
-                                     dq_rmem[4 * (4 * r + jj) + 2 * h + 1]);
+                    const int b = fa_bwd_sm90_dq_block(jj, lane);
+                    const uint32_t chunk = (uint32_t)(2 * b + (lane % 4) / 2) ^ (row & 7u);
+                    const int e = 4 * (4 * r + jj) + 2 * h, e_odd = 4 * (4 * r + (jj ^ 2)) + 2 * h;
+                    st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), odd_row ? dq_rmem[e_odd] : dq_rmem[e],
+                                     odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
                 }
             /* generic-proxy stores -> the bulk reduction (async proxy) */
             fence_proxy_async_shared_cta();
