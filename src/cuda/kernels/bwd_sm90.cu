@@ -792,10 +792,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
         /* Stage the dQ piece for the writer warp: element 4j + 2h + c is row 16w + l/4 + 8h of the
          * piece, column 8j + 2(l%4) + c: slab j/4, 16-byte chunk 2(j%4) + (l%4)/2 swizzled by the
-         * row's bits 0-2, +8 bytes for odd l; step j stores block fa_bwd_sm90_dq_block(j, l) (same
-         * slab), so each half-warp's 8-byte stores meet no bank twice. Rows past the sequence are
-         * staged as zeros (they add into the next sequence's rows, or are skipped past the
-         * accumulator's last row). */
+         * row's bits 0-2, +8 bytes for odd l; in step j odd rows store block j ^ FA_BWD_SM90_DQ_SWAP
+         * (same slab; bwd_sm90_common.cuh), so each half-warp's 8-byte stores meet no bank twice.
+         * Rows past the sequence are staged as zeros (they add into the next sequence's rows, or
+         * are skipped past the accumulator's last row). */
         if (m0 + BLOCK_M > len_q) {
 #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -810,18 +810,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         {
             const uint32_t piece = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES;
             const uint32_t swz = (uint32_t)(lane / 4);
-            const bool odd_row = fa_bwd_sm90_dq_block(0, lane) != 0;
+            const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const uint32_t row = piece + (uint32_t)(16 * warp + lane / 4 + 8 * h) * 128 + 8u * (lane & 1);
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
-                    /* both candidates' registers by compile-time index, one selected (no local memory) */
-                    const int b = fa_bwd_sm90_dq_block(j, lane);
+                    const int j_odd = j ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? j_odd : j;
+                    const int e = 4 * j + 2 * h, e_odd = 4 * j_odd + 2 * h;
                     const uint32_t chunk = (uint32_t)(2 * (b % 4) + (lane % 4) / 2) ^ swz;
                     st_shared_v2_f32(row + (uint32_t)(j / 4) * Cfg::DQ_SLAB_BYTES + chunk * 16,
-                                     odd_row ? dq_rmem[4 * (j ^ 2) + 2 * h] : dq_rmem[4 * j + 2 * h],
-                                     odd_row ? dq_rmem[4 * (j ^ 2) + 2 * h + 1] : dq_rmem[4 * j + 2 * h + 1]);
+                                     odd_row ? dq_rmem[e_odd] : dq_rmem[e], odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
                 }
             }
         }

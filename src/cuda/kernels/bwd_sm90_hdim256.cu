@@ -577,17 +577,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             if (lane == 0) tma_store_wait_group_read<1>();
             __syncwarp();
             /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
-             * swizzled by the row's bits 0-2, +8 bytes for odd lanes; step jj stores block
-             * fa_bwd_sm90_dq_block(jj, lane) (bwd_sm90_common.cuh: no bank twice per half-warp) */
-            const bool odd_row = fa_bwd_sm90_dq_block(0, lane) != 0;
+             * swizzled by the row's bits 0-2, +8 bytes for odd lanes; in step jj odd rows store
+             * block jj ^ FA_BWD_SM90_DQ_SWAP (bwd_sm90_common.cuh: no bank twice per half-warp) */
+            const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
-                    const int b = fa_bwd_sm90_dq_block(jj, lane);
+                    const int jj_odd = jj ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? jj_odd : jj;
                     const uint32_t chunk = (uint32_t)(2 * b + (lane % 4) / 2) ^ (row & 7u);
-                    const int e = 4 * (4 * r + jj) + 2 * h, e_odd = 4 * (4 * r + (jj ^ 2)) + 2 * h;
+                    const int e = 4 * (4 * r + jj) + 2 * h, e_odd = 4 * (4 * r + jj_odd) + 2 * h;
                     st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), odd_row ? dq_rmem[e_odd] : dq_rmem[e],
                                      odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
                 }
