@@ -67,6 +67,11 @@ for tool in memcheck racecheck synccheck; do
         || fail "$tool on flashattn check --quick"
     echo "-- $tool: Hopper forward with packed GQA/MQA tiles (paths packed)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" paths packed || fail "$tool on paths packed"
+    echo "-- $tool: Hopper forward, many tiles per CTA (FA_HOPPER_FWD_GRID_MAX=1: persistent and dynamic grids)"
+    FA_HOPPER_FWD_GRID_MAX=1 "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" determinism small \
+        || fail "$tool on determinism small with FA_HOPPER_FWD_GRID_MAX=1"
+    FA_HOPPER_FWD_GRID_MAX=1 "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" paths packed \
+        || fail "$tool on paths packed with FA_HOPPER_FWD_GRID_MAX=1"
 done
 
 # ---- 5. CUDA backward ---------------------------------------------------------------------------

@@ -52,10 +52,10 @@ FA_TEST(tiles_hopper_forward) {
                         (size_t)fa_hopper_stages(b) * (fa_hopper_k_bytes(b) + fa_hopper_v_bytes(b)) +
                         fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
-        FA_CHECK(fa_hopper_persistent(b, 0, 64) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 8) &&
-                     !fa_hopper_persistent(b, 1, 128) &&
-                     fa_hopper_persistent(b, 1, 7) == fa_hopper_o_own_buffer(b),
-                 "bucket %d: persistent iff own O and even tiles or short causal (< 8 query blocks)", b);
+        FA_CHECK(fa_hopper_persistent(b, 0, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 0) &&
+                     fa_hopper_dynamic(b, 1, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_dynamic(b, 0, 0) &&
+                     fa_hopper_persistent(b, 0, 1) && fa_hopper_dynamic(b, 1, 1),
+                 "bucket %d: own O (or fp8): persistent for even tiles, the dynamic schedule for causal-like", b);
     }
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(128, 128, 128) && fa_hopper_fwd_mods_blocks_ok(192, 256, 384) &&
                  fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&
@@ -73,8 +73,8 @@ FA_TEST(tiles_hopper_forward) {
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(192) &&
                  !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (192 and 256: Q + K/V leave no room)");
-    FA_CHECK(fa_hopper_smem_bytes(192) == 48 * 1024 + 2 * (48 + 32) * 1024 + 8 * 10 + 1024 && fa_hopper_pingpong(192),
-             "bucket 192 (192 / 128): Q 48 KiB + 2 stages of K 48 and V 32 KiB, ping-pong");
+    FA_CHECK(fa_hopper_smem_bytes(192) == 48 * 1024 + 2 * (48 + 32) * 1024 + 8 * 10 + 8 + 1024 && fa_hopper_pingpong(192),
+             "bucket 192 (192 / 128): Q 48 KiB + 2 stages of K 48 and V 32 KiB, barriers and the tile slot, ping-pong");
     /* buckets: d and dv in 64..256, multiples of 8; the larger one's bucket */
     FA_CHECK(fa_hopper_bucket(64, 64) == 64 && fa_hopper_bucket(96, 128) == 128 && fa_hopper_bucket(192, 256) == 256,
              "hopper buckets");
@@ -246,10 +246,9 @@ FA_TEST(tiles_hopper_fp8) {
                  fa_hopper_fp8_workspace_bytes(128, 1, 2, 1, 64, 100, 300) ==
                      (size_t)64 * ((300 + 2 * 127 + 15) / 16 * 16) + 12,
              "fp8 workspace: Vt, then the varlen starts");
-    FA_CHECK(fa_hopper_persistent_tiles(0, 100) && fa_hopper_persistent_tiles(1, FA_HOPPER_GROUPED_MIN_BLOCKS - 1) &&
-                 !fa_hopper_persistent_tiles(1, FA_HOPPER_GROUPED_MIN_BLOCKS) &&
-                 fa_hopper_persistent(128, 0, 100) && !fa_hopper_persistent(256, 0, 100),
-             "persistent grid: even or short causal tiles (fp8 always has O's own buffer); 16-bit d256 never");
+    FA_CHECK(fa_hopper_persistent(128, 0, 0) && !fa_hopper_persistent(256, 0, 0) && fa_hopper_persistent(256, 0, 1) &&
+                 fa_hopper_dynamic(128, 1, 0) && !fa_hopper_dynamic(256, 1, 0) && fa_hopper_dynamic(256, 1, 1),
+             "grid: 16-bit d256 one CTA per tile; fp8 (always O's own buffer) persistent or dynamic");
     FA_CHECK(fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 0, 0) == NULL &&
                  fa_hopper_fp8_unsupported(8, 0, 128, 128, 0, 0.1f, 0, 0, 0) != NULL &&
                  fa_hopper_fp8_unsupported(9, 0, 128, 128, 1, 0.1f, 0, 0, 0) != NULL &&

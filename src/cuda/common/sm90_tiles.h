@@ -76,8 +76,9 @@ FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
     return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
 }
 
-/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each. */
-FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)); }
+/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each;
+ * then the 8-byte tile slot (the index of the tile whose Q the producer loads). */
+FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)) + 8; }
 
 /* setmaxnreg (docs/hopper.md): under __launch_bounds__(threads, 1) every thread starts at the
  * launch cap, 65,536 / threads rounded down to 8; the producer warpgroup's .dec to producer_regs
@@ -114,26 +115,23 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
            fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
-/* Grid shape. Persistent (one CTA per multiprocessor, each walking its share of the tiles) when
- * O has its own buffer and the tiles are even (no heavy-first order): the next tile's Q and K/V
- * then load under this tile's epilogue (+0-5 % non-causal on the H200). Under causal-like masks
- * (heavy_first) with at least FA_HOPPER_GROUPED_MIN_BLOCKS query blocks: one CTA per tile in
- * head-grouped longest-first order (fa_fwd_grouped_tile): the hardware hands the next tile to
- * whichever multiprocessor is free, and the CTAs running together share K/V in L2 (+5-12 % at
- * 2k-8k against the persistent grid's longest-first order over all units). Shorter causal
- * sequences (tiles of a few key blocks) keep the persistent grid, whose start-up hiding is worth
- * more there (512 tokens: 1.2-1.3x one CTA per tile). Buckets 192 and 256 (O staged in Q's buffer)
- * always run one CTA per tile. docs/tuning-log.md has the measurements. */
-enum { FA_HOPPER_GROUPED_MIN_BLOCKS = 8 };
-
-/* The tiles' half of the rule: even tiles, or causal-like ones shorter than the grouped order pays
- * for (the fp8 kernels, whose O always has its own buffer, use it alone). */
-FA_HOPPER_FN int fa_hopper_persistent_tiles(int heavy_first, int num_m_blocks) {
-    return !heavy_first || num_m_blocks < FA_HOPPER_GROUPED_MIN_BLOCKS;
+/* Grid shape. Both rules need O in its own buffer (buckets 64 and 128, and every fp8 bucket): the
+ * next tile's Q then loads while this tile's epilogue runs. Otherwise (16-bit buckets 192 and 256:
+ * O staged in Q's buffer) one CTA per tile, numbered as below.
+ * Even tiles (no heavy-first order): persistent, one CTA per multiprocessor walking a static share
+ * of the tiles (+0-5 % non-causal on the H200).
+ * Causal-like masks (heavy_first): the dynamic schedule, one CTA per multiprocessor taking the
+ * next tile from a counter, in head-grouped longest-first order (fa_fwd_grouped_tile): uneven
+ * tiles stay balanced (as when the hardware hands one CTA per tile to whichever multiprocessor is
+ * free), the CTAs running together share K/V in L2, and no CTA start-up sits between two tiles:
+ * +19 % at d128 1k, +5-10 % at 2k-4k against one CTA per tile. docs/tuning-log.md has the
+ * measurements. The fp8 kernels take the same rules with fp8 = 1. */
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int fp8) {
+    return !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
 }
 
-FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int num_m_blocks) {
-    return fa_hopper_o_own_buffer(bucket) && fa_hopper_persistent_tiles(heavy_first, num_m_blocks);
+FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first, int fp8) {
+    return heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of

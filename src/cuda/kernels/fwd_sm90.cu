@@ -40,12 +40,17 @@
  *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
  *   (varlen: the next sequence's rows follow).
  *
- * Grid: the CTAs walk the query tiles in rounds of gridDim.x, snake order (fa_hopper_tile_index).
- * With a persistent grid (fa_hopper_persistent: one CTA per multiprocessor for even tiles and short
- * causal ones; else one CTA per tile, numbered longest first in head groups under causal masks)
- * the producer loads the next tile's Q as soon as the consumers release Q's buffer (q_empty: after
- * their last S GEMM with an own O buffer, after the O store otherwise) and its first K/V stages
- * while they still run this tile's epilogue, so per-tile start-up latency hides behind work.
+ * Grid (sm90_tiles.h's rules, fa_hopper_schedule): one CTA per tile (numbered longest first in
+ * head groups under causal masks); persistent, one CTA per multiprocessor walking the tiles in
+ * rounds of gridDim.x, snake order (fa_hopper_tile_index), for even tiles; or the dynamic schedule
+ * for causal-like masks: CTA i takes tile i, then gridDim.x + atomicAdd(tile_counter, 1) (zeroed
+ * before the launch) until the tiles run out, in the head-grouped longest-first numbering. The
+ * producer alone decides the next tile and passes its index to the consumers in the tile slot
+ * (written before its arrival on q_full, read after their wait; -1 ends the walk). With more than
+ * one tile per CTA the producer loads the next tile's Q as soon as the consumers release Q's buffer
+ * (q_empty: after their last S GEMM with an own O buffer, after the O store otherwise) and its
+ * first K/V stages while they still run this tile's epilogue, so per-tile start-up latency hides
+ * behind work.
  *
  * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
  *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
@@ -160,6 +165,9 @@ struct fa_hopper_config {
     static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
     /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
     static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
+    /* after the mbarriers: the tile slot, the index of the tile the producer loads Q for (-1: no
+     * more tiles), written before its arrival on q_full and read by the consumers after their wait */
+    static constexpr uint32_t TILE_SLOT_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
     /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
      * thread 0 of every consumer once its O store has read the buffer it shares with Q */
@@ -174,7 +182,7 @@ struct fa_hopper_config {
      * 192 and 256 ptxas 13 spilled 56-100 bytes that way, 12-40 with both words before the S wait */
     static constexpr bool DROPOUT_SPLIT = BUCKET == 128;
 
-    static_assert(BAR_OFFSET + 8 * NUM_BARRIERS + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
+    static_assert(TILE_SLOT_OFFSET + 8 + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
@@ -203,6 +211,10 @@ enum fa_hopper_named_barrier {
  * scale·log2(e), or softcap·log2(e) after softcap's tanh. */
 struct fa_hopper_params : fa_fwd_params {
     int64_t total_tiles;           /* num_m_blocks · heads_q · batch query tiles                    */
+    /* dynamic schedule: a counter zeroed before the launch (device memory); CTA i takes tile i
+     * first, then gridDim.x + atomicAdd(counter, 1) until the tiles run out. NULL: the static walk
+     * (fa_hopper_tile_index) */
+    unsigned int *tile_counter;
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
     int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
     /* packed tiles (kernel template flag PACK) only: */
@@ -705,6 +717,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::V_BYTES; };
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t q_full = bars, q_empty = bars + 8u;
+    const uint32_t tile_slot = smem + Cfg::TILE_SLOT_OFFSET;
     auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
     auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + STAGES + s); };
     auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 2 * STAGES + s); };
@@ -725,9 +738,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     }
     __syncthreads();
 
-    /* Both roles walk the same tiles (t = blockIdx.x, + gridDim.x, ...) and count the processed
-     * ones (tiles_done: phase of q_full / q_empty) and the key tiles so far (kv_base: use g of
-     * the K/V ring is stage g % STAGES, phase g / STAGES, continuing across query tiles). */
+    /* The producer picks the tiles (static walk or counter) and hands each to the consumers in
+     * the tile slot; both roles count the processed ones (tiles_done: phase of q_full / q_empty)
+     * and the key tiles so far (kv_base: use g of the K/V ring is stage g % STAGES, phase
+     * g / STAGES, continuing across query tiles). */
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
         /* ================= producer ================= */
@@ -737,16 +751,29 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             tma_prefetch_tensormap(&tmap_k);
             tma_prefetch_tensormap(&tmap_v);
             int tiles_done = 0, kv_base = 0;
-            for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
-                const int64_t t = fa_hopper_tile_index(k, prm);
+            for (int64_t k = 0;; ++k) {
+                /* the next tile: dynamic (the counter, fetched before the q_empty wait so its
+                 * round trip hides behind this tile's work) or this CTA's static walk */
+                int64_t t;
+                if (prm.tile_counter != nullptr)
+                    t = k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(prm.tile_counter, 1u);
+                else if (k * gridDim.x < prm.total_tiles)
+                    t = fa_hopper_tile_index(k, prm);
+                else
+                    break;
+                if (t >= prm.total_tiles) {
+                    if (prm.tile_counter != nullptr) break;
+                    continue;
+                }
                 fa_hopper_work w;
-                if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
+                if (!fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
                 /* Q: the previous tile's consumers must be done with the buffer. One box per
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
                  * still counted in the transaction bytes (the full box lands). Packed: one box
                  * of pack_rows rows per head and slab, head g at slab row g·pack_rows (a multiple
                  * of 8: a 1024-byte swizzle atom), pack_heads · SLABS_QK boxes in the transaction. */
                 if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+                st_shared_u64(tile_slot, (uint64_t)t); /* released by the arrival on q_full below */
                 if (PACK) {
                     const uint32_t head_bytes = (uint32_t)prm.pack_rows * 128u;
                     mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS_QK * head_bytes);
@@ -802,6 +829,11 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 kv_base += w.n_tiles;
                 ++tiles_done;
             }
+            /* no more tiles: -1 in the slot (once the consumers have read the last index) and a
+             * plain arrival completes q_full's phase without a transaction */
+            if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+            st_shared_u64(tile_slot, ~0ull);
+            mbarrier_arrive(q_full);
         }
         return;
     }
@@ -830,10 +862,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     }
 
     int tiles_done = 0, kv_base = 0;
-    for (int64_t k = 0; k * gridDim.x < prm.total_tiles; ++k) {
-        const int64_t t = fa_hopper_tile_index(k, prm);
+    for (;;) {
+        /* the producer's next tile (its Q landed with it), or -1: done */
+        fa_hopper_wait(q_full, tiles_done & 1);
+        /* read by lane 0, the lane that (with its warp's accesses behind it) arrives on q_empty,
+         * which the producer waits for before the slot's next write */
+        long long t_lane0 = 0;
+        if (lane == 0) t_lane0 = (long long)ld_shared_u64(tile_slot);
+        const int64_t t = __shfl_sync(0xffffffffu, t_lane0, 0);
+        if (t < 0) break;
         fa_hopper_work w;
-        if (t >= prm.total_tiles || !fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
+        fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w); /* true: the producer sends no other */
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
         const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
         const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
@@ -872,8 +911,6 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             else mul.score_mul *= qk;
             v_descale = prm.v_descale != nullptr ? prm.v_descale[dsc] : 1.0f;
         }
-
-        fa_hopper_wait(q_full, tiles_done & 1); /* this tile's Q landed */
 
         int key_tile = w.tile_hi - 1; /* MODS: the current round's key tile (fa_hopper_key_tile) */
         if (n_tiles > 0) {
@@ -1141,21 +1178,54 @@ static int fa_hopper_pack_mode(void) {
     return strcmp(mode, "1") == 0 ? 1 : strcmp(mode, "0") == 0 ? -1 : 0;
 }
 
-/* The grid of a launch: persistent (one CTA per multiprocessor, snake order, every unit in one
- * head group) or one CTA per tile (heavy-first tiles in head groups, fa_cuda_head_group). Sets
- * prm.snake and prm.head_group; *grid = 0 when there is no tile. */
-static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, int device_ordinal, int64_t *grid) {
+/* The grid of a launch (sm90_tiles.h's rules): persistent (one CTA per multiprocessor walking a
+ * static share, snake order, every unit in one head group), dynamic (one CTA per multiprocessor
+ * taking tiles from a counter, heavy-first tiles in head groups) or one CTA per tile (heavy-first
+ * tiles in head groups, fa_cuda_head_group). Sets prm.snake, prm.head_group and prm.tile_counter;
+ * *grid = 0 when there is no tile. The dynamic schedule's counter is allocated in *counter and
+ * zeroed on the stream here; the caller releases it after the launch (fa_cuda_workspace_release;
+ * nothing to release otherwise). The counter is 32-bit: more tiles fall back to the static walk. */
+static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool dynamic, int device_ordinal,
+                                    cudaStream_t stream, int64_t *grid, fa_cuda_workspace *counter) {
+    counter->base = nullptr;
+    counter->owned = false;
+    prm.tile_counter = nullptr;
     int sm_count = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
                   "cudaDeviceGetAttribute(multiprocessor count)");
-    prm.snake = persistent && fa_hopper_snake_order();
-    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor); the
-     * persistent grid's static snake split takes them longest first over all units */
+    /* FA_HOPPER_FWD_GRID_MAX=n caps the persistent and dynamic grids at n CTAs (tests: many tiles
+     * per CTA on small problems, for compute-sanitizer) */
+    const char *grid_max = getenv("FA_HOPPER_FWD_GRID_MAX");
+    if (grid_max != nullptr && atoi(grid_max) > 0 && atoi(grid_max) < sm_count) sm_count = atoi(grid_max);
+    if (prm.total_tiles > (int64_t)UINT32_MAX - sm_count) dynamic = false, persistent = true;
+    if (prm.total_tiles <= sm_count) dynamic = false; /* every CTA has its tile: nothing to hand out */
+    prm.snake = persistent && !dynamic && fa_hopper_snake_order();
+    /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor) and
+     * for the dynamic schedule, which hands them out in the same order; the static persistent
+     * grid's snake split takes them longest first over all units */
     const int64_t units = (int64_t)prm.heads_q * prm.batch;
-    prm.head_group = persistent ? (int)(units < INT32_MAX ? units : INT32_MAX)
-                                : fa_cuda_head_group(prm.num_m_blocks, sm_count);
-    *grid = persistent && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    prm.head_group = persistent && !dynamic ? (int)(units < INT32_MAX ? units : INT32_MAX)
+                                            : fa_cuda_head_group(prm.num_m_blocks, sm_count);
+    *grid = (persistent || dynamic) && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
+    if (!dynamic) return FA_OK;
+    fa_status s = fa_cuda_workspace_acquire(nullptr, sizeof(unsigned int), stream, "tile counter", counter);
+    if (s != FA_OK) return s;
+    const cudaError_t e = cudaMemsetAsync(counter->base, 0, sizeof(unsigned int), stream);
+    if (e != cudaSuccess)
+        return fa_cuda_workspace_release(counter, stream, "tile counter",
+                                         fa_set_error(FA_ERR_CUDA, "cudaMemsetAsync(tile counter): %s",
+                                                      cudaGetErrorString(e)));
+    prm.tile_counter = reinterpret_cast<unsigned int *>(counter->base);
     return FA_OK;
+}
+
+/* FA_HOPPER_FWD_SCHEDULE=static / dynamic forces the schedule of the tile rules' grids (timing):
+ * static = the persistent walk for even tiles and one CTA per tile for heavy-first ones (the rule
+ * before the dynamic schedule), dynamic = the dynamic schedule for every tile order. 0 = the rule. */
+static int fa_hopper_schedule_forced() {
+    const char *mode = getenv("FA_HOPPER_FWD_SCHEDULE");
+    if (mode == nullptr) return 0;
+    return strcmp(mode, "static") == 0 ? 1 : strcmp(mode, "dynamic") == 0 ? 2 : 0;
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
@@ -1180,6 +1250,12 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
 }
+
+template <int BUCKET, bool BF16>
+static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
+                                    const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid, bool pack,
+                                    bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
+                                    cudaStream_t stream);
 
 template <int BUCKET, bool BF16>
 static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_params *dropout,
@@ -1248,19 +1324,30 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
          * prefix-LM, document masks): longest first, one CTA per tile */
         if (mods != nullptr && mods->block_map != nullptr) prm.heavy_first = 1;
     }
-    /* Persistent grid (one CTA per multiprocessor: one fits, by shared memory and registers)
-     * or one CTA per tile (sm90_tiles.h); the kernel walks t = blockIdx.x, + gridDim.x, ...
-     * either way. */
+    /* The grid (sm90_tiles.h's rules; a block map: one CTA per tile, longest first). */
     const bool block_map = mods != nullptr && mods->block_map != nullptr;
-    /* FA_HOPPER_FWD_PERSISTENT=1 / 0 forces the grid shape (timing) */
-    const char *forced = getenv("FA_HOPPER_FWD_PERSISTENT");
-    const bool persistent = (forced != nullptr ? strcmp(forced, "1") == 0 && Cfg::O_OWN
-                                               : !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first,
-                                                                                    prm.num_m_blocks)) ||
-                            prm.total_tiles > 2147483647;
+    const int forced = block_map ? 0 : fa_hopper_schedule_forced();
+    const bool dynamic = forced == 2 || (forced == 0 && !block_map && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0));
+    const bool persistent = forced == 1 ? fa_hopper_persistent(BUCKET, prm.heavy_first, 0)
+                                        : !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
     int64_t grid = 0;
-    fa_status st_grid = fa_hopper_schedule(prm, persistent, device_ordinal, &grid);
+    fa_cuda_workspace counter;
+    fa_status st_grid = fa_hopper_schedule(prm, persistent || prm.total_tiles > 2147483647, dynamic, device_ordinal,
+                                           stream, &grid, &counter);
     if (st_grid != FA_OK || grid == 0) return st_grid;
+    return fa_cuda_workspace_release(&counter, stream, "tile counter",
+                                     fa_hopper_dispatch<BUCKET, BF16>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, pack,
+                                                                      log2, dropout != nullptr, mods, device_ordinal,
+                                                                      stream));
+}
+
+/* The instantiation of a launch: MODS, DROPOUT (LOG2 or not), LOG2, packed or plain. */
+template <int BUCKET, bool BF16>
+static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
+                                    const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid, bool pack,
+                                    bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
+                                    cudaStream_t stream) {
+    const fa_fwd_params *p = &prm;
     if (mods != nullptr) {
         if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
@@ -1269,7 +1356,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
             return fa_hopper_run<BUCKET, BF16, false, true, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                          device_ordinal, stream, mods);
     }
-    if (dropout != nullptr)
+    if (dropout)
         return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                      device_ordinal, stream)
                     : fa_hopper_run<BUCKET, BF16, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
@@ -1465,13 +1552,16 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     prm.v_descale = v_descale;
     prm.vt_start = vt_start;
     prm.vt_seq_rows = varlen ? 0 : (int)(vt_rows / p->batch);
-    /* O always has its own buffer: the persistence rule's tile half alone */
-    const bool persistent =
-        fa_hopper_persistent_tiles(prm.heavy_first, prm.num_m_blocks) || prm.total_tiles > 2147483647;
     int64_t grid = 0;
-    if ((st = fa_hopper_schedule(prm, persistent, device_ordinal, &grid)) != FA_OK || grid == 0) return st;
-    return fa_hopper_run<BUCKET, true, false, false, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                         device_ordinal, stream);
+    fa_cuda_workspace counter;
+    if ((st = fa_hopper_schedule(prm, fa_hopper_persistent(BUCKET, prm.heavy_first, 1) || prm.total_tiles > 2147483647,
+                                 fa_hopper_dynamic(BUCKET, prm.heavy_first, 1), device_ordinal, stream, &grid,
+                                 &counter)) != FA_OK ||
+        grid == 0)
+        return st;
+    return fa_cuda_workspace_release(&counter, stream, "tile counter",
+                                     fa_hopper_run<BUCKET, true, false, false, false, false, true>(
+                                         tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream));
 }
 
 extern "C" fa_status fa_fwd_launch_hopper_fp8(const fa_fwd_params *prm, const float *q_descale,
