@@ -258,11 +258,24 @@ __device__ __forceinline__ void cp_async_ca_8(uint32_t smem_dst, const void *gme
                  : "memory");
 }
 
+/* ---- named barriers (PTX ISA "Parallel Synchronization and Communication Instructions: bar,
+ * barrier") -------------------------------------------------------------------------------------
+ * Every architecture (the Hopper kernels, the large-head decode kernel's warp pairs).
+ * 16 per CTA (id 0 is __syncthreads). `count` threads (multiple of 32) complete a phase; bar.sync
+ * waits for it, bar.arrive only counts itself in. Whole warps execute these. */
+__device__ __forceinline__ void bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 /* ==== Hopper (sm_90a) ============================================================================
- * Wrappers for the Hopper forward (fwd_sm90.cu): setmaxnreg, mbarrier, TMA, proxy fences,
- * named barriers and wgmma. wgmma and setmaxnreg exist only on the "a" target
- * (`-gencode arch=compute_90a,code=sm_90a`), so the section is compiled only there (and in the
- * host pass, which sees the declarations); other targets never see it.
+ * Wrappers for the Hopper forward (fwd_sm90.cu): setmaxnreg, mbarrier, TMA, proxy fences and
+ * wgmma (its named barriers: above, every architecture). wgmma and setmaxnreg exist only on the
+ * "a" target (`-gencode arch=compute_90a,code=sm_90a`), so the section is compiled only there
+ * (and in the host pass, which sees the declarations); other targets never see it.
  *
  * ---- wgmma accumulator layout (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
  * Instructions: Register Fragments and Shared Memory Matrix Layouts"; verified on an H200, see
@@ -477,18 +490,6 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 
 __device__ __forceinline__ void red_release_gpu_add_s32(int *gmem, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(gmem), "r"(v) : "memory");
-}
-
-/* ---- named barriers (PTX ISA "Parallel Synchronization and Communication Instructions: bar,
- * barrier") -------------------------------------------------------------------------------------
- * 16 per CTA (id 0 is __syncthreads). `count` threads (multiple of 32) complete a phase; bar.sync
- * waits for it, bar.arrive only counts itself in. Whole warps execute these. */
-__device__ __forceinline__ void bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 /* ---- wgmma ordering (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
