@@ -425,3 +425,45 @@ FA_TEST(tiles_kvcache_decode) {
                  "bucket %d: a register-kernel stage holds 8-bit K and V rows, their scales and row addresses", b);
     }
 }
+
+/* The large-head decode kernel (kvcache_large_sm80.cuh): which head dims it takes, how dv splits
+ * between the two warps of a row group, and that its blocks fit: a latent cache on sm_80, separate
+ * K and V caches on sm_90, each with room for the fused merge's weights and one split's o. */
+FA_TEST(tiles_kvcache_large_heads) {
+    FA_CHECK(!fa_kvl_wanted(256, 256) && !fa_kvl_wanted(8, 256) && fa_kvl_wanted(264, 8) && fa_kvl_wanted(128, 264) &&
+                 fa_kvl_wanted(576, 512),
+             "the large-head kernel exactly when max(d, dv) > 256");
+    for (int d = 1; d <= 600; d++)
+        for (int dv = 1; dv <= 600; dv += 7) {
+            const int ok = d % 8 == 0 && dv % 8 == 0 && d <= 576 && dv <= 512;
+            FA_CHECK(fa_kvl_dims_ok(d, dv) == ok, "d %d dv %d: dims_ok %d, want %d", d, dv, fa_kvl_dims_ok(d, dv), ok);
+        }
+    for (int dv = 8; dv <= FA_KVL_MAX_DV; dv += 8) {
+        const int split = fa_kvl_dv_split(dv), rest = dv - split;
+        /* whole 16-column pairs, at most 256 columns (32 n8 tiles) per warp, the first half the larger,
+         * and no more than one pair apart */
+        FA_CHECK(split % 16 == 0 && split <= 256 && split >= rest && split - rest <= 16 + 8,
+                 "dv %d: split %d / %d", dv, split, rest);
+    }
+    FA_CHECK(fa_kvl_dv_split(512) == 256 && fa_kvl_dv_split(320) == 160 && fa_kvl_dv_split(264) == 144 &&
+                 fa_kvl_dv_split(8) == 16,
+             "dv split of 512, 320, 264, 8");
+    FA_CHECK(fa_kvl_stage_bytes(1) == (size_t)2 * 32 * 576 && fa_kvl_stage_bytes(0) == (size_t)2 * 32 * (576 + 512),
+             "a stage: 32 rows of K (and of V)");
+    FA_CHECK(fa_kvl_exchange_bytes() == (size_t)8 * 16 * 32 * 4, "each warp's 16 × 32 fp32 partial scores");
+    FA_CHECK(fa_kvl_smem_bytes(1) == 163840 && fa_kvl_smem_bytes(1) + 128 <= SMEM_SM80,
+             "latent cache: %zu bytes of smem (and 128 static) fit sm_80's %d", fa_kvl_smem_bytes(1), SMEM_SM80);
+    FA_CHECK(fa_kvl_smem_bytes(0) == 229376 && fa_kvl_smem_bytes(0) > SMEM_SM80 &&
+                 fa_kvl_smem_bytes(0) + 128 <= SMEM_SM90,
+             "separate caches: %zu bytes of smem fit sm_90's %d (not sm_80's)", fa_kvl_smem_bytes(0), SMEM_SM90);
+    for (int v_in_k = 0; v_in_k < 2; v_in_k++) {
+        /* fa_kv_merge_splits: weights [64][splits] fp32, the row inverses, one split's o [64][512] fp32 */
+        const size_t merge = (size_t)4 * FA_KVL_BLOCK_M * (FA_KVL_MAX_SPLITS + 1) + 16 +
+                             (size_t)4 * FA_KVL_BLOCK_M * FA_KVL_MAX_DV;
+        FA_CHECK(merge <= fa_kvl_smem_bytes(v_in_k), "v_in_k %d: the fused merge needs %zu bytes", v_in_k, merge);
+        FA_CHECK(fa_kv_blocks_per_sm(fa_kvl_smem_bytes(v_in_k), 233472) == 1, "one block per sm_90 SM");
+    }
+    FA_CHECK(FA_KVL_MAX_SPLITS >= 32 && FA_KVL_MAX_SPLITS % 32 == 0, "split cap: whole 32-flag words of the fused merge");
+    FA_CHECK(FA_KVL_BLOCK_M == 16 * FA_KVL_WARPS / 2 && FA_KVL_BLOCK_N == 32 && FA_KVL_STAGES == 2,
+             "4 row groups of 16 rows × 2 warps; 32-slot tiles, two stages");
+}

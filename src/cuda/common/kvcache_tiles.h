@@ -145,4 +145,54 @@ FA_KV_TILES_FN size_t fa_kvq_smem_bytes(int bucket) {
            (size_t)fa_kvq_stages(bucket) * fa_kvq_stage_bytes(bucket);
 }
 
+/* ---- large heads (kvcache_large_sm80.cuh): 256 < max(d, dv), d <= 576, dv <= 512 ------------
+ * DeepSeek-style MLA decodes 128 query heads on one latent kv head (d 576, dv 512, 1-4 query
+ * tokens), so a block packs 64 query rows (four m16 tiles) to read each cache byte for more rows,
+ * and no warp holds a 512-wide fp32 O accumulator (256 registers per thread): 8 warps = 4 row
+ * groups of 16 rows × 2 halves. For S = Q Kᵀ of a 32-slot key tile the two warps of a row group
+ * split the k16 steps of d (each 16 rows × all 32 slots over half the steps); they swap their
+ * partial scores through shared memory and both finish the same softmax on the sum, so P needs no
+ * exchange; each then computes P·V for its half of dv's columns (at most 256: 128 fp32
+ * registers). Tiles: Q [64][576] and K [32][576] rows of 72 16-byte chunks, V [32][512] rows of
+ * 64 chunks; a latent cache (V = the first dv columns of K) has no V tile: P·V reads the K tile. */
+enum { FA_KVL_MAX_D = 576, FA_KVL_MAX_DV = 512 };
+enum { FA_KVL_BLOCK_M = 64, FA_KVL_BLOCK_N = 32, FA_KVL_WARPS = 8 };
+
+/* Pipeline depth: 2 (one tile in flight while one is computed). A tile costs ~3 µs of mma.sync
+ * and shared-memory traffic per block against ~1 µs of load latency, so a second tile in flight
+ * adds little, and with 2 stages a latent block (160 KiB) still fits an sm_80 SM. */
+enum { FA_KVL_STAGES = 2 };
+
+/* Splits per (batch, kv head, row tile) at most: the fused merge stages one split's fp32 partial
+ * o (64 rows × 512 columns, 128 KiB) and the splits' weights in the block's shared memory. */
+enum { FA_KVL_MAX_SPLITS = 64 };
+
+/* The large-head kernel runs when the wider of d and dv exceeds 256 (fa_kv_hdim_bucket's 0). */
+FA_KV_TILES_FN int fa_kvl_wanted(int head_dim, int head_dim_v) { return head_dim > 256 || head_dim_v > 256; }
+
+/* Head dims the large-head kernel takes: multiples of 8, 8 <= d <= 576, 8 <= dv <= 512. */
+FA_KV_TILES_FN int fa_kvl_dims_ok(int head_dim, int head_dim_v) {
+    return head_dim >= 8 && head_dim <= FA_KVL_MAX_D && head_dim % 8 == 0 && head_dim_v >= 8 &&
+           head_dim_v <= FA_KVL_MAX_DV && head_dim_v % 8 == 0;
+}
+
+/* Columns of dv the row group's first warp computes (the second: the rest): whole pairs of n8
+ * tiles (one ldmatrix.x4.trans each), the first warp taking the larger half; <= 256. */
+FA_KV_TILES_FN int fa_kvl_dv_split(int head_dim_v) { return 16 * ((head_dim_v + 31) / 32); }
+
+/* One stage: the K tile, and (v_in_k = 0) the V tile. */
+FA_KV_TILES_FN size_t fa_kvl_stage_bytes(int v_in_k) {
+    return (size_t)2 * FA_KVL_BLOCK_N * (size_t)(FA_KVL_MAX_D + (v_in_k ? 0 : FA_KVL_MAX_DV));
+}
+
+/* The partial scores the two warps of a row group swap: 16 rows × 32 slots fp32 per warp. */
+FA_KV_TILES_FN size_t fa_kvl_exchange_bytes(void) { return (size_t)4 * 16 * FA_KVL_BLOCK_N * FA_KVL_WARPS; }
+
+/* Dynamic shared memory of one block: Q, the stages, the score exchange. Latent cache:
+ * 163840 bytes (fits sm_80's 163 KiB); separate K and V: 229376 (sm_90's 227 KiB). */
+FA_KV_TILES_FN size_t fa_kvl_smem_bytes(int v_in_k) {
+    return (size_t)2 * FA_KVL_BLOCK_M * FA_KVL_MAX_D + (size_t)FA_KVL_STAGES * fa_kvl_stage_bytes(v_in_k) +
+           fa_kvl_exchange_bytes();
+}
+
 #endif /* FA_KVCACHE_TILES_H */
