@@ -5,8 +5,9 @@
  *   fa_cuda_check_kvcache     the decode kernel's limits (dims, alignment, grid, shared memory)
  *                             and its workspace (partial states when the key range is split)
  *   fa_cuda_kvcache_forward   plans the call (head-dim bucket, row tiles, splits) and runs the
- *                             decode kernel (kvcache_sm80.cuh), in which the block that finds
- *                             every split of its row tile done merges them: one launch per call.
+ *                             decode kernel (kvcache_sm80.cuh; above 256, kvcache_large_sm80.cuh),
+ *                             in which the block that finds every split of its row tile done
+ *                             merges them: one launch per call.
  *                             Head dims that are not multiples of 8 (the kernel moves 16-byte
  *                             vectors): q, k_new, v_new and both caches are copied, zero-padded
  *                             to the next multiple of 8, into the workspace, the kernel runs on
@@ -208,7 +209,9 @@ static fa_status launch_merge(const fa_merge_args *args, cudaStream_t stream) {
 
 typedef struct fa_kv_plan {
     fa_cuda_device_info dev;
-    int bucket;
+    int bucket;             /* fa_kv_hdim_bucket; 0 with large heads                           */
+    int large;              /* 256 < max(d, dv): the large-head kernel (kvcache_large_sm80.cuh)  */
+    int v_in_k;             /* large heads on a latent cache (fa_kv_latent_cache)              */
     int row_tiles;
     int num_splits;
     size_t off_lse_partial; /* byte offsets in the workspace of lse_partial and split_flags     */
@@ -277,17 +280,71 @@ static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char 
     return FA_OK;
 }
 
+/* Head dims above 256 (256 < max(d, dv)): the large-head kernel's limits. It takes d <= 576 and
+ * dv <= 512, multiples of 8 (no padded copies: a 576-wide cache is copied for no one), f16 / bf16
+ * unquantised caches, contiguous or paged, every mask, softcap, ALiBi, sinks, rotary (not on a
+ * latent cache, as everywhere), appends, splits; no score bias. A v that is k itself (same
+ * pointer and strides) with dv > d is refused: it is no latent cache, its rows would run into
+ * the next head's keys. */
+static fa_status check_large_heads(const fa_problem *pb, const char *path) {
+    const fa_params *p = &pb->p;
+    static const char *const kernel = "the CUDA KV-cache kernel for head dims above 256";
+    fa_status s;
+    if (p->kv_dtype != FA_KV_SAME)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "kv_dtype = %d with head_dim = %lld, head_dim_v = %lld: %s takes f16 / bf16 caches "
+                            "only (quantised caches: head dims up to 256 on CUDA, any on the CPU)",
+                            (int)p->kv_dtype, (long long)p->head_dim, (long long)p->head_dim_v, kernel);
+    if (pb->has_mods)
+        return fa_set_error(FA_ERR_UNSUPPORTED,
+                            "bias is set with head_dim = %lld, head_dim_v = %lld: %s has no score bias (head dims "
+                            "up to 256 on CUDA, any on the CPU)",
+                            (long long)p->head_dim, (long long)p->head_dim_v, kernel);
+    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
+        return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
+    if (p->head_dim < 8 || p->head_dim > FA_KVL_MAX_D || p->head_dim % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM,
+                            "head_dim = %lld (head_dim_v = %lld): %s needs a multiple of 8 in 8..%d",
+                            (long long)p->head_dim, (long long)p->head_dim_v, kernel, (int)FA_KVL_MAX_D);
+    if (p->head_dim_v < 8 || p->head_dim_v > FA_KVL_MAX_DV || p->head_dim_v % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM,
+                            "head_dim_v = %lld (head_dim = %lld): %s needs a multiple of 8 in 8..%d",
+                            (long long)p->head_dim_v, (long long)p->head_dim, kernel, (int)FA_KVL_MAX_DV);
+    if (p->v == p->k && p->head_dim_v > p->head_dim && p->v_batch_stride == p->k_batch_stride &&
+        p->v_row_stride == p->k_row_stride && p->v_head_stride == p->k_head_stride)
+        return fa_set_error(FA_ERR_HEAD_DIM,
+                            "head_dim_v = %lld > head_dim = %lld with v == k (same pointer and strides): a latent "
+                            "cache's values are the first head_dim_v columns of k, so head_dim_v <= head_dim",
+                            (long long)p->head_dim_v, (long long)p->head_dim);
+    if ((s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
+        return s;
+    if (p->k_new != NULL &&
+        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
+                                     path)) != FA_OK ||
+         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
+                                     path)) != FA_OK))
+        return s;
+    return FA_OK;
+}
+
 static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA KV-cache path";
     fa_status s;
     const int quant = p->kv_dtype != FA_KV_SAME;
     plan->kv_copy_bytes = 0;
+    plan->large = fa_kvl_wanted((int)p->head_dim, (int)p->head_dim_v);
+    plan->v_in_k = plan->large && fa_kv_latent_cache(p);
     /* Head dims that are not multiples of 8 run on padded copies (element-wise, any stride). */
-    plan->pad_dims = !quant && (p->head_dim % 8 != 0 || p->head_dim_v % 8 != 0);
+    plan->pad_dims = !quant && !plan->large && (p->head_dim % 8 != 0 || p->head_dim_v % 8 != 0);
     plan->d_pad = (int)((p->head_dim + 7) / 8 * 8);
     plan->dv_pad = (int)((p->head_dim_v + 7) / 8 * 8);
-    if (quant) {
+    if (plan->large) {
+        if ((s = check_large_heads(pb, path)) != FA_OK) return s;
+    } else if (quant) {
         if (pb->has_mods) /* the quantised kernel has no MODS instantiation */
             return fa_set_error(FA_ERR_UNSUPPORTED,
                                 "bias / block mask / doc_ids with kv_dtype = %d: %s does not combine a score bias or "
@@ -346,24 +403,35 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         return fa_set_error(FA_ERR_INVALID_SIZE, "cache_batch = %lld is out of range", (long long)p->cache_batch);
 
     if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
-    plan->bucket = fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
-    const size_t smem = !quant                        ? fa_kv_smem_bytes(plan->bucket)
+    plan->bucket = plan->large ? 0 : fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
+    const size_t smem = plan->large                 ? fa_kvl_smem_bytes(plan->v_in_k)
+                        : !quant                    ? fa_kv_smem_bytes(plan->bucket)
                         : p->kv_dtype == FA_KV_Q8_0 ? fa_kvq_smem_bytes(plan->bucket)
                                                     : fa_kvq_regs_smem_bytes(plan->bucket);
-    if ((s = fa_cuda_check_smem(p, &plan->dev, smem, "the CUDA KV-cache kernel")) != FA_OK) return s;
+    if ((s = fa_cuda_check_smem(p, &plan->dev, smem,
+                                !plan->large   ? "the CUDA KV-cache kernel"
+                                : plan->v_in_k ? "the CUDA KV-cache kernel for head dims above 256 (latent cache)"
+                                               : "the CUDA KV-cache kernel for head dims above 256 (separate K and V "
+                                                 "caches; a latent cache, v the first head_dim_v columns of k, needs "
+                                                 "less)")) != FA_OK)
+        return s;
+    /* the tile shape of the kernel that runs */
+    const int block_m = plan->large ? (int)FA_KVL_BLOCK_M : (int)FA_KV_BLOCK_M;
+    const int block_n = plan->large ? (int)FA_KVL_BLOCK_N : (int)FA_KV_BLOCK_N;
+    const int64_t max_splits = plan->large ? (int64_t)FA_KVL_MAX_SPLITS : (int64_t)FA_KV_MAX_SPLITS;
 
     /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which
      * includes the appended tokens), narrowed by a two-sided window; a range of n slots touches
      * at most (n + 126) / 64 slot-aligned tiles. */
     const int64_t rows_packed = p->seqlen_q * pb->group;
-    plan->row_tiles = (int)((rows_packed + FA_KV_BLOCK_M - 1) / FA_KV_BLOCK_M);
+    plan->row_tiles = (int)((rows_packed + block_m - 1) / block_m);
     int64_t est_keys = p->seqlen_k;
     if (p->window_left >= 0 && p->window_right >= 0) {
-        const int64_t tokens = p->seqlen_q < FA_KV_BLOCK_M ? p->seqlen_q : FA_KV_BLOCK_M;
+        const int64_t tokens = p->seqlen_q < block_m ? p->seqlen_q : block_m;
         const int64_t span = (int64_t)p->window_left + p->window_right + tokens;
         if (span < est_keys) est_keys = span;
     }
-    const int64_t key_blocks = est_keys > 0 ? (est_keys + 2 * FA_KV_BLOCK_N - 2) / FA_KV_BLOCK_N : 0;
+    const int64_t key_blocks = est_keys > 0 ? (est_keys + 2 * block_n - 2) / block_n : 0;
     const int64_t units = p->batch * p->heads_kv * plan->row_tiles;
     const int64_t workers = (int64_t)plan->dev.sm_count * fa_kv_blocks_per_sm(smem, plan->dev.smem_per_sm);
     int64_t splits;
@@ -377,13 +445,13 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         const int64_t per_sm = (int64_t)plan->dev.sm_count / units;
         const int64_t long_splits = key_blocks / FA_KV_MIN_SPLIT_TILES;
         const int64_t most = per_sm > long_splits ? per_sm : long_splits;
-        splits = fa_num_splits_heuristic(units, key_blocks, workers, FA_KV_MAX_SPLITS);
+        splits = fa_num_splits_heuristic(units, key_blocks, workers, max_splits);
         if (splits > most) splits = most;
     } else {
         /* num_splits = n: at most n, and never more than there are key tiles (or the cap) */
         splits = p->num_splits;
         if (splits > key_blocks) splits = key_blocks;
-        if (splits > FA_KV_MAX_SPLITS) splits = FA_KV_MAX_SPLITS;
+        if (splits > max_splits) splits = max_splits;
     }
     if (splits < 1) splits = 1;
     plan->num_splits = (int)splits;
@@ -506,8 +574,12 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.v_scale_batch_stride = p->v_scale_batch_stride;
     prm.v_scale_row_stride = p->v_scale_row_stride;
     prm.v_scale_head_stride = p->v_scale_head_stride;
+    prm.v_in_k = plan->v_in_k;
 
     fa_status s;
+    if (plan->large) /* unquantised, no score bias (check_large_heads) */
+        return plan->v_in_k ? fa_kvl_launch_latent(&prm, p->dtype, plan->dev.ordinal, stream)
+                            : fa_kvl_launch_separate(&prm, p->dtype, plan->dev.ordinal, stream);
     if (p->kv_dtype != FA_KV_SAME) {
         /* the append first (stream-ordered), then the decode kernel reads every slot from the cache */
         if (p->k_new != NULL && (s = fa_kvq_append(&prm, p->dtype, stream)) != FA_OK) return s;

@@ -1,6 +1,7 @@
 /*
  * kvcache_launch.h: the KV-cache decode kernel's parameter block and its extern "C" launchers,
- * one per head-dim bucket (instances/kvcache_sm80_hdim<bucket>.cu). kvcache.cu plans the call
+ * one per head-dim bucket (instances/kvcache_sm80_hdim<bucket>.cu) and, above 256, per cache kind
+ * (instances/kvcache_large_sm80_<cache>.cu). kvcache.cu plans the call
  * (bucket, row tiles, splits, workspace), fills fa_kv_params and calls one of these: one launch
  * per call, the split-KV merge included (kernel step 6).
  */
@@ -63,6 +64,12 @@ struct fa_kv_params : fa_kernel_base {
     const float *v_scale;
     int64_t k_scale_batch_stride, k_scale_row_stride, k_scale_head_stride;
     int64_t v_scale_batch_stride, v_scale_row_stride, v_scale_head_stride;
+
+    /* Large heads (fa_kvl_launch_*; 0 elsewhere): 1 when v is the first head_dim_v columns of k
+     * (a latent cache, fa_kv_latent_cache): the kernel reads each cache row once, as K, and
+     * takes its first dv columns as V; an append writes k_new only (v_new is its first dv
+     * columns). */
+    int v_in_k;
 };
 
 extern "C" {
@@ -82,6 +89,11 @@ fa_status fa_kvq_launch_hdim256(const fa_kv_params *prm, fa_dtype dtype, int dev
 /* k_new / v_new quantised into a quantised cache, as the CPU's append does it bit for bit
  * (kvcache_quant.cu); prm->k_new != NULL */
 fa_status fa_kvq_append(const fa_kv_params *prm, fa_dtype dtype, cudaStream_t stream);
+/* The decode kernel for large heads, 256 < max(d, dv), d <= 576, dv <= 512 (kvcache_large_sm80.cuh;
+ * instances/kvcache_large_sm80_<cache>.cu): a latent cache (prm->v_in_k = 1) or separate K and
+ * V caches (0); row_tiles counts FA_KVL_BLOCK_M-row tiles. */
+fa_status fa_kvl_launch_latent(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
+fa_status fa_kvl_launch_separate(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 /* The same kernel with a score bias (common/mods.cuh; instances/kvcache_sm80_mods_hdim<bucket>.cu). */
 fa_status fa_kv_mods_launch_hdim64(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,
                                    int device_ordinal, cudaStream_t stream);

@@ -714,13 +714,16 @@ __device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const
 /* ---- 5. append ---------------------------------------------------------------------------------- */
 
 /* Step 5: the appended tokens into the cache (k_new rotated, v_new bit-exact), by one block per
- * (b, kv head); nothing in this launch reads these slots from the cache. */
-template <class Cfg, class Cvt>
-__device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_kv_block &blk,
-                                             const fa_kv_tile_loader<Cfg> &ld, int rot_half, int tid) {
+ * (b, kv head); nothing in this launch reads these slots from the cache. `ld`: the kernel's tile
+ * loader (d_chunks, dv_chunks, page_size, and k_new / v_new at sequence b, head hk). V_IN_K: a
+ * latent cache, v the first dv columns of k and v_new those of k_new, so writing k_new writes
+ * v_new too and the values are not written again. */
+template <class Cfg, class Cvt, bool V_IN_K = false, class Loader>
+__device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_kv_block &blk, const Loader &ld,
+                                             int rot_half, int tid) {
     const bool rotary = prm.rotary_cos != nullptr;
     const int d_chunks = ld.d_chunks, dv_chunks = ld.dv_chunks, page_size = ld.page_size;
-    const int per_row = d_chunks + dv_chunks;
+    const int per_row = d_chunks + (V_IN_K ? 0 : dv_chunks);
     for (int idx = tid; idx < blk.n_new * per_row; idx += Cfg::THREADS) {
         const int t = idx / per_row, ch = idx % per_row;
         const int c = blk.cache_len + t;
