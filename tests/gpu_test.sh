@@ -12,8 +12,9 @@
 #   6. the default backward kernel against the portable one (tests/gpu/bwd_paths.c)
 #   6b. the KV-cache path against the CPU engine and the oracle (appends of any length, head dims
 #      that are not multiples of 8) and fa_forward with a paged K/V (tests/gpu/cache.c), then
-#      compute-sanitizer memcheck on small problems of both; quantised caches (int8, Q8_0, e4m3:
-#      tests/gpu/kvquant.c) and compute-sanitizer on its small problems
+#      compute-sanitizer memcheck on small problems of both; head dims above 256 (MLA latent caches:
+#      tests/gpu/kvcache_large.c) and compute-sanitizer on its small problems; quantised caches
+#      (int8, Q8_0, e4m3: tests/gpu/kvquant.c) and compute-sanitizer on its small problems
 #   6c. attention dropout: forward and backward against the float64 oracle with the same mask
 #      on every kernel path (Hopper and portable), the CUDA mask against the CPU's, repeatability
 #      (tests/gpu/dropout.c); compute-sanitizer
@@ -107,6 +108,12 @@ echo "== 6b. KV cache (any seqlen_new, odd head dims) and paged fa_forward"
 for mode in kvcache paged; do
     echo "-- memcheck: $mode (small problems)"
     "$SAN" --tool memcheck --error-exitcode 3 "$GPU" "$mode" small || fail "memcheck on $mode small"
+done
+echo "-- head dims above 256 (MLA latent caches 576 / 512, other shapes): the oracle and the CPU engine"
+"$GPU" kvlarge || fail "large-head KV cache (tests/gpu/kvcache_large.c)"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: kvlarge (small problems)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" kvlarge small || fail "$tool on kvlarge small"
 done
 echo "-- quantised caches (int8, Q8_0, e4m3): appended bytes equal the CPU's, o / lse against the oracle"
 "$GPU" kvquant || fail "quantised KV caches (tests/gpu/kvquant.c)"

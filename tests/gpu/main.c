@@ -11,6 +11,10 @@
  *   kvcache [small]         fa_kvcache_forward against the oracle and the CPU engine's caches:
  *                           appends of any length, head dims not multiples of 8 (cache.c)
  *   paged [small]           fa_forward with a paged K/V (block_table) against the oracle (cache.c)
+ *   kvlarge [small]         fa_kvcache_forward at head dims above 256 (MLA: a latent cache, 576 /
+ *                           512, up to 128 query heads on one kv head; other shapes, every
+ *                           feature) against the oracle and the CPU engine; bad shapes refused
+ *                           (kvcache_large.c)
  *   kvquant [small]         fa_kvcache_forward on int8 / Q8_0 / e4m3 caches: the caches after an
  *                           append equal the CPU engine's bit for bit, o / lse against the oracle
  *                           on the dequantised cache, refused fields (kvquant.c)
@@ -30,6 +34,7 @@ int gpu_mods_main(int argc, char **argv);
 int gpu_kvcache_main(int argc, char **argv);
 int gpu_paged_main(int argc, char **argv);
 int gpu_kvquant_main(int argc, char **argv);
+int gpu_kvlarge_main(int argc, char **argv);
 int gpu_dropout_main(int argc, char **argv);
 
 static const struct {
@@ -45,6 +50,7 @@ static const struct {
     {"kvcache", gpu_kvcache_main},
     {"paged", gpu_paged_main},
     {"kvquant", gpu_kvquant_main},
+    {"kvlarge", gpu_kvlarge_main},
     {"dropout", gpu_dropout_main},
 };
 
@@ -52,6 +58,6 @@ int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|dropout [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|kvlarge|dropout [ARGS]\n");
     return 2;
 }
