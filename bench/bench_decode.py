@@ -17,8 +17,16 @@ tokens/s = query tokens decoded per second. Results of an earlier `flashattn ben
 --json` run can be merged instead with --cli-json. Prints a markdown table last and writes
 <out>/decode.{md,json} (default bench/results/).
 
+With --mla (needs --cli) it also times DeepSeek-style MLA decoding through the tool: one latent
+kv head (v = the first 512 columns of the 576-dim k cache, each row read once), 128 query heads,
+1 and 2 query tokens, batch 32 and 128, contexts 4k-32k, pages of 64 tokens, bf16, reported as
+GB/s (latent cache bytes read / median time) and TFLOP/s (2 · heads · (576 + 512) · keys seen
+per query token / median time), in <out>/decode-mla.{md,json}. --mla-only runs just that (no
+torch needed); --mla-quick keeps contexts 4k and 32k.
+
   PYTHONPATH=python FLASHATTN_LIB=build/libflashattn.so \
       python bench/bench_decode.py --cli build/flashattn
+  python3 bench/bench_decode.py --cli build/flashattn --mla-only --out /tmp/mla
 """
 
 import argparse
@@ -28,12 +36,63 @@ import os
 import statistics
 import subprocess
 
-import torch
-import torch.nn.functional as F
-
 SHAPES = [(1, 8192), (32, 8192), (8, 65536), (128, 2048)]
 HQ, HKV, D = 32, 8, 128
 KV_LABELS = {"same": "bf16", "int8": "int8", "q8_0": "q8_0", "fp8": "fp8 e4m3"}
+MLA_BATCHES, MLA_CONTEXTS, MLA_QUICK_CONTEXTS = (32, 128), (4096, 8192, 16384, 32768), (4096, 32768)
+MLA_HQ, MLA_D, MLA_DV, MLA_PAGE = 128, 576, 512, 64
+
+
+def mla_runs(cli, quick):
+    """The tool's MLA decode runs (latent cache, page 64), one per query-token count."""
+    contexts = MLA_QUICK_CONTEXTS if quick else MLA_CONTEXTS
+    return [[cli, "bench", "--mode", "decode", "--device", "cuda", "--json", "--hq", str(MLA_HQ), "--hkv", "1",
+             "-d", str(MLA_D), "--dv", str(MLA_DV), "--latent", "1", "--sq", str(sq), "--page-size", str(MLA_PAGE),
+             "-b", ",".join(map(str, MLA_BATCHES)), "--cache-len", ",".join(map(str, contexts))]
+            for sq in (1, 2)]
+
+
+def run_cli(argvs):
+    """Run the tool once per argument list; its output lines."""
+    lines = []
+    for argv in argvs:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            print("%s: exit %d: %s" % (" ".join(argv), done.returncode, done.stderr.strip()[-400:]), flush=True)
+        print(done.stdout, end="", flush=True)
+        lines += done.stdout.splitlines()
+    return lines
+
+
+def mla_report(lines, out):
+    """The MLA rows of the tool's JSON lines as a markdown table; written to <out>/decode-mla.*."""
+    rows = [json.loads(line) for line in (l.strip() for l in lines) if line.startswith("{")]
+    copy_gbps = next((r["copy_GBps"] for r in rows if r.get("copy_GBps")), None)
+    text = ["# MLA decode (latent cache, d %d / dv %d, hq %d, hkv 1, page %d, bf16)" % (MLA_D, MLA_DV, MLA_HQ, MLA_PAGE),
+            "",
+            "GB/s = latent cache bytes read (each row once) / median time (inputs rotated or larger than "
+            "twice the L2); TFLOP/s = 2 · hq · (d + dv) · keys seen per query token / median time%s." % (
+                "; device copy bandwidth (read + write) %.0f GB/s" % copy_gbps if copy_gbps else ""),
+            "",
+            "| batch x ctx | sq | splits | ms | GB/s | % of copy | TFLOP/s | tok/s | note |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["sq"], r["b"], r["cache_len"])):
+        ok = r.get("status") == "ok"
+        text.append("| %d x %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["b"], r["cache_len"], r["sq"], r["splits"] or "auto",
+            "%.4f" % r["ms"] if ok else "-", "%.0f" % r["GBps"] if ok else "-",
+            "%.0f%%" % (100 * r["GBps"] / copy_gbps) if ok and copy_gbps else "-",
+            "%.1f" % r["TFLOPs"] if ok else "-", "%.0f" % r["tokens_per_s"] if ok else "-",
+            "" if ok else r.get("note", "failed")))
+    body = "\n".join(text) + "\n"
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "decode-mla.md"), "w") as f:
+        f.write(body)
+    with open(os.path.join(out, "decode-mla.json"), "w") as f:
+        json.dump({"copy_GBps": copy_gbps, "rows": rows}, f, indent=1)
+    print()
+    print(body)
+    return all(r.get("status") == "ok" for r in rows) and bool(rows)
 
 
 def cli_runs(cli):
@@ -71,6 +130,7 @@ def cli_rows(lines):
 
 
 def time_ms(fn, flush, calls):
+    import torch
     start = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     end = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     for _ in range(3):
@@ -90,8 +150,17 @@ def main():
     ap.add_argument("--cli-json", default=None)
     ap.add_argument("--cli", default=None, help="the flashattn tool: also run its decode benchmark")
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--mla", action="store_true", help="also the MLA decode cases (needs --cli)")
+    ap.add_argument("--mla-only", action="store_true", help="only the MLA decode cases (needs --cli; no torch)")
+    ap.add_argument("--mla-quick", action="store_true", help="MLA contexts 4k and 32k only")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if (args.mla or args.mla_only) and not args.cli:
+        ap.error("--mla / --mla-only need --cli (the flashattn tool)")
+    if args.mla_only:
+        return 0 if mla_report(run_cli(mla_runs(args.cli, args.mla_quick)), args.out) else 1
+    import torch
+    import torch.nn.functional as F
     import flashattn
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -136,12 +205,7 @@ def main():
         with open(args.cli_json) as f:
             lines += f.readlines()
     if args.cli:
-        for argv in cli_runs(args.cli):
-            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if done.returncode != 0:
-                print("%s: exit %d: %s" % (" ".join(argv), done.returncode, done.stderr.strip()[-400:]), flush=True)
-            print(done.stdout, end="", flush=True)
-            lines += done.stdout.splitlines()
+        lines += run_cli(cli_runs(args.cli))
     found, copy_gbps = cli_rows(lines)
     rows += found
     # tokens/s of a quantised cache against the bf16 cache of the same shape and layout
@@ -184,7 +248,10 @@ def main():
         json.dump({"copy_GBps": copy_gbps, "rows": rows}, f, indent=1)
     print()
     print(text)
+    if args.mla:
+        mla_report(run_cli(mla_runs(args.cli, args.mla_quick)), args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -9,7 +9,9 @@
  * Per configuration: batch sequences of `sq` query tokens (1 = decoding), each with cache_len
  * tokens in its cache (contiguous [b, cache_len, hkv, d], or a paged pool with a random block
  * table), optionally appending sq new tokens first (--append 1). kv_bytes = Σ_b keys_b · hkv ·
- * (d + dv) · element size; GB/s = kv_bytes / median time. copy GB/s: a large buffer copied by
+ * (d + dv) · element size (a latent cache, --latent 1, where v is k's first dv columns: d only);
+ * GB/s = kv_bytes / median time; TFLOP/s = 2 · hq · (d + dv) · the keys each query token sees /
+ * median time. copy GB/s: a large buffer copied by
  * every thread of the run (CPU: memcpy of 512 MiB, split among the threads; CUDA: one
  * device-to-device cudaMemcpy of 1 GiB), counted as bytes read + bytes written per second: the
  * traffic the memory sustains, which a read-mostly decode kernel can approach.
@@ -49,7 +51,8 @@ typedef struct decode_options {
     fa_dtype dtypes[3];
     int n_dtypes;
     int_list b, hq, hkv, d, cache_len, page_size;
-    int64_t sq;
+    int64_t sq, dv; /* dv 0 = d */
+    int latent;
     int splits, append, causal, threads, repeats, warmups, json;
     fa_kv_dtype kv_dtypes[4];
     int n_kv_dtypes;
@@ -59,8 +62,9 @@ typedef struct decode_options {
 typedef struct decode_case {
     fa_device device;
     fa_dtype dtype;
-    int64_t b, sq, hq, hkv, d, cache_len, page_size;
+    int64_t b, sq, hq, hkv, d, dv, cache_len, page_size;
     int splits, append, causal, threads;
+    int latent; /* v is the first dv columns of k (one cache, each row read once) */
     fa_kv_dtype kv_dtype;
 } decode_case;
 
@@ -91,6 +95,10 @@ static void print_help(void) {
            "  -b N, --batch N        sequences (default 1)\n"
            "  --hq N, --hkv N        query / kv heads (default 32 / 8)\n"
            "  -d N                   head dim (default 128)\n"
+           "  --dv N                 head dim of v and o (default: d)\n"
+           "  --latent 0|1           1: a latent cache (MLA): v is the first dv columns of k, one\n"
+           "                         tensor whose rows are read once (needs dv <= d; kv bytes and\n"
+           "                         GB/s count k alone)\n"
            "  --cache-len N          tokens already in each sequence's cache (default 8192)\n"
            "  --page-size N          0 = contiguous cache, else a paged pool with a random block\n"
            "                         table (default 0)\n"
@@ -154,6 +162,11 @@ static void parse_options(int argc, char **argv, decode_options *o, int *shape_g
                    (v = cli_flag_value(CMD, argc, argv, &i, "--d"))) {
             parse_list("-d", v, 1, FA_MAX_HEAD_DIM, &o->d);
             *shape_given = 1;
+        } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--dv"))) {
+            o->dv = cli_parse_int(CMD, "--dv", v, 1, FA_MAX_HEAD_DIM);
+            *shape_given = 1;
+        } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--latent"))) {
+            o->latent = (int)cli_parse_int(CMD, "--latent", v, 0, 1);
         } else if ((v = cli_flag_value(CMD, argc, argv, &i, "--cache-len"))) {
             parse_list("--cache-len", v, 0, big, &o->cache_len);
             *shape_given = 1;
@@ -209,6 +222,12 @@ static void parse_options(int argc, char **argv, decode_options *o, int *shape_g
     set_default(&o->cache_len, 1, ctx8k);
     set_default(&o->page_size, *shape_given ? 1 : 2, *shape_given ? zero : pages_default);
     if (o->warmups < 0) o->warmups = o->device == FA_DEVICE_CUDA ? 3 : 1;
+    for (int i = 0; i < o->d.count; i++)
+        if (o->latent && (o->dv ? o->dv : o->d.values[i]) > o->d.values[i])
+            cli_usage_error(CMD, "--latent 1: v is the first dv columns of k, so --dv must not exceed -d");
+    for (int i = 0; i < o->n_kv_dtypes; i++)
+        if (o->kv_dtypes[i] != FA_KV_SAME && (o->latent || o->dv))
+            cli_usage_error(CMD, "--latent and --dv take an unquantised cache (--kv-dtype same)");
 }
 
 /* ---- problem ---------------------------------------------------------------------------------- */
@@ -217,8 +236,8 @@ typedef struct decode_host {
     void *q, *o, *k, *v, *k_new, *v_new;
     float *lse, *k_scale, *v_scale;
     int32_t *seqlens, *block_table;
-    size_t q_elems, kv_elems, new_elems, table_elems;
-    size_t kv_bytes, scale_elems; /* bytes of k (and of v); floats of k_scale (and of v_scale) */
+    size_t q_elems, o_elems, kv_elems, v_elems, new_elems, vnew_elems, table_elems;
+    size_t kv_bytes, v_bytes, scale_elems; /* bytes of k, of v (0: a latent cache); floats of k_scale (and of v_scale) */
     int64_t num_pages, pages_per_seq, capacity;
 } decode_host;
 
@@ -265,18 +284,24 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
         slabs = c->b;
         slab_rows = h->capacity;
     }
+    const int64_t dv = c->dv;
     h->q_elems = (size_t)(c->b * c->sq * c->hq * c->d);
+    h->o_elems = (size_t)(c->b * c->sq * c->hq * dv);
     /* a quantised cache: row_units bytes per (slot, head) row instead of d elements */
     const int64_t row_units = c->kv_dtype == FA_KV_Q8_0 ? c->d / 32 * 34 : c->d;
     const size_t kv_es = c->kv_dtype != FA_KV_SAME ? 1 : es;
     h->kv_elems = (size_t)(slabs * slab_rows * c->hkv * row_units);
     h->kv_bytes = h->kv_elems * kv_es;
+    /* v: [.., dv] (a latent cache has none: v is k) */
+    h->v_elems = c->latent ? 0 : (size_t)(slabs * slab_rows * c->hkv * (c->kv_dtype == FA_KV_SAME ? dv : row_units));
+    h->v_bytes = h->v_elems * kv_es;
     h->new_elems = c->append ? (size_t)(c->b * c->sq * c->hkv * c->d) : 0;
+    h->vnew_elems = c->append && !c->latent ? (size_t)(c->b * c->sq * c->hkv * dv) : 0;
     h->table_elems = c->page_size > 0 ? (size_t)(c->b * h->pages_per_seq) : 0;
     h->q = tool_alloc_touched(h->q_elems * es);
-    h->o = tool_alloc_touched(h->q_elems * es);
+    h->o = tool_alloc_touched(h->o_elems * es);
     h->k = malloc(h->kv_elems * kv_es);
-    h->v = malloc(h->kv_elems * kv_es);
+    h->v = c->latent ? NULL : malloc(h->v_bytes);
     if (c->kv_dtype == FA_KV_INT8 || c->kv_dtype == FA_KV_FP8_E4M3) {
         size_t n = c->kv_dtype == FA_KV_INT8 ? (size_t)(slabs * slab_rows * c->hkv) : (size_t)c->hkv;
         h->scale_elems = n;
@@ -288,11 +313,11 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     h->seqlens = malloc((size_t)c->b * sizeof(int32_t));
     if (c->append) {
         h->k_new = tool_alloc_touched(h->new_elems * es);
-        h->v_new = tool_alloc_touched(h->new_elems * es);
+        h->v_new = c->latent ? NULL : tool_alloc_touched(h->vnew_elems * es);
     }
     if (h->table_elems) h->block_table = malloc(h->table_elems * sizeof(int32_t));
-    if (!h->q || !h->o || !h->k || !h->v || (c->kv_dtype == FA_KV_INT8 && (!h->k_scale || !h->v_scale)) ||
-        (c->kv_dtype == FA_KV_FP8_E4M3 && (!h->k_scale || !h->v_scale)) || !h->lse || !h->seqlens || (c->append && (!h->k_new || !h->v_new)) ||
+    if (!h->q || !h->o || !h->k || (!c->latent && !h->v) || (c->kv_dtype == FA_KV_INT8 && (!h->k_scale || !h->v_scale)) ||
+        (c->kv_dtype == FA_KV_FP8_E4M3 && (!h->k_scale || !h->v_scale)) || !h->lse || !h->seqlens || (c->append && (!h->k_new || (!c->latent && !h->v_new))) ||
         (h->table_elems && !h->block_table)) {
         free_host(h);
         return 0;
@@ -311,11 +336,11 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
             }
     } else {
         fill_repeated(h->k, c->dtype, h->kv_elems, 0.0f, &rng);
-        fill_repeated(h->v, c->dtype, h->kv_elems, 0.5f, &rng);
+        if (h->v) fill_repeated(h->v, c->dtype, h->v_elems, 0.5f, &rng);
     }
     if (c->append) {
         tool_fill_normal(h->k_new, c->dtype, h->new_elems, 1.0f, 0.0f, &rng);
-        tool_fill_normal(h->v_new, c->dtype, h->new_elems, 1.0f, 0.5f, &rng);
+        if (h->v_new) tool_fill_normal(h->v_new, c->dtype, h->vnew_elems, 1.0f, 0.5f, &rng);
     }
     for (int64_t b = 0; b < c->b; b++) h->seqlens[b] = (int32_t)c->cache_len;
     if (h->table_elems) { /* every page once, in a random order: a fragmented pool */
@@ -338,10 +363,15 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     p->heads_q = c->hq;
     p->heads_kv = c->hkv;
     p->head_dim = c->d;
+    p->head_dim_v = dv;
     fa_set_contiguous_strides(p); /* q, o; k / v as [b, capacity, hkv, d], fixed below if paged */
-    p->k_batch_stride = p->v_batch_stride = slab_rows * c->hkv * row_units;
-    p->k_row_stride = p->v_row_stride = c->hkv * row_units;
-    p->k_head_stride = p->v_head_stride = row_units;
+    p->k_batch_stride = slab_rows * c->hkv * row_units;
+    p->k_row_stride = c->hkv * row_units;
+    p->k_head_stride = row_units;
+    const int64_t v_units = c->kv_dtype == FA_KV_SAME ? dv : row_units;
+    p->v_batch_stride = c->latent ? p->k_batch_stride : slab_rows * c->hkv * v_units;
+    p->v_row_stride = c->latent ? p->k_row_stride : c->hkv * v_units;
+    p->v_head_stride = c->latent ? p->k_head_stride : v_units;
     p->kv_dtype = c->kv_dtype;
     p->k_scale = h->k_scale;
     p->v_scale = h->v_scale;
@@ -350,9 +380,12 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
         p->k_scale_row_stride = p->v_scale_row_stride = c->hkv;
         p->k_scale_head_stride = p->v_scale_head_stride = 1;
     }
-    p->knew_batch_stride = p->vnew_batch_stride = c->sq * c->hkv * c->d;
-    p->knew_row_stride = p->vnew_row_stride = c->hkv * c->d;
-    p->knew_head_stride = p->vnew_head_stride = c->d;
+    p->knew_batch_stride = c->sq * c->hkv * c->d;
+    p->knew_row_stride = c->hkv * c->d;
+    p->knew_head_stride = c->d;
+    p->vnew_batch_stride = c->latent ? p->knew_batch_stride : c->sq * c->hkv * dv;
+    p->vnew_row_stride = c->latent ? p->knew_row_stride : c->hkv * dv;
+    p->vnew_head_stride = c->latent ? p->knew_head_stride : dv;
     p->causal = c->causal;
     p->num_splits = c->splits;
     p->num_threads = c->threads;
@@ -364,12 +397,12 @@ static int make_host(const decode_case *c, uint64_t seed, decode_host *h, fa_par
     p->q = h->q;
     p->o = h->o;
     p->k = h->k;
-    p->v = h->v;
+    p->v = c->latent ? h->k : h->v;
     p->lse = h->lse;
     p->cache_seqlens = h->seqlens;
     p->block_table = h->block_table;
     p->k_new = h->k_new;
-    p->v_new = h->v_new;
+    p->v_new = c->latent ? h->k_new : h->v_new;
     return 1;
 }
 
@@ -379,7 +412,19 @@ static double kv_bytes_of(const decode_case *c) {
     if (c->kv_dtype == FA_KV_INT8) row = (double)c->d + 4.0;
     else if (c->kv_dtype == FA_KV_Q8_0) row = (double)(c->d / 32 * 34);
     else if (c->kv_dtype == FA_KV_FP8_E4M3) row = (double)c->d;
-    return (double)c->b * keys * (double)c->hkv * 2.0 * row;
+    if (c->kv_dtype != FA_KV_SAME) return (double)c->b * keys * (double)c->hkv * 2.0 * row;
+    /* k, and v unless it is k's first dv columns (a latent cache: each row read once) */
+    const double v_row = c->latent ? 0.0 : (double)c->dv * (double)cli_dtype_size(c->dtype);
+    return (double)c->b * keys * (double)c->hkv * (row + v_row);
+}
+
+/* Multiply-adds × 2 of one call: per query token i of sq, its visible keys (causal: the last
+ * query sees every key, each earlier one one fewer) × heads_q × (d + dv). */
+static double flops_of(const decode_case *c) {
+    const double keys = (double)(c->cache_len + (c->append ? c->sq : 0));
+    double seen = 0.0;
+    for (int64_t i = 0; i < c->sq; i++) seen += c->causal ? keys - (double)(c->sq - 1 - i) : keys;
+    return 2.0 * (double)c->b * (double)c->hq * seen * (double)(c->d + c->dv);
 }
 
 /* ---- CPU ---------------------------------------------------------------------------------------- */
@@ -507,7 +552,7 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
     int l2 = 0, device = 0;
     rt->get_device(&device);
     rt->device_get_attribute(&l2, CUDART_ATTR_L2_BYTES, device);
-    double set_bytes = 2.0 * (double)h.kv_bytes;
+    double set_bytes = (double)h.kv_bytes + (double)h.v_bytes;
     int n_sets = set_bytes >= 2.0 * l2 ? 1 : (int)(2.0 * l2 / set_bytes) + 1;
     if (n_sets > MAX_SETS) n_sets = MAX_SETS;
     device_set sets[MAX_SETS];
@@ -516,23 +561,24 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
     int ok = 1, created = 0;
     for (int s = 0; s < n_sets && ok; s++) {
         device_set *d = &sets[s];
-        ok = upload(rt, &d->q, h.q, h.q_elems * es, r) && upload(rt, &d->o, NULL, h.q_elems * es, r) &&
-             upload(rt, &d->k, h.k, h.kv_bytes, r) && upload(rt, &d->v, h.v, h.kv_bytes, r) &&
+        ok = upload(rt, &d->q, h.q, h.q_elems * es, r) && upload(rt, &d->o, NULL, h.o_elems * es, r) &&
+             upload(rt, &d->k, h.k, h.kv_bytes, r) && (c->latent || upload(rt, &d->v, h.v, h.v_bytes, r)) &&
              (!h.scale_elems || (upload(rt, &d->k_scale, h.k_scale, h.scale_elems * 4, r) &&
                                  upload(rt, &d->v_scale, h.v_scale, h.scale_elems * 4, r))) &&
              upload(rt, &d->lse, NULL, (size_t)(c->b * c->hq * c->sq) * 4, r) &&
              upload(rt, &d->seqlens, h.seqlens, (size_t)c->b * 4, r) &&
              (!c->append || (upload(rt, &d->k_new, h.k_new, h.new_elems * es, r) &&
-                             upload(rt, &d->v_new, h.v_new, h.new_elems * es, r))) &&
+                             (c->latent || upload(rt, &d->v_new, h.v_new, h.vnew_elems * es, r)))) &&
              (!h.table_elems || upload(rt, &d->table, h.block_table, h.table_elems * 4, r));
     }
     fa_params p = host_p;
     p.device = FA_DEVICE_CUDA;
     size_t ws = 0;
     if (ok) {
-        p.q = sets[0].q, p.o = sets[0].o, p.k = sets[0].k, p.v = sets[0].v, p.lse = sets[0].lse;
+        p.q = sets[0].q, p.o = sets[0].o, p.k = sets[0].k, p.v = c->latent ? sets[0].k : sets[0].v;
+        p.lse = sets[0].lse;
         p.cache_seqlens = sets[0].seqlens, p.block_table = sets[0].table;
-        p.k_new = sets[0].k_new, p.v_new = sets[0].v_new;
+        p.k_new = sets[0].k_new, p.v_new = c->latent ? sets[0].k_new : sets[0].v_new;
         p.k_scale = (float *)sets[0].k_scale, p.v_scale = (float *)sets[0].v_scale;
         fa_status st = fa_check_kvcache(&p, &ws);
         if (st != FA_OK) {
@@ -549,8 +595,9 @@ static void measure_cuda(const decode_options *o, const decode_case *c, decode_r
     while (ok && created < 2 * total_calls) ok = cuda_ok(rt, rt->event_create(&events[created++]), "cudaEventCreate", r);
     for (int i = 0; ok && i < total_calls; i++) {
         const device_set *d = &sets[i % n_sets];
-        p.q = d->q, p.o = d->o, p.k = d->k, p.v = d->v, p.lse = d->lse;
-        p.cache_seqlens = d->seqlens, p.block_table = d->table, p.k_new = d->k_new, p.v_new = d->v_new;
+        p.q = d->q, p.o = d->o, p.k = d->k, p.v = c->latent ? d->k : d->v, p.lse = d->lse;
+        p.cache_seqlens = d->seqlens, p.block_table = d->table, p.k_new = d->k_new;
+        p.v_new = c->latent ? d->k_new : d->v_new;
         p.k_scale = (float *)d->k_scale, p.v_scale = (float *)d->v_scale;
         ok = cuda_ok(rt, rt->event_record(events[2 * i], NULL), "cudaEventRecord", r);
         fa_status st = ok ? fa_kvcache_forward(&p) : FA_OK;
@@ -595,14 +642,16 @@ static void report(const decode_options *o, const decode_case *c, const decode_r
     if (o->json) {
         printf("{\"impl\":\"flashattn\",\"device\":\"%s\",\"dtype\":\"%s\",\"mode\":\"decode\",\"b\":%lld,"
                "\"sq\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"cache_len\":%lld,\"page_size\":%lld,"
-               "\"splits\":%d,\"append\":%d,\"causal\":%d,\"threads\":%d,\"kv_dtype\":\"%s\",\"status\":\"%s\"",
+               "\"splits\":%d,\"append\":%d,\"causal\":%d,\"threads\":%d,\"kv_dtype\":\"%s\",\"dv\":%lld,"
+               "\"latent\":%d,\"status\":\"%s\"",
                cli_device_name(c->device), cli_dtype_name(c->dtype), (long long)c->b, (long long)c->sq,
                (long long)c->hq, (long long)c->hkv, (long long)c->d, (long long)c->cache_len,
                (long long)c->page_size, c->splits, c->append, c->causal, c->threads, kv_dtype_label(c->kv_dtype),
-               r->ok ? "ok" : "failed");
+               (long long)c->dv, c->latent, r->ok ? "ok" : "failed");
         if (r->ok)
-            printf(",\"ms\":%.6g,\"timed_calls\":%d,\"kv_bytes\":%.0f,\"GBps\":%.6g,\"tokens_per_s\":%.6g", r->ms, r->calls,
-                   r->kv_bytes, gbps, tokens_per_s);
+            printf(",\"ms\":%.6g,\"timed_calls\":%d,\"kv_bytes\":%.0f,\"GBps\":%.6g,\"tokens_per_s\":%.6g,"
+                   "\"flops\":%.6g,\"TFLOPs\":%.6g",
+                   r->ms, r->calls, r->kv_bytes, gbps, tokens_per_s, flops_of(c), flops_of(c) / (r->ms * 1e-3) * 1e-12);
         else
             printf(",\"ms\":null,\"kv_bytes\":%.0f,\"GBps\":null", r->kv_bytes);
         if (copy_gbps > 0) printf(",\"copy_GBps\":%.6g", copy_gbps);
@@ -620,9 +669,9 @@ static void report(const decode_options *o, const decode_case *c, const decode_r
                (long long)c->sq, (long long)c->hq, (long long)c->hkv, (long long)c->d, (long long)c->cache_len,
                (long long)c->page_size, c->splits);
         if (r->ok)
-            printf(" %10.3f %9.1f %10s %9.1f %9.1f %6.0f%%\n", r->ms, tokens_per_s,
+            printf(" %10.3f %9.1f %10s %9.1f %9.1f %6.0f%% %8.1f\n", r->ms, tokens_per_s,
                    cli_format_bytes(r->kv_bytes, kv, sizeof kv), gbps, copy_gbps,
-                   copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0);
+                   copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0, flops_of(c) / (r->ms * 1e-3) * 1e-12);
         else
             printf("  failed: %s\n", r->note);
     }
@@ -655,8 +704,8 @@ int bench_decode_main(int argc, char **argv) {
         printf("; GB/s = K+V bytes read / median time; copy GB/s = (read + written) / time of a large %s\n",
                o.device == FA_DEVICE_CUDA ? "device-to-device cudaMemcpy"
                                           : "multithreaded memcpy (median of copies interleaved with the calls)");
-        printf("%-4s %-4s %4s %3s %4s %4s %4s %7s %5s %6s %10s %9s %10s %9s %9s %7s\n", "type", "kv", "b", "sq", "hq",
-               "hkv", "d", "ctx", "page", "splits", "ms", "tok/s", "kv bytes", "GB/s", "copy GB/s", "of copy");
+        printf("%-4s %-4s %4s %3s %4s %4s %4s %7s %5s %6s %10s %9s %10s %9s %9s %7s %8s\n", "type", "kv", "b", "sq", "hq",
+               "hkv", "d", "ctx", "page", "splits", "ms", "tok/s", "kv bytes", "GB/s", "copy GB/s", "of copy", "TFLOP/s");
     }
     int failures = 0;
     for (int t = 0; t < o.n_dtypes; t++)
@@ -678,6 +727,8 @@ int bench_decode_main(int argc, char **argv) {
                             c.hq = o.hq.values[hi];
                             c.hkv = o.hkv.values[ki];
                             c.d = o.d.values[di];
+                            c.dv = o.dv ? o.dv : c.d;
+                            c.latent = o.latent;
                             c.page_size = o.page_size.values[pi];
                             c.splits = o.splits;
                             c.append = o.append;
