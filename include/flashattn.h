@@ -89,8 +89,11 @@ extern "C" {
 
 /* Largest head_dim / head_dim_v accepted by the CPU path (576: DeepSeek-style MLA decodes with
  * 576-dim queries and keys, 512-dim values); the CUDA fa_forward / fa_backward accept 8..256 in
- * multiples of 8, the CUDA fa_kvcache_forward any 1..256 (others are copied zero-padded into its
- * workspace; fa_check_* says so precisely for a given configuration). */
+ * multiples of 8. The CUDA fa_kvcache_forward accepts any 1..256 (others are copied zero-padded
+ * into its workspace) and, above 256, multiples of 8 with head_dim <= 576 and head_dim_v <= 512
+ * (MLA's latent cache: v the first head_dim_v columns of k; f16 / bf16 caches, no score bias;
+ * separate K and V caches need an sm_90-class 227 KiB of shared memory per block).
+ * fa_check_* says so precisely for a given configuration. */
 #define FA_MAX_HEAD_DIM 576
 
 typedef enum fa_status {
