@@ -169,9 +169,10 @@ struct fa_hopper_config {
      * more tiles), written before its arrival on q_full and read by the consumers after their wait */
     static constexpr uint32_t TILE_SLOT_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
-    /* q_empty: lane 0 of every consumer warp once its last S GEMM has read Q (own O buffer), or
-     * thread 0 of every consumer once its O store has read the buffer it shares with Q */
-    static constexpr int Q_EMPTY_ARRIVALS = O_OWN ? 4 * CONSUMER_WGS : CONSUMER_WGS;
+    /* q_empty: lane 0 of every consumer warp (the lane that read the tile slot) once its last S
+     * GEMM has read Q (own O buffer), or once its warpgroup's O is out of the buffer it shares
+     * with Q (thread 0 after the TMA store has read it; the others after the epilogue barrier) */
+    static constexpr int Q_EMPTY_ARRIVALS = 4 * CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES =
         (uint32_t)(FP8 ? fa_hopper_fp8_smem_bytes(BUCKET) : fa_hopper_smem_bytes(BUCKET));
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
@@ -1129,6 +1130,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                     tma_store_wait_group_read<0>(); /* Q's buffer is read: the next Q may land */
                     mbarrier_arrive(q_empty);
                 }
+            } else if (!Cfg::O_OWN && lane == 0) {
+                mbarrier_arrive(q_empty); /* this warp's O is in smem (the barrier) and its slot read done */
             }
         } else {
             /* The warpgroup's rows are complete in smem after its barrier; then 16-byte chunks of
@@ -1158,7 +1161,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             }
             if (!Cfg::O_OWN) {
                 bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128); /* every read of Q's buffer done */
-                if (tid == 0) mbarrier_arrive(q_empty);
+                if (lane == 0) mbarrier_arrive(q_empty);
             }
         }
         ++tiles_done;
