@@ -64,11 +64,26 @@ def run_cli(argvs):
     return lines
 
 
-def mla_report(lines, out):
+def gpu_name():
+    """The first GPU's name from nvidia-smi (the MLA-only run needs no torch), or "unknown GPU"."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown GPU"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown GPU"
+
+
+def mla_report(lines, out, machine=None, date=None):
     """The MLA rows of the tool's JSON lines as a markdown table; written to <out>/decode-mla.*."""
     rows = [json.loads(line) for line in (l.strip() for l in lines) if line.startswith("{")]
     copy_gbps = next((r["copy_GBps"] for r in rows if r.get("copy_GBps")), None)
+    machine = machine or gpu_name()
+    date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     text = ["# MLA decode (latent cache, d %d / dv %d, hq %d, hkv 1, page %d, bf16)" % (MLA_D, MLA_DV, MLA_HQ, MLA_PAGE),
+            "",
+            "GPU: %s; flashattn's `flashattn bench --mode decode --latent` (the CUDA large-head decode kernel); "
+            "%s. Written by bench/bench_decode.py --mla." % (machine, date),
             "",
             "GB/s = latent cache bytes read (each row once) / median time (inputs rotated or larger than "
             "twice the L2); TFLOP/s = 2 · hq · (d + dv) · keys seen per query token / median time%s." % (
