@@ -11,6 +11,7 @@
 #define FA_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
+#include <math_constants.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -102,6 +103,19 @@ __device__ __forceinline__ float fa_quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     x += __shfl_xor_sync(0xffffffffu, x, 2);
     return x;
+}
+
+/* One step of a row's online softmax (the portable and decode kernels): the running max takes
+ * the tile's max (raw scores; -inf while no key was visible); returns the factor that rescales
+ * the row's O and sum, exp2((old - new)·score_mul), and sets max_scaled to the new max in
+ * exponent units (0 while it is -inf, so masked scores give p = exp2(-inf) = 0, never NaN). */
+__device__ __forceinline__ float fa_online_max_step(float &row_max, float tile_max, float score_mul,
+                                                    float &max_scaled) {
+    const float new_max = fmaxf(row_max, tile_max);
+    max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
+    const float rescale = ex2_approx_ftz_f32(row_max * score_mul - max_scaled);
+    row_max = new_max;
+    return rescale;
 }
 
 /* ---- device: the end of a row's softmax (epilogues only, never in a loop) -------------------- */

@@ -403,10 +403,8 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             for (int nt = 0; nt < N_TILES; ++nt)
                 tile_max = fmaxf(tile_max, fmaxf(s_rmem[mt][nt][2 * h], s_rmem[mt][nt][2 * h + 1]));
             tile_max = fa_quad_max(tile_max);
-            const float new_max = fmaxf(row_max[r], tile_max);
-            const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
-            const float rescale = ex2_approx_ftz_f32(row_max[r] * score_mul - max_scaled);
-            row_max[r] = new_max;
+            float max_scaled;
+            const float rescale = fa_online_max_step(row_max[r], tile_max, score_mul, max_scaled);
 #pragma unroll
             for (int ot = 0; ot < O_TILES; ++ot) {
                 o_rmem[mt][ot][2 * h] *= rescale;

@@ -290,10 +290,8 @@ __device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_
             for (int nt = 0; nt < 2; ++nt)
                 tile_max = fmaxf(tile_max, fmaxf(s_rmem[g16][nt][2 * h], s_rmem[g16][nt][2 * h + 1]));
         tile_max = fa_quad_max(tile_max);
-        const float new_max = fmaxf(row_max[h], tile_max);
-        const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
-        const float rescale = ex2_approx_ftz_f32(row_max[h] * score_mul - max_scaled);
-        row_max[h] = new_max;
+        float max_scaled;
+        const float rescale = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
 #pragma unroll
         for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
             o_rmem[ot][2 * h] *= rescale;

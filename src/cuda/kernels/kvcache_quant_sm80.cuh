@@ -755,10 +755,8 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
             float tile_max =
                 fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]), fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
             tile_max = fa_quad_max(tile_max);
-            const float new_max = fmaxf(row_max[h], tile_max);
-            const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
-            const float rescale = ex2_approx_ftz_f32(row_max[h] * score_mul - max_scaled);
-            row_max[h] = new_max;
+            float max_scaled;
+            const float rescale = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
             float p[2][2], sum = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {

@@ -571,10 +571,8 @@ __device__ __forceinline__ void fa_kv_softmax_pv(const fa_kv_fragments<Cfg> &f, 
         float tile_max = fmaxf(fmaxf(s_rmem[0][2 * h], s_rmem[0][2 * h + 1]),
                                fmaxf(s_rmem[1][2 * h], s_rmem[1][2 * h + 1]));
         tile_max = fa_quad_max(tile_max);
-        const float new_max = fmaxf(row_max[h], tile_max);
-        const float max_scaled = (new_max == -CUDART_INF_F ? 0.0f : new_max) * score_mul;
-        const float rescale = ex2_approx_ftz_f32(row_max[h] * score_mul - max_scaled);
-        row_max[h] = new_max;
+        float max_scaled;
+        const float rescale = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
 #pragma unroll
         for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
             o_rmem[ot][2 * h] *= rescale;
