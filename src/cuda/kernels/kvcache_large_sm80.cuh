@@ -126,37 +126,19 @@ __device__ __forceinline__ void fa_kvl_issue_q(const fa_kv_params &prm, const fa
 
 /* K/V tile loads: thread t copies row t / 8 of every tile (one cache slot), chunks t % 8 + 8i of
  * K (and of V), so a paged cache costs one block-table entry per thread and tile, read one tile
- * ahead of the copies that use it. The fields fa_kv_append reads (d_chunks, dv_chunks,
- * page_size, k_new, v_new) have fa_kv_tile_loader's meaning. */
+ * ahead of the copies that use it. The cache view (fa_kv_cache_view) is the one fa_kv_tile_loader
+ * has, which fa_kv_append reads. */
 template <class Cfg, bool V_IN_K>
-struct fa_kvl_tile_loader {
+struct fa_kvl_tile_loader : fa_kv_cache_view {
     const fa_kv_params &prm;
     const fa_kv_block &blk;
     uint32_t stage_smem;
     int row, chunk0;                   /* tile row (tid / 8) and first chunk (tid % 8)           */
-    int d_chunks, dv_chunks, page_size, num_pages_last;
-    const uint16_t *k_cache, *v_cache; /* head hk of the cache                                   */
-    const uint16_t *k_seq, *v_seq;     /* contiguous only: the sequence's cache row              */
-    const uint16_t *k_new, *v_new;     /* append only: sequence b, head hk                       */
 
     __device__ __forceinline__ fa_kvl_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t stage,
                                                   int tid)
-        : prm(prm_), blk(blk_), stage_smem(stage), row(tid / Cfg::ROW_THREADS), chunk0(tid % Cfg::ROW_THREADS) {
-        d_chunks = prm.head_dim / 8;
-        dv_chunks = prm.head_dim_v / 8;
-        page_size = prm.page_size;
-        num_pages_last = prm.num_pages - 1;
-        k_cache = (const uint16_t *)prm.k + (int64_t)blk.hk * prm.k_head_stride;
-        v_cache = (const uint16_t *)prm.v + (int64_t)blk.hk * prm.v_head_stride;
-        k_new = blk.append ? (const uint16_t *)prm.k_new + (int64_t)blk.b * prm.knew_batch_stride +
-                               (int64_t)blk.hk * prm.knew_head_stride
-                         : nullptr;
-        v_new = blk.append ? (const uint16_t *)prm.v_new + (int64_t)blk.b * prm.vnew_batch_stride +
-                               (int64_t)blk.hk * prm.vnew_head_stride
-                         : nullptr;
-        k_seq = k_cache + (int64_t)blk.cache_row * prm.k_batch_stride;
-        v_seq = v_cache + (int64_t)blk.cache_row * prm.v_batch_stride;
-    }
+        : fa_kv_cache_view(prm_, blk_), prm(prm_), blk(blk_), stage_smem(stage), row(tid / Cfg::ROW_THREADS),
+          chunk0(tid % Cfg::ROW_THREADS) {}
 
     /* The block-table entry of this thread's slot of tile m (paged, a cache slot the block reads;
      * 0 otherwise, unused). Unclamped: issue clamps it. */

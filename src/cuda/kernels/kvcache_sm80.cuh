@@ -281,26 +281,19 @@ __device__ __forceinline__ void fa_kv_land_q(const fa_kv_params &prm, const fa_k
  * row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they share a page
  * (and one block-table entry) unless a page ends among them. One warp-wide copy still covers
  * whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
-template <class Cfg>
-struct fa_kv_tile_loader {
-    static constexpr int LOAD_PASSES = Cfg::LOAD_PASSES, BLOCK_N = Cfg::BLOCK_N, CHUNKS = Cfg::CHUNKS;
-    const fa_kv_params &prm;
-    const fa_kv_block &blk;
-    uint32_t stage_smem;
-    int chunk, row_first, d_chunks, dv_chunks;
+/* What the decode kernels' tile loaders (this one and fa_kvl_tile_loader) know of block (b, hk)'s
+ * cache and appended rows; fa_kv_append reads these fields of either loader. */
+struct fa_kv_cache_view {
+    int d_chunks, dv_chunks;           /* 16-byte chunks of a K / V row                     */
     int page_size, num_pages_last;
-    bool rows_one_page;              /* block-uniform                                     */
     const uint16_t *k_cache, *v_cache; /* head hk of the cache                             */
-    const uint16_t *k_seq, *v_seq;   /* contiguous only: the sequence's cache row         */
-    const uint16_t *k_new, *v_new;   /* append only: sequence b, head hk                  */
+    const uint16_t *k_seq, *v_seq;     /* contiguous only: the sequence's cache row         */
+    const uint16_t *k_new, *v_new;     /* append only: sequence b, head hk                  */
 
-    __device__ __forceinline__ fa_kv_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t stage,
-                                                 int chunk_, int row0)
-        : prm(prm_), blk(blk_), stage_smem(stage), chunk(chunk_), row_first(row0 * LOAD_PASSES) {
+    __device__ __forceinline__ fa_kv_cache_view(const fa_kv_params &prm, const fa_kv_block &blk) {
         d_chunks = prm.head_dim / 8;
         dv_chunks = prm.head_dim_v / 8;
         page_size = prm.page_size;
-        rows_one_page = blk.paged && page_size % LOAD_PASSES == 0;
         num_pages_last = prm.num_pages - 1;
         k_cache = (const uint16_t *)prm.k + (int64_t)blk.hk * prm.k_head_stride;
         v_cache = (const uint16_t *)prm.v + (int64_t)blk.hk * prm.v_head_stride;
@@ -312,6 +305,23 @@ struct fa_kv_tile_loader {
                          : nullptr;
         k_seq = k_cache + (int64_t)blk.cache_row * prm.k_batch_stride;
         v_seq = v_cache + (int64_t)blk.cache_row * prm.v_batch_stride;
+    }
+};
+
+template <class Cfg>
+struct fa_kv_tile_loader : fa_kv_cache_view {
+    static constexpr int LOAD_PASSES = Cfg::LOAD_PASSES, BLOCK_N = Cfg::BLOCK_N, CHUNKS = Cfg::CHUNKS;
+    const fa_kv_params &prm;
+    const fa_kv_block &blk;
+    uint32_t stage_smem;
+    int chunk, row_first;
+    bool rows_one_page;              /* block-uniform                                     */
+
+    __device__ __forceinline__ fa_kv_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t stage,
+                                                 int chunk_, int row0)
+        : fa_kv_cache_view(prm_, blk_), prm(prm_), blk(blk_), stage_smem(stage), chunk(chunk_),
+          row_first(row0 * LOAD_PASSES) {
+        rows_one_page = blk.paged && page_size % LOAD_PASSES == 0;
     }
 
     /* Page state of tile m for this thread: ids[pass] = block-table entry of row row_first + pass
