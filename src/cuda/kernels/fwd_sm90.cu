@@ -1187,7 +1187,8 @@ static int fa_hopper_pack_mode(void) {
  * tiles in head groups, fa_cuda_head_group). Sets prm.snake, prm.head_group and prm.tile_counter;
  * *grid = 0 when there is no tile. The dynamic schedule's counter is allocated in *counter and
  * zeroed on the stream here; the caller releases it after the launch (fa_cuda_workspace_release;
- * nothing to release otherwise). The counter is 32-bit: more tiles fall back to the static walk. */
+ * nothing to release otherwise). More tiles than a grid dimension holds always take a persistent
+ * grid; the counter is 32-bit: more tiles than it counts fall back to the static walk. */
 static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool dynamic, int device_ordinal,
                                     cudaStream_t stream, int64_t *grid, fa_cuda_workspace *counter) {
     counter->base = nullptr;
@@ -1200,7 +1201,8 @@ static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool
      * per CTA on small problems, for compute-sanitizer) */
     const char *grid_max = getenv("FA_HOPPER_FWD_GRID_MAX");
     if (grid_max != nullptr && atoi(grid_max) > 0 && atoi(grid_max) < sm_count) sm_count = atoi(grid_max);
-    if (prm.total_tiles > (int64_t)UINT32_MAX - sm_count) dynamic = false, persistent = true;
+    if (prm.total_tiles > INT32_MAX) persistent = true; /* more tiles than a grid dimension holds */
+    if (prm.total_tiles > (int64_t)UINT32_MAX - sm_count) dynamic = false;
     if (prm.total_tiles <= sm_count) dynamic = false; /* every CTA has its tile: nothing to hand out */
     prm.snake = persistent && !dynamic && fa_hopper_snake_order();
     /* heavy-first tiles: head groups for one CTA per tile (one resident per multiprocessor) and
@@ -1331,12 +1333,10 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     const bool block_map = mods != nullptr && mods->block_map != nullptr;
     const int forced = block_map ? 0 : fa_hopper_schedule_forced();
     const bool dynamic = forced == 2 || (forced == 0 && !block_map && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0));
-    const bool persistent = forced == 1 ? fa_hopper_persistent(BUCKET, prm.heavy_first, 0)
-                                        : !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
+    const bool persistent = !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
     int64_t grid = 0;
     fa_cuda_workspace counter;
-    fa_status st_grid = fa_hopper_schedule(prm, persistent || prm.total_tiles > 2147483647, dynamic, device_ordinal,
-                                           stream, &grid, &counter);
+    fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, device_ordinal, stream, &grid, &counter);
     if (st_grid != FA_OK || grid == 0) return st_grid;
     return fa_cuda_workspace_release(&counter, stream, "tile counter",
                                      fa_hopper_dispatch<BUCKET, BF16>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, pack,
@@ -1557,7 +1557,7 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     prm.vt_seq_rows = varlen ? 0 : (int)(vt_rows / p->batch);
     int64_t grid = 0;
     fa_cuda_workspace counter;
-    if ((st = fa_hopper_schedule(prm, fa_hopper_persistent(BUCKET, prm.heavy_first, 1) || prm.total_tiles > 2147483647,
+    if ((st = fa_hopper_schedule(prm, fa_hopper_persistent(BUCKET, prm.heavy_first, 1),
                                  fa_hopper_dynamic(BUCKET, prm.heavy_first, 1), device_ordinal, stream, &grid,
                                  &counter)) != FA_OK ||
         grid == 0)
