@@ -111,15 +111,13 @@ for mode in kvcache paged; do
 done
 echo "-- head dims above 256 (MLA latent caches 576 / 512, other shapes): the oracle and the CPU engine"
 "$GPU" kvlarge || fail "large-head KV cache (tests/gpu/kvcache_large.c)"
-for tool in memcheck racecheck synccheck; do
-    echo "-- $tool: kvlarge (small problems)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" kvlarge small || fail "$tool on kvlarge small"
-done
 echo "-- quantised caches (int8, Q8_0, e4m3): appended bytes equal the CPU's, o / lse against the oracle"
 "$GPU" kvquant || fail "quantised KV caches (tests/gpu/kvquant.c)"
-for tool in memcheck racecheck synccheck; do
-    echo "-- $tool: kvquant (small problems)"
-    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" kvquant small || fail "$tool on kvquant small"
+for mode in kvlarge kvquant; do
+    for tool in memcheck racecheck synccheck; do
+        echo "-- $tool: $mode (small problems)"
+        "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" "$mode" small || fail "$tool on $mode small"
+    done
 done
 
 # ---- 6c. attention dropout ----------------------------------------------------------------------

@@ -280,6 +280,24 @@ static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char 
     return FA_OK;
 }
 
+/* q, k, v, o and the appended k_new / v_new as the 16-bit kernels read them: 16-byte aligned rows
+ * (paged caches: the batch stride is the page stride). */
+static fa_status check_tensors16(const fa_params *p, const char *path) {
+    fa_status s;
+    if ((s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
+        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
+        return s;
+    if (p->k_new != NULL &&
+        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
+                                     path)) != FA_OK ||
+         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
+                                     path)) != FA_OK))
+        return s;
+    return FA_OK;
+}
+
 /* Head dims above 256 (256 < max(d, dv)): the large-head kernel's limits. It takes d <= 576 and
  * dv <= 512, multiples of 8 (no padded copies: a 576-wide cache is copied for no one), f16 / bf16
  * unquantised caches, contiguous or paged, every mask, softcap, ALiBi, sinks, rotary (not on a
@@ -289,7 +307,6 @@ static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char 
 static fa_status check_large_heads(const fa_problem *pb, const char *path) {
     const fa_params *p = &pb->p;
     static const char *const kernel = "the CUDA KV-cache kernel for head dims above 256";
-    fa_status s;
     if (p->kv_dtype != FA_KV_SAME)
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "kv_dtype = %d with head_dim = %lld, head_dim_v = %lld: %s takes f16 / bf16 caches "
@@ -316,18 +333,7 @@ static fa_status check_large_heads(const fa_problem *pb, const char *path) {
                             "head_dim_v = %lld > head_dim = %lld with v == k (same pointer and strides): a latent "
                             "cache's values are the first head_dim_v columns of k, so head_dim_v <= head_dim",
                             (long long)p->head_dim_v, (long long)p->head_dim);
-    if ((s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
-        (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK)
-        return s;
-    if (p->k_new != NULL &&
-        ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride, p->knew_head_stride, 1,
-                                     path)) != FA_OK ||
-         (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride, p->vnew_head_stride, 1,
-                                     path)) != FA_OK))
-        return s;
-    return FA_OK;
+    return check_tensors16(p, path);
 }
 
 static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
@@ -357,17 +363,7 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         if (p->head_dim < 1 || p->head_dim > 256 || p->head_dim_v < 1 || p->head_dim_v > 256)
             return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: %s supports 1..256",
                                 (long long)p->head_dim, (long long)p->head_dim_v, path);
-    } else if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
-               /* paged caches: the batch stride is the page stride */
-               (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
-               (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, 1, path)) != FA_OK ||
-               (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, 1, path)) != FA_OK ||
-               (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK ||
-               (p->k_new != NULL &&
-                ((s = fa_cuda_check_tensor16("knew", p->k_new, p->knew_batch_stride, p->knew_row_stride,
-                                             p->knew_head_stride, 1, path)) != FA_OK ||
-                 (s = fa_cuda_check_tensor16("vnew", p->v_new, p->vnew_batch_stride, p->vnew_row_stride,
-                                             p->vnew_head_stride, 1, path)) != FA_OK)))
+    } else if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK || (s = check_tensors16(p, path)) != FA_OK)
         return s;
     if ((s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||

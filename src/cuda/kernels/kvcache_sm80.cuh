@@ -271,18 +271,8 @@ __device__ __forceinline__ void fa_kv_land_q(const fa_kv_params &prm, const fa_k
 
 /* ---- 3. key tiles: loads ---------------------------------------------------------------------- */
 
-/* K/V tile loads. Per tile and thread a paged cache needs the block-table entries of its rows and
- * the in-page position of its first row: one division and, when page_size is a multiple of
- * LOAD_PASSES (16, 64, 256, ... at d 128), a single table read, since the thread's rows then lie
- * in one page. Other page sizes (1, 3, ...) read one entry per row. The entries are read one tile
- * ahead of the copies that use them (the prologue's all at once, in the loop those of tile m + 1
- * right after tile m's copies), so the dependent load never stalls the issue of the copies.
- * The thread copies chunk `chunk` of the LOAD_PASSES consecutive tile rows [row_first,
- * row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they share a page
- * (and one block-table entry) unless a page ends among them. One warp-wide copy still covers
- * whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
-/* What the decode kernels' tile loaders (this one and fa_kvl_tile_loader) know of block (b, hk)'s
- * cache and appended rows; fa_kv_append reads these fields of either loader. */
+/* What the decode kernels' tile loaders (fa_kv_tile_loader, fa_kvl_tile_loader) know of block
+ * (b, hk)'s cache and appended rows; fa_kv_append reads this view of either. */
 struct fa_kv_cache_view {
     int d_chunks, dv_chunks;           /* 16-byte chunks of a K / V row                     */
     int page_size, num_pages_last;
@@ -308,6 +298,16 @@ struct fa_kv_cache_view {
     }
 };
 
+/* K/V tile loads. Per tile and thread a paged cache needs the block-table entries of its rows and
+ * the in-page position of its first row: one division and, when page_size is a multiple of
+ * LOAD_PASSES (16, 64, 256, ... at d 128), a single table read, since the thread's rows then lie
+ * in one page. Other page sizes (1, 3, ...) read one entry per row. The entries are read one tile
+ * ahead of the copies that use them (the prologue's all at once, in the loop those of tile m + 1
+ * right after tile m's copies), so the dependent load never stalls the issue of the copies.
+ * The thread copies chunk `chunk` of the LOAD_PASSES consecutive tile rows [row_first,
+ * row_first + LOAD_PASSES). Consecutive rows are consecutive cache slots, so they share a page
+ * (and one block-table entry) unless a page ends among them. One warp-wide copy still covers
+ * whole 16-byte-chunk rows: 32 / CHUNKS rows of CHUNKS · 16 bytes each. */
 template <class Cfg>
 struct fa_kv_tile_loader : fa_kv_cache_view {
     static constexpr int LOAD_PASSES = Cfg::LOAD_PASSES, BLOCK_N = Cfg::BLOCK_N, CHUNKS = Cfg::CHUNKS;
@@ -723,12 +723,12 @@ __device__ __forceinline__ void fa_kv_merge_warps(const fa_kv_params &prm, const
 
 /* Step 5: the appended tokens into the cache (k_new rotated, v_new bit-exact), by one block per
  * (b, kv head); nothing in this launch reads these slots from the cache. `ld`: the kernel's tile
- * loader (d_chunks, dv_chunks, page_size, and k_new / v_new at sequence b, head hk). V_IN_K: a
+ * loader's cache view (d_chunks, dv_chunks, page_size, and k_new / v_new at sequence b, head hk). V_IN_K: a
  * latent cache, v the first dv columns of k and v_new those of k_new, so writing k_new writes
  * v_new too and the values are not written again. */
-template <class Cfg, class Cvt, bool V_IN_K = false, class Loader>
-__device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_kv_block &blk, const Loader &ld,
-                                             int rot_half, int tid) {
+template <class Cfg, class Cvt, bool V_IN_K = false>
+__device__ __forceinline__ void fa_kv_append(const fa_kv_params &prm, const fa_kv_block &blk,
+                                             const fa_kv_cache_view &ld, int rot_half, int tid) {
     const bool rotary = prm.rotary_cos != nullptr;
     const int d_chunks = ld.d_chunks, dv_chunks = ld.dv_chunks, page_size = ld.page_size;
     const int per_row = d_chunks + (V_IN_K ? 0 : dv_chunks);
