@@ -99,11 +99,6 @@ for tool in memcheck racecheck synccheck; do
     echo "-- $tool: backward kernels (small problems, every Hopper backward bucket, both modes)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small || fail "$tool on bwd_paths small"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det || fail "$tool on bwd_paths small det"
-    echo "-- $tool: the same with the tile walk's grid capped at 2 CTAs (many tiles per CTA)"
-    FA_HOPPER_BWD_GRID_MAX=2 "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small \
-        || fail "$tool on bwd_paths small with FA_HOPPER_BWD_GRID_MAX=2"
-    FA_HOPPER_BWD_GRID_MAX=2 "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" bwd_paths small det \
-        || fail "$tool on bwd_paths small det with FA_HOPPER_BWD_GRID_MAX=2"
 done
 
 # ---- 6b. KV cache and paged K/V ------------------------------------------------------------------

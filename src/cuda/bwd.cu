@@ -29,8 +29,7 @@
  * deterministic-mode split count of bwd_tiles.h) and G = GQA group splits:
  *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one, head-major)
  *   dq semaphores  Hopper kernels, deterministic mode: batch × heads_q × query blocks × 2 × 4
- *                bytes (sm90_tiles.h), then the Hopper kernels' 4-byte tile counter; zeroed by
- *                the same memset as dq_accum, which they follow
+ *                bytes (sm90_tiles.h; zeroed by the same memset as dq_accum, which it follows)
  *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
  *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
@@ -225,8 +224,7 @@ typedef struct fa_bwd_plan {
     int window_left, window_right; /* the kernels' window sides: one at least as wide as the longest
                                       sequence is unbounded, -1 (keeps their int32 math safe)  */
     int device_ordinal;
-    size_t sem_bytes;        /* Hopper kernels: the dQ semaphores (deterministic mode) and the
-                                tile counter, else 0                                            */
+    size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
     size_t off_map, off_dbias; /* score mods: the block map, the dbias workspace (mods.cu)  */
     size_t bytes;
@@ -355,13 +353,11 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->off_dq = off;
     off = fa_cuda_align256(off + (size_t)plan->dq_splits * dq_elems * 4);
     plan->off_sem = off;
-    /* the Hopper kernels: the dQ semaphores (deterministic mode), then the tile counter */
     plan->sem_bytes =
-        plan->hopper ? (p->deterministic ? (size_t)fa_hopper_bwd_semaphores(
-                                               fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch,
+        plan->hopper && p->deterministic
+            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch,
                                                p->heads_q, p->seqlen_q) * 4
-                                         : 0) + sizeof(unsigned int)
-                     : 0;
+            : 0;
     off = fa_cuda_align256(off + plan->sem_bytes);
     plan->off_lse = off;
     if (!plan->hopper) off = fa_cuda_align256(off + row_elems * 4);
@@ -484,10 +480,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.dsum = dsum;
     prm.dq_accum = dq_accum;
     prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
-    prm.dq_semaphore = plan->hopper && p->deterministic ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
-    prm.tile_counter = plan->hopper ? reinterpret_cast<unsigned int *>(ws + plan->off_sem + plan->sem_bytes -
-                                                                        sizeof(unsigned int))
-                                    : nullptr;
+    prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
     prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
     prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
     prm.group_splits = plan->group_splits;

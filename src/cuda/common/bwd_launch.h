@@ -35,8 +35,6 @@ struct fa_bwd_params : fa_kernel_base {
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
     int *dq_semaphore;     /* the Hopper kernels in deterministic mode: [batch, heads_q, query
                               blocks, 2] int32, zeroed (sm90_tiles.h); NULL otherwise         */
-    unsigned int *tile_counter; /* the Hopper kernels (buckets 64 / 128): a zeroed counter for the
-                              tile walk (fa_hopper_bwd_grid); NULL otherwise                    */
     float *dk_partial;     /* group_splits > 1: [group_splits, total_k, heads_kv, d] fp32      */
     float *dv_partial;     /*                   [group_splits, total_k, heads_kv, dv] fp32     */
     int group_splits;      /* query-head groups per kv head handled by separate blocks          */

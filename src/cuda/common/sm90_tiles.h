@@ -375,25 +375,11 @@ FA_HOPPER_FN int fa_hopper_bwd_do_stages(int bucket) { return bucket == 256 ? 1 
  * and the dV, dK and dQ GEMMs read them from shared memory). */
 FA_HOPPER_FN int fa_hopper_bwd_score_tiles(int bucket) { return bucket == 256 ? 2 : 1; }
 
-/* mbarriers (8 bytes each): kv_full, STAGES stage_full, then the stage_empty barriers: one per
- * stage at buckets 64 and 128, then kv_empty and the 8-byte tile slot of the tile walk; at 256 one
- * per stage and consumer (each consumer releases the Q stage on its own barrier once its dK GEMM
- * has retired), then do_full and one do_empty per consumer. */
+/* mbarriers: kv_full, STAGES stage_full, then the stage_empty barriers: one per stage at buckets
+ * 64 and 128; at 256 one per stage and consumer (each consumer releases the Q stage on its own
+ * barrier once its dK GEMM has retired), then do_full and one do_empty per consumer. */
 FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
-    return bucket == 256 ? 1 + 3 * fa_hopper_bwd_stages(bucket) + 3 : 3 + 2 * fa_hopper_bwd_stages(bucket);
-}
-
-/* Grid of the bucket 64 / 128 backward (bwd_sm90.cu): with more tiles than multiprocessors and a
- * tile counter, the tile walk, one CTA per multiprocessor taking tiles from the counter (a CTA
- * loads the next tile while it stores the last one's dK and dV; one CTA per tile paid that, and
- * its start, in every tile); else one CTA per tile. grid_max > 0 caps the walk's grid (tests),
- * -1 forces one CTA per tile (timing). The counter is 32-bit: more tiles than it counts take one
- * CTA per tile. */
-FA_HOPPER_FN long long fa_hopper_bwd_grid(long long tiles, int sm_count, int has_counter, int grid_max) {
-    if (tiles <= 0) return 0;
-    if (!has_counter || grid_max < 0 || sm_count <= 0 || tiles > 0xFFFFFFFFll - sm_count) return tiles;
-    const long long g = grid_max > 0 && grid_max < sm_count ? grid_max : sm_count;
-    return tiles > g ? g : tiles;
+    return bucket == 256 ? 1 + 3 * fa_hopper_bwd_stages(bucket) + 3 : 1 + 2 * fa_hopper_bwd_stages(bucket);
 }
 
 /* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores

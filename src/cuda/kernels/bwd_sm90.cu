@@ -17,8 +17,8 @@
  * SOFTCAP instantiations, see below); ALiBi and any sign of the scale without softcap
  * (the LOG2 instantiations, fa_bwd_sm90_probs_log2: the mask acts on the exponent). Deterministic mode
  * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
- * first (bwd_sm90_common.cuh, "deterministic dQ"): the tiles run from the highest key block of
- * each (kv head, sequence) down and the dQ writer (producer warp 1) waits for each tile's turn
+ * first (bwd_sm90_common.cuh, "deterministic dQ"): the grid runs key block
+ * gridDim.x - 1 - blockIdx.x and the dQ writer (producer warp 1) waits for each tile's turn
  * before its reduce-adds and passes it on once they are written (fa_bwd_sm90_dq_writer).
  *
  * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
@@ -26,13 +26,11 @@
  * dK/dV summed over the query heads of a kv group. A row with LSE = -inf contributes nothing.
  * Softcap: S = softcap·tanh(scale·Q Kᵀ / softcap) and dS = P∘(dP - D)∘(1 - tanh²).
  *
- * One tile = BLOCK_N = 128 keys [n0, n0 + 128) of one (kv head or group split, sequence)
- * (fa_bwd_sm90_tile_at: key blocks fastest). With more tiles than multiprocessors the grid is
- * one CTA per multiprocessor, each walking tiles from a counter (fa_hopper_bwd_grid, "the tile
- * walk" at the main kernel); else one CTA per tile. 384 threads:
- *   warpgroup 0, producer (setmaxnreg 24), warp 0: per tile, lane 0 issues K and V of the key
- *     block once (kv_full), then for every iteration t = (query head of the group, query block; query block
- *     fastest) Q_t and dO_t [BLOCK_M, bucket] by TMA into the next stage of a ring
+ * One CTA = BLOCK_N = 128 keys [n0, n0 + 128) of one (kv head, batch); grid (key blocks,
+ * heads_kv, batch); 384 threads:
+ *   warpgroup 0, producer (setmaxnreg 24), warp 0: lane 0 issues K and V of the key block once
+ *     (kv_full), then for every iteration t = (query head of the group, query block; query block
+ *     fastest) Q_t and dO_t [BLOCK_M, bucket] by TMA into stage t % STAGES of a ring
  *     (stage_full / stage_empty mbarriers); meanwhile the warp's 32 lanes load the rows'
  *     LSE·log2e (from the forward's LSE; +inf where LSE = -inf) and D (the pre-pass's) into the
  *     stage with st.shared: +inf and 0 for rows past the sequence (so P = 0 there);
@@ -42,9 +40,8 @@
  *     consumers' issue slots stay on the GEMMs; FlashAttention-3/4's design); warps 2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
  *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations; after the last one
- *     they go out through shared memory (the dS buffers and the dQ staging, free then, so that
- *     the next tile's K / V and Q / dO loads run meanwhile) by the TMA store, or by coalesced
- *     stores for varlen batches (fa_bwd_sm90_epilogue_dkdv).
+ *     they go out through shared memory (the Q / dO stages, free then) by the TMA store, or by
+ *     coalesced stores for varlen batches (fa_bwd_sm90_epilogue_dkdv).
  * Query blocks no key of the block can see (causal, window) are skipped: the loop runs over
  * [q_lo, q_hi) of fa_hopper_bwd_query_range.
  *
@@ -92,20 +89,17 @@
  * dPᵀ -> Z∘dPᵀ before dS (dS = P∘(Z∘dP - D), D = rowsum(dO∘O) as the pre-pass computes it,
  * softcap's factor included), and dV takes keep∘P, its 1 / (1 - p) applied once when dV is
  * stored: the algebra of the portable kernels and the CPU engine.
- * Double-buffered dS needs no second barrier: consumer c writes buffer g % 2 only after passing
- * DS_FULL of iteration g-1, which the other consumer reaches only after its wait of iteration
- * g-2, the last GEMM that read buffer g % 2 (checked by a model of the protocol: docs/tuning-log.md;
- * g counts the CTA's iterations over all its tiles, so the argument holds across tiles).
+ * Double-buffered dS needs no second barrier: consumer c writes buffer t % 2 only after passing
+ * DS_FULL of iteration t-1, which the other consumer reaches only after its wait of iteration
+ * t-2, the last GEMM that read buffer t % 2 (checked by a model of the protocol: docs/tuning-log.md).
  *
- * mbarriers: kv_full (1 arrival + K and V bytes; phase k for the CTA's k-th tile, whose index
- * the tile slot holds); kv_empty (257 arrivals: every consumer thread once its tile's GEMMs have
- * retired, the dQ writer's lane 0 once it has read the slot); stage_full[s] (33 arrivals:
+ * mbarriers: kv_full (1 arrival + K and V bytes; phase 0 only); stage_full[s] (33 arrivals:
  * producer lane 0's arrive.expect_tx with the Q and dO bytes before the TMA, then every lane of
  * warp 0 after its own vector stores); stage_empty[s] (256 arrivals: every consumer thread after
  * its last read of the stage). Each thread releases its own accesses: one lane arriving after
  * __syncwarp for the whole warp is also correct, but compute-sanitizer racecheck reports the
  * other lanes' accesses as hazards (it did, on the H200), and 32 arrivals cost next to nothing.
- * Use u of stage s (u = g / STAGES, g counting the CTA's iterations over its tiles) is phase u:
+ * Use u of stage s (u = t / STAGES) is phase u:
  * consumers wait full with parity u & 1, producers wait empty with parity (u & 1) ^ 1 (passes at
  * once for u = 0).
  *
@@ -113,7 +107,7 @@
  * 128-byte swizzle, each slab 1024-byte aligned; layout and descriptors as src/cuda/common/ptx.cuh's Hopper
  * section): K [SLABS][128][64] | V [SLABS][128][64] | Q [STAGES][SLABS][BLOCK_M][64] |
  * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | dQ staging [2][2][64][32] fp32 |
- * LSE2 [STAGES][BLOCK_M] fp32 | D [STAGES][BLOCK_M] fp32 | mbarriers and the tile slot. TMA maps view a tensor as
+ * LSE2 [STAGES][BLOCK_M] fp32 | D [STAGES][BLOCK_M] fp32 | mbarriers. TMA maps view a tensor as
  * 4-D {d, rows, heads, batch} (varlen: {d, total, heads, 1}); one box {64, rows, 1, 1} at column
  * 64·s lands as slab s. The dQ accumulator [heads_q, total_q, d] fp32 is the 3-D map
  * {d, total_q, heads_q}, box {32, 64, 1}: one staging slab.
@@ -133,8 +127,6 @@
 #include <limits.h>
 #include <math_constants.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda/kernels/bwd_sm90_common.cuh"
 #include "cuda/common/bwd_launch.h"
@@ -176,15 +168,11 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
-    /* kv_full, stage_full[S], stage_empty[S], kv_empty, then the 8-byte tile slot */
-    static constexpr int NUM_BARRIERS = 3 + 2 * STAGES;
+    static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
     static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
     static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
-    static constexpr int KV_EMPTY_ARRIVALS = 128 * CONSUMER_WGS + 1; /* + the dQ writer's lane 0 (the slot) */
-    /* dK and dV of the epilogue: the dS buffers and the dQ staging (bucket 128: both, 64: dS) */
-    static constexpr uint32_t EPILOGUE_OFFSET = DS_OFFSET;
     /* dQ [BLOCK_M, D] in two m64 × n64 pieces: rows 64c.. at BLOCK_M = 128, columns 64c.. at D = 128 */
     static constexpr bool DQ_SPLIT_ROWS = BLOCK_M == 128;
     /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128;
@@ -205,7 +193,7 @@ struct fa_bwd_sm90_config {
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
-    static_assert(2 * KV_BYTES <= LSE_OFFSET - EPILOGUE_OFFSET, "the epilogue's dK and dV tiles fit in dS + dQ staging");
+    static_assert(2 * KV_BYTES <= DS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO stages");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
 
@@ -272,10 +260,10 @@ __device__ __forceinline__ void fa_bwd_sm90_issue_dq(float (&acc)[32], uint32_t 
 template <class Cfg, bool BF16, bool PARTIALS = true>
 __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params &prm, const float (&dk_rmem)[Cfg::D / 2],
                                                    const float (&dv_rmem)[Cfg::D / 2], int key0, int len_k,
-                                                   int64_t k_start, int y, int batch, int col_in) {
+                                                   int64_t k_start, int batch, int col_in) {
     const bool varlen = prm.cu_seqlens_q != nullptr;
     if (PARTIALS && prm.group_splits > 1) {
-        const int split = y % prm.group_splits, head_kv = y / prm.group_splits;
+        const int split = (int)blockIdx.y % prm.group_splits, head_kv = (int)blockIdx.y / prm.group_splits;
         const int64_t k_packed = varlen ? k_start : (int64_t)batch * prm.seqlen_k;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -297,7 +285,7 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
         }
         return;
     }
-    const int head_kv = y;
+    const int head_kv = (int)blockIdx.y;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key0 + 8 * h;
@@ -321,7 +309,7 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
     }
 }
 
-/* The dQ writer, producer warp 1, per tile: walks the consumers' iterations (query head of the group, query
+/* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
  * block m) and adds both staged dQ pieces of each into the accumulator with bulk tensor
  * reduce-adds (two boxes of 32 columns per piece, lane 0 issues them, one bulk group per piece).
  * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
@@ -339,15 +327,13 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
                                                       const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                       int iterations = 0 /* MODS: its length */) {
     /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
-    auto write_one = [&](int head, int m, int *sem, bool first) {
-        if (!first) { /* the tile's first pieces go to a staging the consumers have freed themselves */
-            if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
-            __syncwarp();
-            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
-            if constexpr (!DET) tma_store_wait_group_read<0>();
-            __syncwarp();
-            bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
-        }
+    auto write_one = [&](int head, int m, int *sem) {
+        if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+        if constexpr (!DET) tma_store_wait_group_read<0>();
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
         if constexpr (DET) {
             const int rank =
                 fa_bwd_sm90_last_key_block(prm, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift) - n_block;
@@ -379,23 +365,17 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
         int head, m;
         fa_bwd_sm90_iter_first(*iters, head, m);
 #pragma unroll 1
-        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m)) write_one(head, m, nullptr, t == 0);
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m)) write_one(head, m, nullptr);
     } else {
 #pragma unroll 1
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
             int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
                            : nullptr;
 #pragma unroll 1
-            for (int m = m_first; m < m_first + n_m; ++m, sem += 2)
-                write_one(head, m, sem, head == heads.first && m == m_first);
+            for (int m = m_first; m < m_first + n_m; ++m, sem += 2) write_one(head, m, sem);
         }
     }
-    /* the tile's last pieces are read: the consumers' dK / dV epilogue may write over the staging
-     * (and the CTA may exit) */
-    if constexpr (!DET) tma_store_wait_group_read<0>();
-    __syncwarp();
-    bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
-    bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+    if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
 }
 
 /* ---- dropout (the DROPOUT instantiations) -------------------------------------------------------- */
@@ -527,65 +507,6 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dbias(const fa_mods_params &mp
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-/* What a tile decides, derived alike by every role from its index (fa_bwd_sm90_tile_at): its keys
- * [n0, n0 + BLOCK_N) of one (kv head or split, sequence), the query rows that see them and the
- * iterations (query head, query block) over them. `active`: the keys start inside the sequence
- * (varlen: a key block past a short sequence has nothing to do, not even zeros to write). */
-struct fa_bwd_sm90_work {
-    int n_block, n0, y, batch;
-    fa_bwd_sm90_heads heads;
-    fa_seq_rows seq;
-    int len_q, len_k, shift;
-    int64_t q_packed0; /* first packed row of the sequence in the pre-pass vectors and dQ accumulator */
-    int q_hi, m_first, n_m, iterations;
-    bool active;
-    fa_bwd_sm90_iters iters; /* MODS: the walk */
-};
-
-template <class Cfg, bool DET, bool MODS>
-__device__ __forceinline__ void fa_bwd_sm90_work_at(const fa_bwd_sm90_params &prm, const fa_mods_arg<MODS> &mods,
-                                                    int64_t t, fa_bwd_sm90_work &w) {
-    const fa_bwd_sm90_tile tile = fa_bwd_sm90_tile_at(prm, t, DET);
-    w.n_block = tile.n_block;
-    w.n0 = tile.n_block * Cfg::BLOCK_N;
-    w.y = tile.y;
-    w.batch = tile.batch;
-    w.heads = fa_bwd_sm90_cta_heads(prm, tile.y);
-    const bool varlen = prm.cu_seqlens_q != nullptr;
-    w.seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k, prm.seqlen_q, prm.seqlen_k,
-                             w.batch);
-    w.len_q = w.seq.len_q;
-    w.len_k = w.seq.len_k;
-    w.shift = w.len_k - w.len_q;
-    w.active = w.n0 < w.len_k;
-    w.q_packed0 = varlen ? w.seq.q_start : (int64_t)w.batch * prm.seqlen_q;
-    int q_lo;
-    fa_hopper_bwd_query_range(prm, w.n0, min(w.n0 + Cfg::BLOCK_N, w.len_k), w.len_q, w.shift, q_lo, w.q_hi);
-    w.m_first = q_lo / Cfg::BLOCK_M;
-    w.n_m = w.q_hi > q_lo ? (w.q_hi + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M - w.m_first : 0;
-    w.iterations = w.active ? prm.heads_per_split * w.n_m : 0;
-    if constexpr (MODS) { /* with a block mask: the listed query blocks of this key block instead */
-        w.iters.h_begin = w.heads.first;
-        w.iters.m_first = w.m_first;
-        w.iters.n_m = w.n_m;
-        w.iters.listed = mods.block_map != nullptr;
-        if (w.iters.listed && w.active) {
-            w.iters.walk = fa_mods_q_walk_at(mods, w.batch, w.heads.first, w.heads.first + prm.heads_per_split, w.n0,
-                                             Cfg::BLOCK_M, w.len_q);
-            w.iterations = fa_mods_q_count(w.iters.walk, w.heads.first);
-        }
-    }
-}
-
-/* One CTA walks tiles: with prm.tile_counter (the persistent grid, one CTA per multiprocessor)
- * the indices atomicAdd(tile_counter, 1) returns, in increasing order over the grid; without, its
- * own tile blockIdx.x (one CTA per tile). Producer warp 0 takes each index and hands it on
- * through an 8-byte shared slot written before its arrival on kv_full; -1 ends the walk. The
- * consumers (every thread) and the dQ writer (lane 0, after reading the slot) arrive on kv_empty
- * once done with the slot and, the consumers, with the tile's K and V (their last GEMM has
- * retired); the producer waits for that before the next tile's slot and K / V. Its Q / dO loads
- * then run while the consumers store dK and dV (through the dS buffers and the dQ staging, not
- * the stages). */
 template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS>
 __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
@@ -603,8 +524,49 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
     constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
+
+    /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, batch = blockIdx.z;
+    const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm);
     const bool varlen = prm.cu_seqlens_q != nullptr;
+    const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
+                                             prm.seqlen_q, prm.seqlen_k, batch);
+    const int len_q = seq.len_q, len_k = seq.len_k, shift = len_k - len_q;
+    if (n0 >= len_k) return; /* past this sequence's keys: nothing to do (uniform over the CTA) */
+    /* first packed row of the sequence in the pre-pass vectors and the dQ accumulator */
+    const int64_t q_packed0 = varlen ? seq.q_start : (int64_t)batch * prm.seqlen_q;
+    int q_lo, q_hi;
+    fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
+    const int m_first = q_lo / BLOCK_M;
+    const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    int iterations = prm.heads_per_split * n_m;
+    /* MODS with a block mask: the listed query blocks of this key block instead (uniform) */
+    fa_bwd_sm90_iters iters;
+    if constexpr (MODS) {
+        iters.h_begin = heads.first;
+        iters.m_first = m_first;
+        iters.n_m = n_m;
+        iters.listed = mods.block_map != nullptr;
+        if (iters.listed) {
+            iters.walk = fa_mods_q_walk_at(mods, batch, heads.first, heads.first + prm.heads_per_split, n0, BLOCK_M, len_q);
+            iterations = fa_mods_q_count(iters.walk, heads.first);
+        }
+    }
     const int warpgroup = threadIdx.x / 128;
+
+    if (iterations == 0) {
+        /* no query row sees these keys: dK = dV = 0 (uniform over the CTA, before any barrier) */
+        if (warpgroup > 0) {
+            const int consumer = warpgroup - 1, tid = threadIdx.x % 128;
+            float zero_rmem[D / 2];
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) zero_rmem[i] = 0.0f;
+            fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, zero_rmem, zero_rmem, n0 + 64 * consumer + 16 * (tid / 32) + (tid % 32) / 4,
+                                          len_k, seq.k_start, batch, 2 * (tid % 4));
+        }
+        return;
+    }
 
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
@@ -620,12 +582,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     const uint32_t kv_full = bars;
     auto stage_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
     auto stage_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + STAGES + s); };
-    const uint32_t kv_empty = bars + 8u * (uint32_t)(1 + 2 * STAGES);
-    const uint32_t tile_slot = bars + 8u * (uint32_t)(2 + 2 * STAGES);
 
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
-        mbarrier_init(kv_empty, Cfg::KV_EMPTY_ARRIVALS);
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(stage_full(s), Cfg::FULL_ARRIVALS);
             mbarrier_init(stage_empty(s), Cfg::EMPTY_ARRIVALS);
@@ -635,12 +594,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     /* every thread sees initialised barriers before any wait or arrive */
     __syncthreads();
 
-    /* the tile of walk step k (after kv_full's phase k), read by lane 0 and sent to the warp */
-    auto slot_tile = [&](int lane) -> int64_t {
-        long long t_lane0 = 0;
-        if (lane == 0) t_lane0 = (long long)ld_shared_u64(tile_slot);
-        return (int64_t)__shfl_sync(0xffffffffu, t_lane0, 0);
-    };
+    /* TMA coordinates: varlen maps are {d, total, heads, 1} */
+    const int k_row = (varlen ? (int)seq.k_start : 0) + n0;
+    const int q_row0 = varlen ? (int)seq.q_start : 0;
+    const int tma_batch = varlen ? 0 : batch;
 
     if (warpgroup == 0) {
         /* ================= producer ================= */
@@ -651,51 +608,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            auto next_tile = [&](bool first) -> int64_t {
-                if (prm.tile_counter == nullptr) return first ? (int64_t)blockIdx.x : prm.tiles;
-                unsigned int t_lane0 = 0;
-                if (lane == 0) t_lane0 = atomicAdd(prm.tile_counter, 1u);
-                return (int64_t)__shfl_sync(0xffffffffu, t_lane0, 0);
-            };
-            fa_bwd_sm90_ring ring;
-            int64_t t = next_tile(true);
-#pragma unroll 1
-            for (int k = 0;; ++k) {
-                /* the consumers and the writer are done with the slot and K / V of step k - 1 */
-                if (k > 0) fa_bwd_sm90_wait(kv_empty, (k - 1) & 1);
-                const bool done = t >= prm.tiles;
-                if (lane == 0) st_shared_u64(tile_slot, done ? ~0ull : (uint64_t)t); /* released on kv_full */
-                fa_bwd_sm90_work w;
-                if (!done) fa_bwd_sm90_work_at<Cfg, DET, MODS>(prm, mods, t, w);
-                if (done || w.iterations == 0) {
-                    if (lane == 0) mbarrier_arrive(kv_full);
-                    if (done) break;
-                } else {
-                    const int k_row = (varlen ? (int)w.seq.k_start : 0) + w.n0;
-                    fa_bwd_sm90_load<Cfg, MODS>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, w.seq, w.q_packed0,
-                                                w.batch, w.heads, k_row, varlen ? (int)w.seq.q_start : 0,
-                                                varlen ? 0 : w.batch, w.m_first, w.q_hi, w.len_q, lane,
-                                                [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
-                                                [](int) {}, ring, &w.iters, w.iterations);
-                }
-                t = next_tile(false);
-            }
+            fa_bwd_sm90_load<Cfg, MODS>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
+                                        k_row, q_row0, tma_batch, m_first, q_hi, len_q, lane,
+                                        [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
+                                        [](int) {}, &iters, iterations);
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
-#pragma unroll 1
-            for (int k = 0;; ++k) {
-                fa_bwd_sm90_wait(kv_full, k & 1);
-                const int64_t t = slot_tile(lane);
-                __syncwarp();
-                if (lane == 0) mbarrier_arrive(kv_empty);
-                if (t < 0) break;
-                fa_bwd_sm90_work w;
-                fa_bwd_sm90_work_at<Cfg, DET, MODS>(prm, mods, t, w);
-                if (w.iterations == 0) continue;
-                fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, w.n_block, w.batch, w.heads, w.m_first,
-                                                      w.n_m, w.len_q, w.len_k, w.shift, (int)w.q_packed0, lane,
-                                                      &w.iters, w.iterations);
-            }
+            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, n_block, batch, heads, m_first, n_m, len_q,
+                                                  len_k, shift, (int)q_packed0, lane, &iters, iterations);
         }
         return;
     }
@@ -710,10 +630,38 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
     const uint32_t k_wg = k_smem + (uint32_t)consumer * 64 * 128; /* keys 64c.. of slab 0 */
     const uint32_t v_wg = v_smem + (uint32_t)consumer * 64 * 128;
+    /* this thread's accumulator rows (keys): key0 and key0 + 8; columns (queries / d) 8j + 2(l%4) + {0,1} */
+    const int key0 = n0 + 64 * consumer + 16 * warp + lane / 4;
     const int col_in = 2 * (lane % 4);
+    /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: this warpgroup's keys
+     * [wg_first_key, wg_first_key + 63] run past the sequence (always), or its last key is right
+     * of the first row's window, or its first key left of the last row's window. */
+    const int wg_first_key = n0 + 64 * consumer, wg_last_key = wg_first_key + 63;
+    const int mask_m_lo = wg_last_key >= len_k      ? INT_MAX
+                          : prm.window_right >= 0 ? wg_last_key - shift - prm.window_right
+                                                  : INT_MIN;
+    const int mask_m_hi = prm.window_left >= 0 ? wg_first_key - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
+    const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
     /* dQ piece of this consumer: rows dq_row0.., columns dq_col0.. of the [BLOCK_M, D] tile */
     const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * consumer : 0;
     const int dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * consumer;
+
+    float dk_rmem[D / 2], dv_rmem[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) {
+        dk_rmem[i] = 0.0f;
+        dv_rmem[i] = 0.0f;
+    }
+
+    fa_bwd_sm90_wait(kv_full, 0);
+    if (varlen && n0 + BLOCK_N > len_k) {
+        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
+        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
+    }
 
     /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
      * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the
@@ -723,266 +671,192 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
     };
 
-    int g = 0;                        /* iterations of the CTA so far (dS buffer g % 2)          */
-    int stage = 0, stage_parity = 0; /* g % STAGES and the parity of its use g / STAGES        */
-#pragma unroll 1
-    for (int k = 0;; ++k) {
-        fa_bwd_sm90_wait(kv_full, k & 1);
-        const int64_t tile_index = slot_tile(lane);
-        if (tile_index < 0) break;
-        fa_bwd_sm90_work w;
-        fa_bwd_sm90_work_at<Cfg, DET, MODS>(prm, mods, tile_index, w);
-        const int n0 = w.n0, batch = w.batch, len_q = w.len_q, len_k = w.len_k, shift = w.shift;
-        const int iterations = w.iterations, n_m = w.n_m, m_first = w.m_first;
-        /* this thread's accumulator rows (keys): key0 and key0 + 8; columns (queries / d) 8j + 2(l%4) + {0,1} */
-        const int key0 = n0 + 64 * consumer + 16 * warp + lane / 4;
-        if (iterations == 0) {
-            /* no query row sees these keys: dK = dV = 0 (none at all past the sequence) */
-            mbarrier_arrive(kv_empty);
-            if (w.active) {
-                float zero_rmem[D / 2];
-#pragma unroll
-                for (int i = 0; i < D / 2; ++i) zero_rmem[i] = 0.0f;
-                fa_bwd_sm90_store_dkdv<Cfg, BF16>(prm, zero_rmem, zero_rmem, key0, len_k, w.seq.k_start, w.y, batch,
-                                                  col_in);
-            }
-            continue;
-        }
-        /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: this warpgroup's keys
-         * [wg_first_key, wg_first_key + 63] run past the sequence (always), or its last key is right
-         * of the first row's window, or its first key left of the last row's window. */
-        const int wg_first_key = n0 + 64 * consumer, wg_last_key = wg_first_key + 63;
-        const int mask_m_lo = wg_last_key >= len_k      ? INT_MAX
-                              : prm.window_right >= 0 ? wg_last_key - shift - prm.window_right
-                                                      : INT_MIN;
-        const int mask_m_hi = prm.window_left >= 0 ? wg_first_key - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
-        const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
+    int it_head = 0, it_m = 0; /* MODS: the current iteration (query head, query block) */
+    if constexpr (MODS) fa_bwd_sm90_iter_first(iters, it_head, it_m);
+    for (int t = 0; t < iterations; ++t) {
+        const int s = t % STAGES, use = t / STAGES;
+        const int m0 = (MODS ? it_m : m_first + t % n_m) * BLOCK_M;
+        /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
+        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
+        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
 
-        float dk_rmem[D / 2], dv_rmem[D / 2];
+        float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
+        uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
+
+        fa_bwd_sm90_wait(stage_full(s), use & 1);
+        if (varlen && m0 + BLOCK_M > len_q) {
+            /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
+            fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            fence_proxy_async_shared_cta();
+            bar_sync(FA_HBWD_BAR_Q_TAIL, 256);
+        }
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s));   /* group: Sᵀ  */
+        /* dropout: the keep bits while Sᵀ is computed, before dPᵀ's accumulator is taken too (with
+         * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
+        uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
+        if constexpr (DROPOUT)
+            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + t / n_m,
+                                          prm.heads_q, key0 - lane / 4, m0);
+        fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
+        if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
+
+        wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+        if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
+
+        /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
+        const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
+        if constexpr (!LOG2) {
+            if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
+        }
+        if constexpr (MODS)
+            fa_bwd_sm90_probs_mods<BLOCK_M>(
+                s_rmem, prm, mods, fa_mods_tile_at(mods, batch, it_head, varlen, seq.q_start, seq.k_start, m0, n0),
+                mask_base - m0, key0, m0 + col_in, len_q, len_k, shift, lse2_pair,
+                fa_bwd_sm90_alibi_slope(prm, batch, it_head));
+        else if constexpr (LOG2)
+            fa_bwd_sm90_probs_log2<BLOCK_M>(
+                s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                fa_bwd_sm90_alibi_slope(prm, batch, heads.first + t / n_m));
+        else if constexpr (!SOFTCAP)
+            fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
+        if constexpr (EARLY_DV) {
+            if constexpr (DROPOUT)
+                fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
+            else
+                fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+            fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
+            wgmma_wait_group<1>(); /* dPᵀ ready; dV may still run */
+        } else {
+            wgmma_wait_group<0>(); /* dPᵀ ready */
+        }
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+        if constexpr (DROPOUT) fa_bwd_sm90_dropout_dp<Cfg>(dp_rmem, keep, dropout.keep_scale); /* Z∘dPᵀ */
+        if constexpr (SOFTCAP) {
+            /* P (into s_rmem, which held tc) and dS = P ∘ (1 - tc²) ∘ (dP - D) */
+            fa_bwd_sm90_softcap_ds(s_rmem, dp_rmem, lse2_pair, dvec_pair, prm.softcap_post_log2);
+        } else {
+            /* dS = P ∘ (dP - D) (P in fp32) */
+#pragma unroll
+            for (int j = 0; j < BLOCK_M / 8; ++j) {
+                const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                    dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                }
+            }
+        }
+        if constexpr (MODS)
+            if (mods.dbias != nullptr)
+                fa_bwd_sm90_store_dbias<BLOCK_M>(mods, dp_rmem, batch, it_head, key0, m0 + col_in, len_q, len_k);
+        if constexpr (!EARLY_DV && DROPOUT)
+            fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
+        else if constexpr (!EARLY_DV)
+            fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
+        fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
+
+        /* dSᵀ -> dS buffer t % 2, slab `consumer` (its 64 keys), rows = queries. stmatrix.trans of
+         * k-slice kk: matrix i = lane / 8 (i & 1: keys +8, i >> 1: queries +8), stored row
+         * R = lane % 8 is query 16kk + 8(i >> 1) + R, holding the 8 keys 16w + 8(i & 1) .. +7 of
+         * the slab = 16-byte chunk 2w + (i & 1), swizzled by the row's bits 0-2 (= R). */
+        {
+            const int i = lane / 8, r = lane % 8;
+            const uint32_t slab = ds_buffer(t & 1) + (uint32_t)consumer * Cfg::Q_SLAB_BYTES;
+            const uint32_t chunk = (uint32_t)((2 * warp + (i & 1)) ^ r);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+                const int query = 16 * kk + 8 * (i >> 1) + r;
+                stmatrix_x4_trans(slab + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
+            }
+        }
+        if constexpr (!EARLY_DV) fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
+
+        /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
+         * both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD_BAR_DS_FULL, 256);
+
+        /* dQ before dK: once dQ has retired, its piece is staged while dK still runs */
+        float dq_rmem[32];
+        fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(t & 1) + (uint32_t)dq_row0 * 128,
+                                    k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
+        fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                           /* dK += dSᵀ Q */
+        wgmma_wait_group<1>(); /* dV and dQ retired; dK may still run */
+#pragma unroll
+        for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
+
+        /* Stage the dQ piece for the writer warp: element 4j + 2h + c is row 16w + l/4 + 8h of the
+         * piece, column 8j + 2(l%4) + c: slab j/4, 16-byte chunk 2(j%4) + (l%4)/2 swizzled by the
+         * row's bits 0-2, +8 bytes for odd l; in step j odd rows store block j ^ FA_BWD_SM90_DQ_SWAP
+         * (same slab; bwd_sm90_common.cuh), so each half-warp's 8-byte stores meet no bank twice.
+         * Rows past the sequence are staged as zeros (they add into the next sequence's rows, or
+         * are skipped past the accumulator's last row). */
+        if (m0 + BLOCK_M > len_q) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (m0 + dq_row0 + 16 * warp + lane / 4 + 8 * h >= len_q)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        dq_rmem[4 * j + 2 * h] = 0.0f;
+                        dq_rmem[4 * j + 2 * h + 1] = 0.0f;
+                    }
+        }
+        bar_sync(FA_HBWD_BAR_DQ_EMPTY + consumer, FA_HBWD_DQ_HANDOFF_THREADS); /* the writer has read it */
+        {
+            const uint32_t piece = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES;
+            const uint32_t swz = (uint32_t)(lane / 4);
+            const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t row = piece + (uint32_t)(16 * warp + lane / 4 + 8 * h) * 128 + 8u * (lane & 1);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int j_odd = j ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? j_odd : j;
+                    const int e = 4 * j + 2 * h, e_odd = 4 * j_odd + 2 * h;
+                    const uint32_t chunk = (uint32_t)(2 * (b % 4) + (lane % 4) / 2) ^ swz;
+                    st_shared_v2_f32(row + (uint32_t)(j / 4) * Cfg::DQ_SLAB_BYTES + chunk * 16,
+                                     odd_row ? dq_rmem[e_odd] : dq_rmem[e], odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
+                }
+            }
+        }
+        wgmma_wait_group<0>(); /* dK retired */
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) {
-            dk_rmem[i] = 0.0f;
-            dv_rmem[i] = 0.0f;
+            wgmma_fence_operand(dk_rmem[i]);
+            wgmma_fence_operand(dv_rmem[i]);
         }
-
-        if (varlen && n0 + BLOCK_N > len_k) {
-            /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
-            fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-            fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-            /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
-            fence_proxy_async_shared_cta();
-            bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
-        }
-
-        int it_head = 0, it_m = 0; /* MODS: the current iteration (query head, query block) */
-        if constexpr (MODS) fa_bwd_sm90_iter_first(w.iters, it_head, it_m);
-#pragma unroll 1
-        for (int t = 0; t < iterations; ++t, ++g) {
-            const int s = stage, use_parity = stage_parity;
-            const int m0 = (MODS ? it_m : m_first + t % n_m) * BLOCK_M;
-            /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
-            const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
-            const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
-
-            float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
-            uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
-
-            fa_bwd_sm90_wait(stage_full(s), use_parity);
-            if (varlen && m0 + BLOCK_M > len_q) {
-                /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
-                fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-                fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-                fence_proxy_async_shared_cta();
-                bar_sync(FA_HBWD_BAR_Q_TAIL, 256);
-            }
-            fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s));   /* group: Sᵀ  */
-            /* dropout: the keep bits while Sᵀ is computed, before dPᵀ's accumulator is taken too (with
-             * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
-            uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
-            if constexpr (DROPOUT)
-                fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, w.heads.first + t / n_m,
-                                              prm.heads_q, key0 - lane / 4, m0);
-            fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
-            if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
-
-            wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
-    #pragma unroll
-            for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-            /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
-            if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
-
-            /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
-            const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
-            if constexpr (!LOG2) {
-                if (needs_mask) fa_bwd_sm90_mask<BLOCK_M>(s_rmem, prm, mask_base - m0, key0, len_k);
-            }
-            if constexpr (MODS)
-                fa_bwd_sm90_probs_mods<BLOCK_M>(
-                    s_rmem, prm, mods, fa_mods_tile_at(mods, batch, it_head, varlen, w.seq.q_start, w.seq.k_start, m0, n0),
-                    mask_base - m0, key0, m0 + col_in, len_q, len_k, shift, lse2_pair,
-                    fa_bwd_sm90_alibi_slope(prm, batch, it_head));
-            else if constexpr (LOG2)
-                fa_bwd_sm90_probs_log2<BLOCK_M>(
-                    s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                    fa_bwd_sm90_alibi_slope(prm, batch, w.heads.first + t / n_m));
-            else if constexpr (!SOFTCAP)
-                fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
-            if constexpr (EARLY_DV) {
-                if constexpr (DROPOUT)
-                    fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
-                else
-                    fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
-                fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* group: dV += Pᵀ dO */
-                wgmma_wait_group<1>(); /* dPᵀ ready; dV may still run */
-            } else {
-                wgmma_wait_group<0>(); /* dPᵀ ready */
-            }
-    #pragma unroll
-            for (int i = 0; i < BLOCK_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
-            if constexpr (DROPOUT) fa_bwd_sm90_dropout_dp<Cfg>(dp_rmem, keep, dropout.keep_scale); /* Z∘dPᵀ */
-            if constexpr (SOFTCAP) {
-                /* P (into s_rmem, which held tc) and dS = P ∘ (1 - tc²) ∘ (dP - D) */
-                fa_bwd_sm90_softcap_ds(s_rmem, dp_rmem, lse2_pair, dvec_pair, prm.softcap_post_log2);
-            } else {
-                /* dS = P ∘ (dP - D) (P in fp32) */
-    #pragma unroll
-                for (int j = 0; j < BLOCK_M / 8; ++j) {
-                    const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
-    #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
-                        dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
-                    }
-                }
-            }
-            if constexpr (MODS)
-                if (mods.dbias != nullptr)
-                    fa_bwd_sm90_store_dbias<BLOCK_M>(mods, dp_rmem, batch, it_head, key0, m0 + col_in, len_q, len_k);
-            if constexpr (!EARLY_DV && DROPOUT)
-                fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
-            else if constexpr (!EARLY_DV)
-                fa_bwd_sm90_pack<Cfg, BF16>(s_rmem, p_rmem);
-            fa_bwd_sm90_pack<Cfg, BF16>(dp_rmem, ds_rmem);
-
-            /* dSᵀ -> dS buffer t % 2, slab `consumer` (its 64 keys), rows = queries. stmatrix.trans of
-             * k-slice kk: matrix i = lane / 8 (i & 1: keys +8, i >> 1: queries +8), stored row
-             * R = lane % 8 is query 16kk + 8(i >> 1) + R, holding the 8 keys 16w + 8(i & 1) .. +7 of
-             * the slab = 16-byte chunk 2w + (i & 1), swizzled by the row's bits 0-2 (= R). */
-            {
-                const int i = lane / 8, r = lane % 8;
-                const uint32_t slab = ds_buffer(g & 1) + (uint32_t)consumer * Cfg::Q_SLAB_BYTES;
-                const uint32_t chunk = (uint32_t)((2 * warp + (i & 1)) ^ r);
-    #pragma unroll
-                for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-                    const int query = 16 * kk + 8 * (i >> 1) + r;
-                    stmatrix_x4_trans(slab + (uint32_t)query * 128 + chunk * 16, ds_rmem[kk]);
-                }
-            }
-            if constexpr (!EARLY_DV) fa_bwd_sm90_issue_atb<Cfg, BF16>(dv_rmem, p_rmem, do_stage(s)); /* dV += Pᵀ dO */
-
-            /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
-             * both consumers meet */
-            fence_proxy_async_shared_cta();
-            bar_sync(FA_HBWD_BAR_DS_FULL, 256);
-
-            /* dQ before dK: once dQ has retired, its piece is staged while dK still runs */
-            float dq_rmem[32];
-            fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(g & 1) + (uint32_t)dq_row0 * 128,
-                                        k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
-            fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                           /* dK += dSᵀ Q */
-            wgmma_wait_group<1>(); /* dV and dQ retired; dK may still run */
-    #pragma unroll
-            for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
-
-            /* Stage the dQ piece for the writer warp: element 4j + 2h + c is row 16w + l/4 + 8h of the
-             * piece, column 8j + 2(l%4) + c: slab j/4, 16-byte chunk 2(j%4) + (l%4)/2 swizzled by the
-             * row's bits 0-2, +8 bytes for odd l; in step j odd rows store block j ^ FA_BWD_SM90_DQ_SWAP
-             * (same slab; bwd_sm90_common.cuh), so each half-warp's 8-byte stores meet no bank twice.
-             * Rows past the sequence are staged as zeros (they add into the next sequence's rows, or
-             * are skipped past the accumulator's last row). */
-            if (m0 + BLOCK_M > len_q) {
-    #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    if (m0 + dq_row0 + 16 * warp + lane / 4 + 8 * h >= len_q)
-    #pragma unroll
-                        for (int j = 0; j < 8; ++j) {
-                            dq_rmem[4 * j + 2 * h] = 0.0f;
-                            dq_rmem[4 * j + 2 * h + 1] = 0.0f;
-                        }
-            }
-            /* the writer has read the previous piece (a tile's first piece: the staging is free,
-             * the previous tile's epilogue waited for the writer and its own stores' reads) */
-            if (t > 0) bar_sync(FA_HBWD_BAR_DQ_EMPTY + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
-            {
-                const uint32_t piece = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES;
-                const uint32_t swz = (uint32_t)(lane / 4);
-                const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
-    #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const uint32_t row = piece + (uint32_t)(16 * warp + lane / 4 + 8 * h) * 128 + 8u * (lane & 1);
-    #pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const int j_odd = j ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? j_odd : j;
-                        const int e = 4 * j + 2 * h, e_odd = 4 * j_odd + 2 * h;
-                        const uint32_t chunk = (uint32_t)(2 * (b % 4) + (lane % 4) / 2) ^ swz;
-                        st_shared_v2_f32(row + (uint32_t)(j / 4) * Cfg::DQ_SLAB_BYTES + chunk * 16,
-                                         odd_row ? dq_rmem[e_odd] : dq_rmem[e], odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
-                    }
-                }
-            }
-            wgmma_wait_group<0>(); /* dK retired */
-    #pragma unroll
-            for (int i = 0; i < D / 2; ++i) {
-                wgmma_fence_operand(dk_rmem[i]);
-                wgmma_fence_operand(dv_rmem[i]);
-            }
-    #pragma unroll
-            for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-    #pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    wgmma_fence_operand(p_rmem[kk][x]);
-                    wgmma_fence_operand(ds_rmem[kk][x]);
-                }
-            /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
-            mbarrier_arrive(stage_empty(s));
-            if constexpr (MODS) fa_bwd_sm90_iter_next(w.iters, it_head, it_m);
-            if (++stage == STAGES) {
-                stage = 0;
-                stage_parity ^= 1;
-            }
-        }
-        /* every GEMM of the tile has retired: K and V (and the slot) are free for the next tile */
-        mbarrier_arrive(kv_empty);
-        dq_piece_staged(); /* the last iteration's */
-
-        if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
 #pragma unroll
-            for (int i = 0; i < D / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
-        }
-        /* the writer has read the tile's last dQ pieces (consumer c's wait covers piece c, and the
-         * epilogue's first barrier joins both consumers): the staging is free for dK / dV */
-        bar_sync(FA_HBWD_BAR_DQ_EMPTY + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
-        if (prm.group_splits > 1) /* fp32 partials */
-            fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, w.seq.k_start,
-                                                                     w.y, batch, col_in);
-        else
-            fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, Cfg::SLABS, BF16, true>(
-                &tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::EPILOGUE_OFFSET, consumer, tid, 64 * consumer, 0,
-                n0, len_k, w.seq.k_start, w.y, batch);
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                wgmma_fence_operand(p_rmem[kk][x]);
+                wgmma_fence_operand(ds_rmem[kk][x]);
+            }
+        /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
+        mbarrier_arrive(stage_empty(s));
+        if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_head, it_m);
     }
+    dq_piece_staged(); /* the last iteration's */
+
+    if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
+    }
+    if (prm.group_splits > 1) /* fp32 partials */
+        fa_bwd_sm90_store_dkdv<Cfg, BF16, !(SOFTCAP && DROPOUT)>(prm, dk_rmem, dv_rmem, key0, len_k, seq.k_start,
+                                                                 batch, col_in);
+    else
+        fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, Cfg::SLABS, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
+                                                             smem + Cfg::Q_OFFSET, consumer, tid, 64 * consumer, 0,
+                                                             n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
-
-/* FA_HOPPER_BWD_SCHEDULE=tile forces one CTA per tile (timing); FA_HOPPER_BWD_GRID_MAX=n caps the
- * tile walk's grid at n CTAs (tests: many tiles per CTA on small problems, for compute-sanitizer).
- * The cap: 0 = the multiprocessor count, -1 = one CTA per tile. */
-static int fa_bwd_sm90_grid_max() {
-    const char *mode = getenv("FA_HOPPER_BWD_SCHEDULE");
-    if (mode != nullptr && strcmp(mode, "tile") == 0) return -1;
-    const char *cap = getenv("FA_HOPPER_BWD_GRID_MAX");
-    return cap != nullptr && atoi(cap) > 0 ? atoi(cap) : 0;
-}
 
 template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false>
 static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
@@ -1011,25 +885,15 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
-    const int64_t tiles_y = (int64_t)p->heads_kv * p->group_splits; /* kv head · group_splits + split */
-    if (key_blocks > INT32_MAX || tiles_y > INT32_MAX || key_blocks * tiles_y > INT64_MAX / 2 / p->batch)
+    const int64_t grid_y = (int64_t)p->heads_kv * p->group_splits; /* kv head · group_splits + split */
+    if (key_blocks > INT32_MAX || grid_y > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE,
-                            "%s: %lld key blocks × %d kv heads × %d group splits × %d sequences: too many tiles", path,
+                            "%s: grid (%lld key blocks, %d kv heads × %d group splits, %d sequences) too large", path,
                             (long long)key_blocks, p->heads_kv, p->group_splits, p->batch);
-    prm.key_blocks = (int)key_blocks;
-    prm.tiles_y = (int)tiles_y;
-    prm.tiles = key_blocks * tiles_y * p->batch;
-    int sm_count = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device_ordinal),
-                  "cudaDeviceGetAttribute(multiprocessor count)");
-    const int64_t grid = fa_hopper_bwd_grid(prm.tiles, sm_count, p->tile_counter != nullptr, fa_bwd_sm90_grid_max());
-    if (grid > INT32_MAX) /* one CTA per tile only when the tile counter is missing */
-        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: %lld tiles exceed the grid limit", path, (long long)prm.tiles);
-    if (grid < prm.tiles) prm.tile_counter = p->tile_counter; /* the tile walk: CTAs take tiles from the counter */
-    else prm.tile_counter = nullptr;                          /* one CTA per tile, tile blockIdx.x */
+    const dim3 grid((unsigned)key_blocks, (unsigned)grid_y, (unsigned)p->batch);
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    kernel<<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{},
                                                             mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");

@@ -28,31 +28,11 @@
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
     int dkdv_tma;                  /* dK and dV out through the TMA store (fa_bwd_sm90_dkdv_maps)   */
-    int key_blocks;                /* ceil(seqlen_k / BLOCK_N)                                      */
-    int tiles_y;                   /* heads_kv · group_splits                                       */
-    int64_t tiles;                 /* key_blocks · tiles_y · batch (bucket 64 / 128: the tile walk) */
 };
 
-/* The tiles of the bucket 64 / 128 kernel: tile t = key block index x + key_blocks·(y +
- * tiles_y·batch), y = kv head · group_splits + split, key blocks fastest, so that the CTAs
- * running at once share one head's Q, dO and dQ accumulator in L2. Key block x, or in
- * deterministic mode key_blocks - 1 - x (highest first, "deterministic dQ" below). */
-struct fa_bwd_sm90_tile {
-    int n_block, y, batch;
-};
-__device__ __forceinline__ fa_bwd_sm90_tile fa_bwd_sm90_tile_at(const fa_bwd_sm90_params &prm, int64_t t, bool det) {
-    fa_bwd_sm90_tile tile;
-    const int64_t rest = t / prm.key_blocks;
-    const int x = (int)(t - rest * prm.key_blocks);
-    tile.n_block = det ? prm.key_blocks - 1 - x : x;
-    tile.batch = (int)(rest / prm.tiles_y);
-    tile.y = (int)(rest - (int64_t)tile.batch * prm.tiles_y);
-    return tile;
-}
-
-/* The query heads a tile walks: y = kv head · group_splits + split (blockIdx.y at bucket 256, the
- * tile's y at 64 / 128), and split s takes the heads_per_split consecutive query heads from
- * (kv head · group + s · heads_per_split) = y · heads_per_split (group_splits divides the group; 1: the whole group, dK and dV
+/* The query heads a CTA walks: blockIdx.y = kv head · group_splits + split, and split s takes
+ * the heads_per_split consecutive query heads from (kv head · group + s · heads_per_split) =
+ * blockIdx.y · heads_per_split (group_splits divides the group; 1: the whole group, dK and dV
  * written in the output dtype; > 1: each split writes fp32 partials that bwd.cu sums). Every CTA
  * has heads_per_split · n_m iterations, a product of a parameter, as with the whole group. */
 struct fa_bwd_sm90_heads {
@@ -60,11 +40,11 @@ struct fa_bwd_sm90_heads {
     int first;     /* first query head             */
 };
 
-__device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_sm90_params &prm, int y) {
+__device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_sm90_params &prm) {
     fa_bwd_sm90_heads h;
-    h.kv = y / prm.group_splits;
-    h.split = y % prm.group_splits;
-    h.first = y * prm.heads_per_split;
+    h.kv = (int)blockIdx.y / prm.group_splits;
+    h.split = (int)blockIdx.y % prm.group_splits;
+    h.first = (int)blockIdx.y * prm.heads_per_split;
     return h;
 }
 
@@ -141,14 +121,11 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  *
  * Why descending: key block n + 1 reaches a tile no later than key block n (its query range
  * starts no earlier, so the tile comes no later in its loop), so the blocks arrive in about that
- * order and seldom wait (causal: two iterations apart). Deadlock freedom: a tile waits only for
- * higher key blocks of its own (kv head, sequence), which come first in the tile order (bucket
- * 256: the grid runs key block n = gridDim.x - 1 - blockIdx.x; 64 / 128: fa_bwd_sm90_tile_at).
- * With one CTA per tile, CUDA hands out the blocks of a grid in linear index order; the tile walk
- * hands out every tile, the first of each CTA included, from its counter in increasing order, and
- * a CTA finishes its tiles in the order it took them. Either way the lowest unfinished tile is
- * always being worked on and never waits for an unfinished one (docs/hopper.md, "Global
- * reductions and inter-CTA order").
+ * order and seldom wait (causal: two iterations apart). Deadlock freedom: a CTA waits only for
+ * higher key blocks of its own (kv head, sequence); the grid runs key block
+ * n = gridDim.x - 1 - blockIdx.x, so those have smaller linear block indices, and CUDA hands out
+ * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
+ * and never waits for an unfinished one (docs/hopper.md, "Global reductions and inter-CTA order").
  *
  * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile and keeps the
  * turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
@@ -176,11 +153,9 @@ enum { FA_HBWD_BAR_DQ_TURN = 12, FA_HBWD_BAR_DQ_DONE = 14, FA_HBWD_DQ_TURN_THREA
  * GEMMs have retired), EPILOGUE + 1 + c the 128 of consumer c (its tiles are staged). */
 enum { FA_HBWD_BAR_EPILOGUE = 8 };
 
-/* dK (scaled) and dV of a tile's keys, out through shared memory, as the forward's O epilogue:
- * buffers free after the last iteration (bucket 256: the Q / dO stages; 64 / 128: the dS buffers
- * and the dQ staging, so that the next tile's loads need not wait) hold dK and dV tiles
- * [TILE_SLABS][TILE_ROWS keys][64 columns] in the 128-byte swizzle (the K / V layout), dV's right
- * after dK's. Consumer c
+/* dK (scaled) and dV of a CTA's keys, out through shared memory, as the forward's O epilogue: the
+ * Q / dO stages are free after the last iteration and hold dK and dV tiles [TILE_SLABS][TILE_ROWS
+ * keys][64 columns] in the 128-byte swizzle (the K / V layout), dV's right after dK's. Consumer c
  * holds keys row0 .. row0 + 63 of the tile (n0 + row0 ..) and columns 64·slab0 ..
  * 64·(slab0 + OWN_SLABS) - 1 in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4
  * + 8h, column 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
@@ -191,16 +166,14 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * they are read before the CTA may exit; else (varlen: rows past the sequence belong to the next
  * one) the consumer copies its rows below len_k out with 4-byte stores, consecutive threads on
  * consecutive words of a row. (Each thread storing its own pairs to global memory writes half of
- * every 32-byte sector and throttles the load-store unit at the CTA's end.) REUSE (the CTA goes on
- * to another tile): the TMA stores' reads are waited for and both consumers meet again on
- * EPILOGUE, so that no thread writes the buffers before both consumers' tiles have left them. */
-template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, bool BF16, bool REUSE = false>
+ * every 32-byte sector and throttles the load-store unit at the CTA's end.) */
+template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, bool BF16>
 __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
                                                           const fa_bwd_sm90_params &prm,
                                                           const float (&dk_rmem)[OWN_SLABS * 32],
                                                           const float (&dv_rmem)[OWN_SLABS * 32], uint32_t tiles_smem,
                                                           int consumer, int tid, int row0, int slab0, int n0, int len_k,
-                                                          int64_t k_start, int head_kv, int batch) {
+                                                          int64_t k_start, int batch) {
     constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
     const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int warp = tid / 32, lane = tid % 32;
@@ -217,6 +190,7 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
             st_shared_b32(dv_tile + at, fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
         }
     const int key_first = n0 + row0;
+    const int head_kv = (int)blockIdx.y;
     if (prm.dkdv_tma) {
         /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
          * consumer's threads meet before one of them issues the stores */
@@ -237,7 +211,6 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
             tma_store_commit_group();
             tma_store_wait_group_read<0>();
         }
-        if constexpr (REUSE) bar_sync(FA_HBWD_BAR_EPILOGUE, 256); /* tid 0 of each consumer has waited */
         return;
     }
     bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
@@ -259,7 +232,6 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
     };
     copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim);
     copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v);
-    if constexpr (REUSE) bar_sync(FA_HBWD_BAR_EPILOGUE, 256); /* every thread's copies have read the tiles */
 }
 
 /* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):
@@ -341,14 +313,7 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
         for (int x = 0; x < 4; ++x) frag[kk][x] = fa_bwd_sm90_pack2<BF16>(acc[8 * kk + 2 * x], acc[8 * kk + 2 * x + 1]);
 }
 
-/* Where the producer's ring stands: the next stage, the parity its empty wait passes on, and
- * dO's (DO_STAGES == 1). A CTA that walks several tiles keeps one across them, as the consumers
- * keep their stage counter. */
-struct fa_bwd_sm90_ring {
-    int s = 0, phase = 1, do_phase = 1;
-};
-
-/* Producer warp 0 of both kernels, per tile. Lane 0 issues K and V of the key block once, then Q and dO of
+/* Producer warp 0 of both kernels. Lane 0 issues K and V of the key block once, then Q and dO of
  * every iteration (query head, query block of BLOCK_M rows, in that order) into the STAGES-deep
  * ring; all lanes store the iteration's LSE2 and D rows (+inf and 0 past the sequence) while the
  * stage's TMA runs. stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and
@@ -368,7 +333,6 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                                                  int k_row, int q_row0,
                                                  int tma_batch, int m_first, int q_hi, int len_q, int lane,
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty,
-                                                 fa_bwd_sm90_ring &ring,
                                                  const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                  int iterations = 0 /* MODS: its length */) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
@@ -395,7 +359,7 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
     const float *lse_head = prm.lse + (varlen ? seq.q_start : (int64_t)batch * prm.heads_q * prm.seqlen_q) +
                             (int64_t)heads.first * lse_head_pitch;
     const float *dsum_head = prm.dsum + (int64_t)heads.first * prm.total_q + q_packed0;
-    int s = ring.s, phase = ring.phase, do_phase = ring.do_phase;
+    int s = 0, phase = 1, do_phase = 1;
     /* one iteration: Q and dO of (head, m0) into stage s, LSE2 and D of its rows (lse_row, dsum_row:
      * the head's vectors) */
     auto load_one = [&](int head, int m0, const float *lse_row, const float *dsum_row) {
@@ -449,9 +413,6 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             dsum_head += prm.total_q;
         }
     }
-    ring.s = s;
-    ring.phase = phase;
-    ring.do_phase = do_phase;
 }
 
 /* ---- mask and probabilities (both kernels) --------------------------------------------------

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
     const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int n0 = n_block * BLOCK_N, batch = blockIdx.z;
-    const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm, (int)blockIdx.y); /* group_splits = 1 here */
+    const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm); /* group_splits = 1 here: the whole group */
     const int head_kv = heads.kv;
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const fa_seq_rows seq = fa_sequence_rows(prm.cu_seqlens_q, prm.cu_seqlens_k, prm.total_q, prm.total_k,
@@ -383,7 +383,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_ring ring;
             fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
                                   q_row0, tma_batch, m_first, q_hi, len_q, lane,
                                   [&](int s, int phase) {
@@ -394,7 +393,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                                   [&](int phase) {
                 fa_bwd_sm90_wait(do_empty(0), phase);
                 fa_bwd_sm90_wait(do_empty(1), phase);
-            }, ring);
+            });
         } else if (DET && warp <= Cfg::CONSUMER_WGS) {
             /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
             fa_bwd_sm90_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, heads, m_first, n_m, len_q, len_k, shift,
@@ -628,8 +627,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
     fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
                                                                    smem + Cfg::Q_OFFSET, consumer, tid, 0,
-                                                                   COLS / 64 * consumer, n0, len_k, seq.k_start,
-                                                                   head_kv, batch);
+                                                                   COLS / 64 * consumer, n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
