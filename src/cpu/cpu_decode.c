@@ -93,7 +93,8 @@ static int64_t cache_unit(const fa_params *p) {
 static const fa_cpu_decode_kernels *decode_kernels(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     const char *isa = fa_cpu_select_kernels()->name;
-    if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0) return fa_cpu_decode_kernels_avx2();
+    if (strcmp(isa, "avx512") == 0) return fa_cpu_decode_kernels_avx512();
+    if (strcmp(isa, "avx2") == 0) return fa_cpu_decode_kernels_avx2();
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
     /* the SVE level's CPUs have NEON: its decode kernels there too */

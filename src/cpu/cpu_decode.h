@@ -1,6 +1,6 @@
 /*
  * cpu_decode.h: the CPU decode path of fa_kvcache_forward (cpu_decode.c) and its inner kernels
- * (decode_avx2.c, decode_neon.c, decode_scalar.c).
+ * (decode_avx512.c, decode_avx2.c, decode_neon.c, decode_scalar.c).
  *
  * Decoding reads the whole cache once per generated token and does two multiply-adds per cached
  * element and query row, so it is memory-bound when every K/V byte is read once for all the
@@ -122,6 +122,9 @@ int fa_cpu_decode_integer_pv(int amd, int family, int model);
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
+/* 512-bit kernels for the unquantised, Q8_0 and e4m3 formats; int8 caches go to AVX2's. */
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512(void);
+int fa_cpu_decode_quantise_rows_avx2(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_neon(void);

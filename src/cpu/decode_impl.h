@@ -1,10 +1,11 @@
 /*
  * decode_impl.h: the part of the decode kernels (cpu_decode.h) that is the same at every SIMD
  * level: the row and key blocks of the scores, the row blocks of the accumulation, the switch
- * from the cache format to the format's own (inlined) kernels, and the kernel table. The including file (decode_avx2.c, decode_neon.c)
- * defines scores_block(format, ROWS, KEYS, tile, j, r0), which scores KEYS keys from key j for
- * ROWS rows from row r0, and accumulate_block(format, ROWS, PAIRS, tile, r0, c),
- * which accumulates PAIRS × 8 columns of ROWS output rows from column c, then includes this file
+ * from the cache format to the format's own (inlined) kernels, and the kernel table. The
+ * including file (decode_avx2.c, decode_avx512.c, decode_neon.c) defines scores_block(format,
+ * ROWS, KEYS, tile, j, r0), which scores KEYS keys from key j for ROWS rows from row r0, and
+ * accumulate_block(format, ROWS, UNITS, tile, r0, c), which accumulates UNITS × 8 columns of ROWS
+ * output rows from column c (UNITS up to DECODE_BLOCK_UNITS, default 2), then includes this file
  * and returns &kernels from its level's getter.
  */
 #ifndef FA_CPU_DECODE_IMPL_H
@@ -33,17 +34,34 @@ static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_de
     }
 }
 
+/* Columns per accumulate block, in units of 8 (the including file may set 4: 32 columns). */
+#ifndef DECODE_BLOCK_UNITS
+#define DECODE_BLOCK_UNITS 2
+#endif
+
 static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
                                                  int64_t r0) {
     int64_t c = 0;
-    for (; c + 16 <= t->dv; c += 16) {
-        fa_cpu_decode_prefetch_v(t, r0, c);
+    for (; c + 8 * DECODE_BLOCK_UNITS <= t->dv; c += 8 * DECODE_BLOCK_UNITS) {
+        for (int h = 0; h < DECODE_BLOCK_UNITS; h += 2) fa_cpu_decode_prefetch_v(t, r0, c + 8 * h);
+        accumulate_block(format, ROWS, DECODE_BLOCK_UNITS, t, r0, c);
+    }
+    if (c == t->dv) return;
+    fa_cpu_decode_prefetch_v(t, r0, c); /* the rest: fewer than DECODE_BLOCK_UNITS units */
+#if DECODE_BLOCK_UNITS > 3
+    if (t->dv - c >= 24) {
+        fa_cpu_decode_prefetch_v(t, r0, c + 16);
+        accumulate_block(format, ROWS, 3, t, r0, c);
+        return;
+    }
+#endif
+#if DECODE_BLOCK_UNITS > 2
+    if (t->dv - c >= 16) {
         accumulate_block(format, ROWS, 2, t, r0, c);
+        return;
     }
-    if (c < t->dv) {
-        fa_cpu_decode_prefetch_v(t, r0, c);
-        accumulate_block(format, ROWS, 1, t, r0, c);
-    }
+#endif
+    accumulate_block(format, ROWS, 1, t, r0, c);
 }
 
 static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
@@ -62,12 +80,21 @@ static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cp
 #define DECODE_ACCUMULATE_INT(t) 0
 #endif
 
+/* A level may hand int8 caches to another level's kernels (decode_avx512.c: AVX2's integer ones). */
+#ifndef DECODE_SCORES_I8
+#define DECODE_SCORES_I8(t) scores_format(FA_CPU_KV_I8, t)
+#define DECODE_ACCUMULATE_I8(t)                                                                                 \
+    do {                                                                                                        \
+        if (!DECODE_ACCUMULATE_INT(t)) accumulate_format(FA_CPU_KV_I8, t);                                      \
+    } while (0)
+#endif
+
 static void decode_scores(const fa_cpu_decode_tile *t) {
     switch (t->format) {
     case FA_CPU_KV_F32: scores_format(FA_CPU_KV_F32, t); break;
     case FA_CPU_KV_F16: scores_format(FA_CPU_KV_F16, t); break;
     case FA_CPU_KV_BF16: scores_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: scores_format(FA_CPU_KV_I8, t); break;
+    case FA_CPU_KV_I8: DECODE_SCORES_I8(t); break;
     case FA_CPU_KV_Q8_0: scores_format(FA_CPU_KV_Q8_0, t); break;
     default: scores_format(FA_CPU_KV_E4M3, t); break;
     }
@@ -78,9 +105,7 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
     case FA_CPU_KV_F32: accumulate_format(FA_CPU_KV_F32, t); break;
     case FA_CPU_KV_F16: accumulate_format(FA_CPU_KV_F16, t); break;
     case FA_CPU_KV_BF16: accumulate_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8:
-        if (!DECODE_ACCUMULATE_INT(t)) accumulate_format(FA_CPU_KV_I8, t);
-        break;
+    case FA_CPU_KV_I8: DECODE_ACCUMULATE_I8(t); break;
     case FA_CPU_KV_Q8_0: accumulate_format(FA_CPU_KV_Q8_0, t); break;
     default: accumulate_format(FA_CPU_KV_E4M3, t); break;
     }

@@ -1,0 +1,142 @@
+/*
+ * decode_avx512.c: the decode path's kernels (cpu_decode.h) on 512-bit vectors, for CPUs with
+ * AVX-512 F/BW/VL/DQ. Built with the AVX-512 flags (Makefile) and called only after
+ * cpu_dispatch.c has checked them.
+ *
+ * The layout of decode_avx2.c at twice the width: scores take 4 rows × 2 keys (8 accumulators of
+ * 16 lanes, 2 K vectors, the q vector of each row) over 16 values a step and reduce each 512-bit
+ * sum to 256 bits before AVX2's hadd tree; the accumulation holds 4 rows × 2 vectors of 16 columns
+ * (32 columns a block: two V loads and four weight broadcasts per eight FMAs, where 16 columns
+ * would spend five loads on four). An 8-value remainder of d or dv goes through the 8-wide loads
+ * of decode_x86.h in the lower half, with masked loads and stores of q and o. int8 caches keep
+ * AVX2's kernels (integer scores from the int16 query rows, its P·V rule), which this level's
+ * table hands them to.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu_decode.h"
+#include "decode_x86.h"
+
+/* 16 values of a row from element c (c + 16 <= the row's length), as fp32; Q8_0 takes its
+ * block's scale from `scale` (c is 16-aligned, so the 16 values lie in one block of 32). */
+static FA_CPU_ALWAYS_INLINE __m512 load16(const int format, const char *row, int64_t c, __m512 scale) {
+    switch (format) {
+    case FA_CPU_KV_F32: return _mm512_loadu_ps((const float *)row + c);
+    case FA_CPU_KV_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * c)));
+    case FA_CPU_KV_BF16:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * c))), 16));
+    case FA_CPU_KV_I8: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + c))));
+    case FA_CPU_KV_Q8_0: {
+        const char *values = row + (c >> 5) * 34 + 2 + (c & 31);
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)values))), scale);
+    }
+    default: { /* FA_CPU_KV_E4M3: as decode_x86.h's load8, 16 bytes at a time */
+        __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(row + c)));
+        __m256i magnitude = _mm256_and_si256(x, _mm256_set1_epi16(0x7f));
+        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8),
+                                    _mm256_slli_epi16(magnitude, 7));
+        __m256i nan = _mm256_cmpeq_epi16(magnitude, _mm256_set1_epi16(0x7f));
+        h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
+        return _mm512_cvtph_ps(h);
+    }
+    }
+}
+
+/* The Q8_0 block scale of element c, broadcast to 16 lanes. */
+static FA_CPU_ALWAYS_INLINE __m512 q8_scale16(const char *row, int64_t c) {
+    uint16_t bits;
+    memcpy(&bits, row + (c >> 5) * 34, 2);
+    return _mm512_set1_ps(_cvtsh_ss(bits));
+}
+
+/* 8 values from element c in the lower lanes, zeros above (the remainder of a row). */
+static FA_CPU_ALWAYS_INLINE __m512 load8_low(const int format, const char *row, int64_t c) {
+    return _mm512_insertf32x8(_mm512_setzero_ps(), load8(format, row, c), 0);
+}
+
+static FA_CPU_ALWAYS_INLINE __m256 fold(__m512 a) {
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+}
+
+/* Scores of rows r0 .. r0 + ROWS - 1 (ROWS <= 4), keys KEYS at a time (1 or 2). */
+static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
+                                              const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
+    const int64_t d = t->d;
+    const float *q = t->q + r0 * d;
+    __m512 acc[4][2];
+    for (int r = 0; r < ROWS; r++)
+        for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_ps();
+    __m512 scale[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t c = 0;
+    for (; c + 16 <= d; c += 16) {
+        __m512 kv[2];
+        if (format == FA_CPU_KV_Q8_0 && (c & 31) == 0)
+            for (int k = 0; k < KEYS; k++) scale[k] = q8_scale16(t->k_rows[j + k], c);
+        for (int k = 0; k < KEYS; k++) kv[k] = load16(format, t->k_rows[j + k], c, scale[k]);
+        for (int r = 0; r < ROWS; r++) {
+            __m512 qv = _mm512_loadu_ps(q + r * d + c);
+            __asm__("" : "+v"(qv)); /* in a register: folded into each key's FMA, q would be loaded KEYS times */
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_fmadd_ps(kv[k], qv, acc[r][k]);
+        }
+    }
+    if (c < d) { /* the last 8 values (d is a multiple of 8) */
+        __m512 kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = load8_low(format, t->k_rows[j + k], c);
+        for (int r = 0; r < ROWS; r++) {
+            __m512 qv = _mm512_maskz_loadu_ps(0x00ff, q + r * d + c);
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_fmadd_ps(kv[k], qv, acc[r][k]);
+        }
+    }
+    for (int k = 0; k < KEYS; k++) {
+        float mult = t->k_mult ? t->k_mult[j + k] : 1.0f;
+        float *s = t->s + (j + k) * t->ld + r0;
+        if (ROWS == 4) {
+            _mm_storeu_ps(s, _mm_mul_ps(hsum4(fold(acc[0][k]), fold(acc[1][k]), fold(acc[2][k]), fold(acc[3][k])),
+                                        _mm_set1_ps(mult)));
+        } else {
+            for (int r = 0; r < ROWS; r++) s[r] = mult * hsum(fold(acc[r][k]));
+        }
+    }
+}
+
+/* o[r0 + r][c .. c + 8·UNITS) for ROWS rows over every key of the tile: vectors of 16 columns,
+ * the last one masked to 8 when UNITS is odd. */
+static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int ROWS, const int UNITS,
+                                                  const fa_cpu_decode_tile *t, int64_t r0, int64_t c) {
+    enum { MAX_VECS = 2 };
+    const int VECS = (UNITS + 1) / 2;
+    const __mmask16 last = UNITS % 2 ? 0x00ff : 0xffff;
+    __m512 acc[4][MAX_VECS];
+    const int64_t dv = t->dv, ld = t->ld, n = t->n_keys;
+    const char *const *v_rows = t->v_rows;
+    float *o = t->o + r0 * dv + c; /* locals: stores through o could alias t's fields */
+    for (int r = 0; r < ROWS; r++) {
+        __m512 alpha = _mm512_set1_ps(t->alpha[r0 + r]);
+        for (int v = 0; v < VECS; v++)
+            acc[r][v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(v == VECS - 1 ? last : 0xffff, o + r * dv + 16 * v), alpha);
+    }
+    const float *s = t->s + r0;
+    for (int64_t j = 0; j < n; j++, s += ld) {
+        __m512 vv[MAX_VECS];
+        const char *v_row = v_rows[j];
+        __m512 scale = format == FA_CPU_KV_Q8_0 ? q8_scale16(v_row, c) : _mm512_setzero_ps();
+        for (int v = 0; v < VECS; v++) /* c is 32-aligned: a Q8_0 block's 32 columns share `scale` */
+            vv[v] = v == VECS - 1 && UNITS % 2 ? load8_low(format, v_row, c + 16 * v) : load16(format, v_row, c + 16 * v, scale);
+        for (int r = 0; r < ROWS; r++) {
+            __m512 w = _mm512_set1_ps(s[r]);
+            for (int v = 0; v < VECS; v++) acc[r][v] = _mm512_fmadd_ps(w, vv[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int v = 0; v < VECS; v++) _mm512_mask_storeu_ps(o + r * dv + 16 * v, v == VECS - 1 ? last : 0xffff, acc[r][v]);
+}
+
+#define DECODE_BLOCK_UNITS 4
+#define DECODE_SCORES_I8(t) fa_cpu_decode_kernels_avx2()->scores(t)
+#define DECODE_ACCUMULATE_I8(t) fa_cpu_decode_kernels_avx2()->accumulate(t)
+#define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
+#include "decode_impl.h"
+
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512(void) { return &kernels; }
