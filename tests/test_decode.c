@@ -363,19 +363,23 @@ FA_TEST(decode_quant_paged_append) { run_all(t_paged, "paged(16) append"); }
 FA_TEST(decode_quant_paged_softcap_sinks) { run_all(t_paged3_softcap_sinks, "paged(3) softcap sinks"); }
 FA_TEST(decode_quant_splits_threads) { run_all(t_splits_threads, "splits 5, 3 threads"); }
 
-/* Head dims that are not multiples of 32 (e4m3 caches: the x86 levels' 16- and 32-wide steps then
- * end in 8-, 16- and 24-column remainders), at every level the CPU has (FA_CPU_ISA per call). */
+/* Head dims that are not multiples of 32 (e4m3 and int8 caches: the x86 levels' 16- and 32-wide
+ * steps then end in 8-, 16- and 24-value remainders), at the level the CPU runs (FA_CPU_ISA
+ * chooses another). */
 FA_TEST(decode_quant_head_dims) {
     static const int64_t dims[4] = {40, 48, 56, 72};
-    for (int dt = 0; dt < 2; dt++)
-        for (int i = 0; i < 4; i++) {
-            qcase c = qbase(FA_KV_FP8_E4M3, dt ? FA_DTYPE_BF16 : FA_DTYPE_F16, 2, 1, 8, 2, dims[i], 77);
-            c.causal = i % 2;
-            c.append = i >= 2;
-            char label[96];
-            snprintf(label, sizeof label, "e4m3 %s d %lld", fa_test_dtype_name(c.dtype), (long long)dims[i]);
-            run_case(&c, label);
-        }
+    static const fa_kv_dtype kinds[2] = {FA_KV_FP8_E4M3, FA_KV_INT8};
+    for (int kind = 0; kind < 2; kind++)
+        for (int dt = 0; dt < 2; dt++)
+            for (int i = 0; i < 4; i++) {
+                qcase c = qbase(kinds[kind], dt ? FA_DTYPE_BF16 : FA_DTYPE_F16, 2, 1, 8, 2, dims[i], 77);
+                c.causal = i % 2;
+                c.append = i >= 2;
+                char label[96];
+                snprintf(label, sizeof label, "%s %s d %lld", kind ? "int8" : "e4m3", fa_test_dtype_name(c.dtype),
+                         (long long)dims[i]);
+                run_case(&c, label);
+            }
 }
 
 FA_TEST(decode_quant_scalar_isa) { /* the scalar kernels serve quantised caches without AVX2 */

@@ -8,9 +8,9 @@
  * sum to 256 bits before AVX2's hadd tree; the accumulation holds 4 rows × 2 vectors of 16 columns
  * (32 columns a block: two V loads and four weight broadcasts per eight FMAs, where 16 columns
  * would spend five loads on four). An 8-value remainder of d or dv goes through the 8-wide loads
- * of decode_x86.h in the lower half, with masked loads and stores of q and o. int8 caches keep
- * AVX2's kernels (integer scores from the int16 query rows, its P·V rule), which this level's
- * table hands them to.
+ * of decode_x86.h in the lower half, with masked loads and stores of q and o. An int8 cache's
+ * scores are taken in integers from the int16 query rows (AVX2's quantise_rows makes them), its
+ * P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -60,10 +60,48 @@ static FA_CPU_ALWAYS_INLINE __m256 fold(__m512 a) {
     return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
 }
 
+/* Scores of an int8 cache from the int16 query rows (t->q16), as decode_avx2.c's
+ * scores_block_int at twice the width: vpmaddwd of the sign-extended K values with q16, 32 values
+ * a step (a remainder of 8, 16 or 24 by masked loads, the masked-off lanes zero), pairs summed in
+ * int32 (exact: fa_cpu_q16_max), one conversion to fp32 per key and row. */
+static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS, const fa_cpu_decode_tile *t, int64_t j,
+                                                  int64_t r0) {
+    const int64_t d = t->d;
+    const int16_t *q = t->q16 + r0 * d;
+    __m512i acc[4][2];
+    for (int r = 0; r < ROWS; r++)
+        for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_si512();
+    for (int64_t c = 0; c < d; c += 32) {
+        const __mmask32 m = d - c >= 32 ? 0xffffffffu : (1u << (d - c)) - 1u;
+        __m512i kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, t->k_rows[j + k] + c));
+        for (int r = 0; r < ROWS; r++) {
+            __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * d + c);
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_add_epi32(acc[r][k], _mm512_madd_epi16(kv[k], qv));
+        }
+    }
+    for (int k = 0; k < KEYS; k++) {
+        float mult = t->k_mult[j + k];
+        float *s = t->s + (j + k) * t->ld + r0;
+        if (ROWS == 4) {
+            __m128 m = _mm_mul_ps(_mm_loadu_ps(t->q16_scale + r0), _mm_set1_ps(mult));
+            __m128 sums = hsum4(fold(_mm512_cvtepi32_ps(acc[0][k])), fold(_mm512_cvtepi32_ps(acc[1][k])),
+                                fold(_mm512_cvtepi32_ps(acc[2][k])), fold(_mm512_cvtepi32_ps(acc[3][k])));
+            _mm_storeu_ps(s, _mm_mul_ps(sums, m));
+        } else {
+            for (int r = 0; r < ROWS; r++) s[r] = mult * t->q16_scale[r0 + r] * hsum(fold(_mm512_cvtepi32_ps(acc[r][k])));
+        }
+    }
+}
+
 /* Scores of rows r0 .. r0 + ROWS - 1 (ROWS <= 4), keys KEYS at a time (1 or 2). */
 static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
     const int64_t d = t->d;
+    if (format == FA_CPU_KV_I8 && t->q16) {
+        scores_block_int(ROWS, KEYS, t, j, r0);
+        return;
+    }
     const float *q = t->q + r0 * d;
     __m512 acc[4][2];
     for (int r = 0; r < ROWS; r++)
@@ -134,8 +172,12 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 }
 
 #define DECODE_BLOCK_UNITS 4
-#define DECODE_SCORES_I8(t) fa_cpu_decode_kernels_avx2()->scores(t)
-#define DECODE_ACCUMULATE_I8(t) fa_cpu_decode_kernels_avx2()->accumulate(t)
+/* an int8 cache's integer P·V (where fa_cpu_decode_integer_pv picks it) is AVX2's */
+#define DECODE_ACCUMULATE_I8(t)                                                                                 \
+    do {                                                                                                        \
+        if ((t)->integer_pv) fa_cpu_decode_kernels_avx2()->accumulate(t);                                       \
+        else accumulate_format(FA_CPU_KV_I8, t);                                                                \
+    } while (0)
 #define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
 #include "decode_impl.h"
 

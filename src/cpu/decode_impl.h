@@ -80,9 +80,9 @@ static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cp
 #define DECODE_ACCUMULATE_INT(t) 0
 #endif
 
-/* A level may hand int8 caches to another level's kernels (decode_avx512.c: AVX2's integer ones). */
-#ifndef DECODE_SCORES_I8
-#define DECODE_SCORES_I8(t) scores_format(FA_CPU_KV_I8, t)
+/* A level may hand an int8 cache's P·V to another level's kernels (decode_avx512.c: AVX2's
+ * integer P·V where the rule picks it). */
+#ifndef DECODE_ACCUMULATE_I8
 #define DECODE_ACCUMULATE_I8(t)                                                                                 \
     do {                                                                                                        \
         if (!DECODE_ACCUMULATE_INT(t)) accumulate_format(FA_CPU_KV_I8, t);                                      \
@@ -94,7 +94,7 @@ static void decode_scores(const fa_cpu_decode_tile *t) {
     case FA_CPU_KV_F32: scores_format(FA_CPU_KV_F32, t); break;
     case FA_CPU_KV_F16: scores_format(FA_CPU_KV_F16, t); break;
     case FA_CPU_KV_BF16: scores_format(FA_CPU_KV_BF16, t); break;
-    case FA_CPU_KV_I8: DECODE_SCORES_I8(t); break;
+    case FA_CPU_KV_I8: scores_format(FA_CPU_KV_I8, t); break;
     case FA_CPU_KV_Q8_0: scores_format(FA_CPU_KV_Q8_0, t); break;
     default: scores_format(FA_CPU_KV_E4M3, t); break;
     }
