@@ -70,10 +70,6 @@ static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS
 static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
     const int64_t d = t->d;
-    if (format == FA_CPU_KV_I8 && t->q16) {
-        scores_block_int(ROWS, KEYS, t, j, r0);
-        return;
-    }
     const float *q = t->q + r0 * d;
     __m256 acc[4][2];
     for (int r = 0; r < ROWS; r++)

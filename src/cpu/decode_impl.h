@@ -3,7 +3,8 @@
  * level: the row and key blocks of the scores, the row blocks of the accumulation, the switch
  * from the cache format to the format's own (inlined) kernels, and the kernel table. The
  * including file (decode_avx2.c, decode_avx512.c, decode_neon.c) defines scores_block(format,
- * ROWS, KEYS, tile, j, r0), which scores KEYS keys from key j for ROWS rows from row r0, and
+ * ROWS, KEYS, tile, j, r0), which scores KEYS keys from key j for ROWS rows from row r0,
+ * scores_block_int(ROWS, KEYS, tile, j, r0), the same for an int8 cache from t->q16, and
  * accumulate_block(format, ROWS, UNITS, tile, r0, c), which accumulates UNITS × 8 columns of ROWS
  * output rows from column c (UNITS up to DECODE_BLOCK_UNITS, default 2), then includes this file
  * and returns &kernels from its level's getter.
@@ -11,15 +12,23 @@
 #ifndef FA_CPU_DECODE_IMPL_H
 #define FA_CPU_DECODE_IMPL_H
 
+/* KEYS keys from key j: an int8 cache with int16 query rows (t->q16, made by the level's
+ * quantise_rows) in integers by the level's scores_block_int, everything else by scores_block. */
+static FA_CPU_ALWAYS_INLINE void scores_keys(const int format, const int ROWS, const int KEYS,
+                                             const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
+    if (format == FA_CPU_KV_I8 && t->q16) scores_block_int(ROWS, KEYS, t, j, r0);
+    else scores_block(format, ROWS, KEYS, t, j, r0);
+}
+
 static FA_CPU_ALWAYS_INLINE void scores_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
                                              int64_t r0) {
     const int64_t n_next = r0 == 0 ? t->n_next : 0; /* prefetches: first row block only */
     int64_t j = 0;
     for (; j + 2 <= t->n_keys; j += 2) {
         if (j < n_next) fa_cpu_decode_prefetch(t->k_next, j, j + 2 < n_next ? j + 2 : n_next, t->k_bytes);
-        scores_block(format, ROWS, 2, t, j, r0);
+        scores_keys(format, ROWS, 2, t, j, r0);
     }
-    if (j < t->n_keys) scores_block(format, ROWS, 1, t, j, r0);
+    if (j < t->n_keys) scores_keys(format, ROWS, 1, t, j, r0);
     if (j < n_next) fa_cpu_decode_prefetch(t->k_next, j, n_next, t->k_bytes);
 }
 
