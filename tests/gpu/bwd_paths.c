@@ -604,6 +604,8 @@ static const bwd_case small_cases[] = {
      {70, 0, 131, 33}, {91, 7, 131, 25}, 128},
     {"small bf16 d96 causal packed qkv s=200 b=2 h=4", B, 2, 200, 200, 4, 4, 96, 1, -1, -1, 0, PACKED, 0, {0},
      {0}, 0},
+    {"small bf16 d64 causal sq=400 sk=130 GQA 4/2 (query blocks with no key)", B, 2, 400, 130, 4, 2, 64, 1, -1, -1,
+     0, DENSE, 0, {0}, {0}, 0},
     {"small f16 d128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 128, 0, 50, 20,
      0, PADDED, 0, {0}, {0}, 0},
     {"small bf16 d256 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
