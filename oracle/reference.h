@@ -103,6 +103,10 @@ typedef struct fa_ref_outputs {
     double *lse_mag; /* per row: max |score| over the visible keys and the sink; the fp32 noise
                         of LSE = m + log Σ exp(s - m) scales with it (exp2/log approximations
                         on GPUs act on arguments of that size)                               */
+    double *dq_dnoise, *dk_dnoise; /* float64 oracle: the spread dq / dk get from D = rowsum(dO∘O)
+                        taken from O rounded to its storage dtype, per 2^-mantissa of that dtype
+                        (fa_test_compare: docs/testing.md, "The accuracy rule"); dk's as a
+                        variance (rows round independently)                                  */
 } fa_ref_outputs;
 
 /* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */
@@ -253,6 +257,7 @@ typedef struct fa_test_check {
     double ref_max;    /* max |ref64|                                                         */
     double base_err;   /* max |baseline - ref64|                                              */
     double term_max;   /* max term magnitude (0 where not tracked)                            */
+    double dnoise_max; /* dq, dk: max spread from O's storage rounding through D, per 2^-mantissa */
     double floor;      /* absolute floor of the tolerance                                     */
     double tol;        /* 2·base_err + floor                                                  */
     int64_t checked;   /* logical elements compared                                           */
