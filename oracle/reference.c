@@ -428,7 +428,7 @@ static void ref64_unit(const fa_ref_problem *rp, int backward, fa_ref_outputs *o
                     dk_mag[c] += fabs(rp->scale) * ds_mag * fabs(q_row[c]);
                     dq_spread[c] += rp->scale * ds_d * k_row[c];
                     const double dk_spread = rp->scale * ds_d * q_row[c] * d_spread;
-                    dk_dnoise[c] += dk_spread * dk_spread;
+                    dk_dnoise[c] += dk_spread * dk_spread; /* a variance until ref_run's end */
                 }
                 for (int64_t c = 0; c < dv; c++) {
                     dv_row[c] += z * p * do_row[c];
@@ -695,6 +695,10 @@ static void ref_run(const fa_ref_problem *rp, int baseline, fa_dtype dtype, int 
         if (pthread_create(&tids[started], NULL, ref_worker, &job) == 0) started++;
     ref_worker(&job);
     for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+    if (backward && !baseline) { /* dk's spread from D: the rows' variances summed, as a deviation */
+        const size_t k_count = (size_t)(rp->rows_k * rp->heads_kv * d);
+        for (size_t e = 0; e < k_count; e++) out->dk_dnoise[e] = sqrt(out->dk_dnoise[e]);
+    }
     if (backward && rp->sinks && out->dsink) { /* reduce over batches in a fixed order      */
         for (int64_t h = 0; h < rp->heads_q; h++) {
             int64_t kv_head = h / group, g = h % group;
@@ -1595,7 +1599,6 @@ typedef struct compare_ctx {
     fa_test_check *check;
     uint8_t *logical; /* per buffer element: 1 if some output view covers it */
     const double *dnoise; /* dq / dk: the oracle's spread from O's rounding through D, or NULL */
-    int dnoise_is_variance;
 } compare_ctx;
 
 /* One compared element, ours and ref finite: the largest errors of ours and of the baseline and
@@ -1628,10 +1631,7 @@ static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
         return;
     }
     if (ctx->magnitude && ctx->magnitude[canonical] > c->term_max) c->term_max = ctx->magnitude[canonical];
-    if (ctx->dnoise) {
-        const double spread = ctx->dnoise_is_variance ? sqrt(ctx->dnoise[canonical]) : ctx->dnoise[canonical];
-        if (spread > c->dnoise_max) c->dnoise_max = spread;
-    }
+    if (ctx->dnoise && ctx->dnoise[canonical] > c->dnoise_max) c->dnoise_max = ctx->dnoise[canonical];
     double ours = fa_test_load(ctx->buf->host, ctx->dtype, at);
     double ref = ctx->ref[canonical], base = ctx->base ? ctx->base[canonical] : ref;
     if (!isfinite(ref)) { /* only lse: -inf on rows with no key and no sink */
@@ -1665,8 +1665,7 @@ fa_test_check fa_test_compare(const fa_test_problem *tp, int tensor, const fa_re
     const fa_test_buffer *buf = &tp->buffer[buffer];
     compare_ctx ctx = {buf, tensor_dtype(tp, tensor), ref, baseline ? fa_ref_tensor(baseline, tensor) : NULL,
                        fa_ref_tensor_magnitude(ref64, tensor), &check, NULL,
-                       tensor == FA_T_DQ ? ref64->dq_dnoise : tensor == FA_T_DK ? ref64->dk_dnoise : NULL,
-                       tensor == FA_T_DK};
+                       tensor == FA_T_DQ ? ref64->dq_dnoise : tensor == FA_T_DK ? ref64->dk_dnoise : NULL};
     for_each_element(tp, tensor, compare_visit, &ctx);
     /* everything in this buffer outside every output view must still be poison */
     size_t elements = buf->bytes / buf->elem_size;

@@ -105,8 +105,8 @@ typedef struct fa_ref_outputs {
                         on GPUs act on arguments of that size)                               */
     double *dq_dnoise, *dk_dnoise; /* float64 oracle: the spread dq / dk get from D = rowsum(dO∘O)
                         taken from O rounded to its storage dtype, per 2^-mantissa of that dtype
-                        (fa_test_compare: docs/testing.md, "The accuracy rule"); dk's as a
-                        variance (rows round independently)                                  */
+                        (fa_test_compare: docs/testing.md, "The accuracy rule"); dk's summed
+                        over rows as variances (rows round independently)                    */
 } fa_ref_outputs;
 
 /* float64 forward (o, lse) and backward (dq, dk, dv, dsink; also o, lse if given). */
