@@ -75,17 +75,18 @@ __device__ __forceinline__ const int32_t *fa_mods_map_row(const fa_mods_params &
            (int64_t)(i0 / mp.block_q) * mp.kv_blocks;
 }
 
-/* The tile whose first row is query i0 and first key j0 of sequence b (packed starts q_start,
- * k_start when varlen), query head h. */
-__device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp, int b, int h, bool varlen,
-                                                        int64_t q_start, int64_t k_start, int i0, int j0) {
+/* The tile of sequence b (packed starts q_start, k_start when varlen), query head h, whose rows lie
+ * in query block qb and keys in key block kb, that block's map entry `entry` (ignored without a
+ * block map). The walks below carry qb / kb and the entry, so the kernels on them pay no division
+ * and no reload of the map per tile. */
+__device__ __forceinline__ fa_mods_tile fa_mods_tile_of(const fa_mods_params &mp, int b, int h, bool varlen,
+                                                        int64_t q_start, int64_t k_start, int qb, int kb,
+                                                        int entry) {
     fa_mods_tile t;
     t.status = FA_MODS_ELEMENT;
     t.bits = nullptr;
     t.bit_row0 = t.bit_col0 = 0;
     if (mp.block_map != nullptr) {
-        const int qb = i0 / mp.block_q, kb = j0 / mp.block_k;
-        const int entry = fa_mods_map_row(mp, b, h, i0)[kb];
         t.status = entry == 0 ? FA_MODS_NONE : entry == 1 ? FA_MODS_FULL : FA_MODS_PARTIAL;
         t.bit_row0 = qb * mp.block_q;
         t.bit_col0 = kb * mp.block_k;
@@ -101,6 +102,13 @@ __device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp
     }
     t.bias_base = b * mp.bias_batch_stride + h * mp.bias_head_stride;
     return t;
+}
+/* The tile whose first row is query i0 and first key j0 (its blocks and entry looked up). */
+__device__ __forceinline__ fa_mods_tile fa_mods_tile_at(const fa_mods_params &mp, int b, int h, bool varlen,
+                                                        int64_t q_start, int64_t k_start, int i0, int j0) {
+    if (mp.block_map == nullptr) return fa_mods_tile_of(mp, b, h, varlen, q_start, k_start, 0, 0, 0);
+    const int qb = i0 / mp.block_q, kb = j0 / mp.block_k;
+    return fa_mods_tile_of(mp, b, h, varlen, q_start, k_start, qb, kb, fa_mods_map_row(mp, b, h, i0)[kb]);
 }
 
 /* A fragment's bias values with many loads in flight (one load per element, each used right away,
@@ -203,82 +211,140 @@ __device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, in
                      ds);
 }
 
+/* The walks read the map FA_MODS_SCAN entries at a time, every load issued before any is tested:
+ * a scan over unlisted blocks then waits one memory latency per FA_MODS_SCAN entries, not one per
+ * entry (a column of the map is kv_blocks entries apart, a cache line each). */
+#define FA_MODS_SCAN 8
+
 /* The forward's key-tile walk over a block-map row (tiles of TILE_N keys, tiles_per_block per key
- * block, key_tiles = ceil(len_k / TILE_N)), from the last visited tile down. */
+ * block, key_tiles = ceil(len_k / TILE_N)), from the last visited tile down. A position is the
+ * tile, its key block and that block's map entry; tile -1: none left. */
+struct fa_mods_k_pos {
+    int tile, kb, entry;
+};
 __device__ __forceinline__ int fa_mods_last_tile_of(int kb, int tiles_per_block, int key_tiles) {
     return min((kb + 1) * tiles_per_block, key_tiles) - 1;
 }
-/* The next visited tile below `tile`, or -1. */
-__device__ __forceinline__ int fa_mods_prev_tile(const int32_t *map_row, int tile, int tiles_per_block,
-                                                 int key_tiles) {
-    if (tile % tiles_per_block != 0) return tile - 1;
-    for (int kb = tile / tiles_per_block - 1; kb >= 0; --kb)
-        if (__ldg(map_row + kb) != 0) return fa_mods_last_tile_of(kb, tiles_per_block, key_tiles);
-    return -1;
+/* The last listed block at or below kb (its last tile), or tile -1. */
+__device__ __forceinline__ fa_mods_k_pos fa_mods_k_scan_down(const int32_t *map_row, int kb, int tiles_per_block,
+                                                             int key_tiles) {
+    fa_mods_k_pos p = {-1, -1, 0};
+    for (; kb >= 0; kb -= FA_MODS_SCAN) {
+        int32_t e[FA_MODS_SCAN];
+#pragma unroll
+        for (int u = 0; u < FA_MODS_SCAN; ++u) e[u] = kb - u >= 0 ? __ldg(map_row + kb - u) : 0;
+#pragma unroll
+        for (int u = 0; u < FA_MODS_SCAN; ++u)
+            if (e[u] != 0) {
+                p.kb = kb - u;
+                p.entry = e[u];
+                p.tile = fa_mods_last_tile_of(p.kb, tiles_per_block, key_tiles);
+                return p;
+            }
+    }
+    return p;
 }
-/* The first (highest) visited tile, or -1, and how many tiles are visited. */
-__device__ __forceinline__ int fa_mods_first_tile(const int32_t *map_row, int kv_blocks, int tiles_per_block,
-                                                  int key_tiles, int *count) {
+/* The next visited tile below p's (tile -1: none). */
+__device__ __forceinline__ void fa_mods_prev_tile(const int32_t *map_row, int tiles_per_block, int key_tiles,
+                                                  fa_mods_k_pos &p) {
+    if (p.tile > p.kb * tiles_per_block) {
+        --p.tile;
+        return;
+    }
+    p = fa_mods_k_scan_down(map_row, p.kb - 1, tiles_per_block, key_tiles);
+}
+/* The first (highest) visited tile (tile -1: none), and how many tiles are visited. */
+__device__ __forceinline__ fa_mods_k_pos fa_mods_first_tile(const int32_t *map_row, int kv_blocks,
+                                                            int tiles_per_block, int key_tiles, int *count) {
     const int kb_end = min(kv_blocks, (key_tiles + tiles_per_block - 1) / tiles_per_block);
-    int first = -1, n = 0;
-    for (int kb = kb_end - 1; kb >= 0; --kb) {
-        if (__ldg(map_row + kb) == 0) continue;
-        const int last = fa_mods_last_tile_of(kb, tiles_per_block, key_tiles);
-        if (first < 0) first = last;
-        n += last + 1 - kb * tiles_per_block;
+    int n = 0;
+    for (int kb = 0; kb < kb_end; kb += FA_MODS_SCAN) {
+        int32_t e[FA_MODS_SCAN];
+#pragma unroll
+        for (int u = 0; u < FA_MODS_SCAN; ++u) e[u] = kb + u < kb_end ? __ldg(map_row + kb + u) : 0;
+#pragma unroll
+        for (int u = 0; u < FA_MODS_SCAN; ++u)
+            if (e[u] != 0) n += fa_mods_last_tile_of(kb + u, tiles_per_block, key_tiles) + 1 - (kb + u) * tiles_per_block;
     }
     *count = n;
-    return first;
+    return fa_mods_k_scan_down(map_row, kb_end - 1, tiles_per_block, key_tiles);
 }
 
 /* The backward's walk over the transposed structure: for the key block of key j0, the query
  * tiles (of TILE_Q rows, tiles_per_block per query block, q_tiles = ceil(len_q / TILE_Q)) of the
  * listed query blocks, head by head over [h_begin, h_end), ascending: the map's column of that
- * key block. A position is (h, tile); fa_mods_next_q_tile steps to the next listed one (h ==
- * h_end: none left). */
+ * key block. A position is the head h, the query tile, its query block and that block's map
+ * entry; fa_mods_next_q_tile steps to the next listed one (h == h_end: none left). */
 struct fa_mods_q_walk {
     const int32_t *column; /* map entry of (b, h_begin, query block 0, key block)             */
     int64_t head_step;     /* map_head_stride                                                 */
-    int kv_blocks, tiles_per_block, q_tiles, h_end;
+    int kv_blocks, tiles_per_block, q_tiles, q_blocks, h_end, kb;
+};
+struct fa_mods_q_pos {
+    int h, tile, qb, entry;
 };
 __device__ __forceinline__ fa_mods_q_walk fa_mods_q_walk_at(const fa_mods_params &mp, int b, int h_begin, int h_end,
                                                           int j0, int tile_q, int len_q) {
     fa_mods_q_walk w;
-    w.column = mp.block_map + b * mp.map_batch_stride + h_begin * mp.map_head_stride + j0 / mp.block_k;
+    w.kb = j0 / mp.block_k;
+    w.column = mp.block_map + b * mp.map_batch_stride + h_begin * mp.map_head_stride + w.kb;
     w.head_step = mp.map_head_stride;
     w.kv_blocks = mp.kv_blocks;
     w.tiles_per_block = mp.block_q / tile_q;
     w.q_tiles = (len_q + tile_q - 1) / tile_q;
+    w.q_blocks = (w.q_tiles + w.tiles_per_block - 1) / w.tiles_per_block;
     w.h_end = h_end;
     return w;
 }
-/* The first listed position at or after query block qb of head h (h relative to h_begin). */
-__device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_begin, int *h, int qb, int *tile) {
-    for (; *h < w.h_end; ++*h, qb = 0) {
-        const int32_t *col = w.column + (*h - h_begin) * w.head_step;
-        for (; qb * w.tiles_per_block < w.q_tiles; ++qb)
-            if (__ldg(col + (int64_t)qb * w.kv_blocks) != 0) {
-                *tile = qb * w.tiles_per_block;
-                return;
-            }
+/* The first listed position at or after query block qb of head p.h (h relative to h_begin). */
+__device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_begin, int qb, fa_mods_q_pos &p) {
+    for (; p.h < w.h_end; ++p.h, qb = 0) {
+        const int32_t *col = w.column + (p.h - h_begin) * w.head_step;
+        for (; qb < w.q_blocks; qb += FA_MODS_SCAN) {
+            int32_t e[FA_MODS_SCAN];
+#pragma unroll
+            for (int u = 0; u < FA_MODS_SCAN; ++u)
+                e[u] = qb + u < w.q_blocks ? __ldg(col + (int64_t)(qb + u) * w.kv_blocks) : 0;
+#pragma unroll
+            for (int u = 0; u < FA_MODS_SCAN; ++u)
+                if (e[u] != 0) {
+                    p.qb = qb + u;
+                    p.entry = e[u];
+                    p.tile = p.qb * w.tiles_per_block;
+                    return;
+                }
+        }
     }
-    *tile = 0;
+    p.tile = p.qb = p.entry = 0;
 }
-__device__ __forceinline__ void fa_mods_next_q_tile(const fa_mods_q_walk &w, int h_begin, int *h, int *tile) {
-    if ((*tile + 1) % w.tiles_per_block != 0 && *tile + 1 < w.q_tiles) {
-        ++*tile;
+__device__ __forceinline__ fa_mods_q_pos fa_mods_first_q_tile(const fa_mods_q_walk &w, int h_begin) {
+    fa_mods_q_pos p;
+    p.h = h_begin;
+    fa_mods_q_scan(w, h_begin, 0, p);
+    return p;
+}
+__device__ __forceinline__ void fa_mods_next_q_tile(const fa_mods_q_walk &w, int h_begin, fa_mods_q_pos &p) {
+    if (p.tile + 1 < min((p.qb + 1) * w.tiles_per_block, w.q_tiles)) {
+        ++p.tile;
         return;
     }
-    fa_mods_q_scan(w, h_begin, h, *tile / w.tiles_per_block + 1, tile);
+    fa_mods_q_scan(w, h_begin, p.qb + 1, p);
 }
 /* How many positions the walk has. */
 __device__ __forceinline__ int fa_mods_q_count(const fa_mods_q_walk &w, int h_begin) {
     int n = 0;
     for (int h = h_begin; h < w.h_end; ++h) {
         const int32_t *col = w.column + (h - h_begin) * w.head_step;
-        for (int qb = 0; qb * w.tiles_per_block < w.q_tiles; ++qb)
-            if (__ldg(col + (int64_t)qb * w.kv_blocks) != 0)
-                n += min(w.q_tiles, (qb + 1) * w.tiles_per_block) - qb * w.tiles_per_block;
+        for (int qb = 0; qb < w.q_blocks; qb += FA_MODS_SCAN) {
+            int32_t e[FA_MODS_SCAN];
+#pragma unroll
+            for (int u = 0; u < FA_MODS_SCAN; ++u)
+                e[u] = qb + u < w.q_blocks ? __ldg(col + (int64_t)(qb + u) * w.kv_blocks) : 0;
+#pragma unroll
+            for (int u = 0; u < FA_MODS_SCAN; ++u)
+                if (e[u] != 0)
+                    n += min(w.q_tiles, (qb + u + 1) * w.tiles_per_block) - (qb + u) * w.tiles_per_block;
+        }
     }
     return n;
 }

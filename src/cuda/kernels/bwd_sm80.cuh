@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
         const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
         int n_iter = m_count * (h_end - h_begin);
         /* MODS with a block mask: the listed (head, query tile) positions instead, walked with
-         * (walk_h, walk_tile) for the tile computed and (next_h, next_tile) for the prefetch */
-        int walk_h = h_begin, walk_tile = 0;
+         * (walk: the tile computed; next: the prefetch's) */
+        fa_mods_q_pos walk = {h_begin, 0, 0, 0};
         fa_mods_q_walk q_walk;
         bool q_walk_on = false;
         if constexpr (MODS) {
@@ -332,10 +332,10 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 q_walk_on = true;
                 q_walk = fa_mods_q_walk_at(mods, b, h_begin, h_end, n0, BLOCK_Q, len_q);
                 n_iter = fa_mods_q_count(q_walk, h_begin);
-                fa_mods_q_scan(q_walk, h_begin, &walk_h, 0, &walk_tile);
+                walk = fa_mods_first_q_tile(q_walk, h_begin);
             }
         }
-        int next_h = walk_h, next_tile = walk_tile;
+        fa_mods_q_pos next = walk;
 
         float dk_acc[WARP_COLS / 8][4], dv_acc[WARP_COLS / 8][4];
 #pragma unroll
@@ -345,8 +345,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         /* Fetch Q, dO, LSE_log2 and D of iteration `it` into `stage`. */
         auto prefetch = [&](int it, int stage) {
-            const int h = MODS && q_walk_on ? next_h : h_begin + it / m_count;
-            const int m0 = MODS && q_walk_on ? next_tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
+            const int h = MODS && q_walk_on ? next.h : h_begin + it / m_count;
+            const int m0 = MODS && q_walk_on ? next.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
             const int rows = min(BLOCK_Q, len_q - m0);
             fa_bwd_load_tile<BUCKET, BLOCK_Q>(
                 smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES,
@@ -390,14 +390,12 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         for (int it = 0; it < n_iter; ++it) {
             const int stage = it & 1;
-            const int h = MODS && q_walk_on ? walk_h : h_begin + it / m_count;
-            const int m0 = MODS && q_walk_on ? walk_tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
+            const fa_mods_q_pos pos = walk; /* this iteration's */
+            const int h = MODS && q_walk_on ? pos.h : h_begin + it / m_count;
+            const int m0 = MODS && q_walk_on ? pos.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
             if (MODS && q_walk_on) { /* the position after this one, for the prefetch */
-                next_h = walk_h;
-                next_tile = walk_tile;
-                fa_mods_next_q_tile(q_walk, h_begin, &next_h, &next_tile);
-                walk_h = next_h; /* h and m0 above keep this iteration's position */
-                walk_tile = next_tile;
+                fa_mods_next_q_tile(q_walk, h_begin, walk);
+                next = walk;
             }
             const uint32_t stage_off = stage * Cfg::Q_BYTES; /* multiple of 128 */
             const float *lse_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_LSE) + stage * BLOCK_Q;
@@ -412,7 +410,9 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 cp_async_commit_group();
             }
             fa_mods_tile mods_tile;
-            if constexpr (MODS) mods_tile = fa_mods_tile_at(mods, b, h, varlen, seq.q_start, seq.k_start, m0, n0);
+            if constexpr (MODS)
+                mods_tile = fa_mods_tile_of(mods, b, h, varlen, seq.q_start, seq.k_start, pos.qb,
+                                            q_walk_on ? q_walk.kb : 0, pos.entry);
 
             /* The plain score path (step 3) needs the tile fully inside both sequences and the
              * window, and no score transform. */

@@ -362,10 +362,9 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
     };
     if constexpr (MODS) {
         static_assert(!DET, "a block mask's key blocks need not be contiguous: no ordered dQ");
-        int head, m;
-        fa_bwd_sm90_iter_first(*iters, head, m);
+        fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
 #pragma unroll 1
-        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m)) write_one(head, m, nullptr);
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it)) write_one(it.h, it.tile, nullptr);
     } else {
 #pragma unroll 1
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
@@ -671,11 +670,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
     };
 
-    int it_head = 0, it_m = 0; /* MODS: the current iteration (query head, query block) */
-    if constexpr (MODS) fa_bwd_sm90_iter_first(iters, it_head, it_m);
+    /* MODS: the next iteration's position (query head, query block, its map entry), advanced
+     * while this iteration's GEMMs run (the walk's loads then wait behind them) */
+    fa_mods_q_pos it_next = {0, 0, 0, 0};
+    if constexpr (MODS) it_next = fa_bwd_sm90_iter_first(iters);
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
-        const int m0 = (MODS ? it_m : m_first + t % n_m) * BLOCK_M;
+        const fa_mods_q_pos it = it_next; /* MODS: this iteration's position */
+        const int m0 = (MODS ? it.tile : m_first + t % n_m) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
         const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -700,6 +702,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
         if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
+        if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_next);
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
@@ -714,9 +717,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         }
         if constexpr (MODS)
             fa_bwd_sm90_probs_mods<BLOCK_M>(
-                s_rmem, prm, mods, fa_mods_tile_at(mods, batch, it_head, varlen, seq.q_start, seq.k_start, m0, n0),
+                s_rmem, prm, mods,
+                fa_mods_tile_of(mods, batch, it.h, varlen, seq.q_start, seq.k_start, it.qb,
+                                iters.listed ? iters.walk.kb : 0, it.entry),
                 mask_base - m0, key0, m0 + col_in, len_q, len_k, shift, lse2_pair,
-                fa_bwd_sm90_alibi_slope(prm, batch, it_head));
+                fa_bwd_sm90_alibi_slope(prm, batch, it.h));
         else if constexpr (LOG2)
             fa_bwd_sm90_probs_log2<BLOCK_M>(
                 s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
@@ -753,7 +758,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         }
         if constexpr (MODS)
             if (mods.dbias != nullptr)
-                fa_bwd_sm90_store_dbias<BLOCK_M>(mods, dp_rmem, batch, it_head, key0, m0 + col_in, len_q, len_k);
+                fa_bwd_sm90_store_dbias<BLOCK_M>(mods, dp_rmem, batch, it.h, key0, m0 + col_in, len_q, len_k);
         if constexpr (!EARLY_DV && DROPOUT)
             fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
         else if constexpr (!EARLY_DV)
@@ -839,7 +844,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             }
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s));
-        if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_head, it_m);
     }
     dq_piece_staged(); /* the last iteration's */
 

@@ -48,8 +48,8 @@ __device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_
     return h;
 }
 
-/* The iterations (query head, query block m) a CTA walks, heads ascending and m ascending within
- * a head: every head's blocks [m_first, m_first + n_m) of the query range; with a block mask (the
+/* The iterations (query head h, query block `tile` of a fa_mods_q_pos) a CTA walks, heads
+ * ascending and blocks ascending within a head: every head's blocks [m_first, m_first + n_m) of the query range; with a block mask (the
  * MODS instantiations, `listed`) the query blocks the block map lists for this key block instead
  * (common/mods.cuh's fa_mods_q_walk, one map entry per query block of BLOCK_M rows: block_q is a
  * multiple of BLOCK_M). The producer, the dQ writer and the consumers each walk them with
@@ -59,17 +59,16 @@ struct fa_bwd_sm90_iters {
     bool listed;
     fa_mods_q_walk walk; /* listed only */
 };
-__device__ __forceinline__ void fa_bwd_sm90_iter_first(const fa_bwd_sm90_iters &it, int &head, int &m) {
-    head = it.h_begin;
-    m = it.m_first;
-    if (it.listed) fa_mods_q_scan(it.walk, it.h_begin, &head, 0, &m);
+__device__ __forceinline__ fa_mods_q_pos fa_bwd_sm90_iter_first(const fa_bwd_sm90_iters &it) {
+    if (it.listed) return fa_mods_first_q_tile(it.walk, it.h_begin);
+    return fa_mods_q_pos{it.h_begin, it.m_first, 0, 0};
 }
-__device__ __forceinline__ void fa_bwd_sm90_iter_next(const fa_bwd_sm90_iters &it, int &head, int &m) {
+__device__ __forceinline__ void fa_bwd_sm90_iter_next(const fa_bwd_sm90_iters &it, fa_mods_q_pos &p) {
     if (it.listed) {
-        fa_mods_next_q_tile(it.walk, it.h_begin, &head, &m);
-    } else if (++m == it.m_first + it.n_m) {
-        m = it.m_first;
-        ++head;
+        fa_mods_next_q_tile(it.walk, it.h_begin, p);
+    } else if (++p.tile == it.m_first + it.n_m) {
+        p.tile = it.m_first;
+        ++p.h;
     }
 }
 
@@ -401,11 +400,10 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
         }
     };
     if constexpr (MODS) {
-        int head, m;
-        fa_bwd_sm90_iter_first(*iters, head, m);
-        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, head, m))
-            load_one(head, m * Cfg::BLOCK_M, lse_head + (int64_t)(head - heads.first) * lse_head_pitch,
-                     dsum_head + (int64_t)(head - heads.first) * prm.total_q);
+        fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it))
+            load_one(it.h, it.tile * Cfg::BLOCK_M, lse_head + (int64_t)(it.h - heads.first) * lse_head_pitch,
+                     dsum_head + (int64_t)(it.h - heads.first) * prm.total_q);
     } else {
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
             for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) load_one(head, m0, lse_head, dsum_head);
@@ -467,10 +465,12 @@ __device__ __forceinline__ void fa_bwd_sm90_probs(float (&s_rmem)[BLOCK_M / 2], 
  * P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| - LSE2[query]) in place
  * (fa_bwd_sm90_exponent_log2 forms the exponent; the MODS kernels share it). The exponent
  * is formed first and the mask writes -inf into it, so a masked element gets P = 0 whatever the
- * sign of the scale (two more instructions per element with ALiBi). */
+ * sign of the scale (two more instructions per element with ALiBi, none without). */
 template <int BLOCK_M>
 __device__ __forceinline__ void fa_bwd_sm90_exponent_log2(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
                                                           int base, uint32_t lse2_pair, float alibi_slope_log2) {
+    /* without ALiBi (slope 0, uniform) the distance term is skipped: two instructions per element */
+    const bool alibi = alibi_slope_log2 != 0.0f;
 #pragma unroll
     for (int j = 0; j < BLOCK_M / 8; ++j) {
         const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
@@ -480,9 +480,19 @@ __device__ __forceinline__ void fa_bwd_sm90_exponent_log2(float (&s_rmem)[BLOCK_
             for (int c = 0; c < 2; ++c) {
                 float &x = s_rmem[4 * j + 2 * h + c];
                 x = fmaf(x, prm.scale_log2, -(c ? lse2.y : lse2.x));
-                x = fmaf(-alibi_slope_log2, fabsf((float)(8 * j + c) - (float)(base + 8 * h)), x);
             }
         }
+    }
+    if (alibi) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float &x = s_rmem[4 * j + 2 * h + c];
+                    x = fmaf(-alibi_slope_log2, fabsf((float)(8 * j + c) - (float)(base + 8 * h)), x);
+                }
     }
 }
 template <int BLOCK_M>

@@ -158,11 +158,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     const int32_t *map_row = nullptr;
     int tiles_per_block = 1;
     const int key_tiles = (len_k + BLOCK_N - 1) / BLOCK_N;
+    fa_mods_k_pos walk_pos = {n_block_last, 0, 0}; /* MODS: the tile of this iteration, its block and entry */
     if constexpr (MODS) {
         if (mods.block_map != nullptr) {
             map_row = fa_mods_map_row(mods, batch, head, m0);
             tiles_per_block = mods.block_k / BLOCK_N;
-            n_block_last = fa_mods_first_tile(map_row, mods.kv_blocks, tiles_per_block, key_tiles, &n_tiles);
+            walk_pos = fa_mods_first_tile(map_row, mods.kv_blocks, tiles_per_block, key_tiles, &n_tiles);
+            n_block_last = walk_pos.tile;
         }
     }
 
@@ -258,16 +260,17 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         st_shared_f32(row_sum_addr(r), 0.0f);
     }
 
-    int walk_block = n_block_last; /* MODS: the tile of this iteration */
     for (int it = 0; it < n_tiles; ++it) {
-        const int n_block = MODS ? walk_block : n_block_last - it;
+        const fa_mods_k_pos pos = walk_pos;
+        const int n_block = MODS ? pos.tile : n_block_last - it;
         const int n0 = n_block * BLOCK_N;
         /* MODS: the next tile walked (its loads are issued during this iteration); the kernels
          * without MODS keep their own expressions for it below */
-        const int next_block = MODS && map_row != nullptr
-                                   ? fa_mods_prev_tile(map_row, n_block, tiles_per_block, key_tiles)
-                                   : n_block - 1;
-        walk_block = next_block;
+        if (MODS && map_row != nullptr)
+            fa_mods_prev_tile(map_row, tiles_per_block, key_tiles, walk_pos);
+        else
+            walk_pos.tile = n_block - 1;
+        const int next_block = walk_pos.tile;
         const int next_n0 = MODS ? next_block * BLOCK_N : n0 - BLOCK_N;
         const int stage = Cfg::STAGES == 2 ? (it & 1) : 0;
         const uint32_t k_tile = k_smem + stage * 2 * Cfg::KV_ELEMS;
@@ -354,7 +357,9 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
          * (only tiles that straddle a row's key range; -inf never reaches a product). */
         const bool need_mask = !(n0 >= nomask_lo && n0 + BLOCK_N <= nomask_hi);
         fa_mods_tile mods_tile;
-        if constexpr (MODS) mods_tile = fa_mods_tile_at(mods, batch, head, varlen, seq.q_start, seq.k_start, m0, n0);
+        if constexpr (MODS)
+            mods_tile = fa_mods_tile_of(mods, batch, head, varlen, seq.q_start, seq.k_start,
+                                        map_row != nullptr ? m0 / mods.block_q : 0, pos.kb, pos.entry);
         if (prm.transform_scores || need_mask || MODS) {
 #pragma unroll
             for (int r = 0; r < 2 * M_TILES; ++r) {

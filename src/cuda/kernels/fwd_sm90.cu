@@ -328,6 +328,8 @@ struct fa_hopper_work {
                                       the count of the listed blocks' tiles, walked downwards   */
     const int32_t *map_row;        /* MODS: the block-map row of the tile's query block, or NULL */
     int tiles_per_block, key_tiles; /* MODS with map_row: block_k / BLOCK_N, ceil(len_k / BLOCK_N) */
+    int qb;                        /* MODS with map_row: the query block                          */
+    fa_mods_k_pos first;           /* MODS: the walk's first position (tile tile_hi - 1)          */
 };
 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
@@ -358,21 +360,25 @@ __device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2]
 }
 
 /* Scores to log2 units before the mask (template flag LOG2: ALiBi, or a negative scale without softcap): s·log2_mul - slope·log2(e)·|i + shift - key|
- * (the ALiBi term; slope 0 without ALiBi), so a masked -inf stays -inf and the max orders the
+ * (the ALiBi term; skipped without ALiBi), so a masked -inf stays -inf and the max orders the
  * scores whatever the sign of the scale. Element layout as in fa_hopper_mask; packed rows take
  * their own head's slope. */
 template <class Cfg, bool PACK>
 __device__ __forceinline__ void fa_hopper_to_log2(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_hopper_params &prm,
                                                   float log2_mul, int batch, int head, int pack_heads, int n0, int row0,
                                                   const int (&pack_g)[2], const int (&pack_i)[2], int lane, int shift) {
+    if (prm.alibi_slopes == nullptr) { /* no distance term (uniform): one FMUL per score, none for 1 */
+        if (log2_mul != 1.0f) {
+#pragma unroll
+            for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) s_rmem[i] *= log2_mul;
+        }
+        return;
+    }
     const int col0 = n0 + 2 * (lane % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float slope = 0.0f;
-        if (prm.alibi_slopes != nullptr) {
-            const int hq = head + (PACK ? min(pack_g[h], pack_heads - 1) : 0);
-            slope = prm.alibi_slopes[(int64_t)batch * prm.alibi_batch_stride + hq] * 1.4426950408889634f;
-        }
+        const int hq = head + (PACK ? min(pack_g[h], pack_heads - 1) : 0);
+        const float slope = prm.alibi_slopes[(int64_t)batch * prm.alibi_batch_stride + hq] * 1.4426950408889634f;
         /* signed distance of local column 8j + c from the row's diagonal key: rel - (8j + c) */
         const float rel = (float)((PACK ? pack_i[h] : row0 + 8 * h) + shift - col0);
 #pragma unroll
@@ -459,7 +465,8 @@ __device__ __forceinline__ void fa_hopper_bias_load(uint32_t (&bias_rmem)[Cfg::B
     fa_mods_bias_load_pairs(mp, bias_rmem, [&](int p) { return row[p & 1] + 8 * (p >> 1); });
 }
 
-/* Score modifications (MODS, scores already in log2 units): the tile's block-map status decides.
+/* Score modifications (MODS, scores already in log2 units): the tile's block-map status decides
+ * (pos: the walk's position of the tile at key n0, its key block and map entry).
  * A full block: only keys past len_k are masked (no window there); a partial block, or no block
  * mask: the element window (mods.elem_window_*), after a bias with contiguous keys (loaded early
  * into bias_rmem when fa_hopper_bias_early, else here, a chunk of loads at a time); with document
@@ -468,9 +475,12 @@ __device__ __forceinline__ void fa_hopper_bias_load(uint32_t (&bias_rmem)[Cfg::B
  * Element layout as in fa_hopper_mask. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_mods_params &mp,
-                                               const fa_hopper_work &w, bool varlen, int n0, int row0, int lane,
+                                               const fa_hopper_work &w, const fa_mods_k_pos &pos, bool varlen,
+                                               int n0, int row0, int lane,
                                                const uint32_t (&bias_rmem)[Cfg::BLOCK_N / 4], bool bias_early) {
-    const fa_mods_tile t = fa_mods_tile_at(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.m0, n0);
+    /* a full block inside the keys without a bias (uniform): nothing to do */
+    if (w.map_row != nullptr && pos.entry == 1 && mp.bias == nullptr && n0 + Cfg::BLOCK_N <= w.len_k) return;
+    const fa_mods_tile t = fa_mods_tile_of(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.qb, pos.kb, pos.entry);
     const int no_pack[2] = {0, 0};
     const int col0 = n0 + 2 * (lane % 4);
     if (mp.doc_ids_q == nullptr && t.bits == nullptr &&
@@ -513,12 +523,12 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
 }
 
 /* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every
- * round); mid: fa_hopper_softmax's. */
+ * round; pos: MODS, the walk's position of the tile); mid: fa_hopper_softmax's. */
 template <class Cfg, bool PACK, bool LOG2, bool MODS, class Mid = fa_hopper_no_mid>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
                                                  const fa_hopper_muls &mul, const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
-                                                 bool needs_mask, int n0, int row0, const int (&pack_g)[2],
+                                                 const fa_mods_k_pos &pos, bool needs_mask, int n0, int row0, const int (&pack_g)[2],
                                                  const int (&pack_i)[2], int lane,
                                                  const uint32_t (&bias_rmem)[MODS ? Cfg::BLOCK_N / 4 : 1],
                                                  bool bias_early, const Mid &mid = Mid()) {
@@ -531,7 +541,7 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
         fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, mul.log2_mul, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
     if constexpr (MODS) {
         static_assert(LOG2 && !PACK, "MODS: scores in log2 units, unpacked tiles");
-        fa_hopper_mods<Cfg>(s_rmem, mods, w, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem, bias_early);
+        fa_hopper_mods<Cfg>(s_rmem, mods, w, pos, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem, bias_early);
     } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     }
@@ -667,15 +677,19 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
     if (prm.window_right >= 0) key_hi = max(0, min(w.len_k, last_row + w.shift + prm.window_right + 1));
     w.tile_hi = (key_hi + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     w.n_tiles = key_hi > key_lo ? w.tile_hi - key_lo / Cfg::BLOCK_N : 0;
+    w.first = fa_mods_k_pos{w.tile_hi - 1, 0, 0};
     if constexpr (MODS) {
         w.map_row = nullptr;
+        w.qb = 0;
         /* a block mask: the tiles of the row's listed blocks (the window then holds inside the
          * partial ones only: prm.window_* are unbounded, see fa_hopper_mods) */
         if (mods.block_map != nullptr) {
             w.map_row = fa_mods_map_row(mods, w.batch, w.head, w.m0);
+            w.qb = w.m0 / mods.block_q;
             w.tiles_per_block = mods.block_k / Cfg::BLOCK_N;
             w.key_tiles = (w.len_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
-            w.tile_hi = fa_mods_first_tile(w.map_row, mods.kv_blocks, w.tiles_per_block, w.key_tiles, &w.n_tiles) + 1;
+            w.first = fa_mods_first_tile(w.map_row, mods.kv_blocks, w.tiles_per_block, w.key_tiles, &w.n_tiles);
+            w.tile_hi = w.first.tile + 1;
         }
     }
     return true;
@@ -683,16 +697,21 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
 
 /* Key tiles in processing order, from tile_hi - 1 downwards (varlen relies on the last tile
  * coming first: its V rows past the sequence are zeroed in round 0). Without MODS round j's tile
- * is tile_hi - 1 - j; MODS walks a cursor (`tile`: round j's), advanced by fa_hopper_key_walk_next to
- * the next listed tile below when there is a block mask (fa_mods_prev_tile). */
+ * is tile_hi - 1 - j; MODS walks a position (`pos`: round j's tile, its key block and map entry,
+ * from w.first), advanced by fa_hopper_key_walk_next to the next listed tile below when there is
+ * a block mask (fa_mods_prev_tile). */
 template <bool MODS>
-__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j, int tile) {
-    return MODS ? tile : w.tile_hi - 1 - j;
+__device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j, const fa_mods_k_pos &pos) {
+    return MODS ? pos.tile : w.tile_hi - 1 - j;
 }
 template <bool MODS>
-__device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w, int &tile) {
-    if constexpr (MODS)
-        tile = w.map_row != nullptr ? fa_mods_prev_tile(w.map_row, tile, w.tiles_per_block, w.key_tiles) : tile - 1;
+__device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w, fa_mods_k_pos &pos) {
+    if constexpr (MODS) {
+        if (w.map_row != nullptr)
+            fa_mods_prev_tile(w.map_row, w.tiles_per_block, w.key_tiles, pos);
+        else
+            --pos.tile;
+    }
 }
 
 template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS, bool FP8>
@@ -790,10 +809,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                         tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, Cfg::SLAB_COLS * slab,
                                     w.q_row, w.head, w.tma_batch);
                 }
-                /* Tile j (processing order) is fa_hopper_key_tile(w, j, k_tile) (MODS: the cursor
-                 * k_tile; V one round behind it, v_tile). Order K_0, then K_j before V_{j-1}: the
+                /* Tile j (processing order) is fa_hopper_key_tile(w, j, k_pos) (MODS: the walk's
+                 * position k_pos; V one round behind it, v_pos). Order K_0, then K_j before V_{j-1}: the
                  * consumers' round j needs K_j first. */
-                int k_tile = w.tile_hi - 1, v_tile = k_tile;
+                fa_mods_k_pos k_pos = w.first, v_pos = k_pos;
                 for (int j = 0; j <= w.n_tiles; ++j) {
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
@@ -803,7 +822,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
                                         Cfg::SLAB_COLS * slab,
-                                        w.k_row + fa_hopper_key_tile<MODS>(w, j, k_tile) * BLOCK_N, w.head_kv,
+                                        w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N, w.head_kv,
                                         w.tma_batch);
                     }
                     if (j > 0) {
@@ -814,17 +833,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                             const int vt_row0 = prm.vt_start != nullptr ? prm.vt_start[w.batch]
                                                                         : w.batch * prm.vt_seq_rows;
                             tma_load_4d(v_stage(s), &tmap_v, v_full(s),
-                                        vt_row0 + fa_hopper_key_tile<MODS>(w, j - 1, v_tile) * BLOCK_N, 0, w.head_kv, 0);
+                                        vt_row0 + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N, 0, w.head_kv, 0);
                         } else
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
-                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_tile) * BLOCK_N,
+                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N,
                                         w.head_kv, w.tma_batch);
                     }
                     if constexpr (MODS) {
-                        v_tile = k_tile;
-                        if (j < w.n_tiles) fa_hopper_key_walk_next<MODS>(w, k_tile);
+                        v_pos = k_pos;
+                        if (j < w.n_tiles) fa_hopper_key_walk_next<MODS>(w, k_pos);
                     }
                 }
                 kv_base += w.n_tiles;
@@ -913,7 +932,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             v_descale = prm.v_descale != nullptr ? prm.v_descale[dsc] : 1.0f;
         }
 
-        int key_tile = w.tile_hi - 1; /* MODS: the current round's key tile (fa_hopper_key_tile) */
+        fa_mods_k_pos key_pos = w.first; /* MODS: the current round's key tile (fa_hopper_key_tile) */
         if (n_tiles > 0) {
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
@@ -929,11 +948,11 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
-                                                fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N);
+                                                fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N);
                 uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S runs */
                 bool bias_early = false;
                 if constexpr (MODS) {
-                    const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
+                    const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                     bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
                     if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
                 }
@@ -942,10 +961,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
                 if (n_tiles == 1) release_q();
-                const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_tile) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0), n0,
-                                                        row0, pack_g, pack_i, lane, bias_rmem,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
+                                                        needs_mask(n0), n0, row0, pack_g, pack_i, lane, bias_rmem,
                                                         bias_early);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 fa_hopper_convert_p<Cfg, BF16, FP8>(s_rmem, p_rmem);
@@ -977,7 +996,6 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
             for (int j = 1; j < n_tiles; ++j) {
                 const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
-                fa_hopper_key_walk_next<MODS>(w, key_tile);
                 float s_rmem[BLOCK_N / 2];
                 fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
@@ -985,26 +1003,28 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
+                /* MODS: round j's tile, walked while the GEMMs run (the map loads wait behind them) */
+                fa_hopper_key_walk_next<MODS>(w, key_pos);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 /* dropout: the first word while S_j is computed, the second inside its softmax
                  * (DROPOUT_SPLIT; else both while S_j is computed) */
                 if constexpr (DROPOUT && Cfg::DROPOUT_SPLIT)
                     keep[0] = fa_hopper_dropout_word<Cfg, 0>(prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
-                                                             fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                                                             fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N);
                 else if constexpr (DROPOUT && !Cfg::DROPOUT_LATE)
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
-                                                fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                                                fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N);
                 auto draw_second_word = [&]() {
                     if constexpr (DROPOUT && Cfg::DROPOUT_SPLIT)
                         keep[1] = fa_hopper_dropout_word<Cfg, 1>(prm.dropout, w.batch, w.head, prm.heads_q,
                                                                  row0 - lane / 4,
-                                                                 fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N);
+                                                                 fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N);
                 };
 
                 uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S_j runs */
                 bool bias_early = false;
                 if constexpr (MODS) {
-                    const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
+                    const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                     bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
                     if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
                 }
@@ -1014,10 +1034,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks));
                 if (j == n_tiles - 1) release_q();
-                const int n0 = fa_hopper_key_tile<MODS>(w, j, key_tile) * BLOCK_N;
+                const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, needs_mask(n0),
-                                                        n0, row0, pack_g, pack_i, lane, bias_rmem, bias_early,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
+                                                        needs_mask(n0), n0, row0, pack_g, pack_i, lane, bias_rmem, bias_early,
                                                         draw_second_word);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
@@ -1311,6 +1331,12 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     static_cast<fa_fwd_params &>(prm) = *p;
     prm.log2_mul = log2_mul;
     prm.score_mul = log2 ? 1.0f : log2_mul;
+    if (mods != nullptr && mods->bias == nullptr && p->alibi_slopes == nullptr && log2_mul > 0.0f) {
+        /* masks alone are -inf in any unit: the MODS kernel keeps raw scores (fa_hopper_to_log2
+         * skips a multiplier of 1) and the softmax scales them, as the plain kernels do */
+        prm.log2_mul = 1.0f;
+        prm.score_mul = log2_mul;
+    }
     prm.tma_store = !varlen && !pack;
     prm.dropout = dropout != nullptr ? *dropout : fa_dropout_params{};
     if (pack) {
