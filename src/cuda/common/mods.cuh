@@ -211,9 +211,10 @@ __device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, in
                      ds);
 }
 
-/* The walks read the map FA_MODS_SCAN entries at a time, every load issued before any is tested:
- * a scan over unlisted blocks then waits one memory latency per FA_MODS_SCAN entries, not one per
- * entry (a column of the map is kv_blocks entries apart, a cache line each). */
+/* The walks test the next block's entry alone first (a dense map stops there), then read the map
+ * FA_MODS_SCAN entries at a time, every load issued before any is tested: a scan over unlisted
+ * blocks then waits one memory latency per FA_MODS_SCAN entries, not one per entry (a column of
+ * the map is kv_blocks entries apart, a cache line each). */
 #define FA_MODS_SCAN 8
 
 /* The forward's key-tile walk over a block-map row (tiles of TILE_N keys, tiles_per_block per key
@@ -229,6 +230,11 @@ __device__ __forceinline__ int fa_mods_last_tile_of(int kb, int tiles_per_block,
 __device__ __forceinline__ fa_mods_k_pos fa_mods_k_scan_down(const int32_t *map_row, int kb, int tiles_per_block,
                                                              int key_tiles) {
     fa_mods_k_pos p = {-1, -1, 0};
+    if (kb >= 0) {
+        const int32_t e = __ldg(map_row + kb);
+        if (e != 0) return fa_mods_k_pos{fa_mods_last_tile_of(kb, tiles_per_block, key_tiles), kb, e};
+        --kb;
+    }
     for (; kb >= 0; kb -= FA_MODS_SCAN) {
         int32_t e[FA_MODS_SCAN];
 #pragma unroll
@@ -300,6 +306,16 @@ __device__ __forceinline__ fa_mods_q_walk fa_mods_q_walk_at(const fa_mods_params
 __device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_begin, int qb, fa_mods_q_pos &p) {
     for (; p.h < w.h_end; ++p.h, qb = 0) {
         const int32_t *col = w.column + (p.h - h_begin) * w.head_step;
+        if (qb < w.q_blocks) {
+            const int32_t e = __ldg(col + (int64_t)qb * w.kv_blocks);
+            if (e != 0) {
+                p.qb = qb;
+                p.entry = e;
+                p.tile = qb * w.tiles_per_block;
+                return;
+            }
+            ++qb;
+        }
         for (; qb < w.q_blocks; qb += FA_MODS_SCAN) {
             int32_t e[FA_MODS_SCAN];
 #pragma unroll

@@ -436,19 +436,26 @@ __device__ __forceinline__ void fa_bwd_sm90_pack_kept(const float (&acc)[Cfg::BL
 /* ---- score modifications (the MODS instantiations: LOG2, no softcap, dropout or determinism) ---- */
 
 /* Sᵀ (unmasked) -> P = 2^(s·scale·log2e - slope·log2e·|query + shift - key| + bias·log2e - LSE2)
- * for the tile `t` (fa_mods_tile_at of its query block and key block): a full block is masked
+ * for the tile `t` (tile_of(): fa_mods_tile_of of its query block and key block, formed only
+ * where needed; `full`: its block is listed full): a full block is masked
  * only at keys past the sequence, a partial one (or any, without a block mask) by the element
  * window alone when nothing else applies (a bias with contiguous keys added first), else every
  * element goes through fa_mods_score (document ids, bits, a bias at the sequence's end or with
  * strided keys; common/mods.cuh).
  * Element 4j + 2h + c: key key0 + 8h, query query0 + 8j + c (query0 = m0 + col_in); base as in
  * fa_bwd_sm90_mask. */
-template <int BLOCK_M>
+template <int BLOCK_M, class TileOf>
 __device__ __forceinline__ void fa_bwd_sm90_probs_mods(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
-                                                       const fa_mods_params &mp, const fa_mods_tile &t, int base,
-                                                       int key0, int query0, int len_q, int len_k, int shift,
+                                                       const fa_mods_params &mp, bool full, const TileOf &tile_of,
+                                                       int base, int key0, int query0, int len_q, int len_k, int shift,
                                                        uint32_t lse2_pair, float alibi_slope_log2) {
     fa_bwd_sm90_exponent_log2<BLOCK_M>(s_rmem, prm, base, lse2_pair, alibi_slope_log2);
+    if (full && mp.bias == nullptr && key0 + 8 < len_k) { /* nothing to mask or add */
+#pragma unroll
+        for (int i = 0; i < BLOCK_M / 2; ++i) s_rmem[i] = ex2_approx_ftz_f32(s_rmem[i]);
+        return;
+    }
+    const fa_mods_tile t = tile_of();
     if (mp.doc_ids_q == nullptr && t.bits == nullptr &&
         (mp.bias == nullptr || (mp.bias_col_stride == 1 && key0 + 8 < len_k))) {
         /* no per-element rule but the window: a bias with contiguous keys is added without the
@@ -717,9 +724,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         }
         if constexpr (MODS)
             fa_bwd_sm90_probs_mods<BLOCK_M>(
-                s_rmem, prm, mods,
-                fa_mods_tile_of(mods, batch, it.h, varlen, seq.q_start, seq.k_start, it.qb,
-                                iters.listed ? iters.walk.kb : 0, it.entry),
+                s_rmem, prm, mods, iters.listed && it.entry == 1,
+                [&]() {
+                    return fa_mods_tile_of(mods, batch, it.h, varlen, seq.q_start, seq.k_start, it.qb,
+                                           iters.listed ? iters.walk.kb : 0, it.entry);
+                },
                 mask_base - m0, key0, m0 + col_in, len_q, len_k, shift, lse2_pair,
                 fa_bwd_sm90_alibi_slope(prm, batch, it.h));
         else if constexpr (LOG2)
