@@ -217,6 +217,17 @@ __device__ __forceinline__ void fa_mods_store_dbias(const fa_mods_params &mp, in
  * the map is kv_blocks entries apart, a cache line each). */
 #define FA_MODS_SCAN 8
 
+/* Entries first, first + dir, ..., FA_MODS_SCAN of them, of a map row (stride 1) or column
+ * (stride kv_blocks) at `base`; positions outside [0, n) read as 0. */
+__device__ __forceinline__ void fa_mods_load_entries(const int32_t *base, int first, int dir, int n, int64_t stride,
+                                                     int32_t (&e)[FA_MODS_SCAN]) {
+#pragma unroll
+    for (int u = 0; u < FA_MODS_SCAN; ++u) {
+        const int x = first + dir * u;
+        e[u] = x >= 0 && x < n ? __ldg(base + x * stride) : 0;
+    }
+}
+
 /* The forward's key-tile walk over a block-map row (tiles of TILE_N keys, tiles_per_block per key
  * block, key_tiles = ceil(len_k / TILE_N)), from the last visited tile down. A position is the
  * tile, its key block and that block's map entry; tile -1: none left. */
@@ -237,8 +248,7 @@ __device__ __forceinline__ fa_mods_k_pos fa_mods_k_scan_down(const int32_t *map_
     }
     for (; kb >= 0; kb -= FA_MODS_SCAN) {
         int32_t e[FA_MODS_SCAN];
-#pragma unroll
-        for (int u = 0; u < FA_MODS_SCAN; ++u) e[u] = kb - u >= 0 ? __ldg(map_row + kb - u) : 0;
+        fa_mods_load_entries(map_row, kb, -1, kb + 1, 1, e);
 #pragma unroll
         for (int u = 0; u < FA_MODS_SCAN; ++u)
             if (e[u] != 0) {
@@ -266,8 +276,7 @@ __device__ __forceinline__ fa_mods_k_pos fa_mods_first_tile(const int32_t *map_r
     int n = 0;
     for (int kb = 0; kb < kb_end; kb += FA_MODS_SCAN) {
         int32_t e[FA_MODS_SCAN];
-#pragma unroll
-        for (int u = 0; u < FA_MODS_SCAN; ++u) e[u] = kb + u < kb_end ? __ldg(map_row + kb + u) : 0;
+        fa_mods_load_entries(map_row, kb, 1, kb_end, 1, e);
 #pragma unroll
         for (int u = 0; u < FA_MODS_SCAN; ++u)
             if (e[u] != 0) n += fa_mods_last_tile_of(kb + u, tiles_per_block, key_tiles) + 1 - (kb + u) * tiles_per_block;
@@ -318,9 +327,7 @@ __device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_be
         }
         for (; qb < w.q_blocks; qb += FA_MODS_SCAN) {
             int32_t e[FA_MODS_SCAN];
-#pragma unroll
-            for (int u = 0; u < FA_MODS_SCAN; ++u)
-                e[u] = qb + u < w.q_blocks ? __ldg(col + (int64_t)(qb + u) * w.kv_blocks) : 0;
+            fa_mods_load_entries(col, qb, 1, w.q_blocks, w.kv_blocks, e);
 #pragma unroll
             for (int u = 0; u < FA_MODS_SCAN; ++u)
                 if (e[u] != 0) {
@@ -353,9 +360,7 @@ __device__ __forceinline__ int fa_mods_q_count(const fa_mods_q_walk &w, int h_be
         const int32_t *col = w.column + (h - h_begin) * w.head_step;
         for (int qb = 0; qb < w.q_blocks; qb += FA_MODS_SCAN) {
             int32_t e[FA_MODS_SCAN];
-#pragma unroll
-            for (int u = 0; u < FA_MODS_SCAN; ++u)
-                e[u] = qb + u < w.q_blocks ? __ldg(col + (int64_t)(qb + u) * w.kv_blocks) : 0;
+            fa_mods_load_entries(col, qb, 1, w.q_blocks, w.kv_blocks, e);
 #pragma unroll
             for (int u = 0; u < FA_MODS_SCAN; ++u)
                 if (e[u] != 0)
