@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
         const int m_count = q_hi > q_lo ? (int)((q_hi + BLOCK_Q - 1) / BLOCK_Q) - m_first : 0;
         int n_iter = m_count * (h_end - h_begin);
         /* MODS with a block mask: the listed (head, query tile) positions instead, walked with
-         * (walk: the tile computed; next: the prefetch's) */
+         * `walk`: an iteration's position, advanced at its start to the prefetch's (`pos` keeps it) */
         fa_mods_q_pos walk = {h_begin, 0, 0, 0};
         fa_mods_q_walk q_walk;
         bool q_walk_on = false;
@@ -335,7 +335,6 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                 walk = fa_mods_first_q_tile(q_walk, h_begin);
             }
         }
-        fa_mods_q_pos next = walk;
 
         float dk_acc[WARP_COLS / 8][4], dv_acc[WARP_COLS / 8][4];
 #pragma unroll
@@ -345,8 +344,8 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
         /* Fetch Q, dO, LSE_log2 and D of iteration `it` into `stage`. */
         auto prefetch = [&](int it, int stage) {
-            const int h = MODS && q_walk_on ? next.h : h_begin + it / m_count;
-            const int m0 = MODS && q_walk_on ? next.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
+            const int h = MODS && q_walk_on ? walk.h : h_begin + it / m_count;
+            const int m0 = MODS && q_walk_on ? walk.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
             const int rows = min(BLOCK_Q, len_q - m0);
             fa_bwd_load_tile<BUCKET, BLOCK_Q>(
                 smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES,
@@ -393,10 +392,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
             const fa_mods_q_pos pos = walk; /* this iteration's */
             const int h = MODS && q_walk_on ? pos.h : h_begin + it / m_count;
             const int m0 = MODS && q_walk_on ? pos.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
-            if (MODS && q_walk_on) { /* the position after this one, for the prefetch */
-                fa_mods_next_q_tile(q_walk, h_begin, walk);
-                next = walk;
-            }
+            if (MODS && q_walk_on) fa_mods_next_q_tile(q_walk, h_begin, walk); /* the prefetch's position */
             const uint32_t stage_off = stage * Cfg::Q_BYTES; /* multiple of 128 */
             const float *lse_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_LSE) + stage * BLOCK_Q;
             const float *dsum_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_DSUM) + stage * BLOCK_Q;
