@@ -13,7 +13,8 @@
 #   6b. the KV-cache path against the CPU engine and the oracle (appends of any length, head dims
 #      that are not multiples of 8) and fa_forward with a paged K/V (tests/gpu/cache.c), then
 #      compute-sanitizer memcheck on small problems of both; head dims above 256 (MLA latent caches:
-#      tests/gpu/kvcache_large.c) and compute-sanitizer on its small problems; quantised caches
+#      tests/gpu/kvcache_large.c; again with FA_CUDA_KVCACHE=portable, the mma.sync kernel where sm_90
+#      runs the wgmma one) and compute-sanitizer on its small problems; quantised caches
 #      (int8, Q8_0, e4m3: tests/gpu/kvquant.c) and compute-sanitizer on its small problems
 #   6c. attention dropout: forward and backward against the float64 oracle with the same mask
 #      on every kernel path (Hopper and portable), the CUDA mask against the CPU's, repeatability
@@ -111,6 +112,8 @@ for mode in kvcache paged; do
 done
 echo "-- head dims above 256 (MLA latent caches 576 / 512, other shapes): the oracle and the CPU engine"
 "$GPU" kvlarge || fail "large-head KV cache (tests/gpu/kvcache_large.c)"
+echo "-- the same with the mma.sync kernel forced (FA_CUDA_KVCACHE=portable; sm_90 runs wgmma at dv = 512)"
+FA_CUDA_KVCACHE=portable "$GPU" kvlarge || fail "large-head KV cache with FA_CUDA_KVCACHE=portable"
 echo "-- quantised caches (int8, Q8_0, e4m3): appended bytes equal the CPU's, o / lse against the oracle"
 "$GPU" kvquant || fail "quantised KV caches (tests/gpu/kvquant.c)"
 for mode in kvlarge kvquant; do

@@ -463,6 +463,19 @@ FA_TEST(tiles_kvcache_large_heads) {
         FA_CHECK(merge <= fa_kvl_smem_bytes(v_in_k), "v_in_k %d: the fused merge needs %zu bytes", v_in_k, merge);
         FA_CHECK(fa_kv_blocks_per_sm(fa_kvl_smem_bytes(v_in_k), 233472) == 1, "one block per sm_90 SM");
     }
+    /* the wgmma variant: sm_90 with dv = 512 and no rotary; 1024 more bytes (the slabs' 1024-byte
+     * alignment), and with the kernel's 1152 static bytes (the fused merge's) both cache kinds fit */
+    FA_CHECK(fa_kvl_wgmma_ok(9, 0, 576, 512, 0) && fa_kvl_wgmma_ok(9, 0, 512, 512, 0) && fa_kvl_wgmma_ok(9, 0, 8, 512, 0) &&
+                 !fa_kvl_wgmma_ok(9, 0, 576, 512, 1) && !fa_kvl_wgmma_ok(8, 0, 576, 512, 0) &&
+                 !fa_kvl_wgmma_ok(8, 9, 576, 512, 0) && !fa_kvl_wgmma_ok(10, 0, 576, 512, 0) &&
+                 !fa_kvl_wgmma_ok(9, 0, 576, 504, 0) && !fa_kvl_wgmma_ok(9, 0, 584, 512, 0) &&
+                 !fa_kvl_wgmma_ok(9, 0, 572, 512, 0) && !fa_kvl_wgmma_ok(9, 0, 320, 320, 0),
+             "wgmma variant: sm_90, dv 512, d a multiple of 8 up to 576, no rotary");
+    for (int v_in_k = 0; v_in_k < 2; v_in_k++)
+        FA_CHECK(fa_kvl_wgmma_smem_bytes(v_in_k) == fa_kvl_smem_bytes(v_in_k) + 1024 &&
+                     fa_kvl_wgmma_smem_bytes(v_in_k) + 1152 <= SMEM_SM90,
+                 "v_in_k %d: the wgmma variant's %zu bytes fit sm_90's %d", v_in_k, fa_kvl_wgmma_smem_bytes(v_in_k),
+                 SMEM_SM90);
     FA_CHECK(FA_KVL_MAX_SPLITS >= 32 && FA_KVL_MAX_SPLITS % 32 == 0, "split cap: whole 32-flag words of the fused merge");
     FA_CHECK(FA_KVL_BLOCK_M == 16 * FA_KVL_WARPS / 2 && FA_KVL_BLOCK_N == 32 && FA_KVL_STAGES == 2,
              "4 row groups of 16 rows × 2 warps; 32-slot tiles, two stages");

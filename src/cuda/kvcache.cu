@@ -23,6 +23,8 @@
 #include <cuda_fp16.h>
 #include <math_constants.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/common/gather_launch.h"
@@ -212,6 +214,7 @@ typedef struct fa_kv_plan {
     int bucket;             /* fa_kv_hdim_bucket; 0 with large heads                           */
     int large;              /* 256 < max(d, dv): the large-head kernel (kvcache_large_sm80.cuh)  */
     int v_in_k;             /* large heads on a latent cache (fa_kv_latent_cache)              */
+    int large_wgmma;        /* large heads on the wgmma variant (fa_kvl_wgmma_ok)              */
     int row_tiles;
     int num_splits;
     size_t off_lse_partial; /* byte offsets in the workspace of lse_partial and split_flags     */
@@ -400,7 +403,13 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
 
     if ((s = fa_cuda_current_device_sm80(&plan->dev)) != FA_OK) return s;
     plan->bucket = plan->large ? 0 : fa_kv_hdim_bucket(plan->d_pad, plan->dv_pad);
-    const size_t smem = plan->large                 ? fa_kvl_smem_bytes(plan->v_in_k)
+    /* FA_CUDA_KVCACHE=portable in the environment keeps the mma.sync kernel (tests run both) */
+    const char *force = getenv("FA_CUDA_KVCACHE");
+    plan->large_wgmma = plan->large && !(force != NULL && strcmp(force, "portable") == 0) &&
+                        fa_kvl_wgmma_ok(plan->dev.cc_major, plan->dev.cc_minor, (int)p->head_dim, (int)p->head_dim_v,
+                                        p->rotary_cos != NULL);
+    const size_t smem = plan->large_wgmma           ? fa_kvl_wgmma_smem_bytes(plan->v_in_k)
+                        : plan->large               ? fa_kvl_smem_bytes(plan->v_in_k)
                         : !quant                    ? fa_kv_smem_bytes(plan->bucket)
                         : p->kv_dtype == FA_KV_Q8_0 ? fa_kvq_smem_bytes(plan->bucket)
                                                     : fa_kvq_regs_smem_bytes(plan->bucket);
@@ -573,6 +582,7 @@ static fa_status run_kvcache(const fa_problem *pb, const fa_kv_plan *plan, uint8
     prm.v_in_k = plan->v_in_k;
 
     fa_status s;
+    if (plan->large_wgmma) return fa_kvl_launch_wgmma(&prm, p->dtype, plan->dev.ordinal, stream);
     if (plan->large) /* unquantised, no score bias (check_large_heads) */
         return plan->v_in_k ? fa_kvl_launch_latent(&prm, p->dtype, plan->dev.ordinal, stream)
                             : fa_kvl_launch_separate(&prm, p->dtype, plan->dev.ordinal, stream);

@@ -1,6 +1,7 @@
 /*
  * kvcache_large.c: the CUDA KV-cache path at head dims above 256 (the large-head decode kernel,
- * src/cuda/kernels/kvcache_large_sm80.cuh) against the CPU engine and the float64 oracle.
+ * src/cuda/kernels/kvcache_large_sm80.cuh; on sm_90 at dv = 512 its wgmma variant, which
+ * FA_CUDA_KVCACHE=portable turns off) against the CPU engine and the float64 oracle.
  *   kvlarge [small]  random problems: DeepSeek-style MLA first (one latent kv head, d 576, dv 512,
  *                    v the first 512 columns of k and v_new those of k_new, 16..128 query heads,
  *                    1..4 new tokens appended, causal, contiguous or paged caches with pages of

@@ -94,6 +94,9 @@ fa_status fa_kvq_append(const fa_kv_params *prm, fa_dtype dtype, cudaStream_t st
  * V caches (0); row_tiles counts FA_KVL_BLOCK_M-row tiles. */
 fa_status fa_kvl_launch_latent(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 fa_status fa_kvl_launch_separate(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
+/* Its wgmma variant (kernels/kvcache_large_sm90.cu, sm_90a; fa_kvl_wgmma_ok): either cache kind
+ * (prm->v_in_k). */
+fa_status fa_kvl_launch_wgmma(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 /* The same kernel with a score bias (common/mods.cuh; instances/kvcache_sm80_mods_hdim<bucket>.cu). */
 fa_status fa_kv_mods_launch_hdim64(const fa_kv_params *prm, const fa_mods_params *mods, fa_dtype dtype,
                                    int device_ordinal, cudaStream_t stream);

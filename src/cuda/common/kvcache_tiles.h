@@ -195,4 +195,20 @@ FA_KV_TILES_FN size_t fa_kvl_smem_bytes(int v_in_k) {
            fa_kvl_exchange_bytes();
 }
 
+/* The wgmma variant of the large-head kernel (kernels/kvcache_large_sm90.cu, sm_90a): the same
+ * blocks, loads, softmax and merge, with the two warps of a row group being warps w and w + 4, one
+ * of each warpgroup: each warpgroup computes the 64 rows' partial scores over every other k16
+ * step of d (m64n32k16, Q and K from shared memory) and P·V for its 256 columns of dv (m64n256k16,
+ * P from registers: the whole of a warpgroup's O in one accumulator), hence dv = 512 only (MLA's
+ * latent cache, d = 576; and 512 / 512). Tiles are stored as slabs of 64 columns in wgmma's
+ * 128-byte swizzle, 1024-byte aligned (1024 more bytes). Rotary (separate caches only: it rotates
+ * Q and appended keys in shared memory, in the mma.sync tiles' layout) stays on the mma.sync
+ * kernel. */
+FA_KV_TILES_FN int fa_kvl_wgmma_ok(int cc_major, int cc_minor, int head_dim, int head_dim_v, int rotary) {
+    return cc_major == 9 && cc_minor == 0 && head_dim_v == FA_KVL_MAX_DV && fa_kvl_dims_ok(head_dim, head_dim_v) &&
+           !rotary;
+}
+
+FA_KV_TILES_FN size_t fa_kvl_wgmma_smem_bytes(int v_in_k) { return fa_kvl_smem_bytes(v_in_k) + 1024; }
+
 #endif /* FA_KVCACHE_TILES_H */

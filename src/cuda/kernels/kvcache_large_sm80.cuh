@@ -29,6 +29,19 @@
  * A latent cache (V_IN_K; prm.v_in_k): a tile holds K only, each cache row is read once, and P·V
  * reads the first dv columns of the K tile. Separate caches: a V tile follows the K tile.
  *
+ * WGMMA (sm_90a, dv = 512; kernels/kvcache_large_sm90.cu, kvcache_tiles.h's fa_kvl_wgmma_ok): the
+ * same blocks with the two GEMMs on Hopper's warpgroup MMA. The pair of a row group is warps w and
+ * w + 4, i.e. warpgroups 0 and 1, each holding all 64 rows (warp w of a warpgroup: rows 16w ..):
+ *   S: warpgroup h runs m64n32k16 over k16 steps 2j + h of the padded d (fa_kvl_partial_scores_wgmma,
+ *     Q and K straight from shared memory), whose accumulator is, warp by warp, the mma.sync
+ *     fragments above, so the exchange, mask and softmax are the same code;
+ *   P·V: warpgroup h runs m64n256k16 over its 256 columns of dv with P from registers (the A
+ *     fragments the softmax packs) and the V tile read MN-major: the warpgroup's whole O in one
+ *     accumulator of 128 registers per thread (fa_kvl_pv_wgmma).
+ * Its tiles are slabs of 64 columns in wgmma's 128-byte swizzle (fa_kvl_config::chunk_offset),
+ * written by the same cp.async copies and handed to wgmma's async proxy by fence.proxy.async
+ * before each tile's __syncthreads.
+ *
  * Grid: x = split × row_tiles + row tile, y = kv head, z = batch. One block:
  *   1. geometry of sequence b (fa_kv_block_geometry, clamped device arrays), the lane's rows
  *      16·(row group) + lane / 4 (+ 8);
@@ -43,15 +56,33 @@
  *      that finds every split of its row tile done (fa_kv_claim_merge, fa_kv_merge_splits).
  *
  * Shared memory: q_smem [64][72 chunks] | stage s < 2: K [32][72 chunks] (V [32][64 chunks]) |
- * exchange [8 warps][4][32 lanes][4 fp32]; tiles swizzled by fa_swizzled_chunk. The fused merge
- * reuses all of it.
+ * exchange [8 warps][4][32 lanes][4 fp32]; tiles swizzled by fa_swizzled_chunk (WGMMA: the same
+ * bytes as slabs, from a 1024-byte aligned base). The fused merge reuses all of it.
  */
 #ifndef FA_KVCACHE_LARGE_KERNEL_CUH
 #define FA_KVCACHE_LARGE_KERNEL_CUH
 
 #include "cuda/kernels/kvcache_sm80.cuh"
 
-template <bool V_IN_K>
+/* The WGMMA instantiations' code exists where ptx.cuh's Hopper wrappers do (the host pass and
+ * sm_90a; kernels/kvcache_large_sm90.cu instantiates them); other device passes compile it out. */
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_KVL_HAVE_WGMMA 1
+#else
+#define FA_KVL_HAVE_WGMMA 0
+#endif
+
+/* The wgmma wrappers' element flag of fa_bf16 / fa_f16. */
+template <class Elem>
+struct fa_kvl_is_bf16 {
+    static constexpr bool value = false;
+};
+template <>
+struct fa_kvl_is_bf16<fa_bf16> {
+    static constexpr bool value = true;
+};
+
+template <bool V_IN_K, bool WGMMA = false>
 struct fa_kvl_config {
     static constexpr int WARPS = FA_KVL_WARPS;
     static constexpr int THREADS = 32 * WARPS;
@@ -69,8 +100,9 @@ struct fa_kvl_config {
     static constexpr int K_TILE_BYTES = 16 * BLOCK_N * CHUNKS;
     static constexpr int STAGE_BYTES = (int)fa_kvl_stage_bytes(V_IN_K);
     static constexpr int EXCHANGE_BYTES = (int)fa_kvl_exchange_bytes();
-    static constexpr size_t SMEM_BYTES = fa_kvl_smem_bytes(V_IN_K);
-    static_assert(SMEM_BYTES == (size_t)Q_BYTES + (size_t)STAGES * STAGE_BYTES + (size_t)EXCHANGE_BYTES,
+    static constexpr size_t SMEM_BYTES = (size_t)Q_BYTES + (size_t)STAGES * STAGE_BYTES + (size_t)EXCHANGE_BYTES;
+    static constexpr int ALIGN_PAD = WGMMA ? 1024 : 0; /* WGMMA: the slabs' 1024-byte alignment */
+    static_assert(SMEM_BYTES + ALIGN_PAD == (WGMMA ? fa_kvl_wgmma_smem_bytes(V_IN_K) : fa_kvl_smem_bytes(V_IN_K)),
                   "smem layout");
     static_assert(STAGE_BYTES == K_TILE_BYTES + (V_IN_K ? 0 : 16 * BLOCK_N * V_CHUNKS), "stage layout");
     static_assert(EXCHANGE_BYTES == WARPS * 4 * 32 * 16, "one v4 of scores per lane and (k16 step, n8 pair)");
@@ -81,6 +113,23 @@ struct fa_kvl_config {
                   "whole swizzle groups per row, split evenly over a row's threads");
     static_assert(STEP_GROUPS * 64 == FA_KVL_MAX_D && 8 * O_TILES * 2 >= FA_KVL_MAX_DV, "steps and columns");
     static_assert(STAGES == 2, "the loader keeps one tile's page ahead; the loop refills the stage computed last");
+    /* WGMMA: tiles as slabs of 64 columns (128-byte rows, 1024-byte swizzle atoms) */
+    static constexpr int Q_SLAB_BYTES = 128 * BLOCK_M, KV_SLAB_BYTES = 128 * BLOCK_N;
+    static_assert(!WGMMA || (FA_KVL_MAX_DV == 512 && FA_KVL_MAX_D % 32 == 0 && Q_BYTES % 1024 == 0 &&
+                             K_TILE_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0),
+                  "wgmma: two m64n256 halves of dv; whole swizzle atoms");
+
+    /* Byte offset of 16-byte chunk ch of row `row` in a tile of ROWS rows of ROW_CHUNKS chunks.
+     * mma.sync: rows one after another, fa_swizzled_chunk. WGMMA: slab ch / 8 holds columns
+     * 64·(ch / 8) .. of every row, 128 bytes per row, the chunk at (ch % 8) ^ (row % 8): the
+     * 128-byte swizzle wgmma's descriptors (layout 1) and TMA's SWIZZLE_128B share. */
+    template <int ROWS, int ROW_CHUNKS>
+    static __device__ __forceinline__ uint32_t chunk_offset(int row, int ch) {
+        if constexpr (WGMMA)
+            return (uint32_t)(ch >> 3) * (128u * ROWS) + (uint32_t)row * 128u + (uint32_t)(((ch & 7) ^ (row & 7)) << 4);
+        else
+            return 16u * fa_swizzled_chunk<ROW_CHUNKS>(row, ch);
+    }
 };
 
 /* fa_kv_merge_splits's view of the block's shared memory: everything, as one stage (its weights
@@ -115,8 +164,8 @@ __device__ __forceinline__ void fa_kvl_issue_q(const fa_kv_params &prm, const fa
         for (int i = 0; i < Cfg::CHUNKS / Cfg::ROW_THREADS; ++i) {
             const int ch = chunk0 + Cfg::ROW_THREADS * i;
             const bool ok = row_ok && ch < d_chunks;
-            cp_async_cg_16(q_smem + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(r, ch), ok ? (const void *)(src + ch * 8) : prm.q,
-                           ok ? 16 : 0);
+            cp_async_cg_16(q_smem + Cfg::template chunk_offset<Cfg::BLOCK_M, Cfg::CHUNKS>(r, ch),
+                           ok ? (const void *)(src + ch * 8) : prm.q, ok ? 16 : 0);
         }
     }
     cp_async_commit_group();
@@ -172,8 +221,8 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
         for (int i = 0; i < Cfg::CHUNKS / Cfg::ROW_THREADS; ++i) {
             const int ch = chunk0 + Cfg::ROW_THREADS * i;
             const bool ok = valid && ch < d_chunks;
-            cp_async_cg_16(k_dst + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, ch), ok ? (const void *)(k_src + ch * 8) : prm.k,
-                           ok ? 16 : 0);
+            cp_async_cg_16(k_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::CHUNKS>(row, ch),
+                           ok ? (const void *)(k_src + ch * 8) : prm.k, ok ? 16 : 0);
         }
         if constexpr (!V_IN_K) {
             const uint32_t v_dst = k_dst + Cfg::K_TILE_BYTES;
@@ -181,7 +230,7 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
             for (int i = 0; i < Cfg::V_CHUNKS / Cfg::ROW_THREADS; ++i) {
                 const int ch = chunk0 + Cfg::ROW_THREADS * i;
                 const bool ok = valid && ch < dv_chunks;
-                cp_async_cg_16(v_dst + 16 * fa_swizzled_chunk<Cfg::V_CHUNKS>(row, ch),
+                cp_async_cg_16(v_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::V_CHUNKS>(row, ch),
                                ok ? (const void *)(v_src + ch * 8) : prm.v, ok ? 16 : 0);
             }
         }
@@ -230,22 +279,22 @@ __device__ __forceinline__ void fa_kvl_partial_scores(uint32_t q_smem, uint32_t 
         }
 }
 
-/* The pair's exchange: store this warp's partial scores, meet the other warp of the row group at
- * its named barrier (1 + row group: the two warps only), add the other's. Its slot is rewritten
- * only after the next tile's __syncthreads, which the other warp reaches after reading it. Lane l
- * stores v4 number v (= 2·g16 + nt) at v·512 + 16·l: a warp's stores cover 512 contiguous
- * bytes per v4, without bank conflicts. */
-__device__ __forceinline__ void fa_kvl_exchange_scores(uint32_t exchange_smem, int warp, int lane,
-                                                       float (&s_rmem)[2][2][4]) {
+/* The pair's exchange: store this warp's partial scores, meet the other warp of the row group
+ * (`partner`) at its named barrier (1 + row group: the two warps only), add the other's. Its slot
+ * is rewritten only after the next tile's __syncthreads, which the other warp reaches after
+ * reading it. Lane l stores v4 number v (= 2·g16 + nt) at v·512 + 16·l: a warp's stores cover
+ * 512 contiguous bytes per v4, without bank conflicts. */
+__device__ __forceinline__ void fa_kvl_exchange_scores(uint32_t exchange_smem, int warp, int partner, int row_group,
+                                                       int lane, float (&s_rmem)[2][2][4]) {
     const uint32_t mine = exchange_smem + (uint32_t)(warp * 4) * 512u + 16u * (uint32_t)lane;
-    const uint32_t other = exchange_smem + (uint32_t)((warp ^ 1) * 4) * 512u + 16u * (uint32_t)lane;
+    const uint32_t other = exchange_smem + (uint32_t)(partner * 4) * 512u + 16u * (uint32_t)lane;
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
         const uint32_t bits[4] = {__float_as_uint(s_rmem[v / 2][v % 2][0]), __float_as_uint(s_rmem[v / 2][v % 2][1]),
                                   __float_as_uint(s_rmem[v / 2][v % 2][2]), __float_as_uint(s_rmem[v / 2][v % 2][3])};
         st_shared_v4_b32(mine + 512u * v, bits);
     }
-    bar_sync(1 + warp / 2, 64); /* the other warp's partial scores stored */
+    bar_sync(1 + row_group, 64); /* the other warp's partial scores stored */
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
         float x[4];
@@ -256,13 +305,13 @@ __device__ __forceinline__ void fa_kvl_exchange_scores(uint32_t exchange_smem, i
 }
 
 /* Online softmax in base 2 over the tile's 32 slots (fa_kv_softmax_pv's rule: p = 2^(s·mul -
- * max·mul), a row whose max is still -inf uses 0), O rescaled, P straight into the A fragments of
- * the two k16 steps (p_frag[g16]: a[0] = (row, 2t..), a[1] = (row + 8, 2t..), a[2] = (row, 8 +
- * 2t..), a[3] = (row + 8, 8 + 2t..)). */
+ * max·mul), a row whose max is still -inf uses 0), P straight into the A fragments of the two k16
+ * steps (p_frag[g16]: a[0] = (row, 2t..), a[1] = (row + 8, 2t..), a[2] = (row, 8 + 2t..), a[3] =
+ * (row + 8, 8 + 2t..)); rescale[h]: the factor of row h's O (fa_kvl_rescale_o, before this tile's
+ * P·V). */
 template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_rmem)[2][2][4],
-                                               float (&o_rmem)[Cfg::O_TILES][4], float (&row_max)[2],
-                                               float (&row_sum)[2], uint32_t (&p_frag)[2][4]) {
+__device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_rmem)[2][2][4], float (&rescale)[2],
+                                               float (&row_max)[2], float (&row_sum)[2], uint32_t (&p_frag)[2][4]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float tile_max = -CUDART_INF_F;
@@ -273,12 +322,7 @@ __device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_
                 tile_max = fmaxf(tile_max, fmaxf(s_rmem[g16][nt][2 * h], s_rmem[g16][nt][2 * h + 1]));
         tile_max = fa_quad_max(tile_max);
         float max_scaled;
-        const float rescale = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
-#pragma unroll
-        for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
-            o_rmem[ot][2 * h] *= rescale;
-            o_rmem[ot][2 * h + 1] *= rescale;
-        }
+        rescale[h] = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
         float sum = 0.0f;
 #pragma unroll
         for (int g16 = 0; g16 < 2; ++g16)
@@ -289,17 +333,25 @@ __device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_
                 p_frag[g16][2 * nt + h] = Elem::pack2(p0, p1);
                 sum += p0 + p1;
             }
-        row_sum[h] = fmaf(row_sum[h], rescale, sum);
+        row_sum[h] = fmaf(row_sum[h], rescale[h], sum);
     }
 }
 
+/* O *= the rows' factors from fa_kvl_softmax. */
+template <class Cfg>
+__device__ __forceinline__ void fa_kvl_rescale_o(float (&o_rmem)[4 * Cfg::O_TILES], const float (&rescale)[2]) {
+#pragma unroll
+    for (int ot = 0; ot < Cfg::O_TILES; ++ot)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_rmem[4 * ot + e] *= rescale[e / 2];
+}
 /* O += P V for the warp's columns [col0, col0 + cols) (cols = its half of dv, col0 a multiple of
  * 16), pairs of n8 tiles by ldmatrix.x4.trans of 16 slots × 16 columns (fa_kv_load_fragments'
  * lane layout: rows (lane & 7) + 8·((lane >> 3) & 1), chunk + (lane >> 4)). Pairs past dv are
  * skipped (warp-uniform); a pair that ends past dv computes columns nothing stores. */
 template <class Elem, class Cfg>
 __device__ __forceinline__ void fa_kvl_pv(uint32_t v_tile, int lane, int col0, int cols, int dv,
-                                          const uint32_t (&p_frag)[2][4], float (&o_rmem)[Cfg::O_TILES][4]) {
+                                          const uint32_t (&p_frag)[2][4], float (&o_rmem)[4 * Cfg::O_TILES]) {
     constexpr int V_CHUNKS = Cfg::V_CHUNKS;
     const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
     const uint32_t lane_row = v_tile + 16u * (uint32_t)(key * V_CHUNKS);
@@ -313,11 +365,84 @@ __device__ __forceinline__ void fa_kvl_pv(uint32_t v_tile, int lane, int col0, i
         for (int g16 = 0; g16 < 2; ++g16) {
             uint32_t bv[4];
             ldmatrix_x4_trans(bv, addr + 16u * (uint32_t)(16 * g16 * V_CHUNKS));
-            Elem::mma(o_rmem[2 * op], p_frag[g16], &bv[0]);
-            Elem::mma(o_rmem[2 * op + 1], p_frag[g16], &bv[2]);
+            Elem::mma(&o_rmem[8 * op], p_frag[g16], &bv[0]);
+            Elem::mma(&o_rmem[8 * op + 4], p_frag[g16], &bv[2]);
         }
     }
 }
+
+/* ---- 4. key tiles: compute with wgmma (WGMMA, sm_90a) -------------------------------------------- */
+#if FA_KVL_HAVE_WGMMA
+
+/* desc + step in the start-address field: a 32-bit add (shared-memory addresses / 16 stay below
+ * 2^14, so nothing carries into the high word). */
+__device__ __forceinline__ uint64_t fa_kvl_desc_plus(uint64_t desc, uint32_t step) {
+    return (desc & 0xffffffff00000000ull) | (uint64_t)((uint32_t)desc + step);
+}
+
+/* Warpgroup `half`'s share of S = Q Kᵀ: m64n32k16 wgmma over k16 steps 2j + half of the padded
+ * d (FA_KVL_MAX_D / 16 steps; columns past d are zeros in both tiles), A = the Q tile and B = the K
+ * tile, both K-major in slabs (step kk: slab kk / 4, +32·(kk % 4) bytes; half 1 starts 32 bytes
+ * in). Warp w's accumulator is the m16n8 C fragments of rows 16w.., n8 tile i in acc[4i ..
+ * 4i + 3], i.e. s_rmem[i / 2][i % 2], the layout fa_kvl_partial_scores produces. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kvl_partial_scores_wgmma(uint32_t q_smem, uint32_t k_tile, int half,
+                                                            float (&s_rmem)[2][2][4]) {
+    constexpr int PAIRS = FA_KVL_MAX_D / 32; /* each warpgroup's steps */
+    const uint64_t q_desc = wgmma_desc_sw128(q_smem + 32u * (uint32_t)half, 16, 1024);
+    const uint64_t k_desc = wgmma_desc_sw128(k_tile + 32u * (uint32_t)half, 16, 1024);
+    float acc[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        acc[i] = 0.0f;
+        wgmma_fence_operand(acc[i]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < PAIRS; ++j) { /* step 2j + half: slab j / 2, +64·(j % 2) (+32·half) bytes */
+        const uint32_t q_step = (uint32_t)(((j / 2) * Cfg::Q_SLAB_BYTES + (j % 2) * 64) >> 4);
+        const uint32_t k_step = (uint32_t)(((j / 2) * Cfg::KV_SLAB_BYTES + (j % 2) * 64) >> 4);
+        wgmma_ss_f32<Cfg::BLOCK_N, fa_kvl_is_bf16<Elem>::value>(acc, fa_kvl_desc_plus(q_desc, q_step),
+                                                                 fa_kvl_desc_plus(k_desc, k_step), 1);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        wgmma_fence_operand(acc[i]);
+        s_rmem[i / 8][(i / 4) % 2][i % 4] = acc[i];
+    }
+}
+
+/* O += P V for warpgroup `half`'s 256 columns of dv = 512: two m64n256k16, A = P from registers
+ * (p_frag[g16], the A fragment of slots 16·g16 ..), B = slabs 4·half .. 4·half + 3 of the V tile
+ * read MN-major (LBO = the slab stride, SBO = 1024 bytes = 8 slots, k16 step = 16 slots = 2048
+ * bytes). o_rmem is the m64n256 accumulator: n8 tile i in o_rmem[4i .. 4i + 3], the layout
+ * fa_kvl_pv's mma.sync tiles have. Waits for the GEMM: the stage is refilled next. */
+template <class Elem, class Cfg>
+__device__ __forceinline__ void fa_kvl_pv_wgmma(uint32_t v_tile, int half, uint32_t (&p_frag)[2][4],
+                                                float (&o_rmem)[4 * Cfg::O_TILES]) {
+    static_assert(4 * Cfg::O_TILES == 128, "one m64n256 accumulator");
+    const uint64_t v_desc =
+        wgmma_desc_sw128(v_tile + (uint32_t)half * 4u * Cfg::KV_SLAB_BYTES, Cfg::KV_SLAB_BYTES, 1024);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(o_rmem[i]);
+#pragma unroll
+    for (int g16 = 0; g16 < 2; ++g16)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_frag[g16][x]);
+    wgmma_fence();
+#pragma unroll
+    for (int g16 = 0; g16 < 2; ++g16)
+        wgmma_rs_f32_transb<256, fa_kvl_is_bf16<Elem>::value>(
+            o_rmem, p_frag[g16], fa_kvl_desc_plus(v_desc, (uint32_t)((g16 * 16 * 128) >> 4)), 1);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(o_rmem[i]);
+}
+
+#endif /* FA_KVL_HAVE_WGMMA */
 
 /* ---- 4. output -------------------------------------------------------------------------------- */
 
@@ -328,7 +453,7 @@ __device__ __forceinline__ void fa_kvl_pv(uint32_t v_tile, int lane, int col0, i
 template <class Elem, class Cfg>
 __device__ __forceinline__ void fa_kvl_store(const fa_kv_params &prm, const fa_kv_block &blk, int row_base,
                                              int half, int quad_col, int col0, int cols,
-                                             const float (&o_rmem)[Cfg::O_TILES][4], const float (&row_max)[2],
+                                             const float (&o_rmem)[4 * Cfg::O_TILES], const float (&row_max)[2],
                                              const float (&row_sum)[2], float score_mul) {
     constexpr float LOG2E = 1.4426950408889634f;
     const int g = blk.g, sq = blk.sq, b = blk.b, dv = prm.head_dim_v;
@@ -356,7 +481,7 @@ __device__ __forceinline__ void fa_kvl_store(const fa_kv_params &prm, const fa_k
         for (int ot = 0; ot < Cfg::O_TILES; ++ot) {
             const int col = col0 + 8 * ot + 2 * quad_col;
             if (8 * ot >= cols || col0 + 8 * ot >= dv) continue; /* warp-uniform */
-            const float x0 = f * o_rmem[ot][2 * h] * inv, x1 = f * o_rmem[ot][2 * h + 1] * inv;
+            const float x0 = f * o_rmem[4 * ot + 2 * h] * inv, x1 = f * o_rmem[4 * ot + 2 * h + 1] * inv;
             if (prm.num_splits == 1) {
                 *(uint32_t *)(o_row + col) = Elem::pack2(x0, x1);
             } else {
@@ -372,21 +497,29 @@ __device__ __forceinline__ void fa_kvl_store(const fa_kv_params &prm, const fa_k
 
 /* ---- the kernel ------------------------------------------------------------------------------- */
 
-template <class Elem, bool V_IN_K>
-__global__ void __launch_bounds__(fa_kvl_config<V_IN_K>::THREADS, 1) fa_kvl_kernel(const fa_kv_params prm) {
-    using Cfg = fa_kvl_config<V_IN_K>;
+template <class Elem, bool V_IN_K, bool WGMMA>
+__global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_kvl_kernel(const fa_kv_params prm) {
+    using Cfg = fa_kvl_config<V_IN_K, WGMMA>;
     using Cvt = fa_kv_convert<Elem>;
     constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N;
 
     extern __shared__ __align__(128) uint8_t smem_raw[];
-    const uint32_t q_smem = smem_u32addr(smem_raw);
+    uint32_t q_smem = smem_u32addr(smem_raw);
+    if constexpr (WGMMA) q_smem = (q_smem + 1023u) & ~1023u; /* the slabs' swizzle atoms (ALIGN_PAD) */
     const uint32_t stage_smem = q_smem + Cfg::Q_BYTES;
     const uint32_t exchange_smem = stage_smem + STAGES * Cfg::STAGE_BYTES;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int quad_row = lane / 4, quad_col = lane % 4;
-    const int row_group = warp / 2, half = warp % 2; /* the pair (2·row_group, 2·row_group + 1) */
+    /* The pair of warps sharing 16 rows: (2·row_group, 2·row_group + 1); WGMMA: (row_group,
+     * row_group + 4), warp row_group of each warpgroup (a warpgroup's m64 tiles give warp w rows
+     * 16w ..). */
+    const int row_group = WGMMA ? warp % 4 : warp / 2;
+    /* WGMMA: from lane 0, which ptxas knows to be warp-uniform, so the descriptors built from it
+     * stay in uniform registers */
+    const int half = WGMMA ? __shfl_sync(0xffffffffu, warp / 4, 0) : warp % 2;
+    const int partner = WGMMA ? warp ^ 4 : warp ^ 1;
 
     const fa_kv_block blk = fa_kv_block_geometry<Cfg>(prm, 16 * row_group + quad_row); /* 1. */
 
@@ -395,7 +528,8 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K>::THREADS, 1) fa_kvl_kern
     int page_next = ld.prologue();                                         /* 3. */
 
     const int rot_half = prm.rotary_dim / 2;
-    fa_kv_land_q<Cfg, Cvt>(prm, blk, q_smem, rot_half, tid);
+    /* WGMMA: never rotated (fa_kvl_wgmma_ok); Q lands with tile 0, at the loop's first wait */
+    if constexpr (!WGMMA) fa_kv_land_q<Cfg, Cvt>(prm, blk, q_smem, rot_half, tid);
 
     if (blk.append && blk.split == 0 && blk.row_tile == 0)
         fa_kv_append<Cfg, Cvt, V_IN_K>(prm, blk, ld, rot_half, tid); /* 5. */
@@ -414,40 +548,58 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K>::THREADS, 1) fa_kvl_kern
     const int dv = prm.head_dim_v, dv_split = fa_kvl_dv_split(dv);
     const int col0 = half * dv_split, cols = half ? dv - dv_split : dv_split;
 
-    float o_rmem[Cfg::O_TILES][4];
+    float o_rmem[4 * Cfg::O_TILES];
 #pragma unroll
-    for (int ot = 0; ot < Cfg::O_TILES; ++ot)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o_rmem[ot][e] = 0.0f;
+    for (int i = 0; i < 4 * Cfg::O_TILES; ++i) o_rmem[i] = 0.0f;
     float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float row_sum[2] = {0.0f, 0.0f}; /* this lane's share; quad-summed at the end */
     const float score_mul = prm.score_mul;
     const fa_mods_arg<false> no_mods{};
 
+    int stage = 0; /* tile it's */
     for (int it = 0; it < blk.n_tiles; ++it) {
-        cp_async_wait_group<STAGES - 2>(); /* tile it landed (this thread's copies)          */
-        __syncthreads();                   /* everyone's; and every warp finished tile it-1,
-                                              so its stage can be refilled                   */
-        const int next = it + STAGES - 1;
-        if (next < blk.n_tiles) ld.issue(blk.tile_first + next, next % STAGES, page_next);
+        cp_async_wait_group<STAGES - 2>(); /* tile it landed (this thread's copies; the first round:
+                                              Q too)                                          */
+#if FA_KVL_HAVE_WGMMA
+        if constexpr (WGMMA) fence_proxy_async_shared_cta(); /* ... and visible to wgmma */
+#endif
+        __syncthreads(); /* everyone's; and every warp finished tile it - 1, so its stage can be
+                            refilled                                                           */
+        const int next = it + STAGES - 1, next_stage = stage + 1 == STAGES ? 0 : stage + 1;
+        if (next < blk.n_tiles) ld.issue(blk.tile_first + next, next_stage, page_next);
         cp_async_commit_group();
         if (next + 1 < blk.n_tiles) page_next = ld.fetch_page(blk.tile_first + next + 1);
 
         const int c0 = (blk.tile_first + it) * BLOCK_N;
-        const uint32_t k_tile = stage_smem + (it % STAGES) * Cfg::STAGE_BYTES;
+        const uint32_t k_tile = stage_smem + (uint32_t)stage * Cfg::STAGE_BYTES;
         const uint32_t v_tile = V_IN_K ? k_tile : k_tile + Cfg::K_TILE_BYTES;
-        if constexpr (!V_IN_K) { /* a latent cache has no rotary (refused by validation) */
+        stage = next_stage;
+        if constexpr (!V_IN_K && !WGMMA) { /* a latent cache has no rotary (refused by validation) */
             if (prm.rotary_cos != nullptr) fa_kv_rotate_appended<Cfg, Cvt>(prm, blk, rot_half, k_tile, c0, tid);
         }
 
         float s_rmem[2][2][4];
-        fa_kvl_partial_scores<Elem, Cfg>(q_smem, k_tile, q_offs, k_offs, half, k_steps, s_rmem);
-        fa_kvl_exchange_scores(exchange_smem, warp, lane, s_rmem);
+        if constexpr (WGMMA) {
+#if FA_KVL_HAVE_WGMMA
+            fa_kvl_partial_scores_wgmma<Elem, Cfg>(q_smem, k_tile, half, s_rmem);
+#endif
+        } else {
+            fa_kvl_partial_scores<Elem, Cfg>(q_smem, k_tile, q_offs, k_offs, half, k_steps, s_rmem);
+        }
+        fa_kvl_exchange_scores(exchange_smem, warp, partner, row_group, lane, s_rmem);
         fa_kv_score_transform<Cfg, false>(prm, blk, c0, quad_col, s_rmem[0], no_mods);
         fa_kv_score_transform<Cfg, false>(prm, blk, c0 + Cfg::WARP_N, quad_col, s_rmem[1], no_mods);
         uint32_t p_frag[2][4];
-        fa_kvl_softmax<Elem, Cfg>(score_mul, s_rmem, o_rmem, row_max, row_sum, p_frag);
-        fa_kvl_pv<Elem, Cfg>(v_tile, lane, col0, cols, dv, p_frag, o_rmem);
+        float rescale[2];
+        fa_kvl_softmax<Elem, Cfg>(score_mul, s_rmem, rescale, row_max, row_sum, p_frag);
+        fa_kvl_rescale_o<Cfg>(o_rmem, rescale);
+        if constexpr (WGMMA) {
+#if FA_KVL_HAVE_WGMMA
+            fa_kvl_pv_wgmma<Elem, Cfg>(v_tile, half, p_frag, o_rmem);
+#endif
+        } else {
+            fa_kvl_pv<Elem, Cfg>(v_tile, lane, col0, cols, dv, p_frag, o_rmem);
+        }
     }
     cp_async_wait_all(); /* no copy in flight when the merge reuses shared memory */
 
@@ -459,20 +611,21 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K>::THREADS, 1) fa_kvl_kern
 
 /* Launch one instantiation on `stream`; the > 48 KiB dynamic shared-memory opt-in is set once per
  * device ordinal (as fa_kv_launch). */
-template <class Elem, bool V_IN_K>
+template <class Elem, bool V_IN_K, bool WGMMA = false>
 static fa_status fa_kvl_launch(const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
-    using Cfg = fa_kvl_config<V_IN_K>;
+    using Cfg = fa_kvl_config<V_IN_K, WGMMA>;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
     const unsigned long long bit = device_ordinal >= 0 && device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kvl_kernel<Elem, V_IN_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)Cfg::SMEM_BYTES),
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kvl_kernel<Elem, V_IN_K, WGMMA>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)(Cfg::SMEM_BYTES + Cfg::ALIGN_PAD)),
                       name);
         __atomic_fetch_or(&smem_configured, bit, __ATOMIC_RELEASE);
     }
     const dim3 grid((unsigned)prm->row_tiles * (unsigned)prm->num_splits, (unsigned)prm->heads_kv,
                     (unsigned)prm->batch);
-    fa_kvl_kernel<Elem, V_IN_K><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm);
+    fa_kvl_kernel<Elem, V_IN_K, WGMMA><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES + Cfg::ALIGN_PAD, stream>>>(*prm);
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }
