@@ -22,7 +22,7 @@ kv head (v = the first 512 columns of the 576-dim k cache, each row read once), 
 1 and 2 query tokens, batch 32 and 128, contexts 4k-32k, pages of 64 tokens, bf16, reported as
 GB/s (latent cache bytes read / median time) and TFLOP/s (2 · heads · (576 + 512) · keys seen
 per query token / median time), in <out>/decode-mla.{md,json}: the kernel the library picks (on
-sm_90 its wgmma variant) next to the mma.sync kernel (FA_CUDA_KVCACHE=portable), the two
+sm_90 the wgmma latent-cache kernel) next to the mma.sync one (FA_CUDA_KVCACHE=portable), the two
 alternated per query-token count for two rounds, the faster round of each kept. --mla-only runs
 just that (no torch needed); --mla-quick keeps contexts 4k and 32k.
 
@@ -106,8 +106,8 @@ def mla_report(rows, out, machine=None, date=None):
     date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     text = ["# MLA decode (latent cache, d %d / dv %d, hq %d, hkv 1, page %d, bf16)" % (MLA_D, MLA_DV, MLA_HQ, MLA_PAGE),
             "",
-            "GPU: %s; flashattn's `flashattn bench --mode decode --latent`: the large-head decode kernel the "
-            "library picks (on sm_90 its wgmma variant) and, last two columns, the mma.sync kernel "
+            "GPU: %s; flashattn's `flashattn bench --mode decode --latent`: the kernel the library picks (on "
+            "sm_90 the wgmma latent-cache kernel) and, last two columns, the mma.sync large-head kernel "
             "(FA_CUDA_KVCACHE=portable), alternated; %s. Written by bench/bench_decode.py --mla." % (machine, date),
             "",
             "GB/s = latent cache bytes read (each row once) / median time (inputs rotated or larger than "

@@ -476,6 +476,12 @@ FA_TEST(tiles_kvcache_large_heads) {
                      fa_kvl_wgmma_smem_bytes(v_in_k) + 1152 <= SMEM_SM90,
                  "v_in_k %d: the wgmma variant's %zu bytes fit sm_90's %d", v_in_k, fa_kvl_wgmma_smem_bytes(v_in_k),
                  SMEM_SM90);
+    /* the latent-cache wgmma kernel: factors, alignment, Q, two 64-slot stages, P; with its static
+     * bytes inside sm_90's opt-in, and room for the fused merge */
+    FA_CHECK(fa_kvl_latent_smem_bytes() == (size_t)256 + 1024 + 73728 + 2 * 73728 + 8192 &&
+                 fa_kvl_latent_smem_bytes() + 1152 <= SMEM_SM90 && fa_kvl_smem_bytes(1) <= fa_kvl_latent_smem_bytes() &&
+                 FA_KVL_LATENT_BLOCK_N % 16 == 0 && FA_KVL_LATENT_BLOCK_N % (32 * FA_KVL_WARPS / 8) == 0,
+             "latent wgmma kernel: %zu bytes", fa_kvl_latent_smem_bytes());
     FA_CHECK(FA_KVL_MAX_SPLITS >= 32 && FA_KVL_MAX_SPLITS % 32 == 0, "split cap: whole 32-flag words of the fused merge");
     FA_CHECK(FA_KVL_BLOCK_M == 16 * FA_KVL_WARPS / 2 && FA_KVL_BLOCK_N == 32 && FA_KVL_STAGES == 2,
              "4 row groups of 16 rows × 2 warps; 32-slot tiles, two stages");

@@ -408,7 +408,8 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
     plan->large_wgmma = plan->large && !(force != NULL && strcmp(force, "portable") == 0) &&
                         fa_kvl_wgmma_ok(plan->dev.cc_major, plan->dev.cc_minor, (int)p->head_dim, (int)p->head_dim_v,
                                         p->rotary_cos != NULL);
-    const size_t smem = plan->large_wgmma           ? fa_kvl_wgmma_smem_bytes(plan->v_in_k)
+    const size_t smem = plan->large_wgmma && plan->v_in_k ? fa_kvl_latent_smem_bytes()
+                        : plan->large_wgmma           ? fa_kvl_wgmma_smem_bytes(plan->v_in_k)
                         : plan->large               ? fa_kvl_smem_bytes(plan->v_in_k)
                         : !quant                    ? fa_kv_smem_bytes(plan->bucket)
                         : p->kv_dtype == FA_KV_Q8_0 ? fa_kvq_smem_bytes(plan->bucket)
@@ -422,7 +423,9 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         return s;
     /* the tile shape of the kernel that runs */
     const int block_m = plan->large ? (int)FA_KVL_BLOCK_M : (int)FA_KV_BLOCK_M;
-    const int block_n = plan->large ? (int)FA_KVL_BLOCK_N : (int)FA_KV_BLOCK_N;
+    const int block_n = plan->large_wgmma && plan->v_in_k ? (int)FA_KVL_LATENT_BLOCK_N
+                        : plan->large                       ? (int)FA_KVL_BLOCK_N
+                                                            : (int)FA_KV_BLOCK_N;
     const int64_t max_splits = plan->large ? (int64_t)FA_KVL_MAX_SPLITS : (int64_t)FA_KV_MAX_SPLITS;
 
     /* Splits. The cache lengths are on the device, so the plan uses the capacity seqlen_k (which

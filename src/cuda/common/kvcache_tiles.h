@@ -195,20 +195,33 @@ FA_KV_TILES_FN size_t fa_kvl_smem_bytes(int v_in_k) {
            fa_kvl_exchange_bytes();
 }
 
-/* The wgmma variant of the large-head kernel (kernels/kvcache_large_sm90.cu, sm_90a): the same
- * blocks, loads, softmax and merge, with the two warps of a row group being warps w and w + 4, one
- * of each warpgroup: each warpgroup computes the 64 rows' partial scores over every other k16
- * step of d (m64n32k16, Q and K from shared memory) and P·V for its 256 columns of dv (m64n256k16,
- * P from registers: the whole of a warpgroup's O in one accumulator), hence dv = 512 only (MLA's
- * latent cache, d = 576; and 512 / 512). Tiles are stored as slabs of 64 columns in wgmma's
- * 128-byte swizzle, 1024-byte aligned (1024 more bytes). Rotary (separate caches only: it rotates
- * Q and appended keys in shared memory, in the mma.sync tiles' layout) stays on the mma.sync
- * kernel. */
+/* The wgmma kernels for large heads (kernels/kvcache_large_sm90.cu, sm_90a), dv = 512 only (each
+ * warpgroup's P·V is one m64n256 accumulator of half of dv). Separate K and V caches: the large-head
+ * kernel's WGMMA instantiations, the same blocks, loads, softmax and merge, with the two warps of a
+ * row group being warps w and w + 4, one of each warpgroup: each warpgroup computes the 64 rows'
+ * partial scores over every other k16 step of d (m64n32k16, Q and K from shared memory) and P·V
+ * for its 256 columns (P from registers); tiles stored as slabs of 64 columns in wgmma's 128-byte
+ * swizzle, 1024-byte aligned (1024 more bytes). A latent cache: fa_kvl_latent_kernel (below).
+ * Rotary (separate caches only: it rotates Q and appended keys in shared memory, in the mma.sync
+ * tiles' layout) stays on the mma.sync kernel. */
 FA_KV_TILES_FN int fa_kvl_wgmma_ok(int cc_major, int cc_minor, int head_dim, int head_dim_v, int rotary) {
     return cc_major == 9 && cc_minor == 0 && head_dim_v == FA_KVL_MAX_DV && fa_kvl_dims_ok(head_dim, head_dim_v) &&
            !rotary;
 }
 
 FA_KV_TILES_FN size_t fa_kvl_wgmma_smem_bytes(int v_in_k) { return fa_kvl_smem_bytes(v_in_k) + 1024; }
+
+/* On a latent cache the wgmma path is its own kernel (kvcache_large_sm90.cu, fa_kvl_latent_kernel):
+ * 64-slot tiles, warpgroup 0 computing a tile's scores and softmax for all 64 rows (m64n64: the
+ * tensor cores' rate from shared memory, where 32-slot k-split halves are bound by it) and both
+ * warpgroups P·V for their halves of dv. Shared memory: the rows' rescale factors (256 bytes), the
+ * alignment, Q [64][576], two stages [64][576], P (8 KiB): 230656 bytes, with the kernel's 1152
+ * static bytes inside sm_90's 232448. */
+enum { FA_KVL_LATENT_BLOCK_N = 64 };
+
+FA_KV_TILES_FN size_t fa_kvl_latent_smem_bytes(void) {
+    return (size_t)4 * FA_KVL_BLOCK_M + 1024 + (size_t)2 * FA_KVL_BLOCK_M * FA_KVL_MAX_D +
+           (size_t)2 * 2 * FA_KVL_LATENT_BLOCK_N * FA_KVL_MAX_D + (size_t)(FA_KVL_LATENT_BLOCK_N / 16) * 128 * 16;
+}
 
 #endif /* FA_KVCACHE_TILES_H */

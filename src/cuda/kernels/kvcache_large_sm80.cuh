@@ -29,7 +29,8 @@
  * A latent cache (V_IN_K; prm.v_in_k): a tile holds K only, each cache row is read once, and P·V
  * reads the first dv columns of the K tile. Separate caches: a V tile follows the K tile.
  *
- * WGMMA (sm_90a, dv = 512; kernels/kvcache_large_sm90.cu, kvcache_tiles.h's fa_kvl_wgmma_ok): the
+ * WGMMA (sm_90a, dv = 512, separate K and V caches; kernels/kvcache_large_sm90.cu, kvcache_tiles.h's
+ * fa_kvl_wgmma_ok; a latent cache runs that file's own kernel, which borrows these functions): the
  * same blocks with the two GEMMs on Hopper's warpgroup MMA. The pair of a row group is warps w and
  * w + 4, i.e. warpgroups 0 and 1, each holding all 64 rows (warp w of a warpgroup: rows 16w ..):
  *   S: warpgroup h runs m64n32k16 over k16 steps 2j + h of the padded d (fa_kvl_partial_scores_wgmma,
@@ -38,7 +39,7 @@
  *   P·V: warpgroup h runs m64n256k16 over its 256 columns of dv with P from registers (the A
  *     fragments the softmax packs) and the V tile read MN-major: the warpgroup's whole O in one
  *     accumulator of 128 registers per thread (fa_kvl_pv_wgmma).
- * Its tiles are slabs of 64 columns in wgmma's 128-byte swizzle (fa_kvl_config::chunk_offset),
+ * Its tiles are slabs of 64 columns in wgmma's 128-byte swizzle (fa_kvl_slab_offset),
  * written by the same cp.async copies and handed to wgmma's async proxy by fence.proxy.async
  * before each tile's __syncthreads.
  *
@@ -71,6 +72,15 @@
 #else
 #define FA_KVL_HAVE_WGMMA 0
 #endif
+
+/* Byte offset of 16-byte chunk ch of row `row` in a tile of ROWS rows stored for wgmma: slab ch / 8
+ * holds columns 64·(ch / 8) .. of every row, 128 bytes per row, the chunk at (ch % 8) ^ (row % 8):
+ * the 128-byte swizzle wgmma's descriptors (layout 1) and TMA's SWIZZLE_128B share; the tile starts
+ * 1024-byte aligned. */
+template <int ROWS>
+__device__ __forceinline__ uint32_t fa_kvl_slab_offset(int row, int ch) {
+    return (uint32_t)(ch >> 3) * (128u * ROWS) + (uint32_t)row * 128u + (uint32_t)(((ch & 7) ^ (row & 7)) << 4);
+}
 
 /* The wgmma wrappers' element flag of fa_bf16 / fa_f16. */
 template <class Elem>
@@ -119,14 +129,12 @@ struct fa_kvl_config {
                              K_TILE_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0),
                   "wgmma: two m64n256 halves of dv; whole swizzle atoms");
 
-    /* Byte offset of 16-byte chunk ch of row `row` in a tile of ROWS rows of ROW_CHUNKS chunks.
-     * mma.sync: rows one after another, fa_swizzled_chunk. WGMMA: slab ch / 8 holds columns
-     * 64·(ch / 8) .. of every row, 128 bytes per row, the chunk at (ch % 8) ^ (row % 8): the
-     * 128-byte swizzle wgmma's descriptors (layout 1) and TMA's SWIZZLE_128B share. */
+    /* Byte offset of 16-byte chunk ch of row `row` in a tile of ROWS rows of ROW_CHUNKS chunks:
+     * mma.sync, rows one after another (fa_swizzled_chunk); WGMMA, slabs (fa_kvl_slab_offset). */
     template <int ROWS, int ROW_CHUNKS>
     static __device__ __forceinline__ uint32_t chunk_offset(int row, int ch) {
         if constexpr (WGMMA)
-            return (uint32_t)(ch >> 3) * (128u * ROWS) + (uint32_t)row * 128u + (uint32_t)(((ch & 7) ^ (row & 7)) << 4);
+            return fa_kvl_slab_offset<ROWS>(row, ch);
         else
             return 16u * fa_swizzled_chunk<ROW_CHUNKS>(row, ch);
     }
@@ -179,27 +187,44 @@ __device__ __forceinline__ void fa_kvl_issue_q(const fa_kv_params &prm, const fa
  * has, which fa_kv_append reads. */
 template <class Cfg, bool V_IN_K>
 struct fa_kvl_tile_loader : fa_kv_cache_view {
+    static constexpr int PASSES = Cfg::BLOCK_N / Cfg::ROWS_PER_PASS; /* tile rows per thread */
+    struct pages {
+        int id[PASSES]; /* the block-table entries of the thread's rows of a tile */
+    };
     const fa_kv_params &prm;
     const fa_kv_block &blk;
     uint32_t stage_smem;
-    int row, chunk0;                   /* tile row (tid / 8) and first chunk (tid % 8)           */
+    int row, chunk0;                   /* first tile row (tid / 8; then + ROWS_PER_PASS) and first
+                                          chunk (tid % 8)                                      */
 
     __device__ __forceinline__ fa_kvl_tile_loader(const fa_kv_params &prm_, const fa_kv_block &blk_, uint32_t stage,
                                                   int tid)
         : fa_kv_cache_view(prm_, blk_), prm(prm_), blk(blk_), stage_smem(stage), row(tid / Cfg::ROW_THREADS),
           chunk0(tid % Cfg::ROW_THREADS) {}
 
-    /* The block-table entry of this thread's slot of tile m (paged, a cache slot the block reads;
-     * 0 otherwise, unused). Unclamped: issue clamps it. */
-    __device__ __forceinline__ int fetch_page(int m) const {
-        const int c = m * Cfg::BLOCK_N + row;
-        if (!blk.paged || c < blk.slot_lo || c >= min(blk.slot_hi, blk.cache_len)) return 0;
-        return blk.block_table_row[min(c / page_size, blk.table_last)];
+    /* The block-table entries of this thread's slots of tile m (paged, a cache slot the block
+     * reads; 0 otherwise, unused). Unclamped: issue clamps them. */
+    __device__ __forceinline__ pages fetch_pages(int m) const {
+        pages p;
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass) {
+            const int c = m * Cfg::BLOCK_N + row + pass * Cfg::ROWS_PER_PASS;
+            p.id[pass] = !blk.paged || c < blk.slot_lo || c >= min(blk.slot_hi, blk.cache_len)
+                             ? 0
+                             : blk.block_table_row[min(c / page_size, blk.table_last)];
+        }
+        return p;
     }
 
-    /* cp.async this thread's row of tile m (slots 32m ..) into `stage`; page_id from fetch_page(m). */
-    __device__ __forceinline__ void issue(int m, int stage, int page_id) const {
-        const int c = m * Cfg::BLOCK_N + row;
+    /* cp.async this thread's rows of tile m (slots BLOCK_N·m ..) into `stage`; pages from
+     * fetch_pages(m). */
+    __device__ __forceinline__ void issue(int m, int stage, const pages &page) const {
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass) issue_row(m, stage, row + pass * Cfg::ROWS_PER_PASS, page.id[pass]);
+    }
+
+    __device__ __forceinline__ void issue_row(int m, int stage, int r, int page_id) const {
+        const int c = m * Cfg::BLOCK_N + r;
         const bool valid = c >= blk.slot_lo && c < blk.slot_hi;
         const uint16_t *k_src = k_seq, *v_src = v_seq; /* never read unless valid */
         if (!valid) {
@@ -221,7 +246,7 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
         for (int i = 0; i < Cfg::CHUNKS / Cfg::ROW_THREADS; ++i) {
             const int ch = chunk0 + Cfg::ROW_THREADS * i;
             const bool ok = valid && ch < d_chunks;
-            cp_async_cg_16(k_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::CHUNKS>(row, ch),
+            cp_async_cg_16(k_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::CHUNKS>(r, ch),
                            ok ? (const void *)(k_src + ch * 8) : prm.k, ok ? 16 : 0);
         }
         if constexpr (!V_IN_K) {
@@ -230,17 +255,17 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
             for (int i = 0; i < Cfg::V_CHUNKS / Cfg::ROW_THREADS; ++i) {
                 const int ch = chunk0 + Cfg::ROW_THREADS * i;
                 const bool ok = valid && ch < dv_chunks;
-                cp_async_cg_16(v_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::V_CHUNKS>(row, ch),
+                cp_async_cg_16(v_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::V_CHUNKS>(r, ch),
                                ok ? (const void *)(v_src + ch * 8) : prm.v, ok ? 16 : 0);
             }
         }
     }
 
-    /* Prologue: tile 0's copies (one commit group, empty without tiles); returns tile 1's page.
+    /* Prologue: tile 0's copies (one commit group, empty without tiles); returns tile 1's pages.
      * Group order: Q, tile 0. */
-    __device__ __forceinline__ int prologue() const {
-        const int page0 = blk.n_tiles > 0 ? fetch_page(blk.tile_first) : 0;
-        const int page1 = blk.n_tiles > 1 ? fetch_page(blk.tile_first + 1) : 0;
+    __device__ __forceinline__ pages prologue() const {
+        const pages page0 = blk.n_tiles > 0 ? fetch_pages(blk.tile_first) : pages{};
+        const pages page1 = blk.n_tiles > 1 ? fetch_pages(blk.tile_first + 1) : pages{};
         if (blk.n_tiles > 0) issue(blk.tile_first, 0, page0);
         cp_async_commit_group();
         return page1;
@@ -304,19 +329,19 @@ __device__ __forceinline__ void fa_kvl_exchange_scores(uint32_t exchange_smem, i
     }
 }
 
-/* Online softmax in base 2 over the tile's 32 slots (fa_kv_softmax_pv's rule: p = 2^(s·mul -
- * max·mul), a row whose max is still -inf uses 0), P straight into the A fragments of the two k16
+/* Online softmax in base 2 over the tile's 16·G16 slots (fa_kv_softmax_pv's rule: p = 2^(s·mul -
+ * max·mul), a row whose max is still -inf uses 0), P straight into the A fragments of the G16 k16
  * steps (p_frag[g16]: a[0] = (row, 2t..), a[1] = (row + 8, 2t..), a[2] = (row, 8 + 2t..), a[3] =
  * (row + 8, 8 + 2t..)); rescale[h]: the factor of row h's O (fa_kvl_rescale_o, before this tile's
  * P·V). */
-template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_rmem)[2][2][4], float (&rescale)[2],
-                                               float (&row_max)[2], float (&row_sum)[2], uint32_t (&p_frag)[2][4]) {
+template <class Elem, int G16>
+__device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_rmem)[G16][2][4], float (&rescale)[2],
+                                               float (&row_max)[2], float (&row_sum)[2], uint32_t (&p_frag)[G16][4]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float tile_max = -CUDART_INF_F;
 #pragma unroll
-        for (int g16 = 0; g16 < 2; ++g16)
+        for (int g16 = 0; g16 < G16; ++g16)
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
                 tile_max = fmaxf(tile_max, fmaxf(s_rmem[g16][nt][2 * h], s_rmem[g16][nt][2 * h + 1]));
@@ -325,7 +350,7 @@ __device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_
         rescale[h] = fa_online_max_step(row_max[h], tile_max, score_mul, max_scaled);
         float sum = 0.0f;
 #pragma unroll
-        for (int g16 = 0; g16 < 2; ++g16)
+        for (int g16 = 0; g16 < G16; ++g16)
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
                 const float p0 = ex2_approx_ftz_f32(fmaf(s_rmem[g16][nt][2 * h], score_mul, -max_scaled));
@@ -414,26 +439,27 @@ __device__ __forceinline__ void fa_kvl_partial_scores_wgmma(uint32_t q_smem, uin
     }
 }
 
-/* O += P V for warpgroup `half`'s 256 columns of dv = 512: two m64n256k16, A = P from registers
- * (p_frag[g16], the A fragment of slots 16·g16 ..), B = slabs 4·half .. 4·half + 3 of the V tile
- * read MN-major (LBO = the slab stride, SBO = 1024 bytes = 8 slots, k16 step = 16 slots = 2048
- * bytes). o_rmem is the m64n256 accumulator: n8 tile i in o_rmem[4i .. 4i + 3], the layout
+/* O += P V for warpgroup `half`'s 256 columns of dv = 512: BLOCK_N / 16 m64n256k16, A = P from
+ * registers (p_frag[g16], the A fragment of slots 16·g16 ..), B = slabs 4·half .. 4·half + 3 of the
+ * V tile read MN-major (LBO = the slab stride, SBO = 1024 bytes = 8 slots, k16 step = 16 slots =
+ * 2048 bytes). o_rmem is the m64n256 accumulator: n8 tile i in o_rmem[4i .. 4i + 3], the layout
  * fa_kvl_pv's mma.sync tiles have. Waits for the GEMM: the stage is refilled next. */
 template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvl_pv_wgmma(uint32_t v_tile, int half, uint32_t (&p_frag)[2][4],
+__device__ __forceinline__ void fa_kvl_pv_wgmma(uint32_t v_tile, int half, uint32_t (&p_frag)[Cfg::BLOCK_N / 16][4],
                                                 float (&o_rmem)[4 * Cfg::O_TILES]) {
+    constexpr int G16 = Cfg::BLOCK_N / 16;
     static_assert(4 * Cfg::O_TILES == 128, "one m64n256 accumulator");
     const uint64_t v_desc =
         wgmma_desc_sw128(v_tile + (uint32_t)half * 4u * Cfg::KV_SLAB_BYTES, Cfg::KV_SLAB_BYTES, 1024);
 #pragma unroll
     for (int i = 0; i < 128; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
-    for (int g16 = 0; g16 < 2; ++g16)
+    for (int g16 = 0; g16 < G16; ++g16)
 #pragma unroll
         for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_frag[g16][x]);
     wgmma_fence();
 #pragma unroll
-    for (int g16 = 0; g16 < 2; ++g16)
+    for (int g16 = 0; g16 < G16; ++g16)
         wgmma_rs_f32_transb<256, fa_kvl_is_bf16<Elem>::value>(
             o_rmem, p_frag[g16], fa_kvl_desc_plus(v_desc, (uint32_t)((g16 * 16 * 128) >> 4)), 1);
     wgmma_commit_group();
@@ -525,7 +551,7 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
 
     const fa_kvl_tile_loader<Cfg, V_IN_K> ld(prm, blk, stage_smem, tid);
     fa_kvl_issue_q<Cfg>(prm, blk, q_smem, ld.row, ld.chunk0, ld.d_chunks); /* 2. */
-    int page_next = ld.prologue();                                         /* 3. */
+    auto page_next = ld.prologue();                                        /* 3. */
 
     const int rot_half = prm.rotary_dim / 2;
     /* WGMMA: never rotated (fa_kvl_wgmma_ok); Q lands with tile 0, at the loop's first wait */
@@ -568,7 +594,7 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
         const int next = it + STAGES - 1, next_stage = stage + 1 == STAGES ? 0 : stage + 1;
         if (next < blk.n_tiles) ld.issue(blk.tile_first + next, next_stage, page_next);
         cp_async_commit_group();
-        if (next + 1 < blk.n_tiles) page_next = ld.fetch_page(blk.tile_first + next + 1);
+        if (next + 1 < blk.n_tiles) page_next = ld.fetch_pages(blk.tile_first + next + 1);
 
         const int c0 = (blk.tile_first + it) * BLOCK_N;
         const uint32_t k_tile = stage_smem + (uint32_t)stage * Cfg::STAGE_BYTES;
@@ -591,7 +617,7 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
         fa_kv_score_transform<Cfg, false>(prm, blk, c0 + Cfg::WARP_N, quad_col, s_rmem[1], no_mods);
         uint32_t p_frag[2][4];
         float rescale[2];
-        fa_kvl_softmax<Elem, Cfg>(score_mul, s_rmem, rescale, row_max, row_sum, p_frag);
+        fa_kvl_softmax<Elem, 2>(score_mul, s_rmem, rescale, row_max, row_sum, p_frag);
         fa_kvl_rescale_o<Cfg>(o_rmem, rescale);
         if constexpr (WGMMA) {
 #if FA_KVL_HAVE_WGMMA
