@@ -33,8 +33,8 @@
  * fa_kvl_wgmma_ok; a latent cache runs that file's own kernel, which borrows these functions): the
  * same blocks with the two GEMMs on Hopper's warpgroup MMA. The pair of a row group is warps w and
  * w + 4, i.e. warpgroups 0 and 1, each holding all 64 rows (warp w of a warpgroup: rows 16w ..):
- *   S: warpgroup h runs m64n32k16 over k16 steps 2j + h of the padded d (fa_kvl_partial_scores_wgmma,
- *     Q and K straight from shared memory), whose accumulator is, warp by warp, the mma.sync
+ *   S: warpgroup h runs m64n32k16 over k16 steps 2j + h of the padded d (fa_kvl_scores_wgmma, Q
+ *     and K straight from shared memory), whose accumulator is, warp by warp, the mma.sync
  *     fragments above, so the exchange, mask and softmax are the same code;
  *   P·V: warpgroup h runs m64n256k16 over its 256 columns of dv with P from registers (the A
  *     fragments the softmax packs) and the V tile read MN-major: the warpgroup's whole O in one
@@ -405,35 +405,38 @@ __device__ __forceinline__ uint64_t fa_kvl_desc_plus(uint64_t desc, uint32_t ste
     return (desc & 0xffffffff00000000ull) | (uint64_t)((uint32_t)desc + step);
 }
 
-/* Warpgroup `half`'s share of S = Q Kᵀ: m64n32k16 wgmma over k16 steps 2j + half of the padded
- * d (FA_KVL_MAX_D / 16 steps; columns past d are zeros in both tiles), A = the Q tile and B = the K
- * tile, both K-major in slabs (step kk: slab kk / 4, +32·(kk % 4) bytes; half 1 starts 32 bytes
- * in). Warp w's accumulator is the m16n8 C fragments of rows 16w.., n8 tile i in acc[4i ..
- * 4i + 3], i.e. s_rmem[i / 2][i % 2], the layout fa_kvl_partial_scores produces. */
-template <class Elem, class Cfg>
-__device__ __forceinline__ void fa_kvl_partial_scores_wgmma(uint32_t q_smem, uint32_t k_tile, int half,
-                                                            float (&s_rmem)[2][2][4]) {
-    constexpr int PAIRS = FA_KVL_MAX_D / 32; /* each warpgroup's steps */
-    const uint64_t q_desc = wgmma_desc_sw128(q_smem + 32u * (uint32_t)half, 16, 1024);
-    const uint64_t k_desc = wgmma_desc_sw128(k_tile + 32u * (uint32_t)half, 16, 1024);
-    float acc[16];
+/* One warpgroup's S = Q Kᵀ for the 64 rows and the tile's N slots: m64nNk16 wgmma over k16 steps
+ * first + STRIDE·j of the padded d (FA_KVL_MAX_D / 16 / STRIDE steps; columns past d are zeros in
+ * both tiles; first < STRIDE <= 2), A = the Q tile and B = the K tile, both K-major in slabs of
+ * Q_SLAB / K_SLAB bytes (step kk: slab kk / 4, +32·(kk % 4) bytes). Warp w's accumulator is the
+ * m16n8 C fragments of rows 16w.., n8 tile i in acc[4i .. 4i + 3] = s_rmem[i / 2][i % 2], the
+ * layout fa_kvl_partial_scores produces. The k-split warpgroups: N = 32, STRIDE = 2, first = half;
+ * the latent kernel's warpgroup 0: N = 64, STRIDE = 1. */
+template <class Elem, int N, int STRIDE, int Q_SLAB, int K_SLAB>
+__device__ __forceinline__ void fa_kvl_scores_wgmma(uint32_t q_smem, uint32_t k_tile, int first,
+                                                    float (&s_rmem)[N / 16][2][4]) {
+    static_assert(STRIDE == 1 || STRIDE == 2, "steps first + STRIDE·j stay in their 128-byte row");
+    const uint64_t q_desc = wgmma_desc_sw128(q_smem + 32u * (uint32_t)first, 16, 1024);
+    const uint64_t k_desc = wgmma_desc_sw128(k_tile + 32u * (uint32_t)first, 16, 1024);
+    float acc[N / 2];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < N / 2; ++i) {
         acc[i] = 0.0f;
         wgmma_fence_operand(acc[i]);
     }
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < PAIRS; ++j) { /* step 2j + half: slab j / 2, +64·(j % 2) (+32·half) bytes */
-        const uint32_t q_step = (uint32_t)(((j / 2) * Cfg::Q_SLAB_BYTES + (j % 2) * 64) >> 4);
-        const uint32_t k_step = (uint32_t)(((j / 2) * Cfg::KV_SLAB_BYTES + (j % 2) * 64) >> 4);
-        wgmma_ss_f32<Cfg::BLOCK_N, fa_kvl_is_bf16<Elem>::value>(acc, fa_kvl_desc_plus(q_desc, q_step),
-                                                                 fa_kvl_desc_plus(k_desc, k_step), 1);
+    for (int j = 0; j < FA_KVL_MAX_D / 16 / STRIDE; ++j) {
+        const int kk = STRIDE * j; /* + first, in the descriptors' base */
+        const uint32_t q_step = (uint32_t)(((kk / 4) * Q_SLAB + (kk % 4) * 32) >> 4);
+        const uint32_t k_step = (uint32_t)(((kk / 4) * K_SLAB + (kk % 4) * 32) >> 4);
+        wgmma_ss_f32<N, fa_kvl_is_bf16<Elem>::value>(acc, fa_kvl_desc_plus(q_desc, q_step),
+                                                      fa_kvl_desc_plus(k_desc, k_step), 1);
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < N / 2; ++i) {
         wgmma_fence_operand(acc[i]);
         s_rmem[i / 8][(i / 4) % 2][i % 4] = acc[i];
     }
@@ -607,7 +610,8 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
         float s_rmem[2][2][4];
         if constexpr (WGMMA) {
 #if FA_KVL_HAVE_WGMMA
-            fa_kvl_partial_scores_wgmma<Elem, Cfg>(q_smem, k_tile, half, s_rmem);
+            fa_kvl_scores_wgmma<Elem, Cfg::BLOCK_N, 2, Cfg::Q_SLAB_BYTES, Cfg::KV_SLAB_BYTES>(q_smem, k_tile, half,
+                                                                                         s_rmem);
 #endif
         } else {
             fa_kvl_partial_scores<Elem, Cfg>(q_smem, k_tile, q_offs, k_offs, half, k_steps, s_rmem);

@@ -65,36 +65,6 @@ struct fa_kvl_latent_config {
 
 enum { FA_KVL_BAR_P = 1 }; /* named barrier of both warpgroups: warpgroup 0's P and factors stored */
 
-/* Warpgroup 0's S = Q Kᵀ for the 64 rows and the tile's 64 slots: m64n64k16 over the padded d's
- * k16 steps (step kk: slab kk / 4, +32·(kk % 4) bytes of both tiles). Warp w's accumulator is the
- * m16n8 C fragments of rows 16w.., n8 tile i in acc[4i .. 4i + 3] = s_rmem[i / 2][i % 2]. */
-template <class Elem>
-__device__ __forceinline__ void fa_kvl_latent_scores(uint32_t q_smem, uint32_t k_tile, float (&s_rmem)[4][2][4]) {
-    using Cfg = fa_kvl_latent_config;
-    const uint64_t q_desc = wgmma_desc_sw128(q_smem, 16, 1024), k_desc = wgmma_desc_sw128(k_tile, 16, 1024);
-    float acc[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        acc[i] = 0.0f;
-        wgmma_fence_operand(acc[i]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < FA_KVL_MAX_D / 16; ++kk) {
-        const uint32_t q_step = (uint32_t)(((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4);
-        const uint32_t k_step = (uint32_t)(((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4);
-        wgmma_ss_f32<64, fa_kvl_is_bf16<Elem>::value>(acc, fa_kvl_desc_plus(q_desc, q_step),
-                                                       fa_kvl_desc_plus(k_desc, k_step), 1);
-    }
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        wgmma_fence_operand(acc[i]);
-        s_rmem[i / 8][(i / 4) % 2][i % 4] = acc[i];
-    }
-}
-
 template <class Elem>
 __global__ void __launch_bounds__(fa_kvl_latent_config::THREADS, 1) fa_kvl_latent_kernel(const fa_kv_params prm) {
     using Cfg = fa_kvl_latent_config;
@@ -148,7 +118,7 @@ __global__ void __launch_bounds__(fa_kvl_latent_config::THREADS, 1) fa_kvl_laten
         if (wg == 0) {
             const int c0 = (blk.tile_first + it) * BLOCK_N;
             float s_rmem[G16][2][4];
-            fa_kvl_latent_scores<Elem>(q_smem, k_tile, s_rmem);
+            fa_kvl_scores_wgmma<Elem, BLOCK_N, 1, Cfg::Q_SLAB_BYTES, Cfg::KV_SLAB_BYTES>(q_smem, k_tile, 0, s_rmem);
 #pragma unroll
             for (int g16 = 0; g16 < G16; ++g16)
                 fa_kv_score_transform<Cfg, false>(prm, blk, c0 + 16 * g16, quad_col, s_rmem[g16], no_mods);
