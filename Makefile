@@ -123,6 +123,8 @@ TEST_C  := $(wildcard tests/*.c) $(ORACLE_C)
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
+# decode_avx512.c again, with its int8 scores on AVX512-VNNI (picked at run time on such CPUs)
+$(BUILD)/obj/src/cpu/decode_vnni_avx512.o: AVX512_FLAGS += -mavx512vnni
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@

@@ -415,6 +415,23 @@ FA_TEST(decode_quant_int8_both_pv) { /* the integer and the fp32 P·V of an int8
     else unsetenv("FA_CPU_DECODE_INT_PV");
 }
 
+FA_TEST(decode_quant_int8_vnni) { /* the int8 scores with and without AVX512-VNNI (the same sums) */
+    const char *old = getenv("FA_CPU_DECODE_VNNI");
+    for (int vnni = 0; vnni < 2; vnni++) {
+        setenv("FA_CPU_DECODE_VNNI", vnni ? "1" : "0", 1);
+        for (int i = 0; i < 2; i++) {
+            qcase c = qbase(FA_KV_INT8, i ? FA_DTYPE_BF16 : FA_DTYPE_F16, 2, 4, 8, 2, i ? 72 : 128, 150);
+            c.append = 1;
+            c.causal = i;
+            char label[64];
+            snprintf(label, sizeof label, "int8, vnni %s, d %lld", vnni ? "where present" : "off", (long long)c.d);
+            run_case(&c, label);
+        }
+    }
+    if (old) setenv("FA_CPU_DECODE_VNNI", old, 1);
+    else unsetenv("FA_CPU_DECODE_VNNI");
+}
+
 FA_TEST(decode_integer_pv_rule) {
     FA_CHECK(fa_cpu_decode_integer_pv(1, 0x17, 0x01) && fa_cpu_decode_integer_pv(1, 0x17, 0x08) &&
                  fa_cpu_decode_integer_pv(1, 0x17, 0x18),

@@ -90,10 +90,20 @@ static int64_t cache_unit(const fa_params *p) {
     return fa_dtype_bytes(p->dtype);
 }
 
+/* The avx512 level's int8 scores on AVX512-VNNI (decode_vnni_avx512.c) where the CPU has it and
+ * FA_CPU_DECODE_VNNI=0 is not set (read on every call, so tests run both). */
+#if defined(__x86_64__) || defined(_M_X64)
+static int use_vnni(void) {
+    const char *env = getenv("FA_CPU_DECODE_VNNI");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    return __builtin_cpu_supports("avx512vnni");
+}
+#endif
+
 static const fa_cpu_decode_kernels *decode_kernels(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     const char *isa = fa_cpu_select_kernels()->name;
-    if (strcmp(isa, "avx512") == 0) return fa_cpu_decode_kernels_avx512();
+    if (strcmp(isa, "avx512") == 0) return use_vnni() ? fa_cpu_decode_kernels_avx512_vnni() : fa_cpu_decode_kernels_avx512();
     if (strcmp(isa, "avx2") == 0) return fa_cpu_decode_kernels_avx2();
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS

@@ -124,6 +124,7 @@ const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
 /* 512-bit kernels for the unquantised, Q8_0 and e4m3 formats; int8 caches go to AVX2's. */
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512(void);
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512_vnni(void); /* AVX512-VNNI CPUs only */
 int fa_cpu_decode_quantise_rows_avx2(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);
 #endif
 #ifdef FA_CPU_HAVE_NEON_KERNELS

@@ -11,6 +11,10 @@
  * of decode_x86.h in the lower half, with masked loads and stores of q and o. An int8 cache's
  * scores are taken in integers from the int16 query rows (AVX2's quantise_rows makes them), its
  * P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
+ *
+ * decode_vnni_avx512.c builds this file again with FA_DECODE_VNNI (and AVX512-VNNI's flag): the
+ * int8 scores' vpmaddwd + vpaddd become one vpdpwssd (bitwise the same sums), the other kernels
+ * are these; cpu_decode.c takes that set on CPUs with AVX512-VNNI.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -77,7 +81,11 @@ static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS
         for (int k = 0; k < KEYS; k++) kv[k] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, t->k_rows[j + k] + c));
         for (int r = 0; r < ROWS; r++) {
             __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * d + c);
+#ifdef FA_DECODE_VNNI /* vpdpwssd: the same pair sums added in one instruction */
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_dpwssd_epi32(acc[r][k], kv[k], qv);
+#else
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_add_epi32(acc[r][k], _mm512_madd_epi16(kv[k], qv));
+#endif
         }
     }
     for (int k = 0; k < KEYS; k++) {
@@ -177,4 +185,8 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 #define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
 #include "decode_impl.h"
 
+#ifdef FA_DECODE_VNNI
+const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512_vnni(void) { return &kernels; }
+#else
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512(void) { return &kernels; }
+#endif
