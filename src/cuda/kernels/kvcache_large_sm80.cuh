@@ -82,16 +82,6 @@ __device__ __forceinline__ uint32_t fa_kvl_slab_offset(int row, int ch) {
     return (uint32_t)(ch >> 3) * (128u * ROWS) + (uint32_t)row * 128u + (uint32_t)(((ch & 7) ^ (row & 7)) << 4);
 }
 
-/* The wgmma wrappers' element flag of fa_bf16 / fa_f16. */
-template <class Elem>
-struct fa_kvl_is_bf16 {
-    static constexpr bool value = false;
-};
-template <>
-struct fa_kvl_is_bf16<fa_bf16> {
-    static constexpr bool value = true;
-};
-
 template <bool V_IN_K, bool WGMMA = false>
 struct fa_kvl_config {
     static constexpr int WARPS = FA_KVL_WARPS;
@@ -430,7 +420,7 @@ __device__ __forceinline__ void fa_kvl_scores_wgmma(uint32_t q_smem, uint32_t k_
         const int kk = STRIDE * j; /* + first, in the descriptors' base */
         const uint32_t q_step = (uint32_t)(((kk / 4) * Q_SLAB + (kk % 4) * 32) >> 4);
         const uint32_t k_step = (uint32_t)(((kk / 4) * K_SLAB + (kk % 4) * 32) >> 4);
-        wgmma_ss_f32<N, fa_kvl_is_bf16<Elem>::value>(acc, fa_kvl_desc_plus(q_desc, q_step),
+        wgmma_ss_f32<N, fa_kv_convert<Elem>::BF16>(acc, fa_kvl_desc_plus(q_desc, q_step),
                                                       fa_kvl_desc_plus(k_desc, k_step), 1);
     }
     wgmma_commit_group();
@@ -463,7 +453,7 @@ __device__ __forceinline__ void fa_kvl_pv_wgmma(uint32_t v_tile, int half, uint3
     wgmma_fence();
 #pragma unroll
     for (int g16 = 0; g16 < G16; ++g16)
-        wgmma_rs_f32_transb<256, fa_kvl_is_bf16<Elem>::value>(
+        wgmma_rs_f32_transb<256, fa_kv_convert<Elem>::BF16>(
             o_rmem, p_frag[g16], fa_kvl_desc_plus(v_desc, (uint32_t)((g16 * 16 * 128) >> 4)), 1);
     wgmma_commit_group();
     wgmma_wait_group<0>();
@@ -639,25 +629,30 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
     if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, fa_kvl_merge_area<V_IN_K>>(prm, blk, q_smem, tid); /* 6. */
 }
 
-/* Launch one instantiation on `stream`; the > 48 KiB dynamic shared-memory opt-in is set once per
- * device ordinal (as fa_kv_launch). */
-template <class Elem, bool V_IN_K, bool WGMMA = false>
-static fa_status fa_kvl_launch(const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
-    using Cfg = fa_kvl_config<V_IN_K, WGMMA>;
-    static unsigned long long smem_configured = 0; /* bit i: device i done */
+/* Launch `kernel` (a large-head decode kernel over fa_kv_params) on `stream`, grid x = split ×
+ * row tile, y = kv head, z = batch; the > 48 KiB dynamic shared-memory opt-in is set once per
+ * device ordinal (bit i of the kernel's own `smem_configured`, as fa_kv_launch). */
+template <class Kernel>
+static fa_status fa_kvl_launch_kernel(Kernel kernel, unsigned long long &smem_configured, int threads, size_t smem_bytes,
+                                      const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
     const unsigned long long bit = device_ordinal >= 0 && device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kvl_kernel<Elem, V_IN_K, WGMMA>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)(Cfg::SMEM_BYTES + Cfg::ALIGN_PAD)),
-                      name);
+        FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes), name);
         __atomic_fetch_or(&smem_configured, bit, __ATOMIC_RELEASE);
     }
     const dim3 grid((unsigned)prm->row_tiles * (unsigned)prm->num_splits, (unsigned)prm->heads_kv,
                     (unsigned)prm->batch);
-    fa_kvl_kernel<Elem, V_IN_K, WGMMA><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES + Cfg::ALIGN_PAD, stream>>>(*prm);
+    kernel<<<grid, threads, smem_bytes, stream>>>(*prm);
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
+}
+
+template <class Elem, bool V_IN_K, bool WGMMA = false>
+static fa_status fa_kvl_launch(const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
+    using Cfg = fa_kvl_config<V_IN_K, WGMMA>;
+    static unsigned long long smem_configured = 0; /* bit i: device i done */
+    return fa_kvl_launch_kernel(fa_kvl_kernel<Elem, V_IN_K, WGMMA>, smem_configured, Cfg::THREADS,
+                                Cfg::SMEM_BYTES + Cfg::ALIGN_PAD, prm, device_ordinal, stream, name);
 }
 
 #endif /* FA_KVCACHE_LARGE_KERNEL_CUH */

@@ -172,18 +172,8 @@ static fa_status fa_kvl_latent_launch(const fa_kv_params *prm, int device_ordina
                                       const char *name) {
     using Cfg = fa_kvl_latent_config;
     static unsigned long long smem_configured = 0; /* bit i: device i done */
-    const unsigned long long bit = device_ordinal >= 0 && device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
-    if (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_kvl_latent_kernel<Elem>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)Cfg::SMEM_BYTES),
-                      name);
-        __atomic_fetch_or(&smem_configured, bit, __ATOMIC_RELEASE);
-    }
-    const dim3 grid((unsigned)prm->row_tiles * (unsigned)prm->num_splits, (unsigned)prm->heads_kv,
-                    (unsigned)prm->batch);
-    fa_kvl_latent_kernel<Elem><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(*prm);
-    FA_CUDA_CHECK_LAUNCH(name);
-    return FA_OK;
+    return fa_kvl_launch_kernel(fa_kvl_latent_kernel<Elem>, smem_configured, Cfg::THREADS, Cfg::SMEM_BYTES, prm,
+                                device_ordinal, stream, name);
 }
 
 extern "C" fa_status fa_kvl_launch_wgmma(const fa_kv_params *prm, fa_dtype dtype, int device_ordinal,

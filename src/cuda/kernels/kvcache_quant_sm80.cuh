@@ -444,16 +444,6 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kv_min_blo
 
 /* ---- the register kernel (int8, e4m3) ------------------------------------------------------------ */
 
-/* Whether the query type is bf16 (its rows are scaled into f16's range). */
-template <class Elem>
-struct fa_kvq_is_bf16 {
-    static constexpr bool value = false;
-};
-template <>
-struct fa_kvq_is_bf16<fa_bf16> {
-    static constexpr bool value = true;
-};
-
 /* Two e4m3 codes, the low (HIGH = 0) or high (1) 16 bits of w (its low byte -> the low half)
  * -> f16x2, exact, NaN codes to NaN. */
 template <int HIGH>
@@ -524,7 +514,7 @@ __device__ __forceinline__ void fa_kvq_v_pairs(uint32_t w, uint32_t &col0, uint3
 template <class Elem, class Cfg>
 __device__ __forceinline__ void fa_kvq_regs_build_q(uint32_t q_smem, uint32_t qf_smem, float *row_mul, int tid) {
     constexpr int CHUNKS = Cfg::CHUNKS;
-    constexpr bool BF16 = fa_kvq_is_bf16<Elem>::value;
+    constexpr bool BF16 = fa_kv_convert<Elem>::BF16; /* bf16 queries are scaled into f16's range */
     const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     if constexpr (BF16) {
         const int r = tid / 8, part = tid % 8; /* eight threads per row, chunks part, part + 8, ... */
@@ -578,7 +568,7 @@ __global__ void __launch_bounds__(fa_kv_config<HEAD_DIM>::THREADS, fa_kvq_regs_m
     using Cvt = fa_kv_convert<Elem>;
     constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, WARP_N = Cfg::WARP_N;
     constexpr bool INT8 = QUANT == FA_KV_INT8;
-    constexpr bool BF16 = fa_kvq_is_bf16<Elem>::value;
+    constexpr bool BF16 = fa_kv_convert<Elem>::BF16;
 
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float q_row_mul[Cfg::BLOCK_M];

@@ -81,11 +81,13 @@ struct fa_kv_config {
                   "the flags 32 at a time; merge items divide among the threads");
 };
 
-/* 16-bit element <-> fp32 (round to nearest even), for the rotary embedding. */
+/* 16-bit element <-> fp32 (round to nearest even), for the rotary embedding; BF16: the element
+ * flag of the wgmma wrappers and of the quantised kernels' query scaling. */
 template <class Elem>
 struct fa_kv_convert;
 template <>
 struct fa_kv_convert<fa_bf16> {
+    static constexpr bool BF16 = true;
     static __device__ __forceinline__ float to_float(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
     static __device__ __forceinline__ uint16_t from_float(float x) {
         return (uint16_t)(fa_bf16::pack2(x, 0.0f) & 0xffffu);
@@ -93,6 +95,7 @@ struct fa_kv_convert<fa_bf16> {
 };
 template <>
 struct fa_kv_convert<fa_f16> {
+    static constexpr bool BF16 = false;
     static __device__ __forceinline__ float to_float(uint16_t x) { return __half2float(__ushort_as_half(x)); }
     static __device__ __forceinline__ uint16_t from_float(float x) {
         return (uint16_t)(fa_f16::pack2(x, 0.0f) & 0xffffu);
