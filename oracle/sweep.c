@@ -495,7 +495,7 @@ enum recipe {
     R_PLAIN, R_CAUSAL, R_WINDOW, R_CAUSAL_WINDOW, R_SOFTCAP, R_ALIBI_HEAD, R_ALIBI_BATCH_CAUSAL,
     R_SINKS, R_SINKS_MASKED, R_GQA_CAUSAL, R_MQA_WINDOW, R_VARLEN_CAUSAL, R_VARLEN_FEATURES,
     R_MASKED_ROWS, R_PACKED_GQA, R_BHSD_SOFTCAP_WINDOW, R_EVERYTHING, R_SCALE_SHARP,
-    R_HEAD_DIM_V, R_SCALE_NEGATIVE, R_DROPOUT, R_COUNT
+    R_HEAD_DIM_V, R_SCALE_NEGATIVE, R_DROPOUT, R_LARGE_HEADS, R_COUNT
 };
 
 static int64_t pick(fa_test_rng *rng, const int64_t *values, int count) {
@@ -602,6 +602,19 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
         do s->head_dim_v = pick(rng, dims, 7); while (s->head_dim_v == s->head_dim);
         s->causal = 1; s->sinks = 1;
         break;
+    case R_LARGE_HEADS: { /* head dims above 256: Gemma-class 512, MLA's 576 / 512, odd ones */
+        static const int64_t large[] = {264, 320, 512, 512, 576};
+        s->head_dim = pick(rng, large, 5);
+        s->head_dim_v = s->head_dim == 576 ? 512 : fa_test_rng_uniform(rng) < 0.75 ? s->head_dim : 128;
+        s->causal = fa_test_rng_uniform(rng) < 0.5;
+        if (fa_test_rng_uniform(rng) < 0.3) { s->use_window = 1; s->window_left = left; s->window_right = right; }
+        if (fa_test_rng_uniform(rng) < 0.3) s->softcap = 5.0f;
+        if (fa_test_rng_uniform(rng) < 0.3) s->varlen = 1, s->batch = fa_test_rng_int(rng, 2, 4);
+        if (device == FA_DEVICE_CUDA && s->head_dim > 512) s->backward = 0; /* no CUDA backward above 512 */
+        while ((double)s->batch * s->heads_q * s->seqlen_q * s->seqlen_k * s->head_dim > budget && s->seqlen_q > 16)
+            s->seqlen_q = s->seqlen_q / 2 + 1;
+        break;
+    }
     default: break;
     }
     if (s->varlen && s->batch < 2) s->batch = 2;

@@ -21,6 +21,8 @@
 #      (tests/gpu/dropout.c); compute-sanitizer
 #   6d. score bias, dbias, document ids, block-sparse masks against the oracle, deterministic
 #      dbias, bad block lists rejected (tests/gpu/mods.c); compute-sanitizer on small problems
+#   6e. head dims above 256 (512, 576 / 512, odd sizes): forward and backward against the oracle
+#      with every feature, refusals (tests/gpu/large_heads.c); compute-sanitizer on small problems
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -147,6 +149,14 @@ echo "== 6d. score bias, dbias, document ids, block-sparse masks"
 for tool in memcheck racecheck synccheck; do
     echo "-- $tool: mods (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" mods small || fail "$tool on mods small"
+done
+
+# ---- 6e. head dims above 256 ------------------------------------------------------------------
+echo "== 6e. head dims above 256: forward and backward against the oracle"
+"$GPU" large || fail "large heads (tests/gpu/large_heads.c)"
+for tool in memcheck racecheck synccheck; do
+    echo "-- $tool: large heads (small problems)"
+    "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" large small || fail "$tool on large small"
 done
 
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------

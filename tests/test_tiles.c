@@ -1,12 +1,13 @@
 /*
- * test_tiles.c: the tile-shape functions of the CUDA forward kernels (fwd_tiles.h, the
- * portable mma.sync kernel; sm90_tiles.h, the sm_90a kernel) and of the KV-cache decode kernels
+ * test_tiles.c: the tile-shape functions of the CUDA forward and backward kernels (fwd_tiles.h,
+ * bwd_tiles.h: the portable mma.sync kernels; sm90_tiles.h, the sm_90a kernels) and of the KV-cache decode kernels
  * (kvcache_tiles.h, unquantised and quantised caches) are pure C functions:
  * checked here on the CPU, so a tile change that cannot fit a GPU fails CI before any GPU run.
  */
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "cuda/common/bwd_tiles.h"
 #include "cuda/common/fwd_tiles.h"
 #include "cuda/common/kvcache_tiles.h"
 #include "cuda/common/sm90_tiles.h"
@@ -16,19 +17,51 @@
 enum { SMEM_SM80 = 166912, SMEM_SM90 = 232448 };
 
 FA_TEST(tiles_portable_forward) {
-    static const int buckets[] = {64, 128, 256};
-    for (int i = 0; i < 3; i++) {
+    static const int buckets[] = {64, 128, 256, 512, 576};
+    for (int i = 0; i < 5; i++) {
         int b = buckets[i];
-        FA_CHECK(fa_fwd_smem_bytes(b) <= SMEM_SM80, "bucket %d: %zu bytes of smem > sm_80's %d", b,
-                 fa_fwd_smem_bytes(b), SMEM_SM80);
-        FA_CHECK(fa_fwd_block_m(b) % (16 * fa_fwd_warps(b)) == 0, "bucket %d: rows split over warps", b);
-        FA_CHECK(fa_fwd_block_n(b) % 16 == 0, "bucket %d: whole k16 steps of P·V", b);
+        const int limit = b == 576 ? SMEM_SM90 : SMEM_SM80; /* 576: sm_90 only */
+        FA_CHECK(fa_fwd_smem_bytes(b) <= (size_t)limit, "bucket %d: %zu bytes of smem > %d", b,
+                 fa_fwd_smem_bytes(b), limit);
+        const int row_warps = fa_fwd_warps(b) / fa_fwd_dv_split(b);
+        FA_CHECK(fa_fwd_block_m(b) % (16 * row_warps) == 0, "bucket %d: rows split over row groups", b);
+        FA_CHECK(fa_fwd_block_n(b) % 32 == 0, "bucket %d: whole k16 steps of P·V, whole dropout words", b);
+        FA_CHECK(fa_fwd_dv_split(b) == 1 ||
+                     (b / 16 % 2 == 0 && fa_fwd_bucket_dv(b) / 8 / fa_fwd_dv_split(b) % 8 == 0 &&
+                      fa_fwd_bucket_dv(b) / (2 * fa_fwd_dv_split(b)) <= 128),
+                 "bucket %d: a dv split halves the k16 steps and O in 128-byte groups, <= 128 O registers", b);
     }
     FA_CHECK(fa_fwd_hdim_bucket(8, 8) == 64 && fa_fwd_hdim_bucket(64, 72) == 128 &&
-                 fa_fwd_hdim_bucket(256, 8) == 256 && fa_fwd_hdim_bucket(264, 8) == 0,
-             "portable buckets: max(d, dv) rounded up to 64/128/256");
+                 fa_fwd_hdim_bucket(256, 8) == 256 && fa_fwd_hdim_bucket(264, 8) == 512 &&
+                 fa_fwd_hdim_bucket(512, 512) == 512 && fa_fwd_hdim_bucket(520, 512) == 576 &&
+                 fa_fwd_hdim_bucket(576, 512) == 576 && fa_fwd_hdim_bucket(576, 520) == 0 &&
+                 fa_fwd_hdim_bucket(584, 8) == 0 && fa_fwd_hdim_bucket(8, 520) == 0,
+             "portable buckets: max(d, dv) rounded up to 64/128/256/512, 576 for d <= 576 with dv <= 512");
+    FA_CHECK(fa_fwd_bucket_dv(576) == 512 && fa_fwd_bucket_dv(512) == 512 && fa_fwd_bucket_dv(128) == 128,
+             "bucket 576 pads v/o to 512");
+    FA_CHECK(fa_fwd_smem_bytes(512) == 153600 && fa_fwd_smem_bytes(576) == 169984,
+             "large heads: Q + one K and one V tile of 32 keys, row sums, pointers, the 16 KiB score exchange");
     FA_CHECK(fa_fwd_heavy_first(-1, 0) && !fa_fwd_heavy_first(-1, -1) && !fa_fwd_heavy_first(16, 0),
              "heavy-first order exactly for causal-like masks (right bounded, left unbounded)");
+}
+
+FA_TEST(tiles_portable_backward) {
+    static const int buckets[] = {64, 128, 256, 512};
+    for (int i = 0; i < 4; i++) {
+        int b = buckets[i];
+        const int limit = b >= 256 ? SMEM_SM90 : SMEM_SM80; /* 256 and 512: sm_90 only */
+        FA_CHECK(fa_bwd_smem_bytes(b) <= (size_t)limit, "bucket %d: %zu bytes of smem > %d", b,
+                 fa_bwd_smem_bytes(b), limit);
+        FA_CHECK(fa_bwd_block_k(b) == 16 * fa_bwd_warps(b) / fa_bwd_split_d(b), "bucket %d: 16 keys per key warp", b);
+        FA_CHECK(b / fa_bwd_split_d(b) <= 128, "bucket %d: dK and dV columns of a warp <= 128 (128 registers)", b);
+        FA_CHECK(fa_bwd_block_q(b) / fa_bwd_split_d(b) >= 16, "bucket %d: whole m16n8 pairs of queries per warp", b);
+    }
+    FA_CHECK(fa_bwd_split_d(512) == 4 && fa_bwd_block_k(512) == 32 && fa_bwd_q_stages(512) == 1 &&
+                 fa_bwd_q_stages(256) == 2 && fa_bwd_smem_bytes(512) == 205312 && fa_bwd_smem_bytes(256) == 214016,
+             "d = 512: 4 column parts, 32 keys, one Q/dO stage, 200.5 KiB; d = 256 unchanged (209 KiB)");
+    FA_CHECK(fa_bwd_hdim_bucket(512, 512) == 512 && fa_bwd_hdim_bucket(264, 128) == 512 &&
+                 fa_bwd_hdim_bucket(576, 512) == 0 && fa_bwd_hdim_bucket(128, 128) == 128,
+             "backward buckets: the forward's up to 512 (no 576 kernel)");
 }
 
 FA_TEST(tiles_hopper_forward) {

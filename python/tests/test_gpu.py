@@ -57,6 +57,8 @@ CONFIGS = [
     ("d96_alibi_sink", 2, 127, 512, 4, 2, 96, {"causal": True, "alibi": True, "sink": True}),
     ("sq_gt_sk", 2, 256, 64, 2, 2, 64, {"causal": True}),
     ("decode", 4, 1, 1023, 8, 1, 128, {"causal": True}),
+    ("d512_causal_gqa", 1, 130, 97, 4, 2, 512, {"causal": True}),
+    ("d320_window_sink", 2, 70, 90, 2, 1, 320, {"window_size": (20, 5), "sink": True}),
 ]
 
 

@@ -76,7 +76,7 @@ struct fa_bwd_prepass_params {
     const int32_t *cu_seqlens_q; /* device, or NULL                                           */
     int64_t total_q;
     int batch, seqlen_q, heads_q, head_dim_v;
-    int lanes_per_row;          /* power of two >= dv / 8, <= 32                               */
+    int lanes_per_row;          /* power of two >= dv / 8, at most 32                           */
     int rows_per_block;         /* 256 / lanes_per_row                                        */
     int blocks_per_head;
     float *lse_log2;            /* [heads_q, total_q], or NULL: not needed (Hopper kernel)     */
@@ -85,7 +85,8 @@ struct fa_bwd_prepass_params {
 };
 
 /* One block: rows_per_block packed rows of one head. lanes_per_row lanes read 16 bytes each of
- * the row's O and dO and reduce the dot product with shuffles. */
+ * the row's O and dO (every lanes_per_row-th 16 bytes when dv > 256) and reduce the dot product
+ * with shuffles. */
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepass_params pp) {
     __shared__ float sink_terms[256];
@@ -106,13 +107,13 @@ __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepas
     }
 
     float dot = 0.0f;
-    if (in_sequence && lane_in_row * 8 < pp.head_dim_v) {
+    for (int c = lane_in_row; in_sequence && c * 8 < pp.head_dim_v; c += pp.lanes_per_row) {
         const int64_t o_off = varlen ? row * pp.o_row_stride + (int64_t)h * pp.o_head_stride
                                      : b * pp.o_batch_stride + i * pp.o_row_stride + (int64_t)h * pp.o_head_stride;
         const int64_t do_off = varlen ? row * pp.do_row_stride + (int64_t)h * pp.do_head_stride
                                       : b * pp.do_batch_stride + i * pp.do_row_stride + (int64_t)h * pp.do_head_stride;
-        const uint4 ov = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.o) + o_off) + lane_in_row);
-        const uint4 dv = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.dout) + do_off) + lane_in_row);
+        const uint4 ov = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.o) + o_off) + c);
+        const uint4 dv = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(pp.dout) + do_off) + c);
         const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -252,7 +253,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     static const char *const path = "the CUDA backward";
     const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
     fa_status s;
-    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+    if ((s = fa_cuda_check_dtype_and_dims(p, path, 512, 512)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
@@ -285,7 +286,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const char *force = getenv("FA_CUDA_BACKWARD");
     const int force_sm80 = force != NULL && strcmp(force, "sm80") == 0;
     /* score mods (common/mods.cuh): the sm_80 kernel's MODS instantiation, on every device */
-    plan->v2 = !force_sm80 && !pb->has_mods && dev.cc_major >= 9 && bucket > 0 && fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
+    plan->v2 = !force_sm80 && !pb->has_mods && dev.cc_major >= 9 && bucket > 0 && bucket <= 256 &&
+               fa_bwd_bigsmem_smem_bytes(bucket) <= dev.smem_optin;
     const size_t smem = plan->v2 ? fa_bwd_bigsmem_smem_bytes(bucket) : fa_bwd_smem_bytes(bucket);
     if ((s = fa_cuda_check_smem(p, &dev, smem, "the CUDA backward kernel")) != FA_OK) return s;
 
@@ -338,7 +340,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->grid = bhs * plan->blocks_per_head;
 
     int lanes = 1;
-    while (lanes * 8 < p->head_dim_v) lanes *= 2;
+    while (lanes * 8 < p->head_dim_v && lanes < 32) lanes *= 2;
     plan->prepass_lanes = lanes;
     plan->prepass_rows = 256 / lanes;
     plan->prepass_blocks_per_head = (p->total_q + plan->prepass_rows - 1) / plan->prepass_rows;
@@ -495,7 +497,8 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         switch (plan->bucket) {
         case 64: return fa_bwd_mods_launch_hdim64(&prm, mods, p->dtype, grid, stream);
         case 128: return fa_bwd_mods_launch_hdim128(&prm, mods, p->dtype, grid, stream);
-        default: return fa_bwd_mods_launch_hdim256(&prm, mods, p->dtype, grid, stream);
+        case 256: return fa_bwd_mods_launch_hdim256(&prm, mods, p->dtype, grid, stream);
+        default: return fa_bwd_mods_launch_hdim512(&prm, mods, p->dtype, grid, stream);
         }
     }
     if (plan->hopper) {
@@ -529,9 +532,13 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         s = dropout ? fa_bwd_dropout_launch_hdim128(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim128(&prm, p->dtype, (int)plan->grid, stream);
         break;
-    default:
+    case 256:
         s = dropout ? fa_bwd_dropout_launch_hdim256(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream);
+        break;
+    default:
+        s = dropout ? fa_bwd_dropout_launch_hdim512(&prm, &drop, p->dtype, (int)plan->grid, stream)
+                    : fa_bwd_launch_hdim512(&prm, p->dtype, (int)plan->grid, stream);
         break;
     }
     if (s != FA_OK) return s;

@@ -103,18 +103,18 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev) {
 
 /* ---- checks shared by the forward, backward and decode paths -------------------------------- */
 
-fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path) {
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path, int max_head_dim, int max_head_dim_v) {
     if (p->dtype == FA_DTYPE_FP8_E4M3)
         return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: %s takes f16 and bf16 (fp8 inputs on CUDA: "
                                           "fa_forward on an sm_90 GPU)", path);
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
         return fa_set_error(FA_ERR_DTYPE, "dtype = %d: %s supports f16 and bf16", (int)p->dtype, path);
-    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld: %s needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim, path);
-    if (p->head_dim_v < 8 || p->head_dim_v > 256 || p->head_dim_v % 8 != 0)
-        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: %s needs a multiple of 8 in 8..256",
-                            (long long)p->head_dim_v, path);
+    if (p->head_dim < 8 || p->head_dim > max_head_dim || p->head_dim % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld: %s needs a multiple of 8 in 8..%d",
+                            (long long)p->head_dim, path, max_head_dim);
+    if (p->head_dim_v < 8 || p->head_dim_v > max_head_dim_v || p->head_dim_v % 8 != 0)
+        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim_v = %lld: %s needs a multiple of 8 in 8..%d",
+                            (long long)p->head_dim_v, path, max_head_dim_v);
     return FA_OK;
 }
 
@@ -246,7 +246,7 @@ static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
     const int check_batch = !pb->varlen;
     const int paged = p->block_table != nullptr; /* the page pool's batch stride is its page stride */
     if (paged && (s = fa_cuda_check_paged(pb)) != FA_OK) return s;
-    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+    if ((s = fa_cuda_check_dtype_and_dims(p, path, 576, 512)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch || paged, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch || paged, path)) != FA_OK ||
@@ -341,6 +341,8 @@ static fa_status forward_mods(const fa_problem *pb, fa_fwd_params *prm, int buck
         case 64: s = fa_fwd_mods_launch_hdim64(prm, &mods, p->dtype, device_ordinal, stream); break;
         case 128: s = fa_fwd_mods_launch_hdim128(prm, &mods, p->dtype, device_ordinal, stream); break;
         case 256: s = fa_fwd_mods_launch_hdim256(prm, &mods, p->dtype, device_ordinal, stream); break;
+        case 512: s = fa_fwd_mods_launch_hdim512(prm, &mods, p->dtype, device_ordinal, stream); break;
+        case 576: s = fa_fwd_mods_launch_hdim576(prm, &mods, p->dtype, device_ordinal, stream); break;
         default:
             s = fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",
                              (long long)p->head_dim, (long long)p->head_dim_v);
@@ -395,6 +397,12 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     case 256:
         return dropout ? fa_fwd_dropout_launch_hdim256(&prm, &drop, p->dtype, dev.ordinal, stream)
                        : fa_fwd_launch_hdim256(&prm, p->dtype, dev.ordinal, stream);
+    case 512:
+        return dropout ? fa_fwd_dropout_launch_hdim512(&prm, &drop, p->dtype, dev.ordinal, stream)
+                       : fa_fwd_launch_hdim512(&prm, p->dtype, dev.ordinal, stream);
+    case 576:
+        return dropout ? fa_fwd_dropout_launch_hdim576(&prm, &drop, p->dtype, dev.ordinal, stream)
+                       : fa_fwd_launch_hdim576(&prm, p->dtype, dev.ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: no CUDA forward kernel",
                             (long long)p->head_dim, (long long)p->head_dim_v);

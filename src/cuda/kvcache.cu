@@ -242,7 +242,7 @@ static fa_status plan_kv_quant(const fa_params *p, fa_kv_plan *plan, const char 
                             "head_dim = %lld, head_dim_v = %lld with kv_dtype = FA_KV_Q8_0: %s needs multiples of "
                             "64 (rows of whole 4-byte words)",
                             (long long)p->head_dim, (long long)p->head_dim_v, path);
-    if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK ||
+    if ((s = fa_cuda_check_dtype_and_dims(p, path, 256, 256)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, 1, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("o", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, 1, path)) != FA_OK ||
         (p->k_new != NULL &&
@@ -366,7 +366,7 @@ static fa_status plan_kvcache(const fa_problem *pb, fa_kv_plan *plan) {
         if (p->head_dim < 1 || p->head_dim > 256 || p->head_dim_v < 1 || p->head_dim_v > 256)
             return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %lld, head_dim_v = %lld: %s supports 1..256",
                                 (long long)p->head_dim, (long long)p->head_dim_v, path);
-    } else if ((s = fa_cuda_check_dtype_and_dims(p, path)) != FA_OK || (s = check_tensors16(p, path)) != FA_OK)
+    } else if ((s = fa_cuda_check_dtype_and_dims(p, path, 256, 256)) != FA_OK || (s = check_tensors16(p, path)) != FA_OK)
         return s;
     if ((s = fa_cuda_check_aligned("lse", p->lse, 4)) != FA_OK ||
         (s = fa_cuda_check_aligned("alibi_slopes", p->alibi_slopes, 4)) != FA_OK ||

@@ -61,6 +61,7 @@ static const shape shapes[] = {
     {"GQA causal, fully masked rows (sq > sk)", FA_DTYPE_F16, 1, 203, 77, 6, 2, 128, 0, 1, -1, -1, 0, 0, 0.0f},
     {"MQA varlen sinks", FA_DTYPE_BF16, 3, 150, 130, 3, 1, 96, 1, 0, -1, -1, 1, 0, 0.0f},
     {"window softcap ALiBi d256", FA_DTYPE_BF16, 1, 64, 300, 2, 2, 256, 0, 0, 40, 7, 0, 1, 5.0f},
+    {"GQA causal d512 (large heads)", FA_DTYPE_BF16, 1, 90, 140, 4, 2, 512, 0, 1, -1, -1, 0, 0, 0.0f},
     {"causal varlen GQA sinks d40", FA_DTYPE_F16, 2, 70, 70, 4, 2, 40, 1, 1, -1, -1, 1, 0, 0.0f},
     {"long rows d128", FA_DTYPE_BF16, 1, 129, 1023, 2, 1, 128, 0, 0, -1, -1, 0, 0, 0.0f},
     {"GQA causal odd d64", FA_DTYPE_BF16, 2, 157, 211, 8, 2, 64, 0, 1, -1, -1, 0, 0, 0.0f},
@@ -74,8 +75,9 @@ static const shape shapes[] = {
     {"15 keys GQA d128", FA_DTYPE_F16, 2, 40, 15, 4, 2, 128, 0, 0, -1, -1, 0, 0, 0.0f},
     {"17 keys causal d64", FA_DTYPE_BF16, 1, 17, 17, 2, 2, 64, 0, 1, -1, -1, 0, 0, 0.0f},
     {"33 keys varlen GQA d256", FA_DTYPE_F16, 2, 45, 33, 4, 2, 256, 1, 0, -1, -1, 1, 0, 0.0f},
+    {"varlen window sinks d320", FA_DTYPE_F16, 3, 70, 99, 2, 1, 320, 1, 0, 30, 9, 1, 0, 0.0f},
 };
-#define SMALL_SHAPES 4 /* `small`: the first four (Hopper buckets 64, 128 and 256), shrunk */
+#define SMALL_SHAPES 5 /* `small`: the first five (Hopper buckets 64, 128 and 256, portable 512), shrunk */
 
 static fa_test_spec make_spec(const shape *sh, int small, float p_drop) {
     fa_test_spec s;

@@ -20,6 +20,8 @@
  *                           on the dequantised cache, refused fields (kvquant.c)
  *   dropout [small]         attention dropout against the float64 oracle, the CUDA mask against
  *                           the CPU's (attn_probs), repeatability (dropout.c)
+ *   large [small]           fa_forward / fa_backward at head dims above 256 (512, 576 / 512, odd
+ *                           sizes, every feature) against the float64 oracle; refusals (large_heads.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -36,6 +38,7 @@ int gpu_paged_main(int argc, char **argv);
 int gpu_kvquant_main(int argc, char **argv);
 int gpu_kvlarge_main(int argc, char **argv);
 int gpu_dropout_main(int argc, char **argv);
+int gpu_large_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -52,12 +55,13 @@ static const struct {
     {"kvquant", gpu_kvquant_main},
     {"kvlarge", gpu_kvlarge_main},
     {"dropout", gpu_dropout_main},
+    {"large", gpu_large_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|kvlarge|dropout [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|kvlarge|dropout|large [ARGS]\n");
     return 2;
 }

@@ -233,8 +233,8 @@ static void bias_cases(int small) {
                                                FA_TEST_BIAS_ROW};
     static const fa_dtype bias_dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     static const int64_t shapes[][6] = {{2, 100, 130, 4, 2, 64}, {1, 1, 77, 2, 1, 128}, {3, 65, 33, 6, 3, 40},
-                                        {1, 90, 200, 2, 2, 256}};
-    const int n_shapes = small ? 2 : 4;
+                                        {1, 90, 200, 2, 2, 256}, {1, 70, 150, 4, 2, 512}};
+    const int n_shapes = small ? 2 : 5;
     for (int si = 0; si < n_shapes; si++)
         for (int k = 0; k < 4; k++) {
             const int64_t *sh = shapes[si];
@@ -281,8 +281,8 @@ static void doc_cases(int small) {
 static void block_cases(int small) {
     /* block sizes are multiples of every kernel tile: 128 × 128, or 256 × 128 */
     static const int64_t shapes[][6] = {{2, 300, 400, 4, 2, 64}, {1, 257, 129, 2, 1, 128}, {2, 130, 520, 2, 2, 256},
-                                        {3, 200, 300, 3, 1, 40}};
-    const int n_shapes = small ? 2 : 4;
+                                        {3, 200, 300, 3, 1, 40}, {1, 200, 300, 2, 1, 512}};
+    const int n_shapes = small ? 2 : 5;
     for (int si = 0; si < n_shapes; si++)
         for (int z = 0; z < (small ? 3 : 5); z++) {
             const int64_t *sh = shapes[si];

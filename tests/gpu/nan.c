@@ -259,6 +259,7 @@ int gpu_nan_main(int argc, char **argv) {
         {"portable d128 sq=sk=300", 300, 300, 128, 0, "portable", 0},
         {"portable d256 sq=sk=130 sinks", 130, 130, 256, 1, "portable", 0},
         {"portable d64 sq 150 > sk 90", 150, 90, 64, 0, "portable", 0},
+        {"large heads d512 sq=sk=100 sinks", 100, 100, 512, 1, NULL, 0},
         {"packed GQA d128 sq 3 sk 3", 3, 3, 128, 1, NULL, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

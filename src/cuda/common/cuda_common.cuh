@@ -105,6 +105,34 @@ __device__ __forceinline__ float fa_quad_sum(float x) {
     return x;
 }
 
+/* Two warps that split the k16 steps of the same rows' scores (the large-head forward and decode
+ * kernels) add each other's partial sums: store this warp's V4 accumulator fragments, meet the
+ * other warp (`partner`) at named barrier `barrier_id` (the two warps only), add the other's.
+ * a + b = b + a exactly, so both end with the same scores. Lane l stores fragment v at
+ * exchange_smem + (warp·V4 + v)·512 + 16·l: 512 contiguous bytes per warp and fragment, without
+ * bank conflicts. The caller rewrites the slots only after a __syncthreads that the other warp
+ * reaches after its reads. */
+template <int V4>
+__device__ __forceinline__ void fa_pair_add_scores(uint32_t exchange_smem, int warp, int partner, int barrier_id,
+                                                   int lane, float (*s)[4]) {
+    const uint32_t mine = exchange_smem + (uint32_t)(warp * V4) * 512u + 16u * (uint32_t)lane;
+    const uint32_t other = exchange_smem + (uint32_t)(partner * V4) * 512u + 16u * (uint32_t)lane;
+#pragma unroll
+    for (int v = 0; v < V4; ++v) {
+        const uint32_t bits[4] = {__float_as_uint(s[v][0]), __float_as_uint(s[v][1]), __float_as_uint(s[v][2]),
+                                  __float_as_uint(s[v][3])};
+        st_shared_v4_b32(mine + 512u * v, bits);
+    }
+    bar_sync(barrier_id, 64); /* the other warp's partial scores stored */
+#pragma unroll
+    for (int v = 0; v < V4; ++v) {
+        float x[4];
+        ld_shared_v4_f32(x, other + 512u * v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[v][e] += x[e];
+    }
+}
+
 /* One step of a row's online softmax (the portable and decode kernels): the running max takes
  * the tile's max (raw scores; -inf while no key was visible); returns the factor that rescales
  * the row's O and sum, exp2((old - new)·score_mul), and sets max_scaled to the new max in
@@ -320,8 +348,8 @@ static inline int fa_cuda_head_group(int num_m_blocks, int resident_ctas) {
  * "the CUDA backward kernel", "backward"). Defined in fwd.cu except the templates.
  */
 
-/* dtype f16 or bf16; head_dim and head_dim_v multiples of 8 in 8..256. */
-fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path);
+/* dtype f16 or bf16; head_dim multiple of 8 in 8..max_head_dim, head_dim_v in 8..max_head_dim_v. */
+fa_status fa_cuda_check_dtype_and_dims(const fa_params *p, const char *path, int max_head_dim, int max_head_dim_v);
 
 /* ptr (NULL passes) aligned to `bytes`, a power of two: "name = ptr is not N-byte aligned". */
 fa_status fa_cuda_check_aligned(const char *name, const void *ptr, unsigned bytes);

@@ -25,12 +25,20 @@ fa_status fa_fwd_launch_hdim128(const fa_fwd_params *prm, fa_dtype dtype, int de
                                 cudaStream_t stream);
 fa_status fa_fwd_launch_hdim256(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
                                 cudaStream_t stream);
+fa_status fa_fwd_launch_hdim512(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
+fa_status fa_fwd_launch_hdim576(const fa_fwd_params *prm, fa_dtype dtype, int device_ordinal,
+                                cudaStream_t stream);
 /* The same kernels with attention dropout (instances/fwd_sm80_dropout_hdim<bucket>.cu). */
 fa_status fa_fwd_dropout_launch_hdim64(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                        int device_ordinal, cudaStream_t stream);
 fa_status fa_fwd_dropout_launch_hdim128(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int device_ordinal, cudaStream_t stream);
 fa_status fa_fwd_dropout_launch_hdim256(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                        int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_dropout_launch_hdim512(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                        int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_dropout_launch_hdim576(const fa_fwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int device_ordinal, cudaStream_t stream);
 /* The same kernels with the score bias, document ids and block-sparse masks of
  * common/mods.cuh (instances/fwd_sm80_mods_hdim<bucket>.cu). */
@@ -39,6 +47,10 @@ fa_status fa_fwd_mods_launch_hdim64(const fa_fwd_params *prm, const fa_mods_para
 fa_status fa_fwd_mods_launch_hdim128(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
                                      int device_ordinal, cudaStream_t stream);
 fa_status fa_fwd_mods_launch_hdim256(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                     int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_mods_launch_hdim512(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
+                                     int device_ordinal, cudaStream_t stream);
+fa_status fa_fwd_mods_launch_hdim576(const fa_fwd_params *prm, const fa_mods_params *mods, fa_dtype dtype,
                                      int device_ordinal, cudaStream_t stream);
 /* The Hopper kernel (fwd_sm90.cu), for compute capability 9.0 and the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts; dropout != NULL: its DROPOUT

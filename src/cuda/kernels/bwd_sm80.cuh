@@ -20,6 +20,8 @@
  *   A (top): this stage's data landed for every thread, and every warp has finished the previous
  *            query block (so its stage and the dS^T tile may be overwritten);
  *   B:       dS^T (and P^T) of this query block are complete in shared memory.
+ * At d = 512 (fa_bwd_q_stages) there is one stage, and a third barrier, C, after step 4: every
+ * warp is done with Q and dO, so the next query block loads while step 5 runs.
  *
  * DROPOUT (a separate instantiation): with the keep bits of common/dropout.cuh (one Philox call
  * per lane per pair of m16n8 tiles of S^T) and Z = keep / (1 - p), step 3 makes P^T -> Z∘P^T (what dV
@@ -61,6 +63,7 @@ struct fa_bwd_config {
     static constexpr int SPLIT_D = fa_bwd_split_d(BUCKET);
     static constexpr int BLOCK_K = fa_bwd_block_k(BUCKET);
     static constexpr int BLOCK_Q = fa_bwd_block_q(BUCKET);
+    static constexpr int STAGES = fa_bwd_q_stages(BUCKET); /* of Q, dO, LSE, D                */
     static constexpr int KEY_WARPS = WARPS / SPLIT_D;     /* warps along the keys              */
     static constexpr int WARP_Q = BLOCK_Q / SPLIT_D;      /* queries per warp in S^T, dP^T     */
     static constexpr int CHUNK_Q = FA_BWD_CHUNK_Q < WARP_Q ? FA_BWD_CHUNK_Q : WARP_Q; /* ... at a time */
@@ -77,17 +80,17 @@ struct fa_bwd_config {
     static constexpr uint32_t S_BYTES = 2u * BLOCK_K * BLOCK_Q;
     static constexpr uint32_t OFF_K = 0;
     static constexpr uint32_t OFF_V = OFF_K + K_BYTES;
-    static constexpr uint32_t OFF_Q = OFF_V + K_BYTES;      /* [2 stages][BLOCK_Q][D]          */
-    static constexpr uint32_t OFF_DO = OFF_Q + 2 * Q_BYTES; /* [2 stages][BLOCK_Q][D]          */
-    static constexpr uint32_t OFF_DS = OFF_DO + 2 * Q_BYTES; /* dS^T [BLOCK_K][BLOCK_Q]        */
-    static constexpr uint32_t OFF_P = OFF_DS + S_BYTES;     /* P^T (SPLIT_D = 2 only)          */
-    static constexpr uint32_t OFF_LSE = OFF_P + (SPLIT_D == 2 ? S_BYTES : 0); /* [2][BLOCK_Q] */
-    static constexpr uint32_t OFF_DSUM = OFF_LSE + 2 * 4 * BLOCK_Q;            /* [2][BLOCK_Q] */
-    static constexpr uint32_t SMEM = OFF_DSUM + 2 * 4 * BLOCK_Q;
+    static constexpr uint32_t OFF_Q = OFF_V + K_BYTES;           /* [STAGES][BLOCK_Q][D]     */
+    static constexpr uint32_t OFF_DO = OFF_Q + STAGES * Q_BYTES;  /* [STAGES][BLOCK_Q][D]     */
+    static constexpr uint32_t OFF_DS = OFF_DO + STAGES * Q_BYTES; /* dS^T [BLOCK_K][BLOCK_Q]  */
+    static constexpr uint32_t OFF_P = OFF_DS + S_BYTES;          /* P^T (SPLIT_D > 1 only)   */
+    static constexpr uint32_t OFF_LSE = OFF_P + (SPLIT_D > 1 ? S_BYTES : 0); /* [STAGES][BLOCK_Q] */
+    static constexpr uint32_t OFF_DSUM = OFF_LSE + STAGES * 4 * BLOCK_Q;     /* [STAGES][BLOCK_Q] */
+    static constexpr uint32_t SMEM = OFF_DSUM + STAGES * 4 * BLOCK_Q;
 
     static_assert(SMEM == fa_bwd_smem_bytes(BUCKET), "bwd_tiles.h and the kernel disagree");
     static_assert(KEY_WARPS * 16 == BLOCK_K && WARP_Q % CHUNK_Q == 0 && WARP_COLS % 16 == 0, "tiles");
-    static_assert(SPLIT_D == 1 || WARP_Q == CHUNK_Q, "SPLIT_D = 2 computes its queries in one chunk");
+    static_assert(SPLIT_D == 1 || WARP_Q == CHUNK_Q, "SPLIT_D > 1 computes its queries in one chunk");
     static_assert(DQ_ROW_WARPS * DQ_COL_WARPS == WARPS && DQ_WARP_COLS % DQ_PASS_COLS == 0, "dQ");
     static_assert(CHUNKS % 8 == 0 && S_CHUNKS % 8 == 0, "swizzle needs rows of >= 8 chunks");
     static_assert(2 * BLOCK_Q <= THREADS, "one thread per LSE/D element");
@@ -128,18 +131,22 @@ __device__ __forceinline__ void fa_bwd_load_tile(uint32_t smem_tile, const uint1
                                                  int64_t row_stride, int valid_rows, int valid_cols) {
     using Cfg = fa_bwd_config<BUCKET>;
     constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
-    static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
-    static_assert(ROWS_PER_PASS % 8 == 0, "every pass keeps row & 7, so one swizzled offset serves all");
+    static_assert(Cfg::THREADS % Cfg::CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0, "whole passes");
+    /* with ROWS_PER_PASS % 8 == 0 every pass keeps row & 7, so one swizzled offset serves all;
+     * at d = 512 (4 rows per pass) the offset alternates between two */
     const int chunk = threadIdx.x % Cfg::CHUNKS;
     const int row0 = threadIdx.x / Cfg::CHUNKS;
     const bool chunk_ok = chunk * 8 < valid_cols;
     const uint32_t dst0 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0, chunk);
+    const uint32_t dst1 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0 + ROWS_PER_PASS % 8, chunk) -
+                          16 * (ROWS_PER_PASS % 8) * Cfg::CHUNKS; /* odd passes when ROWS_PER_PASS % 8 == 4 */
+    static_assert(ROWS_PER_PASS % 8 == 0 || ROWS_PER_PASS == 4, "passes of 8·k or 4 rows");
 #pragma unroll
     for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
         const int row = row0 + pass * ROWS_PER_PASS;
         const bool ok = chunk_ok && row < valid_rows;
         const uint16_t *src = gmem_row0 + (int64_t)row * row_stride + chunk * 8;
-        cp_async_cg_16(dst0 + pass * ROWS_PER_PASS * Cfg::CHUNKS * 16,
+        cp_async_cg_16((ROWS_PER_PASS % 8 != 0 && (pass & 1) ? dst1 : dst0) + pass * ROWS_PER_PASS * Cfg::CHUNKS * 16,
                        ok ? (const void *)src : (const void *)gmem_row0, ok ? 16 : 0);
     }
 }
@@ -169,7 +176,8 @@ __device__ __forceinline__ void fa_bwd_scores_to_grads(
     using Cfg = fa_bwd_config<BUCKET>;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    static_assert(!DROPOUT || Cfg::CHUNK_Q % 32 == 0, "dropout keep bits come in fours of n8 tiles");
+    static_assert(!DROPOUT || Cfg::CHUNK_Q % 32 == 0 || Cfg::CHUNK_Q == 16,
+                  "dropout keep bits come in fours of n8 tiles (a 16-query chunk uses the first two)");
     uint32_t keep4 = 0; /* dropout: keep bits of n8 tiles j .. j + 3 (one call per lane per four) */
 #pragma unroll
     for (int j = 0; j < Cfg::CHUNK_Q / 8; ++j) {
@@ -388,7 +396,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
         }
 
         for (int it = 0; it < n_iter; ++it) {
-            const int stage = it & 1;
+            const int stage = Cfg::STAGES == 2 ? it & 1 : 0;
             const fa_mods_q_pos pos = walk; /* this iteration's */
             const int h = MODS && q_walk_on ? pos.h : h_begin + it / m_count;
             const int m0 = MODS && q_walk_on ? pos.tile * BLOCK_Q : (m_first + it % m_count) * BLOCK_Q;
@@ -398,10 +406,11 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
             const float *dsum_smem = reinterpret_cast<const float *>(smem_raw + Cfg::OFF_DSUM) + stage * BLOCK_Q;
 
             /* Barrier A: this stage has landed for all threads; all warps are done with the
-             * previous query block, so the other stage and dS^T may be overwritten. */
+             * previous query block, so the other stage and dS^T may be overwritten. (One stage:
+             * the next block's prefetch waits for barrier C, below.) */
             cp_async_wait_all();
             __syncthreads();
-            if (it + 1 < n_iter) {
+            if (Cfg::STAGES == 2 && it + 1 < n_iter) {
                 prefetch(it + 1, stage ^ 1);
                 cp_async_commit_group();
             }
@@ -493,15 +502,16 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
 
                 /* dS^T (and P^T) to shared memory, [key][query] swizzled: n-tile j of rows g, g + 8
                  * is a 4-byte pair at column q_col + 8j + 2t, chunk (q_col0/8 + NT·qc + j) ^ g. The
-                 * three terms share no bits (q_col0/8 is 0, or 4 with a single chunk; NT is a power
-                 * of two above j), so the address is s_store ^ 16·(NT·qc + j). */
+                 * three terms share no bits (q_col0/8 is 0, or 4 with a single chunk, or 2·wq at
+                 * d = 512 with a single chunk of NT = 2; NT is a power of two above j), so the
+                 * address is s_store ^ 16·(NT·qc + j). */
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
                         const uint32_t addr = (s_store ^ (16u * (NT * qc + j))) + half * 8 * 16 * S_CHUNKS;
                         st_shared_b32(addr, ds_frag[j / 2][2 * (j & 1) + half]);
-                        if (Cfg::SPLIT_D == 2)
+                        if (Cfg::SPLIT_D > 1)
                             st_shared_b32(addr + (Cfg::OFF_P - Cfg::OFF_DS), p_frag[j / 2][2 * (j & 1) + half]);
                     }
                 }
@@ -536,10 +546,10 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
             /* Barrier B: dS^T (and P^T) of the whole block are in shared memory. */
             __syncthreads();
 
-            /* ---- 4 (SPLIT_D = 2). The same from shared memory: this warp needs the queries its
-             * partner warp computed. (A real loop over the k16 slices: unrolled, the loads hoisted
+            /* ---- 4 (SPLIT_D > 1). The same from shared memory: this warp needs the queries its
+             * partner warps computed. (A real loop over the k16 slices: unrolled, the loads hoisted
              * across slices spill next to the 128 accumulator registers.) */
-            if (Cfg::SPLIT_D == 2) {
+            if (Cfg::SPLIT_D > 1) {
 #pragma unroll 1
                 for (int kk2 = 0; kk2 < BLOCK_Q / 16; ++kk2) {
                     uint32_t pa[4], dsa[4];
@@ -561,6 +571,16 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                             Elem::mma(dk_acc[2 * jd2 + 1], dsa, bq + 2);
                         }
                     }
+                }
+            }
+
+            /* Barrier C (one stage): every warp is done with this block's Q and dO (step 5
+             * reads dS^T and K only), so the next block's load overlaps step 5. */
+            if (Cfg::STAGES == 1) {
+                __syncthreads();
+                if (it + 1 < n_iter) {
+                    prefetch(it + 1, 0);
+                    cp_async_commit_group();
                 }
             }
 

@@ -15,6 +15,12 @@
  *   3. O /= rowsum (sink included), staged through shared memory for 16-byte stores; LSE.
  * Each warp owns WARP_ROWS = BLOCK_M / WARPS rows, so the softmax needs only quad shuffles.
  *
+ * Large heads (buckets 512 and 576, fa_fwd_dv_split): 16 rows × 512 columns of O would be 256
+ * fp32 registers per thread, so the 8 warps form 4 row groups of 16 rows × 2 column halves.
+ * Warps w and w + 4 take alternate k16 steps of S = Q Kᵀ for the same rows and all keys of the
+ * tile, add each other's partial scores through shared memory (fa_pair_add_scores: both then hold
+ * the same S and run the same mask and softmax), and each computes P·V for its 256 columns of O.
+ *
  * DROPOUT (a separate instantiation, so the kernels without it are unchanged): the row sums take
  * P whole, then the dropped elements of P are zeroed before P·V (keep bits from
  * common/dropout.cuh, one Philox call per lane per pair of m16n8 tiles of S), and the epilogue scales O
@@ -38,12 +44,15 @@
 
 template <int HEAD_DIM>
 struct fa_fwd_config {
-    static constexpr int D = HEAD_DIM;                      /* padded head dim of q/k and v/o */
+    static constexpr int D = HEAD_DIM;                      /* padded head dim of q/k (the bucket) */
+    static constexpr int DV = fa_fwd_bucket_dv(HEAD_DIM);   /* padded head dim of v/o         */
     static constexpr int BLOCK_M = fa_fwd_block_m(D);
     static constexpr int BLOCK_N = fa_fwd_block_n(D);
     static constexpr int WARPS = fa_fwd_warps(D);
     static constexpr int THREADS = 32 * WARPS;
-    static constexpr int WARP_ROWS = BLOCK_M / WARPS;       /* query rows per warp            */
+    static constexpr int DV_SPLIT = fa_fwd_dv_split(D);     /* warps sharing a row's O columns */
+    static constexpr int ROW_WARPS = WARPS / DV_SPLIT;      /* row groups                     */
+    static constexpr int WARP_ROWS = BLOCK_M / ROW_WARPS;   /* query rows per warp            */
     static constexpr int M_TILES = WARP_ROWS / 16;          /* m16 tiles per warp             */
     /* dropout: Philox calls in flight per m16 tile (the order ptxas 13 spills least with: at
      * d = 128 one, both unrolled spilled 24 bytes on sm_90 and 32 on sm_80; at d = 64 and 256
@@ -51,7 +60,8 @@ struct fa_fwd_config {
     static constexpr int KEEP_UNROLL = D == 128 ? 1 : BLOCK_N / 32;
     static constexpr int N_TILES = BLOCK_N / 8;             /* n8 tiles of S per warp         */
     static constexpr int K_STEPS = D / 16;                  /* k16 steps of Q Kᵀ              */
-    static constexpr int O_TILES = D / 8;                   /* n8 tiles of O per warp         */
+    static constexpr int WARP_K_STEPS = K_STEPS / DV_SPLIT; /* ... of them per warp            */
+    static constexpr int O_TILES = DV / 8 / DV_SPLIT;       /* n8 tiles of O per warp         */
     static constexpr int PV_STEPS = BLOCK_N / 16;           /* k16 steps of P V               */
     static constexpr int CHUNKS = D / 8;                    /* 16-byte chunks per tile row    */
     static constexpr bool Q_IN_REGS = fa_fwd_q_in_regs(D) != 0;
@@ -59,10 +69,13 @@ struct fa_fwd_config {
     static constexpr int Q_ELEMS = BLOCK_M * D;
     static constexpr int KV_ELEMS = BLOCK_N * D;
     static constexpr size_t SMEM_BYTES = fa_fwd_smem_bytes(D);
-    static constexpr size_t STATE_BYTES = 4 * (size_t)THREADS * 2 * M_TILES + 16 * (size_t)THREADS;
+    /* partial scores of a dv split: [warp][m tile][n tile][lane] × 4 fp32 */
+    static constexpr size_t EXCHANGE_BYTES = DV_SPLIT > 1 ? (size_t)16 * THREADS * M_TILES * N_TILES : 0;
+    static constexpr size_t STATE_BYTES = 4 * (size_t)THREADS * 2 * M_TILES + 16 * (size_t)THREADS + EXCHANGE_BYTES;
     static_assert(WARP_ROWS % 16 == 0, "each warp owns whole m16 tiles");
     static_assert(N_TILES % 2 == 0 && O_TILES % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
-    static_assert(THREADS % CHUNKS == 0, "tile loads give each thread a fixed chunk column");
+    static_assert(DV_SPLIT == 1 || (DV_SPLIT == 2 && K_STEPS % 2 == 0 && O_TILES % 8 == 0 && !Q_IN_REGS),
+                  "a dv split halves the k16 steps and O's columns in whole 128-byte groups");
     static_assert(SMEM_BYTES == 2 * (size_t)(Q_ELEMS + 2 * STAGES * KV_ELEMS) + STATE_BYTES, "smem layout");
 };
 
@@ -74,19 +87,32 @@ template <class Cfg, int ROWS>
 __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint16_t *gmem,
                                                  int64_t row_stride, int valid_rows,
                                                  int valid_chunks, const void *any_valid) {
-    constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
-    static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
-    const int chunk = threadIdx.x % Cfg::CHUNKS;
-    const int row0 = threadIdx.x / Cfg::CHUNKS;
-    const bool chunk_ok = chunk < valid_chunks;
-    const uint16_t *src = gmem + row0 * row_stride + chunk * 8;
+    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) {
+        /* rows of 72 chunks (bucket 576): item i = thread + pass · THREADS is (i / CHUNKS, i % CHUNKS) */
+        static_assert(ROWS * Cfg::CHUNKS % Cfg::THREADS == 0, "whole passes");
 #pragma unroll
-    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
-        const int row = row0 + pass * ROWS_PER_PASS;
-        const bool ok = chunk_ok && row < valid_rows;
-        cp_async_cg_16(smem_base + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
-                       ok ? (const void *)src : any_valid, ok ? 16 : 0);
-        src += ROWS_PER_PASS * row_stride;
+        for (int pass = 0; pass < ROWS * Cfg::CHUNKS / Cfg::THREADS; ++pass) {
+            const int i = threadIdx.x + pass * Cfg::THREADS;
+            const int row = i / Cfg::CHUNKS, chunk = i % Cfg::CHUNKS;
+            const bool ok = chunk < valid_chunks && row < valid_rows;
+            cp_async_cg_16(smem_base + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
+                           ok ? (const void *)(gmem + row * row_stride + chunk * 8) : any_valid, ok ? 16 : 0);
+        }
+    } else {
+        constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
+        static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
+        const int chunk = threadIdx.x % Cfg::CHUNKS;
+        const int row0 = threadIdx.x / Cfg::CHUNKS;
+        const bool chunk_ok = chunk < valid_chunks;
+        const uint16_t *src = gmem + row0 * row_stride + chunk * 8;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
+            const int row = row0 + pass * ROWS_PER_PASS;
+            const bool ok = chunk_ok && row < valid_rows;
+            cp_async_cg_16(smem_base + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
+                           ok ? (const void *)src : any_valid, ok ? 16 : 0);
+            src += ROWS_PER_PASS * row_stride;
+        }
     }
 }
 
@@ -110,6 +136,11 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     const int lane = threadIdx.x % 32;
     const int quad_row = lane / 4; /* g: the row (and row+8) this lane holds in mma fragments */
     const int quad_col = lane % 4; /* t: its column pair 2t, 2t+1                            */
+    /* dv split (fa_fwd_dv_split): warps w and w + ROW_WARPS share the rows of row group
+     * w % ROW_WARPS; col_half picks their k16 steps of S (ks ≡ col_half mod 2) and their half of
+     * O's columns */
+    const int row_warp = Cfg::DV_SPLIT > 1 ? warp % Cfg::ROW_WARPS : warp;
+    const int col_half = Cfg::DV_SPLIT > 1 ? warp / Cfg::ROW_WARPS : 0;
 
     /* ---- which block: heavy_first puts the query block in the slowest grid dimension, last
      * block first (it sees the most keys under a causal mask). */
@@ -169,7 +200,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     }
 
     /* The 2·M_TILES rows this lane holds: r = mt*2 + half is query row lane_row0 + 8·r. */
-    const int lane_row0 = m0 + warp * Cfg::WARP_ROWS + quad_row;
+    const int lane_row0 = m0 + row_warp * Cfg::WARP_ROWS + quad_row;
     const float alibi_slope_log2 =
         prm.alibi_slopes != nullptr
             ? prm.alibi_slopes[batch * prm.alibi_batch_stride + head] * 1.4426950408889634f
@@ -207,10 +238,25 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     auto frag_addr = [&](uint32_t base, const uint32_t offs[4], int step, int row_offset) -> uint32_t {
         return base + offs[step % 4] + 16u * (uint32_t)(8 * (step / 4) + row_offset * CHUNKS);
     };
+    /* A dv split's warp walks the k16 steps ks = 2·kh + col_half of S: chunk pair ks % 4 =
+     * 2·(kh % 2) + col_half of the 8-chunk group kh / 2. split_offsets keeps the two offsets of
+     * those pairs in offs[0..1]; s_step_addr is frag_addr of the warp's kh-th step. */
+    auto split_offsets = [&](uint32_t offs[4]) {
+        if (Cfg::DV_SPLIT > 1) {
+            const uint32_t even = col_half ? offs[1] : offs[0], odd = col_half ? offs[3] : offs[2];
+            offs[0] = even;
+            offs[1] = odd;
+        }
+    };
+    auto s_step_addr = [&](uint32_t base, const uint32_t offs[4], int kh, int row_offset) -> uint32_t {
+        return Cfg::DV_SPLIT > 1 ? base + offs[kh % 2] + 16u * (uint32_t)(8 * (kh / 2) + row_offset * CHUNKS)
+                                 : frag_addr(base, offs, kh, row_offset);
+    };
     /* Q fragments (A operand, ldmatrix.x4 of a 16x16 block): lanes 0-15 address rows 0-15 at
      * chunk 2k, lanes 16-31 rows 0-15 at chunk 2k+1 -> a[0..3] = (rows 0-7 | 8-15) × (cols 0-7 | 8-15). */
     uint32_t q_offs[4];
-    frag_offsets(warp * Cfg::WARP_ROWS + (lane & 15), lane >> 4, q_offs);
+    frag_offsets(row_warp * Cfg::WARP_ROWS + (lane & 15), lane >> 4, q_offs);
+    split_offsets(q_offs);
     auto q_frag_addr = [&](int mt, int ks) -> uint32_t { return frag_addr(q_smem, q_offs, ks, mt * 16); };
     uint32_t q_rmem[Cfg::Q_IN_REGS ? M_TILES : 1][Cfg::Q_IN_REGS ? Cfg::K_STEPS : 1][4];
     if (Cfg::Q_IN_REGS) {
@@ -228,6 +274,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
      * 24-31 -> keys 8-15 dims 8-15, giving b[0..1] of n8 tile 0 and b[2..3] of n8 tile 1. */
     uint32_t k_offs[4];
     frag_offsets((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, k_offs);
+    split_offsets(k_offs);
     /* V fragments (B operand of O = P V, V rows are B's rows: ldmatrix.trans): keys k16 × dims
      * n16, lanes 0-7 -> keys 0-7 dims 0-7, 8-15 -> keys 8-15 dims 0-7, 16-23 -> keys 0-7 dims
      * 8-15, 24-31 -> keys 8-15 dims 8-15. */
@@ -244,6 +291,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
     const uint32_t state_smem = v_smem + 2 * Cfg::STAGES * Cfg::KV_ELEMS;
     auto row_sum_addr = [&](int r) -> uint32_t { return state_smem + 4 * (Cfg::THREADS * r + threadIdx.x); };
     const uint32_t kv_ptr_smem = state_smem + 4 * Cfg::THREADS * 2 * M_TILES + 16 * threadIdx.x;
+    const uint32_t exchange_smem = state_smem + 4 * Cfg::THREADS * 2 * M_TILES + 16 * Cfg::THREADS;
     st_shared_u64(kv_ptr_smem, (uint64_t)k_gmem);
     st_shared_u64(kv_ptr_smem + 8, (uint64_t)v_gmem);
     auto k_gmem_reloaded = [&]() { return (const uint16_t *)ld_shared_u64(kv_ptr_smem); };
@@ -315,7 +363,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
                 for (int nt = 0; nt < N_TILES; nt += 4) /* four n8 tiles: one call per lane */
                     keep_rmem[DROPOUT ? mt : 0] |=
                         fa_dropout_keep_qk4(dropout, batch, head, prm.heads_q,
-                                            m0 + warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
+                                            m0 + row_warp * Cfg::WARP_ROWS + mt * 16, n0 + nt * 8)
                         << (4 * nt);
             }
         }
@@ -330,7 +378,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s_rmem[mt][nt][e] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < Cfg::K_STEPS; ++ks) {
+        for (int ks = 0; ks < Cfg::WARP_K_STEPS; ++ks) { /* the warp's ks-th k16 step (s_step_addr) */
             uint32_t a[M_TILES][4];
 #pragma unroll
             for (int mt = 0; mt < M_TILES; ++mt) {
@@ -338,13 +386,13 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) a[mt][x] = q_rmem[Cfg::Q_IN_REGS ? mt : 0][Cfg::Q_IN_REGS ? ks : 0][x];
                 } else {
-                    ldmatrix_x4(a[mt], q_frag_addr(mt, ks));
+                    ldmatrix_x4(a[mt], s_step_addr(q_smem, q_offs, ks, mt * 16));
                 }
             }
 #pragma unroll
             for (int np = 0; np < N_TILES / 2; ++np) {
                 uint32_t b[4];
-                ldmatrix_x4(b, frag_addr(k_tile, k_offs, ks, np * 16));
+                ldmatrix_x4(b, s_step_addr(k_tile, k_offs, ks, np * 16));
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; ++mt) {
                     Elem::mma(s_rmem[mt][2 * np], a[mt], &b[0]);
@@ -352,6 +400,12 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
                 }
             }
         }
+
+        /* dv split: the pair adds each other's partial scores (barriers 1..ROW_WARPS; the slots
+         * are rewritten after the next tile's __syncthreads) */
+        if constexpr (Cfg::DV_SPLIT > 1)
+            fa_pair_add_scores<M_TILES * N_TILES>(exchange_smem, warp, (warp + Cfg::ROW_WARPS) % Cfg::WARPS,
+                                                  1 + row_warp, lane, &s_rmem[0][0]);
 
         /* ---- scores: transform (softcap / ALiBi / non-positive scale -> log2 units) and mask
          * (only tiles that straddle a row's key range; -inf never reaches a product). */
@@ -448,6 +502,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
          * k16 step s: a[0] = rows g keys 2t.. (tile 2s, e 0-1), a[1] = rows g+8 (tile 2s, e 2-3),
          * a[2] = rows g keys 8+2t.. (tile 2s+1, e 0-1), a[3] = rows g+8 (tile 2s+1, e 2-3);
          * p_rmem holds those pairs already packed. */
+        const uint32_t v_cols = v_tile + 16u * (uint32_t)(col_half * O_TILES); /* the warp's columns */
 #pragma unroll
         for (int ps = 0; ps < Cfg::PV_STEPS; ++ps) {
             uint32_t a[M_TILES][4];
@@ -461,7 +516,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
             for (int op = 0; op < O_TILES / 2; ++op) {
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, frag_addr(v_tile, v_offs, op, ps * 16));
+                ldmatrix_x4_trans(b, frag_addr(v_cols, v_offs, op, ps * 16));
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; ++mt) {
                     Elem::mma(o_rmem[mt][2 * op], a[mt], &b[0]);
@@ -500,34 +555,35 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
             o_rmem[mt][ot][2 * h] *= inv_sum;
             o_rmem[mt][ot][2 * h + 1] *= inv_sum;
         }
-        const int local_row = warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
-        if (prm.lse != nullptr && quad_col == 0 && m0 + local_row < len_q)
+        const int local_row = row_warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
+        if (prm.lse != nullptr && quad_col == 0 && col_half == 0 && m0 + local_row < len_q)
             prm.lse[lse_row0 + m0 + local_row] = fa_row_lse(max_scaled_final, sum);
     }
 
-    /* O tile -> this warp's own rows of q_smem (same swizzle; no other warp touches them, so a
-     * __syncwarp orders the fragment stores before the row-wise 16-byte reads). */
+    /* O tile -> this warp's own rows (and, with a dv split, columns) of q_smem (same swizzle; no
+     * other warp touches them, so a __syncwarp orders the fragment stores before the row-wise
+     * 16-byte reads). */
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int local_row = warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
-                st_shared_b32(q_smem + 16 * fa_swizzled_chunk<CHUNKS>(local_row, ot) + 4 * quad_col,
+                const int local_row = row_warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
+                st_shared_b32(q_smem + 16 * fa_swizzled_chunk<CHUNKS>(local_row, col_half * O_TILES + ot) + 4 * quad_col,
                               Elem::pack2(o_rmem[mt][ot][2 * h], o_rmem[mt][ot][2 * h + 1]));
             }
     __syncwarp();
 
     uint16_t *o_gmem = (uint16_t *)prm.o + head * prm.o_head_stride +
                        (varlen ? seq.q_start * prm.o_row_stride : batch * prm.o_batch_stride);
-    constexpr int WARP_CHUNKS = Cfg::WARP_ROWS * CHUNKS;
+    constexpr int WARP_CHUNKS = Cfg::WARP_ROWS * O_TILES; /* the warp's rows × its O columns */
     static_assert(WARP_CHUNKS % 32 == 0, "whole passes over the warp's O rows");
 #pragma unroll
     for (int pass = 0; pass < WARP_CHUNKS / 32; ++pass) {
         const int idx = pass * 32 + lane;
-        const int local_row = warp * Cfg::WARP_ROWS + idx / CHUNKS;
-        const int chunk = idx % CHUNKS;
+        const int local_row = row_warp * Cfg::WARP_ROWS + idx / O_TILES;
+        const int chunk = col_half * O_TILES + idx % O_TILES;
         const int row = m0 + local_row;
         if (row < len_q && chunk < dv_chunks) {
             uint32_t vals[4];

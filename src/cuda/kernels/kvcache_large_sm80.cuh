@@ -294,31 +294,6 @@ __device__ __forceinline__ void fa_kvl_partial_scores(uint32_t q_smem, uint32_t 
         }
 }
 
-/* The pair's exchange: store this warp's partial scores, meet the other warp of the row group
- * (`partner`) at its named barrier (1 + row group: the two warps only), add the other's. Its slot
- * is rewritten only after the next tile's __syncthreads, which the other warp reaches after
- * reading it. Lane l stores v4 number v (= 2·g16 + nt) at v·512 + 16·l: a warp's stores cover
- * 512 contiguous bytes per v4, without bank conflicts. */
-__device__ __forceinline__ void fa_kvl_exchange_scores(uint32_t exchange_smem, int warp, int partner, int row_group,
-                                                       int lane, float (&s_rmem)[2][2][4]) {
-    const uint32_t mine = exchange_smem + (uint32_t)(warp * 4) * 512u + 16u * (uint32_t)lane;
-    const uint32_t other = exchange_smem + (uint32_t)(partner * 4) * 512u + 16u * (uint32_t)lane;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-        const uint32_t bits[4] = {__float_as_uint(s_rmem[v / 2][v % 2][0]), __float_as_uint(s_rmem[v / 2][v % 2][1]),
-                                  __float_as_uint(s_rmem[v / 2][v % 2][2]), __float_as_uint(s_rmem[v / 2][v % 2][3])};
-        st_shared_v4_b32(mine + 512u * v, bits);
-    }
-    bar_sync(1 + row_group, 64); /* the other warp's partial scores stored */
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-        float x[4];
-        ld_shared_v4_f32(x, other + 512u * v);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s_rmem[v / 2][v % 2][e] += x[e];
-    }
-}
-
 /* Online softmax in base 2 over the tile's 16·G16 slots (fa_kv_softmax_pv's rule: p = 2^(s·mul -
  * max·mul), a row whose max is still -inf uses 0), P straight into the A fragments of the G16 k16
  * steps (p_frag[g16]: a[0] = (row, 2t..), a[1] = (row + 8, 2t..), a[2] = (row, 8 + 2t..), a[3] =
@@ -606,7 +581,7 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
         } else {
             fa_kvl_partial_scores<Elem, Cfg>(q_smem, k_tile, q_offs, k_offs, half, k_steps, s_rmem);
         }
-        fa_kvl_exchange_scores(exchange_smem, warp, partner, row_group, lane, s_rmem);
+        fa_pair_add_scores<4>(exchange_smem, warp, partner, 1 + row_group, lane, &s_rmem[0][0]);
         fa_kv_score_transform<Cfg, false>(prm, blk, c0, quad_col, s_rmem[0], no_mods);
         fa_kv_score_transform<Cfg, false>(prm, blk, c0 + Cfg::WARP_N, quad_col, s_rmem[1], no_mods);
         uint32_t p_frag[2][4];
