@@ -17,11 +17,13 @@ END = "/* ---- end of GENERATED ---- */\n"
 SS_SHAPES = (32, 64, 80, 96, 128, 176, 192)
 RS_SHAPES = (64, 128, 256)
 # SS with B MN-major (imm-trans-b = 1): the backward's dQ = dS K, N = the head-dim columns of one
-# warpgroup's dQ piece (64 at buckets 64 and 128, 128 at bucket 256).
+# warpgroup's dQ piece (64 at buckets 64 and 128, 128 at bucket 256); and the bucket-256 kernel's
+# dK / dV pieces (128, or 64 for consumer 1 at 192 / 128).
 SS_TRANSB_SHAPES = (64, 128)
 # SS with A and B MN-major (imm-trans-a = imm-trans-b = 1): the bucket-256 backward's dQ = dS K
-# with dS read from the dSᵀ tile it shares with the dK GEMM.
-SS_TRANSAB_SHAPES = (128,)
+# with dS read from the dSᵀ tile it shares with the dK GEMM (N 128, or 64 for consumer 1's
+# columns 128..191 at 192 / 128).
+SS_TRANSAB_SHAPES = (64, 128)
 # e4m3 (k32; both operands K-major, no transpose exists for 8-bit types): the fp8 forward's
 # S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V).
 E4M3_SS_SHAPES = (128,)

@@ -156,8 +156,9 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * Q / dO stages are free after the last iteration and hold dK and dV tiles [TILE_SLABS][TILE_ROWS
  * keys][64 columns] in the 128-byte swizzle (the K / V layout), dV's right after dK's. Consumer c
  * holds keys row0 .. row0 + 63 of the tile (n0 + row0 ..) and columns 64·slab0 ..
- * 64·(slab0 + OWN_SLABS) - 1 in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4
- * + 8h, column 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
+ * 64·(slab0 + OWN_SLABS) - 1 of dK, 64·dv_slab0 .. of dV (none when !has_dv: the other consumer
+ * holds them) in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4 + 8h, column
+ * 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
  * have read the stages) each thread writes its pairs with 4-byte st.shared (the 8 rows of a store
  * instruction land on 8 different chunks: conflict-free). Then with prm.dkdv_tma (a fixed-length
  * batch, mappable tensors: fa_hopper_bwd_dkdv_tma) one thread per consumer stores its slabs by
@@ -172,7 +173,7 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                                                           const float (&dk_rmem)[OWN_SLABS * 32],
                                                           const float (&dv_rmem)[OWN_SLABS * 32], uint32_t tiles_smem,
                                                           int consumer, int tid, int row0, int slab0, int n0, int len_k,
-                                                          int64_t k_start, int batch) {
+                                                          int64_t k_start, int batch, int dv_slab0, bool has_dv) {
     constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
     const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int warp = tid / 32, lane = tid % 32;
@@ -186,7 +187,9 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                                 (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
             st_shared_b32(dk_tile + at, fa_bwd_sm90_pack2<BF16>(dk_rmem[4 * j + 2 * h] * prm.softmax_scale,
                                                                 dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale));
-            st_shared_b32(dv_tile + at, fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
+            if (has_dv)
+                st_shared_b32(dv_tile + at + (uint32_t)(dv_slab0 - slab0) * SLAB_BYTES,
+                              fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
         }
     const int key_first = n0 + row0;
     const int head_kv = (int)blockIdx.y;
@@ -199,13 +202,13 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
             const uint32_t rows = (uint32_t)row0 * 128;
 #pragma unroll
             for (int i = 0; i < OWN_SLABS; ++i) { /* slabs past d or dv hold no column */
-                const int slab = slab0 + i;
+                const int slab = slab0 + i, dv_slab = dv_slab0 + i;
                 if (64 * slab < prm.head_dim)
                     tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, 64 * slab, key_first, head_kv,
                                  batch);
-                if (64 * slab < prm.head_dim_v)
-                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)slab * SLAB_BYTES + rows, 64 * slab, key_first, head_kv,
-                                 batch);
+                if (has_dv && 64 * dv_slab < prm.head_dim_v)
+                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, 64 * dv_slab, key_first,
+                                 head_kv, batch);
             }
             tma_store_commit_group();
             tma_store_wait_group_read<0>();
@@ -216,21 +219,23 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
     const bool varlen = prm.cu_seqlens_q != nullptr;
     const int rows = max(0, min(64, len_k - key_first));
     auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
-                        int dim) {
+                        int dim, int first_slab) {
         /* this consumer's words (column pairs; dim is a multiple of 8) below dim */
-        const int words = max(0, min(OWN_SLABS * 32, dim / 2 - 32 * slab0));
+        const int words = max(0, min(OWN_SLABS * 32, dim / 2 - 32 * first_slab));
         uint16_t *rows_gmem = static_cast<uint16_t *>(base) + (int64_t)head_kv * head_stride +
-                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride) + 64 * slab0;
+                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride) + 64 * first_slab;
         for (int idx = tid; idx < rows * words; idx += 128) {
             const int r = idx / words, w = idx % words, tr = row0 + r;
-            const uint32_t at = (uint32_t)(slab0 + w / 32) * SLAB_BYTES + (uint32_t)tr * 128 +
+            const uint32_t at = (uint32_t)(first_slab + w / 32) * SLAB_BYTES + (uint32_t)tr * 128 +
                                 (uint32_t)((((w % 32) / 4) ^ (tr % 8)) * 16) + (uint32_t)(w % 4) * 4;
             *reinterpret_cast<uint32_t *>(rows_gmem + (int64_t)(key_first + r) * row_stride + 2 * w) =
                 __float_as_uint(ld_shared_f32(tile + at));
         }
     };
-    copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim);
-    copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v);
+    copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim, slab0);
+    if (has_dv)
+        copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v,
+                 dv_slab0);
 }
 
 /* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):

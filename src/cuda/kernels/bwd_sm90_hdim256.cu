@@ -29,7 +29,8 @@
  *     registers, 64 + 64 per thread, over all iterations) and of every dQ tile. The two halves of
  *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them. After the
  *     last iteration dK and dV go out through the Q stages (bwd_sm90_common.cuh's
- *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches).
+ *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches). MLA's
+ *     192 / 128 divides the column GEMMs differently (the kernel's DQK / DV comment).
  *
  * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
@@ -203,36 +204,40 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
     }
 }
 
-/* acc [64 rows, 128 columns] (+)= A [64 rows, 64] times B [64, 128 columns], K = 64 (4 k16 steps):
+/* acc [64 rows, N columns] (+)= A [64 rows, 64] times B [64, N columns], K = 64 (4 k16 steps), N =
+ * 128 (COLS), or 64 for consumer 1's columns 128..191 at 192 / 128 (the first 32 accumulator
+ * registers; the accumulator layout of the first 64 columns is the same):
  *   TRANS_A = false: A = a Pᵀ / dSᵀ tile read K-major (rows = keys, K = queries: +32 B per step):
  *     dV_c += Pᵀ dO[:, c], dK_c += dSᵀ Q[:, c];
  *   TRANS_A = true: A = the dSᵀ tile read MN-major (rows of A = queries, K = keys: +2048 B per
  *     16 keys, SBO = 1024 B per 8): dQ_c = dS K[:, c];
  * B = two 64-column slabs (stride b_slab_bytes) of a 64-row stage or of K, read MN-major (SBO =
  * 1024 B, +2048 B per 16 rows). accumulate = 0 starts from zero. One commit group. */
-template <bool BF16, bool TRANS_A>
-__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc)[fa_bwd_sm90_d256_config::COLS / 2],
+template <bool BF16, bool TRANS_A, int N = fa_bwd_sm90_d256_config::COLS>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa_bwd_sm90_d256_config::COLS / 2],
                                                             uint32_t a_tile, uint32_t b_cols, uint32_t b_slab_bytes,
                                                             int accumulate) {
     using Cfg = fa_bwd_sm90_d256_config;
+    static_assert(N == 64 || N == Cfg::COLS, "a consumer's 128 columns, or 64");
+    float(&acc)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc_cols);
     const uint64_t a_desc = TRANS_A ? wgmma_desc_sw128(a_tile, Cfg::TILE_BYTES, 1024) : wgmma_desc_sw128(a_tile, 16, 1024);
     const uint64_t b_desc = wgmma_desc_sw128(b_cols, b_slab_bytes, 1024);
 #pragma unroll
-    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < N / 2; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 64 / 16; ++kk) {
         const uint64_t a_step = TRANS_A ? (uint64_t)((kk * 2048) >> 4) : (uint64_t)((kk * 32) >> 4);
         if constexpr (TRANS_A)
-            wgmma_ss_f32_transab<Cfg::COLS, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
-                                                  kk > 0 || accumulate ? 1 : 0);
+            wgmma_ss_f32_transab<N, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
+                                          kk > 0 || accumulate ? 1 : 0);
         else
-            wgmma_ss_f32_transb<Cfg::COLS, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
-                                                 kk > 0 || accumulate ? 1 : 0);
+            wgmma_ss_f32_transb<N, BF16>(acc, a_desc + a_step, b_desc + ((kk * 2048) >> 4),
+                                         kk > 0 || accumulate ? 1 : 0);
     }
     wgmma_commit_group();
 #pragma unroll
-    for (int i = 0; i < Cfg::COLS / 2; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < N / 2; ++i) wgmma_fence_operand(acc[i]);
 }
 
 /* dK (scaled) and dV rows key0 and key0 + 8 of this thread, columns col0 + 8j + col_in + {0,1}
@@ -285,9 +290,19 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_clear_dropped(uint32_t (&frag)[
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-/* DQK, DV: the head-dim extents the GEMMs cover (256, or 192 and 128 for the 192 / 128 problems:
- * Sᵀ and dPᵀ then run 12 and 8 k-steps, and consumer 1, whose dV columns 128.. are all past dv,
- * issues no dV GEMM). Columns past them are zeros in shared memory either way. */
+/* A consumer's role as a type (fa_bwd_sm90_d256_main_kernel's consumer_loop): NARROW is consumer
+ * 1 at 192 / 128. */
+template <bool NARROW_>
+struct fa_bwd_sm90_d256_role {
+    static constexpr bool NARROW = NARROW_;
+};
+
+/* DQK, DV: the head-dim extents the GEMMs cover (256, or 192 and 128 for MLA's 192 / 128
+ * problems: Sᵀ and dPᵀ then run 12 and 8 k-steps, and the column GEMMs are divided so that both
+ * consumers do the same work, 416 units of 64 × 64 × 64 per iteration where halves by columns
+ * would give consumer 0 544: consumer 0 takes dK and dQ columns 0..127 (N = 128), consumer 1
+ * dK and dQ columns 128..191 (N = 64) and all of dV (N = 128, dO slabs 0 and 1). Columns past
+ * the extents are zeros in shared memory either way. */
 template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV, bool DROPOUT>
 __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
@@ -418,6 +433,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     const uint32_t col_slab_off = (uint32_t)(col0 / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
     const uint32_t k_cols = k_smem + (uint32_t)(col0 / 64) * Cfg::KV_SLAB_BYTES;
     const int half0 = Cfg::HALF_M * consumer; /* this consumer's queries of Sᵀ / dPᵀ within a block */
+    /* 192 / 128: consumer 1 takes dV (all 128 columns) and the 64 columns 128..191 of dK and dQ */
+    constexpr bool MLA_SPLIT = DQK == 192;
     const uint32_t half_off = (uint32_t)half0 * 128;                          /* their rows in a Q/dO slab */
     const uint32_t pds_smem = smem + Cfg::PDS_OFFSET;
     const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
@@ -433,201 +450,229 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     const int mask_m_hi = prm.window_left >= 0 ? n0 - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
     const int mask_base = key0 - shift - col_in - half0; /* key0 - shift - (query - m0 - 8j - c) */
 
+    /* dK and dV of this consumer's columns: the loop adds into them, the epilogue stores them */
     float dk_rmem[COLS / 2], dv_rmem[COLS / 2];
-#pragma unroll
-    for (int i = 0; i < COLS / 2; ++i) {
-        dk_rmem[i] = 0.0f;
-        dv_rmem[i] = 0.0f;
-    }
+    const bool has_dv = MLA_SPLIT ? consumer == 1 : (DV > COLS || consumer == 0); /* (uniform) */
+    /* The two consumers meet at named barriers of 256 threads. At 192 / 128 they run different
+     * copies of the loop (below), so they reach them from different instructions: barrier.sync,
+     * as bar.sync is .aligned (one instruction for every thread). */
+    auto consumers_meet = [&](int id) {
+        if constexpr (MLA_SPLIT) barrier_sync(id, 256);
+        else bar_sync(id, 256);
+    };
 
-    fa_bwd_sm90_wait(kv_full, 0);
-    if (varlen && n0 + BLOCK_N > len_k) {
-        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
-        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
-        fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD256_BAR_KV_TAIL, 256);
-    }
-
-    for (int t = 0; t < iterations; ++t) {
-        const int s = t % STAGES, use = t / STAGES;
-        const int head = heads.first + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
-        /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
-        const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
-        const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
-        const uint32_t p_tile = pds_smem + (uint32_t)(t & 1) * Cfg::SCORE_TILES * Cfg::TILE_BYTES;
-        const uint32_t ds_tile = p_tile + Cfg::TILE_BYTES;
-
-        float s_rmem[Cfg::HALF_M / 2], dp_rmem[Cfg::HALF_M / 2];
-        uint32_t frag_rmem[Cfg::HALF_M / 16][4];
-
-        fa_bwd_sm90_wait(stage_full(s), use & 1);
-        if (varlen && m0 + BLOCK_M > len_q) {
-            /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration;
-             * both read every column of the stage) */
-            fa_bwd_sm90_wait(do_full, t & 1);
-            fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-            fa_bwd_sm90_zero_rows(do_smem, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-            fence_proxy_async_shared_cta();
-            bar_sync(FA_HBWD256_BAR_Q_TAIL, 256);
-        }
-        /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
-        fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
-        /* dropout: the keep bits of this warp's 16 keys × 32 queries while Sᵀ is computed */
-        uint32_t keep = 0;
-        if constexpr (DROPOUT)
-            keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
-        fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
-        fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
-
-        wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
-#pragma unroll
-        for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-        /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
-        if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
-
-        /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
-        const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
-        if constexpr (!LOG2) {
-            if (needs_mask) fa_bwd_sm90_mask<Cfg::HALF_M>(s_rmem, prm, mask_base - m0, key0, len_k);
-        }
-        if constexpr (SOFTCAP) {
-            /* P packed, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
-            fa_bwd_sm90_softcap_probs_w<Half, BF16>(s_rmem, frag_rmem, lse2_pair, prm.softcap_post_log2);
-        } else {
-            if constexpr (LOG2)
-                fa_bwd_sm90_probs_log2<Cfg::HALF_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                                                    fa_bwd_sm90_alibi_slope(prm, batch, head));
-            else
-                fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm, lse2_pair);
-            fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
-        }
-        if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
-        fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
-
-        wgmma_wait_group<0>(); /* dPᵀ ready */
-#pragma unroll
-        for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
-        if constexpr (DROPOUT) { /* dPᵀ -> Z∘dPᵀ (a factor 1 or 0: a NaN stays NaN) */
-#pragma unroll
-            for (int i = 0; i < Cfg::HALF_M / 2; ++i)
-                dp_rmem[i] *= ((keep >> i) & 1u ? 1.0f : 0.0f) * dropout.keep_scale;
-        }
-        /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
-#pragma unroll
-        for (int j = 0; j < Cfg::HALF_M / 8; ++j) {
-            const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
-                dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
-            }
-        }
-        fa_bwd_sm90_pack<Half, BF16>(dp_rmem, frag_rmem);
-        fa_bwd_sm90_d256_store_half(ds_tile, frag_rmem, warp, lane, half0); /* dSᵀ, this consumer's queries */
-
-        /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
-         * both consumers meet: every GEMM below reads both halves of the tiles */
-        fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD256_BAR_PDS_FULL, 256);
-
-        float dq_rmem[COLS / 2];
-        if (DV > COLS || consumer == 0) /* (uniform) consumer 1's dV columns exist */
-            fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + col_slab_off, Cfg::Q_SLAB_BYTES,
-                                                     1); /* dV_c += Pᵀ dO */
-        fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
-        fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
-                                                 1); /* dK_c += dSᵀ Q */
-        wgmma_wait_group<2>(); /* dV_c retired (or not issued): this consumer is done with dO (the next one loads now) */
-        mbarrier_arrive(do_empty(consumer));
-        wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
-#pragma unroll
-        for (int i = 0; i < COLS / 2; ++i) wgmma_fence_operand(dq_rmem[i]);
-
-        /* dQ_c into the fp32 accumulator [heads_q, total_q, d]: this warp's rows 16w .. 16w + 15 of
-         * the query block (element 4j + 2h + c: row lane/4 + 8h, column col0 + 8j + col_in + c),
-         * in four rounds of 32 columns through its two staging buffers, each round one bulk
-         * tensor reduce-add by lane 0. Rows past the sequence are staged as zeros (they add into
-         * the next sequence's rows, or fall outside the map); rounds past d are skipped. */
-        if (m0 + BLOCK_M > len_q) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                if (m0 + 16 * warp + lane / 4 + 8 * h >= len_q)
-#pragma unroll
-                    for (int j = 0; j < COLS / 8; ++j) {
-                        dq_rmem[4 * j + 2 * h] = 0.0f;
-                        dq_rmem[4 * j + 2 * h + 1] = 0.0f;
-                    }
-        }
-        /* deterministic mode: the higher key blocks have added these columns (the turn keeper
-         * acquired at gpu scope, then arrived on DQ_TURN); lane 0's bulk reductions come after
-         * that acquire */
-        if constexpr (DET) {
-            bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
-            if (lane == 0) fence_proxy_async_global();
-        }
-        const int dq_row = (int)q_packed0 + m0 + 16 * warp;
-#pragma unroll
-        for (int r = 0; r < COLS / 32; ++r) {
-            if (col0 + 32 * r >= prm.head_dim) break; /* uniform: the columns past d are never added */
-            const uint32_t buf = dq_warp_smem + (uint32_t)(dq_round & 1) * Cfg::DQ_BUF_BYTES;
-            ++dq_round;
-            /* the reduction that read this buffer two rounds ago is done reading it */
-            if (lane == 0) tma_store_wait_group_read<1>();
-            __syncwarp();
-            /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
-             * swizzled by the row's bits 0-2, +8 bytes for odd lanes; in step jj odd rows store
-             * block jj ^ FA_BWD_SM90_DQ_SWAP (bwd_sm90_common.cuh: no bank twice per half-warp) */
-            const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
-                    const int jj_odd = jj ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? jj_odd : jj;
-                    const uint32_t chunk = (uint32_t)(2 * b + (lane % 4) / 2) ^ (row & 7u);
-                    const int e = 4 * (4 * r + jj) + 2 * h, e_odd = 4 * (4 * r + jj_odd) + 2 * h;
-                    st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), odd_row ? dq_rmem[e_odd] : dq_rmem[e],
-                                     odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
-                }
-            /* generic-proxy stores -> the bulk reduction (async proxy) */
-            fence_proxy_async_shared_cta();
-            __syncwarp();
-            if (lane == 0) {
-                tma_reduce_add_3d(&tmap_dq, buf, col0 + 32 * r, dq_row, head);
-                tma_store_commit_group();
-            }
-        }
-        if constexpr (DET) {
-            /* the additions are written (not only read) before the keeper passes the turn on */
-            if (lane == 0) {
-                tma_store_wait_group<0>();
-                fence_proxy_async_global();
-            }
-            __syncwarp();
-            bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
-        }
-
-        wgmma_wait_group<0>(); /* dK_c retired */
+    /* The consumer's loop, once per role: at 192 / 128 consumer 1 runs the narrow one (its own
+     * copy of the code, so that no accumulator changes registers at a branch's join while a wgmma
+     * is in flight, which makes ptxas serialise the wgmma: C7515). */
+    auto consumer_loop = [&](auto role) {
+        constexpr bool NARROW = decltype(role)::NARROW; /* dK, dQ GEMMs with N = 64, and dV */
 #pragma unroll
         for (int i = 0; i < COLS / 2; ++i) {
-            wgmma_fence_operand(dk_rmem[i]);
-            wgmma_fence_operand(dv_rmem[i]);
+            dk_rmem[i] = 0.0f;
+            dv_rmem[i] = 0.0f;
         }
-        /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
-        mbarrier_arrive(stage_empty(s, consumer));
-    }
-    if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
-    if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
+
+        fa_bwd_sm90_wait(kv_full, 0);
+        if (varlen && n0 + BLOCK_N > len_k) {
+            /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
+            fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+            fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+            /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
+            fence_proxy_async_shared_cta();
+            consumers_meet(FA_HBWD256_BAR_KV_TAIL);
+        }
+
+        for (int t = 0; t < iterations; ++t) {
+            const int s = t % STAGES, use = t / STAGES;
+            const int head = heads.first + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
+            /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
+            const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
+            const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
+            const uint32_t p_tile = pds_smem + (uint32_t)(t & 1) * Cfg::SCORE_TILES * Cfg::TILE_BYTES;
+            const uint32_t ds_tile = p_tile + Cfg::TILE_BYTES;
+
+            float s_rmem[Cfg::HALF_M / 2], dp_rmem[Cfg::HALF_M / 2];
+            uint32_t frag_rmem[Cfg::HALF_M / 16][4];
+
+            fa_bwd_sm90_wait(stage_full(s), use & 1);
+            if (varlen && m0 + BLOCK_M > len_q) {
+                /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration;
+                 * both read every column of the stage) */
+                fa_bwd_sm90_wait(do_full, t & 1);
+                fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+                fa_bwd_sm90_zero_rows(do_smem, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+                fence_proxy_async_shared_cta();
+                consumers_meet(FA_HBWD256_BAR_Q_TAIL);
+            }
+            /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
+            fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
+            /* dropout: the keep bits of this warp's 16 keys × 32 queries while Sᵀ is computed */
+            uint32_t keep = 0;
+            if constexpr (DROPOUT)
+                keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
+            fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
+            fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
+
+            wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
-        for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
+            for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+            /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
+            if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
+
+            /* mask: -inf into Sᵀ (softcap: into tc), or into the exponent (LOG2, fa_bwd_sm90_probs_log2) */
+            const bool needs_mask = m0 < mask_m_lo || m0 > mask_m_hi;
+            if constexpr (!LOG2) {
+                if (needs_mask) fa_bwd_sm90_mask<Cfg::HALF_M>(s_rmem, prm, mask_base - m0, key0, len_k);
+            }
+            if constexpr (SOFTCAP) {
+                /* P packed, s_rmem keeps w = P·(1 - tc²) (bwd_sm90_common.cuh) */
+                fa_bwd_sm90_softcap_probs_w<Half, BF16>(s_rmem, frag_rmem, lse2_pair, prm.softcap_post_log2);
+            } else {
+                if constexpr (LOG2)
+                    fa_bwd_sm90_probs_log2<Cfg::HALF_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
+                                                        fa_bwd_sm90_alibi_slope(prm, batch, head));
+                else
+                    fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm, lse2_pair);
+                fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
+            }
+            if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
+            fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
+
+            wgmma_wait_group<0>(); /* dPᵀ ready */
+#pragma unroll
+            for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+            if constexpr (DROPOUT) { /* dPᵀ -> Z∘dPᵀ (a factor 1 or 0: a NaN stays NaN) */
+#pragma unroll
+                for (int i = 0; i < Cfg::HALF_M / 2; ++i)
+                    dp_rmem[i] *= ((keep >> i) & 1u ? 1.0f : 0.0f) * dropout.keep_scale;
+            }
+            /* dS = P ∘ (dP - D) (P in fp32; softcap: w = P·(1 - tc²) in its place) */
+#pragma unroll
+            for (int j = 0; j < Cfg::HALF_M / 8; ++j) {
+                const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                    dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                }
+            }
+            fa_bwd_sm90_pack<Half, BF16>(dp_rmem, frag_rmem);
+            fa_bwd_sm90_d256_store_half(ds_tile, frag_rmem, warp, lane, half0); /* dSᵀ, this consumer's queries */
+
+            /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
+             * both consumers meet: every GEMM below reads both halves of the tiles */
+            fence_proxy_async_shared_cta();
+            consumers_meet(FA_HBWD256_BAR_PDS_FULL);
+
+            float dq_rmem[COLS / 2];
+            if (MLA_SPLIT ? NARROW : has_dv) /* this consumer holds dV columns that exist (compile-time at 192 / 128) */
+                fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + (MLA_SPLIT ? 0u : col_slab_off),
+                                                         Cfg::Q_SLAB_BYTES, 1); /* dV_c += Pᵀ dO */
+            if constexpr (NARROW) {
+                fa_bwd_sm90_d256_issue_tile<BF16, true, 64>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0);
+                fa_bwd_sm90_d256_issue_tile<BF16, false, 64>(dk_rmem, ds_tile, q_stage(s) + col_slab_off,
+                                                             Cfg::Q_SLAB_BYTES, 1);
+            } else {
+                fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
+                fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                         1); /* dK_c += dSᵀ Q */
+            }
+            wgmma_wait_group<2>(); /* dV_c retired (or not issued): this consumer is done with dO (the next one loads now) */
+            mbarrier_arrive(do_empty(consumer));
+            wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
+#pragma unroll
+            for (int i = 0; i < COLS / 2; ++i) wgmma_fence_operand(dq_rmem[i]);
+
+            /* dQ_c into the fp32 accumulator [heads_q, total_q, d]: this warp's rows 16w .. 16w + 15 of
+             * the query block (element 4j + 2h + c: row lane/4 + 8h, column col0 + 8j + col_in + c),
+             * in four rounds of 32 columns through its two staging buffers, each round one bulk
+             * tensor reduce-add by lane 0. Rows past the sequence are staged as zeros (they add into
+             * the next sequence's rows, or fall outside the map); rounds past d are skipped. */
+            if (m0 + BLOCK_M > len_q) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (m0 + 16 * warp + lane / 4 + 8 * h >= len_q)
+#pragma unroll
+                        for (int j = 0; j < COLS / 8; ++j) {
+                            dq_rmem[4 * j + 2 * h] = 0.0f;
+                            dq_rmem[4 * j + 2 * h + 1] = 0.0f;
+                        }
+            }
+            /* deterministic mode: the higher key blocks have added these columns (the turn keeper
+             * acquired at gpu scope, then arrived on DQ_TURN); lane 0's bulk reductions come after
+             * that acquire */
+            if constexpr (DET) {
+                bar_sync(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
+                if (lane == 0) fence_proxy_async_global();
+            }
+            const int dq_row = (int)q_packed0 + m0 + 16 * warp;
+#pragma unroll
+            for (int r = 0; r < COLS / 32; ++r) {
+                if (col0 + 32 * r >= prm.head_dim) break; /* uniform: the columns past d are never added */
+                const uint32_t buf = dq_warp_smem + (uint32_t)(dq_round & 1) * Cfg::DQ_BUF_BYTES;
+                ++dq_round;
+                /* the reduction that read this buffer two rounds ago is done reading it */
+                if (lane == 0) tma_store_wait_group_read<1>();
+                __syncwarp();
+                /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
+                 * swizzled by the row's bits 0-2, +8 bytes for odd lanes; in step jj odd rows store
+                 * block jj ^ FA_BWD_SM90_DQ_SWAP (bwd_sm90_common.cuh: no bank twice per half-warp) */
+                const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
+                        const int jj_odd = jj ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? jj_odd : jj;
+                        const uint32_t chunk = (uint32_t)(2 * b + (lane % 4) / 2) ^ (row & 7u);
+                        const int e = 4 * (4 * r + jj) + 2 * h, e_odd = 4 * (4 * r + jj_odd) + 2 * h;
+                        st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), odd_row ? dq_rmem[e_odd] : dq_rmem[e],
+                                         odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
+                    }
+                /* generic-proxy stores -> the bulk reduction (async proxy) */
+                fence_proxy_async_shared_cta();
+                __syncwarp();
+                if (lane == 0) {
+                    tma_reduce_add_3d(&tmap_dq, buf, col0 + 32 * r, dq_row, head);
+                    tma_store_commit_group();
+                }
+            }
+            if constexpr (DET) {
+                /* the additions are written (not only read) before the keeper passes the turn on */
+                if (lane == 0) {
+                    tma_store_wait_group<0>();
+                    fence_proxy_async_global();
+                }
+                __syncwarp();
+                bar_arrive(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS);
+            }
+
+            wgmma_wait_group<0>(); /* dK_c retired */
+#pragma unroll
+            for (int i = 0; i < COLS / 2; ++i) {
+                wgmma_fence_operand(dk_rmem[i]);
+                wgmma_fence_operand(dv_rmem[i]);
+            }
+            /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
+            mbarrier_arrive(stage_empty(s, consumer));
+        }
+        if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
+        if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
+#pragma unroll
+            for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
+        }
+    };
+    if constexpr (MLA_SPLIT) {
+        if (consumer == 1) consumer_loop(fa_bwd_sm90_d256_role<true>{});
+        else consumer_loop(fa_bwd_sm90_d256_role<false>{});
+    } else {
+        consumer_loop(fa_bwd_sm90_d256_role<false>{});
     }
 
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
-    fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
-                                                                   smem + Cfg::Q_OFFSET, consumer, tid, 0,
-                                                                   COLS / 64 * consumer, n0, len_k, seq.k_start, batch);
+    fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(
+        &tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer, tid, 0, COLS / 64 * consumer, n0,
+        len_k, seq.k_start, batch, MLA_SPLIT ? 0 : COLS / 64 * consumer, has_dv);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
