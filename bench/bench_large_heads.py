@@ -8,7 +8,7 @@ Run where PyTorch and a CUDA GPU are present, from the repository root, after `m
 Shapes: bf16, b·s = 16k tokens, hidden 2048 (h = 2048 / dv): d = 512 (4 heads) and d = 256
 (8 heads) at s = 1k..16k, causal and not; the d = 512 / d = 256 ratio is the figure the
 large-head target is stated in (forward ≥ 0.85, backward ≥ 0.75). Also MLA's absorbed 576 / 512
-forward (4 heads). No other library on Hopper runs these head dims (FlashAttention-4 and cuDNN
+(4 heads). No other library on Hopper runs these head dims (FlashAttention-4 and cuDNN
 stop at 256), so there is no anchor column. Second table: MLA's training shape 192 / 128 (16
 heads) next to FlashAttention-4 (when `flash_attn.cute` is importable) and PyTorch SDPA's cuDNN
 backend, the same inputs, interleaved shape by shape. FLOPs: forward 2·b·h·s²·(d + dv) (the papers'
@@ -85,7 +85,7 @@ def markdown(res):
              gpu_line(env) + "bf16; b·s = 16k tokens, hidden 2048 (h = 2048 / dv). TFLOP/s (fwd 2·b·h·s²·(d + dv), "
              "halved causal; bwd 2.5× fwd), median of triton.testing.do_bench, every column interleaved shape by "
              "shape in one process. No other Hopper library runs d > 256. Written by bench/bench_large_heads.py.", "",
-             "| causal | seqlen | d512 fwd | d256 fwd | fwd ratio | d512 bwd | d256 bwd | bwd ratio | 576/512 fwd |",
+             "| causal | seqlen | d512 fwd | d256 fwd | fwd ratio | d512 bwd | d256 bwd | bwd ratio | 576/512 fwd / bwd |",
              "|---|---|---|---|---|---|---|---|---|"]
 
     def val(cell, key):
@@ -99,7 +99,7 @@ def markdown(res):
         d512, d256, mla = r["d512"], r["d256"], r["mla"]
         lines.append(f"| {int(r['causal'])} | {r['s']} | {val(d512, 'fwd_tflops')} | {val(d256, 'fwd_tflops')} | "
                      f"{ratio(d512, d256, 'fwd_tflops')} | {val(d512, 'bwd_tflops')} | {val(d256, 'bwd_tflops')} | "
-                     f"{ratio(d512, d256, 'bwd_tflops')} | {val(mla, 'fwd_tflops')} |")
+                     f"{ratio(d512, d256, 'bwd_tflops')} | {val(mla, 'fwd_tflops')} / {val(mla, 'bwd_tflops')} |")
     impls = res["mla_impls"]
     lines += ["", "MLA's training shape, d / dv = 192 / 128, 16 heads, b·s = 16k: TFLOP/s fwd / bwd, and ours over "
               "FlashAttention-4 (\"—\" where an implementation is not installed or refuses the shape).", "",
@@ -145,7 +145,7 @@ def main():
             row = {"causal": causal, "s": s,
                    "d512": measure(b, s, 4, 512, 512, causal, ("fwd", "bwd")),
                    "d256": measure(b, s, 8, 256, 256, causal, ("fwd", "bwd")),
-                   "mla": measure(b, s, 4, 576, 512, causal, ("fwd",))}
+                   "mla": measure(b, s, 4, 576, 512, causal, ("fwd", "bwd"))}
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
     os.makedirs(a.out, exist_ok=True)

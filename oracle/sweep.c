@@ -610,7 +610,6 @@ static void draw_case(fa_test_rng *rng, fa_sweep_level level, fa_device device, 
         if (fa_test_rng_uniform(rng) < 0.3) { s->use_window = 1; s->window_left = left; s->window_right = right; }
         if (fa_test_rng_uniform(rng) < 0.3) s->softcap = 5.0f;
         if (fa_test_rng_uniform(rng) < 0.3) s->varlen = 1, s->batch = fa_test_rng_int(rng, 2, 4);
-        if (device == FA_DEVICE_CUDA && s->head_dim > 512) s->backward = 0; /* no CUDA backward above 512 */
         while ((double)s->batch * s->heads_q * s->seqlen_q * s->seqlen_k * s->head_dim > budget && s->seqlen_q > 16)
             s->seqlen_q = s->seqlen_q / 2 + 1;
         break;

@@ -46,22 +46,23 @@ FA_TEST(tiles_portable_forward) {
 }
 
 FA_TEST(tiles_portable_backward) {
-    static const int buckets[] = {64, 128, 256, 512};
-    for (int i = 0; i < 4; i++) {
+    static const int buckets[] = {64, 128, 256, 512, 576};
+    for (int i = 0; i < 5; i++) {
         int b = buckets[i];
-        const int limit = b >= 256 ? SMEM_SM90 : SMEM_SM80; /* 256 and 512: sm_90 only */
+        const int limit = b >= 256 ? SMEM_SM90 : SMEM_SM80; /* 256 and up: sm_90 only */
         FA_CHECK(fa_bwd_smem_bytes(b) <= (size_t)limit, "bucket %d: %zu bytes of smem > %d", b,
                  fa_bwd_smem_bytes(b), limit);
         FA_CHECK(fa_bwd_block_k(b) == 16 * fa_bwd_warps(b) / fa_bwd_split_d(b), "bucket %d: 16 keys per key warp", b);
-        FA_CHECK(b / fa_bwd_split_d(b) <= 128, "bucket %d: dK and dV columns of a warp <= 128 (128 registers)", b);
+        FA_CHECK(b / fa_bwd_split_d(b) <= 144, "bucket %d: dK and dV columns of a warp <= 144 (144 registers)", b);
         FA_CHECK(fa_bwd_block_q(b) / fa_bwd_split_d(b) >= 16, "bucket %d: whole m16n8 pairs of queries per warp", b);
     }
     FA_CHECK(fa_bwd_split_d(512) == 4 && fa_bwd_block_k(512) == 32 && fa_bwd_q_stages(512) == 1 &&
                  fa_bwd_q_stages(256) == 2 && fa_bwd_smem_bytes(512) == 205312 && fa_bwd_smem_bytes(256) == 214016,
              "d = 512: 4 column parts, 32 keys, one Q/dO stage, 200.5 KiB; d = 256 unchanged (209 KiB)");
     FA_CHECK(fa_bwd_hdim_bucket(512, 512) == 512 && fa_bwd_hdim_bucket(264, 128) == 512 &&
-                 fa_bwd_hdim_bucket(576, 512) == 0 && fa_bwd_hdim_bucket(128, 128) == 128,
-             "backward buckets: the forward's up to 512 (no 576 kernel)");
+                 fa_bwd_hdim_bucket(576, 512) == 576 && fa_bwd_hdim_bucket(128, 128) == 128 &&
+                 fa_bwd_hdim_bucket(576, 520) == 0 && fa_bwd_smem_bytes(576) == 229888,
+             "backward buckets: the forward's; 576: 224.5 KiB");
 }
 
 FA_TEST(tiles_hopper_forward) {

@@ -253,7 +253,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     static const char *const path = "the CUDA backward";
     const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
     fa_status s;
-    if ((s = fa_cuda_check_dtype_and_dims(p, path, 512, 512)) != FA_OK ||
+    if ((s = fa_cuda_check_dtype_and_dims(p, path, 576, 512)) != FA_OK ||
         (s = fa_cuda_check_tensor16("q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, check_batch, path)) != FA_OK ||
         (s = fa_cuda_check_tensor16("v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, check_batch, path)) != FA_OK ||
@@ -498,7 +498,8 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         case 64: return fa_bwd_mods_launch_hdim64(&prm, mods, p->dtype, grid, stream);
         case 128: return fa_bwd_mods_launch_hdim128(&prm, mods, p->dtype, grid, stream);
         case 256: return fa_bwd_mods_launch_hdim256(&prm, mods, p->dtype, grid, stream);
-        default: return fa_bwd_mods_launch_hdim512(&prm, mods, p->dtype, grid, stream);
+        case 512: return fa_bwd_mods_launch_hdim512(&prm, mods, p->dtype, grid, stream);
+        default: return fa_bwd_mods_launch_hdim576(&prm, mods, p->dtype, grid, stream);
         }
     }
     if (plan->hopper) {
@@ -536,9 +537,13 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         s = dropout ? fa_bwd_dropout_launch_hdim256(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim256(&prm, p->dtype, (int)plan->grid, stream);
         break;
-    default:
+    case 512:
         s = dropout ? fa_bwd_dropout_launch_hdim512(&prm, &drop, p->dtype, (int)plan->grid, stream)
                     : fa_bwd_launch_hdim512(&prm, p->dtype, (int)plan->grid, stream);
+        break;
+    default:
+        s = dropout ? fa_bwd_dropout_launch_hdim576(&prm, &drop, p->dtype, (int)plan->grid, stream)
+                    : fa_bwd_launch_hdim576(&prm, p->dtype, (int)plan->grid, stream);
         break;
     }
     if (s != FA_OK) return s;

@@ -1,15 +1,15 @@
 /*
  * tests/gpu/large_heads.c: fa_forward and fa_backward on CUDA at head dims above 256
- * (`fa_gpu_tests large [small]`): Gemma-class d = 512, MLA's absorbed 576 / 512 (forward), odd
- * sizes (264, 320, 384, 448), dv ≠ d, each with the float64 oracle's rule (fa_case_run poisons
+ * (`fa_gpu_tests large [small]`): Gemma-class d = 512, MLA's absorbed 576 / 512, odd
+ * sizes (264, 320, 384, 448), dv ≠ d, forward and backward, each with the float64 oracle's rule (fa_case_run poisons
  * every output with NaN and counts the elements left unwritten):
  *   1. random problems from a fresh seed (printed): sq != sk, GQA/MQA, varlen with empty
  *      sequences, causal with fully masked rows, windows, softcap, ALiBi, sinks, dropout, every
  *      layout, f16 and bf16, the deterministic backward;
  *   2. fixed problems at the tile edges (one key, one query, 31/33 keys around the 32-key tile,
  *      65 queries around the 64-row block);
- *   3. refusals: d = 584, dv = 520, and the backward at d = 576 (no kernel yet) return
- *      FA_ERR_HEAD_DIM with a message naming the field, and write nothing.
+ *   3. refusals: d = 584, dv = 520 (forward and backward) return FA_ERR_HEAD_DIM with a message
+ *      naming the field, and write nothing.
  * `small` runs a few small problems (for compute-sanitizer).
  */
 #include <cuda_runtime.h>
@@ -37,19 +37,19 @@ static uint64_t next_random(void) { /* splitmix64 */
 static int64_t rand_int(int64_t lo, int64_t hi) { return lo + (int64_t)(next_random() % (uint64_t)(hi - lo + 1)); }
 static int chance(double p) { return (double)(next_random() >> 11) * 0x1.0p-53 < p; }
 
-/* Run one spec (forward, and backward unless d > 512) on CUDA against the oracle. */
+/* Run one spec (forward and backward) on CUDA against the oracle. */
 static void run_case(const char *label, fa_test_spec *spec) {
     spec->pad_align = 8;
-    spec->backward = spec->head_dim <= 512;
+    spec->backward = 1;
     fa_case_result r;
     char what[256], fwd[512], bwd[512];
     const int rc = fa_case_run(spec, FA_DEVICE_CUDA, 0, &r);
     fa_case_describe(&r.spec, what, sizeof what);
     fa_case_format(&r, 0, 0, fwd, sizeof fwd);
     fa_case_format(&r, 1, 0, bwd, sizeof bwd);
-    const int ok = rc == 0 && !r.skipped && r.fwd_ok && (!spec->backward || r.bwd_ok);
-    printf("%s %s seed %llu:%s |%s %s%s\n", ok ? "ok  " : "FAIL", label, (unsigned long long)spec->seed, fwd,
-           spec->backward ? bwd : " (forward only)", r.skipped ? r.skip_reason : "", r.error);
+    const int ok = rc == 0 && !r.skipped && r.fwd_ok && r.bwd_ok;
+    printf("%s %s seed %llu:%s |%s %s%s\n", ok ? "ok  " : "FAIL", label, (unsigned long long)spec->seed, fwd, bwd,
+           r.skipped ? r.skip_reason : "", r.error);
     if (!ok) {
         printf("     %s\n", what);
         failures++;
@@ -131,7 +131,8 @@ static void refusal_cases(void) {
     float *lse;
     CUDA_OK(cudaMalloc((void **)&lse, 4 * B * H * S));
     static const struct { int64_t d, dv; int backward; const char *field; } cases[] = {
-        {584, 512, 0, "head_dim"}, {512, 520, 0, "head_dim_v"}, {576, 512, 1, "head_dim"}};
+        {584, 512, 0, "head_dim"}, {512, 520, 0, "head_dim_v"}, {584, 512, 1, "head_dim"},
+        {576, 520, 1, "head_dim_v"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fa_params p;
         memset(&p, 0, sizeof p);

@@ -49,6 +49,7 @@ fa_status fa_bwd_launch_hdim64(const fa_bwd_params *prm, fa_dtype dtype, int gri
 fa_status fa_bwd_launch_hdim128(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_launch_hdim256(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 fa_status fa_bwd_launch_hdim512(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
+fa_status fa_bwd_launch_hdim576(const fa_bwd_params *prm, fa_dtype dtype, int grid, cudaStream_t stream);
 /* The same kernels with attention dropout (instances/bwd_sm80_dropout_hdim<bucket>.cu). */
 fa_status fa_bwd_dropout_launch_hdim64(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                        int grid, cudaStream_t stream);
@@ -57,6 +58,8 @@ fa_status fa_bwd_dropout_launch_hdim128(const fa_bwd_params *prm, const fa_dropo
 fa_status fa_bwd_dropout_launch_hdim256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int grid, cudaStream_t stream);
 fa_status fa_bwd_dropout_launch_hdim512(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
+                                        int grid, cudaStream_t stream);
+fa_status fa_bwd_dropout_launch_hdim576(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                         int grid, cudaStream_t stream);
 /* The same kernels with the score bias, dbias, document ids and block-sparse masks of
  * common/mods.cuh (instances/bwd_sm80_mods_hdim<bucket>.cu). */
@@ -67,6 +70,8 @@ fa_status fa_bwd_mods_launch_hdim128(const fa_bwd_params *prm, const fa_mods_par
 fa_status fa_bwd_mods_launch_hdim256(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
                                      cudaStream_t stream);
 fa_status fa_bwd_mods_launch_hdim512(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
+                                     cudaStream_t stream);
+fa_status fa_bwd_mods_launch_hdim576(const fa_bwd_params *prm, const fa_mods_params *mods, fa_dtype dtype, int grid,
                                      cudaStream_t stream);
 /* The Hopper main kernel (bwd_sm90.cu) in place of the above, for the problems
  * fa_hopper_bwd_unsupported() (sm90_tiles.h) accepts, with group_splits from fa_hopper_bwd_group_splits

@@ -20,22 +20,23 @@
 
 #include "cuda/common/fwd_tiles.h"
 
-/* Head-dim bucket (64, 128, 256, 512) of max(d, dv), the forward's buckets (d and dv are
- * zero-padded up to it) except 576; 0 when none fits. */
+/* Head-dim bucket (64, 128, 256, 512, 576) of max(d, dv), the forward's buckets (d and dv are
+ * zero-padded up to it; at 576, v and dO tiles have q/k's row pitch too); 0 when none fits. */
 FA_TILES_FN int fa_bwd_hdim_bucket(int head_dim, int head_dim_v) {
-    return fa_fwd_hdim_bucket(head_dim, head_dim_v) <= 512 ? fa_fwd_hdim_bucket(head_dim, head_dim_v) : 0;
+    return fa_fwd_hdim_bucket(head_dim, head_dim_v);
 }
 
 /* Warps per block: 8 (256 threads) for every bucket. */
 FA_TILES_FN int fa_bwd_warps(int bucket) { return bucket > 0 ? 8 : 0; }
 
-/* SPLIT_D (see above): 1 for d <= 128, 2 for d = 256, 4 for d = 512. The dK and dV accumulators
- * of a warp are 16 keys × bucket/SPLIT_D columns each, bucket/(2·SPLIT_D) fp32 registers per
- * thread each: 64 + 64 at d = 128. At d = 256 one warp cannot hold 16 keys × 256 columns twice
- * (256 registers), so the columns are split and P^T, dS^T are exchanged through shared memory. */
+/* SPLIT_D (see above): 1 for d <= 128, 2 for d = 256, 4 for d = 512 and 576. The dK and dV
+ * accumulators of a warp are 16 keys × bucket/SPLIT_D columns each, bucket/(2·SPLIT_D) fp32
+ * registers per thread each: 64 + 64 at d = 128, 72 + 72 at 576 (144 columns, of dv's 512 the
+ * last warp holds 80). At d = 256 one warp cannot hold 16 keys × 256 columns twice (256
+ * registers), so the columns are split and P^T, dS^T are exchanged through shared memory. */
 FA_TILES_FN int fa_bwd_split_d(int bucket) { return bucket >= 512 ? 4 : bucket >= 256 ? 2 : 1; }
 
-/* Keys per block: 16 per key-warp, so 128 for d <= 128, 64 for d = 256 and 32 for d = 512. */
+/* Keys per block: 16 per key-warp, so 128 for d <= 128, 64 for d = 256 and 32 for d >= 512. */
 FA_TILES_FN int fa_bwd_block_k(int bucket) {
     return bucket > 0 ? 16 * (fa_bwd_warps(bucket) / fa_bwd_split_d(bucket)) : 0;
 }
@@ -50,7 +51,7 @@ FA_TILES_FN int fa_bwd_block_q(int bucket) {
 }
 
 /* Shared-memory stages of the Q, dO, LSE and D tiles: 2 (the next query block loads while this
- * one computes), 1 at d = 512 (two 64-row stages of Q and dO alone would take 256 KiB; the next
+ * one computes), 1 at d >= 512 (two 64-row stages of Q and dO alone would take 256 KiB; the next
  * block's loads then overlap the dQ product only). */
 FA_TILES_FN int fa_bwd_q_stages(int bucket) { return bucket >= 512 ? 1 : 2; }
 
@@ -60,7 +61,8 @@ FA_TILES_FN int fa_bwd_q_stages(int bucket) { return bucket >= 512 ? 1 : 2; }
  *   dS^T (and P^T when SPLIT_D > 1)   BLOCK_K × BLOCK_Q each
  * plus stages × 2 × BLOCK_Q fp32 for LSE (log2 units) and D = rowsum(dO∘O).
  * d = 64: 81 KiB, d = 128: 145 KiB (both fit sm_80's 163 KiB opt-in limit; sm_86/sm_89's 99 KiB
- * fits only d = 64), d = 256: 209 KiB, d = 512: 200.5 KiB (sm_90's 227 KiB only). */
+ * fits only d = 64), d = 256: 209 KiB, d = 512: 200.5 KiB, d = 576: 224.5 KiB (sm_90's 227 KiB
+ * only). */
 FA_TILES_FN size_t fa_bwd_smem_bytes(int bucket) {
     return bucket <= 0 ? 0
                        : (size_t)2 * (2 * (size_t)fa_bwd_block_k(bucket) * (size_t)bucket +

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the per-head-dim instantiations of the sm_80+ (mma.sync) kernels in this folder.
 
-Each head-dim bucket (64, 128, 256; the forward's also 512 and 576, the backward's 512) of each
+Each head-dim bucket (64, 128, 256; the forward's and backward's also 512 and 576) of each
 kernel, and each cache kind of the large-head decode kernel, gets its own translation unit so that
 the instantiations compile in parallel. Every file defines one extern "C" launcher that picks the
 f16 or bf16 instantiation. `--check` exits non-zero if a file on disk differs from what would be
@@ -18,7 +18,7 @@ BUCKETS = (64, 128, 256)
 # forward and backward kernels only.
 LARGE_BUCKETS = {
     "fwd_sm80": (512, 576), "fwd_sm80_dropout": (512, 576), "fwd_sm80_mods": (512, 576),
-    "bwd_sm80": (512,), "bwd_sm80_dropout": (512,), "bwd_sm80_mods": (512,),
+    "bwd_sm80": (512, 576), "bwd_sm80_dropout": (512, 576), "bwd_sm80_mods": (512, 576),
 }
 
 HEADER = """/*

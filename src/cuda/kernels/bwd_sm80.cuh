@@ -73,7 +73,12 @@ struct fa_bwd_config {
     static constexpr int DQ_ROW_WARPS = BLOCK_Q / 16;     /* dQ: warps along the queries       */
     static constexpr int DQ_COL_WARPS = WARPS / DQ_ROW_WARPS;
     static constexpr int DQ_WARP_COLS = D / DQ_COL_WARPS;
-    static constexpr int DQ_PASS_COLS = DQ_WARP_COLS < 64 ? DQ_WARP_COLS : 64; /* 32 acc registers */
+    static constexpr int DQ_PASS_COLS = DQ_WARP_COLS < 64      ? DQ_WARP_COLS
+                                        : DQ_WARP_COLS % 64 == 0 ? 64
+                                                                 : 32; /* 32 acc registers (16 at d = 576) */
+    /* Column pieces that start a 128-byte group of the swizzle (fa_bwd_pair_step's rule); at d =
+     * 576 (144 columns per warp, 288 of dQ) the addresses are formed per pair instead. */
+    static constexpr bool ALIGNED_COLS = (SPLIT_D == 1 || WARP_COLS % 64 == 0) && DQ_WARP_COLS % 64 == 0;
     /* shared memory, in bytes */
     static constexpr uint32_t K_BYTES = 2u * BLOCK_K * D;
     static constexpr uint32_t Q_BYTES = 2u * BLOCK_Q * D;
@@ -130,24 +135,40 @@ template <int BUCKET, int ROWS>
 __device__ __forceinline__ void fa_bwd_load_tile(uint32_t smem_tile, const uint16_t *gmem_row0,
                                                  int64_t row_stride, int valid_rows, int valid_cols) {
     using Cfg = fa_bwd_config<BUCKET>;
-    constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
-    static_assert(Cfg::THREADS % Cfg::CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0, "whole passes");
-    /* with ROWS_PER_PASS % 8 == 0 every pass keeps row & 7, so one swizzled offset serves all;
-     * at d = 512 (4 rows per pass) the offset alternates between two */
-    const int chunk = threadIdx.x % Cfg::CHUNKS;
-    const int row0 = threadIdx.x / Cfg::CHUNKS;
-    const bool chunk_ok = chunk * 8 < valid_cols;
-    const uint32_t dst0 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0, chunk);
-    const uint32_t dst1 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0 + ROWS_PER_PASS % 8, chunk) -
-                          16 * (ROWS_PER_PASS % 8) * Cfg::CHUNKS; /* odd passes when ROWS_PER_PASS % 8 == 4 */
-    static_assert(ROWS_PER_PASS % 8 == 0 || ROWS_PER_PASS == 4, "passes of 8·k or 4 rows");
+    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) {
+        /* rows of 72 chunks (d = 576): item i = thread + pass · THREADS is (i / CHUNKS, i % CHUNKS) */
+        static_assert(ROWS * Cfg::CHUNKS % Cfg::THREADS == 0, "whole passes");
 #pragma unroll
-    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
-        const int row = row0 + pass * ROWS_PER_PASS;
-        const bool ok = chunk_ok && row < valid_rows;
-        const uint16_t *src = gmem_row0 + (int64_t)row * row_stride + chunk * 8;
-        cp_async_cg_16((ROWS_PER_PASS % 8 != 0 && (pass & 1) ? dst1 : dst0) + pass * ROWS_PER_PASS * Cfg::CHUNKS * 16,
-                       ok ? (const void *)src : (const void *)gmem_row0, ok ? 16 : 0);
+        for (int pass = 0; pass < ROWS * Cfg::CHUNKS / Cfg::THREADS; ++pass) {
+            const int i = threadIdx.x + pass * Cfg::THREADS;
+            const int row = i / Cfg::CHUNKS, chunk = i % Cfg::CHUNKS;
+            const bool ok = chunk * 8 < valid_cols && row < valid_rows;
+            cp_async_cg_16(smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
+                           ok ? (const void *)(gmem_row0 + (int64_t)row * row_stride + chunk * 8)
+                              : (const void *)gmem_row0,
+                           ok ? 16 : 0);
+        }
+    } else {
+        constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
+        static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
+        /* with ROWS_PER_PASS % 8 == 0 every pass keeps row & 7, so one swizzled offset serves all;
+         * at d = 512 (4 rows per pass) the offset alternates between two */
+        const int chunk = threadIdx.x % Cfg::CHUNKS;
+        const int row0 = threadIdx.x / Cfg::CHUNKS;
+        const bool chunk_ok = chunk * 8 < valid_cols;
+        const uint32_t dst0 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0, chunk);
+        const uint32_t dst1 = smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row0 + ROWS_PER_PASS % 8, chunk) -
+                              16 * (ROWS_PER_PASS % 8) * Cfg::CHUNKS; /* odd passes when ROWS_PER_PASS % 8 == 4 */
+        static_assert(ROWS_PER_PASS % 8 == 0 || ROWS_PER_PASS == 4, "passes of 8·k or 4 rows");
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; ++pass) {
+            const int row = row0 + pass * ROWS_PER_PASS;
+            const bool ok = chunk_ok && row < valid_rows;
+            const uint16_t *src = gmem_row0 + (int64_t)row * row_stride + chunk * 8;
+            cp_async_cg_16((ROWS_PER_PASS % 8 != 0 && (pass & 1) ? dst1 : dst0) +
+                               pass * ROWS_PER_PASS * Cfg::CHUNKS * 16,
+                           ok ? (const void *)src : (const void *)gmem_row0, ok ? 16 : 0);
+        }
     }
 }
 
@@ -282,7 +303,21 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                              fa_bwd_tile_offset<CHUNKS>((lane & 7) + 8 * ((lane >> 3) & 1), dq_col0 + 8 * (lane >> 4));
     /* 4-byte stores of dS^T / P^T: row key_row0 + g, column q_col0 + 2t (+8j: XOR 16j, see below). */
     const uint32_t s_store = smem + Cfg::OFF_DS + fa_bwd_tile_offset<S_CHUNKS>(key_row0 + g, q_col0 + 2 * t);
-    static_assert(WARP_COLS % 64 == 0 || Cfg::SPLIT_D == 1, "qt_lane: col0 must start a 128-byte group");
+    /* B fragment addresses of steps 4 and 5 at column pair `pair` of qt_lane's / kt_lane's
+     * columns (+ base, a multiple of 128): fa_bwd_pair_step where the pieces start a 128-byte
+     * group, else formed from the column (d = 576) */
+    auto qt_pair = [&](uint32_t base, int pair) -> uint32_t {
+        if constexpr (Cfg::ALIGNED_COLS) return fa_bwd_pair_step(qt_lane + base, pair);
+        else
+            return smem + Cfg::OFF_Q + base +
+                   fa_bwd_tile_offset<CHUNKS>((lane & 7) + 8 * ((lane >> 3) & 1), col0 + 16 * pair + 8 * (lane >> 4));
+    };
+    auto kt_pair = [&](int pair) -> uint32_t {
+        if constexpr (Cfg::ALIGNED_COLS) return fa_bwd_pair_step(kt_lane, pair);
+        else
+            return smem + Cfg::OFF_K +
+                   fa_bwd_tile_offset<CHUNKS>((lane & 7) + 8 * ((lane >> 3) & 1), dq_col0 + 16 * pair + 8 * (lane >> 4));
+    };
 
     /* ---- which block: blocks_per_head consecutive blocks share one (batch, kv head, group
      * split), so they read the same Q/dO while those are in L2. */
@@ -524,7 +559,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                     for (int kk2 = 0; kk2 < NT / 2; ++kk2) {
 #pragma unroll
                         for (int jd2 = 0; jd2 < WARP_COLS / 16; ++jd2) {
-                            const uint32_t addr = fa_bwd_pair_step(qt_lane + stage_off, jd2) +
+                            const uint32_t addr = qt_pair(stage_off, jd2) +
                                                   (qc * (CHUNK_Q / 16) + kk2) * ROWS16;
                             if (col0 + 16 * jd2 < prm.head_dim_v) {
                                 uint32_t bo[4];
@@ -557,7 +592,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                     ldmatrix_x4(pa, fa_bwd_pair_step(s_lane, kk2) + (Cfg::OFF_P - Cfg::OFF_DS));
 #pragma unroll
                     for (int jd2 = 0; jd2 < WARP_COLS / 16; ++jd2) {
-                        const uint32_t addr = fa_bwd_pair_step(qt_lane + stage_off, jd2) + kk2 * ROWS16;
+                        const uint32_t addr = qt_pair(stage_off, jd2) + kk2 * ROWS16;
                         if (col0 + 16 * jd2 < prm.head_dim_v) {
                             uint32_t bo[4];
                             ldmatrix_x4_trans(bo, addr + (Cfg::OFF_DO - Cfg::OFF_Q));
@@ -605,7 +640,7 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
                     for (int jn2 = 0; jn2 < Cfg::DQ_PASS_COLS / 16; ++jn2) {
                         if (c0 + 16 * jn2 < prm.head_dim) {
                             uint32_t bk[4];
-                            ldmatrix_x4_trans(bk, fa_bwd_pair_step(kt_lane, pass * Cfg::DQ_PASS_COLS / 16 + jn2) +
+                            ldmatrix_x4_trans(bk, kt_pair(pass * Cfg::DQ_PASS_COLS / 16 + jn2) +
                                                       kk * ROWS16);
                             Elem::mma(dq_acc[2 * jn2], a, bk);
                             Elem::mma(dq_acc[2 * jn2 + 1], a, bk + 2);
