@@ -27,15 +27,10 @@ static int failures;
 #define EXPECT(cond, ...) GPU_EXPECT(failures, "large", cond, __VA_ARGS__)
 #define CUDA_OK(call) GPU_CUDA_OK("large", call)
 
-static uint64_t rng_state;
-static uint64_t next_random(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static int64_t rand_int(int64_t lo, int64_t hi) { return lo + (int64_t)(next_random() % (uint64_t)(hi - lo + 1)); }
-static int chance(double p) { return (double)(next_random() >> 11) * 0x1.0p-53 < p; }
+static fa_test_rng rng; /* the oracle's generator, seeded by gpu_announce_seed */
+static uint64_t next_random(void) { return fa_test_rng_next(&rng); }
+static int64_t rand_int(int64_t lo, int64_t hi) { return fa_test_rng_int(&rng, lo, hi); }
+static int chance(double p) { return fa_test_rng_uniform(&rng) < p; }
 
 /* Run one spec (forward and backward) on CUDA against the oracle. */
 static void run_case(const char *label, fa_test_spec *spec) {
@@ -166,7 +161,7 @@ static void refusal_cases(void) {
 
 int gpu_large_main(int argc, char **argv) {
     const int small = argc >= 2 && strcmp(argv[1], "small") == 0;
-    rng_state = gpu_announce_seed("large");
+    fa_test_rng_seed(&rng, gpu_announce_seed("large"));
     random_cases(small ? 4 : 40, small);
     if (!small) edge_cases();
     refusal_cases();

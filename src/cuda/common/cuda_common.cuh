@@ -105,6 +105,25 @@ __device__ __forceinline__ float fa_quad_sum(float x) {
     return x;
 }
 
+/* cp.async of a swizzled [ROWS, CHUNKS] tile of 16-byte chunks (16-bit elements; row r of the
+ * source at gmem_row0 + r·row_stride) when THREADS does not divide CHUNKS' multiples evenly (rows
+ * of 72 chunks, head dim 576): item i = thread + pass · THREADS is (i / CHUNKS, i % CHUNKS).
+ * Rows >= valid_rows and chunks >= valid_chunks are zero-filled from `zero_src`, a readable
+ * address. The kernels' own loaders cover the rows whose chunks divide THREADS. */
+template <int THREADS, int CHUNKS, int ROWS>
+__device__ __forceinline__ void fa_load_tile_items(uint32_t smem_tile, const uint16_t *gmem_row0, int64_t row_stride,
+                                                   int valid_rows, int valid_chunks, const void *zero_src) {
+    static_assert(ROWS * CHUNKS % THREADS == 0, "whole passes");
+#pragma unroll
+    for (int pass = 0; pass < ROWS * CHUNKS / THREADS; ++pass) {
+        const int i = threadIdx.x + pass * THREADS;
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const bool ok = chunk < valid_chunks && row < valid_rows;
+        cp_async_cg_16(smem_tile + 16 * fa_swizzled_chunk<CHUNKS>(row, chunk),
+                       ok ? (const void *)(gmem_row0 + (int64_t)row * row_stride + chunk * 8) : zero_src, ok ? 16 : 0);
+    }
+}
+
 /* Two warps that split the k16 steps of the same rows' scores (the large-head forward and decode
  * kernels) add each other's partial sums: store this warp's V4 accumulator fragments, meet the
  * other warp (`partner`) at named barrier `barrier_id` (the two warps only), add the other's.

@@ -135,19 +135,9 @@ template <int BUCKET, int ROWS>
 __device__ __forceinline__ void fa_bwd_load_tile(uint32_t smem_tile, const uint16_t *gmem_row0,
                                                  int64_t row_stride, int valid_rows, int valid_cols) {
     using Cfg = fa_bwd_config<BUCKET>;
-    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) {
-        /* rows of 72 chunks (d = 576): item i = thread + pass · THREADS is (i / CHUNKS, i % CHUNKS) */
-        static_assert(ROWS * Cfg::CHUNKS % Cfg::THREADS == 0, "whole passes");
-#pragma unroll
-        for (int pass = 0; pass < ROWS * Cfg::CHUNKS / Cfg::THREADS; ++pass) {
-            const int i = threadIdx.x + pass * Cfg::THREADS;
-            const int row = i / Cfg::CHUNKS, chunk = i % Cfg::CHUNKS;
-            const bool ok = chunk * 8 < valid_cols && row < valid_rows;
-            cp_async_cg_16(smem_tile + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
-                           ok ? (const void *)(gmem_row0 + (int64_t)row * row_stride + chunk * 8)
-                              : (const void *)gmem_row0,
-                           ok ? 16 : 0);
-        }
+    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) { /* rows of 72 chunks (d = 576) */
+        fa_load_tile_items<Cfg::THREADS, Cfg::CHUNKS, ROWS>(smem_tile, gmem_row0, row_stride, valid_rows,
+                                                            valid_cols / 8, gmem_row0);
     } else {
         constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
         static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");

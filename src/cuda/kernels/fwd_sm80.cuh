@@ -87,17 +87,9 @@ template <class Cfg, int ROWS>
 __device__ __forceinline__ void fa_fwd_load_tile(uint32_t smem_base, const uint16_t *gmem,
                                                  int64_t row_stride, int valid_rows,
                                                  int valid_chunks, const void *any_valid) {
-    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) {
-        /* rows of 72 chunks (bucket 576): item i = thread + pass · THREADS is (i / CHUNKS, i % CHUNKS) */
-        static_assert(ROWS * Cfg::CHUNKS % Cfg::THREADS == 0, "whole passes");
-#pragma unroll
-        for (int pass = 0; pass < ROWS * Cfg::CHUNKS / Cfg::THREADS; ++pass) {
-            const int i = threadIdx.x + pass * Cfg::THREADS;
-            const int row = i / Cfg::CHUNKS, chunk = i % Cfg::CHUNKS;
-            const bool ok = chunk < valid_chunks && row < valid_rows;
-            cp_async_cg_16(smem_base + 16 * fa_swizzled_chunk<Cfg::CHUNKS>(row, chunk),
-                           ok ? (const void *)(gmem + row * row_stride + chunk * 8) : any_valid, ok ? 16 : 0);
-        }
+    if constexpr (Cfg::THREADS % Cfg::CHUNKS != 0) { /* rows of 72 chunks (bucket 576) */
+        fa_load_tile_items<Cfg::THREADS, Cfg::CHUNKS, ROWS>(smem_base, gmem, row_stride, valid_rows, valid_chunks,
+                                                            any_valid);
     } else {
         constexpr int ROWS_PER_PASS = Cfg::THREADS / Cfg::CHUNKS;
         static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
