@@ -20,7 +20,7 @@
  *   A (top): this stage's data landed for every thread, and every warp has finished the previous
  *            query block (so its stage and the dS^T tile may be overwritten);
  *   B:       dS^T (and P^T) of this query block are complete in shared memory.
- * At d = 512 (fa_bwd_q_stages) there is one stage, and a third barrier, C, after step 4: every
+ * At d >= 512 (fa_bwd_q_stages) there is one stage, and a third barrier, C, after step 4: every
  * warp is done with Q and dO, so the next query block loads while step 5 runs.
  *
  * DROPOUT (a separate instantiation): with the keep bits of common/dropout.cuh (one Philox call
@@ -76,9 +76,12 @@ struct fa_bwd_config {
     static constexpr int DQ_PASS_COLS = DQ_WARP_COLS < 64      ? DQ_WARP_COLS
                                         : DQ_WARP_COLS % 64 == 0 ? 64
                                                                  : 32; /* 32 acc registers (16 at d = 576) */
-    /* Column pieces that start a 128-byte group of the swizzle (fa_bwd_pair_step's rule); at d =
-     * 576 (144 columns per warp, 288 of dQ) the addresses are formed per pair instead. */
-    static constexpr bool ALIGNED_COLS = (SPLIT_D == 1 || WARP_COLS % 64 == 0) && DQ_WARP_COLS % 64 == 0;
+    /* Column pieces whose B fragment addresses fa_bwd_pair_step can walk (its rule: the piece
+     * starts a 128-byte group of the swizzle, or half-way into one with at most two pairs): the
+     * dK/dV pieces (QT) and the dQ pieces (KT). At d = 576 (144 columns per warp, 288 of dQ)
+     * neither does, and the addresses are formed per pair instead. */
+    static constexpr bool QT_PAIR_STEP = SPLIT_D == 1 || WARP_COLS % 64 == 0;
+    static constexpr bool KT_PAIR_STEP = DQ_COL_WARPS == 1 || DQ_WARP_COLS % 64 == 0 || DQ_WARP_COLS == 32;
     /* shared memory, in bytes */
     static constexpr uint32_t K_BYTES = 2u * BLOCK_K * D;
     static constexpr uint32_t Q_BYTES = 2u * BLOCK_Q * D;
@@ -297,13 +300,13 @@ __global__ void __launch_bounds__(fa_bwd_config<BUCKET>::THREADS, 1)
      * columns (+ base, a multiple of 128): fa_bwd_pair_step where the pieces start a 128-byte
      * group, else formed from the column (d = 576) */
     auto qt_pair = [&](uint32_t base, int pair) -> uint32_t {
-        if constexpr (Cfg::ALIGNED_COLS) return fa_bwd_pair_step(qt_lane + base, pair);
+        if constexpr (Cfg::QT_PAIR_STEP) return fa_bwd_pair_step(qt_lane + base, pair);
         else
             return smem + Cfg::OFF_Q + base +
                    fa_bwd_tile_offset<CHUNKS>((lane & 7) + 8 * ((lane >> 3) & 1), col0 + 16 * pair + 8 * (lane >> 4));
     };
     auto kt_pair = [&](int pair) -> uint32_t {
-        if constexpr (Cfg::ALIGNED_COLS) return fa_bwd_pair_step(kt_lane, pair);
+        if constexpr (Cfg::KT_PAIR_STEP) return fa_bwd_pair_step(kt_lane, pair);
         else
             return smem + Cfg::OFF_K +
                    fa_bwd_tile_offset<CHUNKS>((lane & 7) + 8 * ((lane >> 3) & 1), dq_col0 + 16 * pair + 8 * (lane >> 4));
