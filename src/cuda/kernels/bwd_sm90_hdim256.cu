@@ -461,27 +461,27 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         else bar_sync(id, 256);
     };
 
-    /* The consumer's loop, once per role: at 192 / 128 consumer 1 runs the narrow one (its own
-     * copy of the code, so that no accumulator changes registers at a branch's join while a wgmma
-     * is in flight, which makes ptxas serialise the wgmma: C7515). */
+#pragma unroll
+    for (int i = 0; i < COLS / 2; ++i) {
+        dk_rmem[i] = 0.0f;
+        dv_rmem[i] = 0.0f;
+    }
+
+    fa_bwd_sm90_wait(kv_full, 0);
+    if (varlen && n0 + BLOCK_N > len_k) {
+        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
+        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
+        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
+        fence_proxy_async_shared_cta();
+        bar_sync(FA_HBWD256_BAR_KV_TAIL, 256);
+    }
+
+    /* The consumer's iterations, once per role: at 192 / 128 consumer 1 runs the narrow one (its
+     * own copy of the loop, so that no accumulator changes registers at a branch's join while a
+     * wgmma is in flight, which makes ptxas serialise the wgmma: C7515). */
     auto consumer_loop = [&](auto role) {
         constexpr bool NARROW = decltype(role)::NARROW; /* dK, dQ GEMMs with N = 64, and dV */
-#pragma unroll
-        for (int i = 0; i < COLS / 2; ++i) {
-            dk_rmem[i] = 0.0f;
-            dv_rmem[i] = 0.0f;
-        }
-
-        fa_bwd_sm90_wait(kv_full, 0);
-        if (varlen && n0 + BLOCK_N > len_k) {
-            /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
-            fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-            fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-            /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
-            fence_proxy_async_shared_cta();
-            consumers_meet(FA_HBWD256_BAR_KV_TAIL);
-        }
-
         for (int t = 0; t < iterations; ++t) {
             const int s = t % STAGES, use = t / STAGES;
             const int head = heads.first + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
@@ -656,17 +656,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
             mbarrier_arrive(stage_empty(s, consumer));
         }
-        if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
-        if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
-#pragma unroll
-            for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
-        }
     };
     if constexpr (MLA_SPLIT) {
         if (consumer == 1) consumer_loop(fa_bwd_sm90_d256_role<true>{});
         else consumer_loop(fa_bwd_sm90_d256_role<false>{});
     } else {
         consumer_loop(fa_bwd_sm90_d256_role<false>{});
+    }
+    if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
+    if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
+#pragma unroll
+        for (int i = 0; i < COLS / 2; ++i) dv_rmem[i] *= dropout.keep_scale;
     }
 
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
