@@ -57,6 +57,8 @@ class BlockSparseMask:
         self._window_only = False
         # set by document_block_mask with one set of ids: the mask is a packing of sequences
         self._documents_only = False
+        # set by prefix_lm_block_mask: the prefix length (the mask is that prefix LM, square)
+        self._prefix_lm = None
         # (batch, seqlen, device) -> (cu_seqlens, longest document) of that packing, computed on
         # the first call (one host synchronisation) and reused by the next ones
         self._document_packing = {}
@@ -281,7 +283,10 @@ def prefix_lm_block_mask(seqlen, prefix_length, block_size=128):
         return _pack_bits((kv_idx < prefix_length) | (kv_idx <= q_idx))
 
     bits = _bits_tensor(c, i, (bq * bk + 7) // 8, fill)
-    return BlockSparseMask((bq, bk), c, i, fc, fi, bits, seq_lengths=(seqlen, seqlen))
+    m = BlockSparseMask((bq, bk), c, i, fc, fi, bits, seq_lengths=(seqlen, seqlen))
+    # the call can take the native kernels on two sets of query rows (_PrefixLMAttention)
+    m._prefix_lm = max(0, int(prefix_length))
+    return m
 
 
 def _pair(block_size):
@@ -462,6 +467,13 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                                  causal=causal or m.causal, softcap=softcap, deterministic=deterministic)
             return (out.view(b, s, *out.shape[1:]),
                     lse.view(lse.shape[0], b, s).permute(1, 0, 2))
+        elif (m._prefix_lm is not None and m.seq_lengths == (geo.seqlen_q, geo.seqlen_k) and
+              cu_q is None and geo.seqlen_q == geo.seqlen_k and geo.seqlen_q > 0 and geo.batch > 0
+              and attn_bias is None and not causal and wl < 0 and wr < 0 and alibi_slopes is None
+              and sink_logits is None):
+            return _prefix_lm_attention(q, k, v, m._prefix_lm, geo,
+                                        _core.default_scale(q.shape[-1], softmax_scale),
+                                        _core.check_softcap(softcap), bool(deterministic))
     if block_mask is not None:
         m = block_mask
         block_arrays = tuple(None if t is None else t.to(q.device, dtype).contiguous() for t, dtype in
@@ -488,6 +500,85 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                                     sink_logits.requires_grad else sink_logits, cfg)
     with torch.no_grad():
         return _ModsAttention.forward(_NoCtx(), q, k, v, attn_bias, sink_c, cfg)
+
+
+class _PrefixLMAttention(torch.autograd.Function):
+    """Prefix LM (every query sees the first `prefix` keys, and the keys up to itself) as the native
+    kernels on two sets of query rows: rows below the prefix see exactly the prefix keys (no
+    mask), the others see the keys up to themselves (causal, bottom-right aligned: query row
+    prefix + i of the second call sees keys 0 .. prefix + i). Outputs and dq are written in place
+    by row; dk and dv are the sum of both calls (the prefix call's added into the first rows)."""
+
+    @staticmethod
+    def _parts(s, prefix):
+        """(query rows, key count, causal) of each call; the first call's keys are all s keys."""
+        if prefix >= s:
+            return [((0, s), s, False)]
+        if prefix == 0:
+            return [((0, s), s, True)]
+        return [((prefix, s), s, True), ((0, prefix), prefix, False)]
+
+    @staticmethod
+    def _cfg(q, k, v, scale, causal, softcap, deterministic):
+        geo = _torch_impl._Geometry(q, k, v, None, None, None)
+        return _Config(geo=geo, cu_q=None, cu_k=None, scale=scale, causal=causal, wl=-1, wr=-1,
+                       softcap=softcap, alibi=None, sink=None, deterministic=deterministic,
+                       block_mask=None, block_arrays=None, doc_ids=None)
+
+    @staticmethod
+    def forward(ctx, q, k, v, prefix, scale, softcap, deterministic):
+        qc, kc, vc = (_torch_impl._contig_last(t.detach()) for t in (q, k, v))
+        b, s = q.shape[0], q.shape[1]
+        out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+        lse = torch.empty(b, q.shape[2], s, dtype=torch.float32, device=q.device)
+        lse_parts = []
+        with _torch_impl._guard(q):
+            for (r0, r1), keys, causal in _PrefixLMAttention._parts(s, prefix):
+                qp, kp, vp = qc[:, r0:r1], kc[:, :keys], vc[:, :keys]
+                lp = torch.empty(b, q.shape[2], r1 - r0, dtype=torch.float32, device=q.device)
+                cfg = _PrefixLMAttention._cfg(qp, kp, vp, scale, causal, softcap, deterministic)
+                _lib.forward(_params(qp, kp, vp, out[:, r0:r1], lp, cfg, None),
+                             _torch_impl._workspace_alloc(q))
+                lse[:, :, r0:r1] = lp
+                lse_parts.append(lp)
+        ctx.save_for_backward(q, k, v, out, *lse_parts)
+        ctx.prefix, ctx.scale, ctx.softcap, ctx.deterministic = prefix, scale, softcap, deterministic
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out = ctx.saved_tensors[:4]
+        lse_parts = ctx.saved_tensors[4:]
+        if dout is None:
+            dout = torch.zeros_like(out)
+        qc, kc, vc, oc, doc = (_torch_impl._contig_last(t.detach()) for t in (q, k, v, out, dout))
+        dq, dk, dv = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
+        with _torch_impl._guard(q):
+            for n, (((r0, r1), keys, causal), lp) in enumerate(
+                    zip(_PrefixLMAttention._parts(q.shape[1], ctx.prefix), lse_parts)):
+                qp, kp, vp = qc[:, r0:r1], kc[:, :keys], vc[:, :keys]
+                # the first call covers every key and writes dk, dv; the second adds its own
+                dkp, dvp = (dk, dv) if n == 0 else (torch.empty_like(kp), torch.empty_like(vp))
+                cfg = _PrefixLMAttention._cfg(qp, kp, vp, ctx.scale, causal, ctx.softcap,
+                                              ctx.deterministic)
+                p = _params(qp, kp, vp, oc[:, r0:r1], lp, cfg, None)
+                _core.set_backward(p, _torch_impl._view(doc[:, r0:r1]),
+                                   _torch_impl._view(dq[:, r0:r1]), _torch_impl._view(dkp),
+                                   _torch_impl._view(dvp), None)
+                _lib.backward(p, _torch_impl._workspace_alloc(q))
+                if n > 0:
+                    dk[:, :keys] += dkp
+                    dv[:, :keys] += dvp
+        return dq, dk, dv, None, None, None, None
+
+
+def _prefix_lm_attention(q, k, v, prefix, geo, scale, softcap, deterministic):
+    args = (q, k, v, min(prefix, geo.seqlen_k), scale, softcap, deterministic)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return _PrefixLMAttention.apply(*args)
+    with torch.no_grad():
+        return _PrefixLMAttention.forward(_NoCtx(), *args)
 
 
 class _NoCtx:

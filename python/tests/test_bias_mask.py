@@ -230,6 +230,39 @@ def test_window_block_masks_take_the_native_kernels():
     assert (out - ref).abs().max().item() > 1e-3
 
 
+@pytest.mark.parametrize("prefix", [0, 1, 70, 150, 400])
+def test_prefix_lm_block_mask_takes_the_native_kernels(prefix):
+    """prefix_lm_block_mask runs the native kernels on two sets of query rows; out, lse and every
+    gradient equal the block-list path's (bits) and float64 attention with the dense mask (GQA)."""
+    seeded("prefix lm %d" % prefix)
+    s, d = 150, 16
+    q = torch.randn(2, 4, s, d, requires_grad=True)
+    k, v = (torch.randn(2, 2, s, d, requires_grad=True) for _ in range(2))
+    native = flashattn.prefix_lm_block_mask(s, prefix, block_size=32)
+    assert native._prefix_lm == prefix
+    lists = flashattn.prefix_lm_block_mask(s, prefix, block_size=32)
+    lists._prefix_lm = None  # the same mask through the block lists and the bits
+    out, lse = flashattn.flex_attention(q, k, v, block_mask=native, enable_gqa=True, return_lse=True)
+    out_l, lse_l = flashattn.flex_attention(q, k, v, block_mask=lists, enable_gqa=True,
+                                            return_lse=True)
+    i = torch.arange(s).unsqueeze(1)
+    j = torch.arange(s).unsqueeze(0)
+    qt, kt, vt = (t.detach().transpose(1, 2).double().requires_grad_() for t in (q, k, v))
+    ref = dense_attention(qt, kt, vt, mask=(j < prefix) | (j <= i)).transpose(1, 2)
+    assert (out.double() - ref).abs().max().item() < 1e-5
+    assert (out - out_l).abs().max().item() < 1e-5
+    assert (lse - lse_l).abs().max().item() < 1e-5
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    grads_l = torch.autograd.grad(out_l, (q, k, v), dout)
+    grads_ref = torch.autograd.grad(ref, (qt, kt, vt), dout.double())
+    for g, gl, gr in zip(grads, grads_l, grads_ref):
+        assert (g - gl).abs().max().item() < 1e-4
+        assert (g.double() - gr.transpose(1, 2)).abs().max().item() < 1e-4
+    with torch.no_grad():  # the forward without autograd
+        assert torch.equal(flashattn.flex_attention(q, k, v, block_mask=native, enable_gqa=True), out)
+
+
 def test_rejections():
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(TypeError, match="attn_bias"):

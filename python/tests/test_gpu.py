@@ -499,6 +499,35 @@ def test_cuda_flex_attention_additive_score_mod():
         assert err <= 2e-2 * max(w.abs().max().item(), 1.0), err
 
 
+def test_cuda_prefix_lm_block_mask():
+    """prefix_lm_block_mask on CUDA (the native kernels on two sets of query rows, GQA): out and
+    gradients against float64 with the dense mask and against the block-list path's."""
+    seeded("cuda prefix lm")
+    s, d, prefix = 333, 64, 100
+    q = torch.randn(2, 4, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(2, 2, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    mask = flashattn.prefix_lm_block_mask(s, prefix, block_size=128)
+    lists = flashattn.prefix_lm_block_mask(s, prefix, block_size=128)
+    lists._prefix_lm = None
+    out = flashattn.flex_attention(q, k, v, block_mask=mask, enable_gqa=True)
+    out_l = flashattn.flex_attention(q, k, v, block_mask=lists, enable_gqa=True)
+    i = torch.arange(s, device="cuda").unsqueeze(1)
+    j = torch.arange(s, device="cuda").unsqueeze(0)
+    qt, kt, vt = (t.detach().transpose(1, 2).double().requires_grad_() for t in (q, k, v))
+    ref = dense_mods_attention(qt, kt, vt, mask=(j < prefix) | (j <= i)).transpose(1, 2)
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 2 * (out_l.double() - ref).abs().max().item() + 1e-3, err
+    dout = torch.randn(out.shape, device="cuda", dtype=torch.bfloat16)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    grads_l = torch.autograd.grad(out_l, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(ref, (qt, kt, vt), dout.double())
+    for name, g, gl, r in zip(("dq", "dk", "dv"), grads, grads_l, ref_grads):
+        r = r.transpose(1, 2)
+        err, err_l = ((x.double() - r).abs().max().item() for x in (g, gl))
+        assert err <= 2 * err_l + 1e-3 * max(r.abs().max().item(), 1.0), (name, err, err_l)
+
+
 def test_cuda_document_block_mask_and_deterministic_dbias():
     seeded("cuda doc")
     s, d = 300, 64
