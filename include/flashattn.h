@@ -185,6 +185,11 @@ typedef struct fa_params {
                         lse layout [heads_q, total_q]. On the GPU cu_seqlens live in device
                         memory and are not read by the host, so these bound every access.      */
     int64_t total_k; /* varlen only: rows of the packed k/v (>= cu_seqlens_k[batch])           */
+    int zero_varlen_tail; /* varlen only: nonzero = the rows past the last sequence are written
+                             as zeros (fa_forward: rows cu_seqlens_q[batch] .. total_q of o and
+                             lse; fa_backward: those of dq and rows cu_seqlens_k[batch] .. total_k
+                             of dk and dv), so a caller needs no zero fill of whole buffers;
+                             0 = those rows are not written                                     */
 
     /* ---- score transformation and masks --------------------------------------------------- */
     float softmax_scale; /* multiplies q·k; 0 means 1/sqrt(head_dim)                          */

@@ -23,6 +23,8 @@
 #      dbias, bad block lists rejected (tests/gpu/mods.c); compute-sanitizer on small problems
 #   6e. head dims above 256 (512, 576 / 512, odd sizes): forward and backward against the oracle
 #      with every feature, refusals (tests/gpu/large_heads.c); compute-sanitizer on small problems
+#   6f. varlen rows past the last sequence: zeroed with zero_varlen_tail, untouched without
+#      (tests/gpu/tail.c); compute-sanitizer memcheck
 #   7. Python: the CUDA wheel (make wheel FA_CUDA=1, or FLASHATTN_WHEEL=<a wheel built elsewhere>)
 #      installed into a fresh virtual environment that sees the system's torch, and the package's
 #      GPU and torch tests run from it (skipped with a message when python3 has no torch/pytest)
@@ -158,6 +160,11 @@ for tool in memcheck racecheck synccheck; do
     echo "-- $tool: large heads (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" large small || fail "$tool on large small"
 done
+
+# ---- 6f. varlen tails ---------------------------------------------------------------------------
+echo "== 6f. varlen rows past the last sequence (zero_varlen_tail)"
+"$GPU" tail || fail "varlen tails (tests/gpu/tail.c)"
+"$SAN" --tool memcheck --error-exitcode 3 "$GPU" tail || fail "memcheck on tail"
 
 # ---- 7. Python: the CUDA wheel against the local torch -------------------------------------------
 echo "== 7. python: the CUDA wheel, GPU and torch tests"

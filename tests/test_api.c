@@ -8,6 +8,7 @@
  *   - empty problems: seqlen_q = 0, seqlen_k = 0, both; varlen with empty sequences;
  *   - rows that see no key: O = 0 exactly, LSE = -inf (LSE = sink logit with sinks), dq = 0;
  *   - lse = NULL in the forward;
+ *   - zero_varlen_tail: the rows past the last sequence zeroed, or left as they were;
  *   - fa_standard_forward against the reference;
  *   - fa_cpu_isa names a level.
  */
@@ -319,4 +320,78 @@ FA_TEST(api_cpu_isa_and_cuda_query) {
              "fa_cpu_isa() = \"%s\"", isa ? isa : "(null)");
     int available = fa_cuda_available();
     FA_CHECK(available == 0 || available == 1, "fa_cuda_available() = %d", available);
+}
+
+/* zero_varlen_tail: the rows past the last sequence (total_q / total_k beyond cu_seqlens[batch])
+ * keep whatever they held when 0, become zeros when 1; every other element is the same. */
+FA_TEST(api_zero_varlen_tail) {
+    enum { B = 2, HQ = 2, HKV = 1, D = 8, TQ = 11, TK = 13 };
+    static const int32_t cu_q[B + 1] = {0, 3, 8}, cu_k[B + 1] = {0, 4, 10}; /* tails of 3 rows */
+    static float q[TQ * HQ * D], k[TK * HKV * D], v[TK * HKV * D], dout[TQ * HQ * D];
+    static float o[2][TQ * HQ * D], lse[2][HQ * TQ], dq[2][TQ * HQ * D], dk[2][TK * HKV * D],
+        dv[2][TK * HKV * D];
+    uint32_t seed = 12345u;
+    float *inputs[4] = {q, k, v, dout};
+    const int counts[4] = {TQ * HQ * D, TK * HKV * D, TK * HKV * D, TQ * HQ * D};
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < counts[t]; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            inputs[t][i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+        }
+    memset(o, 0x7f, sizeof o); /* poison: 0x7f7f7f7f, a large finite float */
+    memset(lse, 0x7f, sizeof lse);
+    memset(dq, 0x7f, sizeof dq);
+    memset(dk, 0x7f, sizeof dk);
+    memset(dv, 0x7f, sizeof dv);
+    for (int zero = 0; zero < 2; zero++) {
+        fa_params p;
+        memset(&p, 0, sizeof p);
+        p.device = FA_DEVICE_CPU;
+        p.dtype = FA_DTYPE_F32;
+        p.batch = B;
+        p.seqlen_q = 5;
+        p.seqlen_k = 6;
+        p.heads_q = HQ;
+        p.heads_kv = HKV;
+        p.head_dim = D;
+        p.cu_seqlens_q = cu_q;
+        p.cu_seqlens_k = cu_k;
+        p.total_q = TQ;
+        p.total_k = TK;
+        p.zero_varlen_tail = zero;
+        p.causal = 1;
+        p.q = q, p.k = k, p.v = v, p.o = o[zero], p.lse = lse[zero];
+        p.dout = dout, p.dq = dq[zero], p.dk = dk[zero], p.dv = dv[zero];
+        fa_set_contiguous_strides(&p);
+        if (!FA_CHECK(fa_forward(&p) == FA_OK && fa_backward(&p) == FA_OK, "zero_varlen_tail = %d: %s", zero,
+                      fa_last_error()))
+            return;
+    }
+    const uint32_t poison = 0x7f7f7f7fu;
+    struct {
+        const char *name;
+        const float *run[2];
+        int rows, first, per_row; /* per_row: elements of a row (lse: its heads, below) */
+    } outs[] = {{"o", {o[0], o[1]}, TQ, 8, HQ * D},   {"dq", {dq[0], dq[1]}, TQ, 8, HQ * D},
+                {"dk", {dk[0], dk[1]}, TK, 10, HKV * D}, {"dv", {dv[0], dv[1]}, TK, 10, HKV * D}};
+    for (size_t t = 0; t < sizeof outs / sizeof outs[0]; t++)
+        for (int r = 0; r < outs[t].rows; r++)
+            for (int e = 0; e < outs[t].per_row; e++) {
+                const float a = outs[t].run[0][r * outs[t].per_row + e], b = outs[t].run[1][r * outs[t].per_row + e];
+                uint32_t abits;
+                memcpy(&abits, &a, 4);
+                if (r < outs[t].first)
+                    FA_CHECK(memcmp(&a, &b, 4) == 0, "%s row %d: %g vs %g", outs[t].name, r, a, b);
+                else
+                    FA_CHECK(abits == poison && b == 0.0f, "%s tail row %d: %g (untouched expected), %g (0 expected)",
+                             outs[t].name, r, a, b);
+            }
+    for (int h = 0; h < HQ; h++) /* lse [heads_q, total_q] */
+        for (int r = 0; r < TQ; r++) {
+            const float a = lse[0][h * TQ + r], b = lse[1][h * TQ + r];
+            uint32_t abits;
+            memcpy(&abits, &a, 4);
+            FA_CHECK(r < 8 ? memcmp(&a, &b, 4) == 0 : abits == poison && b == 0.0f, "lse head %d row %d: %g, %g", h,
+                     r, a, b);
+        }
 }

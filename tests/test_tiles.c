@@ -369,14 +369,14 @@ FA_TEST(tiles_hopper_backward) {
                  !fa_hopper_tma_map_ok(0x10000, 516, 128, 516000, 1000, 4, 2) &&
                  fa_hopper_tma_map_ok(0x10000, 512, 128, 7, 1000, 4, 1),
              "a mappable tensor: 16-byte aligned base, TMA strides (a batch of one: any batch stride)");
-    FA_CHECK(fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
-             "dK / dV by the TMA store: fixed-length, whole group, mappable");
-    FA_CHECK(!fa_hopper_bwd_dkdv_tma(1, 1, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 1),
-             "varlen: st.global (a key block may end inside the next sequence)");
-    FA_CHECK(!fa_hopper_bwd_dkdv_tma(0, 2, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
+    FA_CHECK(fa_hopper_bwd_dkdv_tma(1, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
+             "dK / dV by the TMA store: whole group, mappable");
+    FA_CHECK(fa_hopper_bwd_dkdv_tma(1, 0x10000, 512, 128, 7, 0x90000, 512, 128, 7, 2000, 4, 1),
+             "varlen (total_k rows, a batch of one): the TMA store too (whole 64-key slabs)");
+    FA_CHECK(!fa_hopper_bwd_dkdv_tma(2, 0x10000, 512, 128, 512000, 0x90000, 512, 128, 512000, 1000, 4, 2),
              "a split GQA group writes fp32 partials");
-    FA_CHECK(!fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90004, 512, 128, 512000, 1000, 4, 2) &&
-                 !fa_hopper_bwd_dkdv_tma(0, 1, 0x10000, 512, 128, 512000, 0x90000, 516, 128, 516000, 1000, 4, 2),
+    FA_CHECK(!fa_hopper_bwd_dkdv_tma(1, 0x10000, 512, 128, 512000, 0x90004, 512, 128, 512000, 1000, 4, 2) &&
+                 !fa_hopper_bwd_dkdv_tma(1, 0x10000, 512, 128, 512000, 0x90000, 516, 128, 516000, 1000, 4, 2),
              "dV unaligned or with a row stride the TMA cannot step: st.global");
 }
 

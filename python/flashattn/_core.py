@@ -265,6 +265,7 @@ def make_params(device, dtype, q, k, v, o, lse_ptr, batch, seqlen_q, seqlen_k, o
         p.cu_seqlens_k = cu_seqlens_k_ptr
         p.total_q = q.shape[0]
         p.total_k = k.shape[0]
+        p.zero_varlen_tail = 1  # rows past the last sequence: zeros, from the library
     p.softmax_scale = opts.softmax_scale
     p.causal = int(opts.causal)
     p.use_window = opts.use_window

@@ -142,6 +142,7 @@ class FaParams(ctypes.Structure):
             ("cu_seqlens_k", _ptr),
             ("total_q", _i64),
             ("total_k", _i64),
+            ("zero_varlen_tail", ctypes.c_int),
             ("softmax_scale", ctypes.c_float),
             ("causal", ctypes.c_int),
             ("use_window", ctypes.c_int),

@@ -114,7 +114,9 @@ class _Geometry:
                                          q.shape[0])
 
     def alloc(self, shape, dtype, device):
-        maker = torch.zeros if self.varlen else torch.empty
+        # varlen: the library zeroes the rows past the last sequence (zero_varlen_tail); a call
+        # without sequences is not made
+        maker = torch.zeros if self.varlen and self.batch == 0 else torch.empty
         return maker(*shape, dtype=dtype, device=device)  # ints, not a tuple: faster to parse
 
 
@@ -167,8 +169,8 @@ def attn_probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
             q, k, v = _pad_last(q, 8), _pad_last(k, 8), _pad_last(v, 8)
         geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
         q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
-        out = geo.alloc(geo.out_shape, q.dtype, q.device)
-        lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
+        out = torch.zeros(geo.out_shape, dtype=q.dtype, device=q.device)  # the call may not run
+        lse = torch.zeros(geo.lse_shape, dtype=torch.float32, device=q.device)
         probs = torch.zeros(geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k, dtype=torch.float32,
                             device=q.device)
         if geo.batch > 0 and probs.numel() > 0:

@@ -313,18 +313,51 @@ fa_status fa_check_backward(const fa_params *p, size_t *workspace_bytes) {
     return prepare(p, CALL_BACKWARD, &pb, workspace_bytes);
 }
 
+/* p.zero_varlen_tail: the rows past the last sequence, which the engines leave, set to zero
+ * (the outputs' views were checked over total_q / total_k rows). */
+static fa_status zero_varlen_tail(const fa_problem *pb, call_kind kind) {
+    const fa_params *p = &pb->p;
+    if (!pb->varlen || !p->zero_varlen_tail) return FA_OK;
+    /* an fp8 forward writes o in bf16 */
+    const int64_t out_bytes = p->dtype == FA_DTYPE_FP8_E4M3 ? 2 : fa_dtype_bytes(p->dtype);
+    fa_tail_rows t[4];
+    int n = 0;
+    if (kind == CALL_BACKWARD) {
+        t[n++] = (fa_tail_rows){p->dq, out_bytes, p->dq_row_stride, p->dq_head_stride, p->heads_q, p->head_dim,
+                                p->total_q, p->cu_seqlens_q};
+        t[n++] = (fa_tail_rows){p->dk, out_bytes, p->dk_row_stride, p->dk_head_stride, p->heads_kv, p->head_dim,
+                                p->total_k, p->cu_seqlens_k};
+        t[n++] = (fa_tail_rows){p->dv, out_bytes, p->dv_row_stride, p->dv_head_stride, p->heads_kv,
+                                p->head_dim_v, p->total_k, p->cu_seqlens_k};
+    } else {
+        t[n++] = (fa_tail_rows){p->o, out_bytes, p->o_row_stride, p->o_head_stride, p->heads_q, p->head_dim_v,
+                                p->total_q, p->cu_seqlens_q};
+        if (p->lse != NULL) /* [heads_q, total_q] */
+            t[n++] = (fa_tail_rows){p->lse, 4, 1, p->total_q, p->heads_q, 1, p->total_q, p->cu_seqlens_q};
+    }
+    if (p->device == FA_DEVICE_CUDA) return fa_cuda_zero_tail_rows(t, n, p->batch, p->stream);
+    for (int i = 0; i < n; ++i) /* CPU: cu_seqlens were checked on the host */
+        for (int64_t r = t[i].cu_seqlens[p->batch]; r < t[i].total; ++r)
+            for (int64_t h = 0; h < t[i].heads; ++h)
+                memset((char *)t[i].base + (r * t[i].row_stride + h * t[i].head_stride) * t[i].elem_bytes, 0,
+                       (size_t)(t[i].cols * t[i].elem_bytes));
+    return FA_OK;
+}
+
 fa_status fa_forward(const fa_params *p) {
     fa_problem pb;
     fa_status s = prepare(p, CALL_FORWARD, &pb, NULL);
     if (s != FA_OK) return s;
-    return pb.p.device == FA_DEVICE_CUDA ? fa_cuda_forward(&pb) : fa_cpu_forward(&pb);
+    s = pb.p.device == FA_DEVICE_CUDA ? fa_cuda_forward(&pb) : fa_cpu_forward(&pb);
+    return s == FA_OK ? zero_varlen_tail(&pb, CALL_FORWARD) : s;
 }
 
 fa_status fa_backward(const fa_params *p) {
     fa_problem pb;
     fa_status s = prepare(p, CALL_BACKWARD, &pb, NULL);
     if (s != FA_OK) return s;
-    return pb.p.device == FA_DEVICE_CUDA ? fa_cuda_backward(&pb) : fa_cpu_backward(&pb);
+    s = pb.p.device == FA_DEVICE_CUDA ? fa_cuda_backward(&pb) : fa_cpu_backward(&pb);
+    return s == FA_OK ? zero_varlen_tail(&pb, CALL_BACKWARD) : s;
 }
 
 fa_status fa_standard_forward(const fa_params *p) {

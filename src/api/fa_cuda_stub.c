@@ -31,6 +31,10 @@ fa_status fa_cuda_backward(const fa_problem *pb) {
     (void)pb;
     return not_built();
 }
+fa_status fa_cuda_zero_tail_rows(const fa_tail_rows *t, int n, int64_t batch, void *stream) {
+    (void)t, (void)n, (void)batch, (void)stream;
+    return not_built();
+}
 fa_status fa_cuda_check_kvcache(const fa_problem *pb, size_t *workspace_bytes) {
     (void)pb;
     if (workspace_bytes) *workspace_bytes = 0;

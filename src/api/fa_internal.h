@@ -307,6 +307,16 @@ fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes);
 fa_status fa_cuda_forward(const fa_problem *pb);
 fa_status fa_cuda_backward(const fa_problem *pb);
 
+/* Rows cu_seqlens[batch] .. total - 1 of a [total, heads, cols] tensor (element strides, last
+ * axis contiguous) set to zero: the varlen tail (p.zero_varlen_tail). */
+typedef struct fa_tail_rows {
+    void *base;
+    int64_t elem_bytes, row_stride, head_stride, heads, cols, total;
+    const int32_t *cu_seqlens; /* the first row is cu_seqlens[batch] (CUDA: device memory)    */
+} fa_tail_rows;
+/* The tails of n tensors zeroed on stream (one launch; nothing happens where a tail is empty). */
+fa_status fa_cuda_zero_tail_rows(const fa_tail_rows *t, int n, int64_t batch, void *stream);
+
 /* ==== KV cache (fa_kvcache_forward, fa_merge_states) ====================================== */
 
 /* The fa_problem given to the KV-cache engines has the same resolution as for fa_forward (window

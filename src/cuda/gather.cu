@@ -242,3 +242,46 @@ fa_status fa_cuda_forward_paged(const fa_problem *pb) {
     }
     return fa_cuda_workspace_release(&ws, stream, "paged K/V", s);
 }
+
+/* ---- varlen tails (p.zero_varlen_tail) ------------------------------------------------------ */
+
+enum { FA_TAIL_MAX = 4 };
+struct fa_tail_rows_args {
+    fa_tail_rows t[FA_TAIL_MAX];
+    int64_t batch;
+};
+
+/* blockIdx.y: the tensor. Its rows from cu_seqlens[batch] on, every (row, head), zeroed in
+ * 16-bit units (each row's elem_bytes · cols bytes are even) by a grid-stride loop. */
+__global__ void __launch_bounds__(FA_GATHER_THREADS) fa_zero_tail_rows_kernel(const fa_tail_rows_args a) {
+    const fa_tail_rows t = a.t[blockIdx.y];
+    const int64_t first = min((int64_t)max(t.cu_seqlens[a.batch], 0), t.total);
+    const int64_t units = t.cols * t.elem_bytes / 2; /* 16-bit units per (row, head) */
+    const int64_t n = (t.total - first) * t.heads * units;
+    uint16_t *base = (uint16_t *)t.base;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t u = i % units, rh = i / units;
+        const int64_t h = rh % t.heads, r = first + rh / t.heads;
+        base[(r * t.row_stride + h * t.head_stride) * t.elem_bytes / 2 + u] = 0;
+    }
+}
+
+extern "C" fa_status fa_cuda_zero_tail_rows(const fa_tail_rows *t, int n, int64_t batch, void *stream) {
+    if (n <= 0) return FA_OK;
+    if (n > FA_TAIL_MAX) return fa_set_error(FA_ERR_INVALID_ARGUMENT, "varlen tail: %d tensors (at most %d)", n, FA_TAIL_MAX);
+    fa_tail_rows_args a;
+    int64_t most = 0; /* the largest possible tail, bounding the grid */
+    for (int i = 0; i < n; ++i) {
+        a.t[i] = t[i];
+        const int64_t items = t[i].total * t[i].heads * (t[i].cols * t[i].elem_bytes / 2);
+        most = items > most ? items : most;
+    }
+    a.batch = batch;
+    /* a tail is usually empty: a few blocks read cu_seqlens and leave; a long one is walked by
+     * the grid-stride loop */
+    unsigned blocks = gather_blocks(most);
+    blocks = blocks > 64 ? 64 : blocks;
+    fa_zero_tail_rows_kernel<<<dim3(blocks, (unsigned)n), FA_GATHER_THREADS, 0, (cudaStream_t)stream>>>(a);
+    FA_CUDA_CHECK_LAUNCH("varlen tail zero fill");
+    return FA_OK;
+}

@@ -22,6 +22,8 @@
  *                           the CPU's (attn_probs), repeatability (dropout.c)
  *   large [small]           fa_forward / fa_backward at head dims above 256 (512, 576 / 512, odd
  *                           sizes, every feature) against the float64 oracle; refusals (large_heads.c)
+ *   tail                    varlen rows past the last sequence: zeroed with zero_varlen_tail,
+ *                           untouched without, nothing else changed (tail.c)
  * Each mode exits non-zero on failure.
  */
 #include <stdio.h>
@@ -39,6 +41,7 @@ int gpu_kvquant_main(int argc, char **argv);
 int gpu_kvlarge_main(int argc, char **argv);
 int gpu_dropout_main(int argc, char **argv);
 int gpu_large_main(int argc, char **argv);
+int gpu_tail_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -56,12 +59,13 @@ static const struct {
     {"kvlarge", gpu_kvlarge_main},
     {"dropout", gpu_dropout_main},
     {"large", gpu_large_main},
+    {"tail", gpu_tail_main},
 };
 
 int main(int argc, char **argv) {
     if (argc >= 2)
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
             if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|kvlarge|dropout|large [ARGS]\n");
+    fprintf(stderr, "usage: fa_gpu_tests determinism|paths|backward|bwd_paths|nan|mods|kvcache|paged|kvquant|kvlarge|dropout|large|tail [ARGS]\n");
     return 2;
 }

@@ -301,17 +301,17 @@ FA_HOPPER_FN int fa_hopper_tma_map_ok(unsigned long long base, long long row_str
 }
 
 /* The Hopper backward (every bucket) writes dK and dV with the TMA store (from tiles
- * staged in shared memory) when the batch is fixed-length (a varlen key block may end inside the
- * next sequence's rows, which the box would overwrite), the GQA group is not split (a split
- * writes fp32 partials) and both tensors can be mapped; else it copies the staged rows out with
- * coalesced stores. */
-FA_HOPPER_FN int fa_hopper_bwd_dkdv_tma(int varlen, int group_splits, unsigned long long dk_base, long long dk_row_stride,
+ * staged in shared memory) when the GQA group is not split (a split writes fp32 partials) and
+ * both tensors can be mapped (rows: seqlen_k, varlen total_k; batch: 1 for varlen); else it
+ * copies the staged rows out with coalesced stores, as it does for a varlen key block's 64 keys
+ * that end inside the sequence's last 64 (the box would overwrite the next sequence's rows). */
+FA_HOPPER_FN int fa_hopper_bwd_dkdv_tma(int group_splits, unsigned long long dk_base, long long dk_row_stride,
                                         long long dk_head_stride, long long dk_batch_stride, unsigned long long dv_base,
                                         long long dv_row_stride, long long dv_head_stride, long long dv_batch_stride,
-                                        long long seqlen_k, long long heads_kv, long long batch) {
-    return !varlen && group_splits == 1 &&
-           fa_hopper_tma_map_ok(dk_base, dk_row_stride, dk_head_stride, dk_batch_stride, seqlen_k, heads_kv, batch) &&
-           fa_hopper_tma_map_ok(dv_base, dv_row_stride, dv_head_stride, dv_batch_stride, seqlen_k, heads_kv, batch);
+                                        long long rows_k, long long heads_kv, long long batch) {
+    return group_splits == 1 &&
+           fa_hopper_tma_map_ok(dk_base, dk_row_stride, dk_head_stride, dk_batch_stride, rows_k, heads_kv, batch) &&
+           fa_hopper_tma_map_ok(dv_base, dv_row_stride, dv_head_stride, dv_batch_stride, rows_k, heads_kv, batch);
 }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable

@@ -160,11 +160,12 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * holds them) in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4 + 8h, column
  * 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
  * have read the stages) each thread writes its pairs with 4-byte st.shared (the 8 rows of a store
- * instruction land on 8 different chunks: conflict-free). Then with prm.dkdv_tma (a fixed-length
- * batch, mappable tensors: fa_hopper_bwd_dkdv_tma) one thread per consumer stores its slabs by
- * TMA, whose box {64, 64} clips rows past the sequence and columns past d / dv, and waits until
- * they are read before the CTA may exit; else (varlen: rows past the sequence belong to the next
- * one) the consumer copies its rows below len_k out with 4-byte stores, consecutive threads on
+ * instruction land on 8 different chunks: conflict-free). Then with prm.dkdv_tma (mappable
+ * tensors: fa_hopper_bwd_dkdv_tma) one thread per consumer stores its slabs by TMA, whose box
+ * {64, 64} clips rows past the sequence (fixed length) and columns past d / dv, and waits until
+ * they are read before the CTA may exit; else, and for a varlen consumer whose 64 keys end inside
+ * the sequence's last 64 (the rows past it belong to the next sequence, the box would overwrite
+ * them), the consumer copies its rows below len_k out with 4-byte stores, consecutive threads on
  * consecutive words of a row. (Each thread storing its own pairs to global memory writes half of
  * every 32-byte sector and throttles the load-store unit at the CTA's end.) */
 template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, bool BF16>
@@ -193,22 +194,25 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
         }
     const int key_first = n0 + row0;
     const int head_kv = (int)blockIdx.y;
-    if (prm.dkdv_tma) {
+    const bool varlen = prm.cu_seqlens_q != nullptr;
+    if (prm.dkdv_tma && (!varlen || key_first + 64 <= len_k)) {
         /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
          * consumer's threads meet before one of them issues the stores */
         fence_proxy_async_shared_cta();
         bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
         if (tid == 0 && key_first < len_k) {
             const uint32_t rows = (uint32_t)row0 * 128;
+            /* varlen maps are {d, total_k, heads, 1} */
+            const int key_row = (varlen ? (int)k_start : 0) + key_first, map_batch = varlen ? 0 : batch;
 #pragma unroll
             for (int i = 0; i < OWN_SLABS; ++i) { /* slabs past d or dv hold no column */
                 const int slab = slab0 + i, dv_slab = dv_slab0 + i;
                 if (64 * slab < prm.head_dim)
-                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, 64 * slab, key_first, head_kv,
-                                 batch);
+                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, 64 * slab, key_row, head_kv,
+                                 map_batch);
                 if (has_dv && 64 * dv_slab < prm.head_dim_v)
-                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, 64 * dv_slab, key_first,
-                                 head_kv, batch);
+                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, 64 * dv_slab, key_row,
+                                 head_kv, map_batch);
             }
             tma_store_commit_group();
             tma_store_wait_group_read<0>();
@@ -216,7 +220,6 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
         return;
     }
     bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
-    const bool varlen = prm.cu_seqlens_q != nullptr;
     const int rows = max(0, min(64, len_k - key_first));
     auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                         int dim, int first_slab) {
@@ -626,25 +629,28 @@ static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16,
 }
 
 /* The dK / dV epilogue's output path for this problem (sm90_tiles.h's fa_hopper_bwd_dkdv_tma):
- * *tma = 1 and the TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch}, box
+ * *tma = 1 and the TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch} (varlen
+ * {d, total_k, heads_kv, 1}), box
  * {64, 64, 1, 1} (one consumer's 64 keys per slab); or *tma = 0 and both maps copies of `unused`
  * (the epilogue then copies out with st.global and never reads them). */
 static inline fa_status fa_bwd_sm90_dkdv_maps(const fa_bwd_params *p, bool bf16, const char *path,
                                               const CUtensorMap *unused, CUtensorMap *tmap_dk, CUtensorMap *tmap_dv,
                                               int *tma) {
-    *tma = fa_hopper_bwd_dkdv_tma(p->cu_seqlens_q != nullptr, p->group_splits, (unsigned long long)(uintptr_t)p->dk,
-                                  p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride,
-                                  (unsigned long long)(uintptr_t)p->dv, p->dv_row_stride, p->dv_head_stride,
-                                  p->dv_batch_stride, p->seqlen_k, p->heads_kv, p->batch);
+    const bool varlen = p->cu_seqlens_q != nullptr;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k, map_batch = varlen ? 1 : p->batch;
+    *tma = fa_hopper_bwd_dkdv_tma(p->group_splits, (unsigned long long)(uintptr_t)p->dk, p->dk_row_stride,
+                                  p->dk_head_stride, p->dk_batch_stride, (unsigned long long)(uintptr_t)p->dv,
+                                  p->dv_row_stride, p->dv_head_stride, p->dv_batch_stride, rows_k, p->heads_kv,
+                                  map_batch);
     if (!*tma) {
         *tmap_dk = *tmap_dv = *unused;
         return FA_OK;
     }
     const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     fa_status st;
-    if ((st = fa_hopper_make_map(tmap_dk, path, "dk", type, p->dk, p->head_dim, p->seqlen_k, p->heads_kv, p->batch,
+    if ((st = fa_hopper_make_map(tmap_dk, path, "dk", type, p->dk, p->head_dim, rows_k, p->heads_kv, map_batch,
                                  p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride, 64)) != FA_OK ||
-        (st = fa_hopper_make_map(tmap_dv, path, "dv", type, p->dv, p->head_dim_v, p->seqlen_k, p->heads_kv, p->batch,
+        (st = fa_hopper_make_map(tmap_dv, path, "dv", type, p->dv, p->head_dim_v, rows_k, p->heads_kv, map_batch,
                                  p->dv_row_stride, p->dv_head_stride, p->dv_batch_stride, 64)) != FA_OK)
         return st;
     return FA_OK;

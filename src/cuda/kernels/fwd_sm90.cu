@@ -36,9 +36,10 @@
  *     (round robin), so one warpgroup's softmax overlaps another's GEMMs (paper §3.1).
  *   Epilogue: sink, O /= rowsum, LSE by the lane holding column 0 of each row; O staged through
  *   shared memory (its own buffer at buckets 64/128, else this warpgroup's rows of the Q tile;
- *   same 128-byte swizzle), then written by a TMA store (fixed-length batches: the tensor map
- *   clips rows past seqlen_q and columns past dv) or by 16-byte st.global of the valid rows
- *   (varlen: the next sequence's rows follow).
+ *   same 128-byte swizzle), then written by a TMA store (the tensor map clips rows past seqlen_q
+ *   and columns past dv; varlen: warpgroups whose 64 rows lie inside the sequence) or by 16-byte
+ *   st.global of the valid rows (a varlen warpgroup at its sequence's end: the next sequence's
+ *   rows follow).
  *
  * Grid (sm90_tiles.h's rules, fa_hopper_schedule): one CTA per tile (numbered longest first in
  * head groups under causal masks); persistent, one CTA per multiprocessor walking the tiles in
@@ -76,7 +77,7 @@
  * unpacked one; rows i >= seqlen_q are the box's zero fill; rows past the tile's last head keep
  * whatever the buffer held (finite or not: every operation on them stays in their own row, and
  * nothing of them is stored). The mask uses i, not r; LSE, the sink and O go per (head, i); O by
- * 16-byte st.global from the staging tile (as varlen). The unpacked instantiations are the code
+ * 16-byte st.global from the staging tile (as a varlen sequence's end). The unpacked instantiations are the code
  * they were (PACK = false compiles the packed branches out).
  *
  * Varlen: a tile may run past its sequence into the next one (or into the rows after the last
@@ -217,7 +218,7 @@ struct fa_hopper_params : fa_fwd_params {
      * (fa_hopper_tile_index) */
     unsigned int *tile_counter;
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
-    int tma_store;                 /* 1: O through the TMA store (fixed-length batch)               */
+    int tma_store;                 /* 1: O through the TMA store (varlen: warpgroups inside a sequence) */
     /* packed tiles (kernel template flag PACK) only: */
     int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
     int pack_heads;                /* query heads per tile (the last tile of a group may have fewer) */
@@ -1133,7 +1134,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                           o_rmem[4 * j + 2 * h + 1] * inv_sum[h]));
             }
 
-        if (!PACK && prm.tma_store) {
+        /* the TMA store's box clips rows at the map's end: a fixed-length sequence's, but only the
+         * last varlen sequence's (the next sequence's rows follow), so a varlen warpgroup whose
+         * rows end inside the sequence's last 64 stores them with st.global */
+        if (!PACK && prm.tma_store && (!varlen || wg_row_first + 64 <= w.len_q)) {
             /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
              * warpgroup's 128 threads meet before one of them issues the stores. Its completion
              * is awaited only before the buffer is written again (next tile, or kernel end). */
@@ -1143,8 +1147,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (wg_row_first < w.len_q) /* else every row is past the sequence */
 #pragma unroll
                     for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
-                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, 64 * slab, wg_row_first,
-                                     w.head, w.batch);
+                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, 64 * slab,
+                                     wg_row_first + (varlen ? (int)w.q_start : 0), w.head, varlen ? 0 : w.batch);
                 tma_store_commit_group();
                 if (!Cfg::O_OWN) {
                     tma_store_wait_group_read<0>(); /* Q's buffer is read: the next Q may land */
@@ -1319,12 +1323,12 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
                                  no_keys ? 1 : p->heads_kv, no_keys ? 1 : map_batch, p->v_row_stride,
                                  p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
         return st;
-    if (!varlen && !pack) {
+    if (!pack) {
         if ((st = fa_hopper_make_map(&tmap_o, path, "o", type, p->o, p->head_dim_v, rows_q, p->heads_q, map_batch,
                                      p->o_row_stride, p->o_head_stride, p->o_batch_stride, 64)) != FA_OK)
             return st;
     } else {
-        tmap_o = tmap_q; /* unused: the varlen and packed epilogues store with st.global */
+        tmap_o = tmap_q; /* unused: the packed epilogue stores with st.global */
     }
 
     fa_hopper_params prm;
@@ -1337,7 +1341,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
         prm.log2_mul = 1.0f;
         prm.score_mul = log2_mul;
     }
-    prm.tma_store = !varlen && !pack;
+    prm.tma_store = !pack;
     prm.dropout = dropout != nullptr ? *dropout : fa_dropout_params{};
     if (pack) {
         prm.pack_rows = fa_hopper_pack_rows(p->seqlen_q);
