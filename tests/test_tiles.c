@@ -380,6 +380,40 @@ FA_TEST(tiles_hopper_backward) {
              "dV unaligned or with a row stride the TMA cannot step: st.global");
 }
 
+/* Rotated walks: each key block starts at its own query block (distinct offsets when n_m >= n_blocks),
+ * and a tile's deterministic order is the order the walks reach it: ranks 0 .. n_blocks - 1, by
+ * increasing step (m - offset) mod n_m, checked against that definition directly. */
+FA_TEST(tiles_hopper_bwd_rotated_walks) {
+    for (int n_blocks = 1; n_blocks <= 40; n_blocks++)
+        for (int n_m = n_blocks; n_m <= 3 * n_blocks + 5; n_m++) {
+            int bad = 0;
+            for (int n = 0; n < n_blocks; n++) {
+                const int o = fa_hopper_bwd_walk_offset(n, n_blocks, n_m);
+                if (o < 0 || o >= n_m || (n > 0 && o <= fa_hopper_bwd_walk_offset(n - 1, n_blocks, n_m))) bad++;
+            }
+            for (int m = 0; m < n_m && !bad; m++) {
+                unsigned long long seen = 0;
+                for (int n = 0; n < n_blocks; n++) {
+                    const int step = (m - fa_hopper_bwd_walk_offset(n, n_blocks, n_m) + n_m) % n_m;
+                    int rank = 0;
+                    for (int n2 = 0; n2 < n_blocks; n2++)
+                        rank += (m - fa_hopper_bwd_walk_offset(n2, n_blocks, n_m) + n_m) % n_m < step;
+                    const int got = fa_hopper_bwd_rotated_rank(n, n_blocks, n_m, m);
+                    if (got != rank || got < 0 || got >= n_blocks || (seen >> got) & 1) bad++;
+                    if (got >= 0 && got < 64) seen |= 1ull << got;
+                }
+            }
+            FA_CHECK(bad == 0, "n_blocks %d, n_m %d: %d offsets or ranks wrong", n_blocks, n_m, bad);
+        }
+    FA_CHECK(fa_hopper_bwd_rotate(-1, -1, 0, 1, 132, 132, 0) && fa_hopper_bwd_rotate(-1, -1, 0, 1, 2, 132, 0),
+             "deterministic, non-causal without a window, key blocks fit the multiprocessors: rotated");
+    FA_CHECK(!fa_hopper_bwd_rotate(-1, -1, 0, 0, 16, 132, 0) && !fa_hopper_bwd_rotate(-1, 0, 0, 1, 16, 132, 0) &&
+                 !fa_hopper_bwd_rotate(128, -1, 0, 1, 16, 132, 0) && !fa_hopper_bwd_rotate(-1, -1, 1, 1, 16, 132, 0) &&
+                 !fa_hopper_bwd_rotate(-1, -1, 0, 1, 133, 132, 0) && !fa_hopper_bwd_rotate(-1, -1, 0, 1, 16, 132, 1),
+             "not deterministic, causal or a window, score mods, more key blocks than multiprocessors, or "
+             "disabled: not rotated");
+}
+
 FA_TEST(tiles_hopper_bwd_group_splits) {
     /* 132 multiprocessors (H200); window sides -1 = unbounded, causal = (-1, 0) */
     const int sms = 132;

@@ -614,6 +614,12 @@ static const bwd_case small_cases[] = {
      0, PADDED, 0, {0}, {0}, 0},
     {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
      {0}, 0},
+    /* non-causal without a window: rotated query walks (fewer query than key blocks: not rotated) */
+    {"small bf16 d128 varlen GQA 4/2 (rotated walks)", B, 4, 260, 260, 4, 2, 128, 0, -1, -1, 0, DENSE, 1,
+     {260, 131, 0, 77}, {200, 260, 5, 77}, 0},
+    {"small f16 d64 sq=300 sk=170 (rotated walks)", H, 2, 300, 170, 4, 4, 64, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"small bf16 d256 sq=200 sk=330 GQA 4/2 (rotated walks)", B, 2, 200, 330, 4, 2, 256, 0, -1, -1, 0, DENSE, 0,
+     {0}, {0}, 0},
 };
 /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
 static const softcap_case big_softcap_cases[] = {

@@ -314,6 +314,37 @@ FA_HOPPER_FN int fa_hopper_bwd_dkdv_tma(int group_splits, unsigned long long dk_
            fa_hopper_tma_map_ok(dv_base, dv_row_stride, dv_head_stride, dv_batch_stride, rows_k, heads_kv, batch);
 }
 
+/* Rotated query walks of the Hopper backward in deterministic mode (non-causal, no window: every
+ * key block of a sequence sees all n_m query blocks). Key block n of n_blocks starts its walk at
+ * query block fa_hopper_bwd_walk_offset(n) = floor(n · n_m / n_blocks) and wraps around; used
+ * when n_m >= n_blocks (distinct offsets). Each dQ tile m then takes its additions in the order
+ * the walks reach it, earliest first: the first is the key block whose walk starts at m or the
+ * nearest start below it, so no walk waits at its start and each waits only for a walk that
+ * reached the tile earlier in its own steps (with every walk starting at block 0, key block n
+ * waited for all higher ones at its first tile, and the whole chain lagged by one step per key
+ * block). fa_hopper_bwd_rotated_rank gives key block n's place in that order (0 = first); with
+ * n_blocks resident CTAs no wait can deadlock. */
+FA_HOPPER_FN int fa_hopper_bwd_walk_offset(int n, int n_blocks, int n_m) {
+    return (int)((long long)n * n_m / n_blocks);
+}
+
+FA_HOPPER_FN int fa_hopper_bwd_rotated_rank(int n, int n_blocks, int n_m, int m) {
+    /* starts at or below m: walks n' < c (offsets increase with n'), the nearest start first */
+    long long c = ((long long)(m + 1) * n_blocks + n_m - 1) / n_m;
+    if (c > n_blocks) c = n_blocks;
+    return n < c ? (int)(c - 1 - n) : (int)(c + n_blocks - 1 - n);
+}
+
+/* Whether the backward rotates its walks: deterministic mode (the non-deterministic kernel gained
+ * nothing from it: docs/tuning-log.md), no window side (causal
+ * is a window side: the query ranges then differ per key block), no score modifications, and the
+ * longest sequence's key blocks (one CTA each, one CTA per multiprocessor) fit the
+ * multiprocessors at once. disabled: FA_HOPPER_BWD_ROTATE=0 (timing). */
+FA_HOPPER_FN int fa_hopper_bwd_rotate(int window_left, int window_right, int mods, int deterministic,
+                                      long long key_blocks, int sm_count, int disabled) {
+    return !disabled && deterministic && window_left < 0 && window_right < 0 && !mods && key_blocks <= sm_count;
+}
+
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
  * kernels then do). scale_log2 = softmax_scale · log2(e); softcap > 0 when on; has_dropout:
  * dropout_p > 0 (covered: the DROPOUT instantiations). */

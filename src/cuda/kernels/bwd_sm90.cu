@@ -315,14 +315,14 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
  * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
  * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
  * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
- * (the semaphore of piece 0 reads rank = last key block of the tile - n_block: the higher key
- * blocks have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
+ * (the semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks
+ * before it have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
  * written (not only read) and pass the turn on with red.release; the proxy fences order the
  * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq, const fa_bwd_sm90_params &prm,
-                                                      uint32_t dq_smem, int n_block, int batch, const fa_bwd_sm90_heads &heads,
-                                                      int m_first, int n_m, int len_q, int len_k, int shift,
+                                                      uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
+                                                      const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
                                                       int q_packed0, int lane,
                                                       const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                       int iterations = 0 /* MODS: its length */) {
@@ -335,8 +335,7 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
         __syncwarp();
         bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
         if constexpr (DET) {
-            const int rank =
-                fa_bwd_sm90_last_key_block(prm, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift) - n_block;
+            const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
             while (ld_relaxed_gpu_s32(sem) != rank) {
             }
             fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
@@ -368,10 +367,13 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
     } else {
 #pragma unroll 1
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-            int *sem = DET ? prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2
-                           : nullptr;
+            int *const sem_head = DET ? prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2
+                                      : nullptr;
 #pragma unroll 1
-            for (int m = m_first; m < m_first + n_m; ++m, sem += 2) write_one(head, m, sem);
+            for (int i = 0; i < walk.n_m; ++i) {
+                const int m = fa_bwd_sm90_walk_block<DET>(walk, i);
+                write_one(head, m, DET ? sem_head + m * 2 : nullptr);
+            }
         }
     }
     if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
@@ -546,6 +548,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
     const int m_first = q_lo / BLOCK_M;
     const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    const fa_bwd_sm90_walk walk = fa_bwd_sm90_walk_of<DET>(prm, m_first, n_m, n_block, len_k, BLOCK_N);
     int iterations = prm.heads_per_split * n_m;
     /* MODS with a block mask: the listed query blocks of this key block instead (uniform) */
     fa_bwd_sm90_iters iters;
@@ -614,14 +617,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg, MODS>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
-                                        k_row, q_row0, tma_batch, m_first, q_hi, len_q, lane,
+            fa_bwd_sm90_load<Cfg, MODS, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
+                                        k_row, q_row0, tma_batch, walk, len_q, lane,
                                         [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
                                         [](int) {}, &iters, iterations);
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
-            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, n_block, batch, heads, m_first, n_m, len_q,
-                                                  len_k, shift, (int)q_packed0, lane, &iters, iterations);
+            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, walk, batch, heads, len_q, len_k, shift,
+                                                  (int)q_packed0, lane, &iters, iterations);
         }
         return;
     }
@@ -684,7 +687,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
         const fa_mods_q_pos it = it_next; /* MODS: this iteration's position */
-        const int m0 = (MODS ? it.tile : m_first + t % n_m) * BLOCK_M;
+        const int m0 = (MODS ? it.tile : fa_bwd_sm90_walk_block<DET>(walk, t % n_m)) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
         const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -898,6 +901,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
+    if ((st = fa_bwd_sm90_set_rotation(&prm, MODS, det, key_blocks)) != FA_OK) return st;
     const int64_t grid_y = (int64_t)p->heads_kv * p->group_splits; /* kv head · group_splits + split */
     if (key_blocks > INT32_MAX || grid_y > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE,

@@ -14,6 +14,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common/bwd_launch.h"
 #include "cuda/common/cuda_common.cuh"
@@ -28,6 +30,7 @@
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
     int dkdv_tma;                  /* dK and dV out through the TMA store (fa_bwd_sm90_dkdv_maps)   */
+    int rotate_walk;               /* rotated query walks (fa_bwd_sm90_walk_of; host: fa_hopper_bwd_rotate) */
 };
 
 /* The query heads a CTA walks: blockIdx.y = kv head · group_splits + split, and split s takes
@@ -106,6 +109,37 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
     if (prm.window_left >= 0) q_hi = min(len_q, n1 - 1 - shift + prm.window_left + 1);
 }
 
+/* A CTA's walk over its query blocks [m_first, m_first + n_m): from m_first + offset on, wrapping
+ * around. offset = 0, or with prm.rotate_walk (deterministic mode, no mask that limits the query
+ * range, so every key block of the sequence sees the same n_m blocks) and n_m >= n_blocks, key
+ * block n_block's fa_hopper_bwd_walk_offset (sm90_tiles.h): no walk then waits at its start. */
+struct fa_bwd_sm90_walk {
+    int m_first, n_m, offset;
+    int n_block, n_blocks; /* this CTA's key block of the sequence's n_blocks                      */
+    bool rotated;
+};
+
+template <bool DET>
+__device__ __forceinline__ fa_bwd_sm90_walk fa_bwd_sm90_walk_of(const fa_bwd_sm90_params &prm, int m_first, int n_m,
+                                                                 int n_block, int len_k, int block_n) {
+    fa_bwd_sm90_walk w;
+    w.m_first = m_first;
+    w.n_m = n_m;
+    w.n_block = n_block;
+    w.n_blocks = (len_k + block_n - 1) / block_n;
+    w.rotated = DET && prm.rotate_walk && n_m >= w.n_blocks;
+    w.offset = w.rotated ? fa_hopper_bwd_walk_offset(n_block, w.n_blocks, n_m) : 0;
+    return w;
+}
+
+/* Query block of walk position i (0 <= i < n_m); DET = false: never rotated (no wrap to test). */
+template <bool DET>
+__device__ __forceinline__ int fa_bwd_sm90_walk_block(const fa_bwd_sm90_walk &w, int i) {
+    if constexpr (!DET) return w.m_first + i;
+    const int r = i + w.offset;
+    return w.m_first + (r >= w.n_m ? r - w.n_m : r);
+}
+
 /* ---- deterministic dQ ---------------------------------------------------------------------------
  * Every CTA adds its dQ piece of a tile (query head, BLOCK_M query rows) into the fp32
  * accumulator with bulk tensor reduce-adds: one addition per element and key block. In deterministic mode
@@ -125,6 +159,12 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
  * n = gridDim.x - 1 - blockIdx.x, so those have smaller linear block indices, and CUDA hands out
  * the blocks of a grid in linear index order: the lowest unfinished block is then always resident
  * and never waits for an unfinished one (docs/hopper.md, "Global reductions and inter-CTA order").
+ *
+ * Rotated walks (fa_bwd_sm90_walk) instead take a tile's additions in the order the walks reach
+ * it (fa_hopper_bwd_rotated_rank): each walk waits only for walks that reached the tile at an
+ * earlier step of their own, and none at its first step; the host rotates deterministic walks
+ * only when a sequence's key blocks fit the multiprocessors at once (fa_hopper_bwd_rotate), so
+ * every walk a CTA waits for is resident or will be once earlier CTAs finish.
  *
  * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile and keeps the
  * turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
@@ -251,20 +291,30 @@ __device__ __forceinline__ int fa_bwd_sm90_last_key_block(const fa_bwd_sm90_para
     return last_key / block_n;
 }
 
+/* This CTA's place among the key blocks that add into query block m (0 = first): the walks'
+ * order when rotated, else the highest key block first. */
+__device__ __forceinline__ int fa_bwd_sm90_dq_rank(const fa_bwd_sm90_params &prm, const fa_bwd_sm90_walk &walk, int m,
+                                                   int block_m, int block_n, int len_q, int len_k, int shift) {
+    return walk.rotated ? fa_hopper_bwd_rotated_rank(walk.n_block, walk.n_blocks, walk.n_m, m - walk.m_first)
+                        : fa_bwd_sm90_last_key_block(prm, m, block_m, block_n, len_q, len_k, shift) - walk.n_block;
+}
+
 /* The turn keeper of dQ piece `piece` (a whole warp; lane 0 passes the turn on): for every
- * iteration of this CTA (query head of the group, query block m in [m_first, m_first + n_m)),
- * wait for the turn of key block n_block, grant it to the consumer (DQ_TURN), wait for its adds
- * (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value
- * in every lane). An ordering bug hangs here: tests run under a timeout. */
-__device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, int n_block, int block_m,
-                                                       int block_n, int batch, const fa_bwd_sm90_heads &heads,
-                                                       int m_first, int n_m, int len_q, int len_k, int shift,
+ * iteration of this CTA (query head of the group, query block m of its walk), wait for the turn
+ * of this key block, grant it to the consumer (DQ_TURN), wait for its adds (DQ_DONE), pass the
+ * turn on. All lanes poll the same word (one request per poll, the same value in every lane). An
+ * ordering bug hangs here: tests run under a timeout. */
+__device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, const fa_bwd_sm90_walk &walk,
+                                                       int block_m, int block_n, int batch,
+                                                       const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
                                                        int piece, int lane) {
     for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-        int *sem = prm.dq_semaphore + (((int64_t)batch * prm.heads_q + head) * prm.query_blocks + m_first) * 2 + piece;
+        int *const sem_head = prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2 + piece;
 #pragma unroll 1
-        for (int m = m_first; m < m_first + n_m; ++m, sem += 2) {
-            const int rank = fa_bwd_sm90_last_key_block(prm, m, block_m, block_n, len_q, len_k, shift) - n_block;
+        for (int i = 0; i < walk.n_m; ++i) {
+            const int m = fa_bwd_sm90_walk_block<true>(walk, i);
+            int *const sem = sem_head + m * 2;
+            const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, block_m, block_n, len_q, len_k, shift);
             while (ld_relaxed_gpu_s32(sem) != rank) {
             }
             fence_acq_rel_gpu(); /* acquire: the higher key blocks' adds happen before ours */
@@ -332,13 +382,13 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
  * buffer and its own barrier do_full (the one after the stage_full barriers, 1 arrival + the dO
  * bytes); after Q of iteration t the producer waits wait_do_empty(phase) (the consumers have
  * released dO of iteration t - 1) and loads dO of iteration t. */
-template <class Cfg, bool MODS = false, class WaitEmpty, class WaitDoEmpty>
+template <class Cfg, bool MODS = false, bool DET = false, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
                                                  int64_t q_packed0, int batch, const fa_bwd_sm90_heads &heads,
                                                  int k_row, int q_row0,
-                                                 int tma_batch, int m_first, int q_hi, int len_q, int lane,
+                                                 int tma_batch, const fa_bwd_sm90_walk &walk, int len_q, int lane,
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty,
                                                  const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                  int iterations = 0 /* MODS: its length */) {
@@ -414,7 +464,8 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                      dsum_head + (int64_t)(it.h - heads.first) * prm.total_q);
     } else {
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-            for (int m0 = m_first * Cfg::BLOCK_M; m0 < q_hi; m0 += Cfg::BLOCK_M) load_one(head, m0, lse_head, dsum_head);
+            for (int i = 0; i < walk.n_m; ++i)
+                load_one(head, fa_bwd_sm90_walk_block<DET>(walk, i) * Cfg::BLOCK_M, lse_head, dsum_head);
             lse_head += lse_head_pitch;
             dsum_head += prm.total_q;
         }
@@ -589,6 +640,22 @@ __device__ __forceinline__ void fa_bwd_sm90_softcap_ds(float (&s_rmem)[N], float
 
 /* ---- host -------------------------------------------------------------------------------------- */
 
+/* FA_HOPPER_BWD_ROTATE=0: never rotate the walks (timing); else the rule (fa_hopper_bwd_rotate). */
+static inline int fa_bwd_sm90_rotate_disabled(void) {
+    const char *mode = getenv("FA_HOPPER_BWD_ROTATE");
+    return mode != nullptr && strcmp(mode, "0") == 0;
+}
+
+/* prm->rotate_walk for a launch of key_blocks CTAs per sequence (fa_hopper_bwd_rotate). */
+static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool mods, bool det, int64_t key_blocks) {
+    fa_cuda_device_info dev;
+    fa_status st = fa_cuda_current_device(&dev);
+    if (st != FA_OK) return st;
+    prm->rotate_walk = fa_hopper_bwd_rotate(prm->window_left, prm->window_right, mods, det, key_blocks, dev.sm_count,
+                                            fa_bwd_sm90_rotate_disabled());
+    return FA_OK;
+}
+
 /* The kernel arguments from the backward's parameter block (window sides already clamped and
  * causal folded in by bwd.cu). */
 static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p) {
@@ -596,6 +663,7 @@ static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p)
     static_cast<fa_bwd_params &>(prm) = *p;
     prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
     prm.dkdv_tma = 0;
+    prm.rotate_walk = 0;
     return prm;
 }
 

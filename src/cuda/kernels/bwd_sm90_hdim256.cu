@@ -337,6 +337,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
     const int m_first = q_lo / BLOCK_M;
     const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    const fa_bwd_sm90_walk walk = fa_bwd_sm90_walk_of<DET>(prm, m_first, n_m, n_block, len_k, BLOCK_N);
     const int iterations = prm.heads_per_split * n_m;
     const int warpgroup = threadIdx.x / 128;
 
@@ -398,8 +399,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
-                                  q_row0, tma_batch, m_first, q_hi, len_q, lane,
+            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
+                                  q_row0, tma_batch, walk, len_q, lane,
                                   [&](int s, int phase) {
                 /* both consumers have released the stage (each on its own barrier) */
                 fa_bwd_sm90_wait(stage_empty(s, 0), phase);
@@ -411,8 +412,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             });
         } else if (DET && warp <= Cfg::CONSUMER_WGS) {
             /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
-            fa_bwd_sm90_dq_turn_keeper(prm, n_block, BLOCK_M, BLOCK_N, batch, heads, m_first, n_m, len_q, len_k, shift,
-                                   warp - 1, lane);
+            fa_bwd_sm90_dq_turn_keeper(prm, walk, BLOCK_M, BLOCK_N, batch, heads, len_q, len_k, shift, warp - 1,
+                                       lane);
         }
         return;
     }
@@ -484,7 +485,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         constexpr bool NARROW = decltype(role)::NARROW; /* dK, dQ GEMMs with N = 64, and dV */
         for (int t = 0; t < iterations; ++t) {
             const int s = t % STAGES, use = t / STAGES;
-            const int head = heads.first + t / n_m, m0 = (m_first + t % n_m) * BLOCK_M;
+            const int head = heads.first + t / n_m, m0 = fa_bwd_sm90_walk_block<DET>(walk, t % n_m) * BLOCK_M;
             /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
             const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
             const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
@@ -705,6 +706,7 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     if (key_blocks == 0) return FA_OK;
     if (p->group_splits != 1 || p->heads_per_split != p->group)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: the kv group is not split at bucket 256", path);
+    if ((st = fa_bwd_sm90_set_rotation(&prm, false, det, key_blocks)) != FA_OK) return st;
     if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
