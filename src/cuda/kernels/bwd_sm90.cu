@@ -663,14 +663,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     }
 
     fa_bwd_sm90_wait(kv_full, 0);
-    if (varlen && n0 + BLOCK_N > len_k) {
-        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
-        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
-        fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD_BAR_KV_TAIL, 256);
-    }
+    if (varlen && n0 + BLOCK_N > len_k)
+        fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD_BAR_KV_TAIL);
 
     /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
      * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the

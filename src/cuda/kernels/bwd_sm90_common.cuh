@@ -337,6 +337,19 @@ __device__ __forceinline__ void fa_bwd_sm90_zero_rows(uint32_t tile, uint32_t sl
             st_shared_v4_b32(tile + (uint32_t)s * slab_bytes + (uint32_t)row_lo * 128 + (uint32_t)i * 16, zero);
 }
 
+/* Varlen: the K and V rows of a key block past its sequence (the next sequence's, or anything)
+ * -> 0 before any GEMM reads them (valid_rows = len_k - n0 < BLOCK_N), by all 256 consumer
+ * threads; the generic-proxy stores are fenced for the wgmma (async proxy) reads, then both
+ * consumers meet on named barrier `bar`. */
+template <class Cfg>
+__device__ __forceinline__ void fa_bwd_sm90_zero_kv_tail(uint32_t k_smem, uint32_t v_smem, int valid_rows, int ct,
+                                                         int bar) {
+    fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, Cfg::BLOCK_N, valid_rows, ct);
+    fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, Cfg::BLOCK_N, valid_rows, ct);
+    fence_proxy_async_shared_cta();
+    bar_sync(bar, 256);
+}
+
 
 /* A = 64 rows of a K-major [rows, D] tile (K or V, slab stride KV_SLAB_BYTES) starting at a_wg, B = a
  * K-major [BLOCK_M, D] stage (Q or dO): acc = A Bᵀ, D/16 k16 steps over the head dim (step kk:

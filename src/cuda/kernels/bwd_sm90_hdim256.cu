@@ -469,14 +469,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     }
 
     fa_bwd_sm90_wait(kv_full, 0);
-    if (varlen && n0 + BLOCK_N > len_k) {
-        /* K/V rows past the sequence (the next sequence's, or anything) -> 0 before any GEMM */
-        fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, BLOCK_N, len_k - n0, ct);
-        /* generic-proxy stores before the wgmma (async proxy) reads, then both consumers meet */
-        fence_proxy_async_shared_cta();
-        bar_sync(FA_HBWD256_BAR_KV_TAIL, 256);
-    }
+    if (varlen && n0 + BLOCK_N > len_k)
+        fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD256_BAR_KV_TAIL);
 
     /* The consumer's iterations, once per role: at 192 / 128 consumer 1 runs the narrow one (its
      * own copy of the loop, so that no accumulator changes registers at a branch's join while a
