@@ -268,7 +268,8 @@ __global__ void __launch_bounds__(FA_GATHER_THREADS) fa_zero_tail_rows_kernel(co
 
 extern "C" fa_status fa_cuda_zero_tail_rows(const fa_tail_rows *t, int n, int64_t batch, void *stream) {
     if (n <= 0) return FA_OK;
-    if (n > FA_TAIL_MAX) return fa_set_error(FA_ERR_INVALID_ARGUMENT, "varlen tail: %d tensors (at most %d)", n, FA_TAIL_MAX);
+    if (n > FA_TAIL_MAX)
+        return fa_set_error(FA_ERR_INVALID_ARGUMENT, "varlen tail: %d tensors (at most %d)", n, FA_TAIL_MAX);
     fa_tail_rows_args a;
     int64_t most = 0; /* the largest possible tail, bounding the grid */
     for (int i = 0; i < n; ++i) {

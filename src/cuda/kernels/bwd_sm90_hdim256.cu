@@ -399,8 +399,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         const int warp = DET ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
-                                  q_row0, tma_batch, walk, len_q, lane,
+            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch,
+                                              heads, k_row, q_row0, tma_batch, walk, len_q, lane,
                                   [&](int s, int phase) {
                 /* both consumers have released the stage (each on its own barrier) */
                 fa_bwd_sm90_wait(stage_empty(s, 0), phase);
