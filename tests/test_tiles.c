@@ -256,6 +256,10 @@ FA_TEST(tiles_hopper_fp8) {
     for (int b = 64; b <= 256; b *= 2)
         FA_CHECK(fa_hopper_fp8_smem_bytes(b) <= SMEM_SM90, "fp8 bucket %d: %zu bytes of smem", b,
                  fa_hopper_fp8_smem_bytes(b));
+    FA_CHECK(fa_hopper_fp8_pv_wait_late(128) && !fa_hopper_fp8_pv_wait_late(64) && !fa_hopper_fp8_pv_wait_late(256) &&
+                 fa_hopper_fp8_smem_bytes(128) == 128 * 128 + 2 * 2 * 128 * 128 + 128 * 2 * 128 + 8 * 10 + 8 +
+                                                      8 * 128 + 1024,
+             "fp8 bucket 128: the P·V wait after the softmax, one order word per consumer thread");
     /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */
     int seen[64] = {0};
     for (int key = 0; key < 64; key++) {

@@ -174,14 +174,21 @@ FA_HOPPER_FN int fa_hopper_fp8_bucket(int head_dim, int head_dim_v) {
 /* Keys per tile: 128, one 128-byte row of Vᵀ per dv column (S 64 registers, P 16, O 32 / 64 / 128). */
 FA_HOPPER_FN int fa_hopper_fp8_block_n(int bucket) { return bucket > 0 ? 128 : 0; }
 
+/* The P·V wait kept after the softmax (fwd_sm90.cu's fa_hopper_order): fp8 at bucket 128 only,
+ * where a tile's GEMMs are too short for the other warpgroup's alone to hide a softmax; measured
+ * slower at fp8 bucket 64 and in the 16-bit kernels (docs/tuning-log.md). */
+FA_HOPPER_FN int fa_hopper_fp8_pv_wait_late(int bucket) { return bucket == 128; }
+
 /* Query rows per CTA and ring depth are the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:
  * 192 rows in 3 consumer warpgroups and 3 stages at bucket 64, else 128 rows in 2 and 2 stages).
  * Shared memory: Q [BLOCK_M, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [BLOCK_M, dv] bf16,
- * the mbarriers, 1024 bytes of alignment (bucket 64: 73 KiB; 128: 113 KiB; 256: 225 KiB). */
+ * the mbarriers, with fa_hopper_fp8_pv_wait_late one 4-byte order word per consumer thread (2 per
+ * query row), 1024 bytes of alignment (bucket 64: 73 KiB; 128: 114 KiB; 256: 225 KiB). */
 FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket) {
     return (size_t)fa_hopper_block_m(bucket) * (size_t)bucket +
            (size_t)fa_hopper_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +
-           (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket + fa_hopper_barrier_bytes(bucket) + 1024;
+           (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket + fa_hopper_barrier_bytes(bucket) +
+           8 * (size_t)fa_hopper_block_m(bucket) * (size_t)fa_hopper_fp8_pv_wait_late(bucket) + 1024;
 }
 
 /* Vᵀ's padded key rows: a sequence of len keys takes ceil(len / BLOCK_N) · BLOCK_N of them, so

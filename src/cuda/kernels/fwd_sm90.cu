@@ -34,6 +34,10 @@
  *       wait for P·V; release V_{j-1}'s stage; O *= exp2(m_old - m_new); P_j = 16-bit(S_j).
  *     Ping-pong (bucket <= 128): named barriers make the consumers issue their GEMMs in turns
  *     (round robin), so one warpgroup's softmax overlaps another's GEMMs (paper §3.1).
+ *     What runs: ptxas moves the operand-less P·V wait to the top of the softmax's basic block, so
+ *     a warpgroup's softmax follows both of its GEMMs and only the other warpgroups' GEMMs cover
+ *     it; the 16-bit kernels measured faster that way than with the wait held after the softmax.
+ *     The fp8 kernels at bucket 128 hold it there (Cfg::PV_WAIT_LATE, fa_hopper_order).
  *   Epilogue: sink, O /= rowsum, LSE by the lane holding column 0 of each row; O staged through
  *   shared memory (its own buffer at buckets 64/128, else this warpgroup's rows of the Q tile;
  *   same 128-byte swizzle), then written by a TMA store (the tensor map clips rows past seqlen_q
@@ -169,6 +173,11 @@ struct fa_hopper_config {
     /* after the mbarriers: the tile slot, the index of the tile the producer loads Q for (-1: no
      * more tiles), written before its arrival on q_full and read by the consumers after their wait */
     static constexpr uint32_t TILE_SLOT_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS;
+    /* the P·V wait after the softmax (fa_hopper_order): after the tile slot, one 4-byte word per
+     * consumer thread */
+    static constexpr bool PV_WAIT_LATE = FP8 && fa_hopper_fp8_pv_wait_late(BUCKET) != 0;
+    static constexpr uint32_t ORDER_OFFSET = TILE_SLOT_OFFSET + 8;
+    static constexpr uint32_t ORDER_BYTES = PV_WAIT_LATE ? 4 * 128 * CONSUMER_WGS : 0;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
     /* q_empty: lane 0 of every consumer warp (the lane that read the tile slot) once its last S
      * GEMM has read Q (own O buffer), or once its warpgroup's O is out of the buffer it shares
@@ -184,7 +193,7 @@ struct fa_hopper_config {
      * 192 and 256 ptxas 13 spilled 56-100 bytes that way, 12-40 with both words before the S wait */
     static constexpr bool DROPOUT_SPLIT = BUCKET == 128;
 
-    static_assert(TILE_SLOT_OFFSET + 8 + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
+    static_assert(ORDER_OFFSET + ORDER_BYTES + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
@@ -246,6 +255,17 @@ struct fa_hopper_muls {
 __device__ __forceinline__ void fa_hopper_wait(uint32_t bar, uint32_t parity) {
     while (!mbarrier_try_wait_parity(bar, parity)) {
     }
+}
+
+/* Keeps the P·V wait after the softmax (Cfg::PV_WAIT_LATE). ptxas places a wgmma.wait_group (no
+ * operands) as early in its basic block as it likes and puts the P·V wait above the whole softmax,
+ * so a warpgroup's exponentials never overlap its own P·V GEMM. The 16-bit kernels are faster that
+ * way (docs/tuning-log.md); at fp8 bucket 128 a tile's GEMMs take half the time and the softmax no
+ * longer fits under the other warpgroup's alone. A shared-memory store of the softmax's last
+ * result stays ahead of the wait (ptxas keeps the two in order); each consumer thread stores to its
+ * own word (order_word), which nothing reads. */
+__device__ __forceinline__ void fa_hopper_order(uint32_t order_word, float x) {
+    st_shared_b32(order_word, __float_as_uint(x));
 }
 
 template <bool BF16>
@@ -869,6 +889,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const int warp = tid / 32, lane = tid % 32;
     const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES; /* rows 64c.. of slab 0 */
     const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
+    const uint32_t order_word = smem + Cfg::ORDER_OFFSET + 4u * (uint32_t)(128 * consumer + tid);
     const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
     /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
      * fixed for the whole kernel (pack_rows is). */
@@ -1042,6 +1063,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                         draw_second_word);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
 
+                if constexpr (Cfg::PV_WAIT_LATE) fa_hopper_order(order_word, row_sum[0] + row_sum[1]);
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
                 for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
