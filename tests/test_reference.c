@@ -529,3 +529,23 @@ FA_TEST(reference_checker_catches_defects) {
     fa_ref_references_free(&g, &ref, &base);
     fa_test_problem_destroy(&tp);
 }
+
+/* The fp8 LSE floor: one unit of the 14th bit per k32 step of the padded head dim, at the largest
+ * score magnitude; widening re-judges the check. */
+FA_TEST(reference_fp8_score_noise) {
+    FA_CHECK(fa_test_fp8_score_noise(64, 2.0) == 2 * 2.0 / 8192.0 && fa_test_fp8_score_noise(128, 1.0) == 4 / 8192.0 &&
+                 fa_test_fp8_score_noise(256, 1.0) == 8 / 8192.0 && fa_test_fp8_score_noise(96, 1.0) == 4 / 8192.0 &&
+                 fa_test_fp8_score_noise(32, 1.0) == 2 / 8192.0 && fa_test_fp8_score_noise(64, 0.0) == 0.0,
+             "steps (k32 steps, + 1 zero step below a bucket) · 2^-13 · term_max");
+    fa_test_check c;
+    memset(&c, 0, sizeof c);
+    c.err = 2.73e-4;
+    c.base_err = 9.0e-5;
+    c.tol = 1.81e-4;
+    c.ok = 0;
+    fa_test_check_widen(&c, fa_test_fp8_score_noise(64, 2.1));
+    FA_CHECK(c.ok && c.tol > c.err, "a d = 64 row of |s| = 2.1 that the H200 missed by 1.5x passes, tol %g", c.tol);
+    c.err = 1e-2;
+    fa_test_check_widen(&c, 0.0);
+    FA_CHECK(!c.ok, "an error of a key of weight 1e-2 still fails");
+}
