@@ -1609,6 +1609,11 @@ static void check_note(fa_test_check *c, double ours, double ref, double base) {
     if (fabs(base - ref) > c->base_err) c->base_err = fabs(base - ref);
 }
 
+/* The verdict of a check whose tolerance is set. */
+static void check_judge(fa_test_check *c) {
+    c->ok = c->unwritten == 0 && c->nonfinite == 0 && c->clobbered == 0 && c->err <= c->tol;
+}
+
 /* All elements seen: the tolerance 2·base_err + floor (floor_dtype: the tensor's storage type,
  * f32 for lse, also O's) and the verdict. dq and dk: base_err is at least the spread that D =
  * rowsum(dO∘O) taken from the stored O gives them (one standard deviation at the ulp bound,
@@ -1619,7 +1624,7 @@ static void check_finish(fa_test_check *c, fa_dtype floor_dtype) {
     c->floor = fa_test_floor(floor_dtype, c->ref_max, c->term_max);
     const double d_spread = ldexp(c->dnoise_max, -fa_test_mantissa_bits(floor_dtype));
     c->tol = 2.0 * (c->base_err > d_spread ? c->base_err : d_spread) + c->floor;
-    c->ok = c->unwritten == 0 && c->nonfinite == 0 && c->clobbered == 0 && c->err <= c->tol;
+    check_judge(c);
 }
 
 static void compare_visit(void *ctx_, int64_t at, int64_t canonical) {
@@ -1691,7 +1696,7 @@ double fa_test_fp8_score_noise(int64_t head_dim, double term_max) {
 void fa_test_check_widen(fa_test_check *c, double extra) {
     c->floor += extra;
     c->tol += extra;
-    c->ok = c->unwritten == 0 && c->nonfinite == 0 && c->clobbered == 0 && c->err <= c->tol;
+    check_judge(c);
 }
 
 typedef struct diff_ctx {
