@@ -659,8 +659,13 @@ static inline int fa_bwd_sm90_rotate_disabled(void) {
     return mode != nullptr && strcmp(mode, "0") == 0;
 }
 
-/* prm->rotate_walk for a launch of key_blocks CTAs per sequence (fa_hopper_bwd_rotate). */
+/* prm->rotate_walk for a launch of key_blocks CTAs per sequence (fa_hopper_bwd_rotate). Only
+ * deterministic walks rotate: the other calls skip the device query and the environment. */
 static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool mods, bool det, int64_t key_blocks) {
+    if (!det) {
+        prm->rotate_walk = 0;
+        return FA_OK;
+    }
     fa_cuda_device_info dev;
     fa_status st = fa_cuda_current_device(&dev);
     if (st != FA_OK) return st;
