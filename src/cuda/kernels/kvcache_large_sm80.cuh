@@ -179,7 +179,8 @@ template <class Cfg, bool V_IN_K>
 struct fa_kvl_tile_loader : fa_kv_cache_view {
     static constexpr int PASSES = Cfg::BLOCK_N / Cfg::ROWS_PER_PASS; /* tile rows per thread */
     struct pages {
-        int id[PASSES]; /* the block-table entries of the thread's rows of a tile */
+        int id[PASSES];      /* the block-table entries of the thread's rows of a tile */
+        int in_page[PASSES]; /* and the rows' slots in their pages (one division for both) */
     };
     const fa_kv_params &prm;
     const fa_kv_block &blk;
@@ -192,16 +193,18 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
         : fa_kv_cache_view(prm_, blk_), prm(prm_), blk(blk_), stage_smem(stage), row(tid / Cfg::ROW_THREADS),
           chunk0(tid % Cfg::ROW_THREADS) {}
 
-    /* The block-table entries of this thread's slots of tile m (paged, a cache slot the block
-     * reads; 0 otherwise, unused). Unclamped: issue clamps them. */
+    /* The block-table entries of this thread's slots of tile m and their slots in the pages
+     * (paged, a cache slot the block reads; 0 otherwise, unused). Unclamped: issue clamps the
+     * entries. */
     __device__ __forceinline__ pages fetch_pages(int m) const {
         pages p;
 #pragma unroll
         for (int pass = 0; pass < PASSES; ++pass) {
             const int c = m * Cfg::BLOCK_N + row + pass * Cfg::ROWS_PER_PASS;
-            p.id[pass] = !blk.paged || c < blk.slot_lo || c >= min(blk.slot_hi, blk.cache_len)
-                             ? 0
-                             : blk.block_table_row[min(c / page_size, blk.table_last)];
+            const bool read = blk.paged && c >= blk.slot_lo && c < min(blk.slot_hi, blk.cache_len);
+            const int page = read ? c / page_size : 0;
+            p.id[pass] = read ? blk.block_table_row[min(page, blk.table_last)] : 0;
+            p.in_page[pass] = read ? c - page * page_size : 0;
         }
         return p;
     }
@@ -210,10 +213,11 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
      * fetch_pages(m). */
     __device__ __forceinline__ void issue(int m, int stage, const pages &page) const {
 #pragma unroll
-        for (int pass = 0; pass < PASSES; ++pass) issue_row(m, stage, row + pass * Cfg::ROWS_PER_PASS, page.id[pass]);
+        for (int pass = 0; pass < PASSES; ++pass)
+            issue_row(m, stage, row + pass * Cfg::ROWS_PER_PASS, page.id[pass], page.in_page[pass]);
     }
 
-    __device__ __forceinline__ void issue_row(int m, int stage, int r, int page_id) const {
+    __device__ __forceinline__ void issue_row(int m, int stage, int r, int page_id, int in_page) const {
         const int c = m * Cfg::BLOCK_N + r;
         const bool valid = c >= blk.slot_lo && c < blk.slot_hi;
         const uint16_t *k_src = k_seq, *v_src = v_seq; /* never read unless valid */
@@ -224,9 +228,8 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
             v_src = v_new + (int64_t)(c - blk.cache_len) * prm.vnew_row_stride;
         } else if (blk.paged) {
             const int64_t id = min(max(page_id, 0), num_pages_last);
-            const int64_t in_page = c % page_size;
-            k_src = k_cache + id * prm.k_batch_stride + in_page * prm.k_row_stride;
-            v_src = v_cache + id * prm.v_batch_stride + in_page * prm.v_row_stride;
+            k_src = k_cache + id * prm.k_batch_stride + (int64_t)in_page * prm.k_row_stride;
+            v_src = v_cache + id * prm.v_batch_stride + (int64_t)in_page * prm.v_row_stride;
         } else {
             k_src = k_seq + (int64_t)c * prm.k_row_stride;
             v_src = v_seq + (int64_t)c * prm.v_row_stride;
@@ -330,6 +333,8 @@ __device__ __forceinline__ void fa_kvl_softmax(float score_mul, const float (&s_
 /* O *= the rows' factors from fa_kvl_softmax. */
 template <class Cfg>
 __device__ __forceinline__ void fa_kvl_rescale_o(float (&o_rmem)[4 * Cfg::O_TILES], const float (&rescale)[2]) {
+    /* factors of exactly 1 (a row max unchanged: most tiles of a long cache) leave O as it is */
+    if (!__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) return;
 #pragma unroll
     for (int ot = 0; ot < Cfg::O_TILES; ++ot)
 #pragma unroll
