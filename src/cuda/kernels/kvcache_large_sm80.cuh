@@ -606,7 +606,7 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
     fa_kvl_store<Elem, Cfg>(prm, blk, blk.r0 + 16 * row_group + quad_row, half, quad_col, col0, cols, o_rmem, row_max,
                             row_sum, score_mul); /* 4. */
     if (prm.num_splits == 1) return;
-    if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, fa_kvl_merge_area<V_IN_K>>(prm, blk, q_smem, tid); /* 6. */
+    if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, fa_kvl_merge_area<V_IN_K>, true>(prm, blk, q_smem, tid); /* 6. */
 }
 
 /* Launch `kernel` (a large-head decode kernel over fa_kv_params) on `stream`, grid x = split ×

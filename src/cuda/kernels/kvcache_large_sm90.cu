@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(fa_kvl_latent_config::THREADS, 1) fa_kvl_laten
     fa_kvl_store<Elem, Cfg>(prm, blk, blk.r0 + 16 * row_group + quad_row, wg, quad_col, 256 * wg, 256, o_rmem, row_max,
                             row_sum, score_mul); /* 4. */
     if (prm.num_splits == 1) return;
-    if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, fa_kvl_merge_area<true>>(prm, blk, q_smem, tid); /* 6. */
+    if (fa_kv_claim_merge(prm, blk, tid)) fa_kv_merge_splits<Elem, fa_kvl_merge_area<true>, true>(prm, blk, q_smem, tid); /* 6. */
 }
 
 template <class Elem>

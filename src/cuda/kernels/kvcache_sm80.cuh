@@ -834,7 +834,7 @@ __device__ __forceinline__ bool fa_kv_claim_merge(const fa_kv_params &prm, const
  * o_smem [batch][rows_here][dv] fp32: the partial o of `batch` splits (all of them unless the
  * stage area is too small), copied by cp.async so that every copy is in flight at once, issued
  * before the lse reads so both take one round trip together. */
-template <class Elem, class Cfg>
+template <class Elem, class Cfg, bool BY_ROWS = false>
 __device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, const fa_kv_block &blk, uint32_t stage_smem,
                                                    int tid) {
     constexpr int BLOCK_M = Cfg::BLOCK_M, WARPS = Cfg::WARPS, THREADS = Cfg::THREADS;
@@ -854,12 +854,22 @@ __device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, cons
         const int rr = r0 + r;
         return ((int64_t)b * prm.heads_q + hk * g + rr % g) * sq + rr / g;
     };
-    /* copy 16 bytes i of splits [s_begin, s_begin + count): (split, row, 4 columns), columns fastest */
+    /* copy 16 bytes i of splits [s_begin, s_begin + count): (split, row, 4 columns), columns fastest.
+     * BY_ROWS: warp w takes the (split, row) pairs w, w + WARPS, ..., its lanes the row's quads, so
+     * the index divisions are paid once per row, not per copy */
     auto stage_o = [&](int s_begin, int count) {
-        for (int i = tid; i < count * rows_here * quads; i += THREADS) {
-            const int q = i % quads, rs = i / quads, r = rs % rows_here, sl = rs / rows_here;
-            cp_async_cg_16(o_smem + 16 * i,
-                           prm.o_partial + ((s_begin + sl) * split_stride + row_index(r)) * dv + 4 * q, 16);
+        if constexpr (BY_ROWS) {
+            for (int rs = warp; rs < count * rows_here; rs += WARPS) {
+                const int sl = rs / rows_here, r = rs - sl * rows_here;
+                const float *src = prm.o_partial + ((s_begin + sl) * split_stride + row_index(r)) * dv;
+                for (int q = lane; q < quads; q += 32) cp_async_cg_16(o_smem + 16 * (rs * quads + q), src + 4 * q, 16);
+            }
+        } else {
+            for (int i = tid; i < count * rows_here * quads; i += THREADS) {
+                const int q = i % quads, rs = i / quads, r = rs % rows_here, sl = rs / rows_here;
+                cp_async_cg_16(o_smem + 16 * i,
+                               prm.o_partial + ((s_begin + sl) * split_stride + row_index(r)) * dv + 4 * q, 16);
+            }
         }
         cp_async_commit_group();
     };
@@ -904,15 +914,32 @@ __device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, cons
     for (int i = 0; i < MERGE_ITEMS; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+    /* BY_ROWS: item tid + i·THREADS is (row, quad) = (r0_item + i·step_r, q0_item + i·step_q) with
+     * the quad's carry into the row, no division per item */
+    const int r0_item = tid / quads, q0_item = tid - r0_item * quads;
+    const int step_r = THREADS / quads, step_q = THREADS - step_r * quads;
     for (int s_begin = 0; s_begin < splits; s_begin += batch) {
         const int count = min(batch, splits - s_begin);
         cp_async_wait_all();
         __syncthreads(); /* the batch's partial o (and, the first time, the weights) visible */
+        int r_step = r0_item, q_step = q0_item;
 #pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) {
-            const int item = tid + i * THREADS;
-            if (item >= rows_here * quads) continue;
-            const int r = item / quads, q = item % quads;
+        for (int i = 0; i < MERGE_ITEMS; ++i, r_step += step_r, q_step += step_q) {
+            int r, q;
+            if constexpr (BY_ROWS) {
+                if (q_step >= quads) {
+                    q_step -= quads;
+                    ++r_step;
+                }
+                if (r_step >= rows_here) continue;
+                r = r_step;
+                q = q_step;
+            } else {
+                const int item = tid + i * THREADS;
+                if (item >= rows_here * quads) continue;
+                r = item / quads;
+                q = item % quads;
+            }
             for (int sl = 0; sl < count; ++sl) {
                 const float w = ld_shared_f32(weight_smem + 4 * (r * splits + s_begin + sl));
                 float x[4];
@@ -925,6 +952,30 @@ __device__ __forceinline__ void fa_kv_merge_splits(const fa_kv_params &prm, cons
             __syncthreads(); /* every read of o_smem done before the next batch overwrites it */
             stage_o(s_begin + batch, min(batch, splits - s_begin - batch));
         }
+    }
+    if constexpr (BY_ROWS) {
+        /* packed row r0 + r is (query token, head of the group) = (tok, hh): stepped with the items */
+        int r = r0_item, q = q0_item, tok = (r0 + r) / g, hh = (r0 + r) - tok * g;
+        const int step_tok = step_r / g, step_hh = step_r - step_tok * g;
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i, r += step_r, q += step_q, tok += step_tok, hh += step_hh) {
+            if (q >= quads) {
+                q -= quads;
+                ++r;
+                ++hh;
+            }
+            if (hh >= g) { /* hh < 2g here: at most one carry */
+                hh -= g;
+                ++tok;
+            }
+            if (r >= rows_here) continue;
+            const float inv = ld_shared_f32(row_inv_smem + 4 * r);
+            uint16_t *dst = (uint16_t *)prm.o + (int64_t)b * prm.o_batch_stride + (int64_t)tok * prm.o_row_stride +
+                            (int64_t)(hk * g + hh) * prm.o_head_stride + 4 * q;
+            *(uint2 *)dst = make_uint2(Elem::pack2(acc[i][0] * inv, acc[i][1] * inv),
+                                       Elem::pack2(acc[i][2] * inv, acc[i][3] * inv));
+        }
+        return;
     }
 #pragma unroll
     for (int i = 0; i < MERGE_ITEMS; ++i) {
