@@ -107,8 +107,10 @@ FA_TEST(tiles_hopper_forward) {
     FA_CHECK(fa_hopper_o_own_buffer(64) && fa_hopper_o_own_buffer(128) && !fa_hopper_o_own_buffer(192) &&
                  !fa_hopper_o_own_buffer(256),
              "own O buffer at 64 and 128 only (192 and 256: Q + K/V leave no room)");
-    FA_CHECK(fa_hopper_smem_bytes(192) == 48 * 1024 + 2 * (48 + 32) * 1024 + 8 * 10 + 8 + 1024 && fa_hopper_pingpong(192),
-             "bucket 192 (192 / 128): Q 48 KiB + 2 stages of K 48 and V 32 KiB, barriers and the tile slot, ping-pong");
+    FA_CHECK(fa_hopper_smem_bytes(192) == 48 * 1024 + 2 * (48 + 32) * 1024 + 8 * 10 + 16 + 16 * 2 + 1024 &&
+                 fa_hopper_pingpong(192),
+             "bucket 192 (192 / 128): Q 48 KiB + 2 stages of K 48 and V 32 KiB, barriers, the tile slot and a "
+             "position slot per stage, ping-pong");
     /* buckets: d and dv in 64..256, multiples of 8; the larger one's bucket */
     FA_CHECK(fa_hopper_bucket(64, 64) == 64 && fa_hopper_bucket(96, 128) == 128 && fa_hopper_bucket(192, 256) == 256,
              "hopper buckets");
@@ -257,8 +259,8 @@ FA_TEST(tiles_hopper_fp8) {
         FA_CHECK(fa_hopper_fp8_smem_bytes(b) <= SMEM_SM90, "fp8 bucket %d: %zu bytes of smem", b,
                  fa_hopper_fp8_smem_bytes(b));
     FA_CHECK(fa_hopper_fp8_pv_wait_late(128) && !fa_hopper_fp8_pv_wait_late(64) && !fa_hopper_fp8_pv_wait_late(256) &&
-                 fa_hopper_fp8_smem_bytes(128) == 128 * 128 + 2 * 2 * 128 * 128 + 128 * 2 * 128 + 8 * 10 + 8 +
-                                                      8 * 128 + 1024,
+                 fa_hopper_fp8_smem_bytes(128) == 128 * 128 + 2 * 2 * 128 * 128 + 128 * 2 * 128 + 8 * 10 + 16 +
+                                                      16 * 2 + 8 * 128 + 1024,
              "fp8 bucket 128: the P·V wait after the softmax, one order word per consumer thread");
     /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */
     int seen[64] = {0};

@@ -2,11 +2,12 @@
  * mods.cu: host side of the score modifications on CUDA (bias, dbias, document ids, block-sparse
  * masks; the rule and the kernels' view: common/mods.cuh), and their small kernels:
  *
- *   fa_mods_map_kernel     the dense block map [nb, nh, q_blocks, kv_blocks] from the caller's
- *                          lists, one thread per list row, checking every row as it goes (the
- *                          first bad row's position lands in a slot the host reads back: the one
- *                          synchronisation of a call with a block mask, so that a bad mask is
- *                          rejected before any output is written)
+ *   fa_mods_map_kernel     the dense block map [nb, nh, q_blocks, kv_blocks] and its row and
+ *                          column summaries from the caller's lists, one thread per list row,
+ *                          checking every row as it goes (the first bad row's position lands in a
+ *                          slot the host reads back: the one synchronisation of a call with a
+ *                          block mask, so that a bad mask is rejected before any output is
+ *                          written)
  *   fa_dbias_kernel        dbias: zero it before the backward's main kernel (dS stored in place;
  *                          not when every tile is visited), or sum the dS workspace over the
  *                          summed axes in a fixed order after it, in dbias's dtype
@@ -26,6 +27,7 @@ struct fa_map_build_params {
     int64_t index_batch_stride, index_head_stride, index_row_stride;
     int nb, nh, q_blocks, kv_blocks;
     int32_t *map;                  /* [nb, nh, q_blocks, kv_blocks], zeroed                   */
+    int4 *rows, *cols;             /* summaries [nb, nh, q_blocks] and [nb, nh, kv_blocks], zeroed */
     unsigned long long *bad_row;   /* first bad row (b·nh + h)·q_blocks + qb, or ULLONG_MAX    */
 };
 
@@ -38,6 +40,10 @@ __global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_par
     const int64_t c_off = b * bp.count_batch_stride + h * bp.count_head_stride + qb;
     const int64_t i_off = b * bp.index_batch_stride + h * bp.index_head_stride + qb * bp.index_row_stride;
     int32_t *map = bp.map + row * bp.kv_blocks;
+    /* column summaries of (b, h): the first listed query block as the largest NOT of (qb << 32 |
+     * entry), so a zeroed summary means none and atomicMax keeps the smallest qb */
+    int4 *cols = bp.cols + ((int64_t)b * bp.nh + h) * bp.kv_blocks;
+    int listed = 0, last = -1, last_entry = 0;
     bool ok = true;
     for (int list = 0; list < 2 && ok; ++list) {
         const int32_t *counts = list == 0 ? bp.counts : bp.full_counts;
@@ -49,11 +55,26 @@ __global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_par
         for (int32_t x = 0; ok && x < n; ++x) {
             const int32_t kb = indices[i_off + x];
             ok = kb > prev && kb < bp.kv_blocks && (list == 0 || map[kb] == 0);
-            if (ok) map[kb] = list == 0 ? 2 + x : 1;
+            if (!ok) break;
+            const int32_t entry = list == 0 ? 2 + x : 1;
+            map[kb] = entry;
+            atomicAdd(&cols[kb].x, 1);
+            atomicMax(&cols[kb].y, qb + 1);
+            atomicMax(reinterpret_cast<unsigned long long *>(&cols[kb].z),
+                      ~((unsigned long long)qb << 32 | (uint32_t)entry));
+            if (kb > last) {
+                last = kb;
+                last_entry = entry;
+            }
+            ++listed;
             prev = kb;
         }
     }
-    if (!ok) atomicMin(bp.bad_row, (unsigned long long)row);
+    if (!ok) {
+        atomicMin(bp.bad_row, (unsigned long long)row);
+        return;
+    }
+    bp.rows[row] = make_int4(listed, last, last_entry, 0);
 }
 
 /* 4·a·b·c·d + 512 bytes without overflow. */
@@ -108,11 +129,21 @@ static int64_t map_heads(const fa_params *p) {
     return p->block_count_head_stride == 0 && p->block_index_head_stride == 0 ? 1 : p->heads_q;
 }
 
+/* Bytes of the map workspace's parts: the check slot (256), the map, the row summaries and the
+ * column summaries (16 bytes per row and per column), each 256-byte aligned. */
+static void map_parts(const fa_problem *pb, size_t *map_bytes, size_t *rows_bytes, size_t *cols_bytes) {
+    const fa_params *p = &pb->p;
+    const size_t heads = (size_t)map_batches(p) * (size_t)map_heads(p);
+    *map_bytes = heads * (size_t)pb->q_blocks * (size_t)pb->kv_blocks * 4;
+    *rows_bytes = heads * (size_t)pb->q_blocks * 16;
+    *cols_bytes = heads * (size_t)pb->kv_blocks * 16;
+}
+
 size_t fa_cuda_mods_map_bytes(const fa_problem *pb) {
     if (!pb->has_block_mask) return 0;
-    const fa_params *p = &pb->p;
-    return 256 + fa_cuda_align256((size_t)map_batches(p) * (size_t)map_heads(p) * (size_t)pb->q_blocks *
-                                  (size_t)pb->kv_blocks * 4);
+    size_t map_bytes, rows_bytes, cols_bytes;
+    map_parts(pb, &map_bytes, &rows_bytes, &cols_bytes);
+    return 256 + fa_cuda_align256(map_bytes) + fa_cuda_align256(rows_bytes) + fa_cuda_align256(cols_bytes);
 }
 
 /* The first bad row, copied back and checked on the host for the CPU's message. */
@@ -171,12 +202,16 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
     if (!pb->has_block_mask) return FA_OK;
 
     const int64_t nb = map_batches(p), nh = map_heads(p);
-    const size_t map_bytes = (size_t)nb * (size_t)nh * (size_t)pb->q_blocks * (size_t)pb->kv_blocks * 4;
+    size_t map_bytes, rows_bytes, cols_bytes;
+    map_parts(pb, &map_bytes, &rows_bytes, &cols_bytes);
     uint8_t *ws = static_cast<uint8_t *>(map_ws);
     unsigned long long *bad_row = reinterpret_cast<unsigned long long *>(ws);
     int32_t *map = reinterpret_cast<int32_t *>(ws + 256);
+    int4 *row_sums = reinterpret_cast<int4 *>(ws + 256 + fa_cuda_align256(map_bytes));
+    int4 *col_sums = reinterpret_cast<int4 *>(ws + 256 + fa_cuda_align256(map_bytes) + fa_cuda_align256(rows_bytes));
+    const size_t zeroed = fa_cuda_align256(map_bytes) + fa_cuda_align256(rows_bytes) + cols_bytes;
     FA_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, 8, stream), "cudaMemsetAsync(block mask check slot)");
-    if (map_bytes > 0) FA_CUDA_CHECK(cudaMemsetAsync(map, 0, map_bytes, stream), "cudaMemsetAsync(block map)");
+    if (zeroed > 0) FA_CUDA_CHECK(cudaMemsetAsync(map, 0, zeroed, stream), "cudaMemsetAsync(block map)");
     fa_map_build_params bp;
     bp.counts = p->kv_num_blocks;
     bp.indices = p->kv_indices;
@@ -192,6 +227,8 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
     bp.q_blocks = (int)pb->q_blocks;
     bp.kv_blocks = (int)pb->kv_blocks;
     bp.map = map;
+    bp.rows = row_sums;
+    bp.cols = col_sums;
     bp.bad_row = bad_row;
     const int64_t rows = nb * nh * pb->q_blocks;
     if (rows > 0) {
@@ -207,6 +244,12 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
     mp->block_map = map;
     mp->map_batch_stride = nb > 1 ? nh * pb->q_blocks * pb->kv_blocks : 0;
     mp->map_head_stride = nh > 1 ? pb->q_blocks * pb->kv_blocks : 0;
+    mp->map_rows = row_sums;
+    mp->map_cols = col_sums;
+    mp->rows_batch_stride = nb > 1 ? nh * pb->q_blocks : 0;
+    mp->rows_head_stride = nh > 1 ? pb->q_blocks : 0;
+    mp->cols_batch_stride = nb > 1 ? nh * pb->kv_blocks : 0;
+    mp->cols_head_stride = nh > 1 ? pb->kv_blocks : 0;
     mp->kv_blocks = (int)pb->kv_blocks;
     mp->block_q = (int)p->block_q;
     mp->block_k = (int)p->block_k;

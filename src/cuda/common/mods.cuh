@@ -17,7 +17,10 @@
  * kv_blocks] int32 built on the device once per call (src/cuda/mods.cu): 0 = not listed, 1 =
  * full, 2 + n = partial, position n of its kv_indices list (for partial_block_bits). The caller's
  * block sizes are multiples of the kernels' tiles (mods.cu checks), so one map entry holds for a
- * whole tile: unlisted tiles are skipped, full tiles need no element mask.
+ * whole tile: unlisted tiles are skipped, full tiles need no element mask. With the map come a
+ * summary of each row and each column (how many blocks are listed, the last and the first one),
+ * so a walk starts and counts its tiles with one load instead of a scan of the whole row or
+ * column (fa_mods_first_tile, fa_mods_q_count).
  */
 #ifndef FA_CUDA_MODS_CUH
 #define FA_CUDA_MODS_CUH
@@ -45,6 +48,11 @@ struct fa_mods_params {
     int64_t doc_ids_q_batch_stride, doc_ids_k_batch_stride;
     const int32_t *block_map;    /* the dense block map above, or NULL: no block mask           */
     int64_t map_batch_stride, map_head_stride; /* 0 on broadcast axes                           */
+    /* per map row (b, h, qb): {listed blocks, the last listed kb, its entry, 0}, and per column
+     * (b, h, kb): {listed blocks, the last listed qb + 1, then as one uint64 the bitwise NOT of
+     * (first listed qb << 32 | its entry)} (all zero when nothing is listed) */
+    const int4 *map_rows, *map_cols;
+    int64_t rows_batch_stride, rows_head_stride, cols_batch_stride, cols_head_stride; /* in int4s */
     int kv_blocks, block_q, block_k;
     const uint8_t *partial_block_bits; /* or NULL                                              */
     int64_t block_bytes;
@@ -269,10 +277,24 @@ __device__ __forceinline__ void fa_mods_prev_tile(const int32_t *map_row, int ti
     }
     p = fa_mods_k_scan_down(map_row, p.kb - 1, tiles_per_block, key_tiles);
 }
-/* The first (highest) visited tile (tile -1: none), and how many tiles are visited. */
-__device__ __forceinline__ fa_mods_k_pos fa_mods_first_tile(const int32_t *map_row, int kv_blocks,
-                                                            int tiles_per_block, int key_tiles, int *count) {
-    const int kb_end = min(kv_blocks, (key_tiles + tiles_per_block - 1) / tiles_per_block);
+/* The first (highest) visited tile (tile -1: none), and how many tiles are visited, of the map
+ * row map_row of (b, h, query block qb). From the row's summary: the listed blocks below the last
+ * are whole tiles_per_block tiles, the last may end at key_tiles; a row listing a block past the
+ * sequence's keys (varlen) is scanned. */
+__device__ __forceinline__ fa_mods_k_pos fa_mods_first_tile(const fa_mods_params &mp, int b, int h, int qb,
+                                                            const int32_t *map_row, int tiles_per_block,
+                                                            int key_tiles, int *count) {
+    const int kb_end = min(mp.kv_blocks, (key_tiles + tiles_per_block - 1) / tiles_per_block);
+    const int4 sum = __ldg(mp.map_rows + b * mp.rows_batch_stride + h * mp.rows_head_stride + qb);
+    if (sum.x == 0) {
+        *count = 0;
+        return fa_mods_k_pos{-1, -1, 0};
+    }
+    if (sum.y < kb_end) {
+        const int last = fa_mods_last_tile_of(sum.y, tiles_per_block, key_tiles);
+        *count = (sum.x - 1) * tiles_per_block + last + 1 - sum.y * tiles_per_block;
+        return fa_mods_k_pos{last, sum.y, sum.z};
+    }
     int n = 0;
     for (int kb = 0; kb < kb_end; kb += FA_MODS_SCAN) {
         int32_t e[FA_MODS_SCAN];
@@ -293,6 +315,8 @@ __device__ __forceinline__ fa_mods_k_pos fa_mods_first_tile(const int32_t *map_r
 struct fa_mods_q_walk {
     const int32_t *column; /* map entry of (b, h_begin, query block 0, key block)             */
     int64_t head_step;     /* map_head_stride                                                 */
+    const int4 *summary;   /* the column's summary of (b, h_begin, key block)                 */
+    int64_t summary_step;  /* cols_head_stride                                                */
     int kv_blocks, tiles_per_block, q_tiles, q_blocks, h_end, kb;
 };
 struct fa_mods_q_pos {
@@ -304,6 +328,8 @@ __device__ __forceinline__ fa_mods_q_walk fa_mods_q_walk_at(const fa_mods_params
     w.kb = j0 / mp.block_k;
     w.column = mp.block_map + b * mp.map_batch_stride + h_begin * mp.map_head_stride + w.kb;
     w.head_step = mp.map_head_stride;
+    w.summary = mp.map_cols + b * mp.cols_batch_stride + h_begin * mp.cols_head_stride + w.kb;
+    w.summary_step = mp.cols_head_stride;
     w.kv_blocks = mp.kv_blocks;
     w.tiles_per_block = mp.block_q / tile_q;
     w.q_tiles = (len_q + tile_q - 1) / tile_q;
@@ -340,9 +366,20 @@ __device__ __forceinline__ void fa_mods_q_scan(const fa_mods_q_walk &w, int h_be
     }
     p.tile = p.qb = p.entry = 0;
 }
+/* The first listed position: the first head whose column lists a block, its first listed block
+ * from the column's summary (scanned when that block lies past the sequence's queries). */
 __device__ __forceinline__ fa_mods_q_pos fa_mods_first_q_tile(const fa_mods_q_walk &w, int h_begin) {
     fa_mods_q_pos p;
-    p.h = h_begin;
+    for (p.h = h_begin; p.h < w.h_end; ++p.h) {
+        const int4 sum = __ldg(w.summary + (p.h - h_begin) * w.summary_step);
+        if (sum.x == 0) continue;
+        const uint64_t first = ~((uint64_t)(uint32_t)sum.w << 32 | (uint32_t)sum.z);
+        p.qb = (int)(first >> 32);
+        if (p.qb >= w.q_blocks) break;
+        p.entry = (int)(uint32_t)first;
+        p.tile = p.qb * w.tiles_per_block;
+        return p;
+    }
     fa_mods_q_scan(w, h_begin, 0, p);
     return p;
 }
@@ -353,10 +390,20 @@ __device__ __forceinline__ void fa_mods_next_q_tile(const fa_mods_q_walk &w, int
     }
     fa_mods_q_scan(w, h_begin, p.qb + 1, p);
 }
-/* How many positions the walk has. */
+/* How many positions the walk has: per head from the column's summary (the listed blocks below
+ * the last are whole tiles_per_block tiles, the last may end at q_tiles), or a scan of the column
+ * when it lists a block past the sequence's queries (varlen). */
 __device__ __forceinline__ int fa_mods_q_count(const fa_mods_q_walk &w, int h_begin) {
     int n = 0;
     for (int h = h_begin; h < w.h_end; ++h) {
+        const int4 sum = __ldg(w.summary + (h - h_begin) * w.summary_step);
+        const int last = sum.y - 1;
+        if (last < w.q_blocks) {
+            if (sum.x > 0)
+                n += (sum.x - 1) * w.tiles_per_block + min(w.q_tiles, (last + 1) * w.tiles_per_block) -
+                     last * w.tiles_per_block;
+            continue;
+        }
         const int32_t *col = w.column + (h - h_begin) * w.head_step;
         for (int qb = 0; qb < w.q_blocks; qb += FA_MODS_SCAN) {
             int32_t e[FA_MODS_SCAN];

@@ -77,8 +77,11 @@ FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
 }
 
 /* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each;
- * then the 8-byte tile slot (the index of the tile whose Q the producer loads). */
-FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) { return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)) + 8; }
+ * then the 16-byte tile slot (the index of the tile whose Q the producer loads, and its key-tile
+ * count) and a 16-byte slot per stage (the key tile's position in a block-mask walk). */
+FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) {
+    return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)) + 16 + 16 * (size_t)fa_hopper_stages(bucket);
+}
 
 /* setmaxnreg (docs/hopper.md): under __launch_bounds__(threads, 1) every thread starts at the
  * launch cap, 65,536 / threads rounded down to 8; the producer warpgroup's .dec to producer_regs

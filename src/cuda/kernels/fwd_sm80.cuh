@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         if (mods.block_map != nullptr) {
             map_row = fa_mods_map_row(mods, batch, head, m0);
             tiles_per_block = mods.block_k / BLOCK_N;
-            walk_pos = fa_mods_first_tile(map_row, mods.kv_blocks, tiles_per_block, key_tiles, &n_tiles);
+            walk_pos = fa_mods_first_tile(mods, batch, head, m0 / mods.block_q, map_row, tiles_per_block, key_tiles,
+                                          &n_tiles);
             n_block_last = walk_pos.tile;
         }
     }

@@ -170,13 +170,18 @@ struct fa_hopper_config {
     static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
     /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
     static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
-    /* after the mbarriers: the tile slot, the index of the tile the producer loads Q for (-1: no
-     * more tiles), written before its arrival on q_full and read by the consumers after their wait */
+    /* after the mbarriers: the 16-byte tile slot, the index of the tile the producer loads Q for
+     * (-1: no more tiles; MODS: then its key-tile count, int32), written before its arrival on
+     * q_full and read by the consumers after their wait; then one 16-byte position slot per stage
+     * (MODS: the walk's position {tile, kb, entry} of the key tile in that K stage, written before
+     * the arrival on k_full, read before the arrival on k_empty): the consumers never walk the
+     * block map themselves, so its loads stay off their path */
     static constexpr uint32_t TILE_SLOT_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS;
-    /* the P·V wait after the softmax (fa_hopper_order): after the tile slot, one 4-byte word per
+    static constexpr uint32_t POS_SLOT_OFFSET = TILE_SLOT_OFFSET + 16;
+    /* the P·V wait after the softmax (fa_hopper_order): after the slots, one 4-byte word per
      * consumer thread */
     static constexpr bool PV_WAIT_LATE = FP8 && fa_hopper_fp8_pv_wait_late(BUCKET) != 0;
-    static constexpr uint32_t ORDER_OFFSET = TILE_SLOT_OFFSET + 8;
+    static constexpr uint32_t ORDER_OFFSET = POS_SLOT_OFFSET + 16 * STAGES;
     static constexpr uint32_t ORDER_BYTES = PV_WAIT_LATE ? 4 * 128 * CONSUMER_WGS : 0;
     static constexpr int EMPTY_ARRIVALS = 4 * CONSUMER_WGS; /* lane 0 of every consumer warp */
     /* q_empty: lane 0 of every consumer warp (the lane that read the tile slot) once its last S
@@ -350,7 +355,8 @@ struct fa_hopper_work {
     const int32_t *map_row;        /* MODS: the block-map row of the tile's query block, or NULL */
     int tiles_per_block, key_tiles; /* MODS with map_row: block_k / BLOCK_N, ceil(len_k / BLOCK_N) */
     int qb;                        /* MODS with map_row: the query block                          */
-    fa_mods_k_pos first;           /* MODS: the walk's first position (tile tile_hi - 1)          */
+    fa_mods_k_pos first;           /* MODS: the walk's first position (tile tile_hi - 1; with
+                                      map_row set by fa_hopper_walk_start, the producer's)         */
 };
 
 /* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
@@ -709,18 +715,31 @@ __device__ __forceinline__ bool fa_hopper_work_at(int64_t t, const fa_hopper_par
             w.qb = w.m0 / mods.block_q;
             w.tiles_per_block = mods.block_k / Cfg::BLOCK_N;
             w.key_tiles = (w.len_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
-            w.first = fa_mods_first_tile(w.map_row, mods.kv_blocks, w.tiles_per_block, w.key_tiles, &w.n_tiles);
-            w.tile_hi = w.first.tile + 1;
         }
     }
     return true;
+}
+
+/* MODS with a block mask: the walk's first tile and the tile count, from the map row's summary
+ * (the producer's; the consumers read the count from the tile slot and each position from its
+ * stage's slot). */
+template <bool MODS>
+__device__ __forceinline__ void fa_hopper_walk_start(const fa_mods_arg<MODS> &mods, fa_hopper_work &w) {
+    if constexpr (MODS) {
+        if (w.map_row != nullptr) {
+            w.first = fa_mods_first_tile(mods, w.batch, w.head, w.qb, w.map_row, w.tiles_per_block, w.key_tiles,
+                                         &w.n_tiles);
+            w.tile_hi = w.first.tile + 1;
+        }
+    }
 }
 
 /* Key tiles in processing order, from tile_hi - 1 downwards (varlen relies on the last tile
  * coming first: its V rows past the sequence are zeroed in round 0). Without MODS round j's tile
  * is tile_hi - 1 - j; MODS walks a position (`pos`: round j's tile, its key block and map entry,
  * from w.first), advanced by fa_hopper_key_walk_next to the next listed tile below when there is
- * a block mask (fa_mods_prev_tile). */
+ * a block mask (fa_mods_prev_tile). Only the producer walks; the consumers read each position
+ * from the slot of the K stage it loaded. */
 template <bool MODS>
 __device__ __forceinline__ int fa_hopper_key_tile(const fa_hopper_work &w, int j, const fa_mods_k_pos &pos) {
     return MODS ? pos.tile : w.tile_hi - 1 - j;
@@ -759,6 +778,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t q_full = bars, q_empty = bars + 8u;
     const uint32_t tile_slot = smem + Cfg::TILE_SLOT_OFFSET;
+    auto pos_slot = [&](int s) -> uint32_t { return smem + Cfg::POS_SLOT_OFFSET + 16u * (uint32_t)s; };
     auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
     auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + STAGES + s); };
     auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 2 * STAGES + s); };
@@ -808,6 +828,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 }
                 fa_hopper_work w;
                 if (!fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w)) continue;
+                fa_hopper_walk_start<MODS>(mods, w);
                 /* Q: the previous tile's consumers must be done with the buffer. One box per
                  * 64-column slab; rows past the tensor and columns past d are zero-filled but
                  * still counted in the transaction bytes (the full box lands). Packed: one box
@@ -815,6 +836,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                  * of 8: a 1024-byte swizzle atom), pack_heads · SLABS_QK boxes in the transaction. */
                 if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
                 st_shared_u64(tile_slot, (uint64_t)t); /* released by the arrival on q_full below */
+                if constexpr (MODS) st_shared_b32(tile_slot + 8u, (uint32_t)w.n_tiles);
                 if (PACK) {
                     const uint32_t head_bytes = (uint32_t)prm.pack_rows * 128u;
                     mbarrier_arrive_expect_tx(q_full, (uint32_t)w.pack_heads * Cfg::SLABS_QK * head_bytes);
@@ -838,6 +860,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
                         fa_hopper_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);
+                        if constexpr (MODS) { /* released by the arrival on k_full */
+                            const uint32_t pos[4] = {(uint32_t)k_pos.tile, (uint32_t)k_pos.kb, (uint32_t)k_pos.entry, 0u};
+                            st_shared_v4_b32(pos_slot(s), pos);
+                        }
                         mbarrier_arrive_expect_tx(k_full(s), Cfg::K_BYTES);
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
@@ -910,11 +936,22 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         /* read by lane 0, the lane that (with its warp's accesses behind it) arrives on q_empty,
          * which the producer waits for before the slot's next write */
         long long t_lane0 = 0;
-        if (lane == 0) t_lane0 = (long long)ld_shared_u64(tile_slot);
+        int n_tiles_lane0 = 0; /* MODS: the producer's count of the walk's tiles */
+        if constexpr (MODS) {
+            if (lane == 0) {
+                uint32_t slot[4];
+                ld_shared_v4_b32(slot, tile_slot);
+                t_lane0 = (long long)((uint64_t)slot[1] << 32 | slot[0]);
+                n_tiles_lane0 = (int)slot[2];
+            }
+        } else if (lane == 0) {
+            t_lane0 = (long long)ld_shared_u64(tile_slot);
+        }
         const int64_t t = __shfl_sync(0xffffffffu, t_lane0, 0);
         if (t < 0) break;
         fa_hopper_work w;
         fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w); /* true: the producer sends no other */
+        if constexpr (MODS) w.n_tiles = __shfl_sync(0xffffffffu, n_tiles_lane0, 0);
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
         const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
         const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
@@ -954,7 +991,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             v_descale = prm.v_descale != nullptr ? prm.v_descale[dsc] : 1.0f;
         }
 
-        fa_mods_k_pos key_pos = w.first; /* MODS: the current round's key tile (fa_hopper_key_tile) */
+        /* MODS: the current round's key tile (fa_hopper_key_tile), read from its K stage's slot by
+         * lane 0 (which arrives on k_empty after its warp is done with the slot) */
+        fa_mods_k_pos key_pos = {0, 0, 0};
+        auto read_key_pos = [&](int ks) {
+            uint32_t pos[4] = {0u, 0u, 0u, 0u};
+            if (lane == 0) ld_shared_v4_b32(pos, pos_slot(ks));
+            key_pos.tile = __shfl_sync(0xffffffffu, (int)pos[0], 0);
+            key_pos.kb = __shfl_sync(0xffffffffu, (int)pos[1], 0);
+            key_pos.entry = __shfl_sync(0xffffffffu, (int)pos[2], 0);
+        };
         if (n_tiles > 0) {
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
@@ -967,6 +1013,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
+                if constexpr (MODS) read_key_pos(ks);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
@@ -1025,8 +1072,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
-                /* MODS: round j's tile, walked while the GEMMs run (the map loads wait behind them) */
-                fa_hopper_key_walk_next<MODS>(w, key_pos);
+                if constexpr (MODS) read_key_pos(ks); /* round j's tile */
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
                 /* dropout: the first word while S_j is computed, the second inside its softmax
                  * (DROPOUT_SPLIT; else both while S_j is computed) */
