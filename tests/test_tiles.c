@@ -315,6 +315,10 @@ FA_TEST(tiles_hopper_backward) {
             FA_CHECK(fa_hopper_bwd_score_tiles(b) == 1 && fa_hopper_bwd_do_stages(b) == fa_hopper_bwd_stages(b) &&
                          fa_hopper_bwd_barriers(b) == 1 + 2 * fa_hopper_bwd_stages(b),
                      "bucket %d: one shared dS, one empty barrier per stage", b);
+            /* block-mask position slots: 16 bytes per stage, 16-byte aligned after the odd count of
+             * mbarriers (8 bytes each) */
+            FA_CHECK(fa_hopper_bwd_pos_bytes(b) == 8 + 16 * (size_t)fa_hopper_bwd_stages(b),
+                     "bucket %d: %zu bytes of position slots", b, fa_hopper_bwd_pos_bytes(b));
         } else {
             /* both consumers on the same 64 keys, each with half the queries of Sᵀ and dPᵀ and 128
              * columns of dK, dV and dQ */
@@ -325,7 +329,8 @@ FA_TEST(tiles_hopper_backward) {
                          fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b) + 3,
                      "bucket 256: P and dS tiles, one dO buffer, empty barriers per consumer");
             FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b) == 8 * 2 * 16 * 32 * 4, "bucket 256: two [16, 32] fp32 buffers per consumer warp");
-            FA_CHECK(smem == 231504, "bucket 256: %zu bytes of smem (kernel layout: 231504)", smem);
+            FA_CHECK(smem == 231504 && fa_hopper_bwd_pos_bytes(b) == 0,
+                     "bucket 256: %zu bytes of smem (kernel layout: 231504), no position slots", smem);
         }
     }
     FA_CHECK(fa_hopper_bwd_smem_bytes(64) == 199720 && fa_hopper_bwd_smem_bytes(128) == 198696,

@@ -186,6 +186,7 @@ __device__ __forceinline__ void fa_mods_bias_add_pairs(const fa_mods_params &mp,
 /* The score of element (query i, key j) of the tile: x (the caller's units, `unit` of them per
  * natural unit of the bias) plus the bias when visible, else -inf. in_bounds: i < len_q and
  * j < len_k; in_window: the element window holds (elem_window_*; ignored in full blocks). */
+template <bool BIAS = true> /* false: a kernel instantiated for problems without a bias */
 __device__ __forceinline__ float fa_mods_score(const fa_mods_params &mp, const fa_mods_tile &t, int i, int j,
                                                bool in_bounds, bool in_window, float x, float unit) {
     bool visible = in_bounds && t.status != FA_MODS_NONE;
@@ -198,7 +199,7 @@ __device__ __forceinline__ float fa_mods_score(const fa_mods_params &mp, const f
         }
     }
     if (!visible) return -CUDART_INF_F;
-    if (mp.bias != nullptr)
+    if (BIAS && mp.bias != nullptr)
         x += unit * fa_mods_load_bias(mp, t.bias_base + (int64_t)i * mp.bias_row_stride + (int64_t)j * mp.bias_col_stride);
     return x;
 }

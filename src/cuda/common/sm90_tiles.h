@@ -496,9 +496,19 @@ FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {
     return bucket == 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
 }
 
+/* Block-mask walks (buckets 64 and 128, whose layout holds the MODS kernels): a 16-byte slot per
+ * Q/dO stage for the iteration's position, written by the producer, so the consumers never walk
+ * the block map; after the mbarriers, 8 bytes of padding when their count is odd (the slots are
+ * read as 16-byte vectors). */
+FA_HOPPER_FN size_t fa_hopper_bwd_pos_bytes(int bucket) {
+    return bucket <= 128 ? 8 * (size_t)(fa_hopper_bwd_barriers(bucket) % 2) + 16 * (size_t)fa_hopper_bwd_stages(bucket)
+                         : 0;
+}
+
 /* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × Q and DO_STAGES × dO [BLOCK_M,
  * bucket]; 2 × score_tiles 16-bit [BLOCK_M, BLOCK_N] tiles; the dQ staging; STAGES × (LSE·log2e
- * and D [BLOCK_M] fp32); the mbarriers; 1024 bytes to align the window to the swizzle atom. */
+ * and D [BLOCK_M] fp32); the mbarriers; the position slots; 1024 bytes to align the window to the
+ * swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
     return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket + fa_hopper_bwd_dq_staging_bytes(bucket) +
            (size_t)(fa_hopper_bwd_stages(bucket) + fa_hopper_bwd_do_stages(bucket)) *
@@ -506,7 +516,7 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
            2 * (size_t)fa_hopper_bwd_score_tiles(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
                (size_t)fa_hopper_bwd_block_n(bucket) +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
-           8 * (size_t)fa_hopper_bwd_barriers(bucket) + 1024;
+           8 * (size_t)fa_hopper_bwd_barriers(bucket) + fa_hopper_bwd_pos_bytes(bucket) + 1024;
 }
 
 /* Score modifications (common/mods.cuh) on the Hopper backward (bwd_sm90.cu's MODS

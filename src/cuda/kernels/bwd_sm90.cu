@@ -169,7 +169,11 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
     static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
-    static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
+    /* MODS with a block mask: per stage the iteration's position {h, tile, qb, entry}, written by
+     * the producer before its arrival on stage_full, read by each consumer thread before its
+     * arrival on stage_empty (fa_bwd_sm90_load); 16-byte aligned */
+    static constexpr uint32_t POS_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS + 8 * (NUM_BARRIERS % 2);
+    static constexpr uint32_t SMEM_BYTES = POS_OFFSET + 16 * STAGES + 1024; /* + alignment slack */
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
     static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
@@ -193,6 +197,7 @@ struct fa_bwd_sm90_config {
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
     static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
+    static_assert(POS_OFFSET % 16 == 0 && BAR_OFFSET % 16 == 0, "16-byte position slots");
     static_assert(2 * KV_BYTES <= DS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO stages");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
@@ -674,13 +679,16 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
     };
 
-    /* MODS: the next iteration's position (query head, query block, its map entry), advanced
-     * while this iteration's GEMMs run (the walk's loads then wait behind them) */
-    fa_mods_q_pos it_next = {0, 0, 0, 0};
-    if constexpr (MODS) it_next = fa_bwd_sm90_iter_first(iters);
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
-        const fa_mods_q_pos it = it_next; /* MODS: this iteration's position */
+        /* MODS: this iteration's position, from the stage's slot once the stage is full */
+        fa_mods_q_pos it = {0, 0, 0, 0};
+        if constexpr (MODS) {
+            fa_bwd_sm90_wait(stage_full(s), use & 1);
+            uint32_t pos[4];
+            ld_shared_v4_b32(pos, smem + Cfg::POS_OFFSET + 16u * (uint32_t)s);
+            it = fa_mods_q_pos{(int)pos[0], (int)pos[1], (int)pos[2], (int)pos[3]};
+        }
         const int m0 = (MODS ? it.tile : fa_bwd_sm90_walk_block<DET>(walk, t % n_m)) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -689,7 +697,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
         uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
 
-        fa_bwd_sm90_wait(stage_full(s), use & 1);
+        if constexpr (!MODS) fa_bwd_sm90_wait(stage_full(s), use & 1);
         if (varlen && m0 + BLOCK_M > len_q) {
             /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
             fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
@@ -706,7 +714,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
         if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
-        if constexpr (MODS) fa_bwd_sm90_iter_next(iters, it_next);
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll

@@ -55,8 +55,9 @@ __device__ __forceinline__ fa_bwd_sm90_heads fa_bwd_sm90_cta_heads(const fa_bwd_
  * ascending and blocks ascending within a head: every head's blocks [m_first, m_first + n_m) of the query range; with a block mask (the
  * MODS instantiations, `listed`) the query blocks the block map lists for this key block instead
  * (common/mods.cuh's fa_mods_q_walk, one map entry per query block of BLOCK_M rows: block_q is a
- * multiple of BLOCK_M). The producer, the dQ writer and the consumers each walk them with
- * fa_bwd_sm90_iter_first / _next. */
+ * multiple of BLOCK_M). The producer and the dQ writer each walk them with fa_bwd_sm90_iter_first /
+ * _next; the consumers read each iteration's position from the slot the producer wrote beside its
+ * stage (fa_bwd_sm90_load), so the map's loads stay off their path. */
 struct fa_bwd_sm90_iters {
     int h_begin, m_first, n_m;
     bool listed;
@@ -431,10 +432,14 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
     const float *dsum_head = prm.dsum + (int64_t)heads.first * prm.total_q + q_packed0;
     int s = 0, phase = 1, do_phase = 1;
     /* one iteration: Q and dO of (head, m0) into stage s, LSE2 and D of its rows (lse_row, dsum_row:
-     * the head's vectors) */
-    auto load_one = [&](int head, int m0, const float *lse_row, const float *dsum_row) {
+     * the head's vectors); MODS: its walk position into the stage's slot (Cfg::POS_OFFSET) */
+    auto load_one = [&](int head, int m0, const float *lse_row, const float *dsum_row, const fa_mods_q_pos &pos) {
         wait_empty(s, phase);
         if (lane == 0) {
+            if constexpr (MODS) {
+                const uint32_t slot[4] = {(uint32_t)pos.h, (uint32_t)pos.tile, (uint32_t)pos.qb, (uint32_t)pos.entry};
+                st_shared_v4_b32(smem + Cfg::POS_OFFSET + 16u * (uint32_t)s, slot);
+            }
             mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
             for (int slab = 0; slab < Cfg::SLABS; ++slab) {
                 tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
@@ -474,11 +479,12 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
         fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
         for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it))
             load_one(it.h, it.tile * Cfg::BLOCK_M, lse_head + (int64_t)(it.h - heads.first) * lse_head_pitch,
-                     dsum_head + (int64_t)(it.h - heads.first) * prm.total_q);
+                     dsum_head + (int64_t)(it.h - heads.first) * prm.total_q, it);
     } else {
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
             for (int i = 0; i < walk.n_m; ++i)
-                load_one(head, fa_bwd_sm90_walk_block<DET>(walk, i) * Cfg::BLOCK_M, lse_head, dsum_head);
+                load_one(head, fa_bwd_sm90_walk_block<DET>(walk, i) * Cfg::BLOCK_M, lse_head, dsum_head,
+                         fa_mods_q_pos{0, 0, 0, 0});
             lse_head += lse_head_pitch;
             dsum_head += prm.total_q;
         }

@@ -131,6 +131,12 @@
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
+/* The score-modification instantiations (the kernel's MODS_KIND): none; masks only (block map,
+ * document ids, partial-block bits); or masks and a bias, whose 32 early-loaded registers per
+ * thread and loads the masks-only kernels leave out (ptxas then keeps their loop state in
+ * registers). */
+enum { FA_HOPPER_MODS_NONE = 0, FA_HOPPER_MODS_MASKS = 1, FA_HOPPER_MODS_BIAS = 2 };
+
 template <int BUCKET, bool FP8 = false>
 struct fa_hopper_config {
     static constexpr int DQK = fa_hopper_dqk(BUCKET), DV = fa_hopper_dv(BUCKET);
@@ -199,6 +205,7 @@ struct fa_hopper_config {
     static constexpr bool DROPOUT_SPLIT = BUCKET == 128;
 
     static_assert(ORDER_OFFSET + ORDER_BYTES + 1024 == SMEM_BYTES, "sm90_tiles.h smem formula");
+    static_assert(TILE_SLOT_OFFSET % 16 == 0, "16-byte slots");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
@@ -500,24 +507,27 @@ __device__ __forceinline__ void fa_hopper_bias_load(uint32_t (&bias_rmem)[Cfg::B
  * ids or partial-block bits (or a bias at the sequence's end or with strided keys) every element
  * goes through fa_mods_score (mods.cuh: the rule written down once), the bias in log2 units.
  * Element layout as in fa_hopper_mask. */
-template <class Cfg>
+template <class Cfg, bool BIAS>
 __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2], const fa_mods_params &mp,
                                                const fa_hopper_work &w, const fa_mods_k_pos &pos, bool varlen,
                                                int n0, int row0, int lane,
-                                               const uint32_t (&bias_rmem)[Cfg::BLOCK_N / 4], bool bias_early) {
+                                               const uint32_t (&bias_rmem)[BIAS ? Cfg::BLOCK_N / 4 : 1],
+                                               bool bias_early) {
+    const bool bias = BIAS && mp.bias != nullptr; /* BIAS = false: the instantiation without a bias */
     /* a full block inside the keys without a bias (uniform): nothing to do */
-    if (w.map_row != nullptr && pos.entry == 1 && mp.bias == nullptr && n0 + Cfg::BLOCK_N <= w.len_k) return;
+    if (w.map_row != nullptr && pos.entry == 1 && !bias && n0 + Cfg::BLOCK_N <= w.len_k) return;
     const fa_mods_tile t = fa_mods_tile_of(mp, w.batch, w.head, varlen, w.q_start, w.k_row, w.qb, pos.kb, pos.entry);
     const int no_pack[2] = {0, 0};
     const int col0 = n0 + 2 * (lane % 4);
     if (mp.doc_ids_q == nullptr && t.bits == nullptr &&
-        (mp.bias == nullptr || (mp.bias_col_stride == 1 && n0 + Cfg::BLOCK_N <= w.len_k))) {
+        (!bias || (mp.bias_col_stride == 1 && n0 + Cfg::BLOCK_N <= w.len_k))) {
         /* no per-element rule but the window: a bias with contiguous keys is added without the
          * element rule's tests, at a row's offset plus constants (rows past the sequence read the
          * last row's: they are dropped), then the mask overwrites with -inf */
-        if (bias_early) {
-            fa_mods_bias_add_pairs(mp, s_rmem, bias_rmem, 1.4426950408889634f);
-        } else if (mp.bias != nullptr) {
+        if constexpr (BIAS) {
+            if (bias_early) fa_mods_bias_add_pairs(mp, s_rmem, bias_rmem, 1.4426950408889634f);
+        }
+        if (bias && !bias_early) {
             const int64_t row[2] = {t.bias_base + (int64_t)min(row0, w.len_q - 1) * mp.bias_row_stride + col0,
                                     t.bias_base + (int64_t)min(row0 + 8, w.len_q - 1) * mp.bias_row_stride + col0};
             /* element e = 4j + 2h + c: row h, key col0 + 8j + c */
@@ -543,21 +553,22 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
             for (int c = 0; c < 2; ++c) {
                 const int key = col0 + 8 * j + c;
                 float &x = s_rmem[4 * j + 2 * h + c];
-                x = fa_mods_score(mp, t, i, key, i < w.len_q && key < w.len_k, key >= lo && key < hi, x,
-                                  1.4426950408889634f);
+                x = fa_mods_score<BIAS>(mp, t, i, key, i < w.len_q && key < w.len_k, key >= lo && key < hi, x,
+                                        1.4426950408889634f);
             }
     }
 }
 
 /* Softcap, ALiBi, mask and online softmax of a ready S tile (the score path shared by every
- * round; pos: MODS, the walk's position of the tile); mid: fa_hopper_softmax's. */
-template <class Cfg, bool PACK, bool LOG2, bool MODS, class Mid = fa_hopper_no_mid>
+ * round; pos: MODS, the walk's position of the tile; BIAS: MODS with a bias); mid:
+ * fa_hopper_softmax's. */
+template <class Cfg, bool PACK, bool LOG2, bool MODS, bool BIAS, class Mid = fa_hopper_no_mid>
 __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 2], float (&row_max)[2],
                                                  float (&row_sum)[2], float (&alpha)[2], const fa_hopper_params &prm,
                                                  const fa_hopper_muls &mul, const fa_mods_arg<MODS> &mods, const fa_hopper_work &w,
                                                  const fa_mods_k_pos &pos, bool needs_mask, int n0, int row0, const int (&pack_g)[2],
                                                  const int (&pack_i)[2], int lane,
-                                                 const uint32_t (&bias_rmem)[MODS ? Cfg::BLOCK_N / 4 : 1],
+                                                 const uint32_t (&bias_rmem)[BIAS ? Cfg::BLOCK_N / 4 : 1],
                                                  bool bias_early, const Mid &mid = Mid()) {
     const int len_k = w.len_k, shift = w.shift;
     if (prm.softcap_pre != 0.0f) {
@@ -568,7 +579,8 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
         fa_hopper_to_log2<Cfg, PACK>(s_rmem, prm, mul.log2_mul, w.batch, w.head, w.pack_heads, n0, row0, pack_g, pack_i, lane, shift);
     if constexpr (MODS) {
         static_assert(LOG2 && !PACK, "MODS: scores in log2 units, unpacked tiles");
-        fa_hopper_mods<Cfg>(s_rmem, mods, w, pos, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem, bias_early);
+        fa_hopper_mods<Cfg, BIAS>(s_rmem, mods, w, pos, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem,
+                                  bias_early);
     } else if (needs_mask) {
         fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
     }
@@ -754,15 +766,16 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
     }
 }
 
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS, bool FP8>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, int MODS_KIND, bool FP8>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
                          const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}; FP8: Vᵀ {vt_rows, dv, hkv, 1}, box {BLOCK_N, DV, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
                          const fa_hopper_params prm,
-                         const __grid_constant__ fa_mods_arg<MODS> mods) { /* MODS only: bias, doc ids, block map */
+                         const __grid_constant__ fa_mods_arg<MODS_KIND != FA_HOPPER_MODS_NONE> mods) { /* MODS only: bias, doc ids, block map */
     using Cfg = fa_hopper_config<BUCKET, FP8>;
+    constexpr bool MODS = MODS_KIND != FA_HOPPER_MODS_NONE, BIAS = MODS_KIND == FA_HOPPER_MODS_BIAS;
     static_assert(!FP8 || (BF16 && !PACK && !LOG2 && !DROPOUT && !MODS), "fp8: bf16 out, plain scores only");
     constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, DV = Cfg::DV;
 
@@ -1018,9 +1031,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if constexpr (DROPOUT) /* while S is computed (no P·V in flight: late or not alike) */
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4,
                                                 fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N);
-                uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S runs */
+                uint32_t bias_rmem[BIAS ? BLOCK_N / 4 : 1]; /* BIAS: the tile's bias, loaded while S runs */
                 bool bias_early = false;
-                if constexpr (MODS) {
+                if constexpr (BIAS) {
                     const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                     bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
                     if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
@@ -1032,7 +1045,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS, BIAS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
                                                         needs_mask(n0), n0, row0, pack_g, pack_i, lane, bias_rmem,
                                                         bias_early);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
@@ -1089,9 +1102,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                                  fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N);
                 };
 
-                uint32_t bias_rmem[MODS ? BLOCK_N / 4 : 1]; /* MODS: the tile's bias, loaded while S_j runs */
+                uint32_t bias_rmem[BIAS ? BLOCK_N / 4 : 1]; /* BIAS: the tile's bias, loaded while S_j runs */
                 bool bias_early = false;
-                if constexpr (MODS) {
+                if constexpr (BIAS) {
                     const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                     bias_early = fa_hopper_bias_early<Cfg>(mods, w, n0);
                     if (bias_early) fa_hopper_bias_load<Cfg>(bias_rmem, mods, w, n0, row0, lane);
@@ -1104,7 +1117,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                 float alpha[2];
-                fa_hopper_scores<Cfg, PACK, LOG2, MODS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
+                fa_hopper_scores<Cfg, PACK, LOG2, MODS, BIAS>(s_rmem, row_max, row_sum, alpha, prm, mul, mods, w, key_pos,
                                                         needs_mask(n0), n0, row0, pack_g, pack_i, lane, bias_rmem, bias_early,
                                                         draw_second_word);
                 if constexpr (DROPOUT && !Cfg::DROPOUT_LATE) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
@@ -1326,7 +1339,8 @@ static int fa_hopper_schedule_forced() {
 }
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, bool MODS = false, bool FP8 = false>
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, int MODS_KIND = FA_HOPPER_MODS_NONE,
+          bool FP8 = false>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
                                int device_ordinal, cudaStream_t stream, const fa_mods_params *mods = nullptr) {
@@ -1335,14 +1349,15 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     static unsigned long long configured = 0;
     const unsigned long long bit = device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & bit)) {
-        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS, FP8>,
+        FA_CUDA_CHECK(cudaFuncSetAttribute(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES),
                       "cudaFuncSetAttribute(Hopper forward shared memory)");
         __atomic_fetch_or(&configured, bit, __ATOMIC_RELEASE);
     }
+    constexpr bool MODS = MODS_KIND != FA_HOPPER_MODS_NONE;
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS, FP8>
+    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>
         <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
@@ -1453,9 +1468,12 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
         if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
                                 p->head_dim);
+        else if (mods->bias != nullptr)
+            return fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_BIAS>(
+                tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods);
         else
-            return fa_hopper_run<BUCKET, BF16, false, true, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                         device_ordinal, stream, mods);
+            return fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_MASKS>(
+                tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods);
     }
     if (dropout)
         return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
@@ -1661,7 +1679,7 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
         grid == 0)
         return st;
     return fa_cuda_workspace_release(&counter, stream, "tile counter",
-                                     fa_hopper_run<BUCKET, true, false, false, false, false, true>(
+                                     fa_hopper_run<BUCKET, true, false, false, false, FA_HOPPER_MODS_NONE, true>(
                                          tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream));
 }
 
