@@ -247,10 +247,12 @@ def make_fn(name, ctx, q, k, v, compile_flex=True):
     if name == "flex":
         from torch.nn.attention.flex_attention import flex_attention
         if compile_flex and Ctx.flex_compiled is None:
-            import torch._dynamo
+            # `from torch import` keeps `torch` the module-level name in this function (an `import
+            # torch._dynamo` here would make it a local, unbound in the other branches)
+            from torch import _dynamo
             for knob in ("cache_size_limit", "recompile_limit"):  # one compile per mask_mod
-                if hasattr(torch._dynamo.config, knob):
-                    setattr(torch._dynamo.config, knob, 64)
+                if hasattr(_dynamo.config, knob):
+                    setattr(_dynamo.config, knob, 64)
             Ctx.flex_compiled = torch.compile(flex_attention, dynamic=False)
         fx = Ctx.flex_compiled if compile_flex else flex_attention
         bm = ctx.block_mask(b, h)
