@@ -340,7 +340,8 @@ typedef struct fa_params {
      * listed blocks. Any positive block sizes work on the CPU; CUDA wants multiples of its
      * kernels' tiles (FA_ERR_UNSUPPORTED naming block_q / block_k otherwise; 128 × 128 covers
      * all). On CUDA the arrays are device memory, checked on the device before anything is
-     * written (one stream synchronisation per call; bad lists: FA_ERR_INVALID_ARGUMENT). */
+     * written (one stream synchronisation per call; bad lists: FA_ERR_INVALID_ARGUMENT), unless
+     * block_lists_checked says an earlier call accepted them. */
     int64_t block_q, block_k;            /* Q_BLOCK_SIZE, KV_BLOCK_SIZE (>= 1 with a mask)     */
     const int32_t *kv_num_blocks;        /* [batch, heads_q, q_blocks], or NULL: no block mask */
     const int32_t *kv_indices;           /* [batch, heads_q, q_blocks, kv_blocks]              */
@@ -354,6 +355,13 @@ typedef struct fa_params {
      * e (b·block_index_batch_stride + h·block_index_head_stride + qb·block_index_row_stride +
      * n) has its bytes at e·ceil(block_q·block_k / 8). */
     const uint8_t *partial_block_bits;
+    /* 1: these block lists (the same arrays, unchanged, for the same batch, heads, seqlen_q,
+     * seqlen_k and block sizes) were accepted by an earlier call: CUDA builds its block map
+     * without waiting for the device's check (no host synchronisation, so the host runs ahead as
+     * with any other call). Lists that are in fact invalid are then not reported: the kernels
+     * still stay inside every array, but the outputs are unspecified. 0 (default): the call
+     * waits for the check. The CPU checks the lists either way. Only 0 and 1 are valid. */
+    int block_lists_checked;
     /* Documents (packed-sequence training): query i sees key j only if doc_ids_q[i] ==
      * doc_ids_k[j]; [batch, seqlen_q] / [batch, seqlen_k] int32 (varlen: [total_q] / [total_k]
      * by packed row); set both or neither. Combine with causal / window by intersection. */

@@ -471,6 +471,12 @@ static void bits_without_mask(fa_params *p, block_lists *m) {
     p->kv_num_blocks = NULL;
     p->kv_indices = p->full_kv_indices = p->full_kv_num_blocks = NULL;
 }
+static void lists_checked_two(fa_params *p, block_lists *m) { (void)m; p->block_lists_checked = 2; }
+/* the CPU checks the lists whatever block_lists_checked says */
+static void index_range_checked(fa_params *p, block_lists *m) {
+    index_range(p, m);
+    p->block_lists_checked = 1;
+}
 static void dbias_overlaps_o(fa_params *p, block_lists *m) { (void)m; p->dbias = p->o; }
 static void bad_dbias_dtype(fa_params *p, block_lists *m) { (void)m; p->dbias_dtype = FA_DTYPE_FP8_E4M3; }
 
@@ -491,6 +497,8 @@ FA_TEST(bias_mask_errors) {
         {"count over kv_blocks", "kv_num_blocks", count_over, FA_ERR_INVALID_ARGUMENT, 0},
         {"full count negative", "full_kv_num_blocks", count_negative, FA_ERR_INVALID_ARGUMENT, 1},
         {"partial and full", "full_kv_indices", both_lists, FA_ERR_INVALID_ARGUMENT, 0},
+        {"block_lists_checked 2", "block_lists_checked", lists_checked_two, FA_ERR_INVALID_ARGUMENT, 0},
+        {"index out of range, lists said checked", "kv_indices", index_range_checked, FA_ERR_INVALID_ARGUMENT, 1},
         {"block_q 0", "block_q", block_q_zero, FA_ERR_INVALID_SIZE, 0},
         {"full_kv_indices missing", "full_kv_indices", full_half, FA_ERR_NULL_POINTER, 0},
         {"kv_indices missing", "kv_indices", indices_null, FA_ERR_NULL_POINTER, 0},

@@ -221,6 +221,7 @@ class FaParams(ctypes.Structure):
             ("block_index_head_stride", _i64),
             ("block_index_row_stride", _i64),
             ("partial_block_bits", _ptr),  # const uint8_t *
+            ("block_lists_checked", ctypes.c_int),
             ("doc_ids_q", _ptr),  # const int32_t *
             ("doc_ids_k", _ptr),
             ("doc_ids_q_batch_stride", _i64),

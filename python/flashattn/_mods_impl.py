@@ -63,6 +63,22 @@ class BlockSparseMask:
         # the first call (one host synchronisation) and reused by the next ones
         self._document_packing = {}
 
+    # The lists a call has accepted, by device, problem geometry and the list tensors' versions
+    # (an in-place change bumps a version; assigning a list attribute forgets them all): later
+    # calls tell the library so (fa_params.block_lists_checked), and CUDA then builds its block
+    # map without waiting for the device's check, the one host synchronisation of a call.
+    _LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+
+    def __setattr__(self, name, value):
+        if name in BlockSparseMask._LISTS:
+            self.__dict__["_accepted"] = set()
+        object.__setattr__(self, name, value)
+
+    def _lists_key(self, device, geo):
+        return (str(device), geo.batch, geo.hq, geo.seqlen_q, geo.seqlen_k, self.block_size,
+                tuple(-1 if t is None else t._version for t in
+                      (getattr(self, n) for n in BlockSparseMask._LISTS)))
+
     @staticmethod
     def from_torch(block_mask, seqlen_q=None, seqlen_k=None):
         """torch.nn.attention.flex_attention.BlockMask -> BlockSparseMask: lists sorted and cut
@@ -341,6 +357,9 @@ def _set_mods(p, cfg, bias4):
          p.bias_col_stride) = _strides4(bias4, bias4.shape)
     m = cfg.block_mask
     if m is not None:
+        # the lists as they are now (a call's forward and backward each look again)
+        cfg.lists_key = m._lists_key(cfg.block_arrays[0].device, cfg.geo)
+        p.block_lists_checked = 1 if cfg.lists_key in m.__dict__.get("_accepted", ()) else 0
         p.block_q, p.block_k = m.block_size
         counts, index = cfg.block_arrays[0], cfg.block_arrays[1]
         p.kv_num_blocks, p.kv_indices = counts.data_ptr(), index.data_ptr()
@@ -368,6 +387,12 @@ def _params(q, k, v, out, lse, cfg, bias4):
     return p
 
 
+def _accepted(cfg):
+    """After a call that returned: its block lists passed the library's check."""
+    if cfg.block_mask is not None:
+        cfg.block_mask.__dict__.setdefault("_accepted", set()).add(cfg.lists_key)
+
+
 class _ModsAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, sink, cfg):
@@ -382,6 +407,7 @@ class _ModsAttention(torch.autograd.Function):
         if geo.batch > 0:
             with _torch_impl._guard(q):
                 _lib.forward(_params(qc, kc, vc, out, lse, cfg, bias4), _torch_impl._workspace_alloc(q))
+            _accepted(cfg)
         ctx.save_for_backward(q, k, v, out, lse, bias, sink)
         ctx.cfg = cfg
         ctx.mark_non_differentiable(lse)
@@ -420,6 +446,7 @@ class _ModsAttention(torch.autograd.Function):
                  p.dbias_col_stride) = _strides4(full, full.shape)
             with _torch_impl._guard(q):
                 _lib.backward(p, _torch_impl._workspace_alloc(q))
+            _accepted(cfg)
         if dbias is not None:
             dbias = dbias.reshape(bias.shape)
         if dsink is not None:
@@ -492,7 +519,8 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     cfg = _Config(geo=geo, cu_q=cu_q, cu_k=cu_k, scale=_core.default_scale(q.shape[-1], softmax_scale),
                   causal=causal, wl=wl, wr=wr, softcap=_core.check_softcap(softcap), alibi=alibi,
                   sink=sink_c, deterministic=bool(deterministic), block_mask=block_mask,
-                  block_arrays=block_arrays, doc_ids=doc_ids, bias_dtype=None, bias_shape4=None)
+                  block_arrays=block_arrays, doc_ids=doc_ids, bias_dtype=None, bias_shape4=None,
+                  lists_key=None)
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, attn_bias, sink_logits))
     if needs_grad:

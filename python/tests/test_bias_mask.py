@@ -263,6 +263,40 @@ def test_prefix_lm_block_mask_takes_the_native_kernels(prefix):
         assert torch.equal(flashattn.flex_attention(q, k, v, block_mask=native, enable_gqa=True), out)
 
 
+def test_block_lists_remembered_once_accepted(monkeypatch):
+    """A BlockSparseMask whose lists a call accepted tells the next calls so
+    (block_lists_checked = 1: CUDA then skips its host synchronisation); an in-place edit of a
+    list or a new list tensor makes the next call check again. Outputs are the same either way."""
+    from flashattn import _mods_impl
+    seeded("lists remembered")
+    s, d = 150, 16
+    q, k, v = (torch.randn(1, 2, s, d, requires_grad=True) for _ in range(3))
+    mask = flashattn.causal_block_mask(s, block_size=32)
+    mask._window_only = False  # through the block lists
+    seen = []
+    for name in ("forward", "backward"):
+        real = getattr(_mods_impl._lib, name)
+
+        def record(p, ws, real=real, name=name):
+            seen.append((name, p.block_lists_checked))
+            return real(p, ws)
+        monkeypatch.setattr(_mods_impl._lib, name, record)
+    first = flashattn.flex_attention(q, k, v, block_mask=mask)
+    grads = torch.autograd.grad(first.sum(), (q, k, v))
+    again = flashattn.flex_attention(q, k, v, block_mask=mask)
+    grads_again = torch.autograd.grad(again.sum(), (q, k, v))
+    assert seen == [("forward", 0), ("backward", 1), ("forward", 1), ("backward", 1)]
+    assert torch.equal(first, again) and all(torch.equal(x, y) for x, y in zip(grads, grads_again))
+    seen.clear()
+    mask.kv_indices[..., 0] += 0  # an in-place edit (the version moves)
+    flashattn.flex_attention(q.detach(), k.detach(), v.detach(), block_mask=mask)
+    mask.full_kv_indices = mask.full_kv_indices.clone()  # a new list tensor
+    flashattn.flex_attention(q.detach(), k.detach(), v.detach(), block_mask=mask)
+    flashattn.flex_attention(q.detach(), k.detach(), v.detach(), block_mask=mask)
+    flashattn.flex_attention(q[:, :, :140].detach(), k.detach(), v.detach(), block_mask=mask)  # other geometry
+    assert seen == [("forward", 0), ("forward", 0), ("forward", 1), ("forward", 0)]
+
+
 def test_rejections():
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(TypeError, match="attn_bias"):

@@ -394,6 +394,9 @@ fa_status fa_validate_score_mods(fa_problem *pb, const char *call, int backward,
                             p->doc_ids_q_batch_stride < 0 ? "q" : "k",
                             (long long)(p->doc_ids_q_batch_stride < 0 ? p->doc_ids_q_batch_stride
                                                                       : p->doc_ids_k_batch_stride));
+    if (p->block_lists_checked != 0 && p->block_lists_checked != 1)
+        return fa_set_error(FA_ERR_INVALID_ARGUMENT, "block_lists_checked = %d: 0 (check the block lists) or 1 "
+                            "(accepted by an earlier call)", p->block_lists_checked);
     if (!has_blocks && (p->kv_indices || p->full_kv_num_blocks || p->full_kv_indices || p->partial_block_bits))
         return fa_set_error(FA_ERR_NULL_POINTER,
                             "%s is set but kv_num_blocks is NULL: a block mask needs kv_num_blocks and kv_indices",

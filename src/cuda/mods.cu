@@ -236,10 +236,15 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
         fa_mods_map_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, stream>>>(bp);
         FA_CUDA_CHECK_LAUNCH("block map kernel launch");
     }
-    unsigned long long bad = 0;
-    FA_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_row, 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(block mask check)");
-    FA_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize(block mask check)");
-    if (bad != ~0ull) return report_bad_row(pb, bad, stream);
+    /* the verdict, unless an earlier call accepted these lists: a bad row stops its thread at
+     * the first bad entry, so the map only ever holds in-range entries either way */
+    if (!p->block_lists_checked) {
+        unsigned long long bad = 0;
+        FA_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_row, 8, cudaMemcpyDeviceToHost, stream),
+                      "cudaMemcpyAsync(block mask check)");
+        FA_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize(block mask check)");
+        if (bad != ~0ull) return report_bad_row(pb, bad, stream);
+    }
 
     mp->block_map = map;
     mp->map_batch_stride = nb > 1 ? nh * pb->q_blocks * pb->kv_blocks : 0;

@@ -558,6 +558,59 @@ static void rejection_cases(void) {
         snprintf(label, sizeof label, "backward, %s", bad[c].label);
         expect_rejected(label, &x, 1, FA_ERR_INVALID_ARGUMENT, bad[c].field);
     }
+    /* block_lists_checked = 1: the host does not wait for the device's verdict. Valid lists give
+     * bit for bit the outputs of the checked call; bad ones are not reported and the call stays
+     * inside every array (memcheck on the small run), its outputs unspecified. */
+    {
+        const int32_t good[32] = {1, 2, 0, 0, 0, 0, 0, 0, 0, -7, 0, 1};
+        CUDA_OK(cudaMemcpy(ints, good, sizeof good, cudaMemcpyHostToDevice));
+        unsigned short *o_host[2], *dq_host[2];
+        for (int trusted = 0; trusted < 2; trusted++) {
+            fa_params x = m;
+            x.block_lists_checked = trusted;
+            fa_status sf = fa_forward(&x), sb = fa_backward(&x);
+            EXPECT(sf == FA_OK && sb == FA_OK, "valid lists, block_lists_checked %d: %s / %s (%s)", trusted,
+                   fa_strerror(sf), fa_strerror(sb), fa_last_error());
+            o_host[trusted] = malloc(t);
+            dq_host[trusted] = malloc(t);
+            CUDA_OK(cudaMemcpy(o_host[trusted], o, t, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(dq_host[trusted], dq, t, cudaMemcpyDeviceToHost));
+        }
+        EXPECT(memcmp(o_host[0], o_host[1], t) == 0 && memcmp(dq_host[0], dq_host[1], t) == 0,
+               "valid lists: block_lists_checked 1 changed o or dq");
+        printf("%s valid lists said checked: o and dq bit for bit the checked call's\n",
+               memcmp(o_host[0], o_host[1], t) == 0 && memcmp(dq_host[0], dq_host[1], t) == 0 ? "ok  " : "FAIL");
+        for (int i = 0; i < 2; i++) {
+            free(o_host[i]);
+            free(dq_host[i]);
+        }
+        int ran = 1;
+        for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+            int32_t host[32] = {0};
+            memcpy(host, bad[c].counts, 8);
+            memcpy(host + 8, bad[c].indices, 16);
+            memcpy(host + 16, bad[c].full_counts, 8);
+            memcpy(host + 24, bad[c].full, 16);
+            CUDA_OK(cudaMemcpy(ints, host, sizeof host, cudaMemcpyHostToDevice));
+            fa_params x = m;
+            x.block_lists_checked = 1;
+            if (bad[c].with_full) {
+                x.full_kv_num_blocks = full_counts;
+                x.full_kv_indices = full;
+            }
+            fa_status sf = fa_forward(&x), sb = fa_backward(&x);
+            EXPECT(sf == FA_OK && sb == FA_OK, "%s said checked: %s / %s (%s)", bad[c].label, fa_strerror(sf),
+                   fa_strerror(sb), fa_last_error());
+            ran &= sf == FA_OK && sb == FA_OK;
+            CUDA_OK(cudaDeviceSynchronize());
+        }
+        printf("%s bad lists said checked: not reported, the calls ran\n", ran ? "ok  " : "FAIL");
+        CUDA_OK(cudaMemset(o, 0x7f, t));
+        CUDA_OK(cudaMemset(lse, 0x7f, sizeof(float) * RB * RH * RS));
+        for (int i = 5; i < 8; i++) CUDA_OK(cudaMemset(*bufs[i], 0x7f, t));
+        CUDA_OK(cudaMemset(dbias, 0x7f, sizeof(float) * RS * RS));
+    }
+
     fa_params odd = m;
     odd.block_q = 96;
     expect_rejected("block_q not a multiple of the tile", &odd, 0, FA_ERR_UNSUPPORTED, "block_q");
