@@ -83,7 +83,7 @@ class BlockSparseMask:
     def from_torch(block_mask, seqlen_q=None, seqlen_k=None):
         """torch.nn.attention.flex_attention.BlockMask -> BlockSparseMask: lists sorted and cut
         to the key blocks of seqlen_k, and the partial blocks' elements evaluated by the mask's
-        mask_mod (in PyTorch, once per call) into partial_block_bits."""
+        mask_mod (in PyTorch) into partial_block_bits; the arrays on the BlockMask's device."""
         bq, bk = block_mask.BLOCK_SIZE
         q_len, kv_len = block_mask.seq_lengths
         seqlen_q = q_len if seqlen_q is None else seqlen_q
@@ -96,10 +96,31 @@ class BlockSparseMask:
             full_counts, full_index = _sorted_lists(block_mask.full_kv_num_blocks,
                                                     block_mask.full_kv_indices, q_blocks,
                                                     kv_blocks)
-        bits = _evaluate_bits(block_mask.mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k,
-                              block_mask.kv_num_blocks.device)
-        return BlockSparseMask((bq, bk), counts, index, full_counts, full_index, bits,
-                               seq_lengths=(seqlen_q, seqlen_k))
+        device = block_mask.kv_num_blocks.device
+        bits = _evaluate_bits(block_mask.mask_mod, counts, index, bq, bk, seqlen_q, seqlen_k, device)
+        # on the mask's device, as torch's lists were (the calls then copy nothing)
+        arrays = [None if t is None else t.to(device) for t in (counts, index, full_counts, full_index, bits)]
+        return BlockSparseMask((bq, bk), *arrays, seq_lengths=(seqlen_q, seqlen_k))
+
+
+def _from_torch_cached(block_mask, seqlen_q, seqlen_k):
+    """BlockSparseMask.from_torch, kept on the torch BlockMask and reused while its list tensors
+    (the same objects, unchanged in place), its mask_mod and the sequence lengths stay the same:
+    the conversion sorts the lists on the host and evaluates mask_mod on the partial blocks,
+    milliseconds a call."""
+    tensors = tuple(getattr(block_mask, n) for n in BlockSparseMask._LISTS)
+    key = (seqlen_q, seqlen_k, block_mask.mask_mod,
+           tuple(None if t is None else t._version for t in tensors))
+    cached = getattr(block_mask, "_flashattn_converted", None)
+    if (cached is not None and cached[0] == key and
+            all(a is b for a, b in zip(cached[1], tensors))):
+        return cached[2]
+    m = BlockSparseMask.from_torch(block_mask, seqlen_q, seqlen_k)
+    try:
+        block_mask._flashattn_converted = (key, tensors, m)
+    except (AttributeError, TypeError):  # a mask type that takes no new attribute: convert every call
+        pass
+    return m
 
 
 def _sorted_lists(counts, indices, q_blocks, kv_blocks):
@@ -470,7 +491,7 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     block_arrays = doc_ids = None
     if block_mask is not None:
         if not isinstance(block_mask, BlockSparseMask):
-            block_mask = BlockSparseMask.from_torch(block_mask, geo.seqlen_q, geo.seqlen_k)
+            block_mask = _from_torch_cached(block_mask, geo.seqlen_q, geo.seqlen_k)
         m = block_mask
         if (m._window_only and m.seq_lengths == (geo.seqlen_q, geo.seqlen_k) and cu_q is None and
                 m.partial_block_bits is None and m.doc_ids_q is None):
@@ -668,8 +689,10 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                    enable_gqa=False, return_lse=False):
     """torch.nn.attention.flex_attention.flex_attention's signature on [batch, heads, seq, dim]
     tensors, computed by the library (CPU, and CUDA with block sizes multiples of 128): block_mask
-    is torch's BlockMask (its mask_mod is evaluated by PyTorch on the partial blocks only) or a
-    BlockSparseMask. An additive score_mod (score + f(b, h, q_idx, kv_idx): relative positions,
+    is torch's BlockMask (its mask_mod is evaluated by PyTorch on the partial blocks only, once per
+    mask: the conversion is kept on the BlockMask and reused while its list tensors, mask_mod and
+    the sequence lengths are unchanged, so a mask_mod that reads tensors changed in place needs a
+    new create_block_mask) or a BlockSparseMask. An additive score_mod (score + f(b, h, q_idx, kv_idx): relative positions,
     ALiBi, a bias table, -inf masks) is evaluated by PyTorch once into a score bias with only the
     axes it reads, and gradients reach the tensors it captures. Other score_mods (tanh softcap,
     score-dependent ones): CUDA tensors go to torch's own flex_attention, CPU ones raise

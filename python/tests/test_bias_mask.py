@@ -124,6 +124,32 @@ def test_flex_attention_torch_block_mask():
         assert (g.double() - r).abs().max().item() < 1e-4
 
 
+def test_flex_attention_torch_block_mask_converted_once(monkeypatch):
+    """A torch BlockMask is converted once and the conversion reused while its lists, mask_mod
+    and the lengths are unchanged; an in-place edit of a list, or another length, converts again."""
+    seeded("flex once")
+    s, d = 96, 16
+    block_mask = flex.create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, s, s, device="cpu",
+                                        BLOCK_SIZE=32)
+    conversions = []
+    real = flashattn.BlockSparseMask.from_torch
+
+    def counting(bm, *args):
+        conversions.append(args)
+        return real(bm, *args)
+    monkeypatch.setattr(flashattn.BlockSparseMask, "from_torch", staticmethod(counting))
+    q, k, v = (torch.randn(1, 2, s, d) for _ in range(3))
+    first = flashattn.flex_attention(q, k, v, block_mask=block_mask)
+    again = flashattn.flex_attention(q, k, v, block_mask=block_mask)
+    assert len(conversions) == 1 and torch.equal(first, again)
+    ref = flashattn.flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True).transpose(1, 2)
+    assert (first - ref).abs().max().item() < 1e-5
+    block_mask.kv_num_blocks.add_(0)  # an in-place edit: converted again
+    flashattn.flex_attention(q, k, v, block_mask=block_mask)
+    flashattn.flex_attention(q[:, :, :80], k, v, block_mask=block_mask)  # other lengths
+    assert len(conversions) == 3
+
+
 def test_flex_attention_additive_score_mod():
     """An additive score_mod (relative positions, per-head ALiBi slopes that require grad, a -inf
     mask) with a torch BlockMask: out and every gradient, the slopes' included, against float64
