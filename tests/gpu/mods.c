@@ -485,6 +485,17 @@ static void expect_rejected(const char *label, const fa_params *p, int backward,
     printf("%s rejected: %s\n", label, fa_last_error());
 }
 
+/* The outputs of a rejection problem back to the poison expect_rejected looks for. */
+static void repoison(const fa_params *p) {
+    const size_t t = sizeof(unsigned short) * RN;
+    CUDA_OK(cudaMemset(p->o, 0x7f, t));
+    CUDA_OK(cudaMemset(p->lse, 0x7f, sizeof(float) * RB * RH * RS));
+    CUDA_OK(cudaMemset(p->dq, 0x7f, t));
+    CUDA_OK(cudaMemset(p->dk, 0x7f, t));
+    CUDA_OK(cudaMemset(p->dv, 0x7f, t));
+    if (p->dbias) CUDA_OK(cudaMemset(p->dbias, 0x7f, sizeof(float) * RS * RS));
+}
+
 static void rejection_cases(void) {
     void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *bias, *dbias, *lse, *ints;
     const size_t t = sizeof(unsigned short) * RN;
@@ -539,28 +550,9 @@ static void rejection_cases(void) {
         {"kv_num_blocks out of range", {1, 3}, {0, -7, 0, 1}, {0, 0}, {0}, 0, "kv_num_blocks"},
         {"a block both partial and full", {1, 1}, {0, -7, 1, -7}, {0, 1}, {0, -7, 1, -7}, 1, "full_kv_indices"},
     };
-    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
-        int32_t host[32];
-        for (int e = 0; e < 32; e++) host[e] = 0;
-        memcpy(host, bad[c].counts, 8);
-        memcpy(host + 8, bad[c].indices, 16);
-        memcpy(host + 16, bad[c].full_counts, 8);
-        memcpy(host + 24, bad[c].full, 16);
-        CUDA_OK(cudaMemcpy(ints, host, sizeof host, cudaMemcpyHostToDevice));
-        fa_params x = m;
-        if (bad[c].with_full) {
-            x.full_kv_num_blocks = full_counts;
-            x.full_kv_indices = full;
-        }
-        char label[128];
-        snprintf(label, sizeof label, "forward, %s", bad[c].label);
-        expect_rejected(label, &x, 0, FA_ERR_INVALID_ARGUMENT, bad[c].field);
-        snprintf(label, sizeof label, "backward, %s", bad[c].label);
-        expect_rejected(label, &x, 1, FA_ERR_INVALID_ARGUMENT, bad[c].field);
-    }
     /* block_lists_checked = 1: the host does not wait for the device's verdict. Valid lists give
-     * bit for bit the outputs of the checked call; bad ones are not reported and the call stays
-     * inside every array (memcheck on the small run), its outputs unspecified. */
+     * bit for bit the outputs of the checked call; bad ones (below) are not reported and the
+     * calls stay inside every array (memcheck on the small run), their outputs unspecified. */
     {
         const int32_t good[32] = {1, 2, 0, 0, 0, 0, 0, 0, 0, -7, 0, 1};
         CUDA_OK(cudaMemcpy(ints, good, sizeof good, cudaMemcpyHostToDevice));
@@ -576,40 +568,42 @@ static void rejection_cases(void) {
             CUDA_OK(cudaMemcpy(o_host[trusted], o, t, cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(dq_host[trusted], dq, t, cudaMemcpyDeviceToHost));
         }
-        EXPECT(memcmp(o_host[0], o_host[1], t) == 0 && memcmp(dq_host[0], dq_host[1], t) == 0,
-               "valid lists: block_lists_checked 1 changed o or dq");
-        printf("%s valid lists said checked: o and dq bit for bit the checked call's\n",
-               memcmp(o_host[0], o_host[1], t) == 0 && memcmp(dq_host[0], dq_host[1], t) == 0 ? "ok  " : "FAIL");
+        const int same = memcmp(o_host[0], o_host[1], t) == 0 && memcmp(dq_host[0], dq_host[1], t) == 0;
+        EXPECT(same, "valid lists: block_lists_checked 1 changed o or dq");
+        printf("%s valid lists said checked: o and dq bit for bit the checked call's\n", same ? "ok  " : "FAIL");
         for (int i = 0; i < 2; i++) {
             free(o_host[i]);
             free(dq_host[i]);
         }
-        int ran = 1;
-        for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
-            int32_t host[32] = {0};
-            memcpy(host, bad[c].counts, 8);
-            memcpy(host + 8, bad[c].indices, 16);
-            memcpy(host + 16, bad[c].full_counts, 8);
-            memcpy(host + 24, bad[c].full, 16);
-            CUDA_OK(cudaMemcpy(ints, host, sizeof host, cudaMemcpyHostToDevice));
-            fa_params x = m;
-            x.block_lists_checked = 1;
-            if (bad[c].with_full) {
-                x.full_kv_num_blocks = full_counts;
-                x.full_kv_indices = full;
-            }
-            fa_status sf = fa_forward(&x), sb = fa_backward(&x);
-            EXPECT(sf == FA_OK && sb == FA_OK, "%s said checked: %s / %s (%s)", bad[c].label, fa_strerror(sf),
-                   fa_strerror(sb), fa_last_error());
-            ran &= sf == FA_OK && sb == FA_OK;
-            CUDA_OK(cudaDeviceSynchronize());
-        }
-        printf("%s bad lists said checked: not reported, the calls ran\n", ran ? "ok  " : "FAIL");
-        CUDA_OK(cudaMemset(o, 0x7f, t));
-        CUDA_OK(cudaMemset(lse, 0x7f, sizeof(float) * RB * RH * RS));
-        for (int i = 5; i < 8; i++) CUDA_OK(cudaMemset(*bufs[i], 0x7f, t));
-        CUDA_OK(cudaMemset(dbias, 0x7f, sizeof(float) * RS * RS));
+        repoison(&m);
     }
+    int ran = 1;
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        int32_t host[32] = {0};
+        memcpy(host, bad[c].counts, 8);
+        memcpy(host + 8, bad[c].indices, 16);
+        memcpy(host + 16, bad[c].full_counts, 8);
+        memcpy(host + 24, bad[c].full, 16);
+        CUDA_OK(cudaMemcpy(ints, host, sizeof host, cudaMemcpyHostToDevice));
+        fa_params x = m;
+        if (bad[c].with_full) {
+            x.full_kv_num_blocks = full_counts;
+            x.full_kv_indices = full;
+        }
+        char label[128];
+        snprintf(label, sizeof label, "forward, %s", bad[c].label);
+        expect_rejected(label, &x, 0, FA_ERR_INVALID_ARGUMENT, bad[c].field);
+        snprintf(label, sizeof label, "backward, %s", bad[c].label);
+        expect_rejected(label, &x, 1, FA_ERR_INVALID_ARGUMENT, bad[c].field);
+        x.block_lists_checked = 1;
+        fa_status sf = fa_forward(&x), sb = fa_backward(&x);
+        EXPECT(sf == FA_OK && sb == FA_OK, "%s said checked: %s / %s (%s)", bad[c].label, fa_strerror(sf),
+               fa_strerror(sb), fa_last_error());
+        ran &= sf == FA_OK && sb == FA_OK;
+        CUDA_OK(cudaDeviceSynchronize());
+        repoison(&m);
+    }
+    printf("%s bad lists said checked: not reported, the calls ran\n", ran ? "ok  " : "FAIL");
 
     fa_params odd = m;
     odd.block_q = 96;
