@@ -1439,14 +1439,14 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
         prm.total_tiles = (int64_t)prm.num_m_blocks * p->heads_q * p->batch;
         prm.heavy_first = fa_fwd_heavy_first(p->window_left, p->window_right);
         /* a block mask: tiles of uneven length, later query blocks usually the longer ones (causal,
-         * prefix-LM, document masks): longest first, one CTA per tile */
+         * prefix-LM, document masks): the heavy-first schedules, longest first */
         if (mods != nullptr && mods->block_map != nullptr) prm.heavy_first = 1;
     }
-    /* The grid (sm90_tiles.h's rules; a block map: one CTA per tile, longest first). */
-    const bool block_map = mods != nullptr && mods->block_map != nullptr;
-    const int forced = block_map ? 0 : fa_hopper_schedule_forced();
-    const bool dynamic = forced == 2 || (forced == 0 && !block_map && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0));
-    const bool persistent = !block_map && fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
+    /* The grid (sm90_tiles.h's rules; a block map is heavy-first: the dynamic schedule where O has
+     * its own buffer, else one CTA per tile). */
+    const int forced = fa_hopper_schedule_forced();
+    const bool dynamic = forced == 2 || (forced == 0 && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0));
+    const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
     int64_t grid = 0;
     fa_cuda_workspace counter;
     fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, device_ordinal, stream, &grid, &counter);
