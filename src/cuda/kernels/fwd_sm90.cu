@@ -13,10 +13,11 @@
  * mask (fa_hopper_to_log2). Attention dropout: the DROPOUT instantiations (never packed), see
  * "Dropout" below. Score modifications (common/mods.cuh: bias, document ids, block-sparse masks;
  * buckets 128-256, bucket 64 on 128's, block masks in whole tiles, sm90_tiles.h): the MODS
- * instantiations, in log2 units and unpacked; with a block mask the key tiles walked are those
- * of the query block's listed key blocks (fa_mods_first_tile / fa_mods_prev_tile over the dense
- * block map, by the producer and the consumers alike), full blocks unmasked but for keys past
- * the sequence, partial ones through fa_hopper_mods.
+ * instantiations (masks only, or with a bias: FA_HOPPER_MODS_*), in log2 units and unpacked;
+ * with a block mask the key tiles walked are those of the query block's listed key blocks
+ * (fa_mods_first_tile / fa_mods_prev_tile over the dense block map, by the producer, which
+ * passes each tile's position to the consumers in a slot beside its K stage), full blocks
+ * unmasked but for keys past the sequence, partial ones through fa_hopper_mods.
  *
  * One CTA = BLOCK_M query rows of one (batch, query head) (sm90_tiles.h: 192 at bucket 64, else
  * 128); one producer warpgroup and C = BLOCK_M / 64 consumer warpgroups (512 or 384 threads):
