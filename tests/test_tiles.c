@@ -557,9 +557,11 @@ FA_TEST(tiles_kvcache_large_heads) {
                  SMEM_SM90);
     /* the latent-cache wgmma kernel: factors, alignment, Q, two 64-slot stages, P; with its static
      * bytes inside sm_90's opt-in, and room for the fused merge */
-    FA_CHECK(fa_kvl_latent_smem_bytes() == (size_t)256 + 1024 + 73728 + 2 * 73728 + 8192 &&
-                 fa_kvl_latent_smem_bytes() + 1152 <= SMEM_SM90 && fa_kvl_smem_bytes(1) <= fa_kvl_latent_smem_bytes() &&
-                 FA_KVL_LATENT_BLOCK_N % 16 == 0 && FA_KVL_LATENT_BLOCK_N % (32 * FA_KVL_WARPS / 8) == 0,
+    FA_CHECK(fa_kvl_latent_smem_bytes() == (size_t)4736 + 1024 + 73728 + 2 * 73728 &&
+                 fa_kvl_latent_header_bytes() == 128 + 64 * 8 + 128 * 32 && 13 * 8 <= FA_KVL_LATENT_BARRIER_BYTES &&
+                 fa_kvl_latent_smem_bytes() + 1152 <= SMEM_SM90 &&
+                 fa_kvl_smem_bytes(1) <= fa_kvl_latent_smem_bytes() - fa_kvl_latent_header_bytes() - 1024 &&
+                 FA_KVL_LATENT_BLOCK_N % 16 == 0 && FA_KVL_LATENT_BLOCK_N % (128 / 8) == 0,
              "latent wgmma kernel: %zu bytes", fa_kvl_latent_smem_bytes());
     FA_CHECK(FA_KVL_MAX_SPLITS >= 32 && FA_KVL_MAX_SPLITS % 32 == 0, "split cap: whole 32-flag words of the fused merge");
     FA_CHECK(FA_KVL_BLOCK_M == 16 * FA_KVL_WARPS / 2 && FA_KVL_BLOCK_N == 32 && FA_KVL_STAGES == 2,

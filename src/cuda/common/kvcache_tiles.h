@@ -212,16 +212,24 @@ FA_KV_TILES_FN int fa_kvl_wgmma_ok(int cc_major, int cc_minor, int head_dim, int
 FA_KV_TILES_FN size_t fa_kvl_wgmma_smem_bytes(int v_in_k) { return fa_kvl_smem_bytes(v_in_k) + 1024; }
 
 /* On a latent cache the wgmma path is its own kernel (kvcache_large_sm90.cu, fa_kvl_latent_kernel):
- * 64-slot tiles, warpgroup 0 computing a tile's scores and softmax for all 64 rows (m64n64: the
- * tensor cores' rate from shared memory, where 32-slot k-split halves are bound by it) and both
- * warpgroups P·V for their halves of dv. Shared memory: the rows' rescale factors (256 bytes), the
- * alignment, Q [64][576], two stages [64][576], P (8 KiB): 230656 bytes, with the kernel's 1152
- * static bytes inside sm_90's 232448. */
+ * 64-slot tiles in pairs, FlashMLA's "seesaw" schedule: two consumer warpgroups, each computing
+ * one tile's scores and softmax for all 64 rows (m64n64: the tensor cores' rate from shared
+ * memory) and P·V for its half of dv with both tiles' P, and a producer warpgroup issuing the
+ * copies (TMA boxes for whole tiles of cache rows). Shared memory: a header (13 mbarriers, then
+ * the softmax statistics the two warpgroups hand each other: {max, factor} per row one way,
+ * {max, factor, sum} of its two rows per consumer thread the other), the alignment, Q [64][576]
+ * and two tiles [64][576]; P travels through a tile's last slab (columns 512..575, free once the
+ * tile's scores are done). 226944 bytes. */
 enum { FA_KVL_LATENT_BLOCK_N = 64 };
+enum { FA_KVL_LATENT_BARRIER_BYTES = 128, FA_KVL_LATENT_STATS_BYTES = 8 * FA_KVL_BLOCK_M + 32 * 128 };
+
+FA_KV_TILES_FN size_t fa_kvl_latent_header_bytes(void) {
+    return (size_t)FA_KVL_LATENT_BARRIER_BYTES + FA_KVL_LATENT_STATS_BYTES;
+}
 
 FA_KV_TILES_FN size_t fa_kvl_latent_smem_bytes(void) {
-    return (size_t)4 * FA_KVL_BLOCK_M + 1024 + (size_t)2 * FA_KVL_BLOCK_M * FA_KVL_MAX_D +
-           (size_t)2 * 2 * FA_KVL_LATENT_BLOCK_N * FA_KVL_MAX_D + (size_t)(FA_KVL_LATENT_BLOCK_N / 16) * 128 * 16;
+    return fa_kvl_latent_header_bytes() + 1024 + (size_t)2 * FA_KVL_BLOCK_M * FA_KVL_MAX_D +
+           (size_t)2 * 2 * FA_KVL_LATENT_BLOCK_N * FA_KVL_MAX_D;
 }
 
 #endif /* FA_KVCACHE_TILES_H */

@@ -98,6 +98,13 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+/* cp.async.mbarrier.arrive.noinc (PTX ISA "cp.async.mbarrier.arrive"): one arrival on the mbarrier
+ * at bar once every cp.async this thread issued before it has landed; .noinc: the arrival is one of
+ * the count the barrier was initialised with (one per copying thread). */
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 /* ---- special functions (PTX ISA: Floating-point, "ex2", "lg2", "rcp") --------------------------------- */
 
 /* 2^x, approximate (max relative error about 2^-22), subnormal results flushed; ex2(-inf) = +0. */
@@ -385,6 +392,12 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t 
     return done != 0;
 }
 
+/* Block until the phase of parity `parity` of the mbarrier at bar has completed. */
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
+    while (!mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+
 /* ---- tensor memory accelerator (PTX ISA "Data Movement and Conversion Instructions:
  * cp.async.bulk.tensor", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group",
  * "prefetch.tensormap") ------------------------------------------------------------------------ */
@@ -400,6 +413,24 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
         " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
         "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
+}
+
+/* tma_load_4d with an L2 cache policy (createpolicy_evict_first): .L2::cache_hint. */
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
+                                                 int c1, int c2, int c3, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
+}
+
+/* createpolicy.fractional.L2::evict_first (PTX ISA "createpolicy"): a cache policy for data read
+ * once, whose lines L2 evicts before others. */
+__device__ __forceinline__ uint64_t createpolicy_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
 }
 
 /* Store the box at (c0 .. c3) from shared memory at src; parts outside the tensor are not

@@ -210,13 +210,16 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
     }
 
     /* cp.async this thread's rows of tile m (slots BLOCK_N·m ..) into `stage`; pages from
-     * fetch_pages(m). */
+     * fetch_pages(m). I0, I1: only the K copies i in [I0, I1), i.e. (the thread's chunk being
+     * chunk0 + 8i) K's 64-column slabs I0 .. I1 - 1 (a latent cache's tile in parts). */
+    template <int I0 = 0, int I1 = Cfg::CHUNKS / Cfg::ROW_THREADS>
     __device__ __forceinline__ void issue(int m, int stage, const pages &page) const {
 #pragma unroll
         for (int pass = 0; pass < PASSES; ++pass)
-            issue_row(m, stage, row + pass * Cfg::ROWS_PER_PASS, page.id[pass], page.in_page[pass]);
+            issue_row<I0, I1>(m, stage, row + pass * Cfg::ROWS_PER_PASS, page.id[pass], page.in_page[pass]);
     }
 
+    template <int I0 = 0, int I1 = Cfg::CHUNKS / Cfg::ROW_THREADS>
     __device__ __forceinline__ void issue_row(int m, int stage, int r, int page_id, int in_page) const {
         const int c = m * Cfg::BLOCK_N + r;
         const bool valid = c >= blk.slot_lo && c < blk.slot_hi;
@@ -236,7 +239,7 @@ struct fa_kvl_tile_loader : fa_kv_cache_view {
         }
         const uint32_t k_dst = stage_smem + stage * Cfg::STAGE_BYTES;
 #pragma unroll
-        for (int i = 0; i < Cfg::CHUNKS / Cfg::ROW_THREADS; ++i) {
+        for (int i = I0; i < I1; ++i) {
             const int ch = chunk0 + Cfg::ROW_THREADS * i;
             const bool ok = valid && ch < d_chunks;
             cp_async_cg_16(k_dst + Cfg::template chunk_offset<Cfg::BLOCK_N, Cfg::CHUNKS>(r, ch),
@@ -375,13 +378,26 @@ __device__ __forceinline__ uint64_t fa_kvl_desc_plus(uint64_t desc, uint32_t ste
     return (desc & 0xffffffff00000000ull) | (uint64_t)((uint32_t)desc + step);
 }
 
+/* m64nNk16 wgmma for k16 steps kk = STRIDE·j, J0 <= j < J1, of S = Q Kᵀ (the descriptors' bases may
+ * add an offset), A = the Q tile and B = the K tile, both K-major in slabs of Q_SLAB / K_SLAB bytes
+ * (step kk: slab kk / 4, +32·(kk % 4) bytes). Issued only: no fence, commit or wait. */
+template <class Elem, int N, int STRIDE, int Q_SLAB, int K_SLAB, int J0, int J1>
+__device__ __forceinline__ void fa_kvl_scores_steps(uint64_t q_desc, uint64_t k_desc, float (&acc)[N / 2]) {
+#pragma unroll
+    for (int j = J0; j < J1; ++j) {
+        const int kk = STRIDE * j;
+        const uint32_t q_step = (uint32_t)(((kk / 4) * Q_SLAB + (kk % 4) * 32) >> 4);
+        const uint32_t k_step = (uint32_t)(((kk / 4) * K_SLAB + (kk % 4) * 32) >> 4);
+        wgmma_ss_f32<N, fa_kv_convert<Elem>::BF16>(acc, fa_kvl_desc_plus(q_desc, q_step),
+                                                      fa_kvl_desc_plus(k_desc, k_step), 1);
+    }
+}
+
 /* One warpgroup's S = Q Kᵀ for the 64 rows and the tile's N slots: m64nNk16 wgmma over k16 steps
  * first + STRIDE·j of the padded d (FA_KVL_MAX_D / 16 / STRIDE steps; columns past d are zeros in
- * both tiles; first < STRIDE <= 2), A = the Q tile and B = the K tile, both K-major in slabs of
- * Q_SLAB / K_SLAB bytes (step kk: slab kk / 4, +32·(kk % 4) bytes). Warp w's accumulator is the
+ * both tiles; first < STRIDE <= 2), fa_kvl_scores_steps' operands. Warp w's accumulator is the
  * m16n8 C fragments of rows 16w.., n8 tile i in acc[4i .. 4i + 3] = s_rmem[i / 2][i % 2], the
- * layout fa_kvl_partial_scores produces. The k-split warpgroups: N = 32, STRIDE = 2, first = half;
- * the latent kernel's warpgroup 0: N = 64, STRIDE = 1. */
+ * layout fa_kvl_partial_scores produces. The k-split warpgroups: N = 32, STRIDE = 2, first = half. */
 template <class Elem, int N, int STRIDE, int Q_SLAB, int K_SLAB>
 __device__ __forceinline__ void fa_kvl_scores_wgmma(uint32_t q_smem, uint32_t k_tile, int first,
                                                     float (&s_rmem)[N / 16][2][4]) {
@@ -395,14 +411,7 @@ __device__ __forceinline__ void fa_kvl_scores_wgmma(uint32_t q_smem, uint32_t k_
         wgmma_fence_operand(acc[i]);
     }
     wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < FA_KVL_MAX_D / 16 / STRIDE; ++j) {
-        const int kk = STRIDE * j; /* + first, in the descriptors' base */
-        const uint32_t q_step = (uint32_t)(((kk / 4) * Q_SLAB + (kk % 4) * 32) >> 4);
-        const uint32_t k_step = (uint32_t)(((kk / 4) * K_SLAB + (kk % 4) * 32) >> 4);
-        wgmma_ss_f32<N, fa_kv_convert<Elem>::BF16>(acc, fa_kvl_desc_plus(q_desc, q_step),
-                                                      fa_kvl_desc_plus(k_desc, k_step), 1);
-    }
+    fa_kvl_scores_steps<Elem, N, STRIDE, Q_SLAB, K_SLAB, 0, FA_KVL_MAX_D / 16 / STRIDE>(q_desc, k_desc, acc);
     wgmma_commit_group();
     wgmma_wait_group<0>();
 #pragma unroll
@@ -612,9 +621,10 @@ __global__ void __launch_bounds__(fa_kvl_config<V_IN_K, WGMMA>::THREADS, 1) fa_k
 /* Launch `kernel` (a large-head decode kernel over fa_kv_params) on `stream`, grid x = split ×
  * row tile, y = kv head, z = batch; the > 48 KiB dynamic shared-memory opt-in is set once per
  * device ordinal (bit i of the kernel's own `smem_configured`, as fa_kv_launch). */
-template <class Kernel>
+template <class Kernel, class... Extra>
 static fa_status fa_kvl_launch_kernel(Kernel kernel, unsigned long long &smem_configured, int threads, size_t smem_bytes,
-                                      const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name) {
+                                      const fa_kv_params *prm, int device_ordinal, cudaStream_t stream, const char *name,
+                                      const Extra &...extra) {
     const unsigned long long bit = device_ordinal >= 0 && device_ordinal < 64 ? 1ull << device_ordinal : 0ull;
     if (bit == 0 || !(__atomic_load_n(&smem_configured, __ATOMIC_ACQUIRE) & bit)) {
         FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes), name);
@@ -622,7 +632,7 @@ static fa_status fa_kvl_launch_kernel(Kernel kernel, unsigned long long &smem_co
     }
     const dim3 grid((unsigned)prm->row_tiles * (unsigned)prm->num_splits, (unsigned)prm->heads_kv,
                     (unsigned)prm->batch);
-    kernel<<<grid, threads, smem_bytes, stream>>>(*prm);
+    kernel<<<grid, threads, smem_bytes, stream>>>(*prm, extra...);
     FA_CUDA_CHECK_LAUNCH(name);
     return FA_OK;
 }
