@@ -330,8 +330,8 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
                 fa_kv_score_transform<Cfg, false>(prm, blk, c0 + 16 * g16, quad_col, s_rmem[g16], no_mods);
             fa_kvl_softmax<Elem, 4>(score_mul, s_rmem, scale_own, row_max, row_sum, p_own);
             barrier_sync(FA_KVL_LATENT_BAR_SC, 256); /* S_c done: buffer 1's slab 8 is free */
-            /* complete already (R waited on it before S_c); this thread's own wait orders the slab's
-               cp.async fill before its stores for racecheck, which does not follow the chain via R */
+            /* complete already (R waited on it before S_c): this thread's own wait, so that
+               racecheck sees the slab's cp.async fill ordered before these stores */
             mbarrier_wait_parity(full(1, FA_KVL_LATENT_PART_C), parity);
             fa_kvl_latent_store_p(tile_smem(1) + SLAB_C + frag, p_own);
             if (quad_col == 0)
