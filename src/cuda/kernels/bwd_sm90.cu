@@ -624,7 +624,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         if (warp == 0) {
             fa_bwd_sm90_load<Cfg, MODS, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
                                         k_row, q_row0, tma_batch, walk, len_q, lane,
-                                        [&](int s, int phase) { fa_bwd_sm90_wait(stage_empty(s), phase); },
+                                        [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                         [](int) {}, &iters, iterations);
         } else if (warp == 1) {
             if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         dv_rmem[i] = 0.0f;
     }
 
-    fa_bwd_sm90_wait(kv_full, 0);
+    mbarrier_wait_parity(kv_full, 0);
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD_BAR_KV_TAIL);
 
@@ -684,7 +684,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         /* MODS: this iteration's position, from the stage's slot once the stage is full */
         fa_mods_q_pos it = {0, 0, 0, 0};
         if constexpr (MODS) {
-            fa_bwd_sm90_wait(stage_full(s), use & 1);
+            mbarrier_wait_parity(stage_full(s), use & 1);
             uint32_t pos[4];
             ld_shared_v4_b32(pos, smem + Cfg::POS_OFFSET + 16u * (uint32_t)s);
             it = fa_mods_q_pos{(int)pos[0], (int)pos[1], (int)pos[2], (int)pos[3]};
@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         float s_rmem[BLOCK_M / 2], dp_rmem[BLOCK_M / 2];
         uint32_t p_rmem[BLOCK_M / 16][4], ds_rmem[BLOCK_M / 16][4];
 
-        if constexpr (!MODS) fa_bwd_sm90_wait(stage_full(s), use & 1);
+        if constexpr (!MODS) mbarrier_wait_parity(stage_full(s), use & 1);
         if (varlen && m0 + BLOCK_M > len_q) {
             /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
             fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);

@@ -78,12 +78,6 @@ __device__ __forceinline__ void fa_bwd_sm90_iter_next(const fa_bwd_sm90_iters &i
 
 /* ---- device functions ------------------------------------------------------------------------ */
 
-/* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
-__device__ __forceinline__ void fa_bwd_sm90_wait(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity(bar, parity)) {
-    }
-}
-
 template <bool BF16>
 __device__ __forceinline__ uint32_t fa_bwd_sm90_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);

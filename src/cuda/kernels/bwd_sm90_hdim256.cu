@@ -403,12 +403,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                                               heads, k_row, q_row0, tma_batch, walk, len_q, lane,
                                   [&](int s, int phase) {
                 /* both consumers have released the stage (each on its own barrier) */
-                fa_bwd_sm90_wait(stage_empty(s, 0), phase);
-                fa_bwd_sm90_wait(stage_empty(s, 1), phase);
+                mbarrier_wait_parity(stage_empty(s, 0), phase);
+                mbarrier_wait_parity(stage_empty(s, 1), phase);
             },
                                   [&](int phase) {
-                fa_bwd_sm90_wait(do_empty(0), phase);
-                fa_bwd_sm90_wait(do_empty(1), phase);
+                mbarrier_wait_parity(do_empty(0), phase);
+                mbarrier_wait_parity(do_empty(1), phase);
             });
         } else if (DET && warp <= Cfg::CONSUMER_WGS) {
             /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         dv_rmem[i] = 0.0f;
     }
 
-    fa_bwd_sm90_wait(kv_full, 0);
+    mbarrier_wait_parity(kv_full, 0);
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD256_BAR_KV_TAIL);
 
@@ -489,11 +489,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             float s_rmem[Cfg::HALF_M / 2], dp_rmem[Cfg::HALF_M / 2];
             uint32_t frag_rmem[Cfg::HALF_M / 16][4];
 
-            fa_bwd_sm90_wait(stage_full(s), use & 1);
+            mbarrier_wait_parity(stage_full(s), use & 1);
             if (varlen && m0 + BLOCK_M > len_q) {
                 /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration;
                  * both read every column of the stage) */
-                fa_bwd_sm90_wait(do_full, t & 1);
+                mbarrier_wait_parity(do_full, t & 1);
                 fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
                 fa_bwd_sm90_zero_rows(do_smem, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
                 fence_proxy_async_shared_cta();
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             uint32_t keep = 0;
             if constexpr (DROPOUT)
                 keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
-            fa_bwd_sm90_wait(do_full, t & 1);                                           /* dO of this iteration */
+            mbarrier_wait_parity(do_full, t & 1);                                           /* dO of this iteration */
             fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
 
             wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */

@@ -264,12 +264,6 @@ struct fa_hopper_muls {
 
 /* ---- device functions ------------------------------------------------------------------------ */
 
-/* Block until the phase of parity `parity` of the mbarrier at `bar` has completed. */
-__device__ __forceinline__ void fa_hopper_wait(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity(bar, parity)) {
-    }
-}
-
 /* Keeps the P·V wait after the softmax (Cfg::PV_WAIT_LATE). ptxas places a wgmma.wait_group (no
  * operands) as early in its basic block as it likes and puts the P·V wait above the whole softmax,
  * so a warpgroup's exponentials never overlap its own P·V GEMM. The 16-bit kernels are faster that
@@ -848,7 +842,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                  * still counted in the transaction bytes (the full box lands). Packed: one box
                  * of pack_rows rows per head and slab, head g at slab row g·pack_rows (a multiple
                  * of 8: a 1024-byte swizzle atom), pack_heads · SLABS_QK boxes in the transaction. */
-                if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+                if (tiles_done > 0) mbarrier_wait_parity(q_empty, (tiles_done - 1) & 1);
                 st_shared_u64(tile_slot, (uint64_t)t); /* released by the arrival on q_full below */
                 if constexpr (MODS) st_shared_b32(tile_slot + 8u, (uint32_t)w.n_tiles);
                 if (PACK) {
@@ -873,7 +867,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 for (int j = 0; j <= w.n_tiles; ++j) {
                     if (j < w.n_tiles) {
                         const int g = kv_base + j, s = g % STAGES;
-                        fa_hopper_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_wait_parity(k_empty(s), ((g / STAGES) & 1) ^ 1);
                         if constexpr (MODS) { /* released by the arrival on k_full */
                             const uint32_t pos[4] = {(uint32_t)k_pos.tile, (uint32_t)k_pos.kb, (uint32_t)k_pos.entry, 0u};
                             st_shared_v4_b32(pos_slot(s), pos);
@@ -888,7 +882,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                     }
                     if (j > 0) {
                         const int g = kv_base + j - 1, s = g % STAGES;
-                        fa_hopper_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
+                        mbarrier_wait_parity(v_empty(s), ((g / STAGES) & 1) ^ 1);
                         mbarrier_arrive_expect_tx(v_full(s), Cfg::V_BYTES);
                         if constexpr (FP8) { /* Vᵀ rows of the sequence's padded keys: one box {BLOCK_N, DV} */
                             const int vt_row0 = prm.vt_start != nullptr ? prm.vt_start[w.batch]
@@ -912,7 +906,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             }
             /* no more tiles: -1 in the slot (once the consumers have read the last index) and a
              * plain arrival completes q_full's phase without a transaction */
-            if (tiles_done > 0) fa_hopper_wait(q_empty, (tiles_done - 1) & 1);
+            if (tiles_done > 0) mbarrier_wait_parity(q_empty, (tiles_done - 1) & 1);
             st_shared_u64(tile_slot, ~0ull);
             mbarrier_arrive(q_full);
         }
@@ -946,7 +940,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     int tiles_done = 0, kv_base = 0;
     for (;;) {
         /* the producer's next tile (its Q landed with it), or -1: done */
-        fa_hopper_wait(q_full, tiles_done & 1);
+        mbarrier_wait_parity(q_full, tiles_done & 1);
         /* read by lane 0, the lane that (with its warp's accesses behind it) arrives on q_empty,
          * which the producer waits for before the slot's next write */
         long long t_lane0 = 0;
@@ -1023,7 +1017,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             {
                 const int g = kv_base, ks = g % STAGES;
                 float s_rmem[BLOCK_N / 2];
-                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                mbarrier_wait_parity(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
@@ -1060,7 +1054,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                  * turn here. */
                 if (!FP8 && varlen && n0 + BLOCK_N > len_k) { /* fp8: Vᵀ's padding is zeros */
                     const int vs = g % STAGES;
-                    fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                    mbarrier_wait_parity(v_full(vs), (g / STAGES) & 1);
                     const int valid = max(0, len_k - n0);
                     const int chunks_per_slab = (BLOCK_N - valid) * 8;
                     for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS_V;
@@ -1080,10 +1074,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             for (int j = 1; j < n_tiles; ++j) {
                 const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
                 float s_rmem[BLOCK_N / 2];
-                fa_hopper_wait(k_full(ks), (g / STAGES) & 1);
+                mbarrier_wait_parity(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
-                fa_hopper_wait(v_full(vs), ((g - 1) / STAGES) & 1);
+                mbarrier_wait_parity(v_full(vs), ((g - 1) / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 if constexpr (MODS) read_key_pos(ks); /* round j's tile */
@@ -1145,7 +1139,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             /* ---- last: O += P_{n-1} V_{n-1} */
             {
                 const int g = kv_base + n_tiles - 1, vs = g % STAGES;
-                fa_hopper_wait(v_full(vs), (g / STAGES) & 1);
+                mbarrier_wait_parity(v_full(vs), (g / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll
