@@ -679,6 +679,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
     };
 
+    /* iteration t is query block walk_i of query head heads.first + head_i (t = head_i · n_m +
+     * walk_i), counted along rather than divided out of t: a division by the runtime n_m took ~15
+     * instructions of every iteration */
+    int walk_i = 0, head_i = 0;
     for (int t = 0; t < iterations; ++t) {
         const int s = t % STAGES, use = t / STAGES;
         /* MODS: this iteration's position, from the stage's slot once the stage is full */
@@ -689,7 +693,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             ld_shared_v4_b32(pos, smem + Cfg::POS_OFFSET + 16u * (uint32_t)s);
             it = fa_mods_q_pos{(int)pos[0], (int)pos[1], (int)pos[2], (int)pos[3]};
         }
-        const int m0 = (MODS ? it.tile : fa_bwd_sm90_walk_block<DET>(walk, t % n_m)) * BLOCK_M;
+        const int m0 = (MODS ? it.tile : fa_bwd_sm90_walk_block<DET>(walk, walk_i)) * BLOCK_M;
         /* this thread's pairs of queries 8j + col_in, + 1 start at these addresses (+32 B per j) */
         const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
         const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + col_in) * 4;
@@ -710,7 +714,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
          * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
         uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
         if constexpr (DROPOUT)
-            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + t / n_m,
+            fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + head_i,
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
         if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
@@ -738,7 +742,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         else if constexpr (LOG2)
             fa_bwd_sm90_probs_log2<BLOCK_M>(
                 s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
-                fa_bwd_sm90_alibi_slope(prm, batch, heads.first + t / n_m));
+                fa_bwd_sm90_alibi_slope(prm, batch, heads.first + head_i));
         else if constexpr (!SOFTCAP)
             fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
         if constexpr (EARLY_DV) {
@@ -857,6 +861,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
             }
         /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
         mbarrier_arrive(stage_empty(s));
+        if (++walk_i == n_m) {
+            walk_i = 0;
+            ++head_i;
+        }
     }
     dq_piece_staged(); /* the last iteration's */
 

@@ -477,9 +477,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
      * wgmma is in flight, which makes ptxas serialise the wgmma: C7515). */
     auto consumer_loop = [&](auto role) {
         constexpr bool NARROW = decltype(role)::NARROW; /* dK, dQ GEMMs with N = 64, and dV */
+        /* iteration t = head_i · n_m + walk_i, counted along (no division by the runtime n_m) */
+        int walk_i = 0, head_i = 0;
         for (int t = 0; t < iterations; ++t) {
             const int s = t % STAGES, use = t / STAGES;
-            const int head = heads.first + t / n_m, m0 = fa_bwd_sm90_walk_block<DET>(walk, t % n_m) * BLOCK_M;
+            const int head = heads.first + head_i, m0 = fa_bwd_sm90_walk_block<DET>(walk, walk_i) * BLOCK_M;
             /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
             const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
             const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
@@ -650,6 +652,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             }
             /* this thread's reads of stage s (GEMMs retired, LSE2/D loads used) are done: release */
             mbarrier_arrive(stage_empty(s, consumer));
+            if (++walk_i == n_m) {
+                walk_i = 0;
+                ++head_i;
+            }
         }
     };
     if constexpr (MLA_SPLIT) {

@@ -442,12 +442,14 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
     float m_scaled[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+        /* each chain starts from its first pair (chain 0 also takes the old max): no operation on
+         * a -inf or zero seed */
         float m_acc[ACC];
 #pragma unroll
-        for (int a = 0; a < ACC; ++a) m_acc[a] = a == 0 ? row_max[h] : -CUDART_INF_F;
-#pragma unroll
-        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
-            m_acc[j % ACC] = fmaxf(m_acc[j % ACC], fmaxf(s_rmem[4 * j + 2 * h], s_rmem[4 * j + 2 * h + 1]));
+        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j) {
+            const float pair = fmaxf(s_rmem[4 * j + 2 * h], s_rmem[4 * j + 2 * h + 1]);
+            m_acc[j % ACC] = j >= ACC ? fmaxf(m_acc[j % ACC], pair) : j == 0 ? fmaxf(row_max[h], pair) : pair;
+        }
 #pragma unroll
         for (int a = 1; a < ACC; ++a) m_acc[0] = fmaxf(m_acc[0], m_acc[a]);
         const float m = fa_quad_max(m_acc[0]);
@@ -460,14 +462,12 @@ __device__ __forceinline__ void fa_hopper_softmax(float (&s_rmem)[Cfg::BLOCK_N /
     for (int h = 0; h < 2; ++h) {
         float sum_acc[ACC];
 #pragma unroll
-        for (int a = 0; a < ACC; ++a) sum_acc[a] = 0.0f;
-#pragma unroll
         for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const float p = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + c], score_mul, -m_scaled[h]));
                 s_rmem[4 * j + 2 * h + c] = p;
-                sum_acc[j % ACC] += p;
+                sum_acc[j % ACC] = j < ACC && c == 0 ? p : sum_acc[j % ACC] + p;
             }
 #pragma unroll
         for (int a = 1; a < ACC; ++a) sum_acc[0] += sum_acc[a];
@@ -655,10 +655,9 @@ __device__ __forceinline__ void fa_hopper_wait_turn(int consumer) {
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_pass_turn(int consumer, bool last_round) {
     if (!Cfg::PINGPONG) return;
-    if (consumer < Cfg::CONSUMER_WGS - 1)
-        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST + consumer + 1, 256);
-    else if (!last_round)
-        bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256);
+    const bool last_consumer = consumer == Cfg::CONSUMER_WGS - 1;
+    if (!(last_consumer && last_round))
+        bar_arrive(last_consumer ? FA_HOPPER_BAR_SCHED_FIRST : FA_HOPPER_BAR_SCHED_FIRST + consumer + 1, 256);
 }
 
 /* Tile of round k of this CTA's walk (may be >= total_tiles in the last round: skipped). */
@@ -781,16 +780,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t q_smem = smem;
     const uint32_t o_smem = Cfg::O_OWN ? smem + Cfg::O_OFFSET : q_smem;
-    auto k_stage = [&](int s) -> uint32_t { return smem + Cfg::K_OFFSET + (uint32_t)s * Cfg::K_BYTES; };
-    auto v_stage = [&](int s) -> uint32_t { return smem + Cfg::V_OFFSET + (uint32_t)s * Cfg::V_BYTES; };
+    auto k_stage = [&](uint32_t s) -> uint32_t { return smem + Cfg::K_OFFSET + s * Cfg::K_BYTES; };
+    auto v_stage = [&](uint32_t s) -> uint32_t { return smem + Cfg::V_OFFSET + s * Cfg::V_BYTES; };
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t q_full = bars, q_empty = bars + 8u;
     const uint32_t tile_slot = smem + Cfg::TILE_SLOT_OFFSET;
-    auto pos_slot = [&](int s) -> uint32_t { return smem + Cfg::POS_SLOT_OFFSET + 16u * (uint32_t)s; };
-    auto k_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + s); };
-    auto v_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + STAGES + s); };
-    auto k_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 2 * STAGES + s); };
-    auto v_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(2 + 3 * STAGES + s); };
+    auto pos_slot = [&](uint32_t s) -> uint32_t { return smem + Cfg::POS_SLOT_OFFSET + 16u * s; };
+    auto k_full = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + s); };
+    auto v_full = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + STAGES + s); };
+    auto k_empty = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 2 * STAGES + s); };
+    auto v_empty = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 3 * STAGES + s); };
 
     /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
      * (fence.mbarrier_init), then a CTA barrier before anyone waits or arrives. */
@@ -819,7 +818,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             tma_prefetch_tensormap(&tmap_q);
             tma_prefetch_tensormap(&tmap_k);
             tma_prefetch_tensormap(&tmap_v);
-            int tiles_done = 0, kv_base = 0;
+            int tiles_done = 0;
+            uint32_t kv_base = 0; /* unsigned: the stage and phase are a mask and a shift */
             for (int64_t k = 0;; ++k) {
                 /* the next tile: dynamic (the counter, fetched before the q_empty wait so its
                  * round trip hides behind this tile's work) or this CTA's static walk */
@@ -866,7 +866,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_mods_k_pos k_pos = w.first, v_pos = k_pos;
                 for (int j = 0; j <= w.n_tiles; ++j) {
                     if (j < w.n_tiles) {
-                        const int g = kv_base + j, s = g % STAGES;
+                        const uint32_t g = kv_base + j, s = g % STAGES;
                         mbarrier_wait_parity(k_empty(s), ((g / STAGES) & 1) ^ 1);
                         if constexpr (MODS) { /* released by the arrival on k_full */
                             const uint32_t pos[4] = {(uint32_t)k_pos.tile, (uint32_t)k_pos.kb, (uint32_t)k_pos.entry, 0u};
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                         w.tma_batch);
                     }
                     if (j > 0) {
-                        const int g = kv_base + j - 1, s = g % STAGES;
+                        const uint32_t g = kv_base + j - 1, s = g % STAGES;
                         mbarrier_wait_parity(v_empty(s), ((g / STAGES) & 1) ^ 1);
                         mbarrier_arrive_expect_tx(v_full(s), Cfg::V_BYTES);
                         if constexpr (FP8) { /* Vᵀ rows of the sequence's padded keys: one box {BLOCK_N, DV} */
@@ -937,10 +937,11 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         }
     }
 
-    int tiles_done = 0, kv_base = 0;
+    int tiles_done = 0;
+    uint32_t kv_base = 0;
     for (;;) {
         /* the producer's next tile (its Q landed with it), or -1: done */
-        mbarrier_wait_parity(q_full, tiles_done & 1);
+        mbarrier_wait_parity_spin(q_full, tiles_done & 1);
         /* read by lane 0, the lane that (with its warp's accesses behind it) arrives on q_empty,
          * which the producer waits for before the slot's next write */
         long long t_lane0 = 0;
@@ -968,13 +969,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
 
         /* Does the tile at key n0 need a mask for this warpgroup's rows? Past the keys, right of
-         * the first row's window end, or left of the last row's window start (!fa_tile_all_visible
-         * in int32). */
-        auto needs_mask = [&](int n0) -> bool {
-            return n0 + BLOCK_N > len_k ||
-                   (prm.window_right >= 0 && n0 + BLOCK_N - 1 > mask_row_first + shift + prm.window_right) ||
-                   (prm.window_left >= 0 && n0 < mask_row_last + shift - prm.window_left);
-        };
+         * the first row's window end, or left of the last row's window start (!fa_tile_all_visible):
+         * keys [free_lo, free_hi) are visible to every row, bounds formed once per query tile so
+         * that a round spends two compares on it. */
+        const int free_hi = (int)min((int64_t)len_k, prm.window_right >= 0
+                                                         ? (int64_t)mask_row_first + shift + prm.window_right + 1
+                                                         : (int64_t)len_k);
+        const int free_lo = prm.window_left >= 0
+                                ? (int)max((int64_t)0, (int64_t)mask_row_last + shift - prm.window_left)
+                                : 0;
+        auto needs_mask = [&](int n0) -> bool { return n0 + BLOCK_N > free_hi || n0 < free_lo; };
         /* Own O buffer: Q is free for the next tile once this warp's last S GEMM has read it. */
         auto release_q = [&]() {
             if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
@@ -1015,9 +1019,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 
             /* ---- round 0: S_0 alone */
             {
-                const int g = kv_base, ks = g % STAGES;
+                const uint32_t g = kv_base, ks = g % STAGES;
                 float s_rmem[BLOCK_N / 2];
-                mbarrier_wait_parity(k_full(ks), (g / STAGES) & 1);
+                mbarrier_wait_parity_spin(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
@@ -1054,7 +1058,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                  * turn here. */
                 if (!FP8 && varlen && n0 + BLOCK_N > len_k) { /* fp8: Vᵀ's padding is zeros */
                     const int vs = g % STAGES;
-                    mbarrier_wait_parity(v_full(vs), (g / STAGES) & 1);
+                    mbarrier_wait_parity_spin(v_full(vs), (g / STAGES) & 1);
                     const int valid = max(0, len_k - n0);
                     const int chunks_per_slab = (BLOCK_N - valid) * 8;
                     for (int idx = consumer * 128 + tid; idx < chunks_per_slab * Cfg::SLABS_V;
@@ -1072,12 +1076,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 
             /* ---- rounds 1 .. n_tiles-1: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} in flight together */
             for (int j = 1; j < n_tiles; ++j) {
-                const int g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
+                const uint32_t g = kv_base + j, ks = g % STAGES, vs = (g - 1) % STAGES;
                 float s_rmem[BLOCK_N / 2];
-                mbarrier_wait_parity(k_full(ks), (g / STAGES) & 1);
+                mbarrier_wait_parity_spin(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
                 fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
-                mbarrier_wait_parity(v_full(vs), ((g - 1) / STAGES) & 1);
+                mbarrier_wait_parity_spin(v_full(vs), ((g - 1) / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 if constexpr (MODS) read_key_pos(ks); /* round j's tile */
@@ -1138,8 +1142,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 
             /* ---- last: O += P_{n-1} V_{n-1} */
             {
-                const int g = kv_base + n_tiles - 1, vs = g % STAGES;
-                mbarrier_wait_parity(v_full(vs), (g / STAGES) & 1);
+                const uint32_t g = kv_base + n_tiles - 1, vs = g % STAGES;
+                mbarrier_wait_parity_spin(v_full(vs), (g / STAGES) & 1);
                 fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll

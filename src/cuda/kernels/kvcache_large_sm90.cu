@@ -134,16 +134,16 @@ __device__ __forceinline__ void fa_kvl_latent_scores_issue(uint32_t q_smem, uint
         acc[i] = 0.0f;
         wgmma_fence_operand(acc[i]);
     }
-    mbarrier_wait_parity(full_c, parity);
+    mbarrier_wait_parity_spin(full_c, parity);
     fence_proxy_async_shared_cta(); /* cp.async copies (generic proxy), visible to wgmma */
     using Cfg = fa_kvl_latent_config;
     constexpr int Q_SLAB = Cfg::Q_SLAB_BYTES, K_SLAB = Cfg::KV_SLAB_BYTES;
     wgmma_fence();
     fa_kvl_scores_steps<Elem, 64, 1, Q_SLAB, K_SLAB, 32, 36>(q_desc, k_desc, acc);
-    mbarrier_wait_parity(full_a, parity);
+    mbarrier_wait_parity_spin(full_a, parity);
     fence_proxy_async_shared_cta();
     fa_kvl_scores_steps<Elem, 64, 1, Q_SLAB, K_SLAB, 0, 16>(q_desc, k_desc, acc);
-    mbarrier_wait_parity(full_b, parity);
+    mbarrier_wait_parity_spin(full_b, parity);
     fence_proxy_async_shared_cta();
     fa_kvl_scores_steps<Elem, 64, 1, Q_SLAB, K_SLAB, 16, 32>(q_desc, k_desc, acc);
     wgmma_commit_group();
@@ -284,11 +284,11 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
                     mbarrier_arrive(full(b, part));
                 }
             };
-            mbarrier_wait_parity(empty(b, FA_KVL_LATENT_PART_C), parity);
+            mbarrier_wait_parity_spin(empty(b, FA_KVL_LATENT_PART_C), parity);
             issue(FA_KVL_LATENT_PART_C, [&] { ld.issue<8, 9>(m, b, page); });
-            mbarrier_wait_parity(empty(b, FA_KVL_LATENT_PART_A), parity);
+            mbarrier_wait_parity_spin(empty(b, FA_KVL_LATENT_PART_A), parity);
             issue(FA_KVL_LATENT_PART_A, [&] { ld.issue<0, 4>(m, b, page); });
-            mbarrier_wait_parity(empty(b, FA_KVL_LATENT_PART_B), parity);
+            mbarrier_wait_parity_spin(empty(b, FA_KVL_LATENT_PART_B), parity);
             issue(FA_KVL_LATENT_PART_B, [&] { ld.issue<4, 8>(m, b, page); });
             page = page_next;
             page_next = ld.fetch_pages(tile_of(t + 2));
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
     const fa_mods_arg<false> no_mods{};
     const uint32_t frag = 16u * (uint32_t)(tid % 128); /* this thread's P fragments in a hand-over */
     const int row0 = 16 * row_group + quad_row;        /* the lane's rows row0, row0 + 8 */
-    mbarrier_wait_parity(q_full, 0);
+    mbarrier_wait_parity_spin(q_full, 0);
 
     for (int i = 0; i < n_pairs; ++i) {
         const uint32_t parity = (uint32_t)(i & 1);
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
             barrier_sync(FA_KVL_LATENT_BAR_SC, 256); /* S_c done: buffer 1's slab 8 is free */
             /* complete already (R waited on it before S_c): this thread's own wait, so that
                racecheck sees the slab's cp.async fill ordered before these stores */
-            mbarrier_wait_parity(full(1, FA_KVL_LATENT_PART_C), parity);
+            mbarrier_wait_parity_spin(full(1, FA_KVL_LATENT_PART_C), parity);
             fa_kvl_latent_store_p(tile_smem(1) + SLAB_C + frag, p_own);
             if (quad_col == 0)
 #pragma unroll
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum[h] = fmaf(row_sum[h], scale_other[h], sum_c[h]);
             fa_kvl_rescale_o<Cfg>(o_rmem, scale_other);
-            mbarrier_wait_parity(full(1, FA_KVL_LATENT_PART_A), parity); /* (R saw it complete) */
+            mbarrier_wait_parity_spin(full(1, FA_KVL_LATENT_PART_A), parity); /* (R saw it complete) */
             fence_proxy_async_shared_cta();
             fa_kvl_latent_pv_issue<Elem>(tile_smem(1), 0, p_other, o_rmem);
             fa_kvl_latent_pv_wait<0>(o_rmem);
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(FA_KVL_LATENT_THREADS, 1)
                 scale_other[h] = st.y;
             }
             fa_kvl_rescale_o<Cfg>(o_rmem, scale_other);
-            mbarrier_wait_parity(full(0, FA_KVL_LATENT_PART_B), parity); /* (L saw it complete) */
+            mbarrier_wait_parity_spin(full(0, FA_KVL_LATENT_PART_B), parity); /* (L saw it complete) */
             fence_proxy_async_shared_cta();
             fa_kvl_latent_pv_issue<Elem>(tile_smem(0), 1, p_other, o_rmem); /* runs under the softmax of S_c */
             float sum_c[2] = {0.0f, 0.0f};
