@@ -121,19 +121,27 @@ FA_TEST(isa_avx2) { run_level("avx2"); }
 FA_TEST(isa_avx512) { run_level("avx512"); }
 FA_TEST(isa_neon) { run_level("neon"); }
 FA_TEST(isa_sve256) { run_level("sve256"); }
-/* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps, on one with the
- * AArch64 BF16 extension the neon level with BFDOT; the fp32 score GEMM of the same level is tested
- * too (FA_CPU_BF16DOT=0; on other CPUs this repeats the level's test). */
-static void run_level_without_bf16dot(const char *level) {
-    char *previous = getenv("FA_CPU_BF16DOT") ? strdup(getenv("FA_CPU_BF16DOT")) : NULL;
-    setenv("FA_CPU_BF16DOT", "0", 1);
+/* On a CPU with AVX512-BF16 the avx512 level scores bf16 problems with vdpbf16ps (with AMX-BF16:
+ * on AMX tiles), on one with the AArch64 BF16 extension the neon level with BFDOT; the level's
+ * other score GEMMs are tested too: FA_CPU_BF16DOT=0 the fp32 one, FA_CPU_AMX=0 vdpbf16ps on an
+ * AMX CPU (on other CPUs these repeat the level's test). */
+static void run_level_with_off(const char *level, const char *variable) {
+    char *previous = getenv(variable) ? strdup(getenv(variable)) : NULL;
+    setenv(variable, "0", 1);
     run_level(level);
     if (previous) {
-        setenv("FA_CPU_BF16DOT", previous, 1);
+        setenv(variable, previous, 1);
         free(previous);
     } else {
-        unsetenv("FA_CPU_BF16DOT");
+        unsetenv(variable);
     }
 }
-FA_TEST(isa_avx512_without_bf16dot) { run_level_without_bf16dot("avx512"); }
-FA_TEST(isa_neon_without_bf16dot) { run_level_without_bf16dot("neon"); }
+FA_TEST(isa_avx512_without_bf16dot) { run_level_with_off("avx512", "FA_CPU_BF16DOT"); }
+FA_TEST(isa_avx512_without_amx) {
+    if (!fa_cpu_amx_usable()) {
+        fa_test_skip("this CPU or OS offers no AMX tiles: isa_avx512 already ran without them");
+        return;
+    }
+    run_level_with_off("avx512", "FA_CPU_AMX");
+}
+FA_TEST(isa_neon_without_bf16dot) { run_level_with_off("neon", "FA_CPU_BF16DOT"); }

@@ -16,7 +16,10 @@
  * On CPUs with AVX512-BF16 the avx512 level (detected or forced) also computes the score GEMMs
  * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); on AArch64 CPUs with the BF16 extension
  * (HWCAP2_BF16) the neon and sve256 levels do with BFDOT (gemm_bf16_neon.c). The level's name
- * stays the same, and FA_CPU_BF16DOT=0 turns that off.
+ * stays the same, and FA_CPU_BF16DOT=0 turns that off. On CPUs with AMX-BF16 whose OS grants the
+ * tile state (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process) the avx512 level
+ * computes those GEMMs on AMX tiles instead (gemm_bf16_amx.c); FA_CPU_AMX=0 keeps them on
+ * vdpbf16ps, FA_CPU_BF16DOT=0 on the fp32 GEMM.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,6 +37,12 @@
 #endif
 #ifdef FA_CPU_HAVE_SVE256_KERNELS
 #include <sys/prctl.h>
+#endif
+#ifdef FA_CPU_HAVE_AMX
+#include <sys/syscall.h>
+#include <unistd.h>
+#define FA_ARCH_REQ_XCOMP_PERM 0x1023 /* arch_prctl: ask for an XSAVE feature's state (Linux 5.16) */
+#define FA_XFEATURE_XTILEDATA 18
 #endif
 
 /* Levels are ordered within an architecture (x86-64: scalar < avx2 < avx512; AArch64: scalar < neon
@@ -129,6 +138,30 @@ fa_cpu_model_id fa_cpu_identify(void) {
     return id;
 }
 
+int fa_cpu_amx_usable(void) {
+#ifdef FA_CPU_HAVE_AMX
+    static atomic_int cached = -1; /* racing threads ask the same and store the same */
+    int usable = atomic_load(&cached);
+    if (usable < 0) {
+        usable = 0;
+        unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+        /* CPUID leaf 7.0 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE; leaf 1 ECX bit 27: OSXSAVE (xgetbv) */
+        int amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) && (edx & (1u << 24));
+        if (amx && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 27))) {
+            unsigned int xcr0_lo, xcr0_hi;
+            __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+            /* XCR0 bits 17-18: the OS saves XTILECFG and XTILEDATA; then the process asks for them */
+            if ((xcr0_lo & (3u << 17)) == (3u << 17))
+                usable = syscall(SYS_arch_prctl, FA_ARCH_REQ_XCOMP_PERM, FA_XFEATURE_XTILEDATA) == 0;
+        }
+        atomic_store(&cached, usable);
+    }
+    return usable;
+#else
+    return 0;
+#endif
+}
+
 static fa_cpu_isa_level selected_level(int *bf16dot) {
     fa_cpu_isa_level level = detected_level(bf16dot);
     const char *forced = getenv("FA_CPU_ISA");
@@ -158,12 +191,22 @@ static int bf16dot_disabled(void) {
     return s != NULL && s[0] == '0';
 }
 #endif
+#ifdef FA_CPU_HAVE_AMX
+/* FA_CPU_AMX=0 keeps bf16 problems off the AMX tiles (read on every call, like FA_CPU_BF16DOT). */
+static int amx_disabled(void) {
+    const char *s = getenv("FA_CPU_AMX");
+    return s != NULL && s[0] == '0';
+}
+#endif
 
 const fa_cpu_kernels *fa_cpu_select_kernels(void) {
     int bf16dot;
     switch (selected_level(&bf16dot)) {
 #ifdef FA_CPU_HAVE_X86_KERNELS
     case FA_ISA_AVX512:
+#ifdef FA_CPU_HAVE_AMX
+        if (!bf16dot_disabled() && !amx_disabled() && fa_cpu_amx_usable()) return fa_cpu_kernels_avx512_amx();
+#endif
 #ifdef FA_CPU_HAVE_BF16DOT
         if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_avx512_bf16();
 #endif

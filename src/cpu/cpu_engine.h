@@ -85,6 +85,12 @@ static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) 
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define FA_CPU_HAVE_BF16DOT 1
 #endif
+/* The compiler knows AMX-TILE / AMX-BF16 (GCC 11, clang 12) and the OS is Linux, whose
+ * arch_prctl grants a process the tile state: gemm_bf16_amx.c is built. */
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__) &&                                             \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define FA_CPU_HAVE_AMX 1
+#endif
 /* AArch64 with GCC / clang: kernels_neon.c and decode_neon.c are built (Makefile) and selectable
  * (the NEON decode kernels serve the SVE level too). */
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
@@ -234,7 +240,14 @@ const fa_cpu_kernels *fa_cpu_kernels_avx512(void);
 const fa_cpu_kernels *fa_cpu_kernels_avx512_bf16(void);
 void fa_cpu_gemm_bf16_avx512(const fa_cpu_gemm_bf16_args *g);
 #endif
+#ifdef FA_CPU_HAVE_AMX
+/* the AVX-512 table with gemm_bf16 on AMX tiles (only where fa_cpu_amx_usable) */
+const fa_cpu_kernels *fa_cpu_kernels_avx512_amx(void);
+void fa_cpu_gemm_bf16_amx(const fa_cpu_gemm_bf16_args *g);
 #endif
+#endif
+/* 1 if this CPU and OS let the process use AMX-BF16 tiles (asked for once, cached; 0 off x86-64) */
+int fa_cpu_amx_usable(void);
 #ifdef FA_CPU_HAVE_NEON_KERNELS
 const fa_cpu_kernels *fa_cpu_kernels_neon(void);
 #endif

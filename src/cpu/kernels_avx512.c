@@ -76,3 +76,8 @@ static inline void vf_store_bf16(uint16_t *p, fa_vf x) {
 static const fa_cpu_kernels kernel_table_bf16 = FA_KERNEL_TABLE(fa_cpu_gemm_bf16_avx512);
 const fa_cpu_kernels *fa_cpu_kernels_avx512_bf16(void) { return &kernel_table_bf16; }
 #endif
+#ifdef FA_CPU_HAVE_AMX
+/* Same kernels and name; the score GEMMs of bf16 problems run on AMX tiles (gemm_bf16_amx.c). */
+static const fa_cpu_kernels kernel_table_amx = FA_KERNEL_TABLE(fa_cpu_gemm_bf16_amx);
+const fa_cpu_kernels *fa_cpu_kernels_avx512_amx(void) { return &kernel_table_amx; }
+#endif
