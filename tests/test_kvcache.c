@@ -550,9 +550,9 @@ FA_TEST(kvcache_errors) {
     BAD(p.o = (char *)p.v + 2 * 64 * 2, FA_ERR_OVERLAP, "value cache");
     BAD(p.k_new = p.k, FA_ERR_OVERLAP, "k_new");
     BAD(p.lse = (float *)p.o + 1, FA_ERR_OVERLAP, "lse");
-    BAD(p.o = (void *)p.rotary_cos, FA_ERR_OVERLAP, "rotary_cos");
-    /* cache_seqlens inside o (o moved onto cache_seqlens would also cover whatever the heap put
-     * after it) */
+    /* rotary_cos and cache_seqlens inside o (o moved onto either would also cover whatever the
+     * heap put after it, and the message could name that array instead) */
+    BAD(p.rotary_cos = (const void *)p.o, FA_ERR_OVERLAP, "rotary_cos");
     BAD(p.cache_seqlens = (const int32_t *)p.o, FA_ERR_OVERLAP, "cache_seqlens");
     /* byte offsets past int64, misaligned arrays */
     BAD((p.alibi_slopes = kp.buffer[FA_KV_SEQLENS].host, p.alibi_batch_stride = INT64_MAX), FA_ERR_OVERFLOW,
