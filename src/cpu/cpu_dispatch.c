@@ -184,17 +184,11 @@ static fa_cpu_isa_level selected_level(int *bf16dot) {
 }
 
 #if defined(FA_CPU_HAVE_BF16DOT) || defined(FA_CPU_HAVE_BF16DOT_NEON)
-/* FA_CPU_BF16DOT=0 keeps bf16 problems on the fp32 GEMM at the avx512 / neon / sve256 level (read on
- * every call, like FA_CPU_ISA, so tests run both on a CPU that has the bf16 dot products). */
-static int bf16dot_disabled(void) {
-    const char *s = getenv("FA_CPU_BF16DOT");
-    return s != NULL && s[0] == '0';
-}
-#endif
-#ifdef FA_CPU_HAVE_AMX
-/* FA_CPU_AMX=0 keeps bf16 problems off the AMX tiles (read on every call, like FA_CPU_BF16DOT). */
-static int amx_disabled(void) {
-    const char *s = getenv("FA_CPU_AMX");
+/* An environment switch set to 0, read on every call like FA_CPU_ISA (so tests run both ways on a
+ * CPU that has the instructions): FA_CPU_BF16DOT=0 keeps bf16 problems on the fp32 GEMM at the
+ * avx512 / neon / sve256 level, FA_CPU_AMX=0 keeps them off the AMX tiles. */
+static int switched_off(const char *variable) {
+    const char *s = getenv(variable);
     return s != NULL && s[0] == '0';
 }
 #endif
@@ -205,10 +199,11 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void) {
 #ifdef FA_CPU_HAVE_X86_KERNELS
     case FA_ISA_AVX512:
 #ifdef FA_CPU_HAVE_AMX
-        if (!bf16dot_disabled() && !amx_disabled() && fa_cpu_amx_usable()) return fa_cpu_kernels_avx512_amx();
+        if (!switched_off("FA_CPU_BF16DOT") && !switched_off("FA_CPU_AMX") && fa_cpu_amx_usable())
+            return fa_cpu_kernels_avx512_amx();
 #endif
 #ifdef FA_CPU_HAVE_BF16DOT
-        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_avx512_bf16();
+        if (bf16dot && !switched_off("FA_CPU_BF16DOT")) return fa_cpu_kernels_avx512_bf16();
 #endif
         return fa_cpu_kernels_avx512();
     case FA_ISA_AVX2: return fa_cpu_kernels_avx2();
@@ -216,14 +211,14 @@ const fa_cpu_kernels *fa_cpu_select_kernels(void) {
 #ifdef FA_CPU_HAVE_NEON_KERNELS
     case FA_ISA_NEON:
 #ifdef FA_CPU_HAVE_BF16DOT_NEON
-        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_neon_bf16();
+        if (bf16dot && !switched_off("FA_CPU_BF16DOT")) return fa_cpu_kernels_neon_bf16();
 #endif
         return fa_cpu_kernels_neon();
 #endif
 #ifdef FA_CPU_HAVE_SVE256_KERNELS
     case FA_ISA_SVE256:
 #ifdef FA_CPU_HAVE_BF16DOT_NEON
-        if (bf16dot && !bf16dot_disabled()) return fa_cpu_kernels_sve256_bf16();
+        if (bf16dot && !switched_off("FA_CPU_BF16DOT")) return fa_cpu_kernels_sve256_bf16();
 #endif
         return fa_cpu_kernels_sve256();
 #endif

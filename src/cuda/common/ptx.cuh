@@ -379,47 +379,46 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 /* mbarrier.try_wait.parity: true once the phase of parity `parity` has completed, i.e. the
  * barrier's current phase has the other parity (so waiting on parity 1 of a fresh barrier returns
  * true at once: that is how a producer's first pass over empty stages goes through). A thread
- * whose phase is still open is suspended until it completes or the suspend-time hint passes (10
- * ms, CUTLASS's value), then it returns false and callers loop. Without the hint the system's
- * default limit is short: a producer waiting out a whole tile spun through try_wait millions of
- * times per launch, taking issue slots from the consumer warps on its scheduler. Acquire
- * semantics on success. */
+ * whose phase is still open may be suspended, then it returns false and callers loop. SUSPEND:
+ * with a suspend-time hint of 10 ms (CUTLASS's value) the thread sleeps until the phase completes;
+ * without it the system's default limit is short, and a producer waiting out a whole tile spun
+ * through try_wait millions of times per launch, taking issue slots from the consumer warps on
+ * its scheduler. Acquire semantics on success. */
+template <bool SUSPEND>
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
     uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity), "n"(10000000)
-        : "memory");
+    if constexpr (SUSPEND)
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity), "n"(10000000)
+            : "memory");
+    else
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
     return done != 0;
 }
 
-/* Block until the phase of parity `parity` of the mbarrier at bar has completed. */
+/* Block until the phase of parity `parity` of the mbarrier at bar has completed, asleep
+ * (producers, the backward). */
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity(bar, parity)) {
+    while (!mbarrier_try_wait_parity<true>(bar, parity)) {
     }
 }
 
-/* mbarrier.try_wait.parity without the hint (the system's short default limit), and the wait
- * loop on it: for waits on a consumer's critical path that mostly find the phase complete. The
- * forward's consumers measured 0.5-1 % slower suspended (docs/tuning-log.md, "Hopper forward
- * against FlashAttention-4, instruction by instruction"); the latent-cache decode kernel keeps
- * this form throughout, as it was measured. */
-__device__ __forceinline__ bool mbarrier_try_wait_parity_nohint(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return done != 0;
-}
+/* The same on the short default limit: for waits on a consumer's critical path that mostly find
+ * the phase complete. The forward's consumers measured 0.5-1 % slower suspended (docs/tuning-log.md,
+ * "Hopper forward against FlashAttention-4, instruction by instruction"); the latent-cache decode
+ * kernel keeps this form throughout, as it was measured. */
 __device__ __forceinline__ void mbarrier_wait_parity_spin(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity_nohint(bar, parity)) {
+    while (!mbarrier_try_wait_parity<false>(bar, parity)) {
     }
 }
 
