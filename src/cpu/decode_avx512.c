@@ -4,13 +4,14 @@
  * cpu_dispatch.c has checked them.
  *
  * The layout of decode_avx2.c at twice the width: scores take 4 rows × 2 keys (8 accumulators of
- * 16 lanes, 2 K vectors, the q vector of each row) over 16 values a step and reduce each 512-bit
- * sum to 256 bits before AVX2's hadd tree; the accumulation holds 4 rows × 2 vectors of 16 columns
- * (32 columns a block: two V loads and four weight broadcasts per eight FMAs, where 16 columns
- * would spend five loads on four). An 8-value remainder of d or dv goes through the 8-wide loads
- * of decode_x86.h in the lower half, with masked loads and stores of q and o. An int8 cache's
- * scores are taken in integers from the int16 query rows (AVX2's quantise_rows makes them), its
- * P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
+ * 16 lanes, 2 K vectors, the q vector of each row) over 16 values a step and reduce the 8 sums
+ * together in one transposing tree (sums_4x2; partial row or key blocks fold each sum to 256 bits
+ * before AVX2's hadd tree); the accumulation holds 4 rows × 2 vectors of 16 columns (32 columns a
+ * block: two V loads per eight FMAs, each FMA broadcasting its row's weight from memory itself,
+ * where 16 columns would spend five loads on four). An 8-value remainder of d or dv goes through
+ * the 8-wide loads of decode_x86.h in the lower half, with masked loads and stores of q and o. An
+ * int8 cache's scores are taken in integers from the int16 query rows (AVX2's quantise_rows makes
+ * them), its P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
  *
  * decode_vnni_avx512.c builds this file again with FA_DECODE_VNNI (and AVX512-VNNI's flag): the
  * int8 scores' vpmaddwd + vpaddd become one vpdpwssd (bitwise the same sums), the other kernels
@@ -64,6 +65,43 @@ static FA_CPU_ALWAYS_INLINE __m256 fold(__m512 a) {
     return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
 }
 
+/* a + b as 16 fp32 lanes (fp) or 16 int32 lanes, in int32 registers */
+static FA_CPU_ALWAYS_INLINE __m512i add_lanes(__m512i a, __m512i b, const int fp) {
+    return fp ? _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))) : _mm512_add_epi32(a, b);
+}
+
+/* The 16-lane sums of acc[r][k] (4 rows × 2 keys, fp32 or int32 lanes) in one vector: 128-bit
+ * lane 0 holds key 0's four row sums, lane 2 key 1's. A transposing tree: the rows of a key
+ * interleaved in pairs and added (32-bit, then 64-bit elements of each 128-bit lane), then the
+ * 128-bit lanes of both keys folded together; 23 operations where a horizontal sum per key (a
+ * fold to 256 bits, then hadd) took about twice as many, most of them shuffles. int32 sums stay
+ * exact. */
+static FA_CPU_ALWAYS_INLINE __m512i sums_4x2(const __m512i acc[4][2], const int fp) {
+    __m512i y[2];
+    for (int k = 0; k < 2; k++) {
+        __m512i x[2];
+        for (int p = 0; p < 2; p++)
+            x[p] = add_lanes(_mm512_unpacklo_epi32(acc[2 * p][k], acc[2 * p + 1][k]),
+                             _mm512_unpackhi_epi32(acc[2 * p][k], acc[2 * p + 1][k]), fp);
+        y[k] = add_lanes(_mm512_unpacklo_epi64(x[0], x[1]), _mm512_unpackhi_epi64(x[0], x[1]), fp);
+    }
+    const __m512i z = add_lanes(_mm512_shuffle_i32x4(y[0], y[1], 0x88), _mm512_shuffle_i32x4(y[0], y[1], 0xdd), fp);
+    return add_lanes(z, _mm512_shuffle_i32x4(z, z, 0xb1), fp);
+}
+
+/* acc + the int32 sums of the int16 pair products of a and b (exact: fa_cpu_q16_max) */
+static FA_CPU_ALWAYS_INLINE __m512i dot_pairs(__m512i acc, __m512i a, __m512i b) {
+#ifdef FA_DECODE_VNNI
+    /* vpdpwssd: the same pair sums added in one instruction. In asm: through the intrinsic gcc 12
+     * copied every accumulator of the loop to a new register and back each step (16 moves per 8
+     * vpdpwssd) */
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+    return acc;
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
 /* Scores of an int8 cache from the int16 query rows (t->q16), as decode_avx2.c's
  * scores_block_int at twice the width: vpmaddwd of the sign-extended K values with q16, 32 values
  * a step (a remainder of 8, 16 or 24 by masked loads, the masked-off lanes zero), pairs summed in
@@ -72,21 +110,38 @@ static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS
                                                   int64_t r0) {
     const int64_t d = t->d;
     const int16_t *q = t->q16 + r0 * d;
+    const char *k_row[2] = {t->k_rows[j], t->k_rows[j + KEYS - 1]};
     __m512i acc[4][2];
     for (int r = 0; r < ROWS; r++)
         for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_si512();
-    for (int64_t c = 0; c < d; c += 32) {
-        const __mmask32 m = d - c >= 32 ? 0xffffffffu : (1u << (d - c)) - 1u;
+    /* whole steps unmasked (a mask formed in the loop kept gcc from holding the accumulators in
+     * place: it copied all eight every step), then the remainder under one mask */
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
         __m512i kv[2];
-        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, t->k_rows[j + k] + c));
+        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(k_row[k] + c)));
         for (int r = 0; r < ROWS; r++) {
-            __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * d + c);
-#ifdef FA_DECODE_VNNI /* vpdpwssd: the same pair sums added in one instruction */
-            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_dpwssd_epi32(acc[r][k], kv[k], qv);
-#else
-            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_add_epi32(acc[r][k], _mm512_madd_epi16(kv[k], qv));
-#endif
+            const __m512i qv = _mm512_loadu_si512(q + r * d + c);
+            for (int k = 0; k < KEYS; k++) acc[r][k] = dot_pairs(acc[r][k], kv[k], qv);
         }
+    }
+    if (c < d) {
+        const __mmask32 m = (1u << (d - c)) - 1u;
+        __m512i kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, k_row[k] + c));
+        for (int r = 0; r < ROWS; r++) {
+            const __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * d + c);
+            for (int k = 0; k < KEYS; k++) acc[r][k] = dot_pairs(acc[r][k], kv[k], qv);
+        }
+    }
+    if (ROWS == 4 && KEYS == 2) {
+        const __m512 sums = _mm512_cvtepi32_ps(sums_4x2(acc, 0));
+        const __m128 row_scale = _mm_loadu_ps(t->q16_scale + r0);
+        _mm_storeu_ps(t->s + j * t->ld + r0,
+                      _mm_mul_ps(_mm512_castps512_ps128(sums), _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j]))));
+        _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, _mm_mul_ps(_mm512_extractf32x4_ps(sums, 2),
+                                                             _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j + 1]))));
+        return;
     }
     for (int k = 0; k < KEYS; k++) {
         float mult = t->k_mult[j + k];
@@ -131,6 +186,21 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_fmadd_ps(kv[k], qv, acc[r][k]);
         }
     }
+    if (ROWS == 4 && KEYS == 2) {
+        const __m512i acc_bits[4][2] = {{_mm512_castps_si512(acc[0][0]), _mm512_castps_si512(acc[0][1])},
+                                        {_mm512_castps_si512(acc[1][0]), _mm512_castps_si512(acc[1][1])},
+                                        {_mm512_castps_si512(acc[2][0]), _mm512_castps_si512(acc[2][1])},
+                                        {_mm512_castps_si512(acc[3][0]), _mm512_castps_si512(acc[3][1])}};
+        const __m512 sums = _mm512_castsi512_ps(sums_4x2(acc_bits, 1));
+        __m128 lo = _mm512_castps512_ps128(sums), hi = _mm512_extractf32x4_ps(sums, 2);
+        if (t->k_mult) {
+            lo = _mm_mul_ps(lo, _mm_set1_ps(t->k_mult[j]));
+            hi = _mm_mul_ps(hi, _mm_set1_ps(t->k_mult[j + 1]));
+        }
+        _mm_storeu_ps(t->s + j * t->ld + r0, lo);
+        _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, hi);
+        return;
+    }
     for (int k = 0; k < KEYS; k++) {
         float mult = t->k_mult ? t->k_mult[j + k] : 1.0f;
         float *s = t->s + (j + k) * t->ld + r0;
@@ -141,6 +211,14 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
             for (int r = 0; r < ROWS; r++) s[r] = mult * hsum(fold(acc[r][k]));
         }
     }
+}
+
+/* acc + v · *w, the weight broadcast by the FMA's own memory operand ({1to16}). In asm: gcc
+ * broadcast a weight used by two FMAs into a register first, and on Zen 4 such a broadcast takes
+ * a vector pipe slot (an FMA and a vbroadcastss 1.33 cycles, an FMA with {1to16} 1.0). */
+static FA_CPU_ALWAYS_INLINE __m512 fmadd_broadcast(__m512 acc, __m512 v, const float *w) {
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*w));
+    return acc;
 }
 
 /* o[r0 + r][c .. c + 8·UNITS) for ROWS rows over every key of the tile: vectors of 16 columns,
@@ -166,22 +244,20 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
         __m512 scale = format == FA_CPU_KV_Q8_0 ? q8_scale16(v_row, c) : _mm512_setzero_ps();
         for (int v = 0; v < VECS; v++) /* c is 32-aligned: a Q8_0 block's 32 columns share `scale` */
             vv[v] = v == VECS - 1 && UNITS % 2 ? load8_low(format, v_row, c + 16 * v) : load16(format, v_row, c + 16 * v, scale);
-        for (int r = 0; r < ROWS; r++) {
-            __m512 w = _mm512_set1_ps(s[r]);
-            for (int v = 0; v < VECS; v++) acc[r][v] = _mm512_fmadd_ps(w, vv[v], acc[r][v]);
-        }
+        for (int r = 0; r < ROWS; r++)
+            for (int v = 0; v < VECS; v++) acc[r][v] = fmadd_broadcast(acc[r][v], vv[v], s + r);
     }
     for (int r = 0; r < ROWS; r++)
         for (int v = 0; v < VECS; v++) _mm512_mask_storeu_ps(o + r * dv + 16 * v, v == VECS - 1 ? last : 0xffff, acc[r][v]);
 }
 
-#define DECODE_BLOCK_UNITS 4
 /* an int8 cache's integer P·V (where fa_cpu_decode_integer_pv picks it) is AVX2's */
 #define DECODE_ACCUMULATE_I8(t)                                                                                 \
     do {                                                                                                        \
         if ((t)->integer_pv) fa_cpu_decode_kernels_avx2()->accumulate(t);                                       \
         else accumulate_format(FA_CPU_KV_I8, t);                                                                \
     } while (0)
+#define DECODE_BLOCK_UNITS 4
 #define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
 #include "decode_impl.h"
 
