@@ -251,13 +251,13 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
         for (int v = 0; v < VECS; v++) _mm512_mask_storeu_ps(o + r * dv + 16 * v, v == VECS - 1 ? last : 0xffff, acc[r][v]);
 }
 
+#define DECODE_BLOCK_UNITS 4
 /* an int8 cache's integer P·V (where fa_cpu_decode_integer_pv picks it) is AVX2's */
 #define DECODE_ACCUMULATE_I8(t)                                                                                 \
     do {                                                                                                        \
         if ((t)->integer_pv) fa_cpu_decode_kernels_avx2()->accumulate(t);                                       \
         else accumulate_format(FA_CPU_KV_I8, t);                                                                \
     } while (0)
-#define DECODE_BLOCK_UNITS 4
 #define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
 #include "decode_impl.h"
 
