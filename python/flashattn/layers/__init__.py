@@ -1,0 +1,1 @@
+"""flash_attn.layers' counterparts: `flashattn.layers.rotary` (rotary position embeddings)."""
