@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flashattn import FlashAttnValueError  # noqa: E402
-from flashattn.layers.rotary import (RotaryEmbedding, apply_rotary_emb, apply_rotary_emb_func,  # noqa: E402
-                                     apply_rotary_emb_kv_, apply_rotary_emb_qkv_)
+from flashattn.layers.rotary import (RotaryEmbedding, apply_rotary, apply_rotary_emb,  # noqa: E402
+                                     apply_rotary_emb_func, apply_rotary_emb_kv_, apply_rotary_emb_qkv_)
 
 
 def ref_rotate(x, cos, sin, positions, interleaved):
@@ -59,6 +59,14 @@ def test_apply_rotary_emb(dtype, interleaved, rotary_dim):
         assert out.dtype == dtype and out.shape == x.shape
         close(out, ref, dtype)
     assert apply_rotary_emb_func is apply_rotary_emb
+
+
+def test_apply_rotary_and_its_conjugate_undo_each_other():
+    x = torch.randn(2, 6, 2, 32, dtype=torch.float64)
+    cos, sin = tables(9, 16, torch.float64)
+    y = apply_rotary(x, cos, sin, seqlen_offsets=3, interleaved=True)
+    close(y, ref_rotate(x, cos, sin, np.broadcast_to(np.arange(6)[None] + 3, (2, 6)), True), torch.float32)
+    torch.testing.assert_close(apply_rotary(y, cos, sin, seqlen_offsets=3, interleaved=True, conjugate=True), x)
 
 
 def test_positions_past_the_tables_stay_unrotated():

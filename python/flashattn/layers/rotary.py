@@ -1,6 +1,7 @@
 """Rotary position embeddings with flash_attn.layers.rotary's interface: apply_rotary_emb (alias
 apply_rotary_emb_func), apply_rotary_emb_qkv_, apply_rotary_emb_kv_ and the RotaryEmbedding
-module, so programs that import them from flash_attn can import them from here.
+module, plus flash_attn.ops.triton.rotary's apply_rotary, so programs that import them from
+flash_attn can import them from here.
 
 On torch tensors of any device and dtype, differentiable (plain torch operations, in-place ones
 through views, so autograd follows them). The rotation is computed in fp32 (fp64 for fp64 x) and
@@ -118,6 +119,14 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
 
 
 apply_rotary_emb_func = apply_rotary_emb
+
+
+def apply_rotary(x, cos, sin, seqlen_offsets=0, cu_seqlens=None, max_seqlen=None, interleaved=False, inplace=False,
+                 conjugate=False):
+    """flash_attn.ops.triton.rotary.apply_rotary's form of apply_rotary_emb: conjugate rotates by
+    the opposite angles (the inverse rotation, which the backward applies)."""
+    return apply_rotary_emb(x, cos, -sin if conjugate else sin, interleaved=interleaved, inplace=inplace,
+                            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
 
 
 def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0,
