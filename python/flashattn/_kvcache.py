@@ -60,6 +60,68 @@ def _check_shapes(q_shape, kc_shape, vc_shape, k_shape, v_shape, cos_shape, sin_
                              "got %s / %s" % (tuple(cos_shape), tuple(sin_shape)))
 
 
+# ---- quantised caches ---------------------------------------------------------------------------
+# The caches' dtype picks the library's kv_dtype (include/flashattn.h, fa_kv_dtype): int8 values
+# with one fp32 scale per (cache row or page, slot, kv head) in k_scale / v_scale; fp8 e4m3 with
+# one fp32 scale per kv head; uint8 rows of llama.cpp Q8_0 blocks (per 32 values an f16 scale and
+# 32 int8, 34 bytes; no scale tensors). The new k / v stay in q's dtype: the append quantises them.
+KV_SAME, KV_INT8, KV_Q8_0, KV_FP8 = 0, 1, 2, 3
+_KV_CODES = {"int8": KV_INT8, "uint8": KV_Q8_0, "float8_e4m3fn": KV_FP8}
+
+
+def _kv_code(cache_dtype, q_dtype):
+    """kv_dtype of caches of dtype name cache_dtype next to q of dtype name q_dtype."""
+    if cache_dtype == q_dtype:
+        return KV_SAME
+    code = _KV_CODES.get(cache_dtype)
+    if code is None:
+        raise TypeError("flashattn: k_cache has dtype %s but q has %s (a cache is in q's dtype, or "
+                        "int8 / float8_e4m3fn with k_scale / v_scale, or uint8 Q8_0 blocks)"
+                        % (cache_dtype, q_dtype))
+    return code
+
+
+def _values_per_row(kv, last, name):
+    """The head dim a cache row of `last` elements holds."""
+    if kv != KV_Q8_0:
+        return last
+    if last % 34:
+        raise ValueError("flashattn: %s holds Q8_0 blocks of 34 bytes per 32 values, but its rows "
+                         "have %d bytes" % (name, last))
+    return last // 34 * 32
+
+
+def _value_shape(kv, shape, name):
+    return tuple(shape[:-1]) + (_values_per_row(kv, shape[-1], name),)
+
+
+def _check_scales(kv, kc_shape, k_scale_shape, v_scale_shape):
+    """The scale tensors' presence and shapes for cache format kv."""
+    want = {KV_INT8: tuple(kc_shape[:3]), KV_FP8: (kc_shape[2],)}.get(kv)
+    for name, shape in (("k_scale", k_scale_shape), ("v_scale", v_scale_shape)):
+        if want is None and shape is not None:
+            raise ValueError("flashattn: %s is only for int8 and float8_e4m3fn caches" % name)
+        if want is not None and shape is None:
+            raise ValueError("flashattn: an %s cache needs k_scale and v_scale" %
+                             ("int8" if kv == KV_INT8 else "float8_e4m3fn"))
+        if want is not None and tuple(shape) != want:
+            raise ValueError("flashattn: %s must have shape %s (%s), got %s" % (
+                name, want, "cache rows or pages, slots, nheads_k: one scale per token and head"
+                if kv == KV_INT8 else "nheads_k: one scale per kv head", tuple(shape)))
+
+
+def _set_kv(p, kv, dv, k_scale, v_scale):
+    """The quantised-cache fields of p: k_scale / v_scale are (address, element strides) or None;
+    dv the head dim of v (a Q8_0 row's byte count is not)."""
+    p.kv_dtype = kv
+    p.head_dim_v = dv
+    if k_scale is not None:
+        p.k_scale, p.v_scale = k_scale[0], v_scale[0]
+        if kv == KV_INT8:
+            p.k_scale_batch_stride, p.k_scale_row_stride, p.k_scale_head_stride = k_scale[1]
+            p.v_scale_batch_stride, p.v_scale_row_stride, p.v_scale_head_stride = v_scale[1]
+
+
 def _fill_params(p, seqlen_k, page_size, num_pages, cache_batch, knew, vnew, cos_ptr, sin_ptr,
                  cos_shape, rotary_interleaved, seqlens_ptr, batch_idx_ptr, leftpad_ptr, table_ptr,
                  table_row_stride, num_splits):
@@ -107,22 +169,43 @@ def _np_cache_view(np, x, name):
     return _core.View(x.ctypes.data, x.shape, strides)
 
 
+def _np_scale_view(np, x, name):
+    """(address, element strides) of a scale array, never copied (the append writes into it)."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise TypeError("flashattn: %s must be a float32 NumPy array (the append writes into it)" % name)
+    if not x.flags.writeable or any(st % 4 or st < 0 for st in x.strides):
+        raise ValueError("flashattn: %s must be writable with non-negative strides" % name)
+    return x.ctypes.data, tuple(st // 4 for st in x.strides)
+
+
 def numpy_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                        window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                       return_softmax_lse, sink_logits):
+                       return_softmax_lse, sink_logits, k_scale=None, v_scale=None):
     import numpy as np
 
     from . import _numpy_impl as npi
 
     q = npi._array(q, "q")
-    _check_shapes(q.shape, np.shape(k_cache), np.shape(v_cache), None if k is None else np.shape(k),
+    cache_dtype = np.asarray(k_cache).dtype
+    kv = _kv_code(cache_dtype.name, q.dtype.name)
+    if np.asarray(v_cache).dtype != cache_dtype:
+        raise TypeError("flashattn: v_cache has dtype %s but k_cache has %s" % (np.asarray(v_cache).dtype,
+                                                                                cache_dtype))
+    kc_shape = _value_shape(kv, np.shape(k_cache), "k_cache")
+    vc_shape = _value_shape(kv, np.shape(v_cache), "v_cache")
+    _check_shapes(q.shape, kc_shape, vc_shape, None if k is None else np.shape(k),
                   None if v is None else np.shape(v), None if rotary_cos is None else np.shape(rotary_cos),
                   None if rotary_sin is None else np.shape(rotary_sin))
+    _check_scales(kv, kc_shape, None if k_scale is None else np.shape(k_scale),
+                  None if v_scale is None else np.shape(v_scale))
     code = npi.dtype_code(q.dtype)
-    for name, x in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+    for name, x in (("k", k), ("v", v)):
         if x is not None and np.asarray(x).dtype != q.dtype:
             raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, np.asarray(x).dtype, q.dtype))
+    scales = (None, None)
+    if k_scale is not None:
+        scales = (_np_scale_view(np, k_scale, "k_scale"), _np_scale_view(np, v_scale, "v_scale"))
     batch, sq, hq, d = q.shape
     keep = []
     q, qv = npi._prepare(q, "q")
@@ -166,7 +249,7 @@ def numpy_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
         keep.append(sink)
         sink_ptr = sink.ctypes.data
 
-    dv = v_cache.shape[-1]
+    dv = vc_shape[-1]
     out = np.empty((batch, sq, hq, dv), dtype=q.dtype)
     lse = np.empty((batch, hq, sq), dtype=np.float32)
     if batch > 0:
@@ -181,6 +264,7 @@ def numpy_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
                      seqlens_ptr, batch_idx_ptr, leftpad_ptr,
                      None if table is None else table.ctypes.data,
                      0 if table is None else table.shape[1], num_splits)
+        _set_kv(p, kv, dv, *scales)
         _lib.kvcache_forward(p)
     return (out, lse) if return_softmax_lse else out
 
@@ -215,7 +299,7 @@ class _TorchPlan:
 
 def _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
-               softcap, rotary_interleaved, alibi_slopes, num_splits, sink_logits):
+               softcap, rotary_interleaved, alibi_slopes, num_splits, sink_logits, k_scale, v_scale):
     """The PlanCache key of a call, or None when it gets none (a tensor subclass or a non-tensor
     where a tensor goes, an option that is not a plain scalar): such calls are not cached."""
     tensor = torch.Tensor
@@ -235,10 +319,10 @@ def _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
     extras = None
     if not (k is None and v is None and rotary_cos is None and rotary_sin is None and
             cache_batch_idx is None and cache_leftpad is None and block_table is None and
-            alibi_slopes is None and sink_logits is None):
+            alibi_slopes is None and sink_logits is None and k_scale is None and v_scale is None):
         extras = []
         for t in (k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table,
-                  alibi_slopes, sink_logits):
+                  alibi_slopes, sink_logits, k_scale, v_scale):
             if t is None or type(t) is int:
                 extras.append(type(t))
             elif type(t) is tensor:
@@ -253,21 +337,36 @@ def _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
 
 
 def _torch_check(torch, ti, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                 cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits):
+                 cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits, k_scale,
+                 v_scale):
     """The checks that depend only on the call signature, in order, each with its message.
-    Returns the dtype code and (batch, seqlen_k, page_size, num_pages, cache_batch)."""
+    Returns the dtype code, batch, (seqlen_k, page_size, num_pages, cache_batch), the cache
+    format (KV_*) and v's head dim."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v),
                     ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         if t is not None:
             ti._check_tensor(name, t, q.device)
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError("flashattn: tensors on device %s are not supported (cpu or cuda)" % q.device)
-    _check_shapes(q.shape, k_cache.shape, v_cache.shape, None if k is None else k.shape,
+    kv = _kv_code(str(k_cache.dtype).replace("torch.", ""), str(q.dtype).replace("torch.", ""))
+    if v_cache.dtype != k_cache.dtype:
+        raise TypeError("flashattn: v_cache has dtype %s but k_cache has %s" % (v_cache.dtype, k_cache.dtype))
+    kc_shape = _value_shape(kv, k_cache.shape, "k_cache")
+    vc_shape = _value_shape(kv, v_cache.shape, "v_cache")
+    _check_shapes(q.shape, kc_shape, vc_shape, None if k is None else k.shape,
                   None if v is None else v.shape, None if rotary_cos is None else rotary_cos.shape,
                   None if rotary_sin is None else rotary_sin.shape)
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+    for name, t in (("k", k), ("v", v)):
         if t is not None and t.dtype != q.dtype:
             raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, t.dtype, q.dtype))
+    for name, t in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if t is not None:
+            ti._check_tensor(name, t, q.device)
+            if t.dtype != torch.float32:
+                raise TypeError("flashattn: %s must be torch.float32 (the append writes into it), got %s"
+                                % (name, t.dtype))
+    _check_scales(kv, kc_shape, None if k_scale is None else tuple(k_scale.shape),
+                  None if v_scale is None else tuple(v_scale.shape))
     code = ti.dtype_code(q.dtype)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.shape[-1] > 1 and t.stride(-1) != 1:
@@ -305,16 +404,16 @@ def _torch_check(torch, ti, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, c
     if sink_logits is not None:
         ti._check_tensor("sink_logits", sink_logits, q.device)
         _core.check_sink_shape(sink_logits.shape, hq)
-    return code, batch, geometry
+    return code, batch, geometry, kv, vc_shape[-1]
 
 
-def _torch_plan(q, k_cache, v_cache, knew, vnew, batch):
+def _torch_plan(q, k_cache, v_cache, knew, vnew, batch, dv):
     """A new _TorchPlan for the signature of this call (tensors as passed to the library), with
     no template yet."""
     plan = _TorchPlan()
     _, sq, hq, _ = q.shape
     plan.batch = batch
-    plan.out_shape = (batch, sq, hq, v_cache.shape[-1])
+    plan.out_shape = (batch, sq, hq, dv)
     plan.lse_shape = (batch, hq, sq)
     plan.workspace_bytes = None
     plan.is_cuda = q.is_cuda
@@ -328,7 +427,7 @@ def _torch_plan(q, k_cache, v_cache, knew, vnew, batch):
 
 def _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqlens, batch_idx,
                   leftpad, table, alibi, sink, code, geometry, softmax_scale, causal, window_size,
-                  softcap, rotary_interleaved, num_splits):
+                  softcap, rotary_interleaved, num_splits, kv, dv, k_scale, v_scale):
     """The FaParams of a call built from scratch (a plan's first call, and calls without a plan).
     Raises for the options the signature checks do not cover (window_size, softmax_scale,
     softcap, num_splits), as the call did before it had plans."""
@@ -354,6 +453,8 @@ def _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqle
                  None if leftpad is None else leftpad.data_ptr(),
                  None if table is None else table.data_ptr(),
                  0 if table is None else table.stride(0), num_splits)
+    _set_kv(p, kv, dv, None if k_scale is None else (ti._address(k_scale), tuple(k_scale.stride())),
+            None if v_scale is None else (ti._address(v_scale), tuple(v_scale.stride())))
     return p
 
 
@@ -372,19 +473,19 @@ def _int32_table(torch, x, q):
 def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                        window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                       return_softmax_lse, sink_logits):
+                       return_softmax_lse, sink_logits, k_scale=None, v_scale=None):
     torch = _torch or _torch_module()
     ti = _ti or _torch_impl()
 
     key = _torch_key(torch, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                      cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                      window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                     sink_logits)
+                     sink_logits, k_scale, v_scale)
     plan = None if key is None else _plans.get(key)
     if plan is None:
-        code, batch, geometry = _torch_check(
+        code, batch, geometry, kv, dv = _torch_check(
             torch, ti, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-            cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits)
+            cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits, k_scale, v_scale)
 
     # The tensors as the library reads them; no copy of those that already are.
     if q.stride(-1) != 1 and q.shape[-1] > 1:
@@ -393,7 +494,7 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
     batch_idx = table = leftpad = knew = vnew = cos = sin = alibi = sink = None
     has_extras = not (k is None and rotary_cos is None and cache_batch_idx is None and
                       cache_leftpad is None and block_table is None and alibi_slopes is None and
-                      sink_logits is None)
+                      sink_logits is None and k_scale is None)
     if has_extras:
         batch_idx = _int32_table(torch, cache_batch_idx, q)
         leftpad = _int32_table(torch, cache_leftpad, q)
@@ -410,7 +511,7 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
 
     new = plan is None
     if new:
-        plan = _torch_plan(q, k_cache, v_cache, knew, vnew, batch)
+        plan = _torch_plan(q, k_cache, v_cache, knew, vnew, batch, dv)
     device = q.device
     out = torch.empty(*plan.out_shape, dtype=q.dtype, device=device)
     # Without return_softmax_lse the library writes no lse at all (lse = NULL).
@@ -423,7 +524,8 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
     if new:
         p = _torch_params(ti, q, k_cache, v_cache, out, lse, knew, vnew, cos, sin, seqlens,
                           batch_idx, leftpad, table, alibi, sink, code, geometry, softmax_scale,
-                          causal, window_size, softcap, rotary_interleaved, num_splits)
+                          causal, window_size, softcap, rotary_interleaved, num_splits, kv, dv,
+                          k_scale, v_scale)
         if key is not None:
             p.num_threads = key[-1]  # the key's, should set_num_threads have run since (a thread)
         plan.template = _core.template_of(_lib.FaParams.from_buffer_copy(p))
@@ -459,6 +561,8 @@ def torch_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
                 p.alibi_slopes = alibi.data_ptr()
             if sink is not None:
                 p.sink_logits = sink.data_ptr()
+            if k_scale is not None:
+                p.k_scale, p.v_scale = ti._address(k_scale), ti._address(v_scale)
         if plan.is_cuda:
             p.stream = ti._current_stream(q)
     p.plan = plan

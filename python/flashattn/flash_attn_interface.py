@@ -247,7 +247,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                             alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
-                            sink_logits=None):
+                            sink_logits=None, k_scale=None, v_scale=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over a KV cache, for decoding: if k and
     v (batch, seqlen_new, nheads_k, headdim / headdim_v; seqlen_new may differ from seqlen_q) are
     given they are first written into the cache in place at cache_seqlens (k rotated when
@@ -269,16 +269,25 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     window_size, softcap, alibi_slopes and sink_logits as in flash_attn_func. num_splits: split-KV
     (0 = heuristic, 1 = none, n = at most n). Returns out (batch, seqlen, nheads, headdim_v), or
     (out, softmax_lse (batch, nheads, seqlen)) with return_softmax_lse. No autograd.
+
+    Quantised caches (the library's own, not flash_attn's; no rotary): k_cache / v_cache in int8
+    with k_scale / v_scale float32 (batch_cache or num_blocks, seqlen_cache or page_block_size,
+    nheads_k), one scale per token and head (x = scale · int8); in float8_e4m3fn with k_scale /
+    v_scale float32 (nheads_k,); or uint8 rows of llama.cpp Q8_0 blocks (headdim / 32 blocks of 34
+    bytes: an f16 scale, then 32 int8). New k / v stay in q's dtype: the append quantises them
+    (int8 and Q8_0 writing their scales).
     """
     from . import _kvcache
 
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-            rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, sink_logits)
+            rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, sink_logits, k_scale,
+            v_scale)
     if _is_torch(q):
         return _kvcache.torch_with_kvcache(*args)
     _reject_torch_mix(k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits)
+                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sink_logits, k_scale,
+                      v_scale)
     return _kvcache.numpy_with_kvcache(*args)
 
 
