@@ -206,3 +206,24 @@ def test_plan_cache_takes_each_calls_scales():
     second = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=CAP, k_scale=k_scale.clone(),
                                               v_scale=2 * v_scale)
     torch.testing.assert_close(second.float(), 2 * first.float(), rtol=2e-3, atol=2e-3)
+
+
+def test_numpy_fp8_and_q8_0_caches():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((B, 1, HQ, D)).astype(np.float16)
+    seqlens = np.array([6, 24], np.int32)
+    scale = np.array([0.02, 0.04], np.float32)
+    kf, vf = rng.standard_normal((2, B, CAP, HKV, D)).astype(np.float32)
+    k_cache = (kf / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)
+    v_cache = (vf / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, return_softmax_lse=True,
+                                                 k_scale=scale.copy(), v_scale=scale.copy())
+    deq = lambda c: torch.from_numpy(c.astype(np.float64) * scale.astype(np.float64)[:, None])
+    check_attention("numpy fp8", torch.float16, torch.from_numpy(q), deq(k_cache), deq(v_cache),
+                    torch.from_numpy(out), torch.from_numpy(lse), seqlens, False)
+    k_raw = quant_q8_0(torch.from_numpy(kf)).numpy()
+    v_raw = quant_q8_0(torch.from_numpy(vf)).numpy()
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_raw, v_raw, cache_seqlens=seqlens, return_softmax_lse=True)
+    check_attention("numpy q8_0", torch.float16, torch.from_numpy(q), dequant_q8_0(torch.from_numpy(k_raw)),
+                    dequant_q8_0(torch.from_numpy(v_raw)), torch.from_numpy(out), torch.from_numpy(lse), seqlens, False)
