@@ -56,6 +56,17 @@ def check_attention(name, dtype, q, kc64, vc64, out, lse, seqlens, causal):
     check_rule(name + " lse", to_np(lse), ref["lse"], base["lse"], "float32")
 
 
+def call_on(device, q, k_cache, v_cache, k_new, v_new, seqlens, k_scale=None, v_scale=None, **kw):
+    """flash_attn_with_kvcache with every tensor moved to device; returns (out, lse) and the caches
+    and scales after the call, back on the CPU."""
+    to = lambda t: None if t is None else t.to(device)
+    dev = [to(t) for t in (q, k_cache, v_cache, k_new, v_new, seqlens, k_scale, v_scale)]
+    out, lse = flashattn.flash_attn_with_kvcache(dev[0], dev[1], dev[2], k=dev[3], v=dev[4], cache_seqlens=dev[5],
+                                                 return_softmax_lse=True, k_scale=dev[6], v_scale=dev[7], **kw)
+    back = [None if t is None else t.cpu() for t in (dev[1], dev[2], dev[6], dev[7])]
+    return (out, lse), back
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
@@ -69,11 +80,8 @@ def test_int8_cache(device, dtype, causal):
     n = 3
     q = torch.randn(B, 2, HQ, D, generator=g).to(dtype)
     k_new, v_new = torch.randn(B, n, HKV, D, generator=g).to(dtype), torch.randn(B, n, HKV, D, generator=g).to(dtype)
-    dev = [t.to(device) for t in (q, k_cache, v_cache, k_new, v_new, seqlens, k_scale, v_scale)]
-    out, lse = flashattn.flash_attn_with_kvcache(dev[0], dev[1], dev[2], k=dev[3], v=dev[4], cache_seqlens=dev[5],
-                                                 causal=causal, return_softmax_lse=True, k_scale=dev[6],
-                                                 v_scale=dev[7])
-    k_cache, v_cache, k_scale, v_scale = (t.cpu() for t in dev[1:3] + dev[6:8])
+    (out, lse), (k_cache, v_cache, k_scale, v_scale) = call_on(device, q, k_cache, v_cache, k_new, v_new, seqlens,
+                                                               k_scale, v_scale, causal=causal)
     assert out.shape == (B, 2, HQ, D) and out.dtype == dtype
     for b in range(B):
         s0 = int(seqlens[b])
@@ -122,10 +130,8 @@ def test_fp8_cache(device, dtype):
     n = 2
     q = torch.randn(B, 1, HQ, D, generator=g).to(dtype)
     k_new, v_new = torch.randn(B, n, HKV, D, generator=g).to(dtype), torch.randn(B, n, HKV, D, generator=g).to(dtype)
-    dev = [t.to(device) for t in (q, k_cache, v_cache, k_new, v_new, seqlens, k_scale, v_scale)]
-    out, lse = flashattn.flash_attn_with_kvcache(dev[0], dev[1], dev[2], k=dev[3], v=dev[4], cache_seqlens=dev[5],
-                                                 return_softmax_lse=True, k_scale=dev[6], v_scale=dev[7])
-    k_cache, v_cache = dev[1].cpu(), dev[2].cpu()
+    (out, lse), (k_cache, v_cache, _, _) = call_on(device, q, k_cache, v_cache, k_new, v_new, seqlens, k_scale,
+                                                   v_scale)
     deq = lambda c, s: c.double() * s.double()[:, None]
     for b in range(B):
         s0 = int(seqlens[b])
@@ -146,10 +152,7 @@ def test_q8_0_cache(device):
     n = 2
     q = torch.randn(B, n, HQ, D, generator=g).half()
     k_new, v_new = torch.randn(B, n, HKV, D, generator=g).half(), torch.randn(B, n, HKV, D, generator=g).half()
-    dev = [t.to(device) for t in (q, k_cache, v_cache, k_new, v_new, seqlens)]
-    out, lse = flashattn.flash_attn_with_kvcache(dev[0], dev[1], dev[2], k=dev[3], v=dev[4], cache_seqlens=dev[5],
-                                                 causal=True, return_softmax_lse=True)
-    k_cache, v_cache = dev[1].cpu(), dev[2].cpu()
+    (out, lse), (k_cache, v_cache, _, _) = call_on(device, q, k_cache, v_cache, k_new, v_new, seqlens, causal=True)
     assert out.shape == (B, n, HQ, D)
     for b in range(B):
         s0 = int(seqlens[b])
