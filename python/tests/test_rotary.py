@@ -10,27 +10,22 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flashattn import FlashAttnValueError  # noqa: E402
+from test_flash_attn_compat import rotate64  # noqa: E402
 from flashattn.layers.rotary import (RotaryEmbedding, apply_rotary, apply_rotary_emb,  # noqa: E402
                                      apply_rotary_emb_func, apply_rotary_emb_kv_, apply_rotary_emb_qkv_)
 
 
 def ref_rotate(x, cos, sin, positions, interleaved):
-    """x (..., tokens, heads, d) as float64 NumPy, positions (..., tokens): the rotated copy; a
-    position outside the tables leaves the token as it is."""
-    as64 = lambda t: t.detach().double().numpy() if torch.is_tensor(t) else np.asarray(t, np.float64)
-    x, cos, sin = as64(x).copy(), as64(cos), as64(sin)
-    half = cos.shape[1]
-    out = x.copy()
-    flat_x, flat_out = x.reshape(-1, *x.shape[-2:]), out.reshape(-1, *x.shape[-2:])
+    """x (..., tokens, heads, d), positions (..., tokens): the float64 NumPy rotated copy, one
+    token at a time by test_flash_attn_compat's rotate64; a position outside the tables leaves the
+    token as it is."""
+    as64 = lambda t: t.detach().double() if torch.is_tensor(t) else torch.from_numpy(np.asarray(t, np.float64))
+    x, cos, sin = as64(x), as64(cos), as64(sin)
+    flat = x.reshape(-1, *x.shape[-2:]).clone()
     for t, p in enumerate(np.asarray(positions).reshape(-1)):
-        if p < 0 or p >= cos.shape[0]:
-            continue
-        for i in range(half):
-            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
-            x0, x1 = flat_x[t, :, a], flat_x[t, :, b]
-            flat_out[t, :, a] = x0 * cos[p, i] - x1 * sin[p, i]
-            flat_out[t, :, b] = x0 * sin[p, i] + x1 * cos[p, i]
-    return out
+        if 0 <= p < cos.shape[0]:
+            flat[t] = rotate64(flat[t], cos[p], sin[p], interleaved)
+    return flat.reshape(x.shape).numpy()
 
 
 def tables(seqlen_ro, half, dtype=torch.float32, seed=0):

@@ -220,8 +220,7 @@ class RotaryEmbedding(torch.nn.Module):
             self._update_cos_sin_cache(seqlen + seqlen_offset, device=qkv.device, dtype=qkv.dtype)
         elif self._cos_cached is None:
             _fail("max_seqlen must be given with per-sequence seqlen_offset before the tables exist")
-        cos_k = None if self.scale is None else self._cos_k_cached
-        sin_k = None if self.scale is None else self._sin_k_cached
+        cos_k, sin_k = self._cos_k_cached, self._sin_k_cached  # None without XPos
         if kv is None:
             return apply_rotary_emb_qkv_(qkv, self._cos_cached, self._sin_cached, cos_k, sin_k,
                                          interleaved=self.interleaved, seqlen_offsets=seqlen_offset,
