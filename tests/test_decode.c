@@ -432,17 +432,61 @@ FA_TEST(decode_quant_int8_vnni) { /* the int8 scores with and without AVX512-VNN
     else unsetenv("FA_CPU_DECODE_VNNI");
 }
 
+/* NaN in one query row, or in one token's int8 V scale: exactly the rows that read it are NaN (the
+ * query's o and LSE; every query of the scale's kv head, o only), the others finite; an int8
+ * cache with both P·V kernels (the integer one hands a block holding a non-finite weight to the
+ * fp32 kernel). */
+FA_TEST(decode_quant_nan_propagates) {
+    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    for (int k = 0; k < 3; k++)
+        for (int where = 0; where < 2; where++)
+            for (int integer = 0; integer < 2; integer++) {
+                if ((where || integer) && quant_types[k] != FA_KV_INT8) continue;
+                setenv("FA_CPU_DECODE_INT_PV", integer ? "1" : "0", 1);
+                const qcase c = qbase(quant_types[k], FA_DTYPE_F16, 2, 1, 8, 2, 64, 100);
+                qproblem t;
+                if (!FA_CHECK(qproblem_make(&t, &c, fa_test_seed() + (uint64_t)k), "out of memory")) {
+                    qproblem_free(&t);
+                    break;
+                }
+                float lse[2 * 8];
+                t.p.lse = lse;
+                for (int64_t b = 0; b < c.b; b++) t.seqlens[b] = (int32_t)c.cap;
+                const int64_t nan_b = 1, nan_h = 5, nan_kv = nan_h / (c.hq / c.hkv);
+                if (where == 0) fa_test_store(t.q, c.dtype, (nan_b * c.hq + nan_h) * c.d + 3, NAN);
+                else t.vs[cache_row_index(&t, &c, nan_b, 37, nan_kv)] = NAN;
+                int ok = FA_CHECK(fa_kvcache_forward(&t.p) == FA_OK, "%s: %s", quant_names[k], fa_last_error());
+                int64_t wrong = 0;
+                for (int64_t b = 0; ok && b < c.b; b++)
+                    for (int64_t h = 0; h < c.hq; h++) {
+                        const int expect = b == nan_b && (where == 0 ? h == nan_h : h / (c.hq / c.hkv) == nan_kv);
+                        int64_t n_nan = 0;
+                        for (int64_t e = 0; e < c.d; e++) n_nan += isnan(fa_test_load(t.o, c.dtype, (b * c.hq + h) * c.d + e));
+                        const int lse_nan = isnan(lse[b * c.hq + h]);
+                        if (expect ? n_nan != c.d || lse_nan != (where == 0) : n_nan != 0 || lse_nan) wrong++;
+                    }
+                FA_CHECK(ok && wrong == 0, "%s, NaN in %s, %s P·V: %lld rows wrong", quant_names[k],
+                         where ? "a V scale" : "a query", integer ? "integer" : "fp32", (long long)wrong);
+                qproblem_free(&t);
+            }
+    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
+    else unsetenv("FA_CPU_DECODE_INT_PV");
+}
+
 FA_TEST(decode_integer_pv_rule) {
-    FA_CHECK(fa_cpu_decode_integer_pv(1, 0x17, 0x01) && fa_cpu_decode_integer_pv(1, 0x17, 0x08) &&
-                 fa_cpu_decode_integer_pv(1, 0x17, 0x18),
+    FA_CHECK(fa_cpu_decode_integer_pv(1, 0x17, 0x01, 0) && fa_cpu_decode_integer_pv(1, 0x17, 0x08, 0) &&
+                 fa_cpu_decode_integer_pv(1, 0x17, 0x18, 0),
              "Zen and Zen+ (256-bit operations as two halves): integer P·V");
-    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x17, 0x31) && !fa_cpu_decode_integer_pv(1, 0x17, 0x71),
+    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x17, 0x31, 0) && !fa_cpu_decode_integer_pv(1, 0x17, 0x71, 0),
              "Zen 2: fp32 P·V");
-    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x19, 0x01) && !fa_cpu_decode_integer_pv(1, 0x19, 0x11) &&
-                 !fa_cpu_decode_integer_pv(1, 0x1a, 0x02),
-             "Zen 3, 4, 5: fp32 P·V");
-    FA_CHECK(!fa_cpu_decode_integer_pv(0, 6, 0x55) && !fa_cpu_decode_integer_pv(0, 0x17, 0x01),
+    FA_CHECK(!fa_cpu_decode_integer_pv(1, 0x19, 0x01, 0) && !fa_cpu_decode_integer_pv(1, 0x19, 0x11, 0) &&
+                 !fa_cpu_decode_integer_pv(1, 0x1a, 0x02, 0),
+             "Zen 3, 4, 5 at the AVX2 level: fp32 P·V");
+    FA_CHECK(!fa_cpu_decode_integer_pv(0, 6, 0x55, 0) && !fa_cpu_decode_integer_pv(0, 0x17, 0x01, 0),
              "other vendors: fp32 P·V");
+    FA_CHECK(fa_cpu_decode_integer_pv(1, 0x19, 0x11, 1) && fa_cpu_decode_integer_pv(1, 0x1a, 0x02, 1) &&
+                 !fa_cpu_decode_integer_pv(0, 6, 0x8f, 1) && !fa_cpu_decode_integer_pv(1, 0x17, 0x31, 1),
+             "AVX512-VNNI kernels: integer P·V on AMD Zen 4 and later, fp32 on Intel");
     const fa_cpu_model_id a = fa_cpu_identify(), b = fa_cpu_identify();
     FA_CHECK(a.amd == b.amd && a.family == b.family && a.model == b.model && (a.amd == 0 || a.amd == 1) &&
                  a.family >= 0 && a.family <= 0x10e && a.model >= 0 && a.model <= 0xff,

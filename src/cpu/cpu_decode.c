@@ -114,16 +114,19 @@ static const fa_cpu_decode_kernels *decode_kernels(void) {
     return fa_cpu_decode_kernels_scalar();
 }
 
-int fa_cpu_decode_integer_pv(int amd, int family, int model) { return amd && family == 0x17 && model < 0x30; }
+int fa_cpu_decode_integer_pv(int amd, int family, int model, int avx512_vnni) {
+    if (avx512_vnni) return amd && family >= 0x19;
+    return amd && family == 0x17 && model < 0x30;
+}
 
 /* The rule for this CPU (fa_cpu_identify); FA_CPU_DECODE_INT_PV=0 / 1 overrides it (read per call,
  * so tests run both kernels on any CPU). */
-static int integer_pv_here(void) {
+static int integer_pv_here(const fa_cpu_decode_kernels *dk) {
     const char *forced = getenv("FA_CPU_DECODE_INT_PV");
     if (forced && (forced[0] == '0' || forced[0] == '1')) return forced[0] == '1';
 #if defined(__x86_64__) || defined(_M_X64)
     const fa_cpu_model_id id = fa_cpu_identify();
-    return fa_cpu_decode_integer_pv(id.amd, id.family, id.model);
+    return fa_cpu_decode_integer_pv(id.amd, id.family, id.model, dk == fa_cpu_decode_kernels_avx512_vnni());
 #else
     return 1;
 #endif
@@ -512,7 +515,7 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.pb = pb;
     c.kern = fa_cpu_select_kernels();
     c.dk = decode_kernels();
-    c.integer_pv = integer_pv_here();
+    c.integer_pv = integer_pv_here(c.dk);
     c.format = format_of(p);
     c.unit = cache_unit(p);
     const fa_cpu_kv_pieces at = fa_cpu_kv_pieces_at(&plan, ws.base);
@@ -541,3 +544,4 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     fa_cpu_workspace_release(&ws);
     return FA_OK;
 }
+

@@ -45,8 +45,9 @@ typedef struct fa_cpu_decode_tile {
                                   * rows as int16 (q ≈ q16 · q16_scale, |q16| <= fa_cpu_q16_max(d)),
                                   * or NULL (a row not finite: the fp32 rows are used)         */
     const float *q16_scale;      /* [n_rows]                                                    */
-    int integer_pv;              /* int8 cache at the AVX2 level: 1 = P·V in integers
-                                  * (accumulate_int), 0 = the fp32 kernel (fa_cpu_decode_integer_pv) */
+    int integer_pv;              /* int8 cache: 1 = P·V in integers (the AVX2 level's
+                                  * accumulate_int, the VNNI set's accumulate_i8_vnni), 0 = the fp32
+                                  * kernel (fa_cpu_decode_integer_pv)                           */
     int64_t n_rows;
     float *s;                    /* keys-major [n_keys][ld]: lanes 0..n_rows-1 (others untouched) */
     int64_t ld;
@@ -112,17 +113,22 @@ static inline int32_t fa_cpu_q16_max(int64_t d) {
         }                                                                                                       \
     } while (0)
 
-/* Whether an int8 cache's P·V runs in integers at the AVX2 level (pure): on cores that split
+/* Whether an int8 cache's P·V runs in integers (pure). At the AVX2 level: on cores that split
  * 256-bit operations into two 128-bit halves (AMD family 0x17 models below 0x30: Zen, Zen+) a
  * vpmaddwd does twice the products of an fp32 FMA and wins; with two full-width 256-bit FMA pipes
- * (Zen 2 and later, Intel) the fp32 kernel does (docs/tuning-log.md). `amd`: the vendor is AMD;
- * family and model as CPUID leaf 1 reports them with the extended fields folded in. */
-int fa_cpu_decode_integer_pv(int amd, int family, int model);
+ * (Zen 2 and later, Intel) the fp32 kernel does. With the AVX512-VNNI kernels (`avx512_vnni`):
+ * on AMD (family 0x19 and later: Zen 4, whose 512-bit FMAs and vpdpwssd both issue one a cycle,
+ * so a vpdpwssd's 32 products beat an FMA's 16 plus the int8 -> fp32 conversions), not on Intel
+ * (two 512-bit FMA ports against one for vpdpwssd; an integer kernel measured slower on a Xeon).
+ * docs/tuning-log.md. `amd`: the vendor is AMD; family and model as CPUID leaf 1 reports them
+ * with the extended fields folded in. */
+int fa_cpu_decode_integer_pv(int amd, int family, int model, int avx512_vnni);
 
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void);
 #if defined(__x86_64__) || defined(_M_X64)
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx2(void);
-/* 512-bit kernels for the unquantised, Q8_0 and e4m3 formats; int8 caches go to AVX2's. */
+/* 512-bit kernels for every format; an int8 cache's integer P·V is AVX2's in the plain set and
+ * the set's own with AVX512-VNNI (fa_cpu_decode_integer_pv). */
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512(void);
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512_vnni(void); /* AVX512-VNNI CPUs only */
 int fa_cpu_decode_quantise_rows_avx2(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);

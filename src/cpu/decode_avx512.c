@@ -14,9 +14,12 @@
  * them), its P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
  *
  * decode_vnni_avx512.c builds this file again with FA_DECODE_VNNI (and AVX512-VNNI's flag): the
- * int8 scores' vpmaddwd + vpaddd become one vpdpwssd (bitwise the same sums), the other kernels
- * are these; cpu_decode.c takes that set on CPUs with AVX512-VNNI.
+ * int8 scores' vpmaddwd + vpaddd become one vpdpwssd (bitwise the same sums), and an int8 cache's
+ * P·V runs in integers where fa_cpu_decode_integer_pv picks it (accumulate_i8_vnni: int16 weight
+ * pairs, V sign-extended and interleaved key pair by key pair, one vpdpwssd per 16 columns and
+ * row); the other kernels are these. cpu_decode.c takes that set on CPUs with AVX512-VNNI.
  */
+#include <float.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -252,14 +255,146 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 }
 
 #define DECODE_BLOCK_UNITS 4
+
+#ifdef FA_DECODE_VNNI
+/* acc + the int32 sums of the int16 pairs of v with the pair at *w broadcast to every lane
+ * (vpdpwssd m32{1to16}: the weight pair comes from memory with the instruction). */
+static FA_CPU_ALWAYS_INLINE __m512i dot_pairs_broadcast(__m512i acc, __m512i v, const int32_t *w) {
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*w));
+    return acc;
+}
+
+/* The int16 weight pairs of rows r0 .. r0 + 3 for an int8 tile's integer P·V: w[j][r] =
+ * round(p[j][r] · 32767 / m[r]) with m[r] = max_j |p[j][r]| (rounding error at most 2^-16 of the
+ * row's largest weight in the tile), pairs[4·i + r] = w[2i][r] | w[2i + 1][r] << 16 (a missing
+ * last key weighs 0), scale[r] = m[r] / 32767. Returns 0, having written nothing the caller
+ * reads, when a weight is not finite (the fp32 kernel then carries the NaN or infinity). */
+static FA_CPU_ALWAYS_INLINE int weight_pairs4(const fa_cpu_decode_tile *t, int64_t r0, int32_t *pairs, float *scale) {
+    const int64_t n = t->n_keys, ld = t->ld;
+    const float *s = t->s + r0;
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)), big = _mm_set1_ps(FLT_MAX);
+    __m128 m = _mm_setzero_ps(), finite = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    for (int64_t j = 0; j < n; j++) {
+        const __m128 x = _mm_and_ps(_mm_loadu_ps(s + j * ld), abs_mask);
+        finite = _mm_and_ps(finite, _mm_cmple_ps(x, big));
+        m = _mm_max_ps(m, x);
+    }
+    if (_mm_movemask_ps(finite) != 0xf) return 0;
+    const __m128 positive = _mm_cmpgt_ps(m, _mm_setzero_ps());
+    const __m128 inv = _mm_and_ps(positive, _mm_div_ps(_mm_set1_ps(32767.0f), _mm_max_ps(m, _mm_set1_ps(FLT_MIN))));
+    _mm_storeu_ps(scale, _mm_mul_ps(m, _mm_set1_ps(1.0f / 32767.0f)));
+    const __m128i low = _mm_set1_epi32(0xffff);
+    for (int64_t j = 0; j < n; j += 2) {
+        const __m128i w0 = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(s + j * ld), inv));
+        const __m128i w1 = j + 1 < n ? _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(s + (j + 1) * ld), inv)) : _mm_setzero_si128();
+        _mm_store_si128((__m128i *)(pairs + 2 * j), _mm_or_si128(_mm_and_si128(w0, low), _mm_slli_epi32(w1, 16)));
+    }
+    return 1;
+}
+
+/* o[r0 .. r0 + 3][c .. c + COLS) (COLS 32 or 64) += the tile's P·V in integers: per key pair and
+ * 32 columns the two V rows sign-extended to int16 and interleaved word by word (vpunpcklwd /
+ * vpunpckhwd within 128-bit lanes: `lo` holds columns 0-3, 8-11, 16-19, 24-27 of the 32 as
+ * (key 2i, key 2i + 1) pairs, `hi` the other four of each eight), one vpdpwssd per 16 columns and
+ * row with the broadcast weight pair; int32 sums exact (|sum| <= 8 · 2 · 32767 · 128 < 2^27),
+ * then o = alpha · o + scale · sum in fp32 with the columns put back in order. */
+static FA_CPU_ALWAYS_INLINE void accumulate_int_cols(const int COLS, const fa_cpu_decode_tile *t, int64_t r0, int64_t c,
+                                                     const int32_t *pairs, const float *scale) {
+    enum { MAX_VECS = 4 };
+    const int VECS = COLS / 16;
+    const int64_t n = t->n_keys, dv = t->dv;
+    const char *const *v_rows = t->v_rows;
+    for (int64_t cc = c; cc < c + COLS; cc += 16) fa_cpu_decode_prefetch_v(t, r0, cc);
+    __m512i acc[4][MAX_VECS];
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < VECS; v++) acc[r][v] = _mm512_setzero_si512();
+    for (int64_t j = 0; j < n; j += 2) {
+        const char *ra = v_rows[j] + c, *rb = j + 1 < n ? v_rows[j + 1] + c : ra;
+        __m512i x[MAX_VECS];
+        for (int h = 0; h < VECS / 2; h++) {
+            const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(ra + 32 * h)));
+            const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(rb + 32 * h)));
+            x[2 * h] = _mm512_unpacklo_epi16(a, b);
+            x[2 * h + 1] = _mm512_unpackhi_epi16(a, b);
+        }
+        const int32_t *w = pairs + 2 * j;
+        for (int r = 0; r < 4; r++) {
+            if (VECS == 4)
+                __asm__("vpdpwssd %4%{1to16%}, %5, %0\n\t"
+                        "vpdpwssd %4%{1to16%}, %6, %1\n\t"
+                        "vpdpwssd %4%{1to16%}, %7, %2\n\t"
+                        "vpdpwssd %4%{1to16%}, %8, %3"
+                        : "+v"(acc[r][0]), "+v"(acc[r][1]), "+v"(acc[r][2]), "+v"(acc[r][3])
+                        : "m"(w[r]), "v"(x[0]), "v"(x[1]), "v"(x[2]), "v"(x[3]));
+            else
+                for (int v = 0; v < VECS; v++) acc[r][v] = dot_pairs_broadcast(acc[r][v], x[v], w + r);
+        }
+    }
+    /* columns 0-15 of 32 are lo's 128-bit lanes 0, 1 and hi's 0, 1 interleaved; 16-31 lanes 2, 3 */
+    const __m512i first = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i second = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+    for (int r = 0; r < 4; r++) {
+        float *o = t->o + (r0 + r) * dv + c;
+        const __m512 alpha = _mm512_set1_ps(t->alpha[r0 + r]), sc = _mm512_set1_ps(scale[r]);
+        for (int h = 0; h < VECS / 2; h++) {
+            const __m512 lo = _mm512_cvtepi32_ps(acc[r][2 * h]), hi = _mm512_cvtepi32_ps(acc[r][2 * h + 1]);
+            float *oh = o + 32 * h;
+            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, first, hi), sc, _mm512_mul_ps(_mm512_loadu_ps(oh), alpha)));
+            _mm512_storeu_ps(oh + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, second, hi), sc,
+                                                      _mm512_mul_ps(_mm512_loadu_ps(oh + 16), alpha)));
+        }
+    }
+}
+
+static void accumulate_i8_vnni(const fa_cpu_decode_tile *t);
+#define DECODE_ACCUMULATE_I8(t)                                                                                 \
+    do {                                                                                                        \
+        if ((t)->integer_pv) accumulate_i8_vnni(t);                                                             \
+        else accumulate_format(FA_CPU_KV_I8, t);                                                                \
+    } while (0)
+#else
 /* an int8 cache's integer P·V (where fa_cpu_decode_integer_pv picks it) is AVX2's */
 #define DECODE_ACCUMULATE_I8(t)                                                                                 \
     do {                                                                                                        \
         if ((t)->integer_pv) fa_cpu_decode_kernels_avx2()->accumulate(t);                                       \
         else accumulate_format(FA_CPU_KV_I8, t);                                                                \
     } while (0)
+#endif
 #define DECODE_QUANTISE_ROWS fa_cpu_decode_quantise_rows_avx2
 #include "decode_impl.h"
+
+#ifdef FA_DECODE_VNNI
+/* An int8 tile's P·V with VNNI: blocks of 4 rows in integers (64, then 32 columns at a time; an
+ * 8-24 column rest and blocks of fewer rows by the fp32 kernel), a block with a non-finite
+ * weight by the fp32 kernel. */
+static void accumulate_i8_vnni(const fa_cpu_decode_tile *t) {
+    int32_t pairs[FA_CPU_DECODE_KEYS * 2] __attribute__((aligned(16)));
+    float scale[4];
+    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
+        if (t->n_rows - r0 < 4 || !weight_pairs4(t, r0, pairs, scale)) {
+            switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
+            case 4: accumulate_rows(FA_CPU_KV_I8, 4, t, r0); break;
+            case 3: accumulate_rows(FA_CPU_KV_I8, 3, t, r0); break;
+            case 2: accumulate_rows(FA_CPU_KV_I8, 2, t, r0); break;
+            default: accumulate_rows(FA_CPU_KV_I8, 1, t, r0); break;
+            }
+            continue;
+        }
+        int64_t c = 0;
+        for (; c + 64 <= t->dv; c += 64) accumulate_int_cols(64, t, r0, c, pairs, scale);
+        if (t->dv - c >= 32) {
+            accumulate_int_cols(32, t, r0, c, pairs, scale);
+            c += 32;
+        }
+        switch ((t->dv - c) / 8) {
+        case 3: fa_cpu_decode_prefetch_v(t, r0, c + 16); accumulate_block(FA_CPU_KV_I8, 4, 3, t, r0, c); break;
+        case 2: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 2, t, r0, c); break;
+        case 1: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 1, t, r0, c); break;
+        default: break;
+        }
+    }
+}
+#endif
 
 #ifdef FA_DECODE_VNNI
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_avx512_vnni(void) { return &kernels; }
