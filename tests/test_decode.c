@@ -473,6 +473,41 @@ FA_TEST(decode_quant_nan_propagates) {
     else unsetenv("FA_CPU_DECODE_INT_PV");
 }
 
+/* An int8 cache whose V scales are tiny (2^-120 times the usual, so P times the scale lies near
+ * or below fp32's smallest normal): the output is the usual one times 2^-120, from both P·V
+ * kernels (the integer one once lost every weight of such a tile: 32767 / max overflowed). */
+FA_TEST(decode_quant_int8_tiny_scales) {
+    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    for (int integer = 0; integer < 2; integer++) {
+        setenv("FA_CPU_DECODE_INT_PV", integer ? "1" : "0", 1);
+        const qcase c = qbase(FA_KV_INT8, FA_DTYPE_F32, 1, 1, 8, 2, 64, 100);
+        qproblem t;
+        if (!FA_CHECK(qproblem_make(&t, &c, fa_test_seed() + 7), "out of memory")) {
+            qproblem_free(&t);
+            break;
+        }
+        t.seqlens[0] = (int32_t)c.cap;
+        const int64_t n_out = c.hq * c.d;
+        float *first = malloc(sizeof(float) * (size_t)n_out);
+        int ok = FA_CHECK(first != NULL, "out of memory") && FA_CHECK(fa_kvcache_forward(&t.p) == FA_OK, "%s", fa_last_error());
+        if (ok) memcpy(first, t.o, sizeof(float) * (size_t)n_out);
+        for (int64_t i = 0; i < c.cap * c.hkv; i++) t.vs[i] = ldexpf(t.vs[i], -120);
+        ok = ok && FA_CHECK(fa_kvcache_forward(&t.p) == FA_OK, "%s", fa_last_error());
+        double worst = 0.0, top = 0.0;
+        for (int64_t i = 0; ok && i < n_out; i++) {
+            const double want = first[i], got = ldexp(((const float *)t.o)[i], 120);
+            if (!(fabs(got - want) <= worst)) worst = isnan(got) ? INFINITY : fabs(got - want);
+            if (fabs(want) > top) top = fabs(want);
+        }
+        FA_CHECK(ok && worst <= 1e-3 * top, "%s P·V: output with V scales times 2^-120, times 2^120, off by %.3g (largest %.3g)",
+                 integer ? "integer" : "fp32", worst, top);
+        free(first);
+        qproblem_free(&t);
+    }
+    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
+    else unsetenv("FA_CPU_DECODE_INT_PV");
+}
+
 FA_TEST(decode_integer_pv_rule) {
     FA_CHECK(fa_cpu_decode_integer_pv(1, 0x17, 0x01, 0) && fa_cpu_decode_integer_pv(1, 0x17, 0x08, 0) &&
                  fa_cpu_decode_integer_pv(1, 0x17, 0x18, 0),

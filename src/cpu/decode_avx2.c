@@ -145,10 +145,13 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
     }
     for (int r = 0; r < ROWS; r++) {
         float *o = t->o + (r0 + r) * t->dv + c;
-        const __m256 alpha = _mm256_broadcast_ss(t->alpha + r0 + r), sc = _mm256_broadcast_ss(scale + r);
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][0]), sc, _mm256_mul_ps(_mm256_loadu_ps(o), alpha)));
+        const __m256 alpha = _mm256_broadcast_ss(t->alpha + r0 + r), top = _mm256_broadcast_ss(scale + r);
+        const __m256 inv = _mm256_set1_ps(1.0f / 32767.0f);
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), top), inv,
+                                            _mm256_mul_ps(_mm256_loadu_ps(o), alpha)));
         if (PAIRS == 2)
-            _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][1]), sc, _mm256_mul_ps(_mm256_loadu_ps(o + 8), alpha)));
+            _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), top), inv,
+                                                    _mm256_mul_ps(_mm256_loadu_ps(o + 8), alpha)));
     }
 }
 
@@ -165,7 +168,7 @@ static FA_CPU_ALWAYS_INLINE __m128 load_rows(const float *s, int R) {
  * quantised per row to int16 against the row's largest |P| in the tile (rounding error at most
  * 2^-16 of it), the V rows of a key pair interleaved byte by byte and sign-extended so that one
  * vpmaddwd with the broadcast pair (p_j, p_j+1) sums both keys into each int32 lane, summed over
- * the tile in int32 (|sum| <= 16 · 128 · 32767 < 2^27), then o = alpha · o + scale · sum in
+ * the tile in int32 (|sum| <= 16 · 128 · 32767 < 2^27), then o = alpha · o + (sum · top) / 32767 in
  * fp32. Returns 0, having written nothing, when a P of the tile is not finite (the fp32 kernels
  * then carry the NaN / infinity). */
 static int accumulate_int(const fa_cpu_decode_tile *t) {
@@ -185,14 +188,18 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
         __m128 top = _mm_setzero_ps();
         for (int64_t j = 0; j < n; j++) top = _mm_max_ps(top, _mm_and_ps(load_rows(t->s + j * ld + r0, R), abs_mask));
         top = _mm_and_ps(top, _mm_cmple_ps(top, big));
-        const __m128 inv = _mm_and_ps(_mm_div_ps(_mm_set1_ps(32767.0f), top), _mm_cmpgt_ps(top, _mm_setzero_ps()));
-        float scale[4];
-        _mm_storeu_ps(scale, _mm_mul_ps(top, _mm_set1_ps(1.0f / 32767.0f)));
+        /* 32767 / top in double: finite for every top > 0, denormal weights included */
+        const __m256d top_d = _mm256_cvtps_pd(top);
+        const __m256d inv = _mm256_and_pd(_mm256_cmp_pd(top_d, _mm256_setzero_pd(), _CMP_GT_OQ),
+                                          _mm256_div_pd(_mm256_set1_pd(32767.0), _mm256_max_pd(top_d, _mm256_set1_pd(DBL_MIN))));
+        float scale[4]; /* the largest weights: the block applies (sum · top) / 32767 */
+        _mm_storeu_ps(scale, top);
         int32_t pp[(FA_CPU_DECODE_KEYS + 1) / 2][4][8] __attribute__((aligned(32)));
         for (int64_t jp = 0; jp < pairs; jp++) {
-            __m128i a = _mm_cvtps_epi32(_mm_mul_ps(load_rows(t->s + 2 * jp * ld + r0, R), inv));
-            __m128i b = 2 * jp + 1 < n ? _mm_cvtps_epi32(_mm_mul_ps(load_rows(t->s + (2 * jp + 1) * ld + r0, R), inv))
-                                       : _mm_setzero_si128();
+            __m128i a = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(load_rows(t->s + 2 * jp * ld + r0, R)), inv));
+            __m128i b = 2 * jp + 1 < n
+                            ? _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(load_rows(t->s + (2 * jp + 1) * ld + r0, R)), inv))
+                            : _mm_setzero_si128();
             __m128i ab = _mm_blend_epi16(a, _mm_slli_epi32(b, 16), 0xaa);
             __m256i ab2 = _mm256_broadcastsi128_si256(ab);
             _mm256_store_si256((__m256i *)pp[jp][0], _mm256_shuffle_epi32(ab2, 0x00));
@@ -226,7 +233,8 @@ int fa_cpu_decode_quantise_rows_avx2(const float *q, int64_t n_rows, int64_t d, 
             nan |= isnan(x[k]);
             top = fabsf(x[k]) > top ? fabsf(x[k]) : top;
         }
-        if (nan || !(top <= FLT_MAX)) return 0;
+        /* a non-finite row, or one so small that q_max / top would overflow: the fp32 scores */
+        if (nan || !(top <= FLT_MAX) || (top > 0.0f && top < 0x1p-100f)) return 0;
         const float inv = top > 0.0f ? q_max / top : 0.0f;
         q16_scale[r] = top / q_max;
         const __m256 vinv = _mm256_set1_ps(inv);

@@ -191,7 +191,8 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_block(const int ROWS, const int 
         float *o = t->o + (r0 + r) * t->dv + c;
         const float alpha = t->alpha[r0 + r];
         for (int v = 0; v < 2 * PAIRS; v++)
-            vst1q_f32(o + 4 * v, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(o + 4 * v), alpha), vcvtq_f32_s32(acc[r][v]), scale[r]));
+            vst1q_f32(o + 4 * v, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(o + 4 * v), alpha),
+                                             vmulq_n_f32(vcvtq_f32_s32(acc[r][v]), scale[r]), 1.0f / 32767.0f));
     }
 }
 
@@ -207,18 +208,16 @@ static int accumulate_int(const fa_cpu_decode_tile *t) {
             if (!(fabsf(t->s[j * ld + r]) <= FLT_MAX)) return 0;
     for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
         const int R = t->n_rows - r0 >= 4 ? 4 : (int)(t->n_rows - r0);
-        float top[4] = {0.0f, 0.0f, 0.0f, 0.0f}, inv[4], scale[4];
+        float top[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        double inv[4]; /* 32767 / top in double: finite for every top > 0, denormal weights included */
         for (int64_t j = 0; j < n; j++)
             for (int r = 0; r < R; r++) top[r] = fmaxf(top[r], fabsf(t->s[j * ld + r0 + r]));
-        for (int r = 0; r < 4; r++) {
-            inv[r] = top[r] > 0.0f ? 32767.0f / top[r] : 0.0f;
-            scale[r] = top[r] * (1.0f / 32767.0f);
-        }
+        for (int r = 0; r < 4; r++) inv[r] = top[r] > 0.0f ? 32767.0 / top[r] : 0.0;
         int16_t p16[FA_CPU_DECODE_KEYS][4];
         for (int64_t j = 0; j < n; j++)
             for (int r = 0; r < 4; r++)
-                p16[j][r] = r < R ? (int16_t)vcvtns_s32_f32(t->s[j * ld + r0 + r] * inv[r]) : 0;
-        FA_DECODE_INT_ROWS(R, t, r0, p16, scale);
+                p16[j][r] = r < R ? (int16_t)vcvtnd_s64_f64((double)t->s[j * ld + r0 + r] * inv[r]) : 0;
+        FA_DECODE_INT_ROWS(R, t, r0, p16, top); /* the block applies (sum · top) / 32767 */
     }
     return 1;
 }
@@ -233,6 +232,7 @@ static int quantise_rows(const float *q, int64_t n_rows, int64_t d, int16_t *q16
             if (!(fabsf(x[k]) <= FLT_MAX)) return 0; /* NaN or infinite */
             top = fabsf(x[k]) > top ? fabsf(x[k]) : top;
         }
+        if (top > 0.0f && top < 0x1p-100f) return 0; /* q_max / top would overflow: the fp32 scores */
         const float inv = top > 0.0f ? q_max / top : 0.0f;
         q16_scale[r] = top / q_max;
         const float32x4_t vinv = vdupq_n_f32(inv);
