@@ -267,8 +267,10 @@ static FA_CPU_ALWAYS_INLINE __m512i dot_pairs_broadcast(__m512i acc, __m512i v, 
 /* The int16 weight pairs of rows r0 .. r0 + 3 for an int8 tile's integer P·V: w[j][r] =
  * round(p[j][r] · 32767 / m[r]) with m[r] = max_j |p[j][r]| (rounding error at most 2^-16 of the
  * row's largest weight in the tile), pairs[4·i + r] = w[2i][r] | w[2i + 1][r] << 16 (a missing
- * last key weighs 0), scale[r] = m[r]. Returns 0, having written nothing the caller
- * reads, when a weight is not finite (the fp32 kernel then carries the NaN or infinity). */
+ * last key weighs 0), scale[r] = m[r] / 32767. Returns 0, having written nothing the caller
+ * reads, when a weight is not finite (the fp32 kernel then carries the NaN or infinity) or when a
+ * row's largest weight is below 2^-100 but not 0 (32767 / m would overflow and m / 32767 lose
+ * bits: the fp32 kernel is exact there). */
 static FA_CPU_ALWAYS_INLINE int weight_pairs4(const fa_cpu_decode_tile *t, int64_t r0, int32_t *pairs, float *scale) {
     const int64_t n = t->n_keys, ld = t->ld;
     const float *s = t->s + r0;
@@ -279,17 +281,15 @@ static FA_CPU_ALWAYS_INLINE int weight_pairs4(const fa_cpu_decode_tile *t, int64
         finite = _mm_and_ps(finite, _mm_cmple_ps(x, big));
         m = _mm_max_ps(m, x);
     }
-    if (_mm_movemask_ps(finite) != 0xf) return 0;
-    /* 32767 / m in double: finite for every m > 0, denormal weights included (0 where m = 0) */
-    const __m256d md = _mm256_cvtps_pd(m);
-    const __m256d inv = _mm256_and_pd(_mm256_cmp_pd(md, _mm256_setzero_pd(), _CMP_GT_OQ),
-                                      _mm256_div_pd(_mm256_set1_pd(32767.0), _mm256_max_pd(md, _mm256_set1_pd(DBL_MIN))));
-    _mm_storeu_ps(scale, m);
+    const __m128 positive = _mm_cmpgt_ps(m, _mm_setzero_ps());
+    if (_mm_movemask_ps(finite) != 0xf || _mm_movemask_ps(_mm_and_ps(positive, _mm_cmplt_ps(m, _mm_set1_ps(0x1p-100f)))))
+        return 0;
+    const __m128 inv = _mm_and_ps(positive, _mm_div_ps(_mm_set1_ps(32767.0f), _mm_max_ps(m, _mm_set1_ps(0x1p-100f))));
+    _mm_storeu_ps(scale, _mm_mul_ps(m, _mm_set1_ps(1.0f / 32767.0f)));
     const __m128i low = _mm_set1_epi32(0xffff);
     for (int64_t j = 0; j < n; j += 2) {
-        const __m128i w0 = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(s + j * ld)), inv));
-        const __m128i w1 = j + 1 < n ? _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(s + (j + 1) * ld)), inv))
-                                     : _mm_setzero_si128();
+        const __m128i w0 = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(s + j * ld), inv));
+        const __m128i w1 = j + 1 < n ? _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(s + (j + 1) * ld), inv)) : _mm_setzero_si128();
         _mm_store_si128((__m128i *)(pairs + 2 * j), _mm_or_si128(_mm_and_si128(w0, low), _mm_slli_epi32(w1, 16)));
     }
     return 1;
@@ -300,8 +300,7 @@ static FA_CPU_ALWAYS_INLINE int weight_pairs4(const fa_cpu_decode_tile *t, int64
  * vpunpckhwd within 128-bit lanes: `lo` holds columns 0-3, 8-11, 16-19, 24-27 of the 32 as
  * (key 2i, key 2i + 1) pairs, `hi` the other four of each eight), one vpdpwssd per 16 columns and
  * row with the broadcast weight pair; int32 sums exact (|sum| <= 8 · 2 · 32767 · 128 < 2^27),
- * then o = alpha · o + (m · sum) / 32767 in fp32 with the columns put back in order (m · sum
- * first: m / 32767 alone would lose bits where m is near fp32's smallest normal). */
+ * then o = alpha · o + scale · sum in fp32 with the columns put back in order. */
 static FA_CPU_ALWAYS_INLINE void accumulate_int_cols(const int COLS, const fa_cpu_decode_tile *t, int64_t r0, int64_t c,
                                                      const int32_t *pairs, const float *scale) {
     enum { MAX_VECS = 4 };
@@ -339,14 +338,12 @@ static FA_CPU_ALWAYS_INLINE void accumulate_int_cols(const int COLS, const fa_cp
     const __m512i second = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
     for (int r = 0; r < 4; r++) {
         float *o = t->o + (r0 + r) * dv + c;
-        const __m512 alpha = _mm512_set1_ps(t->alpha[r0 + r]), m = _mm512_set1_ps(scale[r]);
-        const __m512 inv = _mm512_set1_ps(1.0f / 32767.0f);
+        const __m512 alpha = _mm512_set1_ps(t->alpha[r0 + r]), sc = _mm512_set1_ps(scale[r]);
         for (int h = 0; h < VECS / 2; h++) {
-            const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][2 * h]), m);
-            const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][2 * h + 1]), m);
+            const __m512 lo = _mm512_cvtepi32_ps(acc[r][2 * h]), hi = _mm512_cvtepi32_ps(acc[r][2 * h + 1]);
             float *oh = o + 32 * h;
-            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, first, hi), inv, _mm512_mul_ps(_mm512_loadu_ps(oh), alpha)));
-            _mm512_storeu_ps(oh + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, second, hi), inv,
+            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, first, hi), sc, _mm512_mul_ps(_mm512_loadu_ps(oh), alpha)));
+            _mm512_storeu_ps(oh + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, second, hi), sc,
                                                       _mm512_mul_ps(_mm512_loadu_ps(oh + 16), alpha)));
         }
     }
