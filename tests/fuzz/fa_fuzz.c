@@ -1,7 +1,7 @@
 /*
  * fa_fuzz.c: the validation promise under a fuzzer. Bytes become an fa_params (forward,
- * backward, standard), a KV-cache call, an fa_merge_params or a ring call (CPU device, small
- * sizes), with buffers allocated to match the strides the bytes chose; some fields then get
+ * backward, standard), a KV-cache call (unquantised or int8 / Q8_0 / e4m3 caches with their
+ * scales), an fa_merge_params or a ring call (CPU device, small sizes), with buffers allocated to match the strides the bytes chose; some fields then get
  * hostile values (huge, negative or overflowing strides and sizes, misaligned or aliased
  * pointers, unused fields set, NaN inputs). Every check function and call runs; asserted:
  *   - no crash, no sanitizer report (built with ASan + UBSan),
@@ -390,7 +390,17 @@ static void fuzz_kvcache(reader *r, arena *a) {
     p.dtype = (fa_dtype)take(r, 3);
     const int elem = p.dtype == FA_DTYPE_F32 ? 4 : 2;
     const int64_t b = 1 + take(r, 3), sq = 1 + take(r, 4), cap = 1 + take(r, 40);
-    const int64_t hkv = 1 + take(r, 2), hq = hkv * (1 + take(r, 3)), d = 2 + 2 * take(r, 12);
+    const int64_t hkv = 1 + take(r, 2), hq = hkv * (1 + take(r, 3));
+    /* a quantised cache now and then (int8 with per-row scales, Q8_0, e4m3 with per-head scales;
+     * rarely a value that is none of them): one byte per element, strides in bytes, head dims
+     * multiples of 8 (of 32 for Q8_0) mostly */
+    p.kv_dtype = take(r, 3) == 0 ? (fa_kv_dtype)(1 + take(r, 3)) : FA_KV_SAME;
+    if (chance(r, 40)) p.kv_dtype = (fa_kv_dtype)(int)hostile(r);
+    const int quant = p.kv_dtype != FA_KV_SAME;
+    const int64_t d = !quant ? 2 + 2 * take(r, 12) : p.kv_dtype == FA_KV_Q8_0 && take(r, 4) ? 32 * (1 + take(r, 2))
+                                                                                     : 8 * (1 + take(r, 9)) - (chance(r, 8) ? 2 : 0);
+    const int64_t row_bytes = p.kv_dtype == FA_KV_Q8_0 ? (d + 31) / 32 * 34 : d;
+    const int cache_elem = quant ? 1 : elem;
     p.batch = b, p.seqlen_q = sq, p.seqlen_k = cap, p.heads_q = hq, p.heads_kv = hkv, p.head_dim = d;
     p.num_threads = 1 + take(r, 2);
     p.num_splits = (int)take(r, 5);
@@ -418,12 +428,35 @@ static void fuzz_kvcache(reader *r, arena *a) {
     int64_t s0, s1, s2;
     pick_strides(r, b, sq, hq, d, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
     pick_strides(r, b, sq, hq, d, &p.o_batch_stride, &p.o_row_stride, &p.o_head_stride);
-    pick_strides(r, slabs, slab_rows, hkv, d, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
-    pick_strides(r, slabs, slab_rows, hkv, d, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
+    pick_strides(r, slabs, slab_rows, hkv, row_bytes, &p.k_batch_stride, &p.k_row_stride, &p.k_head_stride);
+    pick_strides(r, slabs, slab_rows, hkv, row_bytes, &p.v_batch_stride, &p.v_row_stride, &p.v_head_stride);
     p.q = tensor(a, r, b, p.q_batch_stride, sq, p.q_row_stride, hq, p.q_head_stride, d, elem, 0);
     p.o = tensor(a, r, b, p.o_batch_stride, sq, p.o_row_stride, hq, p.o_head_stride, d, elem, 1);
-    p.k = tensor(a, r, slabs, p.k_batch_stride, slab_rows, p.k_row_stride, hkv, p.k_head_stride, d, elem, append);
-    p.v = tensor(a, r, slabs, p.v_batch_stride, slab_rows, p.v_row_stride, hkv, p.v_head_stride, d, elem, append);
+    p.k = tensor(a, r, slabs, p.k_batch_stride, slab_rows, p.k_row_stride, hkv, p.k_head_stride, quant ? row_bytes : d,
+                 cache_elem, append);
+    p.v = tensor(a, r, slabs, p.v_batch_stride, slab_rows, p.v_row_stride, hkv, p.v_head_stride, quant ? row_bytes : d,
+                 cache_elem, append);
+    const int k_scale_as = quant && chance(r, 12) ? 1 + (int)take(r, 2) : 0; /* 1: missing, 2: v_scale's */
+    if (p.kv_dtype == FA_KV_INT8) { /* [slabs, rows, heads_kv] floats, written by an append */
+        pick_strides(r, slabs, slab_rows, hkv, 1, &p.v_scale_batch_stride, &p.v_scale_row_stride, &p.v_scale_head_stride);
+        p.v_scale = tensor(a, r, slabs, p.v_scale_batch_stride, slab_rows, p.v_scale_row_stride, hkv,
+                           p.v_scale_head_stride, 1, 4, append);
+        if (k_scale_as == 0) {
+            pick_strides(r, slabs, slab_rows, hkv, 1, &p.k_scale_batch_stride, &p.k_scale_row_stride,
+                         &p.k_scale_head_stride);
+            p.k_scale = tensor(a, r, slabs, p.k_scale_batch_stride, slab_rows, p.k_scale_row_stride, hkv,
+                               p.k_scale_head_stride, 1, 4, append);
+        }
+    } else if (p.kv_dtype == FA_KV_FP8_E4M3) {
+        p.v_scale = alloc_buf(a, r, hkv, 4, 0);
+        if (k_scale_as == 0) p.k_scale = alloc_buf(a, r, hkv, 4, 0);
+    }
+    if (k_scale_as == 2) { /* one array (and view) for both */
+        p.k_scale = p.v_scale;
+        p.k_scale_batch_stride = p.v_scale_batch_stride;
+        p.k_scale_row_stride = p.v_scale_row_stride;
+        p.k_scale_head_stride = p.v_scale_head_stride;
+    }
     if (take(r, 2)) p.lse = alloc_buf(a, r, b * hq * sq, 4, 1);
     if (append) {
         pick_strides(r, b, sq, hkv, d, &s0, &s1, &s2);
@@ -448,6 +481,15 @@ static void fuzz_kvcache(reader *r, arena *a) {
     if (check == FA_OK && a->must_reject) fail("a KV-cache span past int64 was accepted", check);
     if (check == FA_OK && ws > ((size_t)1 << 30)) fail("absurd KV-cache workspace for a small problem", check);
     if (a->no_call) return;
+    if (getenv("FA_FUZZ_DEBUG"))
+        fprintf(stderr,
+                "kvcache dtype %d kv_dtype %d b %lld sq %lld cap %lld hq %lld hkv %lld d %lld paged %d page %lld "
+                "append %d k %p [%lld %lld %lld] k_scale %p [%lld %lld %lld] v_scale %p [%lld %lld %lld]\n",
+                (int)p.dtype, (int)p.kv_dtype, (long long)b, (long long)sq, (long long)cap, (long long)hq, (long long)hkv,
+                (long long)d, paged, (long long)p.page_size, append, p.k, (long long)p.k_batch_stride,
+                (long long)p.k_row_stride, (long long)p.k_head_stride, (void *)p.k_scale, (long long)p.k_scale_batch_stride,
+                (long long)p.k_scale_row_stride, (long long)p.k_scale_head_stride, (void *)p.v_scale,
+                (long long)p.v_scale_batch_stride, (long long)p.v_scale_row_stride, (long long)p.v_scale_head_stride);
     fa_status call = fa_kvcache_forward(&p);
     if (check != call) fail("fa_check_kvcache and fa_kvcache_forward disagree", call);
     if (call != FA_OK && !outputs_poisoned(a)) fail("a failed KV-cache call wrote an output", call);
