@@ -544,4 +544,3 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     fa_cpu_workspace_release(&ws);
     return FA_OK;
 }
-

@@ -390,7 +390,11 @@ static void accumulate_i8_vnni(const fa_cpu_decode_tile *t) {
             c += 32;
         }
         switch ((t->dv - c) / 8) {
-        case 3: fa_cpu_decode_prefetch_v(t, r0, c + 16); accumulate_block(FA_CPU_KV_I8, 4, 3, t, r0, c); break;
+        case 3:
+            fa_cpu_decode_prefetch_v(t, r0, c);
+            fa_cpu_decode_prefetch_v(t, r0, c + 16);
+            accumulate_block(FA_CPU_KV_I8, 4, 3, t, r0, c);
+            break;
         case 2: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 2, t, r0, c); break;
         case 1: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 1, t, r0, c); break;
         default: break;
