@@ -144,7 +144,7 @@ int fa_cpu_decode_applies(const fa_problem *pb) {
 /* ---- workspace ---------------------------------------------------------------------------------- */
 
 typedef struct dec_scratch {
-    float *q, *o, *s, *out, *k_mult, *v_mult, *q16_scale;
+    float *q, *o, *s, *out, *k_mult, *q16_scale;
     int16_t *q16;
     const char **k_base, **v_base, **k_base_next, **v_base_next, **k_rows, **v_rows, **k_next, **v_next;
     const float **k_scale_row, **v_scale_row;
@@ -163,7 +163,6 @@ static size_t scratch_layout(const fa_problem *pb, char *base, dec_scratch *s) {
     s->s = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(TILE * ITEM_ROWS));
     s->out = (float *)fa_cpu_take(&a, sizeof(float) * (size_t)(d > dv ? d : dv));
     s->k_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
-    s->v_mult = (float *)fa_cpu_take(&a, sizeof(float) * TILE);
     const char ***ptrs[] = {&s->k_base, &s->v_base, &s->k_base_next, &s->v_base_next,
                             &s->k_rows, &s->v_rows, &s->k_next, &s->v_next};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) *ptrs[i] = (const char **)fa_cpu_take(&a, sizeof(char *) * TILE);

@@ -10,8 +10,9 @@
  * read each K / V row once in its storage format, converting in registers (the rows of all
  * kv heads share one score tile, so masks and the online softmax run once per tile):
  *   scores:     s[j][r] = k_mult[j] · (k_j · q_r)         (q already holds the score scale)
- *   accumulate: o[r] = alpha[r] · o[r] + Σ_j s[j][r] · v_mult[j] · v_j
- * k_mult / v_mult carry the per-key dequantisation factors (1 for unquantised caches).
+ *   accumulate: o[r] = alpha[r] · o[r] + Σ_j s[j][r] · v_j
+ * k_mult carries K's per-key dequantisation factor (NULL: 1); V's is in s, which cpu_decode.c
+ * multiplies by it after the softmax.
  */
 #ifndef FA_CPU_DECODE_H
 #define FA_CPU_DECODE_H
@@ -23,9 +24,9 @@ typedef enum fa_cpu_kv_format {
     FA_CPU_KV_F32 = 0,
     FA_CPU_KV_F16,
     FA_CPU_KV_BF16,
-    FA_CPU_KV_I8,   /* int8 values, scale per row in k_mult / v_mult                         */
+    FA_CPU_KV_I8,   /* int8 values, scale per row (K: k_mult; V: folded into s)              */
     FA_CPU_KV_Q8_0, /* blocks of 32: f16 scale, then 32 int8 (34 bytes), scale inside the row   */
-    FA_CPU_KV_E4M3  /* fp8 e4m3 values, scale in k_mult / v_mult                               */
+    FA_CPU_KV_E4M3  /* fp8 e4m3 values, scale per kv head (K: k_mult; V: folded into s)        */
 } fa_cpu_kv_format;
 
 /* Keys per tile of the decode path (experiments override it with -D). */
@@ -38,7 +39,7 @@ typedef struct fa_cpu_decode_tile {
     int64_t n_keys;              /* 1..FA_CPU_DECODE_KEYS                                      */
     const char *const *k_rows;   /* [n_keys] K rows, d values in `format`                       */
     const char *const *v_rows;   /* [n_keys] V rows, dv values                                  */
-    const float *k_mult, *v_mult; /* [n_keys]                                                   */
+    const float *k_mult;         /* [n_keys] K's dequantisation factors, or NULL               */
     int64_t d, dv;               /* multiples of 8 (Q8_0: of 32)                               */
     const float *q;              /* [n_rows][d] fp32                                            */
     const int16_t *q16;          /* int8 cache, kernels with quantise_rows: [n_rows][d] the
