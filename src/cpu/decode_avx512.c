@@ -375,12 +375,7 @@ static void accumulate_i8_vnni(const fa_cpu_decode_tile *t) {
     float scale[4];
     for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
         if (t->n_rows - r0 < 4 || !weight_pairs4(t, r0, pairs, scale)) {
-            switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
-            case 4: accumulate_rows(FA_CPU_KV_I8, 4, t, r0); break;
-            case 3: accumulate_rows(FA_CPU_KV_I8, 3, t, r0); break;
-            case 2: accumulate_rows(FA_CPU_KV_I8, 2, t, r0); break;
-            default: accumulate_rows(FA_CPU_KV_I8, 1, t, r0); break;
-            }
+            accumulate_row_block(FA_CPU_KV_I8, t, r0);
             continue;
         }
         int64_t c = 0;
@@ -389,16 +384,7 @@ static void accumulate_i8_vnni(const fa_cpu_decode_tile *t) {
             accumulate_int_cols(32, t, r0, c, pairs, scale);
             c += 32;
         }
-        switch ((t->dv - c) / 8) {
-        case 3:
-            fa_cpu_decode_prefetch_v(t, r0, c);
-            fa_cpu_decode_prefetch_v(t, r0, c + 16);
-            accumulate_block(FA_CPU_KV_I8, 4, 3, t, r0, c);
-            break;
-        case 2: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 2, t, r0, c); break;
-        case 1: fa_cpu_decode_prefetch_v(t, r0, c); accumulate_block(FA_CPU_KV_I8, 4, 1, t, r0, c); break;
-        default: break;
-        }
+        accumulate_rest(FA_CPU_KV_I8, 4, t, r0, c); /* an 8-24 column rest */
     }
 }
 #endif

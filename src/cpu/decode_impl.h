@@ -48,15 +48,12 @@ static FA_CPU_ALWAYS_INLINE void scores_format(const int format, const fa_cpu_de
 #define DECODE_BLOCK_UNITS 2
 #endif
 
-static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
-                                                 int64_t r0) {
-    int64_t c = 0;
-    for (; c + 8 * DECODE_BLOCK_UNITS <= t->dv; c += 8 * DECODE_BLOCK_UNITS) {
-        for (int h = 0; h < DECODE_BLOCK_UNITS; h += 2) fa_cpu_decode_prefetch_v(t, r0, c + 8 * h);
-        accumulate_block(format, ROWS, DECODE_BLOCK_UNITS, t, r0, c);
-    }
+/* Columns c .. dv - 1 of rows r0 .. r0 + ROWS - 1, fewer than DECODE_BLOCK_UNITS units: the rest
+ * after the whole blocks. */
+static FA_CPU_ALWAYS_INLINE void accumulate_rest(const int format, const int ROWS, const fa_cpu_decode_tile *t,
+                                                 int64_t r0, int64_t c) {
     if (c == t->dv) return;
-    fa_cpu_decode_prefetch_v(t, r0, c); /* the rest: fewer than DECODE_BLOCK_UNITS units */
+    fa_cpu_decode_prefetch_v(t, r0, c);
 #if DECODE_BLOCK_UNITS > 3
     if (t->dv - c >= 24) {
         fa_cpu_decode_prefetch_v(t, r0, c + 16);
@@ -73,15 +70,28 @@ static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROW
     accumulate_block(format, ROWS, 1, t, r0, c);
 }
 
-static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
-    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
-        switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
-        case 4: accumulate_rows(format, 4, t, r0); break;
-        case 3: accumulate_rows(format, 3, t, r0); break;
-        case 2: accumulate_rows(format, 2, t, r0); break;
-        default: accumulate_rows(format, 1, t, r0); break;
-        }
+static FA_CPU_ALWAYS_INLINE void accumulate_rows(const int format, const int ROWS, const fa_cpu_decode_tile *t,
+                                                 int64_t r0) {
+    int64_t c = 0;
+    for (; c + 8 * DECODE_BLOCK_UNITS <= t->dv; c += 8 * DECODE_BLOCK_UNITS) {
+        for (int h = 0; h < DECODE_BLOCK_UNITS; h += 2) fa_cpu_decode_prefetch_v(t, r0, c + 8 * h);
+        accumulate_block(format, ROWS, DECODE_BLOCK_UNITS, t, r0, c);
     }
+    accumulate_rest(format, ROWS, t, r0, c);
+}
+
+/* The block of rows from r0: 4 rows, or the 1-3 left at the end (ROWS passed on as a constant). */
+static FA_CPU_ALWAYS_INLINE void accumulate_row_block(const int format, const fa_cpu_decode_tile *t, int64_t r0) {
+    switch (t->n_rows - r0 >= 4 ? 4 : t->n_rows - r0) {
+    case 4: accumulate_rows(format, 4, t, r0); break;
+    case 3: accumulate_rows(format, 3, t, r0); break;
+    case 2: accumulate_rows(format, 2, t, r0); break;
+    default: accumulate_rows(format, 1, t, r0); break;
+    }
+}
+
+static FA_CPU_ALWAYS_INLINE void accumulate_format(const int format, const fa_cpu_decode_tile *t) {
+    for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) accumulate_row_block(format, t, r0);
 }
 
 /* A level's integer P·V for int8 caches (1 when done; 0: the fp32 kernels run). */
