@@ -46,4 +46,9 @@ fa_test_level fa_test_get_level(void);
  * run seed printed at start. */
 uint64_t fa_test_seed(void);
 
+/* Environment switches a test sets and puts back: fa_test_env_set returns the variable's earlier
+ * value (a copy, NULL when it was unset) for fa_test_env_restore, which frees it. */
+char *fa_test_env_set(const char *name, const char *value);
+void fa_test_env_restore(const char *name, char *previous);
+
 #endif /* FA_TESTS_TEST_H */

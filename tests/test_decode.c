@@ -383,8 +383,7 @@ FA_TEST(decode_quant_head_dims) {
 }
 
 FA_TEST(decode_quant_scalar_isa) { /* the scalar kernels serve quantised caches without AVX2 */
-    const char *old = getenv("FA_CPU_ISA");
-    setenv("FA_CPU_ISA", "scalar", 1);
+    char *old = fa_test_env_set("FA_CPU_ISA", "scalar");
     for (int k = 0; k < 3; k++) {
         qcase c = qbase(quant_types[k], FA_DTYPE_F16, 2, 2, 8, 2, 64, 150);
         c.append = 1;
@@ -393,12 +392,11 @@ FA_TEST(decode_quant_scalar_isa) { /* the scalar kernels serve quantised caches 
         snprintf(label, sizeof label, "scalar %s", quant_names[k]);
         run_case(&c, label);
     }
-    if (old) setenv("FA_CPU_ISA", old, 1);
-    else unsetenv("FA_CPU_ISA");
+    fa_test_env_restore("FA_CPU_ISA", old);
 }
 
 FA_TEST(decode_quant_int8_both_pv) { /* the integer and the fp32 P·V of an int8 cache, on any CPU */
-    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    char *old = fa_test_env_set("FA_CPU_DECODE_INT_PV", "0"); /* each case sets it below */
     for (int integer = 0; integer < 2; integer++) {
         setenv("FA_CPU_DECODE_INT_PV", integer ? "1" : "0", 1);
         for (int paged = 0; paged < 2; paged++) {
@@ -411,12 +409,11 @@ FA_TEST(decode_quant_int8_both_pv) { /* the integer and the fp32 P·V of an int8
             run_case(&c, label);
         }
     }
-    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
-    else unsetenv("FA_CPU_DECODE_INT_PV");
+    fa_test_env_restore("FA_CPU_DECODE_INT_PV", old);
 }
 
 FA_TEST(decode_quant_int8_vnni) { /* the int8 scores with and without AVX512-VNNI (the same sums) */
-    const char *old = getenv("FA_CPU_DECODE_VNNI");
+    char *old = fa_test_env_set("FA_CPU_DECODE_VNNI", "0"); /* each case sets it below */
     for (int vnni = 0; vnni < 2; vnni++) {
         setenv("FA_CPU_DECODE_VNNI", vnni ? "1" : "0", 1);
         for (int i = 0; i < 2; i++) {
@@ -428,8 +425,7 @@ FA_TEST(decode_quant_int8_vnni) { /* the int8 scores with and without AVX512-VNN
             run_case(&c, label);
         }
     }
-    if (old) setenv("FA_CPU_DECODE_VNNI", old, 1);
-    else unsetenv("FA_CPU_DECODE_VNNI");
+    fa_test_env_restore("FA_CPU_DECODE_VNNI", old);
 }
 
 /* NaN in one query row, or in one token's int8 V scale: exactly the rows that read it are NaN (the
@@ -437,7 +433,7 @@ FA_TEST(decode_quant_int8_vnni) { /* the int8 scores with and without AVX512-VNN
  * cache with both P·V kernels (the integer one hands a block holding a non-finite weight to the
  * fp32 kernel). */
 FA_TEST(decode_quant_nan_propagates) {
-    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    char *old = fa_test_env_set("FA_CPU_DECODE_INT_PV", "0"); /* each case sets it below */
     for (int k = 0; k < 3; k++)
         for (int where = 0; where < 2; where++)
             for (int integer = 0; integer < 2; integer++) {
@@ -469,15 +465,14 @@ FA_TEST(decode_quant_nan_propagates) {
                          where ? "a V scale" : "a query", integer ? "integer" : "fp32", (long long)wrong);
                 qproblem_free(&t);
             }
-    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
-    else unsetenv("FA_CPU_DECODE_INT_PV");
+    fa_test_env_restore("FA_CPU_DECODE_INT_PV", old);
 }
 
 /* An int8 cache whose V scales are tiny (2^-120 times the usual, so P times the scale lies near
  * or below fp32's smallest normal): the output is the usual one times 2^-120, from both P·V
  * kernels (the integer one once lost every weight of such a tile: 32767 / max overflowed). */
 FA_TEST(decode_quant_int8_tiny_scales) {
-    const char *old = getenv("FA_CPU_DECODE_INT_PV");
+    char *old = fa_test_env_set("FA_CPU_DECODE_INT_PV", "0"); /* each case sets it below */
     for (int integer = 0; integer < 2; integer++) {
         setenv("FA_CPU_DECODE_INT_PV", integer ? "1" : "0", 1);
         const qcase c = qbase(FA_KV_INT8, FA_DTYPE_F32, 1, 1, 8, 2, 64, 100);
@@ -504,8 +499,7 @@ FA_TEST(decode_quant_int8_tiny_scales) {
         free(first);
         qproblem_free(&t);
     }
-    if (old) setenv("FA_CPU_DECODE_INT_PV", old, 1);
-    else unsetenv("FA_CPU_DECODE_INT_PV");
+    fa_test_env_restore("FA_CPU_DECODE_INT_PV", old);
 }
 
 FA_TEST(decode_integer_pv_rule) {

@@ -44,8 +44,7 @@ static void run_level(const char *level) {
         fa_test_skip("this CPU has no %s", level);
         return;
     }
-    char *previous = getenv("FA_CPU_ISA") ? strdup(getenv("FA_CPU_ISA")) : NULL;
-    setenv("FA_CPU_ISA", level, 1);
+    char *previous = fa_test_env_set("FA_CPU_ISA", level);
     FA_CHECK(!strcmp(fa_cpu_isa(), level), "FA_CPU_ISA=%s but fa_cpu_isa() = %s", level, fa_cpu_isa());
     int small = fa_test_get_level() == FA_LEVEL_SMALL;
     struct {
@@ -108,12 +107,7 @@ static void run_level(const char *level) {
         fa_ref_references_free(&g, &ref, &base);
         fa_test_problem_destroy(&tp);
     }
-    if (previous) {
-        setenv("FA_CPU_ISA", previous, 1);
-        free(previous);
-    } else {
-        unsetenv("FA_CPU_ISA");
-    }
+    fa_test_env_restore("FA_CPU_ISA", previous);
 }
 
 FA_TEST(isa_scalar) { run_level("scalar"); }
@@ -126,15 +120,9 @@ FA_TEST(isa_sve256) { run_level("sve256"); }
  * other score GEMMs are tested too: FA_CPU_BF16DOT=0 the fp32 one, FA_CPU_AMX=0 vdpbf16ps on an
  * AMX CPU (on other CPUs these repeat the level's test). */
 static void run_level_with_off(const char *level, const char *variable) {
-    char *previous = getenv(variable) ? strdup(getenv(variable)) : NULL;
-    setenv(variable, "0", 1);
+    char *previous = fa_test_env_set(variable, "0");
     run_level(level);
-    if (previous) {
-        setenv(variable, previous, 1);
-        free(previous);
-    } else {
-        unsetenv(variable);
-    }
+    fa_test_env_restore(variable, previous);
 }
 FA_TEST(isa_avx512_without_bf16dot) { run_level_with_off("avx512", "FA_CPU_BF16DOT"); }
 FA_TEST(isa_avx512_without_amx) {

@@ -384,7 +384,7 @@ FA_TEST(kvcache_repeated_cache_rows) {
  * with the engine's GEMM. */
 FA_TEST(kvcache_isa_levels) {
     static const char *const levels[] = {"scalar", "avx2", "avx512", "neon", "sve256"};
-    char *previous = getenv("FA_CPU_ISA") ? strdup(getenv("FA_CPU_ISA")) : NULL;
+    char *previous = fa_test_env_set("FA_CPU_ISA", levels[0]);
     for (int i = 0; i < 5; i++) {
         setenv("FA_CPU_ISA", levels[i], 1);
         for (int t = 0; t < 3; t++) {
@@ -396,9 +396,7 @@ FA_TEST(kvcache_isa_levels) {
             expect_kv(&s, 0, levels[i]);
         }
     }
-    if (previous) setenv("FA_CPU_ISA", previous, 1);
-    else unsetenv("FA_CPU_ISA");
-    free(previous);
+    fa_test_env_restore("FA_CPU_ISA", previous);
 }
 
 /* The split heuristic as a pure function. */

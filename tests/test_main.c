@@ -89,6 +89,19 @@ uint64_t fa_test_seed(void) {
     return 20251129ull;
 }
 
+char *fa_test_env_set(const char *name, const char *value) {
+    const char *now = getenv(name);
+    char *previous = now ? strdup(now) : NULL;
+    setenv(name, value, 1);
+    return previous;
+}
+
+void fa_test_env_restore(const char *name, char *previous) {
+    if (previous) setenv(name, previous, 1);
+    else unsetenv(name);
+    free(previous);
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
