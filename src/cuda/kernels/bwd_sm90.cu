@@ -257,11 +257,11 @@ __device__ __forceinline__ void fa_bwd_sm90_issue_dq(float (&acc)[32], uint32_t 
     for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
 }
 
-/* dK (scaled) and dV rows key0 and key0 + 8 of this thread (accumulator layout: element
- * 4j + 2h + c is row key0 + 8h, column 8j + 2(l%4) + c), columns below d / dv, 4-byte stores; with
- * a split group (group_splits > 1) the split's unscaled fp32 partials, 8-byte stores. PARTIALS =
- * false compiles the partial store out: the instantiations with softcap and dropout spill with it
- * at bucket 64 (84 bytes), so bwd.cu never splits the group for them. */
+/* dK (scaled) and dV rows key0 and key0 + 8 of this thread (fa_bwd_sm90_store_dkdv_rows); with a
+ * split group (group_splits > 1) the split's unscaled fp32 partials, 8-byte stores (element
+ * 4j + 2h + c is row key0 + 8h, column 8j + col_in + c). PARTIALS = false compiles the partial
+ * store out: the instantiations with softcap and dropout spill with it at bucket 64 (84 bytes), so
+ * bwd.cu never splits the group for them. */
 template <class Cfg, bool BF16, bool PARTIALS = true>
 __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params &prm, const float (&dk_rmem)[Cfg::D / 2],
                                                    const float (&dv_rmem)[Cfg::D / 2], int key0, int len_k,
@@ -290,28 +290,8 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
         }
         return;
     }
-    const int head_kv = (int)blockIdx.y;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key0 + 8 * h;
-        if (key >= len_k) continue;
-        const int64_t dk_off = varlen ? (k_start + key) * prm.dk_row_stride
-                                      : (int64_t)batch * prm.dk_batch_stride + (int64_t)key * prm.dk_row_stride;
-        const int64_t dv_off = varlen ? (k_start + key) * prm.dv_row_stride
-                                      : (int64_t)batch * prm.dv_batch_stride + (int64_t)key * prm.dv_row_stride;
-        uint16_t *dk_row = static_cast<uint16_t *>(prm.dk) + dk_off + (int64_t)head_kv * prm.dk_head_stride;
-        uint16_t *dv_row = static_cast<uint16_t *>(prm.dv) + dv_off + (int64_t)head_kv * prm.dv_head_stride;
-#pragma unroll
-        for (int j = 0; j < Cfg::D / 8; ++j) {
-            const int col = 8 * j + col_in;
-            if (col < prm.head_dim)
-                *reinterpret_cast<uint32_t *>(dk_row + col) = fa_bwd_sm90_pack2<BF16>(
-                    dk_rmem[4 * j + 2 * h] * prm.softmax_scale, dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale);
-            if (col < prm.head_dim_v)
-                *reinterpret_cast<uint32_t *>(dv_row + col) =
-                    fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
-        }
-    }
+    fa_bwd_sm90_store_dkdv_rows<Cfg::D, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, k_start, batch, (int)blockIdx.y, 0,
+                                              col_in, varlen);
 }
 
 /* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query

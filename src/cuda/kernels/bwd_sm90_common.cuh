@@ -83,6 +83,38 @@ __device__ __forceinline__ uint32_t fa_bwd_sm90_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
+/* dK (scaled) and dV rows key0 and key0 + 8 of this thread straight to global memory (both
+ * kernels): COLS accumulator columns, element 4j + 2h + c is row key0 + 8h, column
+ * col0 + 8j + col_in + c; columns below d / dv, 4-byte stores; keys past the sequence skipped.
+ * varlen: prm.cu_seqlens_q != nullptr. */
+template <int COLS, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_store_dkdv_rows(const fa_bwd_sm90_params &prm, const float (&dk_rmem)[COLS / 2],
+                                                            const float (&dv_rmem)[COLS / 2], int key0, int len_k,
+                                                            int64_t k_start, int batch, int head_kv, int col0,
+                                                            int col_in, bool varlen) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= len_k) continue;
+        const int64_t dk_off = varlen ? (k_start + key) * prm.dk_row_stride
+                                      : (int64_t)batch * prm.dk_batch_stride + (int64_t)key * prm.dk_row_stride;
+        const int64_t dv_off = varlen ? (k_start + key) * prm.dv_row_stride
+                                      : (int64_t)batch * prm.dv_batch_stride + (int64_t)key * prm.dv_row_stride;
+        uint16_t *dk_row = static_cast<uint16_t *>(prm.dk) + dk_off + (int64_t)head_kv * prm.dk_head_stride;
+        uint16_t *dv_row = static_cast<uint16_t *>(prm.dv) + dv_off + (int64_t)head_kv * prm.dv_head_stride;
+#pragma unroll
+        for (int j = 0; j < COLS / 8; ++j) {
+            const int col = col0 + 8 * j + col_in;
+            if (col < prm.head_dim)
+                *reinterpret_cast<uint32_t *>(dk_row + col) = fa_bwd_sm90_pack2<BF16>(
+                    dk_rmem[4 * j + 2 * h] * prm.softmax_scale, dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale);
+            if (col < prm.head_dim_v)
+                *reinterpret_cast<uint32_t *>(dv_row + col) =
+                    fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
+        }
+    }
+}
+
 /* dQ staging stores (both kernels): a thread's fp32 accumulator pairs go to rows lane/4 (+8) of a
  * 128-byte-swizzled fp32 tile, 16-byte chunk 2b + (lane%4)/2 of column block b swizzled by the
  * row's bits 0-2, so the four lanes of row r fill chunk pair b ^ (r/2). 8-byte stores reach the

@@ -240,39 +240,6 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa
     for (int i = 0; i < N / 2; ++i) wgmma_fence_operand(acc[i]);
 }
 
-/* dK (scaled) and dV rows key0 and key0 + 8 of this thread, columns col0 + 8j + col_in + {0,1}
- * (accumulator layout: element 4j + 2h + c is row key0 + 8h, column col0 + 8j + col_in + c) below
- * d / dv, 4-byte stores; keys past the sequence are skipped. */
-template <bool BF16>
-__device__ __forceinline__ void fa_bwd_sm90_d256_store_dkdv(const fa_bwd_sm90_params &prm,
-                                                      const float (&dk_rmem)[fa_bwd_sm90_d256_config::COLS / 2],
-                                                      const float (&dv_rmem)[fa_bwd_sm90_d256_config::COLS / 2], int key0,
-                                                      int len_k, int64_t k_start, int batch, int head_kv, int col0,
-                                                      int col_in) {
-    const bool varlen = prm.cu_seqlens_q != nullptr;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key0 + 8 * h;
-        if (key >= len_k) continue;
-        const int64_t dk_off = varlen ? (k_start + key) * prm.dk_row_stride
-                                      : (int64_t)batch * prm.dk_batch_stride + (int64_t)key * prm.dk_row_stride;
-        const int64_t dv_off = varlen ? (k_start + key) * prm.dv_row_stride
-                                      : (int64_t)batch * prm.dv_batch_stride + (int64_t)key * prm.dv_row_stride;
-        uint16_t *dk_row = static_cast<uint16_t *>(prm.dk) + dk_off + (int64_t)head_kv * prm.dk_head_stride;
-        uint16_t *dv_row = static_cast<uint16_t *>(prm.dv) + dv_off + (int64_t)head_kv * prm.dv_head_stride;
-#pragma unroll
-        for (int j = 0; j < fa_bwd_sm90_d256_config::COLS / 8; ++j) {
-            const int col = col0 + 8 * j + col_in;
-            if (col < prm.head_dim)
-                *reinterpret_cast<uint32_t *>(dk_row + col) = fa_bwd_sm90_pack2<BF16>(
-                    dk_rmem[4 * j + 2 * h] * prm.softmax_scale, dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale);
-            if (col < prm.head_dim_v)
-                *reinterpret_cast<uint32_t *>(dv_row + col) =
-                    fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]);
-        }
-    }
-}
-
 /* ---- dropout (the DROPOUT instantiations) ----------------------------------------------------- */
 
 /* Packed Pᵀ pairs (fa_bwd_sm90_pack's layout: frag[kk][x] holds elements i = 8kk + 2x, i + 1) with
@@ -348,8 +315,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             float zero_rmem[COLS / 2];
 #pragma unroll
             for (int i = 0; i < COLS / 2; ++i) zero_rmem[i] = 0.0f;
-            fa_bwd_sm90_d256_store_dkdv<BF16>(prm, zero_rmem, zero_rmem, n0 + 16 * (tid / 32) + (tid % 32) / 4, len_k,
-                                        seq.k_start, batch, head_kv, COLS * (warpgroup - 1), 2 * (tid % 4));
+            fa_bwd_sm90_store_dkdv_rows<COLS, BF16>(prm, zero_rmem, zero_rmem, n0 + 16 * (tid / 32) + (tid % 32) / 4,
+                                                    len_k, seq.k_start, batch, head_kv, COLS * (warpgroup - 1),
+                                                    2 * (tid % 4), prm.cu_seqlens_q != nullptr);
         }
         return;
     }
@@ -504,7 +472,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
             fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
             /* dropout: the keep bits of this warp's 16 keys × 32 queries while Sᵀ is computed */
-            uint32_t keep = 0;
+            [[maybe_unused]] uint32_t keep = 0; /* read only by the DROPOUT instantiations */
             if constexpr (DROPOUT)
                 keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
             mbarrier_wait_parity(do_full, t & 1);                                           /* dO of this iteration */
