@@ -323,7 +323,7 @@ static void run_all(void (*tweak)(qcase *c), const char *feature) {
         for (int dt = 0; dt < 2; dt++) {
             fa_dtype dtype = dt ? FA_DTYPE_BF16 : FA_DTYPE_F16;
             qcase cases[3] = {qbase(quant_types[k], dtype, 3, 1, 8, 2, 64, 203),
-                              qbase(quant_types[k], dtype, 2, 3, 4, 1, 128, 300),
+                              qbase(quant_types[k], dtype, 2, 3, 3, 1, 128, 300), /* 9 rows: 8 + 1 */
                               qbase(quant_types[k], dtype, 1, 1, 32, 8, 128, big ? 1500 : 320)};
             for (int i = 0; i < 3; i++) {
                 tweak(&cases[i]);

@@ -54,13 +54,14 @@ static int kv_shapes(const kv_shape **shapes) {
     static const kv_shape all[] = {
         {3, 1, 8, 2, 64, 203},  /* decoding, GQA 4                                             */
         {2, 7, 6, 3, 59, 113},  /* speculative decoding, odd head dim                          */
+        {2, 1, 11, 1, 64, 150}, /* decoding, GQA 11: a block of 8 rows and one of 3            */
         {1, 33, 4, 1, 128, 300}, /* chunked prefill, MQA                                      */
         {4, 1, 4, 4, 32, 1023}, /* long cache, MHA                                            */
         {2, 70, 2, 1, 96, 203}, /* more than one query block                                  */
     };
     fa_test_level level = fa_test_get_level();
     *shapes = all;
-    return level == FA_LEVEL_SMALL ? 2 : level == FA_LEVEL_NORMAL ? 4 : 5;
+    return level == FA_LEVEL_SMALL ? 3 : level == FA_LEVEL_NORMAL ? 5 : 6;
 }
 
 typedef void (*kv_feature)(fa_kv_spec *s);

@@ -113,9 +113,11 @@ static inline fa_cpu_row_packing fa_cpu_pack_rows(int64_t len_q, int64_t group) 
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FA_CPU_ALWAYS_INLINE inline __attribute__((always_inline))
+#define FA_CPU_NOINLINE __attribute__((noinline))
 #define FA_CPU_PREFETCH(address) __builtin_prefetch(address)
 #else
 #define FA_CPU_ALWAYS_INLINE inline
+#define FA_CPU_NOINLINE
 #define FA_CPU_PREFETCH(address) ((void)(address))
 #endif
 

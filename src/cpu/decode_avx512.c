@@ -3,12 +3,15 @@
  * AVX-512 F/BW/VL/DQ. Built with the AVX-512 flags (Makefile) and called only after
  * cpu_dispatch.c has checked them.
  *
- * The layout of decode_avx2.c at twice the width: scores take 4 rows × 2 keys (8 accumulators of
- * 16 lanes, 2 K vectors, the q vector of each row) over 16 values a step and reduce the 8 sums
- * together in one transposing tree (sums_4x2; partial row or key blocks fold each sum to 256 bits
- * before AVX2's hadd tree); the accumulation holds 4 rows × 2 vectors of 16 columns (32 columns a
- * block: two V loads per eight FMAs, each FMA broadcasting its row's weight from memory itself,
- * where 16 columns would spend five loads on four). An 8-value remainder of d or dv goes through
+ * The layout of decode_avx2.c at twice the width, with blocks of 8 rows as well as 4
+ * (DECODE_ROW_BLOCK 8: the 32 registers hold 8 rows × 2 keys of accumulators, so a K or V value
+ * converted once serves 8 rows where a GQA group or the query tokens give that many): scores take
+ * 4 or 8 rows × 2 keys (8 or 16 accumulators of 16 lanes, 2 K vectors, the q vector of each row)
+ * over 16 values a step and reduce each 4 rows' 8 sums together in one transposing tree
+ * (sums_4x2; partial row or key blocks fold each sum to 256 bits before AVX2's hadd tree); the
+ * accumulation holds 4 or 8 rows × 2 vectors of 16 columns (32 columns a block: two V loads per
+ * eight FMAs a 4-row group, each FMA broadcasting its row's weight from memory itself, where 16
+ * columns would spend five loads on four). An 8-value remainder of d or dv goes through
  * the 8-wide loads of decode_x86.h in the lower half, with masked loads and stores of q and o. An
  * int8 cache's scores are taken in integers from the int16 query rows (AVX2's quantise_rows makes
  * them), its P·V in fp32, or by AVX2's integer kernel where fa_cpu_decode_integer_pv picks that.
@@ -105,6 +108,18 @@ static FA_CPU_ALWAYS_INLINE __m512i dot_pairs(__m512i acc, __m512i a, __m512i b)
 #endif
 }
 
+/* The scores of rows r0 .. r0 + 3 and keys j, j + 1 from their int32 sums: sum · row scale ·
+ * k_mult. */
+static FA_CPU_ALWAYS_INLINE void store_int_4x2(const __m512i acc[4][2], const fa_cpu_decode_tile *t, int64_t j,
+                                               int64_t r0) {
+    const __m512 sums = _mm512_cvtepi32_ps(sums_4x2(acc, 0));
+    const __m128 row_scale = _mm_loadu_ps(t->q16_scale + r0);
+    _mm_storeu_ps(t->s + j * t->ld + r0,
+                  _mm_mul_ps(_mm512_castps512_ps128(sums), _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j]))));
+    _mm_storeu_ps(t->s + (j + 1) * t->ld + r0,
+                  _mm_mul_ps(_mm512_extractf32x4_ps(sums, 2), _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j + 1]))));
+}
+
 /* Scores of an int8 cache from the int16 query rows (t->q16), as decode_avx2.c's
  * scores_block_int at twice the width: vpmaddwd of the sign-extended K values with q16, 32 values
  * a step (a remainder of 8, 16 or 24 by masked loads, the masked-off lanes zero), pairs summed in
@@ -114,7 +129,7 @@ static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS
     const int64_t d = t->d;
     const int16_t *q = t->q16 + r0 * d;
     const char *k_row[2] = {t->k_rows[j], t->k_rows[j + KEYS - 1]};
-    __m512i acc[4][2];
+    __m512i acc[8][2];
     for (int r = 0; r < ROWS; r++)
         for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_si512();
     /* whole steps unmasked (a mask formed in the loop kept gcc from holding the accumulators in
@@ -137,35 +152,49 @@ static FA_CPU_ALWAYS_INLINE void scores_block_int(const int ROWS, const int KEYS
             for (int k = 0; k < KEYS; k++) acc[r][k] = dot_pairs(acc[r][k], kv[k], qv);
         }
     }
-    if (ROWS == 4 && KEYS == 2) {
-        const __m512 sums = _mm512_cvtepi32_ps(sums_4x2(acc, 0));
-        const __m128 row_scale = _mm_loadu_ps(t->q16_scale + r0);
-        _mm_storeu_ps(t->s + j * t->ld + r0,
-                      _mm_mul_ps(_mm512_castps512_ps128(sums), _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j]))));
-        _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, _mm_mul_ps(_mm512_extractf32x4_ps(sums, 2),
-                                                             _mm_mul_ps(row_scale, _mm_set1_ps(t->k_mult[j + 1]))));
+    if (ROWS % 4 == 0 && KEYS == 2) {
+        store_int_4x2(acc, t, j, r0);
+        if (ROWS == 8) store_int_4x2(acc + 4, t, j, r0 + 4);
         return;
     }
     for (int k = 0; k < KEYS; k++) {
         float mult = t->k_mult[j + k];
         float *s = t->s + (j + k) * t->ld + r0;
-        if (ROWS == 4) {
-            __m128 m = _mm_mul_ps(_mm_loadu_ps(t->q16_scale + r0), _mm_set1_ps(mult));
-            __m128 sums = hsum4(fold(_mm512_cvtepi32_ps(acc[0][k])), fold(_mm512_cvtepi32_ps(acc[1][k])),
-                                fold(_mm512_cvtepi32_ps(acc[2][k])), fold(_mm512_cvtepi32_ps(acc[3][k])));
-            _mm_storeu_ps(s, _mm_mul_ps(sums, m));
+        if (ROWS % 4 == 0) {
+            for (int g = 0; g < ROWS; g += 4) {
+                __m128 m = _mm_mul_ps(_mm_loadu_ps(t->q16_scale + r0 + g), _mm_set1_ps(mult));
+                __m128 sums = hsum4(fold(_mm512_cvtepi32_ps(acc[g][k])), fold(_mm512_cvtepi32_ps(acc[g + 1][k])),
+                                    fold(_mm512_cvtepi32_ps(acc[g + 2][k])), fold(_mm512_cvtepi32_ps(acc[g + 3][k])));
+                _mm_storeu_ps(s + g, _mm_mul_ps(sums, m));
+            }
         } else {
             for (int r = 0; r < ROWS; r++) s[r] = mult * t->q16_scale[r0 + r] * hsum(fold(_mm512_cvtepi32_ps(acc[r][k])));
         }
     }
 }
 
-/* Scores of rows r0 .. r0 + ROWS - 1 (ROWS <= 4), keys KEYS at a time (1 or 2). */
+/* The scores of rows r0 .. r0 + 3 and keys j, j + 1 from their fp32 sums (times k_mult). */
+static FA_CPU_ALWAYS_INLINE void store_fp_4x2(const __m512 acc[4][2], const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
+    const __m512i acc_bits[4][2] = {{_mm512_castps_si512(acc[0][0]), _mm512_castps_si512(acc[0][1])},
+                                    {_mm512_castps_si512(acc[1][0]), _mm512_castps_si512(acc[1][1])},
+                                    {_mm512_castps_si512(acc[2][0]), _mm512_castps_si512(acc[2][1])},
+                                    {_mm512_castps_si512(acc[3][0]), _mm512_castps_si512(acc[3][1])}};
+    const __m512 sums = _mm512_castsi512_ps(sums_4x2(acc_bits, 1));
+    __m128 lo = _mm512_castps512_ps128(sums), hi = _mm512_extractf32x4_ps(sums, 2);
+    if (t->k_mult) {
+        lo = _mm_mul_ps(lo, _mm_set1_ps(t->k_mult[j]));
+        hi = _mm_mul_ps(hi, _mm_set1_ps(t->k_mult[j + 1]));
+    }
+    _mm_storeu_ps(t->s + j * t->ld + r0, lo);
+    _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, hi);
+}
+
+/* Scores of rows r0 .. r0 + ROWS - 1 (ROWS 1-4 or 8), keys KEYS at a time (1 or 2). */
 static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
     const int64_t d = t->d;
     const float *q = t->q + r0 * d;
-    __m512 acc[4][2];
+    __m512 acc[8][2];
     for (int r = 0; r < ROWS; r++)
         for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_ps();
     __m512 scale[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -189,27 +218,19 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_fmadd_ps(kv[k], qv, acc[r][k]);
         }
     }
-    if (ROWS == 4 && KEYS == 2) {
-        const __m512i acc_bits[4][2] = {{_mm512_castps_si512(acc[0][0]), _mm512_castps_si512(acc[0][1])},
-                                        {_mm512_castps_si512(acc[1][0]), _mm512_castps_si512(acc[1][1])},
-                                        {_mm512_castps_si512(acc[2][0]), _mm512_castps_si512(acc[2][1])},
-                                        {_mm512_castps_si512(acc[3][0]), _mm512_castps_si512(acc[3][1])}};
-        const __m512 sums = _mm512_castsi512_ps(sums_4x2(acc_bits, 1));
-        __m128 lo = _mm512_castps512_ps128(sums), hi = _mm512_extractf32x4_ps(sums, 2);
-        if (t->k_mult) {
-            lo = _mm_mul_ps(lo, _mm_set1_ps(t->k_mult[j]));
-            hi = _mm_mul_ps(hi, _mm_set1_ps(t->k_mult[j + 1]));
-        }
-        _mm_storeu_ps(t->s + j * t->ld + r0, lo);
-        _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, hi);
+    if (ROWS % 4 == 0 && KEYS == 2) {
+        store_fp_4x2(acc, t, j, r0);
+        if (ROWS == 8) store_fp_4x2(acc + 4, t, j, r0 + 4);
         return;
     }
     for (int k = 0; k < KEYS; k++) {
         float mult = t->k_mult ? t->k_mult[j + k] : 1.0f;
         float *s = t->s + (j + k) * t->ld + r0;
-        if (ROWS == 4) {
-            _mm_storeu_ps(s, _mm_mul_ps(hsum4(fold(acc[0][k]), fold(acc[1][k]), fold(acc[2][k]), fold(acc[3][k])),
-                                        _mm_set1_ps(mult)));
+        if (ROWS % 4 == 0) {
+            for (int g = 0; g < ROWS; g += 4)
+                _mm_storeu_ps(s + g, _mm_mul_ps(hsum4(fold(acc[g][k]), fold(acc[g + 1][k]), fold(acc[g + 2][k]),
+                                                      fold(acc[g + 3][k])),
+                                                _mm_set1_ps(mult)));
         } else {
             for (int r = 0; r < ROWS; r++) s[r] = mult * hsum(fold(acc[r][k]));
         }
@@ -231,7 +252,7 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
     enum { MAX_VECS = 2 };
     const int VECS = (UNITS + 1) / 2;
     const __mmask16 last = UNITS % 2 ? 0x00ff : 0xffff;
-    __m512 acc[4][MAX_VECS];
+    __m512 acc[8][MAX_VECS];
     const int64_t dv = t->dv, ld = t->ld, n = t->n_keys;
     const char *const *v_rows = t->v_rows;
     float *o = t->o + r0 * dv + c; /* locals: stores through o could alias t's fields */
@@ -255,6 +276,7 @@ static FA_CPU_ALWAYS_INLINE void accumulate_block(const int format, const int RO
 }
 
 #define DECODE_BLOCK_UNITS 4
+#define DECODE_ROW_BLOCK 8
 
 #ifdef FA_DECODE_VNNI
 /* acc + the int32 sums of the int16 pairs of v with the pair at *w broadcast to every lane
