@@ -123,8 +123,10 @@ TEST_C  := $(wildcard tests/*.c) $(ORACLE_C)
 all: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so $(BUILD)/flashattn
 lib: $(BUILD)/libflashattn.a $(BUILD)/libflashattn.so
 
-# decode_avx512.c again, with its int8 scores on AVX512-VNNI (picked at run time on such CPUs)
-$(BUILD)/obj/src/cpu/decode_vnni_avx512.o: AVX512_FLAGS += -mavx512vnni
+# decode_avx512.c again, with its int8 scores on AVX512-VNNI (picked at run time on such CPUs) and,
+# where the compiler knows AVX512-BF16, a bf16 cache's scores by vdpbf16ps (used on CPUs with it)
+AVX512_BF16_FLAG := $(shell $(CC) -mavx512bf16 -E -x c /dev/null >/dev/null 2>&1 && echo -mavx512bf16)
+$(BUILD)/obj/src/cpu/decode_vnni_avx512.o: AVX512_FLAGS += -mavx512vnni $(AVX512_BF16_FLAG)
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@

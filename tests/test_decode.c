@@ -714,3 +714,69 @@ FA_TEST(decode_latent_cache) {
         latent_case(dtypes[t], 5, 2);
     }
 }
+
+/* A bf16 cache's scores by bf16 dot products (the AVX512-VNNI kernel set on CPUs with
+ * AVX512-BF16) against the fp32 kernels (FA_CPU_BF16DOT=0) on the same problem: both form the same
+ * exact products of the bf16 values and differ only in the order of the fp32 sums and where the
+ * score scale is applied, so the LSE agrees to fp32 rounding and o to one bf16 rounding step. Head
+ * dims with 0, 8, 16 and 24 values past the last 32; 1, 3, 4, 8 and 11 rows per kv head (blocks of
+ * 8, 4 and the rest); an odd key count. Elsewhere both runs take the fp32 kernels and agree
+ * exactly. */
+FA_TEST(decode_bf16_dot_scores) {
+    static const int64_t dims[] = {64, 72, 80, 88, 128};
+    static const int64_t heads[][2] = {{8, 8}, {12, 4}, {16, 4}, {32, 4}, {22, 2}};
+    const int64_t B = 2, CAP = 101;
+    if (!fa_cpu_select_kernels()->gemm_bf16) fa_test_note("no bf16 dot products on this CPU: both runs use fp32");
+    char *old = fa_test_env_set("FA_CPU_BF16DOT", "1"); /* each run sets it below */
+    fa_test_rng rng;
+    fa_test_rng_seed(&rng, fa_test_seed());
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+            const int64_t d = dims[di], hq = heads[hi][0], hkv = heads[hi][1];
+            const size_t n_q = (size_t)(B * hq * d), n_kv = (size_t)(B * CAP * hkv * d);
+            uint16_t *q = malloc(2 * n_q), *k = malloc(2 * n_kv), *v = malloc(2 * n_kv);
+            uint16_t *o[2] = {malloc(2 * n_q), malloc(2 * n_q)};
+            float *lse[2] = {malloc(sizeof(float) * (size_t)(B * hq)), malloc(sizeof(float) * (size_t)(B * hq))};
+            int32_t lens[2] = {(int32_t)CAP, (int32_t)(CAP - 6)};
+            if (!FA_CHECK(q && k && v && o[0] && o[1] && lse[0] && lse[1], "out of memory")) {
+                free(q), free(k), free(v), free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+                continue;
+            }
+            for (size_t i = 0; i < n_q; i++) fa_test_store(q, FA_DTYPE_BF16, (int64_t)i, 2.0 * fa_test_rng_normal(&rng));
+            for (size_t i = 0; i < n_kv; i++) {
+                fa_test_store(k, FA_DTYPE_BF16, (int64_t)i, fa_test_rng_normal(&rng));
+                fa_test_store(v, FA_DTYPE_BF16, (int64_t)i, fa_test_rng_normal(&rng));
+            }
+            for (int run = 0; run < 2; run++) {
+                setenv("FA_CPU_BF16DOT", run ? "0" : "1", 1);
+                fa_params p;
+                memset(&p, 0, sizeof p);
+                p.device = FA_DEVICE_CPU;
+                p.dtype = FA_DTYPE_BF16;
+                p.batch = B, p.seqlen_q = 1, p.seqlen_k = CAP;
+                p.heads_q = hq, p.heads_kv = hkv, p.head_dim = d;
+                p.q = q, p.k = k, p.v = v, p.o = o[run], p.lse = lse[run];
+                fa_set_contiguous_strides(&p);
+                p.cache_seqlens = lens;
+                p.causal = 1;
+                FA_CHECK(fa_kvcache_forward(&p) == FA_OK, "d %lld, %lld/%lld heads: %s", (long long)d, (long long)hq,
+                         (long long)hkv, fa_last_error());
+            }
+            double lse_err = 0.0, o_err = 0.0;
+            for (int64_t i = 0; i < B * hq; i++) {
+                const double e = fabs((double)lse[0][i] - lse[1][i]) / (1.0 + fabs((double)lse[1][i]));
+                if (!(e <= lse_err)) lse_err = e; /* NaN kept */
+            }
+            for (size_t i = 0; i < n_q; i++) {
+                const double a = fa_test_load(o[0], FA_DTYPE_BF16, (int64_t)i), b = fa_test_load(o[1], FA_DTYPE_BF16, (int64_t)i);
+                const double e = fabs(a - b) / (fabs(b) + 1e-30);
+                if (!(e <= o_err)) o_err = e;
+            }
+            FA_CHECK(lse_err <= 1e-5, "d %lld, %lld/%lld heads: LSE differs by %.3g (relative)", (long long)d,
+                     (long long)hq, (long long)hkv, lse_err);
+            FA_CHECK(o_err <= 0x1p-7, "d %lld, %lld/%lld heads: o differs by %.3g (relative; one bf16 step 7.8e-3)",
+                     (long long)d, (long long)hq, (long long)hkv, o_err);
+            free(q), free(k), free(v), free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+        }
+    fa_test_env_restore("FA_CPU_BF16DOT", old);
+}

@@ -119,6 +119,12 @@ int fa_cpu_decode_integer_pv(int amd, int family, int model, int avx512_vnni) {
     return amd && family == 0x17 && model < 0x30;
 }
 
+/* Whether a bf16 cache is scored by bf16 dot products: the kernel set has them and the CPU has
+ * AVX512-BF16 (the engine's table then carries its bf16 GEMM; FA_CPU_BF16DOT=0 turns both off). */
+static int bf16_scores_here(const fa_cpu_decode_kernels *dk, fa_cpu_kv_format format) {
+    return dk->bf16_scores && format == FA_CPU_KV_BF16 && fa_cpu_select_kernels()->gemm_bf16 != NULL;
+}
+
 /* The rule for this CPU (fa_cpu_identify); FA_CPU_DECODE_INT_PV=0 / 1 overrides it (read per call,
  * so tests run both kernels on any CPU). */
 static int integer_pv_here(const fa_cpu_decode_kernels *dk) {
@@ -198,6 +204,7 @@ typedef struct dec_ctx {
     fa_cpu_kv_format format;
     int64_t unit; /* bytes per stride unit of k / v */
     int integer_pv; /* fa_cpu_decode_tile.integer_pv */
+    int bf16_scores; /* a bf16 cache scored by bf16 dot products (fa_cpu_decode_tile.q_bf16) */
     atomic_llong next_item;
     int64_t total_items;
     char *scratch;
@@ -370,6 +377,18 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
     const int16_t *q16 = NULL;
     if (c->dk->quantise_rows && c->format == FA_CPU_KV_I8 && c->dk->quantise_rows(w->q, all, d, w->q16, w->q16_scale))
         q16 = w->q16;
+    /* bf16 cache with bf16 dot products: the query rows' own bf16 bits (in q16's storage), the
+     * score scale in k_mult (the same for every key) */
+    const uint16_t *q_bf16 = NULL;
+    if (c->bf16_scores) {
+        uint16_t *bits = (uint16_t *)w->q16;
+        for (int64_t r = 0; r < all; r++) {
+            int64_t off = b * p->q_batch_stride + row->query[r] * p->q_row_stride + row->head[r] * p->q_head_stride;
+            memcpy(bits + r * d, (const uint16_t *)p->q + off, sizeof(uint16_t) * (size_t)d);
+        }
+        for (int64_t j = 0; j < TILE; j++) w->k_mult[j] = score_scale;
+        q_bf16 = bits;
+    }
     memset(w->o, 0, sizeof(float) * (size_t)(all * dv));
     memset(w->s, 0, sizeof(float) * (size_t)(TILE * all_pad));
 
@@ -421,7 +440,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
             const int64_t h = kv_first + g;
             for (int64_t j = 0; j < n1; j++) w->k_next[j] = w->k_base_next[j] + h * p->k_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
-            t.k_mult = NULL;
+            t.k_mult = q_bf16 ? w->k_mult : NULL;
             if (p->kv_dtype == FA_KV_INT8) {
                 for (int64_t j = 0; j < n; j++) w->k_mult[j] = w->k_scale_row[j][h * p->k_scale_head_stride];
                 t.k_mult = w->k_mult;
@@ -432,6 +451,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
             t.q = w->q + g * rows * d;
             t.q16 = q16 ? q16 + g * rows * d : NULL;
             t.q16_scale = w->q16_scale + g * rows;
+            t.q_bf16 = q_bf16 ? q_bf16 + g * rows * d : NULL;
             t.s = w->s + g * rows;
             c->dk->scores(&t);
         }
@@ -514,8 +534,9 @@ fa_status fa_cpu_decode_forward(const fa_problem *pb) {
     c.pb = pb;
     c.kern = fa_cpu_select_kernels();
     c.dk = decode_kernels();
-    c.integer_pv = integer_pv_here(c.dk);
     c.format = format_of(p);
+    c.integer_pv = integer_pv_here(c.dk);
+    c.bf16_scores = bf16_scores_here(c.dk, c.format);
     c.unit = cache_unit(p);
     const fa_cpu_kv_pieces at = fa_cpu_kv_pieces_at(&plan, ws.base);
     c.o_part = at.o_part;

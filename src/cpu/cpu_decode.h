@@ -46,6 +46,9 @@ typedef struct fa_cpu_decode_tile {
                                   * rows as int16 (q ≈ q16 · q16_scale, |q16| <= fa_cpu_q16_max(d)),
                                   * or NULL (a row not finite: the fp32 rows are used)         */
     const float *q16_scale;      /* [n_rows]                                                    */
+    const uint16_t *q_bf16;      /* bf16 cache, kernels with bf16_scores on a CPU with AVX512-BF16:
+                                  * [n_rows][d] the query rows' own bf16 bits, unscaled (k_mult
+                                  * then holds the score scale), or NULL                      */
     int integer_pv;              /* int8 cache: 1 = P·V in integers (the AVX2 level's
                                   * accumulate_int, the VNNI set's accumulate_i8_vnni), 0 = the fp32
                                   * kernel (fa_cpu_decode_integer_pv)                           */
@@ -85,6 +88,9 @@ typedef struct fa_cpu_decode_kernels {
      * q16_scale[r] = max |q_r| / fa_cpu_q16_max(d), rounded to nearest); 0 when a value is not
      * finite (q16 then unused). NULL: scores from the fp32 rows. */
     int (*quantise_rows)(const float *q, int64_t n_rows, int64_t d, int16_t *q16, float *q16_scale);
+    /* 1: the set scores a bf16 cache from t->q_bf16 by bf16 dot products (vdpbf16ps) where the
+     * caller passes them (CPUs with AVX512-BF16); 0: never. */
+    int bf16_scores;
 } fa_cpu_decode_kernels;
 
 /* The largest |q16| for head dim d: 128 · d · q16_max < 2^31, so an int32 sum of d products with

@@ -189,6 +189,29 @@ static FA_CPU_ALWAYS_INLINE void store_fp_4x2(const __m512 acc[4][2], const fa_c
     _mm_storeu_ps(t->s + (j + 1) * t->ld + r0, hi);
 }
 
+/* The scores of rows r0 .. r0 + ROWS - 1 and keys j .. j + KEYS - 1 from their fp32 sums (16
+ * lanes each; times k_mult where there is one). */
+static FA_CPU_ALWAYS_INLINE void store_fp_sums(const int ROWS, const int KEYS, __m512 acc[8][2],
+                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
+    if (ROWS % 4 == 0 && KEYS == 2) {
+        store_fp_4x2(acc, t, j, r0);
+        if (ROWS == 8) store_fp_4x2(acc + 4, t, j, r0 + 4);
+        return;
+    }
+    for (int k = 0; k < KEYS; k++) {
+        float mult = t->k_mult ? t->k_mult[j + k] : 1.0f;
+        float *s = t->s + (j + k) * t->ld + r0;
+        if (ROWS % 4 == 0) {
+            for (int g = 0; g < ROWS; g += 4)
+                _mm_storeu_ps(s + g, _mm_mul_ps(hsum4(fold(acc[g][k]), fold(acc[g + 1][k]), fold(acc[g + 2][k]),
+                                                      fold(acc[g + 3][k])),
+                                                _mm_set1_ps(mult)));
+        } else {
+            for (int r = 0; r < ROWS; r++) s[r] = mult * hsum(fold(acc[r][k]));
+        }
+    }
+}
+
 /* Scores of rows r0 .. r0 + ROWS - 1 (ROWS 1-4 or 8), keys KEYS at a time (1 or 2). */
 static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, const int KEYS,
                                               const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
@@ -218,24 +241,46 @@ static FA_CPU_ALWAYS_INLINE void scores_block(const int format, const int ROWS, 
             for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_fmadd_ps(kv[k], qv, acc[r][k]);
         }
     }
-    if (ROWS % 4 == 0 && KEYS == 2) {
-        store_fp_4x2(acc, t, j, r0);
-        if (ROWS == 8) store_fp_4x2(acc + 4, t, j, r0 + 4);
-        return;
-    }
-    for (int k = 0; k < KEYS; k++) {
-        float mult = t->k_mult ? t->k_mult[j + k] : 1.0f;
-        float *s = t->s + (j + k) * t->ld + r0;
-        if (ROWS % 4 == 0) {
-            for (int g = 0; g < ROWS; g += 4)
-                _mm_storeu_ps(s + g, _mm_mul_ps(hsum4(fold(acc[g][k]), fold(acc[g + 1][k]), fold(acc[g + 2][k]),
-                                                      fold(acc[g + 3][k])),
-                                                _mm_set1_ps(mult)));
-        } else {
-            for (int r = 0; r < ROWS; r++) s[r] = mult * hsum(fold(acc[r][k]));
+    store_fp_sums(ROWS, KEYS, acc, t, j, r0);
+}
+
+#if defined(FA_DECODE_VNNI) && defined(__AVX512BF16__)
+/* Scores of a bf16 cache from the query rows' own bf16 bits (t->q_bf16), by bf16 dot products:
+ * vdpbf16ps multiplies the two bf16 pairs of each 32-bit lane exactly and adds both products to
+ * an fp32 lane, so one instruction does two FMAs' work on the same values without converting K
+ * (inputs and results below 2^-126 count as zero there); 32 values a step, a remainder of 8, 16
+ * or 24 by masked loads (zero lanes add nothing); the sums then × k_mult, which holds the score
+ * scale. */
+#define DECODE_BF16_SCORES 1
+static FA_CPU_ALWAYS_INLINE void scores_block_bf16(const int ROWS, const int KEYS, const fa_cpu_decode_tile *t,
+                                                   int64_t j, int64_t r0) {
+    const int64_t d = t->d;
+    const uint16_t *q = t->q_bf16 + r0 * d;
+    const char *k_row[2] = {t->k_rows[j], t->k_rows[j + KEYS - 1]};
+    __m512 acc[8][2];
+    for (int r = 0; r < ROWS; r++)
+        for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        __m512i kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_loadu_si512((const void *)(k_row[k] + 2 * c));
+        for (int r = 0; r < ROWS; r++) {
+            const __m512i qv = _mm512_loadu_si512((const void *)(q + r * d + c));
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], (__m512bh)kv[k], (__m512bh)qv);
         }
     }
+    if (c < d) {
+        const __mmask32 m = (1u << (d - c)) - 1u;
+        __m512i kv[2];
+        for (int k = 0; k < KEYS; k++) kv[k] = _mm512_maskz_loadu_epi16(m, k_row[k] + 2 * c);
+        for (int r = 0; r < ROWS; r++) {
+            const __m512i qv = _mm512_maskz_loadu_epi16(m, q + r * d + c);
+            for (int k = 0; k < KEYS; k++) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], (__m512bh)kv[k], (__m512bh)qv);
+        }
+    }
+    store_fp_sums(ROWS, KEYS, acc, t, j, r0);
 }
+#endif
 
 /* acc + v · *w, the weight broadcast by the FMA's own memory operand ({1to16}). In asm: gcc
  * broadcast a weight used by two FMAs into a register first, and on Zen 4 such a broadcast takes

@@ -14,9 +14,17 @@
 #define FA_CPU_DECODE_IMPL_H
 
 /* KEYS keys from key j: an int8 cache with int16 query rows (t->q16, made by the level's
- * quantise_rows) in integers by the level's scores_block_int, everything else by scores_block. */
+ * quantise_rows) in integers by the level's scores_block_int, a bf16 cache with the query rows'
+ * bf16 bits (t->q_bf16) by the level's scores_block_bf16 where it has one (DECODE_BF16_SCORES),
+ * everything else by scores_block. */
 static FA_CPU_ALWAYS_INLINE void scores_keys(const int format, const int ROWS, const int KEYS,
                                              const fa_cpu_decode_tile *t, int64_t j, int64_t r0) {
+#ifdef DECODE_BF16_SCORES
+    if (format == FA_CPU_KV_BF16 && t->q_bf16) {
+        scores_block_bf16(ROWS, KEYS, t, j, r0);
+        return;
+    }
+#endif
     if (format == FA_CPU_KV_I8 && t->q16) scores_block_int(ROWS, KEYS, t, j, r0);
     else scores_block(format, ROWS, KEYS, t, j, r0);
 }
@@ -170,6 +178,12 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
 #ifndef DECODE_QUANTISE_ROWS
 #define DECODE_QUANTISE_ROWS NULL
 #endif
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, DECODE_QUANTISE_ROWS};
+#ifdef DECODE_BF16_SCORES
+#define DECODE_HAS_BF16_SCORES 1
+#else
+#define DECODE_HAS_BF16_SCORES 0
+#endif
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, DECODE_QUANTISE_ROWS,
+                                              DECODE_HAS_BF16_SCORES};
 
 #endif /* FA_CPU_DECODE_IMPL_H */

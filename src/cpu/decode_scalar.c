@@ -75,5 +75,5 @@ static void decode_accumulate(const fa_cpu_decode_tile *t) {
     }
 }
 
-static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, NULL};
+static const fa_cpu_decode_kernels kernels = {decode_scores, decode_accumulate, NULL, 0};
 const fa_cpu_decode_kernels *fa_cpu_decode_kernels_scalar(void) { return &kernels; }
