@@ -17,10 +17,10 @@
  * of bf16 problems with vdpbf16ps (gemm_bf16_avx512.c); on AArch64 CPUs with the BF16 extension
  * (HWCAP2_BF16) the neon and sve256 levels do with BFDOT (gemm_bf16_neon.c). The level's name
  * stays the same, and FA_CPU_BF16DOT=0 turns that off (and, in cpu_decode.c, the decode path's
- * bf16 dot-product scores, which follow this table's gemm_bf16). On CPUs with AMX-BF16 whose OS grants the
- * tile state (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process) the avx512 level
- * computes those GEMMs on AMX tiles instead (gemm_bf16_amx.c); FA_CPU_AMX=0 keeps them on
- * vdpbf16ps, FA_CPU_BF16DOT=0 on the fp32 GEMM.
+ * bf16 dot-product scores, which follow this table's gemm_bf16). On CPUs with AMX-BF16 whose OS
+ * grants the tile state (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process) the
+ * avx512 level computes those GEMMs on AMX tiles instead (gemm_bf16_amx.c); FA_CPU_AMX=0 keeps
+ * them on vdpbf16ps, FA_CPU_BF16DOT=0 on the fp32 GEMM.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
