@@ -482,6 +482,9 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
     const int64_t d = rp->head_dim, dv = rp->head_dim_v, hq = rp->heads_q, hkv = rp->heads_kv;
     const int64_t group = hq / hkv;
     const float scale = (float)rp->scale, softcap = (float)rp->softcap;
+    /* the backward's own dtype: fp8 inputs are differentiated in bf16 (the CUDA backward runs the
+     * bf16 kernels on the dequantised inputs), from the O of the fp8 forward (P in e4m3) */
+    const fa_dtype bdt = dtype == FA_DTYPE_FP8_E4M3 ? FA_DTYPE_BF16 : dtype;
     ref_sequence seq = ref_seq(rp, b);
     if (backward) {
         memset(dk_acc, 0, (size_t)(seq.len_k * d) * sizeof *dk_acc);
@@ -552,9 +555,14 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     float acc = 0.0f;
                     for (int64_t j = lo; j < hi; j++) /* the stored O: dropout applied (Z∘P) */
                         acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    o_stored[c] = fa_test_round_to(dtype, acc);
+                    o_stored[c] = fa_test_round_to(bdt, acc);
                 }
             if (!backward) continue;
+            if (bdt != dtype) /* the backward's P: recomputed and rounded in its own dtype */
+                for (int64_t j = lo; j < hi; j++) {
+                    probs[j] = baseline_prob(bdt, expf(scores[j] - row_max), sum);
+                    probs_drop[j] = fa_test_round_to(bdt, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
+                }
 
             const double *do_row = rp->dout + ((seq.q_row + i) * hq + h) * dv;
             /* dP = dO Vᵀ rounded to the dtype; softmax backward from the saved (rounded) P, with
@@ -570,18 +578,18 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 const double *v_row = rp->v + ((seq.k_row + j) * hkv + kv_head) * dv;
                 float dp = 0.0f;
                 for (int64_t c = 0; c < dv; c++) dp += (float)do_row[c] * (float)v_row[c];
-                dp = fa_test_round_to(dtype, dp);
-                if (rp->dropout_p > 0.0f) dp = fa_test_round_to(dtype, dp * (float)fa_ref_dropout_factor(rp, b, h, i, j));
+                dp = fa_test_round_to(bdt, dp);
+                if (rp->dropout_p > 0.0f) dp = fa_test_round_to(bdt, dp * (float)fa_ref_dropout_factor(rp, b, h, i, j));
                 scores[j] = dp; /* scores now hold dP (times the dropout factor Z)            */
             }
             for (int64_t c = 0; c < dv; c++) delta += (float)do_row[c] * o_stored[c];
             float dq_acc[FA_MAX_HEAD_DIM];
             for (int64_t c = 0; c < d; c++) dq_acc[c] = 0.0f;
             for (int64_t j = lo; j < hi; j++) {
-                float ds = fa_test_round_to(dtype, probs[j] * (scores[j] - delta));
+                float ds = fa_test_round_to(bdt, probs[j] * (scores[j] - delta));
                 if (out->dbias) out->dbias[fa_ref_mod_index(rp, b, h, i, j)] = ds;
                 if (softcap > 0)
-                    ds = fa_test_round_to(dtype, ds * (1.0f - tanh_row[j] * tanh_row[j]));
+                    ds = fa_test_round_to(bdt, ds * (1.0f - tanh_row[j] * tanh_row[j]));
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
                 for (int64_t c = 0; c < d; c++) {
                     dq_acc[c] += ds * (float)k_row[c];
@@ -590,10 +598,10 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 for (int64_t c = 0; c < dv; c++) dv_acc[j * dv + c] += probs_drop[j] * (float)do_row[c];
             }
             double *dq_row = out->dq + ((seq.q_row + i) * hq + h) * d;
-            for (int64_t c = 0; c < d; c++) dq_row[c] = fa_test_round_to(dtype, scale * dq_acc[c]);
+            for (int64_t c = 0; c < d; c++) dq_row[c] = fa_test_round_to(bdt, scale * dq_acc[c]);
             if (has_sink) { /* the sink column of the softmax: P_sink rounded, dS = P·(0 - D) */
-                float p_sink = fa_test_round_to(dtype, expf(sink - row_max) / sum);
-                dsink_sum += fa_test_round_to(dtype, p_sink * (0.0f - delta));
+                float p_sink = fa_test_round_to(bdt, expf(sink - row_max) / sum);
+                dsink_sum += fa_test_round_to(bdt, p_sink * (0.0f - delta));
             }
         }
         if (has_sink) dsink_part[2 * g] = dsink_sum;
@@ -602,8 +610,8 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
         for (int64_t j = 0; j < seq.len_k; j++) {
             double *dk_row = out->dk + ((seq.k_row + j) * hkv + kv_head) * d;
             double *dv_row = out->dv + ((seq.k_row + j) * hkv + kv_head) * dv;
-            for (int64_t c = 0; c < d; c++) dk_row[c] = fa_test_round_to(dtype, scale * dk_acc[j * d + c]);
-            for (int64_t c = 0; c < dv; c++) dv_row[c] = fa_test_round_to(dtype, dv_acc[j * dv + c]);
+            for (int64_t c = 0; c < d; c++) dk_row[c] = fa_test_round_to(bdt, scale * dk_acc[j * d + c]);
+            for (int64_t c = 0; c < dv; c++) dv_row[c] = fa_test_round_to(bdt, dv_acc[j * dv + c]);
         }
     }
 }

@@ -182,12 +182,12 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_test_problem tp;
     const sweep_cudart *rt = NULL;
     int on_device = device == FA_DEVICE_CUDA;
-    /* fp8 inputs: a bf16 problem quantised to e4m3 (reference.h, fp8 inputs); on CUDA forward
-     * only, against the baseline whose P·V takes P in e4m3 (the CPU engine keeps P in fp32) */
+    /* fp8 inputs: a bf16 problem quantised to e4m3 (reference.h, fp8 inputs); on CUDA against the
+     * baseline whose P·V takes P in e4m3 (the CPU engine keeps P in fp32) and whose backward runs
+     * in bf16 from that O, as the CUDA fp8 backward does */
     const int fp8 = spec->dtype == FA_DTYPE_FP8_E4M3;
     fa_test_spec created = *spec;
     if (fp8) created.dtype = FA_DTYPE_BF16;
-    if (fp8 && on_device) created.backward = 0;
     void *fp8_device[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* codes q, k, v; descales q, k, v */
     fa_test_fp8 codes;
     memset(&codes, 0, sizeof codes);
@@ -827,7 +827,7 @@ int fa_sweep_run(const fa_sweep_options *opt, FILE *out, int *n_pass, int *n_fai
             return 2;
         }
     }
-    fa_dtype dtypes[4]; /* fp8 inputs too (CUDA: the forward; not the KV-cache family) */
+    fa_dtype dtypes[4]; /* fp8 inputs too (not the KV-cache family) */
     int dtype_count = 0;
     for (int t = on_device ? FA_DTYPE_F16 : FA_DTYPE_F32; t <= FA_DTYPE_FP8_E4M3; t++)
         if (opt->dtype_filter < 0 || opt->dtype_filter == t) dtypes[dtype_count++] = (fa_dtype)t;

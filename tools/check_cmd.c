@@ -26,7 +26,7 @@ static void print_help(void) {
            "  --quick             a few dozen small cases, seconds (default)\n"
            "  --full              hundreds of cases up to 1023 tokens and d = 256, minutes\n"
            "  --dtype f32|f16|bf16|e4m3  only this dtype (default: every dtype the device takes;\n"
-           "                      e4m3: fp8 inputs, the forward on CUDA)\n"
+           "                      e4m3: fp8 inputs, forward and backward)\n"
            "  --seed N            reproduce a run (default: a fresh seed, printed)\n"
            "  --threads N         CPU worker threads (default 0 = all cores)\n"
            "  --only attention|kvcache  only the fa_forward / fa_backward cases, or only the\n"

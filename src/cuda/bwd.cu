@@ -16,6 +16,10 @@
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
+ *   fp8 e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3, o / dout / dq / dk / dv in bf16): the gradients
+ *   of the dequantised inputs, as on the CPU. A conversion kernel first writes descale · x of
+ *   each input, rounded to bf16, into contiguous copies at the front of the workspace; the steps
+ *   above then run on them as a bf16 backward (every feature of the bf16 backward).
  *   With score mods (bias, dbias, doc ids, block masks; common/mods.cuh) the main kernel is the
  *   Hopper kernel's MODS instantiation where fa_hopper_bwd_mods_ok (sm90_tiles.h), else the
  *   sm_80 kernel's on every device, preceded by the block map's build and
@@ -43,6 +47,7 @@
  * tile's additions by key block (bwd_sm90_common.cuh, "deterministic dQ"): one dQ buffer and
  * a few KiB of semaphores.
  */
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
@@ -58,6 +63,39 @@
 #include <string.h>
 
 /* ---- small kernels ------------------------------------------------------------------------- */
+
+/* fp8 inputs: one tensor's e4m3 codes -> descale · value in bf16, contiguous [rows, heads, dim]. */
+struct fa_bwd_fp8_dequant_params {
+    const uint8_t *src;         /* [b, seqlen, heads, dim] codes (varlen: [total, heads, dim])   */
+    int64_t src_batch_stride, src_row_stride, src_head_stride; /* bytes; batch ignored with varlen */
+    __nv_bfloat16 *dst;         /* [total rows, heads, dim]                                      */
+    const float *descale;       /* [b, heads_kv] or NULL (1)                                     */
+    const int32_t *cu_seqlens;  /* device, or NULL                                               */
+    int64_t seqlen;             /* rows per sequence (varlen: at most)                           */
+    int heads, dim, group, heads_kv; /* descale column of head h: h / group                     */
+};
+
+enum { FA_BWD_FP8_ROWS = 8 }; /* rows of one head per block */
+
+/* Block (row tile, head, sequence): the tile's rows of one head, a byte per thread and step. */
+__global__ void __launch_bounds__(256) fa_bwd_fp8_dequant_kernel(const fa_bwd_fp8_dequant_params dp) {
+    const int b = (int)blockIdx.z, h = (int)blockIdx.y;
+    const int64_t first = dp.cu_seqlens ? dp.cu_seqlens[b] : (int64_t)b * dp.seqlen;
+    const int64_t count = dp.cu_seqlens ? dp.cu_seqlens[b + 1] - dp.cu_seqlens[b] : dp.seqlen;
+    const int64_t row0 = (int64_t)blockIdx.x * FA_BWD_FP8_ROWS;
+    if (row0 >= count) return;
+    const int rows = (int)(count - row0 < FA_BWD_FP8_ROWS ? count - row0 : FA_BWD_FP8_ROWS);
+    const float descale = dp.descale ? dp.descale[(int64_t)b * dp.heads_kv + h / dp.group] : 1.0f;
+    const uint8_t *src = dp.src + (dp.cu_seqlens ? first * dp.src_row_stride : (int64_t)b * dp.src_batch_stride) +
+                         row0 * dp.src_row_stride + (int64_t)h * dp.src_head_stride;
+    __nv_bfloat16 *dst = dp.dst + ((first + row0) * dp.heads + h) * (int64_t)dp.dim;
+    for (int e = (int)threadIdx.x; e < rows * dp.dim; e += (int)blockDim.x) {
+        const int r = e / dp.dim, c = e % dp.dim;
+        const uint32_t code = src[(int64_t)r * dp.src_row_stride + c];
+        const float x = fa_e4m3_bytes_have_nan(code) ? CUDART_NAN_F : fa_e4m3_byte_to_f32(code, 0);
+        dst[(int64_t)r * dp.heads * dp.dim + c] = __float2bfloat16_rn(x * descale);
+    }
+}
 
 /* Raw 16-bit element -> float. */
 template <bool BF16>
@@ -384,10 +422,70 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     return FA_OK;
 }
 
+/* fp8 inputs: the bf16 copies of q, k and v at the front of the workspace (256-byte aligned). */
+struct fa_bwd_fp8_copies {
+    size_t off_q, off_k, off_v, bytes;
+};
+
+static fa_bwd_fp8_copies fp8_copies(const fa_params *p) {
+    fa_bwd_fp8_copies c;
+    size_t off = 0;
+    c.off_q = off;
+    off = fa_cuda_align256(off + (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim * 2);
+    c.off_k = off;
+    off = fa_cuda_align256(off + (size_t)p->total_k * (size_t)p->heads_kv * (size_t)p->head_dim * 2);
+    c.off_v = off;
+    off = fa_cuda_align256(off + (size_t)p->total_k * (size_t)p->heads_kv * (size_t)p->head_dim_v * 2);
+    c.bytes = off;
+    return c;
+}
+
+/* The bf16 problem the backward of fp8 inputs runs: pb with q, k, v replaced by the contiguous
+ * copies at `base` (planning only: any 256-byte aligned address). */
+static void fp8_as_bf16(const fa_problem *pb, const fa_bwd_fp8_copies *c, uint8_t *base, fa_problem *out) {
+    *out = *pb;
+    fa_params *p = &out->p;
+    p->dtype = FA_DTYPE_BF16;
+    p->q = base + c->off_q;
+    p->k = base + c->off_k;
+    p->v = base + c->off_v;
+    p->q_head_stride = p->head_dim;
+    p->q_row_stride = p->heads_q * p->head_dim;
+    p->q_batch_stride = pb->varlen ? 0 : p->seqlen_q * p->q_row_stride;
+    p->k_head_stride = p->head_dim;
+    p->k_row_stride = p->heads_kv * p->head_dim;
+    p->k_batch_stride = pb->varlen ? 0 : p->seqlen_k * p->k_row_stride;
+    p->v_head_stride = p->head_dim_v;
+    p->v_row_stride = p->heads_kv * p->head_dim_v;
+    p->v_batch_stride = pb->varlen ? 0 : p->seqlen_k * p->v_row_stride;
+    p->q_descale = p->k_descale = p->v_descale = NULL;
+}
+
+/* Limits of the fp8 backward beyond the bf16 backward's: the conversion kernel's grid. */
+static fa_status check_fp8(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    if (p->batch > FA_CUDA_GRID_YZ_MAX || p->heads_q > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE,
+                            "dtype = FA_DTYPE_FP8_E4M3: batch = %lld, heads_q = %lld: the CUDA fp8 backward's "
+                            "conversion grid takes at most %d of each",
+                            (long long)p->batch, (long long)p->heads_q, FA_CUDA_GRID_YZ_MAX);
+    return FA_OK;
+}
+
 extern "C" fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes) {
     if (workspace_bytes) *workspace_bytes = 0;
     fa_bwd_plan plan;
-    fa_status s = plan_backward(pb, &plan);
+    fa_status s;
+    if (pb->p.dtype == FA_DTYPE_FP8_E4M3) {
+        if ((s = check_fp8(pb)) != FA_OK) return s;
+        const fa_bwd_fp8_copies copies = fp8_copies(&pb->p);
+        fa_problem bf16;
+        fp8_as_bf16(pb, &copies, reinterpret_cast<uint8_t *>(256), &bf16);
+        s = plan_backward(&bf16, &plan);
+        if (s == FA_OK && workspace_bytes) *workspace_bytes = copies.bytes + plan.bytes;
+        return s;
+    }
+    s = plan_backward(pb, &plan);
     if (s == FA_OK && workspace_bytes) *workspace_bytes = plan.bytes;
     return s;
 }
@@ -653,12 +751,70 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     return FA_OK;
 }
 
+/* One input's codes -> its bf16 copy (heads = its heads, group = query heads per descale column). */
+static fa_status launch_fp8_dequant(const fa_problem *pb, const void *src, int64_t batch_stride, int64_t row_stride,
+                                    int64_t head_stride, const float *descale, const int32_t *cu_seqlens,
+                                    int64_t seqlen, int64_t heads, int64_t dim, int64_t group, uint8_t *dst,
+                                    cudaStream_t stream, const char *what) {
+    const fa_params *p = &pb->p;
+    if (seqlen <= 0 || heads <= 0 || p->batch <= 0) return FA_OK;
+    fa_bwd_fp8_dequant_params dp;
+    dp.src = static_cast<const uint8_t *>(src);
+    dp.src_batch_stride = batch_stride;
+    dp.src_row_stride = row_stride;
+    dp.src_head_stride = head_stride;
+    dp.dst = reinterpret_cast<__nv_bfloat16 *>(dst);
+    dp.descale = descale;
+    dp.cu_seqlens = pb->varlen ? cu_seqlens : NULL;
+    dp.seqlen = seqlen;
+    dp.heads = (int)heads;
+    dp.dim = (int)dim;
+    dp.group = (int)group;
+    dp.heads_kv = (int)p->heads_kv;
+    const dim3 grid((unsigned)((seqlen + FA_BWD_FP8_ROWS - 1) / FA_BWD_FP8_ROWS), (unsigned)heads, (unsigned)p->batch);
+    fa_bwd_fp8_dequant_kernel<<<grid, 256, 0, stream>>>(dp);
+    FA_CUDA_CHECK_LAUNCH(what);
+    return FA_OK;
+}
+
+/* fp8 inputs: the bf16 copies, then the bf16 backward on them. */
+static fa_status run_backward_fp8(const fa_problem *pb, cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    fa_status s = check_fp8(pb);
+    if (s != FA_OK) return s;
+    const fa_bwd_fp8_copies copies = fp8_copies(p);
+    fa_problem bf16;
+    fp8_as_bf16(pb, &copies, reinterpret_cast<uint8_t *>(256), &bf16);
+    fa_bwd_plan plan;
+    if ((s = plan_backward(&bf16, &plan)) != FA_OK) return s;
+    fa_cuda_workspace ws;
+    if ((s = fa_cuda_workspace_acquire(p->workspace, copies.bytes + plan.bytes, stream, "fp8 backward", &ws)) != FA_OK)
+        return s;
+    fp8_as_bf16(pb, &copies, ws.base, &bf16);
+    /* varlen: seqlen_q / seqlen_k are the longest sequence's rows (flash_attn's max_seqlen), as
+     * every CUDA kernel's grid takes them */
+    s = launch_fp8_dequant(pb, p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->q_descale, p->cu_seqlens_q, p->seqlen_q,
+                           p->heads_q, p->head_dim, pb->group, ws.base + copies.off_q, stream,
+                           "fp8 backward: q conversion kernel launch");
+    if (s == FA_OK)
+        s = launch_fp8_dequant(pb, p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, p->k_descale,
+                               p->cu_seqlens_k, p->seqlen_k, p->heads_kv, p->head_dim, 1, ws.base + copies.off_k, stream,
+                               "fp8 backward: k conversion kernel launch");
+    if (s == FA_OK)
+        s = launch_fp8_dequant(pb, p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, p->v_descale,
+                               p->cu_seqlens_k, p->seqlen_k, p->heads_kv, p->head_dim_v, 1, ws.base + copies.off_v, stream,
+                               "fp8 backward: v conversion kernel launch");
+    if (s == FA_OK) s = run_backward(&bf16, &plan, ws.base + copies.bytes, stream);
+    return fa_cuda_workspace_release(&ws, stream, "fp8 backward", s);
+}
+
 extern "C" fa_status fa_cuda_backward(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+    if (p->dtype == FA_DTYPE_FP8_E4M3) return run_backward_fp8(pb, stream);
     fa_bwd_plan plan;
     fa_status s = plan_backward(pb, &plan);
     if (s != FA_OK) return s;
-    const fa_params *p = &pb->p;
-    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
 
     fa_cuda_workspace ws;
     if ((s = fa_cuda_workspace_acquire(p->workspace, plan.bytes, stream, "backward", &ws)) != FA_OK) return s;

@@ -99,6 +99,21 @@ __device__ __forceinline__ float fa_quad_max(float x) {
     return x;
 }
 
+/* Byte i of w, an e4m3 code, -> its value: sign and the 7 magnitude bits placed as an fp32 with
+ * exponent field e and 3 mantissa bits, times 2^120 (bias 127 vs 7; a subnormal code becomes an
+ * fp32 subnormal and lands exactly too: no flush to zero in this build). NaN codes: the caller
+ * (fa_e4m3_bytes_have_nan). Every device; sm_89+ also has cvt.rn.f16x2.e4m3x2 (ptx.cuh). */
+__device__ __forceinline__ float fa_e4m3_byte_to_f32(uint32_t w, int i) {
+    const uint32_t b = (w >> (8 * i)) & 0xffu;
+    return __fmul_rn(__uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)), 0x1p120f);
+}
+
+/* Whether a byte of w has the magnitude bits 0x7f (e4m3 NaN): adding 1 to each 7-bit magnitude
+ * carries into bit 7 only there. */
+__device__ __forceinline__ bool fa_e4m3_bytes_have_nan(uint32_t w) {
+    return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0;
+}
+
 __device__ __forceinline__ float fa_quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     x += __shfl_xor_sync(0xffffffffu, x, 2);

@@ -135,20 +135,6 @@ __device__ __forceinline__ float fa_kvq_i8_to_f32(uint32_t w_biased, int i) {
     return __fsub_rn(__uint_as_float(__byte_perm(w_biased, 0x4b000000u, 0x7650u + (uint32_t)i)), 8388736.0f);
 }
 
-/* Byte i of w, an e4m3 code, -> its value: sign and the 7 magnitude bits placed as an fp32 with
- * exponent field e and 3 mantissa bits, times 2^120 (bias 127 vs 7; a subnormal code becomes an
- * fp32 subnormal and lands exactly too: no flush to zero in this build). NaN codes: the caller. */
-__device__ __forceinline__ float fa_kvq_e4m3_to_f32(uint32_t w, int i) {
-    const uint32_t b = (w >> (8 * i)) & 0xffu;
-    return __fmul_rn(__uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)), 0x1p120f);
-}
-
-/* Whether a byte of w has the magnitude bits 0x7f (e4m3 NaN): adding 1 to each 7-bit magnitude
- * carries into bit 7 only there. */
-__device__ __forceinline__ bool fa_kvq_e4m3_has_nan(uint32_t w) {
-    return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0;
-}
-
 /* ---- key tiles: raw copies -------------------------------------------------------------------- */
 
 /* Where a tile row lives: slab (cache row or page, -1 = not read: outside the block's slots)
@@ -452,8 +438,8 @@ __device__ __forceinline__ uint32_t fa_kvq_e4m3x2_to_f16x2(uint32_t w) {
     return HIGH ? cvt_rn_f16x2_e4m3x2_hi(w) : cvt_rn_f16x2_e4m3x2_lo(w);
 #else
     const uint32_t codes = HIGH ? w >> 16 : w & 0xffffu;
-    uint32_t r = cvt_rn_f16x2_f32(fa_kvq_e4m3_to_f32(codes, 0), fa_kvq_e4m3_to_f32(codes, 1));
-    if (fa_kvq_e4m3_has_nan(codes)) { /* rare: S.1111.111 decodes to NaN */
+    uint32_t r = cvt_rn_f16x2_f32(fa_e4m3_byte_to_f32(codes, 0), fa_e4m3_byte_to_f32(codes, 1));
+    if (fa_e4m3_bytes_have_nan(codes)) { /* rare: S.1111.111 decodes to NaN */
         if ((codes & 0x7fu) == 0x7fu) r = (r & 0xffff0000u) | 0x7e00u;
         if ((codes & 0x7f00u) == 0x7f00u) r = (r & 0x0000ffffu) | 0x7e000000u;
     }
