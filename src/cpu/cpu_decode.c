@@ -365,30 +365,28 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
         row->query[r] = i0 + within % n_i;
     }
     const fa_cpu_key_span span = fa_cpu_item_rows_start(row, pb, b, len_q, len_k, all, all_pad, split_begin, split_end);
+    /* the query rows: fp32 times the score scale, or, for a bf16 cache scored by bf16 dot
+     * products, the rows' own bf16 bits (in q16's storage) with the score scale in k_mult (the
+     * same for every key) */
+    uint16_t *q_bits = c->bf16_scores ? (uint16_t *)w->q16 : NULL;
     for (int64_t r = 0; r < all; r++) {
-        float *q_row = w->q + r * d;
         int64_t off = b * p->q_batch_stride + row->query[r] * p->q_row_stride + row->head[r] * p->q_head_stride;
+        if (q_bits) {
+            memcpy(q_bits + r * d, (const uint16_t *)p->q + off, sizeof(uint16_t) * (size_t)d);
+            continue;
+        }
+        float *q_row = w->q + r * d;
         c->kern->to_f32(q_row, (const char *)p->q + off * es, d, p->dtype);
         for (int64_t k = 0; k < d; k++) q_row[k] *= score_scale;
     }
+    if (q_bits)
+        for (int64_t j = 0; j < TILE; j++) w->k_mult[j] = score_scale;
     /* int8 cache: the rows as int16 for integer scores, each scaled to fa_cpu_q16_max (a
      * relative rounding error of at most 2^-16 of the row's largest element, far below the
      * cache's 8-bit quantisation; docs/design.md); fp32 rows if one is not finite (NaN kept) */
     const int16_t *q16 = NULL;
     if (c->dk->quantise_rows && c->format == FA_CPU_KV_I8 && c->dk->quantise_rows(w->q, all, d, w->q16, w->q16_scale))
         q16 = w->q16;
-    /* bf16 cache with bf16 dot products: the query rows' own bf16 bits (in q16's storage), the
-     * score scale in k_mult (the same for every key) */
-    const uint16_t *q_bf16 = NULL;
-    if (c->bf16_scores) {
-        uint16_t *bits = (uint16_t *)w->q16;
-        for (int64_t r = 0; r < all; r++) {
-            int64_t off = b * p->q_batch_stride + row->query[r] * p->q_row_stride + row->head[r] * p->q_head_stride;
-            memcpy(bits + r * d, (const uint16_t *)p->q + off, sizeof(uint16_t) * (size_t)d);
-        }
-        for (int64_t j = 0; j < TILE; j++) w->k_mult[j] = score_scale;
-        q_bf16 = bits;
-    }
     memset(w->o, 0, sizeof(float) * (size_t)(all * dv));
     memset(w->s, 0, sizeof(float) * (size_t)(TILE * all_pad));
 
@@ -440,7 +438,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
             const int64_t h = kv_first + g;
             for (int64_t j = 0; j < n1; j++) w->k_next[j] = w->k_base_next[j] + h * p->k_head_stride * c->unit;
             for (int64_t j = 0; j < n; j++) w->k_rows[j] = w->k_base[j] + h * p->k_head_stride * c->unit;
-            t.k_mult = q_bf16 ? w->k_mult : NULL;
+            t.k_mult = q_bits ? w->k_mult : NULL;
             if (p->kv_dtype == FA_KV_INT8) {
                 for (int64_t j = 0; j < n; j++) w->k_mult[j] = w->k_scale_row[j][h * p->k_scale_head_stride];
                 t.k_mult = w->k_mult;
@@ -451,7 +449,7 @@ static void attention_item(dec_ctx *c, dec_scratch *w, int64_t b, int64_t local)
             t.q = w->q + g * rows * d;
             t.q16 = q16 ? q16 + g * rows * d : NULL;
             t.q16_scale = w->q16_scale + g * rows;
-            t.q_bf16 = q_bf16 ? q_bf16 + g * rows * d : NULL;
+            t.q_bf16 = q_bits ? q_bits + g * rows * d : NULL;
             t.s = w->s + g * rows;
             c->dk->scores(&t);
         }
