@@ -472,16 +472,24 @@ static fa_status check_fp8(const fa_problem *pb) {
     return FA_OK;
 }
 
+/* fp8 inputs: the limits, the copies' layout, the bf16 problem (at a placeholder base) and its plan. */
+static fa_status plan_backward_fp8(const fa_problem *pb, fa_bwd_fp8_copies *copies, fa_problem *bf16,
+                                   fa_bwd_plan *plan) {
+    fa_status s = check_fp8(pb);
+    if (s != FA_OK) return s;
+    *copies = fp8_copies(&pb->p);
+    fp8_as_bf16(pb, copies, reinterpret_cast<uint8_t *>(256), bf16);
+    return plan_backward(bf16, plan);
+}
+
 extern "C" fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes) {
     if (workspace_bytes) *workspace_bytes = 0;
     fa_bwd_plan plan;
     fa_status s;
     if (pb->p.dtype == FA_DTYPE_FP8_E4M3) {
-        if ((s = check_fp8(pb)) != FA_OK) return s;
-        const fa_bwd_fp8_copies copies = fp8_copies(&pb->p);
+        fa_bwd_fp8_copies copies;
         fa_problem bf16;
-        fp8_as_bf16(pb, &copies, reinterpret_cast<uint8_t *>(256), &bf16);
-        s = plan_backward(&bf16, &plan);
+        s = plan_backward_fp8(pb, &copies, &bf16, &plan);
         if (s == FA_OK && workspace_bytes) *workspace_bytes = copies.bytes + plan.bytes;
         return s;
     }
@@ -780,22 +788,20 @@ static fa_status launch_fp8_dequant(const fa_problem *pb, const void *src, int64
 /* fp8 inputs: the bf16 copies, then the bf16 backward on them. */
 static fa_status run_backward_fp8(const fa_problem *pb, cudaStream_t stream) {
     const fa_params *p = &pb->p;
-    fa_status s = check_fp8(pb);
-    if (s != FA_OK) return s;
-    const fa_bwd_fp8_copies copies = fp8_copies(p);
+    fa_bwd_fp8_copies copies;
     fa_problem bf16;
-    fp8_as_bf16(pb, &copies, reinterpret_cast<uint8_t *>(256), &bf16);
     fa_bwd_plan plan;
-    if ((s = plan_backward(&bf16, &plan)) != FA_OK) return s;
+    fa_status s = plan_backward_fp8(pb, &copies, &bf16, &plan);
+    if (s != FA_OK) return s;
     fa_cuda_workspace ws;
     if ((s = fa_cuda_workspace_acquire(p->workspace, copies.bytes + plan.bytes, stream, "fp8 backward", &ws)) != FA_OK)
         return s;
     fp8_as_bf16(pb, &copies, ws.base, &bf16);
     /* varlen: seqlen_q / seqlen_k are the longest sequence's rows (flash_attn's max_seqlen), as
      * every CUDA kernel's grid takes them */
-    s = launch_fp8_dequant(pb, p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->q_descale, p->cu_seqlens_q, p->seqlen_q,
-                           p->heads_q, p->head_dim, pb->group, ws.base + copies.off_q, stream,
-                           "fp8 backward: q conversion kernel launch");
+    s = launch_fp8_dequant(pb, p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->q_descale,
+                           p->cu_seqlens_q, p->seqlen_q, p->heads_q, p->head_dim, pb->group, ws.base + copies.off_q,
+                           stream, "fp8 backward: q conversion kernel launch");
     if (s == FA_OK)
         s = launch_fp8_dequant(pb, p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, p->k_descale,
                                p->cu_seqlens_k, p->seqlen_k, p->heads_kv, p->head_dim, 1, ws.base + copies.off_k, stream,
