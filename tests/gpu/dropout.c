@@ -188,57 +188,78 @@ static int download(void *host, const void *device, size_t bytes) {
 
 /* ---- 2. the CUDA mask equals the CPU mask --------------------------------------------------- */
 
+/* A varlen draw may leave few or no (query, key) pairs visible (every sequence empty on one side),
+ * and with a handful of elements "some dropped, some kept" is a coin toss: such a draw is
+ * counted as not comparable and drawn again with fresh seeds (MIN_VISIBLE elements at least;
+ * all-same signs over 64 elements at p <= 0.85 have probability below 1e-5). */
+#define MIN_VISIBLE 64
+#define MASK_DRAWS 8
+
+/* One draw of shape si: 1 = compared (results counted), 0 = too few visible elements. */
+static int mask_case(const shape *sh, int small, float p_drop) {
+    fa_test_spec spec = make_spec(sh, small, p_drop);
+    spec.backward = 0;
+    fa_test_problem tp;
+    int compared = 1;
+    if (fa_test_problem_create(&tp, &spec) || upload(&tp)) {
+        EXPECT(0, "%s: could not set up the problem", sh->name);
+        release(&tp);
+        return 1;
+    }
+    fa_params cpu = tp.params, gpu = fa_test_problem_device_params(&tp);
+    cpu.device = FA_DEVICE_CPU;
+    gpu.device = FA_DEVICE_CUDA;
+    const size_t n = (size_t)(cpu.batch * cpu.heads_q * cpu.seqlen_q * cpu.seqlen_k);
+    float *cpu_probs = malloc(sizeof(float) * n + 4), *gpu_probs = malloc(sizeof(float) * n + 4);
+    float *dev_probs = NULL;
+    int ready = cpu_probs && gpu_probs && cudaMalloc((void **)&dev_probs, sizeof(float) * n + 4) == cudaSuccess &&
+                cudaMemset(dev_probs, 0xff, sizeof(float) * n + 4) == cudaSuccess; /* NaN: unwritten */
+    cpu.attn_probs = cpu_probs;
+    gpu.attn_probs = dev_probs;
+    fa_status sc = ready ? fa_forward(&cpu) : FA_ERR_ALLOC;
+    fa_status sg = ready ? fa_forward(&gpu) : FA_ERR_ALLOC;
+    ready = ready && cudaDeviceSynchronize() == cudaSuccess && download(gpu_probs, dev_probs, sizeof(float) * n) == 0;
+    EXPECT(sc == FA_OK && sg == FA_OK && ready, "%s: attn_probs forward: cpu %s, cuda %s (%s)", sh->name,
+           fa_strerror(sc), fa_strerror(sg), fa_last_error());
+    if (sc == FA_OK && sg == FA_OK && ready) {
+        size_t sign_diff = 0, value_diff = 0, dropped = 0, kept = 0, unwritten = 0;
+        double worst = 0.0;
+        for (size_t e = 0; e < n; e++) {
+            const float c = cpu_probs[e], g = gpu_probs[e];
+            unwritten += isnan(g);
+            sign_diff += signbit(c) != signbit(g);
+            const double err = fabs((double)c - (double)g);
+            value_diff += err > 2e-5 + 1e-4 * fabs((double)c);
+            if (err > worst) worst = err;
+            dropped += signbit(c) != 0; /* visible and dropped: negated (-0 where P underflows) */
+            kept += c > 0.0f;           /* masked elements are +0 */
+        }
+        compared = dropped + kept >= MIN_VISIBLE || sign_diff || value_diff || unwritten;
+        printf("%s mask %s: %zu elements, %zu dropped, %zu kept; sign differences %zu, values off %zu "
+               "(max %.2e), unwritten %zu%s\n",
+               !compared ? "skip" : sign_diff || value_diff || unwritten || !dropped || !kept ? "FAIL" : "ok  ",
+               sh->name, n, dropped, kept, sign_diff, value_diff, worst, unwritten,
+               compared ? "" : ": too few visible elements, drawn again");
+        if (compared)
+            EXPECT(sign_diff == 0 && value_diff == 0 && unwritten == 0 && dropped > 0 && kept > 0,
+                   "%s: CUDA attn_probs differ from the CPU's", sh->name);
+    }
+    free(cpu_probs);
+    free(gpu_probs);
+    if (dev_probs) cudaFree(dev_probs);
+    release(&tp);
+    fa_test_problem_destroy(&tp);
+    return compared;
+}
+
 static void mask_cases(int small) {
     const int n_shapes = small ? SMALL_SHAPES : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < n_shapes; si++) {
-        fa_test_spec spec = make_spec(&shapes[si], small, 0.25f + 0.1f * (float)(si % 7)); /* p in 0.25 .. 0.85 */
-        spec.backward = 0;
-        fa_test_problem tp;
-        if (fa_test_problem_create(&tp, &spec) || upload(&tp)) {
-            EXPECT(0, "%s: could not set up the problem", shapes[si].name);
-            release(&tp);
-            continue;
-        }
-        fa_params cpu = tp.params, gpu = fa_test_problem_device_params(&tp);
-        cpu.device = FA_DEVICE_CPU;
-        gpu.device = FA_DEVICE_CUDA;
-        const size_t n = (size_t)(cpu.batch * cpu.heads_q * cpu.seqlen_q * cpu.seqlen_k);
-        float *cpu_probs = malloc(sizeof(float) * n + 4), *gpu_probs = malloc(sizeof(float) * n + 4);
-        float *dev_probs = NULL;
-        int ready = cpu_probs && gpu_probs && cudaMalloc((void **)&dev_probs, sizeof(float) * n + 4) == cudaSuccess &&
-                    cudaMemset(dev_probs, 0xff, sizeof(float) * n + 4) == cudaSuccess; /* NaN: unwritten */
-        cpu.attn_probs = cpu_probs;
-        gpu.attn_probs = dev_probs;
-        fa_status sc = ready ? fa_forward(&cpu) : FA_ERR_ALLOC;
-        fa_status sg = ready ? fa_forward(&gpu) : FA_ERR_ALLOC;
-        ready = ready && cudaDeviceSynchronize() == cudaSuccess && download(gpu_probs, dev_probs, sizeof(float) * n) == 0;
-        EXPECT(sc == FA_OK && sg == FA_OK && ready, "%s: attn_probs forward: cpu %s, cuda %s (%s)", shapes[si].name,
-               fa_strerror(sc), fa_strerror(sg), fa_last_error());
-        if (sc == FA_OK && sg == FA_OK && ready) {
-            size_t sign_diff = 0, value_diff = 0, dropped = 0, kept = 0, unwritten = 0;
-            double worst = 0.0;
-            for (size_t e = 0; e < n; e++) {
-                const float c = cpu_probs[e], g = gpu_probs[e];
-                unwritten += isnan(g);
-                sign_diff += signbit(c) != signbit(g);
-                const double err = fabs((double)c - (double)g);
-                value_diff += err > 2e-5 + 1e-4 * fabs((double)c);
-                if (err > worst) worst = err;
-                dropped += signbit(c) != 0;
-                kept += c > 0.0f;
-            }
-            printf("%s mask %s: %zu elements, %zu dropped, %zu kept; sign differences %zu, values off %zu "
-                   "(max %.2e), unwritten %zu\n",
-                   sign_diff || value_diff || unwritten || !dropped || !kept ? "FAIL" : "ok  ", shapes[si].name, n,
-                   dropped, kept, sign_diff, value_diff, worst, unwritten);
-            EXPECT(sign_diff == 0 && value_diff == 0 && unwritten == 0 && dropped > 0 && kept > 0,
-                   "%s: CUDA attn_probs differ from the CPU's", shapes[si].name);
-        }
-        free(cpu_probs);
-        free(gpu_probs);
-        if (dev_probs) cudaFree(dev_probs);
-        release(&tp);
-        fa_test_problem_destroy(&tp);
+        int draws = 0;
+        while (draws < MASK_DRAWS && !mask_case(&shapes[si], small, 0.25f + 0.1f * (float)(si % 7))) /* p 0.25 .. 0.85 */
+            draws++;
+        EXPECT(draws < MASK_DRAWS, "%s: %d draws in a row with fewer than %d visible elements", shapes[si].name,
+               MASK_DRAWS, MIN_VISIBLE);
     }
 }
 
