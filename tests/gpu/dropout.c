@@ -190,12 +190,12 @@ static int download(void *host, const void *device, size_t bytes) {
 
 /* A varlen draw may leave few or no (query, key) pairs visible (every sequence empty on one side),
  * and with a handful of elements "some dropped, some kept" is a coin toss: such a draw is
- * counted as not comparable and drawn again with fresh seeds (MIN_VISIBLE elements at least;
- * all-same signs over 64 elements at p <= 0.85 have probability below 1e-5). */
+ * counted as not comparable and drawn again with fresh seeds (MIN_VISIBLE elements at least:
+ * all 64 dropped at the largest p, 0.85, has probability 3e-5, all kept far less). */
 #define MIN_VISIBLE 64
 #define MASK_DRAWS 8
 
-/* One draw of shape si: 1 = compared (results counted), 0 = too few visible elements. */
+/* One draw of shape sh: 1 = compared (results counted), 0 = too few visible elements. */
 static int mask_case(const shape *sh, int small, float p_drop) {
     fa_test_spec spec = make_spec(sh, small, p_drop);
     spec.backward = 0;
