@@ -201,6 +201,28 @@ __device__ __forceinline__ float fa_row_lse(float m_log2, float sum) {
     return sum > 0.0f ? (m_log2 + log2f(sum)) * 0.6931471805599453f : fa_row_lse_degenerate(sum);
 }
 
+/* A row's softmax, closed: from its running max (score units; -inf: no key seen), the factor
+ * score_mul to base 2, its row sum (relative to that max) and the sink logit in base 2 (-inf
+ * without one). The sink joins the denominator under the larger of the row max and the sink, so
+ * that a sink far above every score cannot overflow exp2: m = max(max_scaled, sink), 0 when both
+ * are -inf (no visible key and no sink: the sum stays 0); O, built relative to max_scaled, takes
+ * corr = 2^(max_scaled - m), and the sum becomes sum·corr + 2^(sink - m). */
+struct fa_row_end {
+    float m;    /* the row's base-2 max (fa_row_lse) */
+    float corr; /* O's factor before 1 / sum (fa_row_scale) */
+    float sum;
+};
+__device__ __forceinline__ fa_row_end fa_row_end_with_sink(float row_max, float score_mul, float sum, float sink_log2,
+                                                           bool has_sink) {
+    fa_row_end e;
+    const float max_scaled = row_max == -CUDART_INF_F ? -CUDART_INF_F : row_max * score_mul;
+    e.m = fmaxf(max_scaled, sink_log2);
+    if (e.m == -CUDART_INF_F) e.m = 0.0f;
+    e.corr = exp2f(max_scaled - e.m);
+    e.sum = sum * e.corr + (has_sink ? exp2f(sink_log2 - e.m) : 0.0f);
+    return e;
+}
+
 /* ---- device: softcap's tanh ---------------------------------------------------------------- */
 
 /* tanh(x) = 1 - 2 / (1 + e^{2x}) with the ex2/rcp units: absolute error ~1e-7, exact limits ±1

@@ -531,18 +531,11 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
 #pragma unroll
     for (int r = 0; r < 2 * M_TILES; ++r) {
         const int mt = r / 2, h = r % 2;
-        /* The sink joins the denominator under the larger of the row max and the sink (a sink far
-         * above every score must not overflow exp2): m = max(max_scaled, sink), and O, built
-         * relative to max_scaled, is rescaled by corr = exp2(max_scaled - m). */
-        float sum = fa_quad_sum(ld_shared_f32(row_sum_addr(r)));
-        const float max_scaled = row_max[r] == -CUDART_INF_F ? -CUDART_INF_F : row_max[r] * score_mul;
-        float m = fmaxf(max_scaled, sink_log2);
-        if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
-        const float corr = exp2f(max_scaled - m);
-        sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink_log2 - m) : 0.0f);
+        /* the sink, the max and the sum (fa_row_end_with_sink) */
+        const fa_row_end e = fa_row_end_with_sink(row_max[r], score_mul, fa_quad_sum(ld_shared_f32(row_sum_addr(r))),
+                                                  sink_log2, prm.sink_logits != nullptr);
         /* 0: no visible key; NaN: a NaN score; dropout's 1 / (1 - p) joins the O scale only */
-        const float inv_sum = fa_row_scale(DROPOUT ? corr * dropout.keep_scale : corr, sum);
-        const float max_scaled_final = m;
+        const float inv_sum = fa_row_scale(DROPOUT ? e.corr * dropout.keep_scale : e.corr, e.sum);
 #pragma unroll
         for (int ot = 0; ot < O_TILES; ++ot) {
             o_rmem[mt][ot][2 * h] *= inv_sum;
@@ -550,7 +543,7 @@ __global__ void __launch_bounds__(fa_fwd_config<HEAD_DIM>::THREADS, 1)
         }
         const int local_row = row_warp * Cfg::WARP_ROWS + mt * 16 + h * 8 + quad_row;
         if (prm.lse != nullptr && quad_col == 0 && col_half == 0 && m0 + local_row < len_q)
-            prm.lse[lse_row0 + m0 + local_row] = fa_row_lse(max_scaled_final, sum);
+            prm.lse[lse_row0 + m0 + local_row] = fa_row_lse(e.m, e.sum);
     }
 
     /* O tile -> this warp's own rows (and, with a dv split, columns) of q_smem (same swizzle; no

@@ -1155,9 +1155,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         }
         kv_base += n_tiles;
 
-        /* ---- epilogue: sink, normalisation, LSE. The sink joins the denominator under the larger
-         * of the row max and the sink (a sink far above every score must not overflow exp2):
-         * m = max(max_scaled, sink), O (relative to max_scaled) rescaled by corr = exp2(max_scaled - m). */
+        /* ---- epilogue: sink, normalisation, LSE (fa_row_end_with_sink) */
         const float sink_tile =
             !PACK && prm.sink_logits != nullptr ? prm.sink_logits[w.head] * 1.4426950408889634f : -CUDART_INF_F;
         const int64_t lse_row0 = varlen ? (int64_t)w.head * prm.total_q + w.q_start
@@ -1172,22 +1170,19 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                : prm.sink_logits != nullptr
                                    ? prm.sink_logits[w.head + min(pack_g[h], w.pack_heads - 1)] * 1.4426950408889634f
                                    : -CUDART_INF_F;
-            float sum = fa_quad_sum(row_sum[h]);
-            const float max_scaled = row_max[h] == -CUDART_INF_F ? -CUDART_INF_F : row_max[h] * mul.score_mul;
-            float m = fmaxf(max_scaled, sink);
-            if (m == -CUDART_INF_F) m = 0.0f; /* no visible key and no sink: sum stays 0 */
-            const float corr = exp2f(max_scaled - m);
-            sum = sum * corr + (prm.sink_logits != nullptr ? exp2f(sink - m) : 0.0f);
+            const float sum = fa_quad_sum(row_sum[h]);
+            const fa_row_end e = fa_row_end_with_sink(row_max[h], mul.score_mul, sum, sink, prm.sink_logits != nullptr);
             /* no visible key: O = 0; a NaN score: NaN. Dropout: O = Σ Z∘P·V / Σ P, Z = keep / (1 - p) */
-            inv_sum[h] = fa_row_scale(DROPOUT ? corr * prm.dropout.keep_scale : FP8 ? corr * v_descale : corr, sum);
+            inv_sum[h] =
+                fa_row_scale(DROPOUT ? e.corr * prm.dropout.keep_scale : FP8 ? e.corr * v_descale : e.corr, e.sum);
             if (PACK) {
                 if (prm.lse != nullptr && lane % 4 == 0 && pack_real)
-                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] = fa_row_lse(m, sum);
+                    prm.lse[lse_row0 + (int64_t)pack_g[h] * prm.seqlen_q + pack_i[h]] = fa_row_lse(e.m, e.sum);
                 continue;
             }
             const int row = row0 + 8 * h;
             if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
-                prm.lse[lse_row0 + row] = fa_row_lse(m, sum);
+                prm.lse[lse_row0 + row] = fa_row_lse(e.m, e.sum);
         }
 
         /* The staging rows are free again: the previous tile's TMA store has read them (thread 0
