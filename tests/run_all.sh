@@ -7,6 +7,7 @@
 #   3. build/fa_gpu_tests                 the GPU test programs compile and link (CUDA builds)
 #      generators --check                 src/cuda/common/ptx.cuh's wgmma block and src/cuda/instances are current
 #      build/flashattn check --quick      randomised sweep against the float64 reference
+#      build/flashattn bench --dropout    a dropout run completes; a bad probability is refused
 #      tests/install_test.sh              make install; C (pkg-config) and CMake programs using it
 #      build-aarch64/fa_tests             the unit tests cross-built for AArch64 (NEON level) and run
 #                                         under qemu-aarch64, FA_TEST_LEVEL=small, in the background
@@ -149,6 +150,15 @@ if [ "$built" -eq 1 ]; then
     banner "check sweep ($BUILD_DIR/flashattn check --quick)"
     if [ -x "$BUILD_DIR/flashattn" ]; then
         run_stage "check sweep" "./$BUILD_DIR/flashattn" check --quick
+        # bench flags that reach fa_params: a dropout run completes (forward and backward) and
+        # echoes its p; a probability outside [0, 1) is a usage error (status 2)
+        run_stage "bench tool" sh -c 'p=0; f=0
+            out=$("$1" bench --device cpu --sq 64 --hq 2 -d 32 --mode fwd,bwd --dropout 0.2 --repeats 1 --json)
+            n=$(printf "%s\n" "$out" | grep -c "\"dropout_p\":0.2,\"status\":\"ok\"")
+            if [ "$n" = 2 ]; then p=$((p + 1)); else echo "bench --dropout 0.2: $out"; f=$((f + 1)); fi
+            "$1" bench --device cpu --sq 64 --dropout 1.5 > /dev/null 2>&1
+            if [ $? = 2 ]; then p=$((p + 1)); else echo "bench --dropout 1.5 was not refused"; f=$((f + 1)); fi
+            echo "$p passed, $f failed"' sh "./$BUILD_DIR/flashattn"
     else
         fail_stage "$BUILD_DIR/flashattn was not built: the check sweep could not run"
     fi

@@ -33,6 +33,7 @@ typedef struct bench_case {
     int warmups;        /* untimed calls before timing                                           */
     uint64_t seed;
     int deterministic;  /* fa_params.deterministic (the backward's bitwise-repeatable dq)          */
+    float dropout_p;    /* fa_params.dropout_p (0: none), the mask seeded with `seed`             */
 } bench_case;
 
 /* Where extra_mem_bytes comes from. */

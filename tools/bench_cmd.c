@@ -45,6 +45,7 @@ typedef struct bench_options {
     int threads, repeats, warmups;
     int json, gemm;
     int deterministic;
+    float dropout_p;
     uint64_t seed;
     double standard_limit; /* bytes the standard path may materialise; beyond it, skipped       */
 } bench_options;
@@ -90,6 +91,8 @@ static void print_help(void) {
         "  --warmup N             untimed calls first (default 1 on cpu, 3 on cuda)\n"
         "  --seed N               input seed (default %d)\n"
         "  --deterministic        fa_params.deterministic = 1 (bitwise-repeatable backward)\n"
+        "  --dropout P            attention dropout probability in [0, 1) (default 0; no error\n"
+        "                         column, no standard attention)\n"
         "  --gemm                 also time an fp32 GEMM n=2048 through an installed BLAS\n"
         "  --no-gemm              do not (the CPU default sweep measures it)\n"
         "  --json                 one JSON object per measurement per line\n"
@@ -234,6 +237,12 @@ static int parse_run_flag(int argc, char **argv, int *i, bench_options *o) {
         o->json = 1;
     } else if (!strcmp(argv[*i], "--deterministic")) {
         o->deterministic = 1;
+    } else if ((v = cli_flag_value(CMD, argc, argv, i, "--dropout"))) {
+        char *end = NULL;
+        const double p = strtod(v, &end);
+        if (end == v || *end != '\0' || !(p >= 0.0 && p < 1.0))
+            cli_usage_error(CMD, "--dropout: '%s' is not a probability in [0, 1)", v);
+        o->dropout_p = (float)p;
     } else if (!strcmp(argv[*i], "--gemm")) {
         o->gemm = 1;
     } else if (!strcmp(argv[*i], "--no-gemm")) {
@@ -393,7 +402,7 @@ static void measure_with_progress(sweep_state *s, const bench_case *c, bench_res
 
 /* Standard attention runs next to the forward, or in every mode when --impl asked for it. */
 static int wants_standard(const bench_options *o, const bench_case *c) {
-    return o->impl_standard && (c->mode == BENCH_FWD || o->impl_given);
+    return o->impl_standard && (c->mode == BENCH_FWD || o->impl_given) && c->dropout_p == 0.0f;
 }
 
 static void count_configuration(sweep_state *s, bench_case c) {
@@ -446,6 +455,7 @@ static void for_each_configuration(const bench_options *o, sweep_state *s,
     c.warmups = o->warmups;
     c.seed = o->seed;
     c.deterministic = o->deterministic;
+    c.dropout_p = o->dropout_p;
     int n_sk = o->sk.count ? o->sk.count : 1;
     for (int t = 0; t < o->n_dtypes; t++)
     for (int m = 0; m < o->n_modes; m++)

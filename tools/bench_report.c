@@ -67,9 +67,9 @@ void report_json(const bench_case *c, const bench_result *r, const gemm_result *
     printf(",\"b\":%lld,\"hq\":%lld,\"hkv\":%lld,\"sq\":%lld,\"sk\":%lld,\"d\":%lld,\"dv\":%lld",
            (long long)c->b, (long long)c->hq, (long long)c->hkv, (long long)c->sq,
            (long long)c->sk, (long long)c->d, (long long)c->dv);
-    printf(",\"causal\":%d,\"window_left\":%d,\"window_right\":%d,\"threads\":%d",
+    printf(",\"causal\":%d,\"window_left\":%d,\"window_right\":%d,\"threads\":%d,\"dropout_p\":%g",
            c->causal, c->use_window ? (int)c->window_left : -1,
-           c->use_window ? (int)c->window_right : -1, c->threads_used);
+           c->use_window ? (int)c->window_right : -1, c->threads_used, (double)c->dropout_p);
     printf(",\"status\":\"%s\"", status_name(r->status));
     json_number("ms", ok ? r->ms : -1.0, 1);
     json_number("tflops", flops_per_s * 1e-12, 1);

@@ -60,6 +60,8 @@ void bench_case_params(const bench_case *c, fa_params *p) {
     p->window_right = c->window_right;
     p->num_threads = c->threads;
     p->deterministic = c->deterministic;
+    p->dropout_p = c->dropout_p;
+    p->dropout_seed = c->seed;
 }
 
 bench_sizes bench_case_sizes(const bench_case *c) {
