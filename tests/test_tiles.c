@@ -299,6 +299,41 @@ FA_TEST(tiles_hopper_fp8) {
              "fp8: sm_90 only; no ALiBi, negative scale, dropout, score modifications, paged K/V");
 }
 
+/* The tiled dQ accumulator: each sequence's tiles lie inside the per-head count and never
+ * meet the next sequence's, for every combination of three lengths in 0..300 at a step that
+ * crosses each tile boundary (exhaustive, so no seed). */
+FA_TEST(tiles_hopper_backward_dq_tiles) {
+    FA_CHECK(fa_hopper_bwd_dq_tiled(64) && fa_hopper_bwd_dq_tiled(128) && !fa_hopper_bwd_dq_tiled(256),
+             "tiled dQ at kernel buckets 64 and 128 only");
+    FA_CHECK(fa_hopper_bwd_kernel_bucket(64, 1) == 128 && fa_hopper_bwd_kernel_bucket(64, 0) == 64 &&
+                 fa_hopper_bwd_kernel_bucket(128, 1) == 128 && fa_hopper_bwd_kernel_bucket(256, 0) == 256,
+             "the MODS kernels run bucket 64 at 128");
+    static const int lens[] = {0, 1, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257, 300};
+    const int nl = (int)(sizeof lens / sizeof lens[0]);
+    for (int bm = 64; bm <= 128; bm += 64)
+        for (int a = 0; a < nl; a++)
+            for (int b = 0; b < nl; b++)
+                for (int c = 0; c < nl; c++) {
+                    const long long len[3] = {lens[a], lens[b], lens[c]};
+                    const long long total = len[0] + len[1] + len[2];
+                    const long long tiles = fa_hopper_bwd_dq_tiles(total, 3, bm);
+                    long long start = 0, prev_end = 0;
+                    for (int s = 0; s < 3; s++) {
+                        const long long t0 = fa_hopper_bwd_dq_tile0(start, s, bm), used = (len[s] + bm - 1) / bm;
+                        FA_CHECK(t0 >= prev_end && t0 + used <= tiles,
+                                 "block_m %d, lengths %lld %lld %lld: sequence %d's tiles [%lld, %lld) after %lld, within %lld",
+                                 bm, len[0], len[1], len[2], s, t0, t0 + used, prev_end, tiles);
+                        prev_end = t0 + used;
+                        start += len[s];
+                    }
+                }
+    /* 16k tokens, 16 heads: 32 KiB tiles, one padding tile per sequence */
+    FA_CHECK(fa_hopper_bwd_dq_elems(128, 16384, 8, 16, 128) == 16LL * (16384 / 64 + 8) * 64 * 128 &&
+                 fa_hopper_bwd_dq_elems(64, 16384, 8, 16, 64) == 16LL * (16384 / 128 + 8) * 128 * 64 &&
+                 fa_hopper_bwd_dq_elems(256, 16384, 8, 16, 200) == 16LL * 16384 * 200,
+             "dQ accumulator sizes: tiled at 64 and 128, rows at 256");
+}
+
 FA_TEST(tiles_hopper_backward) {
     static const int buckets[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {

@@ -13,7 +13,8 @@
  *        256) for the problems it covers (sm90_tiles.h and the plan below), else the portable
  *        one (instances/bwd_sm80_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter,
  *        FA_CUDA_BACKWARD=sm80 the sm_80 kernel (bwd_sm80.cuh) even where the bigsmem one fits
- *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (and, when the GQA
+ *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (the Hopper
+ *        kernels' tiled accumulator: fa_bwd_convert_tiled_kernel; and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
  *   fp8 e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3, o / dout / dq / dk / dv in bf16): the gradients
@@ -31,7 +32,9 @@
  *
  * Workspace (each region 256-byte aligned), with S = dQ splits (1, or the portable kernels'
  * deterministic-mode split count of bwd_tiles.h) and G = GQA group splits:
- *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one, head-major)
+ *   dq_accum     S × total_q × heads_q × d × 4 bytes  (Hopper kernels: one; at buckets 64 and
+ *                128 tiles of [BLOCK_M, bucket], (total_q / BLOCK_M + batch) per query head,
+ *                sm90_tiles.h's fa_hopper_bwd_dq_elems; at 256 head-major)
  *   dq semaphores  Hopper kernels, deterministic mode: batch × heads_q × query blocks × 2 × 4
  *                bytes (sm90_tiles.h; zeroed by the same memset as dq_accum, which it follows)
  *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
@@ -245,6 +248,59 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_conver
     st_global_v4_b32(static_cast<uint16_t *>(cp.dst) + off + chunk * 8, packed);
 }
 
+/* The Hopper kernels' tiled dQ accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled) -> dq. */
+struct fa_bwd_convert_tiled_params {
+    const float *src;           /* [heads, tiles, 2 pieces, 8, 128, 4] fp32                    */
+    int64_t tiles;              /* per head (fa_hopper_bwd_dq_tiles)                            */
+    int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64: columns 64c.. (128) */
+    int query_blocks;           /* ceil(seqlen_q / block_m): grid x = heads · query_blocks · 2    */
+    int heads, dim;
+    float scale;
+    void *dst;                  /* [b, seqlen, heads, dim] 16-bit, strides below               */
+    int64_t batch_stride, row_stride, head_stride;
+    const int32_t *cu_seqlens;  /* device, or NULL                                             */
+    int64_t total_rows;
+    int seqlen;
+};
+
+/* One block per piece (query head, sequence blockIdx.y, query block, piece), 256 threads: thread
+ * u reads the 64 contiguous bytes of lanes 4r .. 4r + 3 of warp w in store j (u = 64w + 8r + j),
+ * i.e. columns 8j .. 8j + 7 of the piece's rows 16w + r (the floats' .x .y) and 16w + r + 8 (.z
+ * .w), and writes 16 bytes of each row. Rows past the sequence and columns past dim are not
+ * written. */
+template <bool BF16>
+__global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_convert_tiled_params cp) {
+    const int piece = (int)(blockIdx.x % 2), m = (int)((blockIdx.x / 2) % cp.query_blocks);
+    const int h = (int)(blockIdx.x / 2 / cp.query_blocks), b = (int)blockIdx.y;
+    const fa_seq_rows seq = fa_sequence_rows(cp.cu_seqlens, cp.cu_seqlens, cp.total_rows, cp.total_rows, cp.seqlen,
+                                             cp.seqlen, b);
+    const int64_t q_packed0 = cp.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * cp.seqlen;
+    const int u = threadIdx.x, j = u % 8, r = (u / 8) % 8, w = u / 64;
+    const int row0 = m * cp.block_m + (cp.block_m == 128 ? 64 * piece : 0) + 16 * w + r; /* and row0 + 8 */
+    const int col = (cp.block_m == 128 ? 0 : 64 * piece) + 8 * j;
+    if (row0 >= seq.len_q || col >= cp.dim) return;
+    const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
+    const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * 4096) + 128 * j + 32 * w + 4 * r;
+    float4 f[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) f[q] = __ldg(src + q);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 8 * half;
+        if (row >= seq.len_q) break;
+        uint32_t packed[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float x = (half ? f[q].z : f[q].x) * cp.scale, y = (half ? f[q].w : f[q].y) * cp.scale;
+            packed[q] = BF16 ? cvt_rn_bf16x2_f32(x, y) : cvt_rn_f16x2_f32(x, y);
+        }
+        const int64_t off = cp.cu_seqlens != nullptr
+                                ? (q_packed0 + row) * cp.row_stride + (int64_t)h * cp.head_stride
+                                : (int64_t)b * cp.batch_stride + (int64_t)row * cp.row_stride + (int64_t)h * cp.head_stride;
+        st_global_v4_b32(static_cast<uint16_t *>(cp.dst) + off + col, packed);
+    }
+}
+
 /* ---- planning ------------------------------------------------------------------------------ */
 
 typedef struct fa_bwd_plan {
@@ -264,6 +320,8 @@ typedef struct fa_bwd_plan {
                                       sequence is unbounded, -1 (keeps their int32 math safe)  */
     int device_ordinal;
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
+    int dq_block_m;          /* Hopper kernels with a tiled dQ accumulator: their BLOCK_M, else 0 */
+    size_t dq_elems;         /* fp32 elements of one dQ accumulator                            */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
     size_t off_map, off_dbias; /* score mods: the block map, the dbias workspace (mods.cu)  */
     size_t bytes;
@@ -387,7 +445,14 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                             (long long)p->total_q, (long long)p->heads_q);
     plan->need_sink = p->sink_logits != NULL && p->dsink != NULL;
 
-    const size_t dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+    /* the Hopper kernels at buckets 64 and 128 tile their accumulator (sm90_tiles.h) */
+    const int kernel_bucket =
+        fa_hopper_bwd_kernel_bucket(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), pb->has_mods);
+    plan->dq_block_m = plan->hopper && fa_hopper_bwd_dq_tiled(kernel_bucket) ? fa_hopper_bwd_block_m(kernel_bucket) : 0;
+    plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(kernel_bucket, p->total_q, p->batch, p->heads_q,
+                                                                    p->head_dim)
+                                  : (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
+    const size_t dq_elems = plan->dq_elems;
     const size_t row_elems = (size_t)p->heads_q * (size_t)p->total_q;
     size_t off = 0;
     plan->off_dq = off;
@@ -514,13 +579,46 @@ static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype,
     return FA_OK;
 }
 
+/* dq from the Hopper kernels' tiled accumulator: one block per (query head, query block, piece)
+ * in grid x, sequences in grid y (the plan keeps batch within FA_CUDA_GRID_YZ_MAX). */
+static fa_status launch_convert_tiled(const fa_problem *pb, const fa_bwd_plan *plan, const float *dq_accum,
+                                      cudaStream_t stream) {
+    const fa_params *p = &pb->p;
+    static const char *const what = "backward dq conversion kernel launch";
+    fa_bwd_convert_tiled_params cp;
+    cp.src = dq_accum;
+    cp.block_m = plan->dq_block_m;
+    cp.tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, cp.block_m);
+    const int64_t query_blocks = (p->seqlen_q + cp.block_m - 1) / cp.block_m;
+    const int64_t blocks = p->heads_q * query_blocks * 2;
+    if (blocks == 0 || p->batch == 0) return FA_OK;
+    if (blocks > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many elements", what);
+    cp.query_blocks = (int)query_blocks;
+    cp.heads = (int)p->heads_q;
+    cp.dim = (int)p->head_dim;
+    cp.scale = p->softmax_scale;
+    cp.dst = p->dq;
+    cp.batch_stride = p->dq_batch_stride;
+    cp.row_stride = p->dq_row_stride;
+    cp.head_stride = p->dq_head_stride;
+    cp.cu_seqlens = p->cu_seqlens_q;
+    cp.total_rows = p->total_q;
+    cp.seqlen = (int)p->seqlen_q;
+    const dim3 grid((unsigned)blocks, (unsigned)p->batch);
+    if (p->dtype == FA_DTYPE_BF16)
+        fa_bwd_convert_tiled_kernel<true><<<grid, 256, 0, stream>>>(cp);
+    else
+        fa_bwd_convert_tiled_kernel<false><<<grid, 256, 0, stream>>>(cp);
+    FA_CUDA_CHECK_LAUNCH(what);
+    return FA_OK;
+}
+
 /* The workspace regions of one call (bwd_plan's offsets) and the dQ accumulator's size. */
 typedef struct fa_bwd_buffers {
     float *dq_accum;
     float *lse_log2;     /* NULL for the Hopper kernels, which convert lse themselves   */
     float *dsum;
     float *sink_partial; /* NULL without sinks                                         */
-    size_t dq_elems;     /* total_q · heads_q · head_dim                                */
     const fa_mods_params *mods; /* score mods (pb->has_mods), else NULL                  */
 } fa_bwd_buffers;
 
@@ -566,7 +664,6 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
                           cudaStream_t stream) {
     const fa_params *p = &pb->p;
     float *dq_accum = buf->dq_accum, *lse_log2 = buf->lse_log2, *dsum = buf->dsum;
-    const size_t dq_elems = buf->dq_elems;
     fa_bwd_params prm;
     fa_cuda_fill_kernel_base(&prm, pb);
     prm.dout = p->dout;
@@ -587,7 +684,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.lse_log2 = lse_log2;
     prm.dsum = dsum;
     prm.dq_accum = dq_accum;
-    prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)dq_elems : 0;
+    prm.dq_accum_split_elems = p->deterministic && !plan->hopper ? (int64_t)plan->dq_elems : 0;
     prm.dq_semaphore = plan->sem_bytes > 0 ? reinterpret_cast<int *>(ws + plan->off_sem) : nullptr;
     prm.dk_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dkp) : nullptr;
     prm.dv_partial = plan->group_splits > 1 ? reinterpret_cast<float *>(ws + plan->off_dvp) : nullptr;
@@ -661,33 +758,37 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
 static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, const fa_bwd_buffers *buf,
                                  uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
-    float *dq_accum = buf->dq_accum;
-    const size_t dq_elems = buf->dq_elems;
-    fa_bwd_convert_params cp;
-    cp.src = dq_accum;
-    cp.head_major = plan->hopper; /* the Hopper kernels' accumulator layout */
-    cp.splits = plan->dq_splits;
-    cp.split_elems = (int64_t)dq_elems;
-    cp.total_rows = p->total_q;
-    cp.heads = (int)p->heads_q;
-    cp.dim = (int)p->head_dim;
-    cp.scale = p->softmax_scale;
-    cp.dst = p->dq;
-    cp.batch_stride = p->dq_batch_stride;
-    cp.row_stride = p->dq_row_stride;
-    cp.head_stride = p->dq_head_stride;
-    cp.cu_seqlens = p->cu_seqlens_q;
-    cp.batch = (int)p->batch;
-    cp.seqlen = (int)p->seqlen_q;
-    fa_status s = launch_convert(&cp, p->dtype, stream, "backward dq conversion kernel launch");
-    if (s != FA_OK) return s;
+    fa_status s;
+    if (plan->dq_block_m > 0) {
+        if ((s = launch_convert_tiled(pb, plan, buf->dq_accum, stream)) != FA_OK) return s;
+    } else {
+        fa_bwd_convert_params cp;
+        cp.src = buf->dq_accum;
+        cp.head_major = plan->hopper; /* the Hopper kernel's accumulator layout at bucket 256 */
+        cp.splits = plan->dq_splits;
+        cp.split_elems = (int64_t)plan->dq_elems;
+        cp.total_rows = p->total_q;
+        cp.heads = (int)p->heads_q;
+        cp.dim = (int)p->head_dim;
+        cp.scale = p->softmax_scale;
+        cp.dst = p->dq;
+        cp.batch_stride = p->dq_batch_stride;
+        cp.row_stride = p->dq_row_stride;
+        cp.head_stride = p->dq_head_stride;
+        cp.cu_seqlens = p->cu_seqlens_q;
+        cp.batch = (int)p->batch;
+        cp.seqlen = (int)p->seqlen_q;
+        if ((s = launch_convert(&cp, p->dtype, stream, "backward dq conversion kernel launch")) != FA_OK) return s;
+    }
     if (plan->group_splits > 1) {
         const int64_t kv_rows = p->total_k * p->heads_kv;
+        fa_bwd_convert_params cp;
         cp.head_major = 0;
         cp.splits = plan->group_splits;
         cp.total_rows = p->total_k;
         cp.heads = (int)p->heads_kv;
         cp.cu_seqlens = p->cu_seqlens_k;
+        cp.batch = (int)p->batch;
         cp.seqlen = (int)p->seqlen_k;
         cp.src = reinterpret_cast<const float *>(ws + plan->off_dkp);
         cp.split_elems = kv_rows * p->head_dim;
@@ -718,9 +819,8 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
     buf.lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
     buf.dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
     buf.sink_partial = plan->need_sink ? reinterpret_cast<float *>(ws + plan->off_sink) : nullptr;
-    buf.dq_elems = (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
     float *dq_accum = buf.dq_accum, *sink_partial = buf.sink_partial;
-    const size_t dq_elems = buf.dq_elems;
+    const size_t dq_elems = plan->dq_elems;
     fa_status s;
 
     /* 0. score mods: the block map, checked before anything is written; dbias zeroed */

@@ -30,8 +30,9 @@ struct fa_bwd_params : fa_kernel_base {
                               NULL for the Hopper kernel, which converts lse itself            */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
     float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
-                              the Hopper kernels: [heads_q, total_q, d] (one head's rows
-                              contiguous for their dQ reductions)                               */
+                              the Hopper kernels: tiles in register order at buckets 64 and
+                              128, [heads_q, total_q, d] at 256 (sm90_tiles.h,
+                              fa_hopper_bwd_dq_tiled)                                           */
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
     int *dq_semaphore;     /* the Hopper kernels in deterministic mode: [batch, heads_q, query
                               blocks, 2] int32, zeroed (sm90_tiles.h); NULL otherwise         */

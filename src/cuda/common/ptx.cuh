@@ -240,6 +240,11 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t smem_addr, float x, fl
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_addr), "f"(x), "f"(y) : "memory");
 }
 
+__device__ __forceinline__ void st_shared_v4_f32(uint32_t smem_addr, float x, float y, float z, float w) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "f"(x), "f"(y), "f"(z), "f"(w)
+                 : "memory");
+}
+
 __device__ __forceinline__ void ld_shared_v4_f32(float r[4], uint32_t smem_addr) {
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
@@ -488,6 +493,15 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap *map, uint32
     asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
                      (uint64_t)map),
                  "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+/* cp.reduce.async.bulk .add.f32 (1-D, no tensor map): add `bytes` (a multiple of 16) of fp32
+ * from shared memory at src into global memory at dst (both 16-byte aligned), each element
+ * atomically in L2. Completion and the source's fence as tma_reduce_add_3d. */
+__device__ __forceinline__ void cp_reduce_async_bulk_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
                  : "memory");
 }
 

@@ -496,6 +496,46 @@ FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {
     return bucket == 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
 }
 
+/* The bucket of the backward kernel that runs a problem of bucket `bucket`: with score
+ * modifications fa_hopper_mods_bucket's (64 runs on 128's kernel), else the bucket itself. */
+FA_HOPPER_FN int fa_hopper_bwd_kernel_bucket(int bucket, int mods) {
+    return mods ? fa_hopper_mods_bucket(bucket) : bucket;
+}
+
+/* The dQ accumulator of the kernels at buckets 64 and 128 (kernels/bwd_sm90.cu) is tiled: per
+ * query head, per sequence and per query block of BLOCK_M rows one contiguous fp32 tile [BLOCK_M,
+ * bucket] of two 16 KiB pieces (the two consumers' [64, 64] dQ pieces), each in the register
+ * order of the wgmma accumulator: float 4·(128·j + thread) + e of a piece is thread's dq[4j + e]
+ * (row 16·(thread / 32) + (thread % 32) / 4 + 8·(e / 2), column 8j + 2·(thread % 4) + e % 2 of the
+ * piece). A consumer stages its piece with eight 16-byte shared stores at fixed offsets, the dQ
+ * writer adds it with one 1-D bulk reduce-add, and bwd.cu's conversion kernel reorders it
+ * (FlashAttention-3/4's dQaccum layout). Bucket 256 keeps the row layout [heads_q, total_q, d]. */
+FA_HOPPER_FN int fa_hopper_bwd_dq_tiled(int kernel_bucket) { return kernel_bucket == 64 || kernel_bucket == 128; }
+
+/* Sequence b (its first packed row q_start) owns the tiles from q_start / block_m + b on:
+ * ceil(len / block_m) of them fit before sequence b + 1's first, since
+ * floor((q_start + len) / block_m) + 1 >= floor(q_start / block_m) + ceil(len / block_m). A
+ * fixed-length batch is the packed case with q_start = b · seqlen_q. */
+FA_HOPPER_FN long long fa_hopper_bwd_dq_tile0(long long q_start, long long b, int block_m) {
+    return q_start / block_m + b;
+}
+
+/* Tiles per query head: total_q / block_m + batch (each sequence pads its last tile; at most
+ * batch · block_m rows more than the packed rows, FlashAttention-2's padding of its dQ
+ * accumulator). */
+FA_HOPPER_FN long long fa_hopper_bwd_dq_tiles(long long total_q, long long batch, int block_m) {
+    return block_m > 0 ? total_q / block_m + batch : 0;
+}
+
+/* fp32 elements of the Hopper kernels' dQ accumulator: tiled (above) or [heads_q, total_q, d]. */
+FA_HOPPER_FN long long fa_hopper_bwd_dq_elems(int kernel_bucket, long long total_q, long long batch,
+                                              long long heads_q, long long head_dim) {
+    return fa_hopper_bwd_dq_tiled(kernel_bucket)
+               ? heads_q * fa_hopper_bwd_dq_tiles(total_q, batch, fa_hopper_bwd_block_m(kernel_bucket)) *
+                     fa_hopper_bwd_block_m(kernel_bucket) * kernel_bucket
+               : heads_q * total_q * head_dim;
+}
+
 /* Block-mask walks (buckets 64 and 128, whose layout holds the MODS kernels): a 16-byte slot per
  * Q/dO stage for the iteration's position, written by the producer, so the consumers never walk
  * the block map; after the mbarriers, 8 bytes of padding when their count is odd (the slots are

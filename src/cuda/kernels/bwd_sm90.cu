@@ -2,7 +2,7 @@
  * bwd_sm90.cu: the backward main kernel for Hopper (sm_90a), FlashAttention-3's design in
  * our own code: TMA loads, wgmma, warp specialisation, dK/dV accumulated in registers across the
  * query loop, dQ staged in shared memory and added into an fp32 accumulator in global memory by
- * bulk tensor reduce-adds. Compiled for `arch=compute_90a,code=sm_90a` only
+ * bulk reduce-adds. Compiled for `arch=compute_90a,code=sm_90a` only
  * (the Makefile's *_sm90a.cu rule). bwd.cu runs its pre-pass (D = rowsum(dO∘O), dsink
  * partials), the zeroing of the dQ accumulator and the conversions around it, exactly as around
  * the portable main kernel; fa_bwd_launch_hopper() replaces only the main kernel, for the
@@ -35,9 +35,12 @@
  *     LSE·log2e (from the forward's LSE; +inf where LSE = -inf) and D (the pre-pass's) into the
  *     stage with st.shared: +inf and 0 for rows past the sequence (so P = 0 there);
  *   warp 1, the dQ writer: per iteration, adds the two staged dQ pieces into the accumulator
- *     with cp.reduce.async.bulk.tensor (one TMA instruction per 32 columns instead of one
- *     red.global per element pair from 256 threads: half the L2 reduction traffic, and the
- *     consumers' issue slots stay on the GEMMs; FlashAttention-3/4's design); warps 2-3 exit;
+ *     with cp.reduce.async.bulk (one 16 KiB instruction per piece instead of one red.global per
+ *     element pair from 256 threads: half the L2 reduction traffic, and the consumers' issue
+ *     slots stay on the GEMMs; FlashAttention-3/4's design). The accumulator is tiled in the
+ *     register order of the dQ GEMM's accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled), so a
+ *     piece is staged by eight 16-byte stores per thread and added as one contiguous block;
+ *     bwd.cu's conversion kernel puts the rows in order. Warps 2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
  *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations; after the last one
  *     they go out through shared memory (the Q / dO stages, free then) by the TMA store, or by
@@ -106,20 +109,20 @@
  * Shared memory (1024-byte aligned; every tile is 64-column slabs of 128-byte rows in the
  * 128-byte swizzle, each slab 1024-byte aligned; layout and descriptors as src/cuda/common/ptx.cuh's Hopper
  * section): K [SLABS][128][64] | V [SLABS][128][64] | Q [STAGES][SLABS][BLOCK_M][64] |
- * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | dQ staging [2][2][64][32] fp32 |
+ * dO [STAGES][SLABS][BLOCK_M][64] | dS [2][2][BLOCK_M][64] | dQ staging [2][8][128][4] fp32 |
  * LSE2 [STAGES][BLOCK_M] fp32 | D [STAGES][BLOCK_M] fp32 | mbarriers. TMA maps view a tensor as
  * 4-D {d, rows, heads, batch} (varlen: {d, total, heads, 1}); one box {64, rows, 1, 1} at column
- * 64·s lands as slab s. The dQ accumulator [heads_q, total_q, d] fp32 is the 3-D map
- * {d, total_q, heads_q}, box {32, 64, 1}: one staging slab.
+ * 64·s lands as slab s. The dQ staging holds each consumer's piece in the accumulator tile's
+ * order ([store j][thread][4 floats]).
  *
  * Varlen: a key block or query block may run past its sequence into the next one (or into rows
  * after the last sequence, which may hold anything, NaN included). Those K/V rows (once, after
  * kv_full) and Q/dO rows (per iteration that needs it) are zeroed in shared memory by the
  * consumers before any GEMM reads them, so 0·NaN never reaches an accumulator; keys past the
  * sequence are masked and their dK/dV rows not written; query rows past it have P = 0 (LSE2 =
- * +inf) and dS = 0 (zero dO, D = 0) and their dQ rows are staged as zeros (the reduce-add may
- * reach the next sequence's rows: + 0 changes nothing, in any order). Fixed-length batches get
- * the same zeros from the TMA's out-of-bounds fill.
+ * +inf) and dS = 0 (zero dO, D = 0); their dQ rows land in the padding of the sequence's last
+ * accumulator tile, which is never read. Fixed-length batches get the same zeros from the TMA's
+ * out-of-bounds fill.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -160,10 +163,9 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    /* dQ staging: per consumer its fp32 piece [64, 64] as two slabs [64 rows][32 columns] of
-     * 128-byte rows in the 128-byte swizzle (the accumulator map's box) */
-    static constexpr uint32_t DQ_SLAB_BYTES = 64 * 128;
-    static constexpr uint32_t DQ_PIECE_BYTES = 2 * DQ_SLAB_BYTES;
+    /* dQ staging: per consumer its fp32 piece [64, 64] in the accumulator tile's register order
+     * (sm90_tiles.h, fa_hopper_bwd_dq_tiled): store j of thread i at 16·(128j + i) */
+    static constexpr uint32_t DQ_PIECE_BYTES = 64 * 64 * 4;
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
@@ -191,6 +193,8 @@ struct fa_bwd_sm90_config {
     static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256,
                   "wgmma N of Sᵀ (and pairs of 8-query dropout chunks); TMA box rows <= 256");
     static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET), "dQ staging");
+    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == BLOCK_M * D * 4 && fa_hopper_bwd_dq_tiled(BUCKET),
+                  "the pieces make one accumulator tile");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
                       DQ_OFFSET % 1024 == 0,
                   "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
@@ -295,8 +299,10 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
 }
 
 /* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
- * block m) and adds both staged dQ pieces of each into the accumulator with bulk tensor
- * reduce-adds (two boxes of 32 columns per piece, lane 0 issues them, one bulk group per piece).
+ * block m) and adds both staged dQ pieces of each into its accumulator tile (sm90_tiles.h,
+ * fa_hopper_bwd_dq_tiled) with one 16 KiB 1-D bulk reduce-add per piece (lane 0 issues it, one
+ * bulk group per piece). A piece of rows past the sequence (bucket 64's second) or of columns past
+ * head_dim (bucket 128's second when d <= 64) is not added: nothing reads it.
  * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
  * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
  * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
@@ -305,12 +311,14 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
  * written (not only read) and pass the turn on with red.release; the proxy fences order the
  * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
 template <class Cfg, bool DET, bool MODS = false>
-__device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq, const fa_bwd_sm90_params &prm,
+__device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
                                                       uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
                                                       const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
-                                                      int q_packed0, int lane,
+                                                      int64_t q_packed0, int lane,
                                                       const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                       int iterations = 0 /* MODS: its length */) {
+    /* this sequence's first accumulator tile (of each head) */
+    const int64_t tile0 = fa_hopper_bwd_dq_tile0(q_packed0, batch, Cfg::BLOCK_M);
     /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
     auto write_one = [&](int head, int m, int *sem) {
         if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
@@ -326,15 +334,15 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const CUtensorMap *tmap_dq
             fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
             fence_proxy_async_global(); /* ... and before our bulk reductions */
         }
-        const int row0 = q_packed0 + m * Cfg::BLOCK_M;
+        float *const tile = prm.dq_accum + ((int64_t)head * prm.dq_tiles + tile0 + m) * (Cfg::BLOCK_M * Cfg::D);
 #pragma unroll
         for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
-            const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * c : 0, dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * c;
+            const bool live = Cfg::DQ_SPLIT_ROWS ? m * Cfg::BLOCK_M + 64 * c < len_q : 64 * c < prm.head_dim;
             bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
             if (lane == 0) {
-                const uint32_t piece = dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES;
-                tma_reduce_add_3d(tmap_dq, piece, dq_col0, row0 + dq_row0, head);
-                tma_reduce_add_3d(tmap_dq, piece + Cfg::DQ_SLAB_BYTES, dq_col0 + 32, row0 + dq_row0, head);
+                if (live)
+                    cp_reduce_async_bulk_add_f32(tile + c * (Cfg::DQ_PIECE_BYTES / 4),
+                                                 dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES, Cfg::DQ_PIECE_BYTES);
                 tma_store_commit_group();
             }
         }
@@ -506,7 +514,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1} */
-                        const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, box {32, 64, 1}   */
                         const __grid_constant__ CUtensorMap tmap_dk, /* {d, sk, hkv, b}, box {64, 64, 1, 1}: dK out  */
                         const __grid_constant__ CUtensorMap tmap_dv, /* {dv, sk, hkv, b}, box {64, 64, 1, 1}: dV out */
                         const fa_bwd_sm90_params prm,
@@ -607,9 +614,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                                         [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                         [](int) {}, &iters, iterations);
         } else if (warp == 1) {
-            if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
-            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(&tmap_dq, prm, dq_smem, walk, batch, heads, len_q, len_k, shift,
-                                                  (int)q_packed0, lane, &iters, iterations);
+            fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(prm, dq_smem, walk, batch, heads, len_q, len_k, shift, q_packed0,
+                                                  lane, &iters, iterations);
         }
         return;
     }
@@ -792,39 +798,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
 
-        /* Stage the dQ piece for the writer warp: element 4j + 2h + c is row 16w + l/4 + 8h of the
-         * piece, column 8j + 2(l%4) + c: slab j/4, 16-byte chunk 2(j%4) + (l%4)/2 swizzled by the
-         * row's bits 0-2, +8 bytes for odd l; in step j odd rows store block j ^ FA_BWD_SM90_DQ_SWAP
-         * (same slab; bwd_sm90_common.cuh), so each half-warp's 8-byte stores meet no bank twice.
-         * Rows past the sequence are staged as zeros (they add into the next sequence's rows, or
-         * are skipped past the accumulator's last row). */
-        if (m0 + BLOCK_M > len_q) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                if (m0 + dq_row0 + 16 * warp + lane / 4 + 8 * h >= len_q)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        dq_rmem[4 * j + 2 * h] = 0.0f;
-                        dq_rmem[4 * j + 2 * h + 1] = 0.0f;
-                    }
-        }
+        /* Stage the dQ piece for the writer warp in the accumulator tile's register order: this
+         * thread's dq[4j .. 4j + 3] at 16·(128j + tid), so a quarter-warp's 16-byte stores fill 128
+         * contiguous bytes (no bank twice) from one base address and immediate offsets. Rows past
+         * the sequence are staged as they are: their tile rows are never read. */
         bar_sync(FA_HBWD_BAR_DQ_EMPTY + consumer, FA_HBWD_DQ_HANDOFF_THREADS); /* the writer has read it */
         {
-            const uint32_t piece = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES;
-            const uint32_t swz = (uint32_t)(lane / 4);
-            const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
+            const uint32_t slot = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES + (uint32_t)tid * 16;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const uint32_t row = piece + (uint32_t)(16 * warp + lane / 4 + 8 * h) * 128 + 8u * (lane & 1);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int j_odd = j ^ FA_BWD_SM90_DQ_SWAP, b = odd_row ? j_odd : j;
-                    const int e = 4 * j + 2 * h, e_odd = 4 * j_odd + 2 * h;
-                    const uint32_t chunk = (uint32_t)(2 * (b % 4) + (lane % 4) / 2) ^ swz;
-                    st_shared_v2_f32(row + (uint32_t)(j / 4) * Cfg::DQ_SLAB_BYTES + chunk * 16,
-                                     odd_row ? dq_rmem[e_odd] : dq_rmem[e], odd_row ? dq_rmem[e_odd + 1] : dq_rmem[e + 1]);
-                }
-            }
+            for (int j = 0; j < 8; ++j)
+                st_shared_v4_f32(slot + (uint32_t)j * 128 * 16, dq_rmem[4 * j], dq_rmem[4 * j + 1], dq_rmem[4 * j + 2],
+                                 dq_rmem[4 * j + 3]);
         }
         wgmma_wait_group<0>(); /* dK retired */
 #pragma unroll
@@ -871,12 +855,11 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv;
     fa_status st;
     int dkdv_tma;
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
             FA_OK ||
-        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 64)) != FA_OK ||
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr; /* never with MODS (fa_hopper_bwd_mods_ok) */
@@ -887,6 +870,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    prm.dq_tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, Cfg::BLOCK_M);
     prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
@@ -899,7 +883,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     const dim3 grid((unsigned)key_blocks, (unsigned)grid_y, (unsigned)p->batch);
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{},
                                                             mods_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");

@@ -24,11 +24,12 @@
 #include "cuda/common/tma.h"
 
 /* Kernel arguments besides the tensor maps: the backward's parameter block (bwd_launch.h; window
- * sides -1 = unbounded, causal folded in; lse is the forward's, dq_accum head-major
- * [heads_q, total_q, d]; dq_semaphore set in deterministic mode) and the query-block count of
- * the kernel's BLOCK_M. */
+ * sides -1 = unbounded, causal folded in; lse is the forward's; dq_accum tiled at buckets 64 and
+ * 128, head-major [heads_q, total_q, d] at 256 (sm90_tiles.h, fa_hopper_bwd_dq_tiled);
+ * dq_semaphore set in deterministic mode) and the query-block count of the kernel's BLOCK_M. */
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
+    int64_t dq_tiles;              /* tiled dQ accumulator: tiles per query head (fa_hopper_bwd_dq_tiles) */
     int dkdv_tma;                  /* dK and dV out through the TMA store (fa_bwd_sm90_dkdv_maps)   */
     int rotate_walk;               /* rotated query walks (fa_bwd_sm90_walk_of; host: fa_hopper_bwd_rotate) */
 };
@@ -169,7 +170,7 @@ __device__ __forceinline__ int fa_bwd_sm90_walk_block(const fa_bwd_sm90_walk &w,
 
 /* ---- deterministic dQ ---------------------------------------------------------------------------
  * Every CTA adds its dQ piece of a tile (query head, BLOCK_M query rows) into the fp32
- * accumulator with bulk tensor reduce-adds: one addition per element and key block. In deterministic mode
+ * accumulator with bulk reduce-adds: one addition per element and key block. In deterministic mode
  * the key blocks of a tile add in a fixed order, from the highest key block to the lowest, so each
  * element's fp32 sum is always rounded in the same order. The order is kept by a semaphore per
  * (sequence, query head, query block, consumer piece) in the workspace, zeroed before the kernel:
@@ -711,7 +712,8 @@ static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool m
 static inline fa_bwd_sm90_params fa_bwd_sm90_make_params(const fa_bwd_params *p) {
     fa_bwd_sm90_params prm;
     static_cast<fa_bwd_params &>(prm) = *p;
-    prm.query_blocks = 0; /* the launcher sets it from its BLOCK_M */
+    prm.query_blocks = 0; /* the launcher sets both from its BLOCK_M */
+    prm.dq_tiles = 0;
     prm.dkdv_tma = 0;
     prm.rotate_walk = 0;
     return prm;
