@@ -198,12 +198,9 @@ __global__ void __launch_bounds__(32) fa_bwd_dsink_kernel(const float *sink_part
     if (threadIdx.x == 0) dsink[h] = -sum;
 }
 
-struct fa_bwd_convert_params {
-    const float *src;           /* [splits, total_rows, heads, dim] fp32, or with head_major    */
-    int head_major;             /* 1: src is [heads, total_rows, dim] (one split)               */
-    int splits;
-    int64_t split_elems;        /* total_rows · heads · dim                                     */
-    int64_t total_rows;
+/* Where a conversion kernel writes: dst = scale · (fp32 sums), rounded to the dtype. */
+struct fa_bwd_convert_dst {
+    int64_t total_rows;         /* packed rows (varlen bound)                                  */
     int heads, dim;
     float scale;
     void *dst;                  /* [b, seqlen, heads, dim] 16-bit, strides below               */
@@ -212,27 +209,36 @@ struct fa_bwd_convert_params {
     int batch, seqlen;
 };
 
+struct fa_bwd_convert_params {
+    const float *src;           /* [splits, total_rows, heads, dim] fp32, or with head_major    */
+    int head_major;             /* 1: src is [heads, total_rows, dim] (one split)               */
+    int splits;
+    int64_t split_elems;        /* total_rows · heads · dim                                     */
+    fa_bwd_convert_dst out;
+};
+
 /* dst = scale · Σ_s src[s] for 8 consecutive elements per thread, summed in split order. Rows
  * past the last sequence (varlen padding) are not written. */
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_convert_params cp) {
-    const int chunks = cp.dim / 8;
+    const fa_bwd_convert_dst &out = cp.out;
+    const int chunks = out.dim / 8;
     const int64_t item = (int64_t)blockIdx.x * 256 + threadIdx.x;
     const int chunk = (int)(item % chunks);
     const int64_t rest = item / chunks;
-    const int h = (int)(rest % cp.heads);
-    const int64_t row = rest / cp.heads;
-    if (row >= cp.total_rows) return;
+    const int h = (int)(rest % out.heads);
+    const int64_t row = rest / out.heads;
+    if (row >= out.total_rows) return;
     int64_t off;
-    if (cp.cu_seqlens != nullptr) {
-        if (row >= cp.cu_seqlens[cp.batch]) return;
-        off = row * cp.row_stride + (int64_t)h * cp.head_stride;
+    if (out.cu_seqlens != nullptr) {
+        if (row >= out.cu_seqlens[out.batch]) return;
+        off = row * out.row_stride + (int64_t)h * out.head_stride;
     } else {
-        const int64_t b = row / cp.seqlen, i = row - b * cp.seqlen;
-        off = b * cp.batch_stride + i * cp.row_stride + (int64_t)h * cp.head_stride;
+        const int64_t b = row / out.seqlen, i = row - b * out.seqlen;
+        off = b * out.batch_stride + i * out.row_stride + (int64_t)h * out.head_stride;
     }
-    const int64_t src_row = cp.head_major ? (int64_t)h * cp.total_rows + row : row * cp.heads + h;
-    const float4 *src = reinterpret_cast<const float4 *>(cp.src + src_row * cp.dim + chunk * 8);
+    const int64_t src_row = cp.head_major ? (int64_t)h * out.total_rows + row : row * out.heads + h;
+    const float4 *src = reinterpret_cast<const float4 *>(cp.src + src_row * out.dim + chunk * 8);
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int s = 0; s < cp.splits; ++s) {
         const float4 lo = __ldg(src), hi = __ldg(src + 1);
@@ -243,9 +249,9 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_conver
     uint32_t packed[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w)
-        packed[w] = BF16 ? cvt_rn_bf16x2_f32(acc[2 * w] * cp.scale, acc[2 * w + 1] * cp.scale)
-                         : cvt_rn_f16x2_f32(acc[2 * w] * cp.scale, acc[2 * w + 1] * cp.scale);
-    st_global_v4_b32(static_cast<uint16_t *>(cp.dst) + off + chunk * 8, packed);
+        packed[w] = BF16 ? cvt_rn_bf16x2_f32(acc[2 * w] * out.scale, acc[2 * w + 1] * out.scale)
+                         : cvt_rn_f16x2_f32(acc[2 * w] * out.scale, acc[2 * w + 1] * out.scale);
+    st_global_v4_b32(static_cast<uint16_t *>(out.dst) + off + chunk * 8, packed);
 }
 
 /* The Hopper kernels' tiled dQ accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled) -> dq. */
@@ -254,13 +260,7 @@ struct fa_bwd_convert_tiled_params {
     int64_t tiles;              /* per head (fa_hopper_bwd_dq_tiles)                            */
     int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64: columns 64c.. (128) */
     int query_blocks;           /* ceil(seqlen_q / block_m): grid x = heads · query_blocks · 2    */
-    int heads, dim;
-    float scale;
-    void *dst;                  /* [b, seqlen, heads, dim] 16-bit, strides below               */
-    int64_t batch_stride, row_stride, head_stride;
-    const int32_t *cu_seqlens;  /* device, or NULL                                             */
-    int64_t total_rows;
-    int seqlen;
+    fa_bwd_convert_dst out;
 };
 
 /* One block per piece (query head, sequence blockIdx.y, query block, piece), 256 threads: thread
@@ -270,15 +270,16 @@ struct fa_bwd_convert_tiled_params {
  * written. */
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_convert_tiled_params cp) {
+    const fa_bwd_convert_dst &out = cp.out;
     const int piece = (int)(blockIdx.x % 2), m = (int)((blockIdx.x / 2) % cp.query_blocks);
     const int h = (int)(blockIdx.x / 2 / cp.query_blocks), b = (int)blockIdx.y;
-    const fa_seq_rows seq = fa_sequence_rows(cp.cu_seqlens, cp.cu_seqlens, cp.total_rows, cp.total_rows, cp.seqlen,
-                                             cp.seqlen, b);
-    const int64_t q_packed0 = cp.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * cp.seqlen;
+    const fa_seq_rows seq = fa_sequence_rows(out.cu_seqlens, out.cu_seqlens, out.total_rows, out.total_rows, out.seqlen,
+                                             out.seqlen, b);
+    const int64_t q_packed0 = out.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * out.seqlen;
     const int u = threadIdx.x, j = u % 8, r = (u / 8) % 8, w = u / 64;
     const int row0 = m * cp.block_m + (cp.block_m == 128 ? 64 * piece : 0) + 16 * w + r; /* and row0 + 8 */
     const int col = (cp.block_m == 128 ? 0 : 64 * piece) + 8 * j;
-    if (row0 >= seq.len_q || col >= cp.dim) return;
+    if (row0 >= seq.len_q || col >= out.dim) return;
     const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
     const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * 4096) + 128 * j + 32 * w + 4 * r;
     float4 f[4];
@@ -291,13 +292,13 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_
         uint32_t packed[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            const float x = (half ? f[q].z : f[q].x) * cp.scale, y = (half ? f[q].w : f[q].y) * cp.scale;
+            const float x = (half ? f[q].z : f[q].x) * out.scale, y = (half ? f[q].w : f[q].y) * out.scale;
             packed[q] = BF16 ? cvt_rn_bf16x2_f32(x, y) : cvt_rn_f16x2_f32(x, y);
         }
-        const int64_t off = cp.cu_seqlens != nullptr
-                                ? (q_packed0 + row) * cp.row_stride + (int64_t)h * cp.head_stride
-                                : (int64_t)b * cp.batch_stride + (int64_t)row * cp.row_stride + (int64_t)h * cp.head_stride;
-        st_global_v4_b32(static_cast<uint16_t *>(cp.dst) + off + col, packed);
+        const int64_t off = out.cu_seqlens != nullptr
+                                ? (q_packed0 + row) * out.row_stride + (int64_t)h * out.head_stride
+                                : (int64_t)b * out.batch_stride + (int64_t)row * out.row_stride + (int64_t)h * out.head_stride;
+        st_global_v4_b32(static_cast<uint16_t *>(out.dst) + off + col, packed);
     }
 }
 
@@ -567,7 +568,7 @@ extern "C" fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *worksp
 
 static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype, cudaStream_t stream,
                                 const char *what) {
-    const int64_t items = cp->total_rows * cp->heads * (cp->dim / 8);
+    const int64_t items = cp->out.total_rows * cp->out.heads * (cp->out.dim / 8);
     if (items == 0) return FA_OK;
     const int64_t blocks = (items + 255) / 256;
     if (blocks > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many elements", what);
@@ -577,6 +578,23 @@ static fa_status launch_convert(const fa_bwd_convert_params *cp, fa_dtype dtype,
         fa_bwd_convert_kernel<false><<<(unsigned)blocks, 256, 0, stream>>>(*cp);
     FA_CUDA_CHECK_LAUNCH(what);
     return FA_OK;
+}
+
+/* dq as a conversion's destination. */
+static fa_bwd_convert_dst dq_destination(const fa_params *p) {
+    fa_bwd_convert_dst out;
+    out.total_rows = p->total_q;
+    out.heads = (int)p->heads_q;
+    out.dim = (int)p->head_dim;
+    out.scale = p->softmax_scale;
+    out.dst = p->dq;
+    out.batch_stride = p->dq_batch_stride;
+    out.row_stride = p->dq_row_stride;
+    out.head_stride = p->dq_head_stride;
+    out.cu_seqlens = p->cu_seqlens_q;
+    out.batch = (int)p->batch;
+    out.seqlen = (int)p->seqlen_q;
+    return out;
 }
 
 /* dq from the Hopper kernels' tiled accumulator: one block per (query head, query block, piece)
@@ -594,16 +612,7 @@ static fa_status launch_convert_tiled(const fa_problem *pb, const fa_bwd_plan *p
     if (blocks == 0 || p->batch == 0) return FA_OK;
     if (blocks > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "%s: too many elements", what);
     cp.query_blocks = (int)query_blocks;
-    cp.heads = (int)p->heads_q;
-    cp.dim = (int)p->head_dim;
-    cp.scale = p->softmax_scale;
-    cp.dst = p->dq;
-    cp.batch_stride = p->dq_batch_stride;
-    cp.row_stride = p->dq_row_stride;
-    cp.head_stride = p->dq_head_stride;
-    cp.cu_seqlens = p->cu_seqlens_q;
-    cp.total_rows = p->total_q;
-    cp.seqlen = (int)p->seqlen_q;
+    cp.out = dq_destination(p);
     const dim3 grid((unsigned)blocks, (unsigned)p->batch);
     if (p->dtype == FA_DTYPE_BF16)
         fa_bwd_convert_tiled_kernel<true><<<grid, 256, 0, stream>>>(cp);
@@ -767,17 +776,7 @@ static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, 
         cp.head_major = plan->hopper; /* the Hopper kernel's accumulator layout at bucket 256 */
         cp.splits = plan->dq_splits;
         cp.split_elems = (int64_t)plan->dq_elems;
-        cp.total_rows = p->total_q;
-        cp.heads = (int)p->heads_q;
-        cp.dim = (int)p->head_dim;
-        cp.scale = p->softmax_scale;
-        cp.dst = p->dq;
-        cp.batch_stride = p->dq_batch_stride;
-        cp.row_stride = p->dq_row_stride;
-        cp.head_stride = p->dq_head_stride;
-        cp.cu_seqlens = p->cu_seqlens_q;
-        cp.batch = (int)p->batch;
-        cp.seqlen = (int)p->seqlen_q;
+        cp.out = dq_destination(p);
         if ((s = launch_convert(&cp, p->dtype, stream, "backward dq conversion kernel launch")) != FA_OK) return s;
     }
     if (plan->group_splits > 1) {
@@ -785,28 +784,28 @@ static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, 
         fa_bwd_convert_params cp;
         cp.head_major = 0;
         cp.splits = plan->group_splits;
-        cp.total_rows = p->total_k;
-        cp.heads = (int)p->heads_kv;
-        cp.cu_seqlens = p->cu_seqlens_k;
-        cp.batch = (int)p->batch;
-        cp.seqlen = (int)p->seqlen_k;
+        cp.out.total_rows = p->total_k;
+        cp.out.heads = (int)p->heads_kv;
+        cp.out.cu_seqlens = p->cu_seqlens_k;
+        cp.out.batch = (int)p->batch;
+        cp.out.seqlen = (int)p->seqlen_k;
         cp.src = reinterpret_cast<const float *>(ws + plan->off_dkp);
         cp.split_elems = kv_rows * p->head_dim;
-        cp.dim = (int)p->head_dim;
-        cp.scale = p->softmax_scale;
-        cp.dst = p->dk;
-        cp.batch_stride = p->dk_batch_stride;
-        cp.row_stride = p->dk_row_stride;
-        cp.head_stride = p->dk_head_stride;
+        cp.out.dim = (int)p->head_dim;
+        cp.out.scale = p->softmax_scale;
+        cp.out.dst = p->dk;
+        cp.out.batch_stride = p->dk_batch_stride;
+        cp.out.row_stride = p->dk_row_stride;
+        cp.out.head_stride = p->dk_head_stride;
         if ((s = launch_convert(&cp, p->dtype, stream, "backward dk reduction kernel launch")) != FA_OK) return s;
         cp.src = reinterpret_cast<const float *>(ws + plan->off_dvp);
         cp.split_elems = kv_rows * p->head_dim_v;
-        cp.dim = (int)p->head_dim_v;
-        cp.scale = 1.0f;
-        cp.dst = p->dv;
-        cp.batch_stride = p->dv_batch_stride;
-        cp.row_stride = p->dv_row_stride;
-        cp.head_stride = p->dv_head_stride;
+        cp.out.dim = (int)p->head_dim_v;
+        cp.out.scale = 1.0f;
+        cp.out.dst = p->dv;
+        cp.out.batch_stride = p->dv_batch_stride;
+        cp.out.row_stride = p->dv_row_stride;
+        cp.out.head_stride = p->dv_head_stride;
         if ((s = launch_convert(&cp, p->dtype, stream, "backward dv reduction kernel launch")) != FA_OK) return s;
     }
     return FA_OK;
