@@ -487,9 +487,10 @@ FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long lo
     return (int)splits;
 }
 
-/* dQ staging: the fp32 dQ pieces go through shared memory to bulk tensor reduce-adds of 32
- * columns (half the L2 reduction traffic of per-thread red.global). Buckets 64 and 128: each
- * consumer's piece [64, 64], added by a writer warp (kernels/bwd_sm90.cu); 256: each of the 8
+/* dQ staging: the fp32 dQ pieces go through shared memory to bulk reduce-adds (half the L2
+ * reduction traffic of per-thread red.global). Buckets 64 and 128: each consumer's piece [64, 64]
+ * in the tiled accumulator's order (fa_hopper_bwd_dq_tiled), added whole by a writer warp
+ * (kernels/bwd_sm90.cu); 256: tensor reduce-adds of 32 columns, each of the 8
  * consumer warps its own two buffers [16 rows, 32 columns] and adds its piece [16, 128] itself in
  * four rounds (kernels/bwd_sm90_hdim256.cu). */
 FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {

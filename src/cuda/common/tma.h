@@ -30,7 +30,7 @@ fa_status fa_hopper_make_map_rows(CUtensorMap *map, const char *path, const char
 
 /* The backward's fp32 dQ accumulator [heads, rows, dim] (dense) as the 3-D map {dim, rows, heads}
  * with box {32, box_rows, 1} (128-byte rows), 128-byte swizzle: the target of the Hopper
- * backward's bulk reduce-adds (columns past dim and rows past `rows` are skipped). FA_ERR_CUDA
+ * backward's bulk reduce-adds at bucket 256 (columns past dim and rows past `rows` are skipped). FA_ERR_CUDA
  * when the driver refuses it. */
 fa_status fa_hopper_make_accum_map(CUtensorMap *map, const char *path, float *base, int64_t dim, int64_t rows,
                                    int64_t heads, int box_rows);
