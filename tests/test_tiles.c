@@ -308,6 +308,10 @@ FA_TEST(tiles_hopper_backward_dq_tiles) {
     FA_CHECK(fa_hopper_bwd_kernel_bucket(64, 1) == 128 && fa_hopper_bwd_kernel_bucket(64, 0) == 64 &&
                  fa_hopper_bwd_kernel_bucket(128, 1) == 128 && fa_hopper_bwd_kernel_bucket(256, 0) == 256,
              "the MODS kernels run bucket 64 at 128");
+    FA_CHECK(fa_hopper_bwd_dq_piece_row0(128, 1) == 64 && fa_hopper_bwd_dq_piece_col0(128, 1) == 0 &&
+                 fa_hopper_bwd_dq_piece_row0(64, 1) == 0 && fa_hopper_bwd_dq_piece_col0(64, 1) == 64 &&
+                 fa_hopper_bwd_dq_piece_row0(64, 0) == 0 && fa_hopper_bwd_dq_piece_col0(128, 0) == 0,
+             "pieces: rows 64c.. of a 128-row tile, columns 64c.. of a 64-row one");
     static const int lens[] = {0, 1, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257, 300};
     const int nl = (int)(sizeof lens / sizeof lens[0]);
     for (int bm = 64; bm <= 128; bm += 64)

@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_
                                              out.seqlen, b);
     const int64_t q_packed0 = out.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * out.seqlen;
     const int u = threadIdx.x, j = u % 8, r = (u / 8) % 8, w = u / 64;
-    const int row0 = m * cp.block_m + (cp.block_m == 128 ? 64 * piece : 0) + 16 * w + r; /* and row0 + 8 */
-    const int col = (cp.block_m == 128 ? 0 : 64 * piece) + 8 * j;
+    const int row0 = m * cp.block_m + fa_hopper_bwd_dq_piece_row0(cp.block_m, piece) + 16 * w + r; /* and row0 + 8 */
+    const int col = fa_hopper_bwd_dq_piece_col0(cp.block_m, piece) + 8 * j;
     if (row0 >= seq.len_q || col >= out.dim) return;
     const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
     const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * 4096) + 128 * j + 32 * w + 4 * r;
@@ -622,7 +622,7 @@ static fa_status launch_convert_tiled(const fa_problem *pb, const fa_bwd_plan *p
     return FA_OK;
 }
 
-/* The workspace regions of one call (bwd_plan's offsets) and the dQ accumulator's size. */
+/* The workspace regions of one call (bwd_plan's offsets). */
 typedef struct fa_bwd_buffers {
     float *dq_accum;
     float *lse_log2;     /* NULL for the Hopper kernels, which convert lse themselves   */

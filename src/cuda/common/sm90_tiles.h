@@ -513,6 +513,11 @@ FA_HOPPER_FN int fa_hopper_bwd_kernel_bucket(int bucket, int mods) {
  * (FlashAttention-3/4's dQaccum layout). Bucket 256 keeps the row layout [heads_q, total_q, d]. */
 FA_HOPPER_FN int fa_hopper_bwd_dq_tiled(int kernel_bucket) { return kernel_bucket == 64 || kernel_bucket == 128; }
 
+/* A tile's two pieces: rows 64c .. 64c + 63 of all columns when block_m = 128 (bucket 64), else
+ * columns 64c .. 64c + 63 of all 64 rows (bucket 128). */
+FA_HOPPER_FN int fa_hopper_bwd_dq_piece_row0(int block_m, int piece) { return block_m == 128 ? 64 * piece : 0; }
+FA_HOPPER_FN int fa_hopper_bwd_dq_piece_col0(int block_m, int piece) { return block_m == 128 ? 0 : 64 * piece; }
+
 /* Sequence b (its first packed row q_start) owns the tiles from q_start / block_m + b on:
  * ceil(len / block_m) of them fit before sequence b + 1's first, since
  * floor((q_start + len) / block_m) + 1 >= floor(q_start / block_m) + ceil(len / block_m). A

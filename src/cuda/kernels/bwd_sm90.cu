@@ -179,8 +179,6 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
     static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
-    /* dQ [BLOCK_M, D] in two m64 × n64 pieces: rows 64c.. at BLOCK_M = 128, columns 64c.. at D = 128 */
-    static constexpr bool DQ_SPLIT_ROWS = BLOCK_M == 128;
     /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128;
      * at 64 the fp32 P, dPᵀ (64 registers each) and the in-flight 16-bit P do not fit 240
      * registers together (ptxas spilled 48 bytes), so dV is issued with dK, after dS. */
@@ -337,7 +335,10 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &
         float *const tile = prm.dq_accum + ((int64_t)head * prm.dq_tiles + tile0 + m) * (Cfg::BLOCK_M * Cfg::D);
 #pragma unroll
         for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
-            const bool live = Cfg::DQ_SPLIT_ROWS ? m * Cfg::BLOCK_M + 64 * c < len_q : 64 * c < prm.head_dim;
+            /* pieces of rows: inside the sequence; pieces of columns: inside head_dim */
+            constexpr bool ROW_PIECES = fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, 1) > 0;
+            const bool live = ROW_PIECES ? m * Cfg::BLOCK_M + fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, c) < len_q
+                                         : fa_hopper_bwd_dq_piece_col0(Cfg::BLOCK_M, c) < prm.head_dim;
             bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
             if (lane == 0) {
                 if (live)
@@ -643,8 +644,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
     const int mask_m_hi = prm.window_left >= 0 ? wg_first_key - (BLOCK_M - 1) - shift + prm.window_left : INT_MAX;
     const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
     /* dQ piece of this consumer: rows dq_row0.., columns dq_col0.. of the [BLOCK_M, D] tile */
-    const int dq_row0 = Cfg::DQ_SPLIT_ROWS ? 64 * consumer : 0;
-    const int dq_col0 = Cfg::DQ_SPLIT_ROWS ? 0 : 64 * consumer;
+    const int dq_row0 = fa_hopper_bwd_dq_piece_row0(BLOCK_M, consumer);
+    const int dq_col0 = fa_hopper_bwd_dq_piece_col0(BLOCK_M, consumer);
 
     float dk_rmem[D / 2], dv_rmem[D / 2];
 #pragma unroll
