@@ -116,17 +116,6 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv_rows(const fa_bwd_sm90_pa
     }
 }
 
-/* dQ staging stores (both kernels): a thread's fp32 accumulator pairs go to rows lane/4 (+8) of a
- * 128-byte-swizzled fp32 tile, 16-byte chunk 2b + (lane%4)/2 of column block b swizzled by the
- * row's bits 0-2, so the four lanes of row r fill chunk pair b ^ (r/2). 8-byte stores reach the
- * banks a half-warp (rows 0-3 or 4-7) at a time: with block b = j in step j, rows r and r^1 would
- * share a pair (two wavefronts per half-warp, twice the minimum); odd rows store block
- * j ^ FA_BWD_SM90_DQ_SWAP instead, and the four rows of a half-warp land on four different pairs.
- * The call sites read both candidates' registers by compile-time index and select one (a
- * run-time register index would put the accumulator in local memory). */
-constexpr int FA_BWD_SM90_DQ_SWAP = 2;
-__device__ __forceinline__ bool fa_bwd_sm90_dq_odd_row(int lane) { return (lane / 4) & 1; }
-
 /* Query rows [q_lo, q_hi) that see at least one key of [n0, n1) (n1 <= len_k): key j is visible
  * to row i iff i + shift - window_left <= j <= i + shift + window_right (sides -1 unbounded). */
 __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_params &prm, int n0, int n1, int len_q,

@@ -107,6 +107,17 @@
 #include "cuda/common/sm90_tiles.h"
 #include "cuda/common/tma.h"
 
+/* dQ staging stores: a thread's fp32 accumulator pairs go to rows lane/4 (+8) of a
+ * 128-byte-swizzled fp32 tile, 16-byte chunk 2b + (lane%4)/2 of column block b swizzled by the
+ * row's bits 0-2, so the four lanes of row r fill chunk pair b ^ (r/2). 8-byte stores reach the
+ * banks a half-warp (rows 0-3 or 4-7) at a time: with block b = j in step j, rows r and r^1 would
+ * share a pair (two wavefronts per half-warp, twice the minimum); odd rows store block
+ * j ^ FA_BWD_SM90_DQ_SWAP instead, and the four rows of a half-warp land on four different pairs.
+ * The call sites read both candidates' registers by compile-time index and select one (a
+ * run-time register index would put the accumulator in local memory). */
+constexpr int FA_BWD_SM90_DQ_SWAP = 2;
+__device__ __forceinline__ bool fa_bwd_sm90_dq_odd_row(int lane) { return (lane / 4) & 1; }
+
 /* ---- configuration --------------------------------------------------------------------------- */
 
 struct fa_bwd_sm90_d256_config {
@@ -581,7 +592,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                 __syncwarp();
                 /* element pair (j = 4r + jj, h): row lane/4 + 8h, 16-byte chunk 2jj + (lane%4)/2
                  * swizzled by the row's bits 0-2, +8 bytes for odd lanes; in step jj odd rows store
-                 * block jj ^ FA_BWD_SM90_DQ_SWAP (bwd_sm90_common.cuh: no bank twice per half-warp) */
+                 * block jj ^ FA_BWD_SM90_DQ_SWAP (above: no bank twice per half-warp) */
                 const bool odd_row = fa_bwd_sm90_dq_odd_row(lane);
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj)
