@@ -4,10 +4,12 @@
 # to a scratch directory, not into tests/fuzz/corpus). Without libFuzzer: the standalone driver
 # (cc, ASan + UBSan) replays the corpus and runs random inputs for SECONDS. Without either: a skip.
 # Prints "N passed, N failed" last (a skip is "0 passed, 0 failed" with the reason above it).
+# Environment: JOBS, make's parallel jobs for the build (default: the number of cores).
 seconds=${1:-60}
+jobs=${JOBS:-$(nproc 2> /dev/null || echo 2)}
 build=${FUZZ_BUILD:-build-fuzz}
 scratch=$build/corpus-run
-if make --no-print-directory -s FUZZ_BUILD="$build" fuzz-build >"$build.log" 2>&1; then
+if make --no-print-directory -s -j"$jobs" FUZZ_BUILD="$build" fuzz-build >"$build.log" 2>&1; then
     rm -rf "$scratch" && mkdir -p "$scratch"
     if ./"$build"/fa_fuzz -max_total_time="$seconds" -max_len=512 -timeout=20 -rss_limit_mb=4096 \
         -print_final_stats=1 -artifact_prefix="$build"/ "$scratch" tests/fuzz/corpus 2>"$build/run.log"; then
@@ -24,7 +26,7 @@ if make --no-print-directory -s FUZZ_BUILD="$build" fuzz-build >"$build.log" 2>&
 fi
 echo "fuzz: libFuzzer build failed (clang -fsanitize=fuzzer unavailable?); trying the standalone driver"
 tail -n 5 "$build.log"
-if make --no-print-directory -s FUZZ_BUILD="$build" fuzz-standalone >"$build.log" 2>&1; then
+if make --no-print-directory -s -j"$jobs" FUZZ_BUILD="$build" fuzz-standalone >"$build.log" 2>&1; then
     if FA_FUZZ_SECONDS="$seconds" ./"$build"/fa_fuzz_standalone tests/fuzz/corpus; then
         echo "1 passed, 0 failed"
     else
