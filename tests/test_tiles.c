@@ -66,13 +66,15 @@ FA_TEST(tiles_portable_backward) {
 }
 
 FA_TEST(tiles_hopper_forward) {
-    static const int buckets[] = {64, 128, 192, 256};
-    for (int i = 0; i < 4; i++) {
+    static const int buckets[] = {64, 128, 192, 256, 512};
+    for (int i = 0; i < 5; i++) {
         int b = buckets[i];
         size_t smem = fa_hopper_smem_bytes(b);
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > %d", b, smem, SMEM_SM90);
         int m = fa_hopper_block_m(b), n = fa_hopper_block_n(b);
-        FA_CHECK(m % 64 == 0 && m / 64 >= 2 && m / 64 <= 3, "bucket %d: 2 or 3 consumer warpgroups (%d rows)", b, m);
+        FA_CHECK(m % 64 == 0 && fa_hopper_consumers(b) >= 2 && fa_hopper_consumers(b) <= 3 &&
+                     fa_hopper_consumers(b) == (fa_hopper_ksplit(b) ? 2 : m / 64),
+                 "bucket %d: 2 or 3 consumer warpgroups (%d rows), one per 64 rows or the k-split pair", b, m);
         FA_CHECK(n % 16 == 0 && n <= 256 && (size_t)n * 128 % 1024 == 0,
                  "bucket %d: BLOCK_N %d: k16 steps, TMA box <= 256, slabs on 1024-byte atoms", b, n);
         FA_CHECK(fa_hopper_stages(b) >= 2, "bucket %d: a ring of at least 2 stages", b);
@@ -84,7 +86,7 @@ FA_TEST(tiles_hopper_forward) {
                  "bucket %d: whole slabs, O fits Q's buffer", b);
         size_t with_o = fa_hopper_q_bytes(b) + fa_hopper_o_bytes(b) +
                         (size_t)fa_hopper_stages(b) * (fa_hopper_k_bytes(b) + fa_hopper_v_bytes(b)) +
-                        fa_hopper_barrier_bytes(b) + 1024;
+                        fa_hopper_exchange_bytes(b) + fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
         FA_CHECK(fa_hopper_persistent(b, 0, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 0) &&
                      fa_hopper_dynamic(b, 1, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_dynamic(b, 0, 0) &&
@@ -119,8 +121,20 @@ FA_TEST(tiles_hopper_forward) {
                  fa_hopper_bucket(128, 192) == 256,
              "d and dv in different buckets: 192 / 128 (MLA) its own, otherwise the larger bucket");
     FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(32, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
-                 fa_hopper_bucket(264, 264) == 0,
-             "below 64, non-multiples of 8 and > 256 are not covered");
+                 fa_hopper_bucket(520, 512) == 0 && fa_hopper_bucket(576, 512) == 0 && fa_hopper_bucket(512, 516) == 0,
+             "below 64, non-multiples of 8 and > 512 are not covered");
+    /* bucket 512: the k-split tile (64 rows, both consumers on them, 32 keys), forward only */
+    FA_CHECK(fa_hopper_bucket(264, 264) == 512 && fa_hopper_bucket(512, 512) == 512 && fa_hopper_bucket(320, 64) == 512 &&
+                 fa_hopper_bucket(128, 512) == 512 && fa_hopper_ksplit(512) && !fa_hopper_ksplit(256) &&
+                 fa_hopper_block_m(512) == 64 && fa_hopper_block_n(512) == 32 && fa_hopper_consumers(512) == 2,
+             "d or dv in 264..512: bucket 512, 64 x 32 tiles on two consumers");
+    FA_CHECK(fa_hopper_smem_bytes(512) == 64 * 1024 + 2 * (32 + 32) * 1024 + 32 * 1024 + 8 * 10 + 16 + 16 * 2 + 1024 &&
+                 fa_hopper_exchange_bytes(512) == 32 * 1024 && fa_hopper_exchange_bytes(256) == 0 &&
+                 !fa_hopper_o_own_buffer(512) && !fa_hopper_pingpong(512),
+             "bucket 512: Q 64 KiB + 2 stages of K and V 32 KiB + the score exchange 32 KiB; O in Q's buffer");
+    FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 0 && fa_hopper_bwd_bucket(264, 128) == 0 &&
+                 fa_hopper_pack_heads(512, 4, 8) == 0 && !fa_hopper_fwd_mods_blocks_ok(512, 0, 0),
+             "bucket 512: no Hopper backward, no packed GQA tiles, no score modifications (portable kernels)");
 }
 
 /* The head-grouped heavy-first order visits every (unit, query block) exactly once; within a
@@ -189,6 +203,11 @@ FA_TEST(tiles_hopper_dispatch) {
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 10.0f, 0) == NULL,
              "negative scale with softcap: the scores are transformed first");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f, 0) != NULL, "d = 32");
+    FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 512, 512, 1, scale_log2, 30.0f, 0) == NULL &&
+                 fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F16, 320, 256, 0, -scale_log2, 0.0f, 0) == NULL &&
+                 fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 512, 512, 0, scale_log2, 0.0f, 1) != NULL &&
+                 fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 576, 512, 0, scale_log2, 0.0f, 0) != NULL,
+             "d = 512: ALiBi, softcap, negative scale; not dropout; 576 / 512 not at all");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) == NULL,
              "dropout: Hopper (the DROPOUT instantiations)");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, scale_log2, 0.0f, 1) == NULL,

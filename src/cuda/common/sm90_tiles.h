@@ -25,18 +25,28 @@
 
 /* Head-dim bucket of the forward kernel: d and dv are zero-padded up to its dims by the TMA loads
  * (columns past the tensor's last one read as zeros, output columns past dv are never written).
- * 64, 128 and 256 (d and dv both up to it), and 192: d up to 192 with dv up to 128 (MLA's prefill
- * and training shape, 192 / 128, without padding either to 256); 0 = out of range (below 64,
- * above 256, or not a multiple of 8). */
+ * 64, 128, 256 and 512 (d and dv both up to it), and 192: d up to 192 with dv up to 128 (MLA's
+ * prefill and training shape, 192 / 128, without padding either to 256); 0 = out of range (below
+ * 64, above 512, or not a multiple of 8). Bucket 512 is the forward's alone (the k-split tile
+ * below); the backward covers up to 256 (fa_hopper_bwd_bucket). */
 FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
-    return head_dim < 64 || head_dim > 256 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 256 ||
+    return head_dim < 64 || head_dim > 512 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 512 ||
                    head_dim_v % 8 != 0
                ? 0
            : head_dim <= 64 && head_dim_v <= 64   ? 64
            : head_dim <= 128 && head_dim_v <= 128 ? 128
            : head_dim <= 192 && head_dim_v <= 128 ? 192
-                                                  : 256;
+           : head_dim <= 256 && head_dim_v <= 256 ? 256
+                                                  : 512;
 }
+
+/* The k-split tile of bucket 512: a warpgroup cannot hold O [64, 512] in fp32 registers (256 per
+ * thread), so the two consumer warpgroups share the same 64 query rows. Consumer c computes the
+ * partial scores over head-dim columns 256c .. 256c+255 (its half of Q and K), the two halves are
+ * added through shared memory (each warpgroup then holds the whole S tile and runs the same
+ * softmax), and consumer c accumulates O's columns 256c .. 256c+255 from its half of V. No GEMM
+ * is computed twice; the exchange is one named barrier per key tile. */
+FA_HOPPER_FN int fa_hopper_ksplit(int bucket) { return bucket == 512; }
 
 /* The bucket's q/k and v/o dims: the bucket itself, except 192 (192 / 128). */
 FA_HOPPER_FN int fa_hopper_dqk(int bucket) { return bucket; }
@@ -45,13 +55,17 @@ FA_HOPPER_FN int fa_hopper_dv(int bucket) { return bucket == 192 ? 128 : bucket;
 /* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
  * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, docs/tuning-log.md);
  * else 128 rows, 2 consumers. */
-FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
+FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : bucket == 512 ? 64 : 128; }
+
+/* Consumer warpgroups: one per 64 rows, or the k-split pair of bucket 512. */
+FA_HOPPER_FN int fa_hopper_consumers(int bucket) { return fa_hopper_ksplit(bucket) ? 2 : fa_hopper_block_m(bucket) / 64; }
 
 /* Keys per tile. Buckets 64, 128 and 192: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
  * consumers' 240 registers with the next S in flight; 192: Q 48 KiB + 2 stages × (K 48 + V 32 KiB)
  * = 208 KiB). 256: 80 (O alone is 128 registers, and Q 64 KiB + 2 stages × (K + V) 40 KiB each =
- * 224 KiB, the shared-memory limit). */
-FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 256 ? 80 : 128; }
+ * 224 KiB, the shared-memory limit). 512: 32 (Q 64 KiB [64, 512] + 2 stages × (K + V) 32 KiB
+ * each + the score exchange 32 KiB = 224 KiB). */
+FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 512 ? 32 : bucket == 256 ? 80 : 128; }
 
 /* K/V ring depth: 3 at bucket 64 (16 KiB per K or V tile), else 2 (bucket 128: 160 KiB in all). */
 FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
@@ -74,6 +88,12 @@ FA_HOPPER_FN size_t fa_hopper_k_bytes(int bucket) {
 }
 FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
     return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
+}
+
+/* The k-split score exchange (bucket 512): two buffers (key tiles alternate) of both consumers'
+ * partial S [64, BLOCK_N] fp32; 0 for the other buckets. */
+FA_HOPPER_FN size_t fa_hopper_exchange_bytes(int bucket) {
+    return fa_hopper_ksplit(bucket) ? (size_t)2 * 2 * 64 * 4 * (size_t)fa_hopper_block_n(bucket) : 0;
 }
 
 /* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each;
@@ -105,17 +125,17 @@ enum { FA_HOPPER_SMEM_LIMIT = 232448 };
 FA_HOPPER_FN int fa_hopper_o_own_buffer(int bucket) {
     return fa_hopper_q_bytes(bucket) + fa_hopper_o_bytes(bucket) +
                (size_t)fa_hopper_stages(bucket) * (fa_hopper_k_bytes(bucket) + fa_hopper_v_bytes(bucket)) +
-               fa_hopper_barrier_bytes(bucket) + 1024 <=
+               fa_hopper_exchange_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024 <=
            FA_HOPPER_SMEM_LIMIT;
 }
 
 /* Dynamic shared memory of one CTA: Q, then STAGES K tiles, then STAGES V tiles, then O (when it
- * has its own buffer), then the mbarriers, plus 1024 bytes to align the window to the swizzle
- * atom. */
+ * has its own buffer), then the score exchange (bucket 512), then the mbarriers, plus 1024 bytes
+ * to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
     return fa_hopper_q_bytes(bucket) + (fa_hopper_o_own_buffer(bucket) ? fa_hopper_o_bytes(bucket) : 0) +
            (size_t)fa_hopper_stages(bucket) * (fa_hopper_k_bytes(bucket) + fa_hopper_v_bytes(bucket)) +
-           fa_hopper_barrier_bytes(bucket) + 1024;
+           fa_hopper_exchange_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
 /* Grid shape. Both rules need O in its own buffer (buckets 64 and 128, and every fp8 bucket): the
@@ -150,7 +170,7 @@ FA_HOPPER_FN int fa_hopper_mods_bucket(int bucket) { return bucket == 64 ? 128 :
  * block mask (block_q = block_k = 0) any block sizes do. */
 FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
     const int b = fa_hopper_mods_bucket(bucket);
-    return bucket > 0 && ((block_q == 0 && block_k == 0) ||
+    return bucket > 0 && !fa_hopper_ksplit(bucket) && ((block_q == 0 && block_k == 0) ||
                           (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(b) == 0 &&
                            block_k % fa_hopper_block_n(b) == 0));
 }
@@ -268,7 +288,7 @@ FA_HOPPER_FN int fa_hopper_pack_rows(int seqlen_q) { return (seqlen_q + 7) / 8 *
  * the fewest tiles that hold the group (group 6 at 4 per tile: 3 + 3, not 4 + 2); 0 when fewer
  * than 2 heads fit or the group has one head (packing changes nothing). */
 FA_HOPPER_FN int fa_hopper_pack_heads(int bucket, int seqlen_q, int group) {
-    const int fit = bucket > 0 && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
+    const int fit = bucket > 0 && !fa_hopper_ksplit(bucket) && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
     const int tiles = fit >= 2 && group >= 2 ? (group + fit - 1) / fit : 0;
     return tiles > 0 ? (group + tiles - 1) / tiles : 0;
 }
@@ -369,9 +389,10 @@ static inline
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bucket(head_dim, head_dim_v) == 0)
-        return "needs head_dim and head_dim_v multiples of 8 in 64..256";
+        return "needs head_dim and head_dim_v multiples of 8 in 64..512";
+    if (has_dropout && fa_hopper_ksplit(fa_hopper_bucket(head_dim, head_dim_v)))
+        return "takes dropout up to head dim 256";
     (void)has_alibi; /* ALiBi and a negative scale: scores go to log2 units first (fa_hopper_to_log2) */
-    (void)has_dropout;
     (void)scale_log2;
     (void)softcap;
     return NULL;
@@ -390,7 +411,8 @@ static inline
 /* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, the larger one's bucket (64,
  * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
 FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
-    return fa_hopper_bucket(head_dim, head_dim_v) == 192 ? 256 : fa_hopper_bucket(head_dim, head_dim_v);
+    const int b = fa_hopper_bucket(head_dim, head_dim_v);
+    return b == 192 ? 256 : b == 512 ? 0 : b;
 }
 
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,

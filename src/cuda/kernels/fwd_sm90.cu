@@ -5,8 +5,9 @@
  * calls fa_fwd_launch_hopper() on compute capability 9.0 for the problems
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
- * Covers: f16 / bf16; d and dv multiples of 8 in 64..256 in a bucket (64, 128, 192 = 192 / 128, 256; columns up
- * to the bucket read as zeros); MHA / GQA / MQA; fixed-length and varlen batches; causal
+ * Covers: f16 / bf16; d and dv multiples of 8 in 64..512 in a bucket (64, 128, 192 = 192 / 128, 256, 512;
+ * columns up to the bucket read as zeros; 512 is the k-split tile below, without dropout, score
+ * modifications or packed tiles); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
@@ -72,6 +73,15 @@
  * {d, rows, heads, batch} (innermost first; varlen: {d, total, heads, 1}); one box
  * {64, rows, 1, 1} at column 64·s lands as slab s, zero-filled past the last column and, for a
  * fixed-length batch, past the sequence's last row.
+ *
+ * k-split tile (bucket 512, Cfg::KSPLIT; sm90_tiles.h's fa_hopper_ksplit): BLOCK_M = 64 rows, both
+ * consumers on all of them. Consumer c reads Q, K's and V's head-dim slabs 4c .. 4c+3 (columns
+ * 256c ..), so its S GEMM gives partial scores over half of d: fa_hopper_exchange adds the other
+ * consumer's through shared memory (the EXCHANGE named barrier), after which both run the same
+ * mask and softmax on the same S; its P·V accumulates O's columns 256c .. (128 registers). 12 of
+ * its 16 Q k-steps stay in registers for the tile (fa_hopper_load_q_frags, RS wgmma), the rest are
+ * read from shared memory. 32-key tiles, 2 stages, O staged in Q's buffer (consumer c's O slabs
+ * are its own Q slabs); LSE by consumer 0.
  *
  * Packed GQA/MQA tiles (template flag PACK; sm90_tiles.h's fa_hopper_pack_gqa decides, fixed-length
  * batches with seqlen_q <= BLOCK_M / 2 only): one CTA = the seqlen_q rows of pack_heads consecutive
@@ -155,13 +165,24 @@ struct fa_hopper_config {
      * way); P's A fragments, one per k-step of P·V */
     static constexpr int K_STEP = FP8 ? 32 : 16;
     static constexpr int P_STEPS = BLOCK_N / K_STEP;
-    static constexpr int CONSUMER_WGS = BLOCK_M / 64;
+    /* bucket 512 (sm90_tiles.h's fa_hopper_ksplit): both consumers on the same 64 rows, consumer c
+     * on head-dim columns [DQK_WG·c, DQK_WG·(c+1)) of Q and K and [DV_WG·c, ..) of V and O */
+    static constexpr bool KSPLIT = fa_hopper_ksplit(BUCKET) != 0;
+    static constexpr int CONSUMER_WGS = fa_hopper_consumers(BUCKET);
+    static constexpr int WG_ROWS = KSPLIT ? 0 : 64; /* row offset between consecutive consumers */
+    static constexpr int DQK_WG = KSPLIT ? DQK / 2 : DQK, DV_WG = KSPLIT ? DV / 2 : DV;
+    /* k-split: the k16 steps of S whose Q fragments stay in registers (fa_hopper_load_q_frags):
+     * 12 of 16 (48 registers; all 16 beside O's 128 leave ptxas short, and it serialises the
+     * wgmma, C7512) */
+    static constexpr int Q_REG_STEPS = KSPLIT ? 12 : 0;
+    static constexpr int Q_REG_ARRAY = Q_REG_STEPS > 0 ? Q_REG_STEPS : 1; /* q_rmem's extent */
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
+    static constexpr int SLABS_QK_WG = DQK_WG / SLAB_COLS, SLABS_V_WG = DV_WG / 64; /* a consumer's */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * QK_ROW_BYTES; /* K (and 16-bit V) slabs */
     static constexpr uint32_t O_SLAB_BYTES = BLOCK_M * 128;
@@ -174,7 +195,11 @@ struct fa_hopper_config {
     static constexpr uint32_t K_OFFSET = Q_BYTES;
     static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * K_BYTES;
     static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * V_BYTES : 0;
-    static constexpr uint32_t BAR_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
+    /* the k-split score exchange: [2 key-tile parities][2 consumers][BLOCK_N / 8 float4][128 threads] */
+    static constexpr uint32_t X_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
+    static constexpr uint32_t X_BYTES = (uint32_t)fa_hopper_exchange_bytes(BUCKET);
+    static constexpr uint32_t X_WG_BYTES = 128 * 4 * (BLOCK_N / 2); /* one consumer's partial S */
+    static constexpr uint32_t BAR_OFFSET = X_OFFSET + X_BYTES;
     /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
     static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
     /* after the mbarriers: the 16-byte tile slot, the index of the tile the producer loads Q for
@@ -209,8 +234,12 @@ struct fa_hopper_config {
     static_assert(TILE_SLOT_OFFSET % 16 == 0, "16-byte slots");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
-    static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256,
+    static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK_WG <= 256 && DV_WG <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
+    static_assert(!KSPLIT || (BLOCK_M == 64 && CONSUMER_WGS == 2 && !O_OWN && DQK_WG % 64 == 0 &&
+                              X_BYTES == 2 * 2 * X_WG_BYTES && !PINGPONG),
+                  "k-split: two consumers on 64 rows, each its half of the head-dim slabs; O in Q's buffer "
+                  "(consumer c's O slabs are its own Q slabs)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256,
                   "key tile: whole k16 steps of P V (and pairs of 8-key dropout chunks); TMA box <= 256");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0 && O_SLAB_BYTES % 1024 == 0,
@@ -226,7 +255,8 @@ enum fa_hopper_named_barrier {
     FA_HOPPER_BAR_SCHED_FIRST = 1,    /* 1 + c: consumer c may issue its GEMMs (256 threads: c and the
                                          consumer before it in the round robin)                      */
     FA_HOPPER_BAR_EPILOGUE_FIRST = 4, /* 4 + c: consumer c's O tile is in smem (128 threads)        */
-    FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
+    FA_HOPPER_BAR_V_TAIL = 7,         /* varlen: V rows past the sequence zeroed (all consumers)    */
+    FA_HOPPER_BAR_EXCHANGE = 8        /* k-split: both consumers' partial scores stored (256 threads) */
 };
 
 /* Kernel arguments besides the tensor maps: the forward's fa_fwd_params (q, k and v unread: the
@@ -280,8 +310,9 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* S = Q K_jᵀ for this consumer's 64 rows: DQK/K_STEP wgmma (k16 steps over the head dim, k32
- * for fp8). A = Q rows [64c, 64c+64) at q_wg, B = the K stage at k_tile, both K-major: step kk
+/* S = Q K_jᵀ for this consumer's 64 rows: DQK_WG/K_STEP wgmma (k16 steps over the head dim, k32
+ * for fp8; k-split: this consumer's half of it, its partial scores). A = Q rows [64c, 64c+64)
+ * (k-split: Q's slabs of this consumer's columns) at q_wg, B = the K stage's slabs at k_tile, both K-major: step kk
  * reads slab kk/4 at +32·(kk%4) bytes (32 bytes of a 128-byte row for either element size). The
  * first step has scale-d = 0 (S is overwritten). Issued and committed as one wgmma group; nothing
  * waits here. */
@@ -295,13 +326,59 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::DQK / Cfg::K_STEP; ++kk) {
+    for (int kk = 0; kk < Cfg::DQK_WG / Cfg::K_STEP; ++kk) {
         /* descriptors advance in 16-byte units in their low bits (start-address field) */
         constexpr int STEPS_PER_ROW = Cfg::QK_ROW_BYTES / 32;
         const uint64_t q_step = ((kk / STEPS_PER_ROW) * Cfg::Q_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
         const uint64_t k_step = ((kk / STEPS_PER_ROW) * Cfg::KV_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
         if constexpr (FP8)
             wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+        else
+            wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+}
+
+/* k-split (bucket 512): this consumer's half of Q as wgmma A fragments, q_rmem[kk] for its
+ * head-dim columns 16kk .. 16kk+15, loaded once per query tile by ldmatrix from the swizzled slabs
+ * at q_wg, so that S = Q K_jᵀ reads only K from shared memory (with Q there too, a 32-key tile
+ * moves 224 KiB through shared memory, 64 KiB of it Q). ldmatrix.x4's matrices 0..3 are the A
+ * fragment's registers (rows 0-7 / 8-15 of the warp's 16, columns 0-7 / 8-15): lane l addresses
+ * row 16w + l%8 + 8·(l/8 % 2), 16-byte chunk 2·(kk%4) + l/16 of slab kk/4, XORed with row % 8
+ * (the 128-byte swizzle). */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_load_q_frags(uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg, int warp,
+                                                       int lane) {
+    const int r = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::Q_REG_STEPS; ++kk) {
+        const int chunk = 2 * (kk % 4) + lane / 16;
+        ldmatrix_x4(q_rmem[kk], q_wg + (uint32_t)(kk / 4) * Cfg::Q_SLAB_BYTES + (uint32_t)r * 128u +
+                                    (uint32_t)((chunk ^ (r % 8)) * 16));
+    }
+}
+
+/* S = Q K_jᵀ with Q's first Q_REG_STEPS k16 steps from registers (fa_hopper_load_q_frags) and the
+ * rest from the slabs at q_wg: DQK_WG / 16 wgmma, B = the K stage's slabs at k_tile K-major as in
+ * fa_hopper_issue_qk. One wgmma group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_hopper_issue_qk_rs(float (&s_rmem)[Cfg::BLOCK_N / 2],
+                                                      const uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg,
+                                                      uint32_t k_tile) {
+    const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
+    const uint64_t k_desc = wgmma_desc_sw128(k_tile, 16, Cfg::QK_ATOM_BYTES);
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::DQK_WG / 16; ++kk) {
+        const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        if (kk < Cfg::Q_REG_STEPS)
+            wgmma_rs_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_rmem[kk < Cfg::Q_REG_STEPS ? kk : 0], k_desc + k_step,
+                                             kk > 0 ? 1 : 0);
         else
             wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
     }
@@ -317,11 +394,11 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
  * (step kk at +32·kk bytes; the keys in Vᵀ's slot order, fa_hopper_fp8_vt_slot). One wgmma group;
  * nothing waits here. */
 template <class Cfg, bool BF16, bool FP8>
-__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2], uint32_t (&p_rmem)[Cfg::P_STEPS][4],
+__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV_WG / 2], uint32_t (&p_rmem)[Cfg::P_STEPS][4],
                                                    uint32_t v_tile) {
     const uint64_t v_desc = FP8 ? wgmma_desc_sw128(v_tile, 16, 1024) : wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
 #pragma unroll
-    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+    for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
     for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
@@ -332,11 +409,40 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2],
         if constexpr (FP8)
             wgmma_rs_f32_e4m3<Cfg::DV>(o_rmem, p_rmem[kk], v_desc + ((kk * 32) >> 4), 1);
         else
-            wgmma_rs_f32_transb<Cfg::DV, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+            wgmma_rs_f32_transb<Cfg::DV_WG, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
     }
     wgmma_commit_group();
 #pragma unroll
-    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+    for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+}
+
+/* k-split (bucket 512): S = this consumer's partial scores + the other's. Each stores its partial
+ * S in fragment order (thread t of either consumer holds the same (row, key) elements: float4 i
+ * of thread t at [i][t], 16-byte stores and loads without bank conflicts) into its half of
+ * exchange buffer `parity` (key tiles alternate), the two meet at the EXCHANGE barrier, and each
+ * adds the other's (x0 + x1 in both: the same sums, so both run the same softmax). A buffer is
+ * rewritten two key tiles later, after the next exchange barrier, which the other consumer
+ * reaches only after its loads of this one. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_exchange(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t x_smem, int consumer,
+                                                   uint32_t parity, int tid) {
+    const uint32_t buf = x_smem + parity * 2u * Cfg::X_WG_BYTES;
+    const uint32_t mine = buf + (uint32_t)consumer * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
+    const uint32_t other = buf + (uint32_t)(consumer ^ 1) * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 8; ++i) {
+        const uint32_t v[4] = {__float_as_uint(s_rmem[4 * i]), __float_as_uint(s_rmem[4 * i + 1]),
+                               __float_as_uint(s_rmem[4 * i + 2]), __float_as_uint(s_rmem[4 * i + 3])};
+        st_shared_v4_b32(mine + (uint32_t)i * 2048u, v);
+    }
+    bar_sync(FA_HOPPER_BAR_EXCHANGE, 256);
+#pragma unroll
+    for (int i = 0; i < Cfg::BLOCK_N / 8; ++i) {
+        uint32_t v[4];
+        ld_shared_v4_b32(v, other + (uint32_t)i * 2048u);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_rmem[4 * i + e] += __uint_as_float(v[e]);
+    }
 }
 
 /* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
@@ -771,7 +877,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     using Cfg = fa_hopper_config<BUCKET, FP8>;
     constexpr bool MODS = MODS_KIND != FA_HOPPER_MODS_NONE, BIAS = MODS_KIND == FA_HOPPER_MODS_BIAS;
     static_assert(!FP8 || (BF16 && !PACK && !LOG2 && !DROPOUT && !MODS), "fp8: bf16 out, plain scores only");
-    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, DV = Cfg::DV;
+    constexpr int BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
 
     /* Shared memory, aligned up to 1024 bytes (the swizzle atom): q [SLABS_QK][BLOCK_M][64] |
      * k [STAGES][SLABS_QK][BLOCK_N][64] | v [STAGES][SLABS_V][BLOCK_N][64] | o [SLABS_V][BLOCK_M][64]
@@ -921,8 +1027,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES; /* rows 64c.. of slab 0 */
-    const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
+    /* rows 64c.. of slab 0; k-split: this consumer's first slab of Q (and O, and of each K / V stage) */
+    const uint32_t q_wg = Cfg::KSPLIT ? q_smem + (uint32_t)(consumer * Cfg::SLABS_QK_WG) * Cfg::Q_SLAB_BYTES
+                                      : q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES;
+    const uint32_t o_wg = Cfg::KSPLIT ? o_smem + (uint32_t)(consumer * Cfg::SLABS_V_WG) * Cfg::O_SLAB_BYTES
+                                      : o_smem + (uint32_t)consumer * 64 * 128;
+    const uint32_t k_wg = Cfg::KSPLIT ? (uint32_t)(consumer * Cfg::SLABS_QK_WG) * Cfg::KV_SLAB_BYTES : 0u;
+    const uint32_t v_wg = Cfg::KSPLIT ? (uint32_t)(consumer * Cfg::SLABS_V_WG) * Cfg::KV_SLAB_BYTES : 0u;
+    const uint32_t x_smem = smem + Cfg::X_OFFSET;
     const uint32_t order_word = smem + Cfg::ORDER_OFFSET + 4u * (uint32_t)(128 * consumer + tid);
     const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
     /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
@@ -931,7 +1043,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     if (PACK) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
+            const int r = Cfg::WG_ROWS * consumer + 16 * warp + lane / 4 + 8 * h;
             pack_g[h] = r / prm.pack_rows;
             pack_i[h] = r - pack_g[h] * prm.pack_rows;
         }
@@ -962,8 +1074,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w); /* true: the producer sends no other */
         if constexpr (MODS) w.n_tiles = __shfl_sync(0xffffffffu, n_tiles_lane0, 0);
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
-        const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
-        const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
+        const int row0 = w.m0 + Cfg::WG_ROWS * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
+        const int wg_row_first = w.m0 + Cfg::WG_ROWS * consumer, wg_row_last = wg_row_first + 63;
         /* the query rows of this warpgroup span [mask_row_first, mask_row_last] (packed: any row
          * of a head may sit in any warpgroup) */
         const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
@@ -984,9 +1096,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
         };
 
-        float o_rmem[DV / 2];
+        float o_rmem[Cfg::DV_WG / 2];
 #pragma unroll
-        for (int i = 0; i < DV / 2; ++i) o_rmem[i] = 0.0f;
+        for (int i = 0; i < Cfg::DV_WG / 2; ++i) o_rmem[i] = 0.0f;
         float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
         float row_sum[2] = {0.0f, 0.0f};
         uint32_t p_rmem[Cfg::P_STEPS][4];
@@ -1016,6 +1128,15 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         if (n_tiles > 0) {
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
+            /* k-split: this consumer's half of Q in registers for the tile's S GEMMs */
+            uint32_t q_rmem[Cfg::Q_REG_ARRAY][4];
+            if constexpr (Cfg::Q_REG_STEPS > 0) fa_hopper_load_q_frags<Cfg>(q_rmem, q_wg, warp, lane); /* Q landed: q_full */
+            auto issue_s = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t ks) {
+                if constexpr (Cfg::Q_REG_STEPS > 0)
+                    fa_hopper_issue_qk_rs<Cfg, BF16>(s_rmem, q_rmem, q_wg, k_stage(ks) + k_wg);
+                else
+                    fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks) + k_wg);
+            };
 
             /* ---- round 0: S_0 alone */
             {
@@ -1023,7 +1144,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 float s_rmem[BLOCK_N / 2];
                 mbarrier_wait_parity_spin(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
-                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
+                issue_s(s_rmem, ks);
                 fa_hopper_pass_turn<Cfg>(consumer, n_tiles == 1);
                 if constexpr (MODS) read_key_pos(ks);
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
@@ -1041,6 +1162,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
+                if constexpr (Cfg::KSPLIT) fa_hopper_exchange<Cfg>(s_rmem, x_smem, consumer, g & 1u, tid);
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
@@ -1080,9 +1202,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 float s_rmem[BLOCK_N / 2];
                 mbarrier_wait_parity_spin(k_full(ks), (g / STAGES) & 1);
                 fa_hopper_wait_turn<Cfg>(consumer);
-                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
+                issue_s(s_rmem, ks);
                 mbarrier_wait_parity_spin(v_full(vs), ((g - 1) / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs) + v_wg);
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 if constexpr (MODS) read_key_pos(ks); /* round j's tile */
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
@@ -1113,6 +1235,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks));
+                if constexpr (Cfg::KSPLIT) fa_hopper_exchange<Cfg>(s_rmem, x_smem, consumer, g & 1u, tid);
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                 float alpha[2];
@@ -1124,7 +1247,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if constexpr (Cfg::PV_WAIT_LATE) fa_hopper_order(order_word, row_sum[0] + row_sum[1]);
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
-                for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
                 for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
@@ -1132,7 +1255,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
                 /* O was relative to the old max; P_j (next round's A) is relative to the new one */
 #pragma unroll
-                for (int i = 0; i < DV / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < Cfg::DV_WG / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
                 if constexpr (DROPOUT && Cfg::DROPOUT_LATE) {
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4, n0);
                     fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
@@ -1144,10 +1267,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             {
                 const uint32_t g = kv_base + n_tiles - 1, vs = g % STAGES;
                 mbarrier_wait_parity_spin(v_full(vs), (g / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs) + v_wg);
                 wgmma_wait_group<0>();
 #pragma unroll
-                for (int i = 0; i < DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
             }
         } else {
@@ -1181,7 +1304,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 continue;
             }
             const int row = row0 + 8 * h;
-            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q)
+            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q && (!Cfg::KSPLIT || consumer == 0))
                 prm.lse[lse_row0 + row] = fa_row_lse(e.m, e.sum);
         }
 
@@ -1191,18 +1314,19 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
         bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
 
-        /* O -> this consumer's 64 rows of the staging tile (its own rows only), in the 128-byte
-         * swizzle: element (r, col) of slab col/64 sits at r·128 + ((col%64/8) ^ (r%8))·16 +
+        /* O -> this consumer's 64 rows of the staging tile (k-split: its columns of the 64 rows), in
+         * the 128-byte swizzle: element (r, col) of slab col/64 sits at r·128 + ((col%64/8) ^ (r%8))·16 +
          * (col%8)·2. Each thread stores the pair d[4j+2h], d[4j+2h+1] (row r0 + 8h, columns
          * 8j + 2(l%4) + {0,1}): one 4-byte store; per store instruction the 8 rows of a warp hit 8
          * different 16-byte chunks and the 4 lanes of a quad the 4 words of each, so the 32 lanes
          * cover all 32 banks. */
-        const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
+        const int tile_row = Cfg::WG_ROWS * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
+        const uint32_t o_cols = Cfg::KSPLIT ? o_wg : o_smem; /* slab 0 of this consumer's O columns */
 #pragma unroll
-        for (int j = 0; j < DV / 8; ++j)
+        for (int j = 0; j < Cfg::DV_WG / 8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::O_SLAB_BYTES +
+                const uint32_t addr = o_cols + (uint32_t)(j / 8) * Cfg::O_SLAB_BYTES +
                                       (uint32_t)(tile_row + 8 * h) * 128 +
                                       (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
                 st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
@@ -1221,9 +1345,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (tid == 0) {
                 if (wg_row_first < w.len_q) /* else every row is past the sequence */
 #pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
-                        tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, 64 * slab,
-                                     wg_row_first + (varlen ? (int)w.q_start : 0), w.head, varlen ? 0 : w.batch);
+                    for (int slab = 0; slab < Cfg::SLABS_V_WG; ++slab) {
+                        const int col = 64 * (slab + (Cfg::KSPLIT ? consumer * Cfg::SLABS_V_WG : 0));
+                        if (!Cfg::KSPLIT || col < prm.head_dim_v) /* k-split: consumer 1 may hold only padding */
+                            tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, col,
+                                         wg_row_first + (varlen ? (int)w.q_start : 0), w.head, varlen ? 0 : w.batch);
+                    }
                 tma_store_commit_group();
                 if (!Cfg::O_OWN) {
                     tma_store_wait_group_read<0>(); /* Q's buffer is read: the next Q may land */
@@ -1239,13 +1366,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
             uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)w.head * prm.o_head_stride +
                                (varlen ? w.q_start * prm.o_row_stride : (int64_t)w.batch * prm.o_batch_stride);
-            const int row_chunks = prm.head_dim_v / 8;
+            /* this consumer's 16-byte chunks of a row (k-split: of its columns) below dv */
+            const int chunk_lo = Cfg::KSPLIT ? consumer * (Cfg::DV_WG / 8) : 0;
+            const int row_chunks = Cfg::KSPLIT ? max(0, min(Cfg::DV_WG / 8, prm.head_dim_v / 8 - chunk_lo))
+                                               : prm.head_dim_v / 8;
             /* packed: every row of the warpgroup is looked at, the real ones (head g < pack_heads,
              * i < len_q) go to head w.head + g, row i */
             const int rows = PACK ? 64 : max(0, min(64, w.len_q - wg_row_first));
             for (int idx = tid; idx < rows * row_chunks; idx += 128) {
-                const int r = idx / row_chunks, chunk = idx % row_chunks;
-                const int tr = 64 * consumer + r;
+                const int r = idx / row_chunks, chunk = chunk_lo + idx % row_chunks;
+                const int tr = Cfg::WG_ROWS * consumer + r;
                 const int pg = PACK ? tr / prm.pack_rows : 0, pi = PACK ? tr - pg * prm.pack_rows : 0;
                 if (PACK && (pg >= w.pack_heads || pi >= w.len_q)) continue;
                 uint32_t v4[4];
@@ -1458,6 +1588,17 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
                                     bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
                                     cudaStream_t stream) {
     const fa_fwd_params *p = &prm;
+    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* plain or LOG2 only (sm90_tiles.h's rules) */
+        if (mods != nullptr || dropout || pack)
+            return fa_set_error(FA_ERR_UNSUPPORTED,
+                                "head_dim = %d, head_dim_v = %d: no Hopper forward with score modifications, "
+                                "dropout or packed GQA tiles above head dim 256",
+                                p->head_dim, p->head_dim_v);
+        return log2 ? fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                      device_ordinal, stream)
+                    : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                       device_ordinal, stream);
+    } else {
     if (mods != nullptr) {
         if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
@@ -1481,6 +1622,7 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
                                                                   device_ordinal, stream)
                 : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                    device_ordinal, stream);
+    }
 }
 
 extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout,
@@ -1501,6 +1643,9 @@ extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dro
     case 256:
         return bf16 ? fa_hopper_launch<256, true>(prm, dropout, mods, device_ordinal, stream)
                     : fa_hopper_launch<256, false>(prm, dropout, mods, device_ordinal, stream);
+    case 512: /* the k-split tile: d, dv <= 512 */
+        return bf16 ? fa_hopper_launch<512, true>(prm, dropout, mods, device_ordinal, stream)
+                    : fa_hopper_launch<512, false>(prm, dropout, mods, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper forward kernel",
                             prm->head_dim, prm->head_dim_v);
