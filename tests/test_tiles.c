@@ -205,9 +205,9 @@ FA_TEST(tiles_hopper_dispatch) {
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 32, 32, 0, scale_log2, 0.0f, 0) != NULL, "d = 32");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 512, 512, 1, scale_log2, 30.0f, 0) == NULL &&
                  fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_F16, 320, 256, 0, -scale_log2, 0.0f, 0) == NULL &&
-                 fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 512, 512, 0, scale_log2, 0.0f, 1) != NULL &&
+                 fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 512, 512, 0, scale_log2, 0.0f, 1) == NULL &&
                  fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 576, 512, 0, scale_log2, 0.0f, 0) != NULL,
-             "d = 512: ALiBi, softcap, negative scale; not dropout; 576 / 512 not at all");
+             "d = 512: ALiBi, softcap, negative scale, dropout; 576 / 512 not at all");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, scale_log2, 0.0f, 1) == NULL,
              "dropout: Hopper (the DROPOUT instantiations)");
     FA_CHECK(fa_hopper_fwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 1, scale_log2, 0.0f, 1) == NULL,

@@ -16,8 +16,7 @@
  *   3. the same seed and offset give bitwise the same O, LSE, dq, dk, dv (deterministic backward;
  *      dk, dv in the default mode too); another offset gives another O; the LSE equals the one
  *      without dropout bitwise (on the portable forward and on the default one: each kernel's
- *      two instantiations share the softmax; above head dim 256, where the Hopper forward takes
- *      no dropout, the run without it on the portable forward too);
+ *      two instantiations share the softmax);
  *   4. the kernels' masks bit for bit: with q = 0 (P = 1 / seqlen_k), V one-hot over the keys and
  *      dO one-hot over the queries, O[i][j] != 0 exactly where element (i, j) is kept, and so is
  *      dV[j][i] (one query head per kv head): every element of both compared with
@@ -352,13 +351,8 @@ static void repeat_cases(int small) {
             fa_params other = p, none = p;
             other.dropout_offset += 1 + (uint64_t)(p.seqlen_k + 15) / 16; /* disjoint counters */
             none.dropout_p = 0.0f;
-            /* above head dim 256 the Hopper forward takes no dropout (sm90_tiles.h): the dropout runs
-             * take the portable forward there, and so must the run without */
-            const int split_paths = !portable && (spec.head_dim > 256 || spec.head_dim_v > 256);
-            int ran = run_both(&tp, p, &a) == 0 && run_both(&tp, p, &b) == 0 && run_both(&tp, other, &c) == 0;
-            if (split_paths) setenv("FA_CUDA_FORWARD", "portable", 1);
-            ran = ran && run_both(&tp, none, &z) == 0;
-            if (split_paths) unsetenv("FA_CUDA_FORWARD");
+            const int ran = run_both(&tp, p, &a) == 0 && run_both(&tp, p, &b) == 0 && run_both(&tp, other, &c) == 0 &&
+                            run_both(&tp, none, &z) == 0;
             EXPECT(ran, "%s: a run failed", shapes[si].name);
             if (ran) {
                 const int same_o = !memcmp(a.o, b.o, buffer_bytes(&tp, FA_T_O)) &&

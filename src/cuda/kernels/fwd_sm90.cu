@@ -6,7 +6,7 @@
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..512 in a bucket (64, 128, 192 = 192 / 128, 256, 512;
- * columns up to the bucket read as zeros; 512 is the k-split tile below, without dropout, score
+ * columns up to the bucket read as zeros; 512 is the k-split tile below, without score
  * modifications or packed tiles); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
@@ -81,7 +81,8 @@
  * mask and softmax on the same S; its P·V accumulates O's columns 256c .. (128 registers). 12 of
  * its 16 Q k-steps stay in registers for the tile (fa_hopper_load_q_frags, RS wgmma), the rest are
  * read from shared memory. 32-key tiles, 2 stages, O staged in Q's buffer (consumer c's O slabs
- * are its own Q slabs); LSE by consumer 0.
+ * are its own Q slabs); LSE by consumer 0. Dropout: both consumers draw the same keep bits (the
+ * same rows and keys; one word per 32-key tile).
  *
  * Packed GQA/MQA tiles (template flag PACK; sm90_tiles.h's fa_hopper_pack_gqa decides, fixed-length
  * batches with seqlen_q <= BLOCK_M / 2 only): one CTA = the seqlen_q rows of pack_heads consecutive
@@ -699,7 +700,8 @@ template <class Cfg, int WORD>
 __device__ __forceinline__ uint32_t fa_hopper_dropout_word(const fa_dropout_params &dp, int batch, int head, int heads_q,
                                                            int query0, int n0) {
     constexpr int QUADS = Cfg::BLOCK_N / 32, PAIR = Cfg::BLOCK_N % 32 / 16;
-    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == 2, "two words of keep bits");
+    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == (Cfg::BLOCK_N > 32 ? 2 : 1),
+                  "two words of keep bits (one for the 32-key tiles of bucket 512)");
     uint32_t word = 0;
 #pragma unroll
     for (int q = 2 * WORD; q < 2 * WORD + 2 && q < QUADS; ++q)
@@ -713,7 +715,7 @@ template <class Cfg>
 __device__ __forceinline__ void fa_hopper_dropout_bits(uint32_t (&keep)[Cfg::KEEP_WORDS], const fa_dropout_params &dp,
                                                        int batch, int head, int heads_q, int query0, int n0) {
     keep[0] = fa_hopper_dropout_word<Cfg, 0>(dp, batch, head, heads_q, query0, n0);
-    keep[1] = fa_hopper_dropout_word<Cfg, 1>(dp, batch, head, heads_q, query0, n0);
+    if constexpr (Cfg::KEEP_WORDS == 2) keep[1] = fa_hopper_dropout_word<Cfg, 1>(dp, batch, head, heads_q, query0, n0);
 }
 
 /* P -> keep∘P (the row sums already hold P whole; 1 / (1 - p) is applied in the epilogue). */
@@ -1588,12 +1590,17 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
                                     bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
                                     cudaStream_t stream) {
     const fa_fwd_params *p = &prm;
-    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* plain or LOG2 only (sm90_tiles.h's rules) */
-        if (mods != nullptr || dropout || pack)
+    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* plain, LOG2, dropout (sm90_tiles.h's rules) */
+        if (mods != nullptr || pack)
             return fa_set_error(FA_ERR_UNSUPPORTED,
-                                "head_dim = %d, head_dim_v = %d: no Hopper forward with score modifications, "
-                                "dropout or packed GQA tiles above head dim 256",
+                                "head_dim = %d, head_dim_v = %d: no Hopper forward with score modifications "
+                                "or packed GQA tiles above head dim 256",
                                 p->head_dim, p->head_dim_v);
+        if (dropout)
+            return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                         device_ordinal, stream)
+                        : fa_hopper_run<BUCKET, BF16, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                                          device_ordinal, stream);
         return log2 ? fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                       device_ordinal, stream)
                     : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
