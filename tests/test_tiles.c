@@ -133,8 +133,12 @@ FA_TEST(tiles_hopper_forward) {
                  !fa_hopper_o_own_buffer(512) && !fa_hopper_pingpong(512),
              "bucket 512: Q 64 KiB + 2 stages of K and V 32 KiB + the score exchange 32 KiB; O in Q's buffer");
     FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 0 && fa_hopper_bwd_bucket(264, 128) == 0 &&
-                 fa_hopper_pack_heads(512, 4, 8) == 0 && !fa_hopper_fwd_mods_blocks_ok(512, 0, 0),
-             "bucket 512: no Hopper backward, no packed GQA tiles, no score modifications (portable kernels)");
+                 fa_hopper_pack_heads(512, 4, 8) == 0,
+             "bucket 512: no Hopper backward, no packed GQA tiles (portable kernels)");
+    FA_CHECK(fa_hopper_fwd_mods_blocks_ok(512, 0, 0) && fa_hopper_fwd_mods_blocks_ok(512, 64, 32) &&
+                 fa_hopper_fwd_mods_blocks_ok(512, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(512, 32, 32) &&
+                 !fa_hopper_fwd_mods_blocks_ok(512, 64, 48),
+             "bucket 512 with score modifications: a block mask in whole 64 x 32 tiles");
 }
 
 /* The head-grouped heavy-first order visits every (unit, query block) exactly once; within a

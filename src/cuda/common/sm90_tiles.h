@@ -166,11 +166,11 @@ FA_HOPPER_FN int fa_hopper_mods_bucket(int bucket) { return bucket == 64 ? 128 :
 /* Score modifications (bias, document ids, block-sparse masks) on the Hopper forward: its MODS
  * instantiations at fa_hopper_mods_bucket(bucket). A block mask's blocks must be whole tiles,
  * block_q a multiple of BLOCK_M and block_k of BLOCK_N, so one map entry holds for a tile
- * (128 × 128 suits d up to 192; above, 80 keys per tile: block_k a multiple of 80). Without a
- * block mask (block_q = block_k = 0) any block sizes do. */
+ * (128 × 128 suits d up to 192; at 256, 80 keys per tile: block_k a multiple of 80; at 512,
+ * 64 × 32 tiles). Without a block mask (block_q = block_k = 0) any block sizes do. */
 FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
     const int b = fa_hopper_mods_bucket(bucket);
-    return bucket > 0 && !fa_hopper_ksplit(bucket) && ((block_q == 0 && block_k == 0) ||
+    return bucket > 0 && ((block_q == 0 && block_k == 0) ||
                           (block_q > 0 && block_k > 0 && block_q % fa_hopper_block_m(b) == 0 &&
                            block_k % fa_hopper_block_n(b) == 0));
 }

@@ -6,8 +6,8 @@
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..512 in a bucket (64, 128, 192 = 192 / 128, 256, 512;
- * columns up to the bucket read as zeros; 512 is the k-split tile below, without score
- * modifications or packed tiles); MHA / GQA / MQA; fixed-length and varlen batches; causal
+ * columns up to the bucket read as zeros; 512 is the k-split tile below, without packed
+ * tiles); MHA / GQA / MQA; fixed-length and varlen batches; causal
  * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
@@ -1590,12 +1590,17 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
                                     bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
                                     cudaStream_t stream) {
     const fa_fwd_params *p = &prm;
-    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* plain, LOG2, dropout (sm90_tiles.h's rules) */
-        if (mods != nullptr || pack)
+    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* no packed tiles (sm90_tiles.h's rules) */
+        if (pack)
             return fa_set_error(FA_ERR_UNSUPPORTED,
-                                "head_dim = %d, head_dim_v = %d: no Hopper forward with score modifications "
-                                "or packed GQA tiles above head dim 256",
+                                "head_dim = %d, head_dim_v = %d: no packed GQA tiles above head dim 256",
                                 p->head_dim, p->head_dim_v);
+        if (mods != nullptr)
+            return mods->bias != nullptr
+                       ? fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_BIAS>(
+                             tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods)
+                       : fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_MASKS>(
+                             tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods);
         if (dropout)
             return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                          device_ordinal, stream)
