@@ -1590,27 +1590,6 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
                                     bool log2, bool dropout, const fa_mods_params *mods, int device_ordinal,
                                     cudaStream_t stream) {
     const fa_fwd_params *p = &prm;
-    if constexpr (fa_hopper_ksplit(BUCKET) != 0) { /* no packed tiles (sm90_tiles.h's rules) */
-        if (pack)
-            return fa_set_error(FA_ERR_UNSUPPORTED,
-                                "head_dim = %d, head_dim_v = %d: no packed GQA tiles above head dim 256",
-                                p->head_dim, p->head_dim_v);
-        if (mods != nullptr)
-            return mods->bias != nullptr
-                       ? fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_BIAS>(
-                             tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods)
-                       : fa_hopper_run<BUCKET, BF16, false, true, false, FA_HOPPER_MODS_MASKS>(
-                             tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream, mods);
-        if (dropout)
-            return log2 ? fa_hopper_run<BUCKET, BF16, false, true, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                         device_ordinal, stream)
-                        : fa_hopper_run<BUCKET, BF16, false, false, true>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                          device_ordinal, stream);
-        return log2 ? fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                      device_ordinal, stream)
-                    : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                       device_ordinal, stream);
-    } else {
     if (mods != nullptr) {
         if constexpr (BUCKET == 64) /* fa_hopper_mods_bucket: never sent here */
             return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d: no Hopper forward with score modifications",
@@ -1630,11 +1609,13 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
     if (log2)
         return fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                device_ordinal, stream);
-    return pack ? fa_hopper_run<BUCKET, BF16, true, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
-                                                                  device_ordinal, stream)
-                : fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+    if constexpr (!fa_hopper_ksplit(BUCKET)) { /* bucket 512 is never packed (fa_hopper_pack_heads) */
+        if (pack)
+            return fa_hopper_run<BUCKET, BF16, true, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                    device_ordinal, stream);
     }
+    return fa_hopper_run<BUCKET, BF16, false, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
+                                                            device_ordinal, stream);
 }
 
 extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params *dropout,
