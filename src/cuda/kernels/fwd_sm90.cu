@@ -311,37 +311,6 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* S = Q K_jᵀ for this consumer's 64 rows: DQK_WG/K_STEP wgmma (k16 steps over the head dim, k32
- * for fp8; k-split: this consumer's half of it, its partial scores). A = Q rows [64c, 64c+64)
- * (k-split: Q's slabs of this consumer's columns) at q_wg, B = the K stage's slabs at k_tile, both K-major: step kk
- * reads slab kk/4 at +32·(kk%4) bytes (32 bytes of a 128-byte row for either element size). The
- * first step has scale-d = 0 (S is overwritten). Issued and committed as one wgmma group; nothing
- * waits here. */
-template <class Cfg, bool BF16, bool FP8>
-__device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t q_wg, uint32_t k_tile) {
-    const uint64_t q_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(q_wg, 16, Cfg::QK_ATOM_BYTES)
-                                                   : wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
-    const uint64_t k_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(k_tile, 16, Cfg::QK_ATOM_BYTES)
-                                                   : wgmma_desc_sw128(k_tile, 16, Cfg::QK_ATOM_BYTES);
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Cfg::DQK_WG / Cfg::K_STEP; ++kk) {
-        /* descriptors advance in 16-byte units in their low bits (start-address field) */
-        constexpr int STEPS_PER_ROW = Cfg::QK_ROW_BYTES / 32;
-        const uint64_t q_step = ((kk / STEPS_PER_ROW) * Cfg::Q_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
-        const uint64_t k_step = ((kk / STEPS_PER_ROW) * Cfg::KV_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
-        if constexpr (FP8)
-            wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
-        else
-            wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit_group();
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-}
-
 /* k-split (bucket 512): this consumer's half of Q as wgmma A fragments, q_rmem[kk] for its
  * head-dim columns 16kk .. 16kk+15, loaded once per query tile by ldmatrix from the swizzled slabs
  * at q_wg, so that S = Q K_jᵀ reads only K from shared memory (with Q there too, a 32-key tile
@@ -361,26 +330,41 @@ __device__ __forceinline__ void fa_hopper_load_q_frags(uint32_t (&q_rmem)[Cfg::Q
     }
 }
 
-/* S = Q K_jᵀ with Q's first Q_REG_STEPS k16 steps from registers (fa_hopper_load_q_frags) and the
- * rest from the slabs at q_wg: DQK_WG / 16 wgmma, B = the K stage's slabs at k_tile K-major as in
- * fa_hopper_issue_qk. One wgmma group; nothing waits here. */
-template <class Cfg, bool BF16>
-__device__ __forceinline__ void fa_hopper_issue_qk_rs(float (&s_rmem)[Cfg::BLOCK_N / 2],
-                                                      const uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg,
-                                                      uint32_t k_tile) {
-    const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
-    const uint64_t k_desc = wgmma_desc_sw128(k_tile, 16, Cfg::QK_ATOM_BYTES);
+/* S = Q K_jᵀ for this consumer's 64 rows: DQK_WG/K_STEP wgmma (k16 steps over the head dim, k32
+ * for fp8; k-split: this consumer's half of it, its partial scores). A = Q rows [64c, 64c+64)
+ * (k-split: Q's slabs of this consumer's columns) at q_wg, B = the K stage's slabs at k_tile, both K-major: step kk
+ * reads slab kk/4 at +32·(kk%4) bytes (32 bytes of a 128-byte row for either element size). The
+ * first Q_REG_STEPS steps (k-split only) take A from registers instead, q_rmem[kk]
+ * (fa_hopper_load_q_frags). The first step has scale-d = 0 (S is overwritten). Issued and
+ * committed as one wgmma group; nothing waits here. */
+template <class Cfg, bool BF16, bool FP8>
+__device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2],
+                                                   const uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg,
+                                                   uint32_t k_tile) {
+    static_assert(!(FP8 && Cfg::Q_REG_STEPS > 0), "Q in registers: the 16-bit k-split tile only");
+    const uint64_t q_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(q_wg, 16, Cfg::QK_ATOM_BYTES)
+                                                   : wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
+    const uint64_t k_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(k_tile, 16, Cfg::QK_ATOM_BYTES)
+                                                   : wgmma_desc_sw128(k_tile, 16, Cfg::QK_ATOM_BYTES);
 #pragma unroll
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::DQK_WG / 16; ++kk) {
-        const uint64_t k_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        const uint64_t q_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        if (kk < Cfg::Q_REG_STEPS)
-            wgmma_rs_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_rmem[kk < Cfg::Q_REG_STEPS ? kk : 0], k_desc + k_step,
-                                             kk > 0 ? 1 : 0);
-        else
+    for (int kk = 0; kk < Cfg::DQK_WG / Cfg::K_STEP; ++kk) {
+        /* descriptors advance in 16-byte units in their low bits (start-address field) */
+        constexpr int STEPS_PER_ROW = Cfg::QK_ROW_BYTES / 32;
+        const uint64_t q_step = ((kk / STEPS_PER_ROW) * Cfg::Q_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
+        const uint64_t k_step = ((kk / STEPS_PER_ROW) * Cfg::KV_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
+        bool a_in_regs = false; /* compile-time once unrolled */
+        if constexpr (Cfg::Q_REG_STEPS > 0) { /* only then is there an RS wrapper for this N */
+            a_in_regs = kk < Cfg::Q_REG_STEPS;
+            if (a_in_regs)
+                wgmma_rs_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_rmem[kk < Cfg::Q_REG_STEPS ? kk : 0], k_desc + k_step,
+                                                 kk > 0 ? 1 : 0);
+        }
+        if constexpr (FP8)
+            wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
+        else if (!a_in_regs)
             wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
     }
     wgmma_commit_group();
@@ -1134,10 +1118,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             uint32_t q_rmem[Cfg::Q_REG_ARRAY][4];
             if constexpr (Cfg::Q_REG_STEPS > 0) fa_hopper_load_q_frags<Cfg>(q_rmem, q_wg, warp, lane); /* Q landed: q_full */
             auto issue_s = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t ks) {
-                if constexpr (Cfg::Q_REG_STEPS > 0)
-                    fa_hopper_issue_qk_rs<Cfg, BF16>(s_rmem, q_rmem, q_wg, k_stage(ks) + k_wg);
-                else
-                    fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks) + k_wg);
+                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_rmem, q_wg, k_stage(ks) + k_wg);
             };
 
             /* ---- round 0: S_0 alone */
