@@ -132,9 +132,9 @@ FA_TEST(tiles_hopper_forward) {
                  fa_hopper_exchange_bytes(512) == 32 * 1024 && fa_hopper_exchange_bytes(256) == 0 &&
                  !fa_hopper_o_own_buffer(512) && !fa_hopper_pingpong(512),
              "bucket 512: Q 64 KiB + 2 stages of K and V 32 KiB + the score exchange 32 KiB; O in Q's buffer");
-    FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 0 && fa_hopper_bwd_bucket(264, 128) == 0 &&
+    FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 512 && fa_hopper_bwd_bucket(264, 128) == 512 &&
                  fa_hopper_pack_heads(512, 4, 8) == 0,
-             "bucket 512: no Hopper backward, no packed GQA tiles (portable kernels)");
+             "bucket 512: the Hopper backward's CTA pairs; no packed GQA tiles in the forward");
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(512, 0, 0) && fa_hopper_fwd_mods_blocks_ok(512, 64, 32) &&
                  fa_hopper_fwd_mods_blocks_ok(512, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(512, 32, 32) &&
                  !fa_hopper_fwd_mods_blocks_ok(512, 64, 48),
@@ -362,8 +362,8 @@ FA_TEST(tiles_hopper_backward_dq_tiles) {
 }
 
 FA_TEST(tiles_hopper_backward) {
-    static const int buckets[] = {64, 128, 256};
-    for (int i = 0; i < 3; i++) {
+    static const int buckets[] = {64, 128, 256, 512};
+    for (int i = 0; i < 4; i++) {
         int b = buckets[i];
         size_t smem = fa_hopper_bwd_smem_bytes(b);
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > sm_90's %d", b, smem, SMEM_SM90);
@@ -384,17 +384,33 @@ FA_TEST(tiles_hopper_backward) {
         } else {
             /* both consumers on the same 64 keys, each with half the queries of Sᵀ and dPᵀ and 128
              * columns of dK, dV and dQ */
-            FA_CHECK(n == 64 && m == 64, "bucket 256: 64 keys x 64 queries");
+            const int cols = fa_hopper_bwd_cta_cols(b);
+            FA_CHECK(n == 64 && m == 64, "bucket %d: 64 keys x 64 queries", b);
             /* dK, dV and the dQ piece of 128 columns (64 each) in flight together */
-            FA_CHECK(3 * (b / 4) <= 200, "bucket 256: accumulators %d registers leave room in 240", 3 * (b / 4));
-            FA_CHECK(fa_hopper_bwd_score_tiles(b) == 2 && fa_hopper_bwd_do_stages(b) == 1 &&
-                         fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b) + 3,
-                     "bucket 256: P and dS tiles, one dO buffer, empty barriers per consumer");
-            FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b) == 8 * 2 * 16 * 32 * 4, "bucket 256: two [16, 32] fp32 buffers per consumer warp");
-            FA_CHECK(smem == 231504 && fa_hopper_bwd_pos_bytes(b) == 0,
-                     "bucket 256: %zu bytes of smem (kernel layout: 231504), no position slots", smem);
+            FA_CHECK(3 * (cols / 4) <= 200, "bucket %d: accumulators %d registers leave room in 240", b, 3 * (cols / 4));
+            FA_CHECK(fa_hopper_bwd_score_tiles(b) == 2 && fa_hopper_bwd_do_stages(b) == 1,
+                     "bucket %d: P and dS tiles, one dO buffer", b);
+            FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b) == 8 * 2 * 16 * 32 * 4,
+                     "bucket %d: two [16, 32] fp32 buffers per consumer warp", b);
+            const int pair = b == 512;
+            FA_CHECK(fa_hopper_bwd_cluster_ctas(b) == 1 + pair && fa_hopper_bwd_cta_cols(b) == 256 &&
+                         fa_hopper_bwd_dq_pieces(b) == 2 + 2 * pair,
+                     "bucket %d: %d CTA(s) of 256 columns per key block, a dQ piece per consumer and CTA", b, 1 + pair);
+            /* empty barriers per consumer; at 512 also the exchange's full and free per consumer */
+            FA_CHECK(fa_hopper_bwd_score_buffers(b) == 2 - pair &&
+                         fa_hopper_bwd_exchange_bytes(b) == (pair ? 2 * 128 * 16 * 4 : 0) &&
+                         fa_hopper_bwd_barriers(b) == 1 + 3 * fa_hopper_bwd_stages(b) + 3 + 4 * pair,
+                     "bucket %d: score buffers, the pair's exchange (16 fp32 per consumer thread), barriers", b);
+            /* bucket 512: the second score buffer's 16 KiB hold the exchange, + 4 mbarriers */
+            FA_CHECK(smem == (pair ? 231504 + 32 : 231504) && fa_hopper_bwd_pos_bytes(b) == 0,
+                     "bucket %d: %zu bytes of smem (kernel layout: 231504, + 32 at 512), no position slots", b, smem);
         }
     }
+    FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 512 && fa_hopper_bwd_bucket(264, 264) == 512 &&
+                 fa_hopper_bwd_bucket(128, 512) == 512 && fa_hopper_bwd_bucket(576, 512) == 0 &&
+                 fa_hopper_bwd_semaphores(512, 2, 3, 100) == 2 * 3 * 2 * 4 &&
+                 fa_hopper_bwd_semaphores(256, 2, 3, 100) == 2 * 3 * 2 * 2,
+             "backward bucket 512: d and dv in 264..512, four dQ turns per query block; 576 portable");
     FA_CHECK(fa_hopper_bwd_smem_bytes(64) == 199720 + 40 && fa_hopper_bwd_smem_bytes(128) == 198696 + 40,
              "buckets 64 and 128: smem as the kernel lays it out, position slots included (%zu, %zu)", fa_hopper_bwd_smem_bytes(64),
              fa_hopper_bwd_smem_bytes(128));
@@ -408,9 +424,9 @@ FA_TEST(tiles_hopper_backward) {
                  fa_hopper_bwd_bucket(64, 128) == 128 &&
                  fa_hopper_bwd_bucket(128, 256) == 256,
              "backward, d and dv in different buckets: the larger one");
-    FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(264, 264) == 0 &&
+    FA_CHECK(fa_hopper_bwd_bucket(32, 32) == 0 && fa_hopper_bwd_bucket(584, 512) == 0 &&
                  fa_hopper_bwd_bucket(200, 196) == 0,
-             "d < 64, d > 256 and d not a multiple of 8: portable");
+             "d < 64, d > 512 and d not a multiple of 8: portable");
     const float scale_log2 = 0.1275f; /* 1/sqrt(128) · log2(e) */
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 256, 256, 0, scale_log2, 0.0f) == NULL, "sm_90 bf16 d = 256");
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_F16, 192, 192, 0, scale_log2, 0.0f) == NULL, "sm_90 f16 d = 192");

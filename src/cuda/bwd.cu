@@ -10,9 +10,10 @@
  *        and per-block dsink partials
  *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
  *        Hopper kernel (bwd_sm90.cu for buckets 64/128, bwd_sm90_hdim256.cu for
- *        256) for the problems it covers (sm90_tiles.h and the plan below), else the portable
- *        one (instances/bwd_sm80_hdim<bucket>.cu); FA_CUDA_BACKWARD=portable forces the latter,
- *        FA_CUDA_BACKWARD=sm80 the sm_80 kernel (bwd_sm80.cuh) even where the bigsmem one fits
+ *        256 and, as CTA pairs, 512) for the problems it covers (sm90_tiles.h and the plan
+ *        below), else the portable one (instances/bwd_sm80_hdim<bucket>.cu);
+ *        FA_CUDA_BACKWARD=portable forces the latter, FA_CUDA_BACKWARD=sm80 the sm_80 kernel
+ *        (bwd_sm80.cuh) even where the bigsmem one fits
  *     4. convert kernel: dq = softmax_scale · Σ_splits dq_accum, to the dtype (the Hopper
  *        kernels' tiled accumulator: fa_bwd_convert_tiled_kernel; and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)

@@ -35,7 +35,7 @@
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
  * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu; d ≤ 192 with dv ≤ 128 its
- * 192 / 128 extents).
+ * 192 / 128 extents), 320 .. 512 (the same file's CTA pairs).
  * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
  * A negative softmax_scale and ALiBi run the Hopper kernel (the mask acts on the exponent); with
@@ -593,6 +593,15 @@ static const bwd_case big_cases[] = {
      0, {0}, {0}, 0},
     {"f16 d192 varlen padded strides window 128/128 GQA 4/2", H, 3, 900, 1000, 4, 2, 192, 0, 128, 128, 0,
      PADDED, 1, {900, 413, 71}, {1000, 0, 200}, 0},
+    /* bucket 512 (bwd_sm90_hdim256.cu's CTA pairs, 256 head-dim columns each) */
+    {"bf16 d512 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 512, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"f16 d512 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 512, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"bf16 d384 dv256 varlen padded strides window 128/128 GQA 4/2", B, 3, 900, 1000, 4, 2, 384, 0, 128, 128, 0,
+     PADDED, 1, {900, 413, 71}, {1000, 0, 200}, 256},
+    {"f16 d320 dv512 varlen causal sinks MQA 4/1 (an empty sequence)", H, 4, 1000, 1000, 4, 1, 320, 1, -1, -1, 1,
+     DENSE, 1, {600, 0, 1000, 150}, {700, 90, 1000, 130}, 512},
+    {"bf16 d512 causal packed qkv s=1000 b=2 h=2", B, 2, 1000, 1000, 2, 2, 512, 1, -1, -1, 0, PACKED, 0, {0},
+     {0}, 0},
 };
 /* The same kinds, small enough for compute-sanitizer (still several query blocks per key block). */
 static const bwd_case small_cases[] = {
@@ -620,6 +629,10 @@ static const bwd_case small_cases[] = {
     {"small f16 d64 sq=300 sk=170 (rotated walks)", H, 2, 300, 170, 4, 4, 64, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"small bf16 d256 sq=200 sk=330 GQA 4/2 (rotated walks)", B, 2, 200, 330, 4, 2, 256, 0, -1, -1, 0, DENSE, 0,
      {0}, {0}, 0},
+    {"small bf16 d512 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 512, 1, -1, -1, 1, DENSE, 1,
+     {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
+    {"small f16 d448 dv128 padded strides window 50/20 sq=150 sk=300", H, 1, 150, 300, 2, 2, 448, 0, 50, 20, 0,
+     PADDED, 0, {0}, {0}, 128},
 };
 /* softcap (and the negative-scale dispatch): the case, then softcap, q amplitude, softmax_scale */
 static const softcap_case big_softcap_cases[] = {
@@ -672,6 +685,12 @@ static const softcap_case big_softcap_cases[] = {
     {{"f16 d128 ALiBi softcap 30 causal (portable both runs)", H, 1, 1000, 1000, 4, 4, 128, 1, -1, -1, 0, DENSE, 0,
       {0}, {0}, 0},
      {30.0f, 10.0f, 0.0f, 1}},
+    {{"bf16 d512 softcap 30 causal sq=700 sk=1500 GQA 4/2", B, 2, 700, 1500, 4, 2, 512, 1, -1, -1, 0, DENSE, 0, {0},
+      {0}, 0},
+     {30.0f, 10.0f, 0.0f, 0}},
+    {{"f16 d512 ALiBi softmax_scale -0.05 window 300/100 s=1200", H, 1, 1200, 1200, 4, 4, 512, 0, 300, 100, 0, DENSE,
+      0, {0}, {0}, 0},
+     {0.0f, 0.0f, -0.05f, 2}},
 };
 static const softcap_case small_softcap_cases[] = {
     {{"small bf16 d128 varlen causal ALiBi GQA 4/2", B, 4, 131, 131, 4, 2, 128, 1, -1, -1, 0, DENSE, 1,
@@ -692,6 +711,9 @@ static const softcap_case small_softcap_cases[] = {
     {{"small bf16 d256 softcap 30 varlen causal sinks GQA 4/2", B, 4, 131, 131, 4, 2, 256, 1, -1, -1, 1, DENSE, 1,
       {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
+    {{"small f16 d512 softcap 30 causal sq=150 sk=200", H, 1, 150, 200, 2, 2, 512, 1, -1, -1, 0, DENSE, 0,
+      {0}, {0}, 0},
+     {30.0f, 10.0f, 0.0f, 0}},
 };
 /* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
  * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
@@ -701,6 +723,8 @@ static const bwd_case det_cases[] = {
     {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d192 dv128 s=4096 h=8", B, 1, 4096, 4096, 8, 8, 192, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 128},
+    {"det bf16 d512 causal s=4096 GQA 4/2", B, 1, 4096, 4096, 4, 2, 512, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"det f16 d512 s=4096 h=4", H, 1, 4096, 4096, 4, 4, 512, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,
      {6000, 2500, 4100}, {6000, 2000, 4500}, 0},
 };

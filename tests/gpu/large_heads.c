@@ -1,7 +1,8 @@
 /*
  * tests/gpu/large_heads.c: fa_forward and fa_backward on CUDA at head dims above 256
- * (`fa_gpu_tests large [small]`; on sm_90 the forward up to 512 is the Hopper kernel's k-split
- * tile, 64 rows × 32 keys, the rest the mma.sync kernels): Gemma-class d = 512, MLA's absorbed 576 / 512, odd
+ * (`fa_gpu_tests large [small]`; on sm_90 up to 512 the forward is the Hopper kernel's k-split
+ * tile, 64 rows × 32 keys, and the backward the bucket-256 kernel in CTA pairs; the rest the
+ * mma.sync kernels): Gemma-class d = 512, MLA's absorbed 576 / 512, odd
  * sizes (264, 320, 384, 448), dv ≠ d, forward and backward, each with the float64 oracle's rule (fa_case_run poisons
  * every output with NaN and counts the elements left unwritten):
  *   1. random problems from a fresh seed (printed): sq != sk, GQA/MQA, varlen with empty

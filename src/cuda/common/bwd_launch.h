@@ -85,7 +85,7 @@ fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params
                                const fa_mods_params *mods, fa_dtype dtype,
                                int device_ordinal, cudaStream_t stream);
 /* Its bucket-256 kernel (bwd_sm90_hdim256.cu), which fa_bwd_launch_hopper calls for d and dv in
- * 136..256; same contract. */
+ * 136..256, and in 264..512 as cluster pairs (each CTA half the head-dim columns); same contract. */
 fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                   int device_ordinal, cudaStream_t stream);
 }

@@ -568,6 +568,66 @@ __device__ __forceinline__ void red_release_gpu_add_s32(int *gmem, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(gmem), "r"(v) : "memory");
 }
 
+/* ---- thread-block clusters (PTX ISA "Special Registers: %cluster_ctarank", "Data Movement and
+ * Conversion Instructions: mapa, st.async", "mbarrier.arrive", "barrier.cluster") ---------------
+ * The backward's CTA pairs (bucket 512): each CTA writes into its peer's shared memory and
+ * signals the peer's mbarriers. Remote addresses are 32-bit shared::cluster addresses from mapa. */
+
+/* %cluster_ctarank: this CTA's rank in its cluster (0 .. cluster size - 1). */
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+/* mapa.shared::cluster: the address in CTA `rank`'s shared memory of the variable at this CTA's
+ * shared address smem_addr (the same layout in every CTA of the cluster). */
+__device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t smem_addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+    return r;
+}
+
+/* st.async: 16 bytes into another CTA's shared memory (remote_addr from mapa), counted as 16
+ * bytes of complete_tx on the mbarrier at remote_bar in that CTA (mapa'd too); the receiver waits
+ * on that barrier after an arrive.expect_tx of the bytes it expects. */
+__device__ __forceinline__ void st_async_v4_b32(uint32_t remote_addr, float x, float y, float z, float w,
+                                                uint32_t remote_bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                     remote_addr),
+                 "r"(__float_as_uint(x)), "r"(__float_as_uint(y)), "r"(__float_as_uint(z)), "r"(__float_as_uint(w)),
+                 "r"(remote_bar)
+                 : "memory");
+}
+
+/* mbarrier.arrive.release.cluster on a barrier of another CTA of the cluster (address from mapa):
+ * this thread's earlier accesses (and those ordered before it, e.g. by __syncwarp) happen before
+ * the phase completes for that CTA's waiters. */
+__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+
+/* mbarrier.try_wait.parity with acquire at cluster scope (a phase completed by another CTA's
+ * arrivals), looped; suspend-time hint as mbarrier_wait_parity's. */
+__device__ __forceinline__ void mbarrier_wait_parity_acquire_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity), "n"(10000000)
+            : "memory");
+    } while (done == 0);
+}
+
+/* barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every non-exited thread of the
+ * cluster meets (after mbarrier.init: the peer's barriers exist before any remote access). */
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 /* ---- wgmma ordering (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
  * Instructions: wgmma.fence, wgmma.commit_group, wgmma.wait_group") ---------------------------- */
 

@@ -368,11 +368,11 @@ FA_HOPPER_FN int fa_hopper_bwd_rotated_rank(int n, int n_blocks, int n_m, int m)
 /* Whether the backward rotates its walks: deterministic mode (the non-deterministic kernel gained
  * nothing from it: docs/tuning-log.md), no window side (causal
  * is a window side: the query ranges then differ per key block), no score modifications, and the
- * longest sequence's key blocks (one CTA each, one CTA per multiprocessor) fit the
- * multiprocessors at once. disabled: FA_HOPPER_BWD_ROTATE=0 (timing). */
+ * longest sequence's CTAs (one per key block, two at bucket 512; one CTA per multiprocessor) fit
+ * the multiprocessors at once. disabled: FA_HOPPER_BWD_ROTATE=0 (timing). */
 FA_HOPPER_FN int fa_hopper_bwd_rotate(int window_left, int window_right, int mods, int deterministic,
-                                      long long key_blocks, int sm_count, int disabled) {
-    return !disabled && deterministic && window_left < 0 && window_right < 0 && !mods && key_blocks <= sm_count;
+                                      long long ctas, int sm_count, int disabled) {
+    return !disabled && deterministic && window_left < 0 && window_right < 0 && !mods && ctas <= sm_count;
 }
 
 /* NULL when the Hopper forward takes the problem, else the reason it does not (the portable
@@ -397,7 +397,7 @@ static inline
     return NULL;
 }
 
-/* ---- backward (bwd_sm90.cu, bucket 256: bwd_sm90_hdim256.cu) -------------
+/* ---- backward (bwd_sm90.cu, buckets 256 and 512: bwd_sm90_hdim256.cu) -------------
  * One CTA = BLOCK_N keys of one (batch, kv head): a producer warpgroup and two consumer
  * warpgroups whose dK and dV stay in fp32 registers while the CTA walks the query blocks
  * (BLOCK_M rows each) of every query head of the kv group. Q and dO tiles stream through a
@@ -405,14 +405,23 @@ static inline
  * columns of dK/dV. Bucket 256: BLOCK_N = 64 (dK and dV of 64 keys × 256 columns would be 256
  * fp32 registers per thread); each consumer computes Sᵀ and dPᵀ of the 64 keys for half the
  * queries, both halves meet in shared memory, and each consumer owns 128 head-dim columns of dK,
- * dV and dQ (docs/design.md, "Hopper backward"). */
+ * dV and dQ (docs/design.md, "Hopper backward"). Bucket 512: a cluster of two such CTAs per key
+ * block, CTA r holding head-dim columns 256r .. 256r + 255 of every tile; the partial Sᵀ and dPᵀ
+ * over each CTA's columns are added through the peer's shared memory. */
 
-/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..256, the larger one's bucket (64,
- * 128 or 256; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
+/* Head-dim bucket of the backward: d and dv multiples of 8 in 64..512, the larger one's bucket (64,
+ * 128, 256 or 512; columns past d or dv read as zeros); 0 = not covered (the portable kernel). */
 FA_HOPPER_FN int fa_hopper_bwd_bucket(int head_dim, int head_dim_v) {
     const int b = fa_hopper_bucket(head_dim, head_dim_v);
-    return b == 192 ? 256 : b == 512 ? 0 : b;
+    return b == 192 ? 256 : b;
 }
+
+/* CTAs per key block: 2 at bucket 512 (a cluster pair, the bucket-256 kernel on each half of the
+ * head-dim columns), else 1. */
+FA_HOPPER_FN int fa_hopper_bwd_cluster_ctas(int bucket) { return bucket == 512 ? 2 : 1; }
+
+/* Head-dim columns of Q, K, V, dO (and of dQ, dK, dV) one CTA holds. */
+FA_HOPPER_FN int fa_hopper_bwd_cta_cols(int bucket) { return bucket / fa_hopper_bwd_cluster_ctas(bucket); }
 
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
  * dK and dV 32 each), 64 at buckets 128 and 256 (dK and dV are 64 registers each, so Sᵀ and dPᵀ
@@ -421,7 +430,7 @@ FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 :
 
 /* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma) at buckets 64 and 128; at 256 the
  * two consumers share the same 64 keys (each owns half the head-dim columns). */
-FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket == 256 ? 64 : bucket > 0 ? 128 : 0; }
+FA_HOPPER_FN int fa_hopper_bwd_block_n(int bucket) { return bucket >= 256 ? 64 : bucket > 0 ? 128 : 0; }
 
 /* Q ring depth (with the LSE·log2e and D rows of each stage). */
 FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
@@ -430,27 +439,41 @@ FA_HOPPER_FN int fa_hopper_bwd_stages(int bucket) { return bucket > 0 ? 2 : 0; }
  * stage at 256, where the second dO stage's 32 KiB hold the dQ staging instead: dO is loaded on
  * its own barrier, released once the dV GEMM has read it, and the next one lands while dK and dQ
  * run. */
-FA_HOPPER_FN int fa_hopper_bwd_do_stages(int bucket) { return bucket == 256 ? 1 : fa_hopper_bwd_stages(bucket); }
+FA_HOPPER_FN int fa_hopper_bwd_do_stages(int bucket) { return bucket >= 256 ? 1 : fa_hopper_bwd_stages(bucket); }
 
-/* 16-bit [BLOCK_M, BLOCK_N] score tiles per use, double buffered: dS at buckets 64 and 128 (each
- * consumer writes its 64 keys); Pᵀ and dSᵀ at 256 (each consumer writes its half of the queries,
- * and the dV, dK and dQ GEMMs read them from shared memory). */
-FA_HOPPER_FN int fa_hopper_bwd_score_tiles(int bucket) { return bucket == 256 ? 2 : 1; }
+/* 16-bit [BLOCK_M, BLOCK_N] score tiles per use: dS at buckets 64 and 128 (each consumer writes
+ * its 64 keys); Pᵀ and dSᵀ at 256 and 512 (each consumer writes its half of the queries, and the
+ * dV, dK and dQ GEMMs read them from shared memory). */
+FA_HOPPER_FN int fa_hopper_bwd_score_tiles(int bucket) { return bucket >= 256 ? 2 : 1; }
+
+/* Buffers of those tiles: 2 (iteration t writes buffer t % 2), 1 at bucket 512, whose second
+ * buffer's 16 KiB hold the pair's exchange instead (the consumers then meet before rewriting it). */
+FA_HOPPER_FN int fa_hopper_bwd_score_buffers(int bucket) { return bucket == 512 ? 1 : 2; }
+
+/* Bucket 512: the receive buffer of the pair's exchange, per consumer one fp32 [64 keys, 32
+ * queries] partial Sᵀ or dPᵀ from the peer CTA (16 values per thread). */
+FA_HOPPER_FN int fa_hopper_bwd_exchange_bytes(int bucket) { return bucket == 512 ? 2 * 64 * 32 * 4 : 0; }
 
 /* mbarriers: kv_full, STAGES stage_full, then the stage_empty barriers: one per stage at buckets
  * 64 and 128; at 256 one per stage and consumer (each consumer releases the Q stage on its own
- * barrier once its dK GEMM has retired), then do_full and one do_empty per consumer. */
+ * barrier once its dK GEMM has retired), then do_full and one do_empty per consumer; at 512 also
+ * per consumer the exchange's full and free barriers. */
 FA_HOPPER_FN int fa_hopper_bwd_barriers(int bucket) {
-    return bucket == 256 ? 1 + 3 * fa_hopper_bwd_stages(bucket) + 3 : 1 + 2 * fa_hopper_bwd_stages(bucket);
+    return bucket >= 256 ? 1 + 3 * fa_hopper_bwd_stages(bucket) + 3 + (bucket == 512 ? 4 : 0)
+                         : 1 + 2 * fa_hopper_bwd_stages(bucket);
 }
 
+/* dQ pieces per query block, each with its own turn in deterministic mode: the two consumers'
+ * column halves, per CTA of a pair at bucket 512. */
+FA_HOPPER_FN int fa_hopper_bwd_dq_pieces(int bucket) { return 2 * fa_hopper_bwd_cluster_ctas(bucket); }
+
 /* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores
- * [batch, heads_q, query blocks, 2], one per (sequence, query head, query block of BLOCK_M rows,
- * consumer's dQ piece; buckets 64 and 128 use piece 0's for the whole tile, their one dQ writer
- * adds both pieces), zeroed before the main kernel. */
+ * [batch, heads_q, query blocks, dq pieces], one per (sequence, query head, query block of BLOCK_M
+ * rows, dQ piece; buckets 64 and 128 use piece 0's for the whole tile, their one dQ writer adds
+ * both pieces), zeroed before the main kernel. */
 FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, long long heads_q, long long seqlen_q) {
     const long long block_m = fa_hopper_bwd_block_m(bucket);
-    return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * 2 : 0;
+    return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * fa_hopper_bwd_dq_pieces(bucket) : 0;
 }
 
 /* Splits of a GQA group across CTAs in the backward at buckets 64 and 128 (1 = the whole group
@@ -515,7 +538,7 @@ FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long lo
  * consumer warps its own two buffers [16 rows, 32 columns] and adds its piece [16, 128] itself in
  * four rounds (kernels/bwd_sm90_hdim256.cu). */
 FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {
-    return bucket == 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
+    return bucket >= 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
 }
 
 /* The bucket of the backward kernel that runs a problem of bucket `bucket`: with score
@@ -572,16 +595,18 @@ FA_HOPPER_FN size_t fa_hopper_bwd_pos_bytes(int bucket) {
                          : 0;
 }
 
-/* Dynamic shared memory: K and V [BLOCK_N, bucket]; STAGES × Q and DO_STAGES × dO [BLOCK_M,
- * bucket]; 2 × score_tiles 16-bit [BLOCK_M, BLOCK_N] tiles; the dQ staging; STAGES × (LSE·log2e
- * and D [BLOCK_M] fp32); the mbarriers; the position slots; 1024 bytes to align the window to the
- * swizzle atom. */
+/* Dynamic shared memory per CTA (cols = fa_hopper_bwd_cta_cols): K and V [BLOCK_N, cols]; STAGES ×
+ * Q and DO_STAGES × dO [BLOCK_M, cols]; score_buffers × score_tiles 16-bit [BLOCK_M, BLOCK_N]
+ * tiles; the pair's exchange; the dQ staging; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
+ * mbarriers; the position slots; 1024 bytes to align the window to the swizzle atom. */
 FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
-    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * (size_t)bucket + fa_hopper_bwd_dq_staging_bytes(bucket) +
+    const size_t cols = (size_t)fa_hopper_bwd_cta_cols(bucket);
+    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * cols + fa_hopper_bwd_dq_staging_bytes(bucket) +
            (size_t)(fa_hopper_bwd_stages(bucket) + fa_hopper_bwd_do_stages(bucket)) *
-               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)bucket +
-           2 * (size_t)fa_hopper_bwd_score_tiles(bucket) * (size_t)fa_hopper_bwd_block_m(bucket) * 2 *
-               (size_t)fa_hopper_bwd_block_n(bucket) +
+               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * cols +
+           (size_t)fa_hopper_bwd_score_buffers(bucket) * (size_t)fa_hopper_bwd_score_tiles(bucket) *
+               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)fa_hopper_bwd_block_n(bucket) +
+           (size_t)fa_hopper_bwd_exchange_bytes(bucket) +
            (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + fa_hopper_bwd_pos_bytes(bucket) + 1024;
 }
@@ -615,7 +640,7 @@ static inline const char *fa_hopper_bwd_unsupported(int cc_major, int cc_minor, 
     if (cc_major != 9 || cc_minor != 0) return "needs compute capability 9.0 (sm_90a code)";
     if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return "needs f16 or bf16";
     if (fa_hopper_bwd_bucket(head_dim, head_dim_v) == 0)
-        return "needs head_dim and head_dim_v multiples of 8 in 64..256";
+        return "needs head_dim and head_dim_v multiples of 8 in 64..512";
     if (softcap > 0.0f && has_alibi) return "does not implement ALiBi together with softcap";
     if (softcap > 0.0f && !(scale_log2 > 0.0f)) return "needs a positive softmax_scale with softcap";
     return NULL;

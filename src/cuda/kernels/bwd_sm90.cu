@@ -931,7 +931,8 @@ extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dro
     switch (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v)) {
     case 64: return fa_bwd_sm90_launch_bucket<64>(prm, dropout, bf16, device_ordinal, stream);
     case 128: return fa_bwd_sm90_launch_bucket<128>(prm, dropout, bf16, device_ordinal, stream);
-    case 256: return fa_bwd_launch_hopper256(prm, dropout, dtype, device_ordinal, stream);
+    case 256:
+    case 512: return fa_bwd_launch_hopper256(prm, dropout, dtype, device_ordinal, stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
                             prm->head_dim, prm->head_dim_v);

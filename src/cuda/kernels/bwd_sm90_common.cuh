@@ -231,7 +231,8 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                                                           const float (&dk_rmem)[OWN_SLABS * 32],
                                                           const float (&dv_rmem)[OWN_SLABS * 32], uint32_t tiles_smem,
                                                           int consumer, int tid, int row0, int slab0, int n0, int len_k,
-                                                          int64_t k_start, int batch, int dv_slab0, bool has_dv) {
+                                                          int64_t k_start, int batch, int dv_slab0, bool has_dv,
+                                                          int col_base = 0) {
     constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
     const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int warp = tid / 32, lane = tid % 32;
@@ -264,12 +265,12 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
 #pragma unroll
             for (int i = 0; i < OWN_SLABS; ++i) { /* slabs past d or dv hold no column */
                 const int slab = slab0 + i, dv_slab = dv_slab0 + i;
-                if (64 * slab < prm.head_dim)
-                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, 64 * slab, key_row, head_kv,
-                                 map_batch);
-                if (has_dv && 64 * dv_slab < prm.head_dim_v)
-                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, 64 * dv_slab, key_row,
+                if (col_base + 64 * slab < prm.head_dim)
+                    tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, col_base + 64 * slab, key_row,
                                  head_kv, map_batch);
+                if (has_dv && col_base + 64 * dv_slab < prm.head_dim_v)
+                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, col_base + 64 * dv_slab,
+                                 key_row, head_kv, map_batch);
             }
             tma_store_commit_group();
             tma_store_wait_group_read<0>();
@@ -281,9 +282,10 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
     auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                         int dim, int first_slab) {
         /* this consumer's words (column pairs; dim is a multiple of 8) below dim */
-        const int words = max(0, min(OWN_SLABS * 32, dim / 2 - 32 * first_slab));
+        const int words = max(0, min(OWN_SLABS * 32, (dim - col_base) / 2 - 32 * first_slab));
         uint16_t *rows_gmem = static_cast<uint16_t *>(base) + (int64_t)head_kv * head_stride +
-                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride) + 64 * first_slab;
+                              (varlen ? k_start * row_stride : (int64_t)batch * batch_stride) + col_base +
+                              64 * first_slab;
         for (int idx = tid; idx < rows * words; idx += 128) {
             const int r = idx / words, w = idx % words, tr = row0 + r;
             const uint32_t at = (uint32_t)(first_slab + w / 32) * SLAB_BYTES + (uint32_t)tr * 128 +
@@ -316,27 +318,28 @@ __device__ __forceinline__ int fa_bwd_sm90_dq_rank(const fa_bwd_sm90_params &prm
                         : fa_bwd_sm90_last_key_block(prm, m, block_m, block_n, len_q, len_k, shift) - walk.n_block;
 }
 
-/* The turn keeper of dQ piece `piece` (a whole warp; lane 0 passes the turn on): for every
- * iteration of this CTA (query head of the group, query block m of its walk), wait for the turn
- * of this key block, grant it to the consumer (DQ_TURN), wait for its adds (DQ_DONE), pass the
- * turn on. All lanes poll the same word (one request per poll, the same value in every lane). An
+/* The turn keeper of consumer `consumer`'s dQ piece, semaphore `piece` of `pieces` per query
+ * block (a whole warp; lane 0 passes the turn on): for every iteration of this CTA (query head
+ * of the group, query block m of its walk), wait for the turn of this key block, grant it to the
+ * consumer (DQ_TURN), wait for its adds (DQ_DONE), pass the turn on. All lanes poll the same word (one request per poll, the same value in every lane). An
  * ordering bug hangs here: tests run under a timeout. */
 __device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_params &prm, const fa_bwd_sm90_walk &walk,
                                                        int block_m, int block_n, int batch,
                                                        const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
-                                                       int piece, int lane) {
+                                                       int consumer, int piece, int pieces, int lane) {
     for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-        int *const sem_head = prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2 + piece;
+        int *const sem_head =
+            prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * pieces + piece;
 #pragma unroll 1
         for (int i = 0; i < walk.n_m; ++i) {
             const int m = fa_bwd_sm90_walk_block<true>(walk, i);
-            int *const sem = sem_head + m * 2;
+            int *const sem = sem_head + m * pieces;
             const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, block_m, block_n, len_q, len_k, shift);
             while (ld_relaxed_gpu_s32(sem) != rank) {
             }
             fence_acq_rel_gpu(); /* acquire: the higher key blocks' adds happen before ours */
-            bar_arrive(FA_HBWD_BAR_DQ_TURN + piece, FA_HBWD_DQ_TURN_THREADS);
-            bar_sync(FA_HBWD_BAR_DQ_DONE + piece, FA_HBWD_DQ_TURN_THREADS); /* the consumer's adds are done */
+            bar_arrive(FA_HBWD_BAR_DQ_TURN + consumer, FA_HBWD_DQ_TURN_THREADS);
+            bar_sync(FA_HBWD_BAR_DQ_DONE + consumer, FA_HBWD_DQ_TURN_THREADS); /* the consumer's adds are done */
             if (lane == 0) red_release_gpu_add_s32(sem, 1);                  /* ... before the next key block's */
         }
     }
@@ -421,7 +424,8 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                                                  int tma_batch, const fa_bwd_sm90_walk &walk, int len_q, int lane,
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty,
                                                  const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
-                                                 int iterations = 0 /* MODS: its length */) {
+                                                 int iterations = 0 /* MODS: its length */,
+                                                 int col_base = 0 /* first head-dim column of this CTA's tiles */) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
     static_assert(!SPLIT_DO || Cfg::DO_STAGES == 1, "dO: the Q ring's stages, or one buffer of its own");
     const bool varlen = prm.cu_seqlens_q != nullptr;
@@ -436,9 +440,9 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
         tma_prefetch_tensormap(tmap_do);
         mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
         for (int slab = 0; slab < Cfg::SLABS; ++slab) {
-            tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, 64 * slab, k_row,
+            tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, col_base + 64 * slab, k_row,
                         heads.kv, tma_batch);
-            tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, 64 * slab, k_row,
+            tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, col_base + 64 * slab, k_row,
                         heads.kv, tma_batch);
         }
     }
@@ -459,10 +463,10 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             mbarrier_arrive_expect_tx(stage_full(s), Cfg::STAGE_TX);
             for (int slab = 0; slab < Cfg::SLABS; ++slab) {
                 tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
-                            64 * slab, q_row0 + m0, head, tma_batch);
+                            col_base + 64 * slab, q_row0 + m0, head, tma_batch);
                 if constexpr (!SPLIT_DO)
                     tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
-                                64 * slab, q_row0 + m0, head, tma_batch);
+                                col_base + 64 * slab, q_row0 + m0, head, tma_batch);
             }
         }
 #pragma unroll 1
@@ -481,8 +485,8 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             if (lane == 0) {
                 mbarrier_arrive_expect_tx(do_full, Cfg::Q_BYTES);
                 for (int slab = 0; slab < Cfg::SLABS; ++slab)
-                    tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full, 64 * slab,
-                                q_row0 + m0, head, tma_batch);
+                    tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full,
+                                col_base + 64 * slab, q_row0 + m0, head, tma_batch);
             }
             do_phase ^= 1;
         }
@@ -681,9 +685,10 @@ static inline int fa_bwd_sm90_rotate_disabled(void) {
     return mode != nullptr && strcmp(mode, "0") == 0;
 }
 
-/* prm->rotate_walk for a launch of key_blocks CTAs per sequence (fa_hopper_bwd_rotate). Only
+/* prm->rotate_walk for a launch of key_blocks CTAs per sequence (two per key block at bucket 512;
+ * fa_hopper_bwd_rotate). Only
  * deterministic walks rotate: the other calls skip the device query and the environment. */
-static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool mods, bool det, int64_t key_blocks) {
+static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool mods, bool det, int64_t ctas) {
     if (!det) {
         prm->rotate_walk = 0;
         return FA_OK;
@@ -691,7 +696,7 @@ static inline fa_status fa_bwd_sm90_set_rotation(fa_bwd_sm90_params *prm, bool m
     fa_cuda_device_info dev;
     fa_status st = fa_cuda_current_device(&dev);
     if (st != FA_OK) return st;
-    prm->rotate_walk = fa_hopper_bwd_rotate(prm->window_left, prm->window_right, mods, det, key_blocks, dev.sm_count,
+    prm->rotate_walk = fa_hopper_bwd_rotate(prm->window_left, prm->window_right, mods, det, ctas, dev.sm_count,
                                             fa_bwd_sm90_rotate_disabled());
     return FA_OK;
 }

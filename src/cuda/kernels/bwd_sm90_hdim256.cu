@@ -1,6 +1,7 @@
 /*
  * bwd_sm90_hdim256.cu: the Hopper (sm_90a) backward main kernel for head-dim bucket 256 (d and
- * dv multiples of 8 in 136..256, one bucket; columns past d or dv read as zeros, never written).
+ * dv multiples of 8 in 136..256, one bucket; columns past d or dv read as zeros, never written),
+ * and in CTA pairs for bucket 512 (264..512, the paragraph "Bucket 512" below).
  * The sibling of bwd_sm90.cu (buckets 64 and 128), whose file comment describes what the
  * two share: bwd.cu's pre-pass (D = rowsum(dO∘O), dsink) and zeroed fp32 dQ accumulator
  * around it, the coverage (f16 / bf16, MHA / GQA / MQA, fixed-length and varlen batches, causal
@@ -88,6 +89,19 @@
  * Σ (keep∘P)ᵀ dO), and keep_scale is applied to dV once when it is stored. The 192 / 128 problems
  * take the 256-wide instantiation with dropout (one instantiation fewer per path).
  *
+ * Bucket 512 (d or dv in 264..512; template CTAS = 2): a cluster of two CTAs per key block, the
+ * same kernel on each half of the head-dim columns. CTA r (cluster rank r, blockIdx.x = 2n + r for
+ * key block n) loads columns 256r .. 256r + 255 of Q, K, V and dO, owns those columns of dK, dV and
+ * dQ, and computes Sᵀ and dPᵀ over them only: partial sums, which the two CTAs exchange through
+ * each other's shared memory (st.async into the peer's receive buffer, counted on the peer's
+ * xchg_full mbarrier; fa_bwd_sm90_pair_send / _add) and add, so both hold the whole Sᵀ and dPᵀ and
+ * run the same mask, softmax, softcap, ALiBi and dropout bits. Per CTA everything else is the
+ * bucket-256 kernel: the same GEMMs, registers and dQ staging. The receive buffers (one fp32
+ * [64 keys, 32 queries] per consumer, used in turn by Sᵀ and dPᵀ) take the second score buffer's
+ * 16 KiB, so the consumers meet (PDS_EMPTY) before writing Pᵀ of the next iteration. Deterministic
+ * mode keeps four dQ turns per query block (two per CTA). Nothing is sent to the peer after its
+ * last message has been read, so a CTA may exit without a cluster barrier.
+ *
  * Varlen and windows exactly as the 64/128 kernel: K/V rows past the sequence and Q/dO rows past
  * it zeroed in shared memory before any GEMM (NaN in the next sequence's rows never reaches an
  * accumulator); keys past the sequence masked and not written; query blocks no key of the block
@@ -120,7 +134,11 @@ __device__ __forceinline__ bool fa_bwd_sm90_dq_odd_row(int lane) { return (lane 
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
+/* CTAS = 2: bucket 512's cluster pair (every size below is per CTA: 256 of the head-dim columns);
+ * one score buffer, whose second 16 KiB hold the exchange. */
+template <int CTAS = 1>
 struct fa_bwd_sm90_d256_config {
+    static constexpr int BUCKET = CTAS == 2 ? 512 : 256; /* sm90_tiles.h's name for this layout */
     static constexpr int D = 256;
     static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D); /* 64 queries per iteration */
     static constexpr int BLOCK_N = fa_hopper_bwd_block_n(D); /* 64 keys, shared by both consumers */
@@ -143,18 +161,23 @@ struct fa_bwd_sm90_d256_config {
     static constexpr uint32_t DQ_WARP_BYTES = 2 * DQ_BUF_BYTES;
     static constexpr uint32_t TILE_BYTES = BLOCK_N * BLOCK_M * 2; /* one Pᵀ or dSᵀ tile [64 keys][64 queries] */
     static constexpr int SCORE_TILES = fa_hopper_bwd_score_tiles(D); /* Pᵀ and dSᵀ per buffer */
+    static constexpr int SCORE_BUFFERS = fa_hopper_bwd_score_buffers(BUCKET);
+    static constexpr uint32_t XCHG_BYTES = fa_hopper_bwd_exchange_bytes(BUCKET); /* [consumer][4][128 threads] float4 */
     static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;            /* one LSE2 or D stage */
     static constexpr uint32_t K_OFFSET = 0;
     static constexpr uint32_t V_OFFSET = KV_BYTES;
     static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr uint32_t PDS_OFFSET = DO_OFFSET + DO_STAGES * Q_BYTES; /* [2 buffers][Pᵀ, dSᵀ] */
-    static constexpr uint32_t DQ_OFFSET = PDS_OFFSET + 2 * SCORE_TILES * TILE_BYTES;
+    static constexpr uint32_t XCHG_OFFSET = PDS_OFFSET + SCORE_BUFFERS * SCORE_TILES * TILE_BYTES;
+    static constexpr uint32_t DQ_OFFSET = XCHG_OFFSET + XCHG_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + 4 * CONSUMER_WGS * DQ_WARP_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
-    /* kv_full, stage_full[STAGES], do_full, stage_empty[STAGES][CONSUMER_WGS], do_empty[CONSUMER_WGS] */
-    static constexpr int NUM_BARRIERS = 1 + STAGES + 1 + STAGES * CONSUMER_WGS + CONSUMER_WGS;
+    /* kv_full, stage_full[STAGES], do_full, stage_empty[STAGES][CONSUMER_WGS], do_empty[CONSUMER_WGS];
+     * CTAS = 2: xchg_full[CONSUMER_WGS], xchg_free[CONSUMER_WGS] */
+    static constexpr int NUM_BARRIERS =
+        1 + STAGES + 1 + STAGES * CONSUMER_WGS + CONSUMER_WGS + (CTAS == 2 ? 2 * CONSUMER_WGS : 0);
     static constexpr uint32_t SMEM_BYTES = BAR_OFFSET + 8 * NUM_BARRIERS + 1024; /* + alignment slack */
     static constexpr uint32_t STAGE_TX = Q_BYTES; /* dO: Q_BYTES on do_full */
     static constexpr int FULL_ARRIVALS = 1 + 32; /* producer lane 0's expect_tx, then each lane after its stores */
@@ -166,14 +189,17 @@ struct fa_bwd_sm90_d256_config {
     static_assert(DO_STAGES == 1, "one dO buffer");
     static_assert(4 * CONSUMER_WGS * DQ_WARP_BYTES == fa_hopper_bwd_dq_staging_bytes(D), "dQ staging");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && PDS_OFFSET % 1024 == 0 &&
+                      XCHG_OFFSET % 16 == 0 &&
                       TILE_BYTES % 1024 == 0 && (HALF_M * 128) % 1024 == 0 && DQ_OFFSET % 1024 == 0 &&
                       DQ_BUF_BYTES % 1024 == 0,
                   "every slab, tile and query half on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(LSE_OFFSET % 16 == 0 && BAR_OFFSET % 8 == 0, "vector and mbarrier alignment");
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
-    static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(D), "sm90_tiles.h agrees with the barriers");
-    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(D), "sm90_tiles.h agrees with the layout");
+    static_assert(CTAS == fa_hopper_bwd_cluster_ctas(BUCKET) && D == fa_hopper_bwd_cta_cols(BUCKET), "CTAs per key block");
+    static_assert(XCHG_BYTES == (CTAS == 2 ? CONSUMER_WGS * 128 * (HALF_M / 2) * 4 : 0), "one partial per consumer thread");
+    static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(BUCKET), "sm90_tiles.h agrees with the barriers");
+    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
     static_assert(2 * KV_BYTES <= PDS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO buffers");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
@@ -184,14 +210,15 @@ struct fa_bwd_sm90_d256_config {
 template <int K_DIM>
 struct fa_bwd_sm90_d256_half_config {
     static constexpr int D = K_DIM;
-    static constexpr int BLOCK_M = fa_bwd_sm90_d256_config::HALF_M;
-    static constexpr uint32_t KV_SLAB_BYTES = fa_bwd_sm90_d256_config::KV_SLAB_BYTES;
-    static constexpr uint32_t Q_SLAB_BYTES = fa_bwd_sm90_d256_config::Q_SLAB_BYTES;
+    static constexpr int BLOCK_M = fa_bwd_sm90_d256_config<>::HALF_M;
+    static constexpr uint32_t KV_SLAB_BYTES = fa_bwd_sm90_d256_config<>::KV_SLAB_BYTES;
+    static constexpr uint32_t Q_SLAB_BYTES = fa_bwd_sm90_d256_config<>::Q_SLAB_BYTES;
 };
 
 /* Named barrier ids (0 is __syncthreads). */
 enum fa_bwd_sm90_d256_named_barrier {
     FA_HBWD256_BAR_PDS_FULL = 1, /* 256 consumer threads: both halves of Pᵀ and dSᵀ are in shared memory */
+    FA_HBWD256_BAR_PDS_EMPTY = 2, /* 256 consumer threads, one score buffer: the last GEMMs that read it retired */
     FA_HBWD256_BAR_KV_TAIL = 3,  /* 256 consumer threads, varlen: K/V rows past the sequence zeroed    */
     FA_HBWD256_BAR_Q_TAIL = 4    /* 256 consumer threads, varlen: Q/dO rows past the sequence zeroed   */
 };
@@ -209,9 +236,38 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
     const int i = lane / 8, r = lane % 8;
     const uint32_t row = (uint32_t)(16 * warp + 8 * (i & 1) + r);
 #pragma unroll
-    for (int kk = 0; kk < fa_bwd_sm90_d256_config::HALF_M / 16; ++kk) {
+    for (int kk = 0; kk < fa_bwd_sm90_d256_config<>::HALF_M / 16; ++kk) {
         const uint32_t chunk = (uint32_t)((half0 / 8 + 2 * kk + (i >> 1)) ^ r);
         stmatrix_x4(tile + row * 128 + chunk * 16, frag[kk]);
+    }
+}
+
+/* ---- the pair's exchange (CTAS = 2, bucket 512) ---------------------------------------------
+ * Each CTA of a pair computes Sᵀ and dPᵀ over its own 256 head-dim columns; the whole scores are
+ * the two partials added (a + b = b + a: both CTAs hold the same Sᵀ and dPᵀ, so they run the same
+ * mask, softmax and dropout bits). Thread tid of consumer c sends its HALF_M / 2 fp32 partials to
+ * thread tid of consumer c in the peer CTA, which holds the same accumulator elements: float4 k
+ * goes to byte (128k + tid)·16 of the peer's receive buffer (a warp's 16-byte accesses then cover
+ * 512 contiguous bytes, no bank conflict), by st.async, completing transactions on the peer's
+ * xchg_full[c]. */
+constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = 128 * (fa_bwd_sm90_d256_config<>::HALF_M / 2) * 4;
+
+__device__ __forceinline__ void fa_bwd_sm90_pair_send(const float (&x)[fa_bwd_sm90_d256_config<>::HALF_M / 2],
+                                                      uint32_t peer_buf, uint32_t peer_full, int tid) {
+#pragma unroll
+    for (int k = 0; k < fa_bwd_sm90_d256_config<>::HALF_M / 8; ++k)
+        st_async_v4_b32(peer_buf + (uint32_t)(128 * k + tid) * 16, x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3],
+                        peer_full);
+}
+
+__device__ __forceinline__ void fa_bwd_sm90_pair_add(float (&x)[fa_bwd_sm90_d256_config<>::HALF_M / 2], uint32_t buf,
+                                                     int tid) {
+#pragma unroll
+    for (int k = 0; k < fa_bwd_sm90_d256_config<>::HALF_M / 8; ++k) {
+        float r[4];
+        ld_shared_v4_f32(r, buf + (uint32_t)(128 * k + tid) * 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[4 * k + i] += r[i];
     }
 }
 
@@ -224,11 +280,11 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
  *     16 keys, SBO = 1024 B per 8): dQ_c = dS K[:, c];
  * B = two 64-column slabs (stride b_slab_bytes) of a 64-row stage or of K, read MN-major (SBO =
  * 1024 B, +2048 B per 16 rows). accumulate = 0 starts from zero. One commit group. */
-template <bool BF16, bool TRANS_A, int N = fa_bwd_sm90_d256_config::COLS>
-__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa_bwd_sm90_d256_config::COLS / 2],
+template <bool BF16, bool TRANS_A, int N = fa_bwd_sm90_d256_config<>::COLS>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa_bwd_sm90_d256_config<>::COLS / 2],
                                                             uint32_t a_tile, uint32_t b_cols, uint32_t b_slab_bytes,
                                                             int accumulate) {
-    using Cfg = fa_bwd_sm90_d256_config;
+    using Cfg = fa_bwd_sm90_d256_config<>;
     static_assert(N == 64 || N == Cfg::COLS, "a consumer's 128 columns, or 64");
     float(&acc)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc_cols);
     const uint64_t a_desc = TRANS_A ? wgmma_desc_sw128(a_tile, Cfg::TILE_BYTES, 1024) : wgmma_desc_sw128(a_tile, 16, 1024);
@@ -255,10 +311,10 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa
 
 /* Packed Pᵀ pairs (fa_bwd_sm90_pack's layout: frag[kk][x] holds elements i = 8kk + 2x, i + 1) with
  * the dropped halves cleared (an AND on the packed pair, as the 64/128 kernel's pack_kept). */
-__device__ __forceinline__ void fa_bwd_sm90_d256_clear_dropped(uint32_t (&frag)[fa_bwd_sm90_d256_config::HALF_M / 16][4],
+__device__ __forceinline__ void fa_bwd_sm90_d256_clear_dropped(uint32_t (&frag)[fa_bwd_sm90_d256_config<>::HALF_M / 16][4],
                                                                uint32_t keep) {
 #pragma unroll
-    for (int kk = 0; kk < fa_bwd_sm90_d256_config::HALF_M / 16; ++kk)
+    for (int kk = 0; kk < fa_bwd_sm90_d256_config<>::HALF_M / 16; ++kk)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
             const uint32_t two = keep >> (8 * kk + 2 * x);
@@ -281,8 +337,8 @@ struct fa_bwd_sm90_d256_role {
  * would give consumer 0 544: consumer 0 takes dK and dQ columns 0..127 (N = 128), consumer 1
  * dK and dQ columns 128..191 (N = 64) and all of dV (N = 128, dO slabs 0 and 1). Columns past
  * the extents are zeros in shared memory either way. */
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV, bool DROPOUT>
-__global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV, bool DROPOUT, int CTAS>
+__global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
                            const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 64, 1, 1}  */
@@ -292,15 +348,21 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                            const __grid_constant__ CUtensorMap tmap_dv, /* {dv, sk, hkv, b}, box {64, 64, 1, 1}: dV out */
                            const fa_bwd_sm90_params prm,
                            const fa_dropout_params dropout /* read iff DROPOUT */) {
-    using Cfg = fa_bwd_sm90_d256_config;
+    using Cfg = fa_bwd_sm90_d256_config<CTAS>;
     using Half = fa_bwd_sm90_d256_half_config<DQK>;    /* Sᵀ: K = d; also the probabilities' shape */
     using HalfDP = fa_bwd_sm90_d256_half_config<DV>;   /* dPᵀ: K = dv */
     static_assert((DQK == 256 && DV == 256) || (DQK == 192 && DV == 128), "the 256 and 192 / 128 extents");
+    static_assert(CTAS == 1 || (CTAS == 2 && DQK == 256 && DV == 256), "a pair takes 256 columns per CTA");
     static_assert(Cfg::HALF_M == 32, "dropout: one Philox call per lane covers 16 keys × 32 queries of a warp");
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
+    /* CTAS = 2: the pair (cluster ranks 0 and 1, blockIdx.x 2n and 2n + 1) shares key block n, CTA r
+     * holding head-dim columns col_base = 256r .. 256r + 255 of every tile */
+    const int rank = CTAS == 2 ? (int)cluster_ctarank() : 0;
+    const int col_base = Cfg::D * rank;
+    const int key_block = (int)blockIdx.x / CTAS;
     /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
-    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n_block = DET ? (int)(gridDim.x / CTAS - 1) - key_block : key_block;
     const int n0 = n_block * BLOCK_N, batch = blockIdx.z;
     const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm); /* group_splits = 1 here: the whole group */
     const int head_kv = heads.kv;
@@ -327,7 +389,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
 #pragma unroll
             for (int i = 0; i < COLS / 2; ++i) zero_rmem[i] = 0.0f;
             fa_bwd_sm90_store_dkdv_rows<COLS, BF16>(prm, zero_rmem, zero_rmem, n0 + 16 * (tid / 32) + (tid % 32) / 4,
-                                                    len_k, seq.k_start, batch, head_kv, COLS * (warpgroup - 1),
+                                                    len_k, seq.k_start, batch, head_kv, col_base + COLS * (warpgroup - 1),
                                                     2 * (tid % 4), prm.cu_seqlens_q != nullptr);
         }
         return;
@@ -350,6 +412,15 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     auto do_empty = [&](int c) -> uint32_t {
         return bars + 8u * (uint32_t)(2 + STAGES + STAGES * Cfg::CONSUMER_WGS + c);
     };
+    /* CTAS = 2: xchg_full[c] (1 arrival: consumer c's thread 0 arming the next message with its
+     * bytes, + the peer's st.async bytes) and xchg_free[c] (4 arrivals: the peer's consumer c warps
+     * have read our last message from their buffer) */
+    auto xchg_full = [&](int c) -> uint32_t {
+        return bars + 8u * (uint32_t)(2 + STAGES + STAGES * Cfg::CONSUMER_WGS + Cfg::CONSUMER_WGS + c);
+    };
+    auto xchg_free = [&](int c) -> uint32_t {
+        return bars + 8u * (uint32_t)(2 + STAGES + STAGES * Cfg::CONSUMER_WGS + 2 * Cfg::CONSUMER_WGS + c);
+    };
 
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
@@ -359,10 +430,20 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
         }
         mbarrier_init(do_full, 1);
         for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_init(do_empty(c), Cfg::EMPTY_ARRIVALS);
+        if constexpr (CTAS == 2)
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
+                mbarrier_init(xchg_full(c), 1);
+                mbarrier_init(xchg_free(c), 4);
+            }
         fence_mbarrier_init_release_cluster();
+        if constexpr (CTAS == 2) /* message 0's bytes expected */
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c)
+                mbarrier_arrive_expect_tx(xchg_full(c), FA_BWD_SM90_PAIR_MSG_BYTES);
     }
-    /* every thread sees initialised barriers before any wait or arrive */
-    __syncthreads();
+    /* every thread sees initialised barriers before any wait or arrive; a pair: the peer's too,
+     * before any remote store or arrival */
+    if constexpr (CTAS == 2) cluster_sync();
+    else __syncthreads();
 
     /* TMA coordinates: varlen maps are {d, total, heads, 1} */
     const int k_row = (varlen ? (int)seq.k_start : 0) + n0;
@@ -388,11 +469,11 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                                   [&](int phase) {
                 mbarrier_wait_parity(do_empty(0), phase);
                 mbarrier_wait_parity(do_empty(1), phase);
-            });
+            }, nullptr, 0, col_base);
         } else if (DET && warp <= Cfg::CONSUMER_WGS) {
-            /* the whole warp: turn keeper of consumer warp - 1's dQ columns */
+            /* the whole warp: turn keeper of consumer warp - 1's dQ columns (piece 2·rank + warp - 1) */
             fa_bwd_sm90_dq_turn_keeper(prm, walk, BLOCK_M, BLOCK_N, batch, heads, len_q, len_k, shift, warp - 1,
-                                       lane);
+                                       Cfg::CONSUMER_WGS * rank + warp - 1, Cfg::CONSUMER_WGS * CTAS, lane);
         }
         return;
     }
@@ -409,9 +490,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
      * columns col0 + ...) 8j + 2(l%4) + {0,1} */
     const int key0 = n0 + 16 * warp + lane / 4;
     const int col_in = 2 * (lane % 4);
-    const int col0 = COLS * consumer;                                         /* this consumer's columns */
-    const uint32_t col_slab_off = (uint32_t)(col0 / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
-    const uint32_t k_cols = k_smem + (uint32_t)(col0 / 64) * Cfg::KV_SLAB_BYTES;
+    const int col_local = COLS * consumer; /* this consumer's columns in the CTA's tiles */
+    const int col0 = col_base + col_local; /* ... and of the head */
+    const uint32_t col_slab_off = (uint32_t)(col_local / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
+    const uint32_t k_cols = k_smem + (uint32_t)(col_local / 64) * Cfg::KV_SLAB_BYTES;
     const int half0 = Cfg::HALF_M * consumer; /* this consumer's queries of Sᵀ / dPᵀ within a block */
     /* 192 / 128: consumer 1 takes dV (all 128 columns) and the 64 columns 128..191 of dK and dQ */
     constexpr bool MLA_SPLIT = DQK == 192;
@@ -419,6 +501,30 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     const uint32_t pds_smem = smem + Cfg::PDS_OFFSET;
     const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
     int dq_round = 0; /* this warp's staged reductions so far: buffer dq_round & 1 is next */
+    /* CTAS = 2: message m of this consumer (Sᵀ of iteration t: m = 2t, dPᵀ: 2t + 1) goes to the
+     * peer's buffer once the peer has read message m - 1 there (xchg_free, parity (m - 1) & 1),
+     * and the peer's arrives in ours (xchg_full, parity m & 1; thread 0 then arms message m + 1,
+     * whose bytes the peer sends only after our free signal of m, so never into an unarmed phase).
+     * After reading, each warp's lane 0 signals the peer's xchg_free, except after the last
+     * message: nothing is sent to a CTA that may have exited. */
+    [[maybe_unused]] uint32_t xchg_buf = 0, peer_buf = 0, peer_full = 0, peer_free = 0;
+    if constexpr (CTAS == 2) {
+        xchg_buf = smem + Cfg::XCHG_OFFSET + (uint32_t)consumer * FA_BWD_SM90_PAIR_MSG_BYTES;
+        peer_buf = mapa_shared_cluster(xchg_buf, (uint32_t)rank ^ 1u);
+        peer_full = mapa_shared_cluster(xchg_full(consumer), (uint32_t)rank ^ 1u);
+        peer_free = mapa_shared_cluster(xchg_free(consumer), (uint32_t)rank ^ 1u);
+    }
+    auto pair_exchange = [&](float(&x_rmem)[Cfg::HALF_M / 2], int msg, bool last) {
+        if (msg > 0) mbarrier_wait_parity_acquire_cluster(xchg_free(consumer), (uint32_t)(msg - 1) & 1u);
+        fa_bwd_sm90_pair_send(x_rmem, peer_buf, peer_full, tid);
+        mbarrier_wait_parity_acquire_cluster(xchg_full(consumer), (uint32_t)msg & 1u);
+        if (tid == 0) mbarrier_arrive_expect_tx(xchg_full(consumer), FA_BWD_SM90_PAIR_MSG_BYTES);
+        fa_bwd_sm90_pair_add(x_rmem, xchg_buf, tid);
+        if (!last) {
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive_remote(peer_free);
+        }
+    };
     if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
     /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: the keys [n0, n0 + 63]
      * run past the sequence (always), or the last key is right of the first row's window, or the
@@ -464,7 +570,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             /* this thread's pairs of queries half0 + 8j + col_in, + 1 start at these addresses (+32 B per j) */
             const uint32_t lse2_pair = lse2_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
             const uint32_t dvec_pair = dvec_smem + (uint32_t)(s * BLOCK_M + half0 + col_in) * 4;
-            const uint32_t p_tile = pds_smem + (uint32_t)(t & 1) * Cfg::SCORE_TILES * Cfg::TILE_BYTES;
+            const uint32_t p_tile =
+                pds_smem + (uint32_t)(Cfg::SCORE_BUFFERS == 2 ? t & 1 : 0) * Cfg::SCORE_TILES * Cfg::TILE_BYTES;
             const uint32_t ds_tile = p_tile + Cfg::TILE_BYTES;
 
             float s_rmem[Cfg::HALF_M / 2], dp_rmem[Cfg::HALF_M / 2];
@@ -492,6 +599,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
             wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
             for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(s_rmem[i]);
+            if constexpr (CTAS == 2) pair_exchange(s_rmem, 2 * t, false); /* + the peer's columns */
             /* softcap: Sᵀ -> tc = tanh(Sᵀ·scale / softcap) before the mask, which then writes tc = -inf */
             if constexpr (SOFTCAP) fa_bwd_sm90_softcap_tanh(s_rmem, prm.softcap_pre);
 
@@ -512,11 +620,15 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
                 fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
             }
             if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
+            /* one score buffer: both consumers' GEMMs of iteration t - 1 (which read it) have retired */
+            if constexpr (Cfg::SCORE_BUFFERS == 1)
+                if (t > 0) consumers_meet(FA_HBWD256_BAR_PDS_EMPTY);
             fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
 
             wgmma_wait_group<0>(); /* dPᵀ ready */
 #pragma unroll
             for (int i = 0; i < Cfg::HALF_M / 2; ++i) wgmma_fence_operand(dp_rmem[i]);
+            if constexpr (CTAS == 2) pair_exchange(dp_rmem, 2 * t + 1, t + 1 == iterations);
             if constexpr (DROPOUT) { /* dPᵀ -> Z∘dPᵀ (a factor 1 or 0: a NaN stays NaN) */
 #pragma unroll
                 for (int i = 0; i < Cfg::HALF_M / 2; ++i)
@@ -652,16 +764,16 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config::THREADS, 1)
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
     fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(
         &tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer, tid, 0, COLS / 64 * consumer, n0,
-        len_k, seq.k_start, batch, MLA_SPLIT ? 0 : COLS / 64 * consumer, has_dv);
+        len_k, seq.k_start, batch, MLA_SPLIT ? 0 : COLS / 64 * consumer, has_dv, col_base);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, int DQK = 256, int DV = 256>
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, int CTAS, int DQK = 256, int DV = 256>
 static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
                                          cudaStream_t stream) {
-    using Cfg = fa_bwd_sm90_d256_config;
-    static const char *const path = "the Hopper backward (d = 256)";
+    using Cfg = fa_bwd_sm90_d256_config<CTAS>;
+    static const char *const path = CTAS == 2 ? "the Hopper backward (d = 512)" : "the Hopper backward (d = 256)";
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
@@ -674,8 +786,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
-    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT>
-                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT>;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT, CTAS>
+                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT, CTAS>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -684,41 +796,76 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
     if (p->group_splits != 1 || p->heads_per_split != p->group)
-        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: the kv group is not split at bucket 256", path);
-    if ((st = fa_bwd_sm90_set_rotation(&prm, false, det, key_blocks)) != FA_OK) return st;
-    if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: the kv group is not split at buckets 256 and 512", path);
+    /* rotated walks need every CTA of a sequence resident: a pair is two per key block */
+    if ((st = fa_bwd_sm90_set_rotation(&prm, false, det, key_blocks * CTAS)) != FA_OK) return st;
+    if (key_blocks > INT32_MAX / CTAS || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
-    const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
-                                                            dropout != nullptr ? *dropout : fa_dropout_params{});
-    FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
+    const dim3 grid((unsigned)(key_blocks * CTAS), (unsigned)p->heads_kv, (unsigned)p->batch);
+    const fa_dropout_params drop = dropout != nullptr ? *dropout : fa_dropout_params{};
+    if constexpr (CTAS == 2) {
+        /* clusters of two CTAs along x: the pair of one key block */
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = grid;
+        config.blockDim = dim3(Cfg::THREADS);
+        config.dynamicSmemBytes = Cfg::SMEM_BYTES;
+        config.stream = stream;
+        config.attrs = attr;
+        config.numAttrs = 1;
+        FA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
+                                         drop),
+                      "Hopper backward (d = 512) kernel launch");
+        FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 512) kernel launch");
+    } else {
+        kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv,
+                                                                prm, drop);
+        FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
+    }
     return FA_OK;
 }
 
-/* The plain, softcap and LOG2 paths, each with and without dropout (DROPOUT: dropout != NULL). */
-template <bool DROPOUT>
+/* The plain, softcap and LOG2 paths, each with and without dropout (DROPOUT: dropout != NULL);
+ * CTAS = 2 at bucket 512. */
+template <bool DROPOUT, int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_path(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
     if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false, DROPOUT>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, true, false, DROPOUT>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, true, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
     if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true, DROPOUT>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, false, true, DROPOUT>(prm, dropout, device_ordinal, stream);
-    if (!DROPOUT && prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, false, 192, 128>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, false, false, false, 192, 128>(prm, dropout, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, DROPOUT>(prm, dropout, device_ordinal, stream)
-                : fa_bwd_sm90_d256_launch<false, false, false, DROPOUT>(prm, dropout, device_ordinal, stream);
+        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
+                    : fa_bwd_sm90_d256_launch<false, false, true, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
+    if constexpr (CTAS == 1)
+        if (!DROPOUT && prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
+            return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
+                                                                                          stream)
+                        : fa_bwd_sm90_d256_launch<false, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
+                                                                                           stream);
+    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
+                : fa_bwd_sm90_d256_launch<false, false, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
+}
+
+template <int CTAS>
+static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
+                                              int device_ordinal, cudaStream_t stream) {
+    return dropout != nullptr ? fa_bwd_sm90_d256_launch_path<true, CTAS>(prm, dropout, bf16, device_ordinal, stream)
+                              : fa_bwd_sm90_d256_launch_path<false, CTAS>(prm, nullptr, bf16, device_ordinal, stream);
 }
 
 extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                              int device_ordinal, cudaStream_t stream) {
-    if (fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v) != 256)
-        return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: not the Hopper backward's bucket 256",
+    const int bucket = fa_hopper_bwd_bucket(prm->head_dim, prm->head_dim_v);
+    if (bucket != 256 && bucket != 512)
+        return fa_set_error(FA_ERR_HEAD_DIM,
+                            "head_dim = %d, head_dim_v = %d: not the Hopper backward's bucket 256 or 512",
                             prm->head_dim, prm->head_dim_v);
     const bool bf16 = dtype == FA_DTYPE_BF16;
-    return dropout != nullptr ? fa_bwd_sm90_d256_launch_path<true>(prm, dropout, bf16, device_ordinal, stream)
-                              : fa_bwd_sm90_d256_launch_path<false>(prm, nullptr, bf16, device_ordinal, stream);
+    return bucket == 512 ? fa_bwd_sm90_d256_launch_ctas<2>(prm, dropout, bf16, device_ordinal, stream)
+                         : fa_bwd_sm90_d256_launch_ctas<1>(prm, dropout, bf16, device_ordinal, stream);
 }
