@@ -19,12 +19,18 @@
 #include "cuda/common/ptx.cuh"
 
 enum {
-    ASYNC_SUSPEND, /* the kernel's protocol: st.async, waits with the suspend-time hint           */
-    ASYNC_SPIN,    /* the same, waits without the hint                                          */
+    ASYNC_SUSPEND, /* the kernel's protocol: st.async; waits acquire.cluster with the suspend-time
+                      hint (SASS: CCTL.IVALL after each), free by arrive.release.cluster (SASS:
+                      MEMBAR.ALL.CTA + MEMBAR.ALL.GPU before each)                               */
+    ASYNC_SPIN,    /* the same, waits without the hint (acquire.cta)                             */
+    ASYNC_CTA,     /* CUTLASS's cluster-barrier form: waits and the remote arrive with the default
+                      (.cta) semantics, no CCTL / MEMBAR.GPU; suspended waits                    */
+    ASYNC_CTA_SPIN,/* the same, spinning waits                                                   */
     REMOTE_ST,     /* st.shared::cluster.v4 + every thread's release arrive on the peer's barrier */
     VARIANTS
 };
-static const char *const variant_name[VARIANTS] = {"st.async, suspended waits", "st.async, spinning waits",
+static const char *const variant_name[VARIANTS] = {"st.async, the kernel's form", "st.async, spinning waits",
+                                                   "st.async, .cta semantics", "st.async, .cta, spinning",
                                                    "remote st + 128 arrivals"};
 
 constexpr int THREADS = 384, VALUES = 16;
@@ -36,13 +42,26 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t remote, const float *x) {
                  : "memory");
 }
 
-template <bool SPIN>
+/* the remote arrive with default semantics (CUTLASS's ClusterBarrier::arrive(cta_id)) */
+__device__ __forceinline__ void arrive_remote_default(uint32_t remote_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+
+template <int V>
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
-    if constexpr (SPIN)
+    if constexpr (V == ASYNC_SPIN || V == ASYNC_CTA_SPIN)
         while (!mbarrier_try_wait_parity<false>(bar, parity)) {
         }
+    else if constexpr (V == ASYNC_CTA)
+        mbarrier_wait_parity(bar, parity);
     else
         mbarrier_wait_parity_acquire_cluster(bar, parity);
+}
+
+template <int V>
+__device__ __forceinline__ void arrive_free(uint32_t remote_bar) {
+    if constexpr (V == ASYNC_CTA || V == ASYNC_CTA_SPIN) arrive_remote_default(remote_bar);
+    else mbarrier_arrive_remote(remote_bar);
 }
 
 __device__ __forceinline__ void busy(long long cycles) {
@@ -81,7 +100,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1)
     const long long t0 = clock64();
     for (int m = 0; m < rounds; ++m) {
         busy(work);
-        if (m > 0) wait<V == ASYNC_SPIN>(free_bar, (uint32_t)(m - 1) & 1u);
+        if (m > 0) wait<V>(free_bar, (uint32_t)(m - 1) & 1u);
         if constexpr (V == REMOTE_ST) {
             for (int k = 0; k < VALUES / 4; ++k) st_cluster_v4(peer_buf + (uint32_t)(128 * k + tid) * 16, &x[4 * k]);
             mbarrier_arrive_remote(peer_full);
@@ -90,7 +109,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1)
                 st_async_v4_b32(peer_buf + (uint32_t)(128 * k + tid) * 16, x[4 * k], x[4 * k + 1], x[4 * k + 2],
                                 x[4 * k + 3], peer_full);
         }
-        wait<V == ASYNC_SPIN>(full, (uint32_t)m & 1u);
+        wait<V>(full, (uint32_t)m & 1u);
         if (V != REMOTE_ST && tid == 0) mbarrier_arrive_expect_tx(full, MSG_BYTES);
         for (int k = 0; k < VALUES / 4; ++k) {
             float r[4];
@@ -102,7 +121,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1)
                 mbarrier_arrive_remote(peer_free);
             } else {
                 __syncwarp();
-                if (lane == 0) mbarrier_arrive_remote(peer_free);
+                if (lane == 0) arrive_free<V>(peer_free);
             }
         }
     }
@@ -143,9 +162,11 @@ int main(void) {
     for (int v = 0; v < VARIANTS; ++v) {
         printf("%-28s", variant_name[v]);
         for (long long w : works) {
-            double c = v == ASYNC_SUSPEND ? run<ASYNC_SUSPEND>(clusters, rounds, w, cycles_d, sink)
-                       : v == ASYNC_SPIN  ? run<ASYNC_SPIN>(clusters, rounds, w, cycles_d, sink)
-                                          : run<REMOTE_ST>(clusters, rounds, w, cycles_d, sink);
+            double c = v == ASYNC_SUSPEND    ? run<ASYNC_SUSPEND>(clusters, rounds, w, cycles_d, sink)
+                       : v == ASYNC_SPIN     ? run<ASYNC_SPIN>(clusters, rounds, w, cycles_d, sink)
+                       : v == ASYNC_CTA      ? run<ASYNC_CTA>(clusters, rounds, w, cycles_d, sink)
+                       : v == ASYNC_CTA_SPIN ? run<ASYNC_CTA_SPIN>(clusters, rounds, w, cycles_d, sink)
+                                             : run<REMOTE_ST>(clusters, rounds, w, cycles_d, sink);
             printf(" | %8.0f", c);
         }
         printf("\n");
