@@ -139,32 +139,47 @@ __device__ __forceinline__ void fa_load_tile_items(uint32_t smem_tile, const uin
     }
 }
 
+/* The layout of every partial-score exchange (fa_pair_add_scores below; the Hopper forward's
+ * k-split tile, fa_hopper_exchange; the Hopper backward's CTA pairs): a thread's V4 float4 of
+ * accumulator fragments, float4 v at slot + v·STRIDE, where slot = a base + 16·(thread in its
+ * warp or warpgroup) and STRIDE = 16 × those threads: the threads' 16-byte accesses to one v
+ * cover contiguous bytes, without bank conflicts. Both sides hold the same elements in the same
+ * registers, and a + b = b + a exactly, so both end with the same scores. */
+template <int V4, uint32_t STRIDE>
+__device__ __forceinline__ void fa_store_partial_scores(uint32_t slot, const float *s) {
+#pragma unroll
+    for (int v = 0; v < V4; ++v) {
+        const uint32_t bits[4] = {__float_as_uint(s[4 * v]), __float_as_uint(s[4 * v + 1]),
+                                  __float_as_uint(s[4 * v + 2]), __float_as_uint(s[4 * v + 3])};
+        st_shared_v4_b32(slot + STRIDE * v, bits);
+    }
+}
+
+/* s += the other side's partial scores at `slot` (the layout above). */
+template <int V4, uint32_t STRIDE>
+__device__ __forceinline__ void fa_add_partial_scores(uint32_t slot, float *s) {
+#pragma unroll
+    for (int v = 0; v < V4; ++v) {
+        uint32_t x[4];
+        ld_shared_v4_b32(x, slot + STRIDE * v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[4 * v + e] += __uint_as_float(x[e]);
+    }
+}
+
 /* Two warps that split the k16 steps of the same rows' scores (the large-head forward and decode
  * kernels) add each other's partial sums: store this warp's V4 accumulator fragments, meet the
  * other warp (`partner`) at named barrier `barrier_id` (the two warps only), add the other's.
- * a + b = b + a exactly, so both end with the same scores. Lane l stores fragment v at
- * exchange_smem + (warp·V4 + v)·512 + 16·l: 512 contiguous bytes per warp and fragment, without
- * bank conflicts. The caller rewrites the slots only after a __syncthreads that the other warp
- * reaches after its reads. */
+ * Lane l's fragment v sits at exchange_smem + (warp·V4 + v)·512 + 16·l. The caller rewrites the
+ * slots only after a __syncthreads that the other warp reaches after its reads. */
 template <int V4>
 __device__ __forceinline__ void fa_pair_add_scores(uint32_t exchange_smem, int warp, int partner, int barrier_id,
                                                    int lane, float (*s)[4]) {
     const uint32_t mine = exchange_smem + (uint32_t)(warp * V4) * 512u + 16u * (uint32_t)lane;
     const uint32_t other = exchange_smem + (uint32_t)(partner * V4) * 512u + 16u * (uint32_t)lane;
-#pragma unroll
-    for (int v = 0; v < V4; ++v) {
-        const uint32_t bits[4] = {__float_as_uint(s[v][0]), __float_as_uint(s[v][1]), __float_as_uint(s[v][2]),
-                                  __float_as_uint(s[v][3])};
-        st_shared_v4_b32(mine + 512u * v, bits);
-    }
+    fa_store_partial_scores<V4, 512u>(mine, &s[0][0]);
     bar_sync(barrier_id, 64); /* the other warp's partial scores stored */
-#pragma unroll
-    for (int v = 0; v < V4; ++v) {
-        float x[4];
-        ld_shared_v4_f32(x, other + 512u * v);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[v][e] += x[e];
-    }
+    fa_add_partial_scores<V4, 512u>(other, &s[0][0]);
 }
 
 /* One step of a row's online softmax (the portable and decode kernels): the running max takes

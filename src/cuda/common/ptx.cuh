@@ -388,11 +388,21 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
  * with a suspend-time hint of 10 ms (CUTLASS's value) the thread sleeps until the phase completes;
  * without it the system's default limit is short, and a producer waiting out a whole tile spun
  * through try_wait millions of times per launch, taking issue slots from the consumer warps on
- * its scheduler. Acquire semantics on success. */
-template <bool SUSPEND>
+ * its scheduler. Acquire semantics on success, at CTA scope, or at cluster scope with
+ * ACQUIRE_CLUSTER (a phase completed by another CTA's arrivals; only with the hint). */
+template <bool SUSPEND, bool ACQUIRE_CLUSTER = false>
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
+    static_assert(SUSPEND || !ACQUIRE_CLUSTER, "cluster-scope waits carry the suspend-time hint");
     uint32_t done;
-    if constexpr (SUSPEND)
+    if constexpr (ACQUIRE_CLUSTER)
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity), "n"(10000000)
+            : "memory");
+    else if constexpr (SUSPEND)
         asm volatile(
             "{\n.reg .pred p;\n"
             "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
@@ -607,19 +617,11 @@ __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
 
-/* mbarrier.try_wait.parity with acquire at cluster scope (a phase completed by another CTA's
- * arrivals), looped; suspend-time hint as mbarrier_wait_parity's. */
+/* mbarrier_wait_parity with acquire at cluster scope (a phase completed by another CTA's
+ * arrivals). */
 __device__ __forceinline__ void mbarrier_wait_parity_acquire_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity), "n"(10000000)
-            : "memory");
-    } while (done == 0);
+    while (!mbarrier_try_wait_parity<true, true>(bar, parity)) {
+    }
 }
 
 /* barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every non-exited thread of the

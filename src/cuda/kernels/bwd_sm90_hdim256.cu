@@ -94,8 +94,8 @@
  * key block n) loads columns 256r .. 256r + 255 of Q, K, V and dO, owns those columns of dK, dV and
  * dQ, and computes Sᵀ and dPᵀ over them only: partial sums, which the two CTAs exchange through
  * each other's shared memory (st.async into the peer's receive buffer, counted on the peer's
- * xchg_full mbarrier; fa_bwd_sm90_pair_send / _add) and add, so both hold the whole Sᵀ and dPᵀ and
- * run the same mask, softmax, softcap, ALiBi and dropout bits. Per CTA everything else is the
+ * xchg_full mbarrier; fa_bwd_sm90_pair_send, fa_add_partial_scores) and add, so both hold the
+ * whole Sᵀ and dPᵀ and run the same mask, softmax, softcap, ALiBi and dropout bits. Per CTA everything else is the
  * bucket-256 kernel: the same GEMMs, registers and dQ staging. The receive buffers (one fp32
  * [64 keys, 32 queries] per consumer, used in turn by Sᵀ and dPᵀ) take the second score buffer's
  * 16 KiB, so the consumers meet (PDS_EMPTY) before writing Pᵀ of the next iteration. Deterministic
@@ -244,31 +244,21 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
 
 /* ---- the pair's exchange (CTAS = 2, bucket 512) ---------------------------------------------
  * Each CTA of a pair computes Sᵀ and dPᵀ over its own 256 head-dim columns; the whole scores are
- * the two partials added (a + b = b + a: both CTAs hold the same Sᵀ and dPᵀ, so they run the same
- * mask, softmax and dropout bits). Thread tid of consumer c sends its HALF_M / 2 fp32 partials to
- * thread tid of consumer c in the peer CTA, which holds the same accumulator elements: float4 k
- * goes to byte (128k + tid)·16 of the peer's receive buffer (a warp's 16-byte accesses then cover
- * 512 contiguous bytes, no bank conflict), by st.async, completing transactions on the peer's
- * xchg_full[c]. */
-constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = 128 * (fa_bwd_sm90_d256_config<>::HALF_M / 2) * 4;
+ * the two partials added (both CTAs hold the same Sᵀ and dPᵀ, so they run the same mask, softmax
+ * and dropout bits). Thread tid of consumer c sends its HALF_M / 2 fp32 partials to thread tid of
+ * consumer c in the peer CTA, which holds the same accumulator elements, in cuda_common.cuh's
+ * partial-score layout (slot 16·tid, stride 2048 bytes), by st.async, completing transactions on
+ * the peer's xchg_full[c]; the receiver adds them with fa_add_partial_scores. */
+constexpr int FA_BWD_SM90_PAIR_V4 = fa_bwd_sm90_d256_config<>::HALF_M / 8; /* float4 per thread */
+constexpr uint32_t FA_BWD_SM90_PAIR_STRIDE = 128 * 16;
+constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = FA_BWD_SM90_PAIR_V4 * FA_BWD_SM90_PAIR_STRIDE;
 
 __device__ __forceinline__ void fa_bwd_sm90_pair_send(const float (&x)[fa_bwd_sm90_d256_config<>::HALF_M / 2],
-                                                      uint32_t peer_buf, uint32_t peer_full, int tid) {
+                                                      uint32_t peer_slot, uint32_t peer_full) {
 #pragma unroll
-    for (int k = 0; k < fa_bwd_sm90_d256_config<>::HALF_M / 8; ++k)
-        st_async_v4_b32(peer_buf + (uint32_t)(128 * k + tid) * 16, x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3],
+    for (int v = 0; v < FA_BWD_SM90_PAIR_V4; ++v)
+        st_async_v4_b32(peer_slot + FA_BWD_SM90_PAIR_STRIDE * v, x[4 * v], x[4 * v + 1], x[4 * v + 2], x[4 * v + 3],
                         peer_full);
-}
-
-__device__ __forceinline__ void fa_bwd_sm90_pair_add(float (&x)[fa_bwd_sm90_d256_config<>::HALF_M / 2], uint32_t buf,
-                                                     int tid) {
-#pragma unroll
-    for (int k = 0; k < fa_bwd_sm90_d256_config<>::HALF_M / 8; ++k) {
-        float r[4];
-        ld_shared_v4_f32(r, buf + (uint32_t)(128 * k + tid) * 16);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) x[4 * k + i] += r[i];
-    }
 }
 
 /* acc [64 rows, N columns] (+)= A [64 rows, 64] times B [64, N columns], K = 64 (4 k16 steps), N =
@@ -516,10 +506,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     }
     auto pair_exchange = [&](float(&x_rmem)[Cfg::HALF_M / 2], int msg, bool last) {
         if (msg > 0) mbarrier_wait_parity_acquire_cluster(xchg_free(consumer), (uint32_t)(msg - 1) & 1u);
-        fa_bwd_sm90_pair_send(x_rmem, peer_buf, peer_full, tid);
+        fa_bwd_sm90_pair_send(x_rmem, peer_buf + 16u * (uint32_t)tid, peer_full);
         mbarrier_wait_parity_acquire_cluster(xchg_full(consumer), (uint32_t)msg & 1u);
         if (tid == 0) mbarrier_arrive_expect_tx(xchg_full(consumer), FA_BWD_SM90_PAIR_MSG_BYTES);
-        fa_bwd_sm90_pair_add(x_rmem, xchg_buf, tid);
+        fa_add_partial_scores<FA_BWD_SM90_PAIR_V4, FA_BWD_SM90_PAIR_STRIDE>(xchg_buf + 16u * (uint32_t)tid, x_rmem);
         if (!last) {
             __syncwarp();
             if (lane == 0) mbarrier_arrive_remote(peer_free);

@@ -402,32 +402,20 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV_WG / 
 }
 
 /* k-split (bucket 512): S = this consumer's partial scores + the other's. Each stores its partial
- * S in fragment order (thread t of either consumer holds the same (row, key) elements: float4 i
- * of thread t at [i][t], 16-byte stores and loads without bank conflicts) into its half of
- * exchange buffer `parity` (key tiles alternate), the two meet at the EXCHANGE barrier, and each
- * adds the other's (x0 + x1 in both: the same sums, so both run the same softmax). A buffer is
- * rewritten two key tiles later, after the next exchange barrier, which the other consumer
- * reaches only after its loads of this one. */
+ * S (cuda_common.cuh's partial-score layout, per warpgroup thread: stride 2048 bytes) into its half
+ * of exchange buffer `parity` (key tiles alternate), the two meet at the EXCHANGE barrier, and each
+ * adds the other's (both then run the same softmax). A buffer is rewritten two key tiles later,
+ * after the next exchange barrier, which the other consumer reaches only after its loads of this
+ * one. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_exchange(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t x_smem, int consumer,
                                                    uint32_t parity, int tid) {
     const uint32_t buf = x_smem + parity * 2u * Cfg::X_WG_BYTES;
     const uint32_t mine = buf + (uint32_t)consumer * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
     const uint32_t other = buf + (uint32_t)(consumer ^ 1) * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_N / 8; ++i) {
-        const uint32_t v[4] = {__float_as_uint(s_rmem[4 * i]), __float_as_uint(s_rmem[4 * i + 1]),
-                               __float_as_uint(s_rmem[4 * i + 2]), __float_as_uint(s_rmem[4 * i + 3])};
-        st_shared_v4_b32(mine + (uint32_t)i * 2048u, v);
-    }
+    fa_store_partial_scores<Cfg::BLOCK_N / 8, 2048u>(mine, s_rmem);
     bar_sync(FA_HOPPER_BAR_EXCHANGE, 256);
-#pragma unroll
-    for (int i = 0; i < Cfg::BLOCK_N / 8; ++i) {
-        uint32_t v[4];
-        ld_shared_v4_b32(v, other + (uint32_t)i * 2048u);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s_rmem[4 * i + e] += __uint_as_float(v[e]);
-    }
+    fa_add_partial_scores<Cfg::BLOCK_N / 8, 2048u>(other, s_rmem);
 }
 
 /* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
