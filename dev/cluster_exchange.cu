@@ -42,9 +42,20 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t remote, const float *x) {
                  : "memory");
 }
 
-/* the remote arrive with default semantics (CUTLASS's ClusterBarrier::arrive(cta_id)) */
-__device__ __forceinline__ void arrive_remote_default(uint32_t remote_bar) {
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+/* the earlier forms: the remote arrive with release at cluster scope, the wait with acquire at
+ * cluster scope (suspend-time hint as mbarrier_wait_parity) */
+__device__ __forceinline__ void arrive_remote_release_cluster(uint32_t remote_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ void wait_acquire_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity), "n"(10000000)
+                     : "memory");
 }
 
 template <int V>
@@ -55,13 +66,13 @@ __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
     else if constexpr (V == ASYNC_CTA)
         mbarrier_wait_parity(bar, parity);
     else
-        mbarrier_wait_parity_acquire_cluster(bar, parity);
+        wait_acquire_cluster(bar, parity);
 }
 
 template <int V>
 __device__ __forceinline__ void arrive_free(uint32_t remote_bar) {
-    if constexpr (V == ASYNC_CTA || V == ASYNC_CTA_SPIN) arrive_remote_default(remote_bar);
-    else mbarrier_arrive_remote(remote_bar);
+    if constexpr (V == ASYNC_CTA || V == ASYNC_CTA_SPIN) mbarrier_arrive_remote(remote_bar);
+    else arrive_remote_release_cluster(remote_bar);
 }
 
 __device__ __forceinline__ void busy(long long cycles) {
@@ -103,7 +114,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1)
         if (m > 0) wait<V>(free_bar, (uint32_t)(m - 1) & 1u);
         if constexpr (V == REMOTE_ST) {
             for (int k = 0; k < VALUES / 4; ++k) st_cluster_v4(peer_buf + (uint32_t)(128 * k + tid) * 16, &x[4 * k]);
-            mbarrier_arrive_remote(peer_full);
+            arrive_remote_release_cluster(peer_full);
         } else {
             for (int k = 0; k < VALUES / 4; ++k)
                 st_async_v4_b32(peer_buf + (uint32_t)(128 * k + tid) * 16, x[4 * k], x[4 * k + 1], x[4 * k + 2],
@@ -118,7 +129,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1)
         }
         if (m + 1 < rounds) {
             if constexpr (V == REMOTE_ST) {
-                mbarrier_arrive_remote(peer_free);
+                arrive_remote_release_cluster(peer_free);
             } else {
                 __syncwarp();
                 if (lane == 0) arrive_free<V>(peer_free);

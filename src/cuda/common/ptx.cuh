@@ -388,21 +388,12 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
  * with a suspend-time hint of 10 ms (CUTLASS's value) the thread sleeps until the phase completes;
  * without it the system's default limit is short, and a producer waiting out a whole tile spun
  * through try_wait millions of times per launch, taking issue slots from the consumer warps on
- * its scheduler. Acquire semantics on success, at CTA scope, or at cluster scope with
- * ACQUIRE_CLUSTER (a phase completed by another CTA's arrivals; only with the hint). */
-template <bool SUSPEND, bool ACQUIRE_CLUSTER = false>
+ * its scheduler. Acquire semantics on success at CTA scope (the default), also for phases
+ * completed by another CTA of the cluster (see mbarrier_arrive_remote). */
+template <bool SUSPEND>
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
-    static_assert(SUSPEND || !ACQUIRE_CLUSTER, "cluster-scope waits carry the suspend-time hint");
     uint32_t done;
-    if constexpr (ACQUIRE_CLUSTER)
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2, %3;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity), "n"(10000000)
-            : "memory");
-    else if constexpr (SUSPEND)
+    if constexpr (SUSPEND)
         asm volatile(
             "{\n.reg .pred p;\n"
             "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
@@ -610,18 +601,13 @@ __device__ __forceinline__ void st_async_v4_b32(uint32_t remote_addr, float x, f
                  : "memory");
 }
 
-/* mbarrier.arrive.release.cluster on a barrier of another CTA of the cluster (address from mapa):
- * this thread's earlier accesses (and those ordered before it, e.g. by __syncwarp) happen before
- * the phase completes for that CTA's waiters. */
+/* mbarrier.arrive on a barrier of another CTA of the cluster (address from mapa), with the
+ * default semantics, release at CTA scope, as CUTLASS's ClusterBarrier::arrive(cta_id) frees a
+ * peer's stage: the hazard is this warp's reads of a buffer before the peer's next st.async into
+ * it, and those reads' values are consumed before the arrive is issued. (.release.cluster compiles
+ * to MEMBAR.ALL.GPU, which stalls the warp until its own st.async to the peer are performed.) */
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
-}
-
-/* mbarrier_wait_parity with acquire at cluster scope (a phase completed by another CTA's
- * arrivals). */
-__device__ __forceinline__ void mbarrier_wait_parity_acquire_cluster(uint32_t bar, uint32_t parity) {
-    while (!mbarrier_try_wait_parity<true, true>(bar, parity)) {
-    }
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
 
 /* barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every non-exited thread of the

@@ -505,9 +505,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
         peer_free = mapa_shared_cluster(xchg_free(consumer), (uint32_t)rank ^ 1u);
     }
     auto pair_exchange = [&](float(&x_rmem)[Cfg::HALF_M / 2], int msg, bool last) {
-        if (msg > 0) mbarrier_wait_parity_acquire_cluster(xchg_free(consumer), (uint32_t)(msg - 1) & 1u);
+        if (msg > 0) mbarrier_wait_parity(xchg_free(consumer), (uint32_t)(msg - 1) & 1u);
         fa_bwd_sm90_pair_send(x_rmem, peer_buf + 16u * (uint32_t)tid, peer_full);
-        mbarrier_wait_parity_acquire_cluster(xchg_full(consumer), (uint32_t)msg & 1u);
+        mbarrier_wait_parity(xchg_full(consumer), (uint32_t)msg & 1u);
         if (tid == 0) mbarrier_arrive_expect_tx(xchg_full(consumer), FA_BWD_SM90_PAIR_MSG_BYTES);
         fa_add_partial_scores<FA_BWD_SM90_PAIR_V4, FA_BWD_SM90_PAIR_STRIDE>(xchg_buf + 16u * (uint32_t)tid, x_rmem);
         if (!last) {
