@@ -73,8 +73,8 @@ FA_TEST(tiles_hopper_forward) {
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > %d", b, smem, SMEM_SM90);
         int m = fa_hopper_block_m(b), n = fa_hopper_block_n(b);
         FA_CHECK(m % 64 == 0 && fa_hopper_consumers(b) >= 2 && fa_hopper_consumers(b) <= 3 &&
-                     fa_hopper_consumers(b) == (fa_hopper_ksplit(b) ? 2 : m / 64),
-                 "bucket %d: 2 or 3 consumer warpgroups (%d rows), one per 64 rows or the k-split pair", b, m);
+                     fa_hopper_consumers(b) == m / 64,
+                 "bucket %d: 2 or 3 consumer warpgroups (%d rows), one per 64 rows", b, m);
         FA_CHECK(n % 16 == 0 && n <= 256 && (size_t)n * 128 % 1024 == 0,
                  "bucket %d: BLOCK_N %d: k16 steps, TMA box <= 256, slabs on 1024-byte atoms", b, n);
         FA_CHECK(fa_hopper_stages(b) >= 2, "bucket %d: a ring of at least 2 stages", b);
@@ -82,16 +82,19 @@ FA_TEST(tiles_hopper_forward) {
         FA_CHECK(fa_hopper_q_bytes(b) % 1024 == 0 && fa_hopper_o_bytes(b) % 1024 == 0 &&
                      fa_hopper_k_bytes(b) % 1024 == 0 && fa_hopper_v_bytes(b) % 1024 == 0,
                  "bucket %d: alignment", b);
-        FA_CHECK(fa_hopper_dv(b) <= fa_hopper_dqk(b) && fa_hopper_dqk(b) % 64 == 0 && fa_hopper_dv(b) % 64 == 0,
-                 "bucket %d: whole slabs, O fits Q's buffer", b);
+        FA_CHECK(fa_hopper_dv(b) <= fa_hopper_dqk(b) && fa_hopper_cta_dqk(b) % 64 == 0 && fa_hopper_cta_dv(b) % 64 == 0 &&
+                     fa_hopper_cta_dqk(b) <= 256 && fa_hopper_cta_dqk(b) * fa_hopper_fwd_cluster_ctas(b) == fa_hopper_dqk(b),
+                 "bucket %d: whole slabs per CTA, at most 256 columns (wgmma N), O fits Q's buffer", b);
         size_t with_o = fa_hopper_q_bytes(b) + fa_hopper_o_bytes(b) +
                         (size_t)fa_hopper_stages(b) * (fa_hopper_k_bytes(b) + fa_hopper_v_bytes(b)) +
                         fa_hopper_exchange_bytes(b) + fa_hopper_barrier_bytes(b) + 1024;
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
-        FA_CHECK(fa_hopper_persistent(b, 0, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_persistent(b, 1, 0) &&
-                     fa_hopper_dynamic(b, 1, 0) == fa_hopper_o_own_buffer(b) && !fa_hopper_dynamic(b, 0, 0) &&
-                     fa_hopper_persistent(b, 0, 1) && fa_hopper_dynamic(b, 1, 1),
-                 "bucket %d: own O (or fp8): persistent for even tiles, the dynamic schedule for causal-like", b);
+        const int one_cta = fa_hopper_fwd_cluster_ctas(b) == 1;
+        FA_CHECK(fa_hopper_persistent(b, 0, 0) == (one_cta && fa_hopper_o_own_buffer(b)) && !fa_hopper_persistent(b, 1, 0) &&
+                     fa_hopper_dynamic(b, 1, 0) == (one_cta && fa_hopper_o_own_buffer(b)) && !fa_hopper_dynamic(b, 0, 0) &&
+                     fa_hopper_persistent(b, 0, 1) == one_cta && fa_hopper_dynamic(b, 1, 1) == one_cta,
+                 "bucket %d: own O (or fp8): persistent for even tiles, the dynamic schedule for causal-like; "
+                 "CTA pairs: one cluster per tile", b);
     }
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(128, 128, 128) && fa_hopper_fwd_mods_blocks_ok(192, 256, 384) &&
                  fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&
@@ -123,22 +126,26 @@ FA_TEST(tiles_hopper_forward) {
     FA_CHECK(fa_hopper_bucket(32, 32) == 0 && fa_hopper_bucket(32, 128) == 0 && fa_hopper_bucket(100, 100) == 0 &&
                  fa_hopper_bucket(520, 512) == 0 && fa_hopper_bucket(576, 512) == 0 && fa_hopper_bucket(512, 516) == 0,
              "below 64, non-multiples of 8 and > 512 are not covered");
-    /* bucket 512: the k-split tile (64 rows, both consumers on them, 32 keys), forward only */
+    /* bucket 512: CTA pairs, each the bucket-256 tile (128 rows, two consumers) on 256 columns, 64 keys */
     FA_CHECK(fa_hopper_bucket(264, 264) == 512 && fa_hopper_bucket(512, 512) == 512 && fa_hopper_bucket(320, 64) == 512 &&
-                 fa_hopper_bucket(128, 512) == 512 && fa_hopper_ksplit(512) && !fa_hopper_ksplit(256) &&
-                 fa_hopper_block_m(512) == 64 && fa_hopper_block_n(512) == 32 && fa_hopper_consumers(512) == 2,
-             "d or dv in 264..512: bucket 512, 64 x 32 tiles on two consumers");
-    FA_CHECK(fa_hopper_smem_bytes(512) == 64 * 1024 + 2 * (32 + 32) * 1024 + 32 * 1024 + 8 * 10 + 16 + 16 * 2 + 1024 &&
-                 fa_hopper_exchange_bytes(512) == 32 * 1024 && fa_hopper_exchange_bytes(256) == 0 &&
-                 !fa_hopper_o_own_buffer(512) && !fa_hopper_pingpong(512),
-             "bucket 512: Q 64 KiB + 2 stages of K and V 32 KiB + the score exchange 32 KiB; O in Q's buffer");
+                 fa_hopper_bucket(128, 512) == 512 && fa_hopper_fwd_cluster_ctas(512) == 2 &&
+                 fa_hopper_fwd_cluster_ctas(256) == 1 && fa_hopper_cta_dqk(512) == 256 && fa_hopper_cta_dv(512) == 256 &&
+                 fa_hopper_cta_dqk(256) == 256 && fa_hopper_cta_dv(192) == 128 && fa_hopper_block_m(512) == 128 &&
+                 fa_hopper_block_n(512) == 64 && fa_hopper_consumers(512) == 2,
+             "d or dv in 264..512: bucket 512, a CTA pair per 128 x 64 tile, 256 columns per CTA");
+    FA_CHECK(fa_hopper_smem_bytes(512) == 64 * 1024 + 2 * (32 + 32) * 1024 + 32 * 1024 + 8 * 14 + 16 + 16 * 2 + 1024 &&
+                 fa_hopper_smem_bytes(512) <= SMEM_SM90 && fa_hopper_exchange_bytes(512) == 32 * 1024 &&
+                 fa_hopper_exchange_bytes(256) == 0 && fa_hopper_fwd_barriers(512) == 14 &&
+                 fa_hopper_fwd_barriers(256) == 10 && !fa_hopper_o_own_buffer(512) && !fa_hopper_pingpong(512),
+             "bucket 512: Q 64 KiB + 2 stages of K and V 32 KiB + two receive buffers of 16 KiB, four exchange "
+             "barriers; O in Q's buffer");
     FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 512 && fa_hopper_bwd_bucket(264, 128) == 512 &&
                  fa_hopper_pack_heads(512, 4, 8) == 0,
              "bucket 512: the Hopper backward's CTA pairs; no packed GQA tiles in the forward");
-    FA_CHECK(fa_hopper_fwd_mods_blocks_ok(512, 0, 0) && fa_hopper_fwd_mods_blocks_ok(512, 64, 32) &&
-                 fa_hopper_fwd_mods_blocks_ok(512, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(512, 32, 32) &&
-                 !fa_hopper_fwd_mods_blocks_ok(512, 64, 48),
-             "bucket 512 with score modifications: a block mask in whole 64 x 32 tiles");
+    FA_CHECK(fa_hopper_fwd_mods_blocks_ok(512, 0, 0) && fa_hopper_fwd_mods_blocks_ok(512, 128, 64) &&
+                 fa_hopper_fwd_mods_blocks_ok(512, 128, 128) && !fa_hopper_fwd_mods_blocks_ok(512, 64, 32) &&
+                 !fa_hopper_fwd_mods_blocks_ok(512, 128, 96),
+             "bucket 512 with score modifications: a block mask in whole 128 x 64 tiles");
 }
 
 /* The head-grouped heavy-first order visits every (unit, query block) exactly once; within a

@@ -1,15 +1,15 @@
 /*
  * tests/gpu/large_heads.c: fa_forward and fa_backward on CUDA at head dims above 256
- * (`fa_gpu_tests large [small]`; on sm_90 up to 512 the forward is the Hopper kernel's k-split
- * tile, 64 rows × 32 keys, and the backward the bucket-256 kernel in CTA pairs; the rest the
+ * (`fa_gpu_tests large [small]`; on sm_90 up to 512 the forward is the bucket-256 Hopper tile in
+ * CTA pairs, 128 rows × 64 keys, and the backward the bucket-256 kernel in CTA pairs; the rest the
  * mma.sync kernels): Gemma-class d = 512, MLA's absorbed 576 / 512, odd
  * sizes (264, 320, 384, 448), dv ≠ d, forward and backward, each with the float64 oracle's rule (fa_case_run poisons
  * every output with NaN and counts the elements left unwritten):
  *   1. random problems from a fresh seed (printed): sq != sk, GQA/MQA, varlen with empty
  *      sequences, causal with fully masked rows, windows, softcap, ALiBi, sinks, dropout, every
  *      layout, f16 and bf16, the deterministic backward;
- *   2. fixed problems at the tile edges (one key, one query, 31/33 keys around the 32-key tile,
- *      65 queries around the 64-row block);
+ *   2. fixed problems at the tile edges (one key, one query, 31/33 and 63/65 keys around the
+ *      backward's and forward's key tiles, 65 and 127/129 queries around their row blocks);
  *   3. refusals: d = 584, dv = 520 (forward and backward) return FA_ERR_HEAD_DIM with a message
  *      naming the field, and write nothing.
  * `small` runs a few small problems (for compute-sanitizer).
@@ -97,12 +97,13 @@ static void random_cases(int count, int small) {
     }
 }
 
-/* 2. tile edges: keys around the 32-key tile, queries around the 64-row block */
+/* 2. tile edges: keys around the 32- and 64-key tiles, queries around the 64- and 128-row blocks */
 static void edge_cases(void) {
     static const int64_t shapes[][7] = {
         /* d, dv, batch, sq, sk, hq, hkv */
         {512, 512, 2, 1, 1, 2, 1},   {512, 512, 1, 65, 31, 4, 2}, {512, 512, 1, 64, 33, 2, 2},
         {512, 128, 2, 129, 97, 4, 1}, {576, 512, 1, 65, 200, 8, 1}, {320, 320, 1, 100, 63, 3, 3},
+        {512, 512, 1, 127, 65, 2, 1}, {384, 384, 2, 129, 63, 2, 2},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int causal = 0; causal < 2; causal++) {

@@ -304,15 +304,15 @@ static void block_cases(int small) {
 }
 
 /* Shapes the Hopper kernels' MODS instantiations take on sm_90 (forward: head dims 64 to 512,
- * block masks of whole Hopper tiles, 128 × 128 multiples, 320 keys at d = 256, 64 × 96 at d = 512
- * (64 × 32 tiles); backward: d 64 to 128, without softcap): block lists with and without bit masks, a bias with its gradient,
+ * block masks of whole Hopper tiles, 128 × 128 multiples, 320 keys at d = 256, 128 × 192 at
+ * d = 512 (128 × 64 tiles); backward: d 64 to 128, without softcap): block lists with and without bit masks, a bias with its gradient,
  * document ids, a window inside partial blocks, varlen, MQA with the group split over CTAs. */
 static void hopper_cases(int small) {
     static const int64_t shapes[][8] = {{2, 300, 700, 4, 2, 128, 128, 128}, {1, 513, 257, 4, 4, 96, 256, 128},
                                         {2, 200, 700, 2, 1, 256, 128, 320}, {1, 129, 1000, 6, 2, 128, 128, 256},
                                         {1, 200, 600, 8, 1, 128, 128, 128}, {2, 260, 390, 4, 2, 64, 128, 128},
-                                        {1, 200, 500, 4, 2, 512, 64, 96}};
-    /* `small` (the sanitizers' run): the first shape and the d = 512 one (the k-split tile) */
+                                        {1, 200, 500, 4, 2, 512, 128, 192}};
+    /* `small` (the sanitizers' run): the first shape and the d = 512 one (CTA pairs) */
     static const int order[] = {0, 6, 1, 2, 3, 4, 5};
     const int n_shapes = small ? 2 : 7;
     for (int oi = 0; oi < n_shapes; oi++)

@@ -139,8 +139,8 @@ __device__ __forceinline__ void fa_load_tile_items(uint32_t smem_tile, const uin
     }
 }
 
-/* The layout of every partial-score exchange (fa_pair_add_scores below; the Hopper forward's
- * k-split tile, fa_hopper_exchange; the Hopper backward's CTA pairs): a thread's V4 float4 of
+/* The layout of every partial-score exchange (fa_pair_add_scores below; the bucket-512 Hopper
+ * kernels' CTA pairs, fa_pair_exchange): a thread's V4 float4 of
  * accumulator fragments, float4 v at slot + v·STRIDE, where slot = a base + 16·(thread in its
  * warp or warpgroup) and STRIDE = 16 × those threads: the threads' 16-byte accesses to one v
  * cover contiguous bytes, without bank conflicts. Both sides hold the same elements in the same
@@ -164,6 +164,40 @@ __device__ __forceinline__ void fa_add_partial_scores(uint32_t slot, float *s) {
         ld_shared_v4_b32(x, slot + STRIDE * v);
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[4 * v + e] += __uint_as_float(x[e]);
+    }
+}
+
+/* A CTA pair's partial-score exchange (a thread-block cluster of two; the bucket-512 Hopper
+ * forward and backward, each CTA on half of the head-dim columns): thread tid of a 128-thread
+ * warpgroup sends its V4 float4 of partial scores to the same thread of the same warpgroup in the
+ * peer CTA, which holds the same accumulator elements, in the layout above (stride 2048 bytes), by
+ * st.async completing transactions on the peer's `full` mbarrier; then it adds the peer's from its
+ * own buffer. Message m goes into the peer's buffer once the peer has read message m - 1 there
+ * (our `free` barrier, 4 arrivals: the peer warpgroup's warps, parity (m - 1) & 1); the peer's
+ * message m lands in ours (`full`, parity m & 1), whose next phase thread 0 then arms with the
+ * next message's bytes (the peer sends it only after our free signal for m, so never into an
+ * unarmed phase). After reading, each warp's lane 0 frees the peer's buffer, except after the last
+ * message: nothing is sent to a CTA that may have exited. */
+struct fa_pair_link {
+    uint32_t slot, peer_slot;     /* this thread's slot (base + 16·tid) in our buffer, in the peer's */
+    uint32_t full, peer_full;     /* our receive buffer's full mbarrier, the peer's (mapa)         */
+    uint32_t free_bar, peer_free; /* our send side's free mbarrier, the peer's (mapa)              */
+};
+
+template <int V4>
+__device__ __forceinline__ void fa_pair_exchange(const fa_pair_link &l, float *x, int msg, bool last, int tid,
+                                                 int lane) {
+    constexpr uint32_t STRIDE = 128 * 16, MSG_BYTES = V4 * STRIDE;
+    if (msg > 0) mbarrier_wait_parity(l.free_bar, (uint32_t)(msg - 1) & 1u);
+#pragma unroll
+    for (int v = 0; v < V4; ++v)
+        st_async_v4_b32(l.peer_slot + STRIDE * v, x[4 * v], x[4 * v + 1], x[4 * v + 2], x[4 * v + 3], l.peer_full);
+    mbarrier_wait_parity(l.full, (uint32_t)msg & 1u);
+    if (tid == 0) mbarrier_arrive_expect_tx(l.full, MSG_BYTES);
+    fa_add_partial_scores<V4, STRIDE>(l.slot, x);
+    if (!last) {
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive_remote(l.peer_free);
     }
 }
 
@@ -441,6 +475,27 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
 fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
 
 /* Workspace regions start at multiples of 256 bytes. */
+/* Launches `kernel` with `threads` threads and `smem` bytes of dynamic shared memory per CTA, in
+ * thread-block clusters of CTAS CTAs along x (grid.x a multiple of CTAS: the bucket-512 Hopper
+ * kernels' CTA pairs); CTAS = 1 is a plain launch. Returns the launch's error. */
+template <int CTAS, class... Params, class... Args>
+static inline cudaError_t fa_cuda_launch_clusters(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                                                  cudaStream_t stream, Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CTAS;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3((unsigned)threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = CTAS > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+}
+
 static inline size_t fa_cuda_align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 /* The device workspace of one call: the caller's, or cudaMallocAsync'd on the stream. */

@@ -27,8 +27,7 @@
  * (columns past the tensor's last one read as zeros, output columns past dv are never written).
  * 64, 128, 256 and 512 (d and dv both up to it), and 192: d up to 192 with dv up to 128 (MLA's
  * prefill and training shape, 192 / 128, without padding either to 256); 0 = out of range (below
- * 64, above 512, or not a multiple of 8). Bucket 512 is the forward's alone (the k-split tile
- * below); the backward covers up to 256 (fa_hopper_bwd_bucket). */
+ * 64, above 512, or not a multiple of 8). Bucket 512 runs in CTA pairs (below). */
 FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
     return head_dim < 64 || head_dim > 512 || head_dim % 8 != 0 || head_dim_v < 64 || head_dim_v > 512 ||
                    head_dim_v % 8 != 0
@@ -40,32 +39,35 @@ FA_HOPPER_FN int fa_hopper_bucket(int head_dim, int head_dim_v) {
                                                   : 512;
 }
 
-/* The k-split tile of bucket 512: a warpgroup cannot hold O [64, 512] in fp32 registers (256 per
- * thread), so the two consumer warpgroups share the same 64 query rows. Consumer c computes the
- * partial scores over head-dim columns 256c .. 256c+255 (its half of Q and K), the two halves are
- * added through shared memory (each warpgroup then holds the whole S tile and runs the same
- * softmax), and consumer c accumulates O's columns 256c .. 256c+255 from its half of V. No GEMM
- * is computed twice; the exchange is one named barrier per key tile. */
-FA_HOPPER_FN int fa_hopper_ksplit(int bucket) { return bucket == 512; }
+/* CTAs per query tile: 2 at bucket 512, a thread-block cluster whose CTA r runs the bucket-256
+ * tile on head-dim columns 256r .. 256r+255 of Q, K, V and O. A warpgroup cannot hold O [64, 512]
+ * in fp32 registers (256 per thread), and one CTA cannot stage Q and K / V of 512 columns for 128
+ * rows: each CTA computes partial scores over its columns, the two add each other's through
+ * distributed shared memory (cuda_common.cuh's fa_pair_exchange), both then run the same softmax
+ * on the same S, and each accumulates its own columns of O. No GEMM is computed twice. */
+FA_HOPPER_FN int fa_hopper_fwd_cluster_ctas(int bucket) { return bucket == 512 ? 2 : 1; }
 
-/* The bucket's q/k and v/o dims: the bucket itself, except 192 (192 / 128). */
+/* The bucket's q/k and v/o dims: the bucket itself, except 192 (192 / 128); and one CTA's share
+ * of them (half at bucket 512). */
 FA_HOPPER_FN int fa_hopper_dqk(int bucket) { return bucket; }
 FA_HOPPER_FN int fa_hopper_dv(int bucket) { return bucket == 192 ? 128 : bucket; }
+FA_HOPPER_FN int fa_hopper_cta_dqk(int bucket) { return fa_hopper_dqk(bucket) / fa_hopper_fwd_cluster_ctas(bucket); }
+FA_HOPPER_FN int fa_hopper_cta_dv(int bucket) { return fa_hopper_dv(bucket) / fa_hopper_fwd_cluster_ctas(bucket); }
 
 /* Query rows per CTA: one consumer warpgroup per 64 rows (the M of wgmma). Bucket 64: 192 rows,
  * 3 consumers (FlashAttention-3's d = 64 tile; +5-16 % over 128 rows on the H200, docs/tuning-log.md);
  * else 128 rows, 2 consumers. */
-FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : bucket == 512 ? 64 : 128; }
+FA_HOPPER_FN int fa_hopper_block_m(int bucket) { return bucket == 64 ? 192 : 128; }
 
-/* Consumer warpgroups: one per 64 rows, or the k-split pair of bucket 512. */
-FA_HOPPER_FN int fa_hopper_consumers(int bucket) { return fa_hopper_ksplit(bucket) ? 2 : fa_hopper_block_m(bucket) / 64; }
+/* Consumer warpgroups: one per 64 rows. */
+FA_HOPPER_FN int fa_hopper_consumers(int bucket) { return fa_hopper_block_m(bucket) / 64; }
 
 /* Keys per tile. Buckets 64, 128 and 192: 128 (S accumulator 64 registers, P 32, O 32/64: fits the
  * consumers' 240 registers with the next S in flight; 192: Q 48 KiB + 2 stages × (K 48 + V 32 KiB)
  * = 208 KiB). 256: 80 (O alone is 128 registers, and Q 64 KiB + 2 stages × (K + V) 40 KiB each =
- * 224 KiB, the shared-memory limit). 512: 32 (Q 64 KiB [64, 512] + 2 stages × (K + V) 32 KiB
- * each + the score exchange 32 KiB = 224 KiB). */
-FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 512 ? 32 : bucket == 256 ? 80 : 128; }
+ * 224 KiB, the shared-memory limit). 512: 64 (per CTA of the pair Q 64 KiB [128, 256] + 2 stages
+ * × (K + V) 32 KiB each + the score exchange's receive buffer 32 KiB = 224 KiB). */
+FA_HOPPER_FN int fa_hopper_block_n(int bucket) { return bucket == 512 ? 64 : bucket == 256 ? 80 : 128; }
 
 /* K/V ring depth: 3 at bucket 64 (16 KiB per K or V tile), else 2 (bucket 128: 160 KiB in all). */
 FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
@@ -75,32 +77,39 @@ FA_HOPPER_FN int fa_hopper_stages(int bucket) { return bucket == 64 ? 3 : 2; }
  * softmax. */
 FA_HOPPER_FN int fa_hopper_pingpong(int bucket) { return fa_hopper_dv(bucket) <= 128; }
 
-/* Bytes of the 16-bit tiles: Q [BLOCK_M, dqk], O [BLOCK_M, dv], and one stage of K [BLOCK_N, dqk]
- * and of V [BLOCK_N, dv]. */
+/* Bytes of one CTA's 16-bit tiles: Q [BLOCK_M, dqk], O [BLOCK_M, dv], and one stage of K
+ * [BLOCK_N, dqk] and of V [BLOCK_N, dv] (bucket 512: the CTA's 256 columns of each). */
 FA_HOPPER_FN size_t fa_hopper_q_bytes(int bucket) {
-    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_dqk(bucket);
+    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_cta_dqk(bucket);
 }
 FA_HOPPER_FN size_t fa_hopper_o_bytes(int bucket) {
-    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
+    return (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)fa_hopper_cta_dv(bucket);
 }
 FA_HOPPER_FN size_t fa_hopper_k_bytes(int bucket) {
-    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dqk(bucket);
+    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_cta_dqk(bucket);
 }
 FA_HOPPER_FN size_t fa_hopper_v_bytes(int bucket) {
-    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_dv(bucket);
+    return (size_t)fa_hopper_block_n(bucket) * 2 * (size_t)fa_hopper_cta_dv(bucket);
 }
 
-/* The k-split score exchange (bucket 512): two buffers (key tiles alternate) of both consumers'
- * partial S [64, BLOCK_N] fp32; 0 for the other buckets. */
+/* The CTA pair's score exchange (bucket 512): one receive buffer per consumer, the peer's partial
+ * S [64, BLOCK_N] fp32; 0 for the other buckets. */
 FA_HOPPER_FN size_t fa_hopper_exchange_bytes(int bucket) {
-    return fa_hopper_ksplit(bucket) ? (size_t)2 * 2 * 64 * 4 * (size_t)fa_hopper_block_n(bucket) : 0;
+    return fa_hopper_fwd_cluster_ctas(bucket) == 2
+               ? (size_t)fa_hopper_consumers(bucket) * 64 * 4 * (size_t)fa_hopper_block_n(bucket)
+               : 0;
 }
 
-/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage; 8 bytes each;
- * then the 16-byte tile slot (the index of the tile whose Q the producer loads, and its key-tile
- * count) and a 16-byte slot per stage (the key tile's position in a block-mask walk). */
+/* mbarriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage, then (bucket 512)
+ * the exchange's full and free per consumer; 8 bytes each; then the 16-byte tile slot (the index
+ * of the tile whose Q the producer loads, and its key-tile count) and a 16-byte slot per stage
+ * (the key tile's position in a block-mask walk). */
+FA_HOPPER_FN int fa_hopper_fwd_barriers(int bucket) {
+    return 2 + 4 * fa_hopper_stages(bucket) +
+           (fa_hopper_fwd_cluster_ctas(bucket) == 2 ? 2 * fa_hopper_consumers(bucket) : 0);
+}
 FA_HOPPER_FN size_t fa_hopper_barrier_bytes(int bucket) {
-    return 8 * (size_t)(2 + 4 * fa_hopper_stages(bucket)) + 16 + 16 * (size_t)fa_hopper_stages(bucket);
+    return 8 * (size_t)fa_hopper_fwd_barriers(bucket) + 16 + 16 * (size_t)fa_hopper_stages(bucket);
 }
 
 /* setmaxnreg (docs/hopper.md): under __launch_bounds__(threads, 1) every thread starts at the
@@ -148,13 +157,14 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
  * tiles stay balanced (as when the hardware hands one CTA per tile to whichever multiprocessor is
  * free), the CTAs running together share K/V in L2, and no CTA start-up sits between two tiles:
  * +19 % at d128 1k, +5-10 % at 2k-4k against one CTA per tile. docs/tuning-log.md has the
- * measurements. The fp8 kernels take the same rules with fp8 = 1. */
+ * measurements. The fp8 kernels take the same rules with fp8 = 1. Bucket 512's CTA pairs: one
+ * cluster per tile, always (a CTA stops exchanging after its tile's last key tile). */
 FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int fp8) {
-    return !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
+    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
 }
 
 FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first, int fp8) {
-    return heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
+    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of
@@ -167,7 +177,7 @@ FA_HOPPER_FN int fa_hopper_mods_bucket(int bucket) { return bucket == 64 ? 128 :
  * instantiations at fa_hopper_mods_bucket(bucket). A block mask's blocks must be whole tiles,
  * block_q a multiple of BLOCK_M and block_k of BLOCK_N, so one map entry holds for a tile
  * (128 × 128 suits d up to 192; at 256, 80 keys per tile: block_k a multiple of 80; at 512,
- * 64 × 32 tiles). Without a block mask (block_q = block_k = 0) any block sizes do. */
+ * 128 × 64 tiles). Without a block mask (block_q = block_k = 0) any block sizes do. */
 FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, long long block_k) {
     const int b = fa_hopper_mods_bucket(bucket);
     return bucket > 0 && ((block_q == 0 && block_k == 0) ||
@@ -288,7 +298,7 @@ FA_HOPPER_FN int fa_hopper_pack_rows(int seqlen_q) { return (seqlen_q + 7) / 8 *
  * the fewest tiles that hold the group (group 6 at 4 per tile: 3 + 3, not 4 + 2); 0 when fewer
  * than 2 heads fit or the group has one head (packing changes nothing). */
 FA_HOPPER_FN int fa_hopper_pack_heads(int bucket, int seqlen_q, int group) {
-    const int fit = bucket > 0 && !fa_hopper_ksplit(bucket) && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
+    const int fit = bucket > 0 && fa_hopper_fwd_cluster_ctas(bucket) == 1 && seqlen_q > 0 ? fa_hopper_block_m(bucket) / fa_hopper_pack_rows(seqlen_q) : 0;
     const int tiles = fit >= 2 && group >= 2 ? (group + fit - 1) / fit : 0;
     return tiles > 0 ? (group + tiles - 1) / tiles : 0;
 }

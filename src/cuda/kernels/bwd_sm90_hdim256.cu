@@ -94,7 +94,7 @@
  * key block n) loads columns 256r .. 256r + 255 of Q, K, V and dO, owns those columns of dK, dV and
  * dQ, and computes Sᵀ and dPᵀ over them only: partial sums, which the two CTAs exchange through
  * each other's shared memory (st.async into the peer's receive buffer, counted on the peer's
- * xchg_full mbarrier; fa_bwd_sm90_pair_send, fa_add_partial_scores) and add, so both hold the
+ * xchg_full mbarrier; cuda_common.cuh's fa_pair_exchange) and add, so both hold the
  * whole Sᵀ and dPᵀ and run the same mask, softmax, softcap, ALiBi and dropout bits. Per CTA everything else is the
  * bucket-256 kernel: the same GEMMs, registers and dQ staging. The receive buffers (one fp32
  * [64 keys, 32 queries] per consumer, used in turn by Sᵀ and dPᵀ) take the second score buffer's
@@ -245,21 +245,10 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
 /* ---- the pair's exchange (CTAS = 2, bucket 512) ---------------------------------------------
  * Each CTA of a pair computes Sᵀ and dPᵀ over its own 256 head-dim columns; the whole scores are
  * the two partials added (both CTAs hold the same Sᵀ and dPᵀ, so they run the same mask, softmax
- * and dropout bits). Thread tid of consumer c sends its HALF_M / 2 fp32 partials to thread tid of
- * consumer c in the peer CTA, which holds the same accumulator elements, in cuda_common.cuh's
- * partial-score layout (slot 16·tid, stride 2048 bytes), by st.async, completing transactions on
- * the peer's xchg_full[c]; the receiver adds them with fa_add_partial_scores. */
+ * and dropout bits): cuda_common.cuh's fa_pair_exchange, consumer c with consumer c of the peer,
+ * HALF_M / 2 fp32 per thread. */
 constexpr int FA_BWD_SM90_PAIR_V4 = fa_bwd_sm90_d256_config<>::HALF_M / 8; /* float4 per thread */
-constexpr uint32_t FA_BWD_SM90_PAIR_STRIDE = 128 * 16;
-constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = FA_BWD_SM90_PAIR_V4 * FA_BWD_SM90_PAIR_STRIDE;
-
-__device__ __forceinline__ void fa_bwd_sm90_pair_send(const float (&x)[fa_bwd_sm90_d256_config<>::HALF_M / 2],
-                                                      uint32_t peer_slot, uint32_t peer_full) {
-#pragma unroll
-    for (int v = 0; v < FA_BWD_SM90_PAIR_V4; ++v)
-        st_async_v4_b32(peer_slot + FA_BWD_SM90_PAIR_STRIDE * v, x[4 * v], x[4 * v + 1], x[4 * v + 2], x[4 * v + 3],
-                        peer_full);
-}
+constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = FA_BWD_SM90_PAIR_V4 * 128 * 16;
 
 /* acc [64 rows, N columns] (+)= A [64 rows, 64] times B [64, N columns], K = 64 (4 k16 steps), N =
  * 128 (COLS), or 64 for consumer 1's columns 128..191 at 192 / 128 (the first 32 accumulator
@@ -491,29 +480,20 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     const uint32_t pds_smem = smem + Cfg::PDS_OFFSET;
     const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
     int dq_round = 0; /* this warp's staged reductions so far: buffer dq_round & 1 is next */
-    /* CTAS = 2: message m of this consumer (Sᵀ of iteration t: m = 2t, dPᵀ: 2t + 1) goes to the
-     * peer's buffer once the peer has read message m - 1 there (xchg_free, parity (m - 1) & 1),
-     * and the peer's arrives in ours (xchg_full, parity m & 1; thread 0 then arms message m + 1,
-     * whose bytes the peer sends only after our free signal of m, so never into an unarmed phase).
-     * After reading, each warp's lane 0 signals the peer's xchg_free, except after the last
-     * message: nothing is sent to a CTA that may have exited. */
-    [[maybe_unused]] uint32_t xchg_buf = 0, peer_buf = 0, peer_full = 0, peer_free = 0;
+    /* CTAS = 2: message m of this consumer is Sᵀ of iteration t for m = 2t, dPᵀ for 2t + 1
+     * (fa_pair_exchange: our xchg_full[c] / xchg_free[c] and the peer's) */
+    [[maybe_unused]] fa_pair_link link = {};
     if constexpr (CTAS == 2) {
-        xchg_buf = smem + Cfg::XCHG_OFFSET + (uint32_t)consumer * FA_BWD_SM90_PAIR_MSG_BYTES;
-        peer_buf = mapa_shared_cluster(xchg_buf, (uint32_t)rank ^ 1u);
-        peer_full = mapa_shared_cluster(xchg_full(consumer), (uint32_t)rank ^ 1u);
-        peer_free = mapa_shared_cluster(xchg_free(consumer), (uint32_t)rank ^ 1u);
+        const uint32_t peer = (uint32_t)rank ^ 1u;
+        link.slot = smem + Cfg::XCHG_OFFSET + (uint32_t)consumer * FA_BWD_SM90_PAIR_MSG_BYTES + 16u * (uint32_t)tid;
+        link.peer_slot = mapa_shared_cluster(link.slot, peer);
+        link.full = xchg_full(consumer);
+        link.peer_full = mapa_shared_cluster(link.full, peer);
+        link.free_bar = xchg_free(consumer);
+        link.peer_free = mapa_shared_cluster(link.free_bar, peer);
     }
     auto pair_exchange = [&](float(&x_rmem)[Cfg::HALF_M / 2], int msg, bool last) {
-        if (msg > 0) mbarrier_wait_parity(xchg_free(consumer), (uint32_t)(msg - 1) & 1u);
-        fa_bwd_sm90_pair_send(x_rmem, peer_buf + 16u * (uint32_t)tid, peer_full);
-        mbarrier_wait_parity(xchg_full(consumer), (uint32_t)msg & 1u);
-        if (tid == 0) mbarrier_arrive_expect_tx(xchg_full(consumer), FA_BWD_SM90_PAIR_MSG_BYTES);
-        fa_add_partial_scores<FA_BWD_SM90_PAIR_V4, FA_BWD_SM90_PAIR_STRIDE>(xchg_buf + 16u * (uint32_t)tid, x_rmem);
-        if (!last) {
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive_remote(peer_free);
-        }
+        fa_pair_exchange<FA_BWD_SM90_PAIR_V4>(link, x_rmem, msg, last, tid, lane);
     };
     if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
     /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: the keys [n0, n0 + 63]
@@ -794,29 +774,11 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)(key_blocks * CTAS), (unsigned)p->heads_kv, (unsigned)p->batch);
     const fa_dropout_params drop = dropout != nullptr ? *dropout : fa_dropout_params{};
-    if constexpr (CTAS == 2) {
-        /* clusters of two CTAs along x: the pair of one key block */
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 2;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = grid;
-        config.blockDim = dim3(Cfg::THREADS);
-        config.dynamicSmemBytes = Cfg::SMEM_BYTES;
-        config.stream = stream;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        FA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm,
-                                         drop),
-                      "Hopper backward (d = 512) kernel launch");
-        FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 512) kernel launch");
-    } else {
-        kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv,
-                                                                prm, drop);
-        FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256) kernel launch");
-    }
+    /* CTAS = 2: clusters of two CTAs along x, the pair of one key block */
+    FA_CUDA_CHECK(fa_cuda_launch_clusters<CTAS>(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, tmap_q, tmap_do,
+                                                tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm, drop),
+                  "Hopper backward (d = 256 / 512) kernel launch");
+    FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256 / 512) kernel launch");
     return FA_OK;
 }
 

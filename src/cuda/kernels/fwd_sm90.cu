@@ -6,9 +6,8 @@
  * fa_hopper_fwd_unsupported() (sm90_tiles.h) accepts, and the portable kernels otherwise.
  *
  * Covers: f16 / bf16; d and dv multiples of 8 in 64..512 in a bucket (64, 128, 192 = 192 / 128, 256, 512;
- * columns up to the bucket read as zeros; 512 is the k-split tile below, without packed
- * tiles); MHA / GQA / MQA; fixed-length and varlen batches; causal
- * (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
+ * columns up to the bucket read as zeros; 512 runs in CTA pairs, below, without packed tiles);
+ * MHA / GQA / MQA; fixed-length and varlen batches; causal (bottom-right) and sliding windows; softcap; sink logits. O and LSE exactly as fa_forward
  * defines them (a row with no visible key: O = 0, LSE = -inf, or the sink's logit with a sink).
  * ALiBi and a negative scale: the LOG2 instantiations put the scores in log2 units before the
  * mask (fa_hopper_to_log2). Attention dropout: the DROPOUT instantiations (never packed), see
@@ -74,15 +73,18 @@
  * {64, rows, 1, 1} at column 64·s lands as slab s, zero-filled past the last column and, for a
  * fixed-length batch, past the sequence's last row.
  *
- * k-split tile (bucket 512, Cfg::KSPLIT; sm90_tiles.h's fa_hopper_ksplit): BLOCK_M = 64 rows, both
- * consumers on all of them. Consumer c reads Q, K's and V's head-dim slabs 4c .. 4c+3 (columns
- * 256c ..), so its S GEMM gives partial scores over half of d: fa_hopper_exchange adds the other
- * consumer's through shared memory (the EXCHANGE named barrier), after which both run the same
- * mask and softmax on the same S; its P·V accumulates O's columns 256c .. (128 registers). 12 of
- * its 16 Q k-steps stay in registers for the tile (fa_hopper_load_q_frags, RS wgmma), the rest are
- * read from shared memory. 32-key tiles, 2 stages, O staged in Q's buffer (consumer c's O slabs
- * are its own Q slabs); LSE by consumer 0. Dropout: both consumers draw the same keep bits (the
- * same rows and keys; one word per 32-key tile).
+ * CTA pairs (bucket 512, Cfg::CTAS = 2; sm90_tiles.h's fa_hopper_fwd_cluster_ctas): a thread-block
+ * cluster of two CTAs per query tile (blockIdx.x = 2t + r for tile t, one tile per cluster: never
+ * persistent or dynamic). CTA r (cluster rank) is the bucket-256 tile on head-dim columns 256r ..
+ * 256r + 255: it loads those columns of Q, K and V (TMA boxes at column 256r + 64s), so its S GEMM
+ * gives partial scores; each consumer sends its partial S to the same consumer of the peer and adds
+ * the peer's (cuda_common.cuh's fa_pair_exchange: st.async into the peer's receive buffer, counted
+ * on its xchg_full mbarrier, the buffer freed by remote arrivals on xchg_free) right after the S
+ * wait, while its P·V GEMM still runs; both CTAs then hold the same S (a + b = b + a) and run the
+ * same mask, softmax and dropout bits, and CTA r accumulates and stores O's columns 256r ... LSE by
+ * rank 0. 64-key tiles (Q 64 KiB, 2 stages of K and V 32 KiB each, receive buffers 32 KiB), O
+ * staged in Q's buffer. Nothing is sent to the peer after its last message, so a CTA may exit
+ * without a cluster barrier.
  *
  * Packed GQA/MQA tiles (template flag PACK; sm90_tiles.h's fa_hopper_pack_gqa decides, fixed-length
  * batches with seqlen_q <= BLOCK_M / 2 only): one CTA = the seqlen_q rows of pack_heads consecutive
@@ -151,7 +153,10 @@ enum { FA_HOPPER_MODS_NONE = 0, FA_HOPPER_MODS_MASKS = 1, FA_HOPPER_MODS_BIAS = 
 
 template <int BUCKET, bool FP8 = false>
 struct fa_hopper_config {
-    static constexpr int DQK = fa_hopper_dqk(BUCKET), DV = fa_hopper_dv(BUCKET);
+    /* bucket 512: a pair of CTAs (cluster ranks 0, 1), each on 256 of the head-dim columns; DQK and
+     * DV are one CTA's columns */
+    static constexpr int CTAS = fa_hopper_fwd_cluster_ctas(BUCKET);
+    static constexpr int DQK = fa_hopper_cta_dqk(BUCKET), DV = fa_hopper_cta_dv(BUCKET);
     static constexpr int BLOCK_M = fa_hopper_block_m(BUCKET);
     static constexpr int BLOCK_N = FP8 ? fa_hopper_fp8_block_n(BUCKET) : fa_hopper_block_n(BUCKET);
     static constexpr int STAGES = fa_hopper_stages(BUCKET);
@@ -166,24 +171,13 @@ struct fa_hopper_config {
      * way); P's A fragments, one per k-step of P·V */
     static constexpr int K_STEP = FP8 ? 32 : 16;
     static constexpr int P_STEPS = BLOCK_N / K_STEP;
-    /* bucket 512 (sm90_tiles.h's fa_hopper_ksplit): both consumers on the same 64 rows, consumer c
-     * on head-dim columns [DQK_WG·c, DQK_WG·(c+1)) of Q and K and [DV_WG·c, ..) of V and O */
-    static constexpr bool KSPLIT = fa_hopper_ksplit(BUCKET) != 0;
     static constexpr int CONSUMER_WGS = fa_hopper_consumers(BUCKET);
-    static constexpr int WG_ROWS = KSPLIT ? 0 : 64; /* row offset between consecutive consumers */
-    static constexpr int DQK_WG = KSPLIT ? DQK / 2 : DQK, DV_WG = KSPLIT ? DV / 2 : DV;
-    /* k-split: the k16 steps of S whose Q fragments stay in registers (fa_hopper_load_q_frags):
-     * 12 of 16 (48 registers; all 16 beside O's 128 leave ptxas short, and it serialises the
-     * wgmma, C7512) */
-    static constexpr int Q_REG_STEPS = KSPLIT ? 12 : 0;
-    static constexpr int Q_REG_ARRAY = Q_REG_STEPS > 0 ? Q_REG_STEPS : 1; /* q_rmem's extent */
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
     static constexpr int PRODUCER_REGS = 24;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
-    static constexpr int SLABS_QK_WG = DQK_WG / SLAB_COLS, SLABS_V_WG = DV_WG / 64; /* a consumer's */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
     static constexpr uint32_t KV_SLAB_BYTES = BLOCK_N * QK_ROW_BYTES; /* K (and 16-bit V) slabs */
     static constexpr uint32_t O_SLAB_BYTES = BLOCK_M * 128;
@@ -196,13 +190,15 @@ struct fa_hopper_config {
     static constexpr uint32_t K_OFFSET = Q_BYTES;
     static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * K_BYTES;
     static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * V_BYTES : 0;
-    /* the k-split score exchange: [2 key-tile parities][2 consumers][BLOCK_N / 8 float4][128 threads] */
+    /* the pair's receive buffers: [consumer][BLOCK_N / 8 float4][128 threads] fp32 (the peer's
+     * partial S, cuda_common.cuh's partial-score layout) */
     static constexpr uint32_t X_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
     static constexpr uint32_t X_BYTES = (uint32_t)fa_hopper_exchange_bytes(BUCKET);
-    static constexpr uint32_t X_WG_BYTES = 128 * 4 * (BLOCK_N / 2); /* one consumer's partial S */
+    static constexpr uint32_t X_WG_BYTES = 128 * 4 * (BLOCK_N / 2); /* one consumer's message */
     static constexpr uint32_t BAR_OFFSET = X_OFFSET + X_BYTES;
-    /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S] */
-    static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
+    /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S]; pair:
+     * xchg_full[C], xchg_free[C] */
+    static constexpr int NUM_BARRIERS = fa_hopper_fwd_barriers(BUCKET);
     /* after the mbarriers: the 16-byte tile slot, the index of the tile the producer loads Q for
      * (-1: no more tiles; MODS: then its key-tile count, int32), written before its arrival on
      * q_full and read by the consumers after their wait; then one 16-byte position slot per stage
@@ -235,12 +231,12 @@ struct fa_hopper_config {
     static_assert(TILE_SLOT_OFFSET % 16 == 0, "16-byte slots");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
-    static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK_WG <= 256 && DV_WG <= 256,
+    static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256 && DV <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
-    static_assert(!KSPLIT || (BLOCK_M == 64 && CONSUMER_WGS == 2 && !O_OWN && DQK_WG % 64 == 0 &&
-                              X_BYTES == 2 * 2 * X_WG_BYTES && !PINGPONG),
-                  "k-split: two consumers on 64 rows, each its half of the head-dim slabs; O in Q's buffer "
-                  "(consumer c's O slabs are its own Q slabs)");
+    static_assert(CTAS == 1 || (CTAS == 2 && X_BYTES == CONSUMER_WGS * X_WG_BYTES && DQK == DV && !O_OWN &&
+                                !PINGPONG && NUM_BARRIERS == 2 + 4 * STAGES + 2 * CONSUMER_WGS),
+                  "pair: one receive buffer per consumer; the same columns of Q / K and V / O per CTA; one "
+                  "tile per cluster (O in Q's buffer, never persistent)");
     static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256,
                   "key tile: whole k16 steps of P V (and pairs of 8-key dropout chunks); TMA box <= 256");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0 && O_SLAB_BYTES % 1024 == 0,
@@ -256,8 +252,7 @@ enum fa_hopper_named_barrier {
     FA_HOPPER_BAR_SCHED_FIRST = 1,    /* 1 + c: consumer c may issue its GEMMs (256 threads: c and the
                                          consumer before it in the round robin)                      */
     FA_HOPPER_BAR_EPILOGUE_FIRST = 4, /* 4 + c: consumer c's O tile is in smem (128 threads)        */
-    FA_HOPPER_BAR_V_TAIL = 7,         /* varlen: V rows past the sequence zeroed (all consumers)    */
-    FA_HOPPER_BAR_EXCHANGE = 8        /* k-split: both consumers' partial scores stored (256 threads) */
+    FA_HOPPER_BAR_V_TAIL = 7          /* varlen: V rows past the sequence zeroed (all consumers)    */
 };
 
 /* Kernel arguments besides the tensor maps: the forward's fa_fwd_params (q, k and v unread: the
@@ -311,37 +306,13 @@ __device__ __forceinline__ uint32_t fa_hopper_pack2(float lo, float hi) {
     return BF16 ? cvt_rn_bf16x2_f32(lo, hi) : cvt_rn_f16x2_f32(lo, hi);
 }
 
-/* k-split (bucket 512): this consumer's half of Q as wgmma A fragments, q_rmem[kk] for its
- * head-dim columns 16kk .. 16kk+15, loaded once per query tile by ldmatrix from the swizzled slabs
- * at q_wg, so that S = Q K_jᵀ reads only K from shared memory (with Q there too, a 32-key tile
- * moves 224 KiB through shared memory, 64 KiB of it Q). ldmatrix.x4's matrices 0..3 are the A
- * fragment's registers (rows 0-7 / 8-15 of the warp's 16, columns 0-7 / 8-15): lane l addresses
- * row 16w + l%8 + 8·(l/8 % 2), 16-byte chunk 2·(kk%4) + l/16 of slab kk/4, XORed with row % 8
- * (the 128-byte swizzle). */
-template <class Cfg>
-__device__ __forceinline__ void fa_hopper_load_q_frags(uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg, int warp,
-                                                       int lane) {
-    const int r = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
-#pragma unroll
-    for (int kk = 0; kk < Cfg::Q_REG_STEPS; ++kk) {
-        const int chunk = 2 * (kk % 4) + lane / 16;
-        ldmatrix_x4(q_rmem[kk], q_wg + (uint32_t)(kk / 4) * Cfg::Q_SLAB_BYTES + (uint32_t)r * 128u +
-                                    (uint32_t)((chunk ^ (r % 8)) * 16));
-    }
-}
-
-/* S = Q K_jᵀ for this consumer's 64 rows: DQK_WG/K_STEP wgmma (k16 steps over the head dim, k32
- * for fp8; k-split: this consumer's half of it, its partial scores). A = Q rows [64c, 64c+64)
- * (k-split: Q's slabs of this consumer's columns) at q_wg, B = the K stage's slabs at k_tile, both K-major: step kk
- * reads slab kk/4 at +32·(kk%4) bytes (32 bytes of a 128-byte row for either element size). The
- * first Q_REG_STEPS steps (k-split only) take A from registers instead, q_rmem[kk]
- * (fa_hopper_load_q_frags). The first step has scale-d = 0 (S is overwritten). Issued and
- * committed as one wgmma group; nothing waits here. */
+/* S = Q K_jᵀ for this consumer's 64 rows: DQK/K_STEP wgmma (k16 steps over the head dim, k32
+ * for fp8; bucket 512: this CTA's 256 columns of it, partial scores). A = Q rows [64c, 64c+64) at
+ * q_wg, B = the K stage's slabs at k_tile, both K-major: step kk reads slab kk/4 at +32·(kk%4)
+ * bytes (32 bytes of a 128-byte row for either element size). The first step has scale-d = 0 (S
+ * is overwritten). Issued and committed as one wgmma group; nothing waits here. */
 template <class Cfg, bool BF16, bool FP8>
-__device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2],
-                                                   const uint32_t (&q_rmem)[Cfg::Q_REG_ARRAY][4], uint32_t q_wg,
-                                                   uint32_t k_tile) {
-    static_assert(!(FP8 && Cfg::Q_REG_STEPS > 0), "Q in registers: the 16-bit k-split tile only");
+__device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t q_wg, uint32_t k_tile) {
     const uint64_t q_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(q_wg, 16, Cfg::QK_ATOM_BYTES)
                                                    : wgmma_desc_sw128(q_wg, 16, Cfg::QK_ATOM_BYTES);
     const uint64_t k_desc = Cfg::QK_ROW_BYTES == 64 ? wgmma_desc_sw64(k_tile, 16, Cfg::QK_ATOM_BYTES)
@@ -350,21 +321,14 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
     for (int i = 0; i < Cfg::BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::DQK_WG / Cfg::K_STEP; ++kk) {
+    for (int kk = 0; kk < Cfg::DQK / Cfg::K_STEP; ++kk) {
         /* descriptors advance in 16-byte units in their low bits (start-address field) */
         constexpr int STEPS_PER_ROW = Cfg::QK_ROW_BYTES / 32;
         const uint64_t q_step = ((kk / STEPS_PER_ROW) * Cfg::Q_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
         const uint64_t k_step = ((kk / STEPS_PER_ROW) * Cfg::KV_SLAB_BYTES + (kk % STEPS_PER_ROW) * 32) >> 4;
-        bool a_in_regs = false; /* compile-time once unrolled */
-        if constexpr (Cfg::Q_REG_STEPS > 0) { /* only then is there an RS wrapper for this N */
-            a_in_regs = kk < Cfg::Q_REG_STEPS;
-            if (a_in_regs)
-                wgmma_rs_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_rmem[kk < Cfg::Q_REG_STEPS ? kk : 0], k_desc + k_step,
-                                                 kk > 0 ? 1 : 0);
-        }
         if constexpr (FP8)
             wgmma_ss_f32_e4m3<Cfg::BLOCK_N>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
-        else if (!a_in_regs)
+        else
             wgmma_ss_f32<Cfg::BLOCK_N, BF16>(s_rmem, q_desc + q_step, k_desc + k_step, kk > 0 ? 1 : 0);
     }
     wgmma_commit_group();
@@ -379,11 +343,11 @@ __device__ __forceinline__ void fa_hopper_issue_qk(float (&s_rmem)[Cfg::BLOCK_N 
  * (step kk at +32·kk bytes; the keys in Vᵀ's slot order, fa_hopper_fp8_vt_slot). One wgmma group;
  * nothing waits here. */
 template <class Cfg, bool BF16, bool FP8>
-__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV_WG / 2], uint32_t (&p_rmem)[Cfg::P_STEPS][4],
+__device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV / 2], uint32_t (&p_rmem)[Cfg::P_STEPS][4],
                                                    uint32_t v_tile) {
     const uint64_t v_desc = FP8 ? wgmma_desc_sw128(v_tile, 16, 1024) : wgmma_desc_sw128(v_tile, Cfg::KV_SLAB_BYTES, 1024);
 #pragma unroll
-    for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
     for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
@@ -394,28 +358,11 @@ __device__ __forceinline__ void fa_hopper_issue_pv(float (&o_rmem)[Cfg::DV_WG / 
         if constexpr (FP8)
             wgmma_rs_f32_e4m3<Cfg::DV>(o_rmem, p_rmem[kk], v_desc + ((kk * 32) >> 4), 1);
         else
-            wgmma_rs_f32_transb<Cfg::DV_WG, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
+            wgmma_rs_f32_transb<Cfg::DV, BF16>(o_rmem, p_rmem[kk], v_desc + ((kk * 2048) >> 4), 1);
     }
     wgmma_commit_group();
 #pragma unroll
-    for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
-}
-
-/* k-split (bucket 512): S = this consumer's partial scores + the other's. Each stores its partial
- * S (cuda_common.cuh's partial-score layout, per warpgroup thread: stride 2048 bytes) into its half
- * of exchange buffer `parity` (key tiles alternate), the two meet at the EXCHANGE barrier, and each
- * adds the other's (both then run the same softmax). A buffer is rewritten two key tiles later,
- * after the next exchange barrier, which the other consumer reaches only after its loads of this
- * one. */
-template <class Cfg>
-__device__ __forceinline__ void fa_hopper_exchange(float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t x_smem, int consumer,
-                                                   uint32_t parity, int tid) {
-    const uint32_t buf = x_smem + parity * 2u * Cfg::X_WG_BYTES;
-    const uint32_t mine = buf + (uint32_t)consumer * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
-    const uint32_t other = buf + (uint32_t)(consumer ^ 1) * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
-    fa_store_partial_scores<Cfg::BLOCK_N / 8, 2048u>(mine, s_rmem);
-    bar_sync(FA_HOPPER_BAR_EXCHANGE, 256);
-    fa_add_partial_scores<Cfg::BLOCK_N / 8, 2048u>(other, s_rmem);
+    for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 }
 
 /* One query tile of the persistent schedule and everything both roles derive from it. Tiles are
@@ -672,8 +619,8 @@ template <class Cfg, int WORD>
 __device__ __forceinline__ uint32_t fa_hopper_dropout_word(const fa_dropout_params &dp, int batch, int head, int heads_q,
                                                            int query0, int n0) {
     constexpr int QUADS = Cfg::BLOCK_N / 32, PAIR = Cfg::BLOCK_N % 32 / 16;
-    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == (Cfg::BLOCK_N > 32 ? 2 : 1),
-                  "two words of keep bits (one for the 32-key tiles of bucket 512)");
+    static_assert(QUADS <= 4 && Cfg::BLOCK_N % 16 == 0 && Cfg::KEEP_WORDS == (Cfg::BLOCK_N > 64 ? 2 : 1),
+                  "two words of keep bits (one for the 64-key tiles of bucket 512)");
     uint32_t word = 0;
 #pragma unroll
     for (int q = 2 * WORD; q < 2 * WORD + 2 && q < QUADS; ++q)
@@ -870,6 +817,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     auto v_full = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + STAGES + s); };
     auto k_empty = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 2 * STAGES + s); };
     auto v_empty = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 3 * STAGES + s); };
+    /* pair: xchg_full[c] (1 arrival: consumer c's thread 0 arming the next message with its bytes,
+     * + the peer's st.async bytes) and xchg_free[c] (4 arrivals: the peer's consumer c warps have
+     * read our last message) */
+    auto xchg_full = [&](int c) -> uint32_t { return bars + 8u * (uint32_t)(2 + 4 * STAGES + c); };
+    auto xchg_free = [&](int c) -> uint32_t { return bars + 8u * (uint32_t)(2 + 4 * STAGES + Cfg::CONSUMER_WGS + c); };
+    /* pair: this CTA's first head-dim column of Q, K, V and O */
+    const int rank = Cfg::CTAS == 2 ? (int)cluster_ctarank() : 0;
+    const int col_base = rank * Cfg::DQK;
 
     /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
      * (fence.mbarrier_init), then a CTA barrier before anyone waits or arrives. */
@@ -882,9 +837,18 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             mbarrier_init(k_empty(s), Cfg::EMPTY_ARRIVALS);
             mbarrier_init(v_empty(s), Cfg::EMPTY_ARRIVALS);
         }
+        if constexpr (Cfg::CTAS == 2)
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
+                mbarrier_init(xchg_full(c), 1);
+                mbarrier_init(xchg_free(c), 4);
+            }
         fence_mbarrier_init_release_cluster();
+        if constexpr (Cfg::CTAS == 2) /* message 0's bytes expected */
+            for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_arrive_expect_tx(xchg_full(c), Cfg::X_WG_BYTES);
     }
-    __syncthreads();
+    /* pair: the peer's barriers are initialised before any remote store or arrival */
+    if constexpr (Cfg::CTAS == 2) cluster_sync();
+    else __syncthreads();
 
     /* The producer picks the tiles (static walk or counter) and hands each to the consumers in
      * the tile slot; both roles count the processed ones (tiles_done: phase of q_full / q_empty)
@@ -904,7 +868,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 /* the next tile: dynamic (the counter, fetched before the q_empty wait so its
                  * round trip hides behind this tile's work) or this CTA's static walk */
                 int64_t t;
-                if (prm.tile_counter != nullptr)
+                if (Cfg::CTAS == 2) { /* one tile per cluster (fa_hopper_schedule) */
+                    if (k > 0) break;
+                    t = (int64_t)(blockIdx.x / Cfg::CTAS);
+                } else if (prm.tile_counter != nullptr)
                     t = k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(prm.tile_counter, 1u);
                 else if (k * gridDim.x < prm.total_tiles)
                     t = fa_hopper_tile_index(k, prm);
@@ -937,8 +904,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                     mbarrier_arrive_expect_tx(q_full, Cfg::Q_BYTES);
 #pragma unroll
                     for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
-                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full, Cfg::SLAB_COLS * slab,
-                                    w.q_row, w.head, w.tma_batch);
+                        tma_load_4d(q_smem + (uint32_t)slab * Cfg::Q_SLAB_BYTES, &tmap_q, q_full,
+                                    col_base + Cfg::SLAB_COLS * slab, w.q_row, w.head, w.tma_batch);
                 }
                 /* Tile j (processing order) is fa_hopper_key_tile(w, j, k_pos) (MODS: the walk's
                  * position k_pos; V one round behind it, v_pos). Order K_0, then K_j before V_{j-1}: the
@@ -956,7 +923,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
                             tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
-                                        Cfg::SLAB_COLS * slab,
+                                        col_base + Cfg::SLAB_COLS * slab,
                                         w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N, w.head_kv,
                                         w.tma_batch);
                     }
@@ -973,7 +940,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
                             tma_load_4d(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v, v_full(s),
-                                        64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N,
+                                        col_base + 64 * slab, w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N,
                                         w.head_kv, w.tma_batch);
                     }
                     if constexpr (MODS) {
@@ -1001,14 +968,21 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    /* rows 64c.. of slab 0; k-split: this consumer's first slab of Q (and O, and of each K / V stage) */
-    const uint32_t q_wg = Cfg::KSPLIT ? q_smem + (uint32_t)(consumer * Cfg::SLABS_QK_WG) * Cfg::Q_SLAB_BYTES
-                                      : q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES;
-    const uint32_t o_wg = Cfg::KSPLIT ? o_smem + (uint32_t)(consumer * Cfg::SLABS_V_WG) * Cfg::O_SLAB_BYTES
-                                      : o_smem + (uint32_t)consumer * 64 * 128;
-    const uint32_t k_wg = Cfg::KSPLIT ? (uint32_t)(consumer * Cfg::SLABS_QK_WG) * Cfg::KV_SLAB_BYTES : 0u;
-    const uint32_t v_wg = Cfg::KSPLIT ? (uint32_t)(consumer * Cfg::SLABS_V_WG) * Cfg::KV_SLAB_BYTES : 0u;
-    const uint32_t x_smem = smem + Cfg::X_OFFSET;
+    /* rows 64c.. of slab 0 */
+    const uint32_t q_wg = q_smem + (uint32_t)consumer * 64 * Cfg::QK_ROW_BYTES;
+    const uint32_t o_wg = o_smem + (uint32_t)consumer * 64 * 128;
+    /* pair: consumer c exchanges with consumer c of the peer (cuda_common.cuh's fa_pair_exchange);
+     * message m is the partial S of the m-th key tile of the cluster's one query tile */
+    [[maybe_unused]] fa_pair_link link = {};
+    if constexpr (Cfg::CTAS == 2) {
+        const uint32_t peer = (uint32_t)rank ^ 1u;
+        link.slot = smem + Cfg::X_OFFSET + (uint32_t)consumer * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
+        link.peer_slot = mapa_shared_cluster(link.slot, peer);
+        link.full = xchg_full(consumer);
+        link.peer_full = mapa_shared_cluster(link.full, peer);
+        link.free_bar = xchg_free(consumer);
+        link.peer_free = mapa_shared_cluster(link.free_bar, peer);
+    }
     const uint32_t order_word = smem + Cfg::ORDER_OFFSET + 4u * (uint32_t)(128 * consumer + tid);
     const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
     /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
@@ -1017,7 +991,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     if (PACK) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int r = Cfg::WG_ROWS * consumer + 16 * warp + lane / 4 + 8 * h;
+            const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
             pack_g[h] = r / prm.pack_rows;
             pack_i[h] = r - pack_g[h] * prm.pack_rows;
         }
@@ -1048,8 +1022,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         fa_hopper_work_at<Cfg, PACK, MODS>(t, prm, mods, w); /* true: the producer sends no other */
         if constexpr (MODS) w.n_tiles = __shfl_sync(0xffffffffu, n_tiles_lane0, 0);
         const int len_k = w.len_k, shift = w.shift, n_tiles = w.n_tiles;
-        const int row0 = w.m0 + Cfg::WG_ROWS * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
-        const int wg_row_first = w.m0 + Cfg::WG_ROWS * consumer, wg_row_last = wg_row_first + 63;
+        const int row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4; /* query row of d[i], (i>>1)&1 = 0 */
+        const int wg_row_first = w.m0 + 64 * consumer, wg_row_last = wg_row_first + 63;
         /* the query rows of this warpgroup span [mask_row_first, mask_row_last] (packed: any row
          * of a head may sit in any warpgroup) */
         const int mask_row_first = PACK ? 0 : wg_row_first, mask_row_last = PACK ? w.len_q - 1 : wg_row_last;
@@ -1070,9 +1044,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (Cfg::O_OWN && lane == 0) mbarrier_arrive(q_empty);
         };
 
-        float o_rmem[Cfg::DV_WG / 2];
+        float o_rmem[Cfg::DV / 2];
 #pragma unroll
-        for (int i = 0; i < Cfg::DV_WG / 2; ++i) o_rmem[i] = 0.0f;
+        for (int i = 0; i < Cfg::DV / 2; ++i) o_rmem[i] = 0.0f;
         float row_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
         float row_sum[2] = {0.0f, 0.0f};
         uint32_t p_rmem[Cfg::P_STEPS][4];
@@ -1102,11 +1076,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         if (n_tiles > 0) {
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
-            /* k-split: this consumer's half of Q in registers for the tile's S GEMMs */
-            uint32_t q_rmem[Cfg::Q_REG_ARRAY][4];
-            if constexpr (Cfg::Q_REG_STEPS > 0) fa_hopper_load_q_frags<Cfg>(q_rmem, q_wg, warp, lane); /* Q landed: q_full */
             auto issue_s = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t ks) {
-                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_rmem, q_wg, k_stage(ks) + k_wg);
+                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
+            };
+            /* pair: + the peer's partial scores of key tile j (nothing sent after the last) */
+            auto pair_add = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], int j) {
+                if constexpr (Cfg::CTAS == 2) fa_pair_exchange<Cfg::BLOCK_N / 8>(link, s_rmem, j, j == n_tiles - 1, tid, lane);
             };
 
             /* ---- round 0: S_0 alone */
@@ -1133,7 +1108,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
-                if constexpr (Cfg::KSPLIT) fa_hopper_exchange<Cfg>(s_rmem, x_smem, consumer, g & 1u, tid);
+                pair_add(s_rmem, 0);
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
                 float alpha[2]; /* O = 0: unused */
@@ -1175,7 +1150,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_wait_turn<Cfg>(consumer);
                 issue_s(s_rmem, ks);
                 mbarrier_wait_parity_spin(v_full(vs), ((g - 1) / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs) + v_wg);
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 if constexpr (MODS) read_key_pos(ks); /* round j's tile */
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
@@ -1206,7 +1181,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
                 if (lane == 0) mbarrier_arrive(k_empty(ks));
-                if constexpr (Cfg::KSPLIT) fa_hopper_exchange<Cfg>(s_rmem, x_smem, consumer, g & 1u, tid);
+                pair_add(s_rmem, j);
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
                 float alpha[2];
@@ -1218,7 +1193,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if constexpr (Cfg::PV_WAIT_LATE) fa_hopper_order(order_word, row_sum[0] + row_sum[1]);
                 wgmma_wait_group<0>(); /* P_{j-1} V_{j-1} done: O and P_{j-1} are ours again */
 #pragma unroll
-                for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
 #pragma unroll
                 for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
@@ -1226,7 +1201,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
                 /* O was relative to the old max; P_j (next round's A) is relative to the new one */
 #pragma unroll
-                for (int i = 0; i < Cfg::DV_WG / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < Cfg::DV / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
                 if constexpr (DROPOUT && Cfg::DROPOUT_LATE) {
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4, n0);
                     fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
@@ -1238,10 +1213,10 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             {
                 const uint32_t g = kv_base + n_tiles - 1, vs = g % STAGES;
                 mbarrier_wait_parity_spin(v_full(vs), (g / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs) + v_wg);
+                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll
-                for (int i = 0; i < Cfg::DV_WG / 2; ++i) wgmma_fence_operand(o_rmem[i]);
+                for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
                 if (lane == 0) mbarrier_arrive(v_empty(vs));
             }
         } else {
@@ -1275,7 +1250,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 continue;
             }
             const int row = row0 + 8 * h;
-            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q && (!Cfg::KSPLIT || consumer == 0))
+            if (prm.lse != nullptr && lane % 4 == 0 && row < w.len_q && rank == 0)
                 prm.lse[lse_row0 + row] = fa_row_lse(e.m, e.sum);
         }
 
@@ -1285,19 +1260,18 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
         bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
 
-        /* O -> this consumer's 64 rows of the staging tile (k-split: its columns of the 64 rows), in
+        /* O -> this consumer's 64 rows of the staging tile (pair: this CTA's columns), in
          * the 128-byte swizzle: element (r, col) of slab col/64 sits at r·128 + ((col%64/8) ^ (r%8))·16 +
          * (col%8)·2. Each thread stores the pair d[4j+2h], d[4j+2h+1] (row r0 + 8h, columns
          * 8j + 2(l%4) + {0,1}): one 4-byte store; per store instruction the 8 rows of a warp hit 8
          * different 16-byte chunks and the 4 lanes of a quad the 4 words of each, so the 32 lanes
          * cover all 32 banks. */
-        const int tile_row = Cfg::WG_ROWS * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
-        const uint32_t o_cols = Cfg::KSPLIT ? o_wg : o_smem; /* slab 0 of this consumer's O columns */
+        const int tile_row = 64 * consumer + 16 * warp + lane / 4; /* row of h = 0; (r + 8) % 8 == r % 8 */
 #pragma unroll
-        for (int j = 0; j < Cfg::DV_WG / 8; ++j)
+        for (int j = 0; j < Cfg::DV / 8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint32_t addr = o_cols + (uint32_t)(j / 8) * Cfg::O_SLAB_BYTES +
+                const uint32_t addr = o_smem + (uint32_t)(j / 8) * Cfg::O_SLAB_BYTES +
                                       (uint32_t)(tile_row + 8 * h) * 128 +
                                       (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
                 st_shared_b32(addr, fa_hopper_pack2<BF16>(o_rmem[4 * j + 2 * h] * inv_sum[h],
@@ -1316,9 +1290,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (tid == 0) {
                 if (wg_row_first < w.len_q) /* else every row is past the sequence */
 #pragma unroll
-                    for (int slab = 0; slab < Cfg::SLABS_V_WG; ++slab) {
-                        const int col = 64 * (slab + (Cfg::KSPLIT ? consumer * Cfg::SLABS_V_WG : 0));
-                        if (!Cfg::KSPLIT || col < prm.head_dim_v) /* k-split: consumer 1 may hold only padding */
+                    for (int slab = 0; slab < Cfg::SLABS_V; ++slab) {
+                        const int col = col_base + 64 * slab;
+                        if (Cfg::CTAS == 1 || col < prm.head_dim_v) /* pair: rank 1 may hold only padding */
                             tma_store_4d(&tmap_o, o_wg + (uint32_t)slab * Cfg::O_SLAB_BYTES, col,
                                          wg_row_first + (varlen ? (int)w.q_start : 0), w.head, varlen ? 0 : w.batch);
                     }
@@ -1337,16 +1311,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128);
             uint16_t *o_gmem = static_cast<uint16_t *>(prm.o) + (int64_t)w.head * prm.o_head_stride +
                                (varlen ? w.q_start * prm.o_row_stride : (int64_t)w.batch * prm.o_batch_stride);
-            /* this consumer's 16-byte chunks of a row (k-split: of its columns) below dv */
-            const int chunk_lo = Cfg::KSPLIT ? consumer * (Cfg::DV_WG / 8) : 0;
-            const int row_chunks = Cfg::KSPLIT ? max(0, min(Cfg::DV_WG / 8, prm.head_dim_v / 8 - chunk_lo))
-                                               : prm.head_dim_v / 8;
+            /* this CTA's 16-byte chunks of a row below dv (pair: of its columns; the staging tile
+             * holds them from chunk 0) */
+            const int chunk_lo = col_base / 8;
+            const int row_chunks = Cfg::CTAS == 2 ? max(0, min(Cfg::DV / 8, prm.head_dim_v / 8 - chunk_lo))
+                                                  : prm.head_dim_v / 8;
             /* packed: every row of the warpgroup is looked at, the real ones (head g < pack_heads,
              * i < len_q) go to head w.head + g, row i */
             const int rows = PACK ? 64 : max(0, min(64, w.len_q - wg_row_first));
             for (int idx = tid; idx < rows * row_chunks; idx += 128) {
-                const int r = idx / row_chunks, chunk = chunk_lo + idx % row_chunks;
-                const int tr = Cfg::WG_ROWS * consumer + r;
+                const int r = idx / row_chunks, chunk = idx % row_chunks; /* in the staging tile */
+                const int tr = 64 * consumer + r;
                 const int pg = PACK ? tr / prm.pack_rows : 0, pi = PACK ? tr - pg * prm.pack_rows : 0;
                 if (PACK && (pg >= w.pack_heads || pi >= w.len_q)) continue;
                 uint32_t v4[4];
@@ -1357,7 +1332,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                          chunk * 8,
                                      v4);
                 else
-                    st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + chunk * 8, v4);
+                    st_global_v4_b32(o_gmem + (int64_t)(wg_row_first + r) * prm.o_row_stride + (chunk_lo + chunk) * 8,
+                                     v4);
             }
             if (!Cfg::O_OWN) {
                 bar_sync(FA_HOPPER_BAR_EPILOGUE_FIRST + consumer, 128); /* every read of Q's buffer done */
@@ -1452,8 +1428,11 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     constexpr bool MODS = MODS_KIND != FA_HOPPER_MODS_NONE;
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
-    fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>
-        <<<(unsigned)grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg);
+    /* bucket 512: clusters of two CTAs along x, the pair of one query tile (grid counts tiles) */
+    FA_CUDA_CHECK(fa_cuda_launch_clusters<Cfg::CTAS>(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>,
+                                                     dim3((unsigned)(grid * Cfg::CTAS)), Cfg::THREADS, Cfg::SMEM_BYTES,
+                                                     stream, tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg),
+                  "Hopper forward kernel launch");
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
 }
@@ -1540,8 +1519,12 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     /* The grid (sm90_tiles.h's rules; a block map is heavy-first: the dynamic schedule where O has
      * its own buffer, else one CTA per tile). */
     const int forced = fa_hopper_schedule_forced();
-    const bool dynamic = forced == 2 || (forced == 0 && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0));
+    /* bucket 512's pairs walk one tile per cluster: never persistent or dynamic */
+    const bool dynamic = Cfg::CTAS == 1 && (forced == 2 || (forced == 0 && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0)));
     const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
+    if (Cfg::CTAS == 2 && prm.total_tiles > INT32_MAX / 2)
+        return fa_set_error(FA_ERR_INVALID_SIZE, "%s: %lld query tiles (d or dv > 256) exceed a grid of CTA pairs", path,
+                            (long long)prm.total_tiles);
     int64_t grid = 0;
     fa_cuda_workspace counter;
     fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, device_ordinal, stream, &grid, &counter);
@@ -1578,7 +1561,7 @@ static fa_status fa_hopper_dispatch(const CUtensorMap &tmap_q, const CUtensorMap
     if (log2)
         return fa_hopper_run<BUCKET, BF16, false, true, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                device_ordinal, stream);
-    if constexpr (!fa_hopper_ksplit(BUCKET)) { /* bucket 512 is never packed (fa_hopper_pack_heads) */
+    if constexpr (fa_hopper_fwd_cluster_ctas(BUCKET) == 1) { /* bucket 512 is never packed (fa_hopper_pack_heads) */
         if (pack)
             return fa_hopper_run<BUCKET, BF16, true, false, false>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid,
                                                                    device_ordinal, stream);
@@ -1605,7 +1588,7 @@ extern "C" fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dro
     case 256:
         return bf16 ? fa_hopper_launch<256, true>(prm, dropout, mods, device_ordinal, stream)
                     : fa_hopper_launch<256, false>(prm, dropout, mods, device_ordinal, stream);
-    case 512: /* the k-split tile: d, dv <= 512 */
+    case 512: /* CTA pairs: d, dv <= 512 */
         return bf16 ? fa_hopper_launch<512, true>(prm, dropout, mods, device_ordinal, stream)
                     : fa_hopper_launch<512, false>(prm, dropout, mods, device_ordinal, stream);
     default:
