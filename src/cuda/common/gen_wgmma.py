@@ -16,9 +16,6 @@ END = "/* ---- end of GENERATED ---- */\n"
 # backward's Sᵀ / dPᵀ halves (32 queries per consumer).
 SS_SHAPES = (32, 64, 80, 96, 128, 176, 192)
 RS_SHAPES = (64, 128, 256)
-# RS with B K-major (imm-trans-b = 0): the bucket-512 forward's S = Q Kᵀ with its Q half in
-# registers (32-key tiles)
-RS_KMAJOR_SHAPES = (32,)
 # SS with B MN-major (imm-trans-b = 1): the backward's dQ = dS K, N = the head-dim columns of one
 # warpgroup's dQ piece (64 at buckets 64 and 128, 128 at bucket 256); and the bucket-256 kernel's
 # dK / dV pieces (128, or 64 for consumer 1 at 192 / 128).
@@ -96,23 +93,20 @@ def emit_ss(n, trans_b=False, trans_a=False):
     return out
 
 
-def emit_rs(n, trans_b=True):
+def emit_rs(n):
     h = n // 2
     out = []
     out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A from registers (a[4], the 16-bit A fragment),")
-    if trans_b:
-        out.append(" * B MN-major in shared memory (imm-trans-b = 1), fp32 accumulators d[" + str(h) + "]. */")
-    else:
-        out.append(" * B K-major in shared memory (imm-trans-b = 0), fp32 accumulators d[" + str(h) + "]. */")
+    out.append(" * B MN-major in shared memory (imm-trans-b = 1), fp32 accumulators d[" + str(h) + "]. */")
     out.append("template <bool BF16>")
-    head = f"__device__ __forceinline__ void wgmma_m64n{n}k16_rs_f32{'_transb' if trans_b else ''}("
+    head = f"__device__ __forceinline__ void wgmma_m64n{n}k16_rs_f32_transb("
     out.append(f"{head}float (&d)[{h}], const uint32_t (&a)[4],")
     out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
     for dt in ("bf16", "f16"):
         cond = "if constexpr (BF16) {" if dt == "bf16" else "} else {"
         out.append(f"    {cond}")
         out += asm_body("        ", h + 5, f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}", h,
-                        f", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, {1 if trans_b else 0}",
+                        f", {{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, 1",
                         '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)')
     out.append("    }")
     out.append("}")
@@ -171,11 +165,6 @@ def emit_front_ends():
         "wgmma_rs_f32_transb", RS_SHAPES, lambda n: f"wgmma_m64n{n}k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d)") + [""]
     out += front_end(
         "template <int N, bool BF16>",
-        ["__device__ __forceinline__ void wgmma_rs_f32(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,",
-         "                                             int scale_d) {"],
-        "wgmma_rs_f32", RS_KMAJOR_SHAPES, lambda n: f"wgmma_m64n{n}k16_rs_f32<BF16>(d, a, desc_b, scale_d)") + [""]
-    out += front_end(
-        "template <int N, bool BF16>",
         ["__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
          "                                                    int scale_d) {"],
         "wgmma_ss_f32_transb", SS_TRANSB_SHAPES,
@@ -208,8 +197,6 @@ def generate():
         lines += emit_ss(n, trans_a=True) + [""]
     for n in RS_SHAPES:
         lines += emit_rs(n) + [""]
-    for n in RS_KMAJOR_SHAPES:
-        lines += emit_rs(n, trans_b=False) + [""]
     for n in E4M3_SS_SHAPES:
         lines += emit_e4m3(n, rs=False) + [""]
     for n in E4M3_RS_SHAPES:

@@ -1279,34 +1279,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_f32_transb(float (&d)[128], 
     }
 }
 
-/* D[64x32] (+)= A[64x16] · B[16x32], A from registers (a[4], the 16-bit A fragment),
- * B K-major in shared memory (imm-trans-b = 0), fp32 accumulators d[16]. */
-template <bool BF16>
-__device__ __forceinline__ void wgmma_m64n32k16_rs_f32(float (&d)[16], const uint32_t (&a)[4],
-                                                       uint64_t desc_b, int scale_d) {
-    if constexpr (BF16) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-            ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-            ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-}
-
 /* D[64x128] (+)= A[64x32] · B[32x128], e4m3 inputs, A and B K-major in shared memory
  * (descriptors), fp32 accumulators d[64]; scale_d = 0 ignores the old D. */
 __device__ __forceinline__ void wgmma_m64n128k32_ss_f32_e4m3(float (&d)[64], uint64_t desc_a,
@@ -1429,13 +1401,6 @@ __device__ __forceinline__ void wgmma_rs_f32_transb(float (&d)[N / 2], const uin
     else if constexpr (N == 128) wgmma_m64n128k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);
     else if constexpr (N == 256) wgmma_m64n256k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_rs_f32_transb: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
-}
-
-template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_rs_f32(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
-                                             int scale_d) {
-    if constexpr (N == 32) wgmma_m64n32k16_rs_f32<BF16>(d, a, desc_b, scale_d);
-    else static_assert(N < 0, "wgmma_rs_f32: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }
 
 template <int N, bool BF16>
