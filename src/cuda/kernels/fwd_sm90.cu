@@ -1364,8 +1364,10 @@ static int fa_hopper_pack_mode(void) {
  * *grid = 0 when there is no tile. The dynamic schedule's counter is allocated in *counter and
  * zeroed on the stream here; the caller releases it after the launch (fa_cuda_workspace_release;
  * nothing to release otherwise). More tiles than a grid dimension holds always take a persistent
- * grid; the counter is 32-bit: more tiles than it counts fall back to the static walk. */
-static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool dynamic, int device_ordinal,
+ * grid; the counter is 32-bit: more tiles than it counts fall back to the static walk. `ctas`: CTAs
+ * per tile (bucket 512's pairs, one tile per cluster: the grid counts tiles, and half as many tiles
+ * as multiprocessors run at once). */
+static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool dynamic, int ctas, int device_ordinal,
                                     cudaStream_t stream, int64_t *grid, fa_cuda_workspace *counter) {
     counter->base = nullptr;
     counter->owned = false;
@@ -1386,7 +1388,7 @@ static fa_status fa_hopper_schedule(fa_hopper_params &prm, bool persistent, bool
      * grid's snake split takes them longest first over all units */
     const int64_t units = (int64_t)prm.heads_q * prm.batch;
     prm.head_group = persistent && !dynamic ? (int)(units < INT32_MAX ? units : INT32_MAX)
-                                            : fa_cuda_head_group(prm.num_m_blocks, sm_count);
+                                            : fa_cuda_head_group(prm.num_m_blocks, sm_count / ctas);
     *grid = (persistent || dynamic) && prm.total_tiles > sm_count ? sm_count : prm.total_tiles;
     if (!dynamic) return FA_OK;
     fa_status s = fa_cuda_workspace_acquire(nullptr, sizeof(unsigned int), stream, "tile counter", counter);
@@ -1527,7 +1529,7 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
                             (long long)prm.total_tiles);
     int64_t grid = 0;
     fa_cuda_workspace counter;
-    fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, device_ordinal, stream, &grid, &counter);
+    fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, Cfg::CTAS, device_ordinal, stream, &grid, &counter);
     if (st_grid != FA_OK || grid == 0) return st_grid;
     return fa_cuda_workspace_release(&counter, stream, "tile counter",
                                      fa_hopper_dispatch<BUCKET, BF16>(tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, pack,
@@ -1758,7 +1760,7 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     int64_t grid = 0;
     fa_cuda_workspace counter;
     if ((st = fa_hopper_schedule(prm, fa_hopper_persistent(BUCKET, prm.heavy_first, 1),
-                                 fa_hopper_dynamic(BUCKET, prm.heavy_first, 1), device_ordinal, stream, &grid,
+                                 fa_hopper_dynamic(BUCKET, prm.heavy_first, 1), 1, device_ordinal, stream, &grid,
                                  &counter)) != FA_OK ||
         grid == 0)
         return st;
