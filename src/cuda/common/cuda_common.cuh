@@ -474,7 +474,6 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
 /* FA_ERR_UNSUPPORTED when `kernel` needs more shared memory per block than dev allows. */
 fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
 
-/* Workspace regions start at multiples of 256 bytes. */
 /* Launches `kernel` with `threads` threads and `smem` bytes of dynamic shared memory per CTA, in
  * thread-block clusters of CTAS CTAs along x (grid.x a multiple of CTAS: the bucket-512 Hopper
  * kernels' CTA pairs); CTAS = 1 is a plain launch. Returns the launch's error. */
@@ -496,6 +495,7 @@ static inline cudaError_t fa_cuda_launch_clusters(void (*kernel)(Params...), dim
     return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
 }
 
+/* Workspace regions start at multiples of 256 bytes. */
 static inline size_t fa_cuda_align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 /* The device workspace of one call: the caller's, or cudaMallocAsync'd on the stream. */
