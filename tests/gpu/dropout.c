@@ -77,7 +77,7 @@ static const shape shapes[] = {
     {"33 keys varlen GQA d256", FA_DTYPE_F16, 2, 45, 33, 4, 2, 256, 1, 0, -1, -1, 1, 0, 0.0f},
     {"varlen window sinks d320", FA_DTYPE_F16, 3, 70, 99, 2, 1, 320, 1, 0, 30, 9, 1, 0, 0.0f},
 };
-#define SMALL_SHAPES 5 /* `small`: the first five (Hopper buckets 64, 128 and 256, portable 512), shrunk */
+#define SMALL_SHAPES 5 /* `small`: the first five (Hopper buckets 64, 128, 256 and 512), shrunk */
 
 static fa_test_spec make_spec(const shape *sh, int small, float p_drop) {
     fa_test_spec s;
