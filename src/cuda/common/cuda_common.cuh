@@ -184,6 +184,22 @@ struct fa_pair_link {
     uint32_t free_bar, peer_free; /* our send side's free mbarrier, the peer's (mapa)              */
 };
 
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL) /* mapa: sm_90 (ptx.cuh's Hopper section) */
+/* Thread tid's link: its slot in this warpgroup's receive buffer `buffer`, the warpgroup's full and
+ * free mbarriers, and the peer CTA's addresses of the three. */
+__device__ __forceinline__ fa_pair_link fa_pair_link_of(uint32_t buffer, uint32_t full, uint32_t free_bar, int tid,
+                                                        uint32_t peer) {
+    fa_pair_link l;
+    l.slot = buffer + 16u * (uint32_t)tid;
+    l.peer_slot = mapa_shared_cluster(l.slot, peer);
+    l.full = full;
+    l.peer_full = mapa_shared_cluster(full, peer);
+    l.free_bar = free_bar;
+    l.peer_free = mapa_shared_cluster(free_bar, peer);
+    return l;
+}
+#endif
+
 template <int V4>
 __device__ __forceinline__ void fa_pair_exchange(const fa_pair_link &l, float *x, int msg, bool last, int tid,
                                                  int lane) {

@@ -483,15 +483,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     /* CTAS = 2: message m of this consumer is Sᵀ of iteration t for m = 2t, dPᵀ for 2t + 1
      * (fa_pair_exchange: our xchg_full[c] / xchg_free[c] and the peer's) */
     [[maybe_unused]] fa_pair_link link = {};
-    if constexpr (CTAS == 2) {
-        const uint32_t peer = (uint32_t)rank ^ 1u;
-        link.slot = smem + Cfg::XCHG_OFFSET + (uint32_t)consumer * FA_BWD_SM90_PAIR_MSG_BYTES + 16u * (uint32_t)tid;
-        link.peer_slot = mapa_shared_cluster(link.slot, peer);
-        link.full = xchg_full(consumer);
-        link.peer_full = mapa_shared_cluster(link.full, peer);
-        link.free_bar = xchg_free(consumer);
-        link.peer_free = mapa_shared_cluster(link.free_bar, peer);
-    }
+    if constexpr (CTAS == 2)
+        link = fa_pair_link_of(smem + Cfg::XCHG_OFFSET + (uint32_t)consumer * FA_BWD_SM90_PAIR_MSG_BYTES,
+                               xchg_full(consumer), xchg_free(consumer), tid, (uint32_t)rank ^ 1u);
     auto pair_exchange = [&](float(&x_rmem)[Cfg::HALF_M / 2], int msg, bool last) {
         fa_pair_exchange<FA_BWD_SM90_PAIR_V4>(link, x_rmem, msg, last, tid, lane);
     };

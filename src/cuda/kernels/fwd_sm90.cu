@@ -974,15 +974,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     /* pair: consumer c exchanges with consumer c of the peer (cuda_common.cuh's fa_pair_exchange);
      * message m is the partial S of the m-th key tile of the cluster's one query tile */
     [[maybe_unused]] fa_pair_link link = {};
-    if constexpr (Cfg::CTAS == 2) {
-        const uint32_t peer = (uint32_t)rank ^ 1u;
-        link.slot = smem + Cfg::X_OFFSET + (uint32_t)consumer * Cfg::X_WG_BYTES + 16u * (uint32_t)tid;
-        link.peer_slot = mapa_shared_cluster(link.slot, peer);
-        link.full = xchg_full(consumer);
-        link.peer_full = mapa_shared_cluster(link.full, peer);
-        link.free_bar = xchg_free(consumer);
-        link.peer_free = mapa_shared_cluster(link.free_bar, peer);
-    }
+    if constexpr (Cfg::CTAS == 2)
+        link = fa_pair_link_of(smem + Cfg::X_OFFSET + (uint32_t)consumer * Cfg::X_WG_BYTES, xchg_full(consumer),
+                               xchg_free(consumer), tid, (uint32_t)rank ^ 1u);
     const uint32_t order_word = smem + Cfg::ORDER_OFFSET + 4u * (uint32_t)(128 * consumer + tid);
     const bool varlen = !PACK && prm.cu_seqlens_q != nullptr;
     /* Packed: this thread's two tile rows (h = 0, 1: 8 apart) as (head offset g, query row i);
