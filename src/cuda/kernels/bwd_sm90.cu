@@ -891,27 +891,14 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     return FA_OK;
 }
 
-/* Bucket BUCKET's instantiation for the dtype and the score path: SOFTCAP (softcap_pre > 0, as
- * every CUDA kernel decides it), LOG2 (ALiBi or a negative scale, without softcap:
- * fa_hopper_bwd_unsupported keeps them apart), or the plain one; DROPOUT: dropout != NULL. */
-template <int BUCKET, bool DROPOUT>
-static fa_status fa_bwd_sm90_launch_path(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
-                                         int device_ordinal, cudaStream_t stream) {
-    if (prm->softcap_pre > 0.0f)
-        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, true, false, DROPOUT>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_launch<BUCKET, false, true, false, DROPOUT>(prm, dropout, device_ordinal, stream);
-    if (fa_bwd_sm90_log2_scores(prm))
-        return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, true, DROPOUT>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_launch<BUCKET, false, false, true, DROPOUT>(prm, dropout, device_ordinal, stream);
-    return bf16 ? fa_bwd_sm90_launch<BUCKET, true, false, false, DROPOUT>(prm, dropout, device_ordinal, stream)
-                : fa_bwd_sm90_launch<BUCKET, false, false, false, DROPOUT>(prm, dropout, device_ordinal, stream);
-}
-
+/* Bucket BUCKET's instantiation for the problem's dtype and score path (fa_bwd_sm90_dispatch). */
 template <int BUCKET>
 static fa_status fa_bwd_sm90_launch_bucket(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                            int device_ordinal, cudaStream_t stream) {
-    return dropout != nullptr ? fa_bwd_sm90_launch_path<BUCKET, true>(prm, dropout, bf16, device_ordinal, stream)
-                              : fa_bwd_sm90_launch_path<BUCKET, false>(prm, nullptr, bf16, device_ordinal, stream);
+    return fa_bwd_sm90_dispatch(prm, dropout != nullptr, bf16, [&](auto bf16_t, auto softcap, auto log2, auto drop) {
+        return fa_bwd_sm90_launch<BUCKET, decltype(bf16_t)::value, decltype(softcap)::value, decltype(log2)::value,
+                                  decltype(drop)::value>(prm, dropout, device_ordinal, stream);
+    });
 }
 
 extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout,

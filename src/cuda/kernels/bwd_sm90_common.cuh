@@ -718,6 +718,28 @@ static inline bool fa_bwd_sm90_log2_scores(const fa_bwd_params *p) {
     return p->alibi_slopes != nullptr || !(p->scale_log2 > 0.0f);
 }
 
+/* A compile-time flag passed as a value, so that one generic lambda receives every instantiation's flags. */
+template <bool B> struct fa_flag {
+    static constexpr bool value = B;
+};
+
+/* The score path and dtype of a backward problem, chosen as every CUDA kernel chooses them, handed to
+ * `launch(bf16, softcap, log2, dropout)` as fa_flag values: SOFTCAP when softcap_pre > 0, else LOG2
+ * for ALiBi or a negative scale (fa_hopper_bwd_unsupported keeps LOG2 and softcap apart), else the
+ * plain path; DROPOUT when the call has dropout. Both Hopper backward launchers dispatch through it. */
+template <class Launch>
+static inline fa_status fa_bwd_sm90_dispatch(const fa_bwd_params *p, bool dropout, bool bf16, Launch &&launch) {
+    const auto with_dropout = [&](auto drop) -> fa_status {
+        const auto with_dtype = [&](auto softcap, auto log2) -> fa_status {
+            return bf16 ? launch(fa_flag<true>{}, softcap, log2, drop) : launch(fa_flag<false>{}, softcap, log2, drop);
+        };
+        if (p->softcap_pre > 0.0f) return with_dtype(fa_flag<true>{}, fa_flag<false>{});
+        if (fa_bwd_sm90_log2_scores(p)) return with_dtype(fa_flag<false>{}, fa_flag<true>{});
+        return with_dtype(fa_flag<false>{}, fa_flag<false>{});
+    };
+    return dropout ? with_dropout(fa_flag<true>{}) : with_dropout(fa_flag<false>{});
+}
+
 /* TMA maps of Q and dO (box rows block_m) and of K and V (box rows block_n): a tensor as the 4-D
  * {d, rows, heads, batch}, varlen {d, total, heads, 1}. The caller has returned early when a
  * tensor has no rows. `path` names the kernel in messages. */

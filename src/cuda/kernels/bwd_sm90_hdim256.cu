@@ -776,32 +776,20 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     return FA_OK;
 }
 
-/* The plain, softcap and LOG2 paths, each with and without dropout (DROPOUT: dropout != NULL);
- * CTAS = 2 at bucket 512. */
-template <bool DROPOUT, int CTAS>
-static fa_status fa_bwd_sm90_d256_launch_path(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
-                                              int device_ordinal, cudaStream_t stream) {
-    if (prm->softcap_pre > 0.0f) /* as every CUDA kernel decides softcap */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, true, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, true, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
-    if (fa_bwd_sm90_log2_scores(prm)) /* ALiBi or a negative scale */
-        return bf16 ? fa_bwd_sm90_d256_launch<true, false, true, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
-                    : fa_bwd_sm90_d256_launch<false, false, true, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
-    if constexpr (CTAS == 1)
-        if (!DROPOUT && prm->head_dim <= 192 && prm->head_dim_v <= 128) /* MLA's 192 / 128 */
-            return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
-                                                                                          stream)
-                        : fa_bwd_sm90_d256_launch<false, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
-                                                                                           stream);
-    return bf16 ? fa_bwd_sm90_d256_launch<true, false, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream)
-                : fa_bwd_sm90_d256_launch<false, false, false, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
-}
-
+/* The problem's dtype and score path (fa_bwd_sm90_dispatch); CTAS = 2 at bucket 512; MLA's
+ * 192 / 128 on the plain path without dropout has its own extents. */
 template <int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
-    return dropout != nullptr ? fa_bwd_sm90_d256_launch_path<true, CTAS>(prm, dropout, bf16, device_ordinal, stream)
-                              : fa_bwd_sm90_d256_launch_path<false, CTAS>(prm, nullptr, bf16, device_ordinal, stream);
+    const bool mla = prm->head_dim <= 192 && prm->head_dim_v <= 128;
+    return fa_bwd_sm90_dispatch(prm, dropout != nullptr, bf16, [&](auto bf16_t, auto softcap, auto log2, auto drop) {
+        constexpr bool BF16 = decltype(bf16_t)::value, SOFTCAP = decltype(softcap)::value;
+        constexpr bool LOG2 = decltype(log2)::value, DROPOUT = decltype(drop)::value;
+        if constexpr (CTAS == 1 && !SOFTCAP && !LOG2 && !DROPOUT)
+            if (mla) return fa_bwd_sm90_d256_launch<BF16, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
+                                                                                            stream);
+        return fa_bwd_sm90_d256_launch<BF16, SOFTCAP, LOG2, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
+    });
 }
 
 extern "C" fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
