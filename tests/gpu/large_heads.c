@@ -9,7 +9,8 @@
  *      sequences, causal with fully masked rows, windows, softcap, ALiBi, sinks, dropout, every
  *      layout, f16 and bf16, the deterministic backward;
  *   2. fixed problems at the tile edges (one key, one query, 31/33 and 63/65 keys around the
- *      backward's and forward's key tiles, 65 and 127/129 queries around their row blocks);
+ *      backward's and forward's key tiles, 65 and 127/129 queries around their row blocks), and
+ *      d = 512 with q scaled by 4 and 12 (sharp softmax, large partial scores);
  *   3. refusals: d = 584, dv = 520 (forward and backward) return FA_ERR_HEAD_DIM with a message
  *      naming the field, and write nothing.
  * `small` runs a few small problems (for compute-sanitizer).
@@ -115,6 +116,16 @@ static void edge_cases(void) {
                      (long long)sh[3], (long long)sh[4], causal ? " causal" : "");
             run_case(label, &s);
         }
+    /* sharp softmax: q = amplitude·randn makes scores (and the d = 512 pairs' partial scores) large */
+    static const double amplitudes[] = {4.0, 12.0};
+    for (size_t i = 0; i < sizeof amplitudes / sizeof amplitudes[0]; i++) {
+        fa_test_spec s = base_spec(512, 512, 1, 130, 200, 2, 1);
+        s.q_amplitude = amplitudes[i];
+        s.causal = (int)i;
+        char label[96];
+        snprintf(label, sizeof label, "edge d512 q amplitude %g%s", amplitudes[i], i ? " causal" : "");
+        run_case(label, &s);
+    }
 }
 
 /* 3. refusals: FA_ERR_HEAD_DIM naming the field, nothing written */
