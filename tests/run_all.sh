@@ -15,7 +15,9 @@
 #                                         said so, without aarch64-linux-gnu-gcc and qemu-aarch64);
 #                                         then the ISA and engine suites at the SVE level (qemu with
 #                                         256-bit vectors)
-#   4. build-asan/fa_tests                the unit tests again under ASan + UBSan, -O1, smaller sizes
+#   4. build-fuzz/lib/fa_tests            the unit tests again under ASan + UBSan, -O1, smaller sizes,
+#                                         built by clang with the fuzzer's coverage (one sanitizer
+#                                         build for stages 4 and 5; without clang: build-asan, cc)
 #   5. tests/fuzz/run.sh 30               the fuzzer (libFuzzer, ASan + UBSan) for 30 s from its corpus
 #      make tsan-test                     8 concurrent callers under ThreadSanitizer, bitwise checked
 #   6. python/run_tests.sh                the Python package's tests, when present
@@ -23,8 +25,8 @@
 # Each stage reports "N passed, N failed"; the closing line is the sum, exactly
 # "N passed, N failed", and the exit status is non-zero if anything failed or did not build.
 # Environment: JOBS (default 2), FA_TEST_LEVEL for stage 2 (default normal), FA_SKIP_ASAN=1 to
-# leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR (default
-# build / build-asan) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make),
+# leave out stage 4 (quick local runs only; CI runs it), BUILD_DIR / ASAN_BUILD_DIR / FUZZ_BUILD
+# (default build / build-asan / build-fuzz) to keep a developer's run apart from others', FA_NO_CUDA=1 (read by make),
 # AARCH64_BUILD_DIR (default build-aarch64), FA_AARCH64_TEST_LEVEL (default small: under qemu the
 # tests take ~25x the CPU time), FA_SKIP_AARCH64=1 to leave out the AArch64 stage, CUDA_ARCHS
 # (default 80 here: the portable kernels are compile-checked for sm_80, the branch only A100-class
@@ -40,6 +42,7 @@ JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
 AARCH64_BUILD_DIR=${AARCH64_BUILD_DIR:-build-aarch64}
+FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 AARCH64_CC=${AARCH64_CC:-aarch64-linux-gnu-gcc}
 total_passed=0
 total_failed=0
@@ -218,21 +221,30 @@ fi
 if [ "${FA_SKIP_ASAN:-0}" = 1 ]; then
     banner "sanitizers: skipped (FA_SKIP_ASAN=1)"
 else
-    banner "sanitizer build ($ASAN_BUILD_DIR, ASan + UBSan, -O1)"
-    if make -j"$JOBS" BUILD="$ASAN_BUILD_DIR" OPT=-O1 \
+    # One sanitizer build serves this stage and the fuzzer's: clang's, with libFuzzer's coverage
+    # instrumentation (tests/fuzz/fuzz.mk); without clang, the default compiler's in $ASAN_BUILD_DIR.
+    asan_tests=
+    banner "sanitizer build ($FUZZ_BUILD/lib with clang for the fuzzer too, else $ASAN_BUILD_DIR; ASan + UBSan, -O1)"
+    if command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1 &&
+        make --no-print-directory -j"$JOBS" FUZZ_BUILD="$FUZZ_BUILD" fuzz-unit-tests; then
+        asan_tests=$FUZZ_BUILD/lib/fa_tests
+    elif make -j"$JOBS" BUILD="$ASAN_BUILD_DIR" OPT=-O1 \
         SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
         FA_NO_CUDA=1 "$ASAN_BUILD_DIR/fa_tests"; then
-        banner "unit tests under sanitizers (FA_TEST_LEVEL=small)"
-        run_stage "sanitizer unit tests" env FA_TEST_LEVEL=small \
-            ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \
-            UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}" "./$ASAN_BUILD_DIR/fa_tests"
+        asan_tests=$ASAN_BUILD_DIR/fa_tests
     else
         fail_stage "the sanitizer build failed"
+    fi
+    if [ -n "$asan_tests" ]; then
+        banner "unit tests under sanitizers ($asan_tests, FA_TEST_LEVEL=small)"
+        run_stage "sanitizer unit tests" env FA_TEST_LEVEL=small \
+            ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}" \
+            UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}" "./$asan_tests"
     fi
 fi
 
 banner "fuzzer (tests/fuzz/run.sh: ${FA_FUZZ_TEST_SECONDS:-30} s from tests/fuzz/corpus, ASan + UBSan)"
-run_stage "fuzzer" sh tests/fuzz/run.sh "${FA_FUZZ_TEST_SECONDS:-30}"
+run_stage "fuzzer" env FUZZ_BUILD="$FUZZ_BUILD" JOBS="$JOBS" sh tests/fuzz/run.sh "${FA_FUZZ_TEST_SECONDS:-30}"
 
 banner "concurrent callers under ThreadSanitizer (tests/tsan/tsan_callers.c, build-tsan)"
 run_stage "TSan concurrent callers" make --no-print-directory -s tsan-test

@@ -7,6 +7,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #include <sys/prctl.h>
@@ -19,7 +22,10 @@
 static int cpu_has(const char *level) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* F16C from CPUID leaf 1: clang 14 does not know "f16c" for __builtin_cpu_supports */
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (!strcmp(level, "avx2")) return avx2;
     if (!strcmp(level, "avx512"))
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

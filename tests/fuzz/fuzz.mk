@@ -6,6 +6,8 @@
 #   make fuzz-build           the libFuzzer binary only (fails if clang has no libFuzzer)
 #   make fuzz-standalone      $(FUZZ_BUILD)/fa_fuzz_standalone: the same harness with a replay main,
 #                             any C compiler, ASan + UBSan (used when libFuzzer is missing)
+#   make fuzz-unit-tests      $(FUZZ_BUILD)/lib/fa_tests: the unit tests on the fuzzer's library, so
+#                             make test's sanitizer stage and fuzzer share one sanitizer build
 # The library is compiled again for it (clang, -O1, sanitizers, no CUDA) in $(FUZZ_BUILD)/lib.
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
@@ -13,12 +15,18 @@ FUZZ_SECONDS ?= 900
 FUZZ_JOBS    ?= 1   # > 1: parallel workers (libFuzzer then logs to fuzz-N.log)
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
-.PHONY: fuzz fuzz-build fuzz-standalone
+# make in $(FUZZ_BUILD)/lib with the fuzzer's compiler and flags (coverage for libFuzzer, no main)
+FUZZ_LIB_MAKE = $(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD)/lib CC=$(FUZZ_CC) OPT=-O1 FA_NO_CUDA=1 \
+                SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link"
+
+.PHONY: fuzz fuzz-build fuzz-standalone fuzz-unit-tests
 fuzz-build:
-	$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD)/lib CC=$(FUZZ_CC) OPT=-O1 FA_NO_CUDA=1 \
-	    SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_BUILD)/lib/libflashattn.a
+	$(FUZZ_LIB_MAKE) $(FUZZ_BUILD)/lib/libflashattn.a
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude $(FUZZ_SAN) -fsanitize=fuzzer \
 	    tests/fuzz/fa_fuzz.c $(FUZZ_BUILD)/lib/libflashattn.a -lm -pthread -o $(FUZZ_BUILD)/fa_fuzz
+
+fuzz-unit-tests:
+	$(FUZZ_LIB_MAKE) $(FUZZ_BUILD)/lib/fa_tests
 
 fuzz-standalone:
 	$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD)/lib-standalone OPT=-O1 FA_NO_CUDA=1 \
