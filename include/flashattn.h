@@ -130,7 +130,9 @@ typedef enum fa_dtype {
                              (H100 / H200), head dims multiples of 8 up to 256, q / k / v
                              strides multiples of 16 bytes, P·V in e4m3 as FlashAttention-3's;
                              not with ALiBi, a negative scale, dropout, score modifications
-                             or a paged K/V; a workspace for V's transposed copy.
+                             or a paged K/V; a workspace for V's transposed copy
+                             (none at head dims up to 128 with at most 2,048 query
+                             rows per kv head, where the kernel transposes V).
                              fa_backward (sm_80+): the bf16 backward on bf16 copies of the
                              dequantised q, k, v (descale · x rounded to bf16) in the
                              workspace, with its head dims and features               */

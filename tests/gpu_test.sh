@@ -3,7 +3,8 @@
 #   1. build the library and the flashattn tool for the local GPU (build-gpu/)
 #   2. `flashattn check --device cuda --full`: the randomised sweep against the float64 oracle
 #      (default kernels; f16, bf16 and fp8 e4m3 inputs, the last on sm_90 only), then `--quick`
-#      with the portable forward forced
+#      with the portable forward forced; on sm_90 the fp8 sweep again with each way of the fp8
+#      forward's V transpose forced (FA_HOPPER_FP8_VT=kernel / prepass) and racecheck on both
 #   3. determinism: the CUDA forward gives bitwise identical O and LSE run to run
 #      (tests/gpu/determinism.c); the default forward against the portable one; NaN inputs
 #      propagate through every kernel (tests/gpu/nan.c)
@@ -49,11 +50,23 @@ echo "== 1. build ($BUILD)"
 make BUILD="$BUILD" CUDA_ARCHS="$CUDA_ARCHS" CUDA_PTX_ONLY= NVCC="$NVCC" -j"$JOBS" all "$BUILD/fa_gpu_tests" || fail "build"
 GPU="$BUILD/fa_gpu_tests"
 
+SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+[ -x "$SAN" ] || fail "compute-sanitizer not found"
+
 echo "== 2. flashattn check --device cuda --full (default kernels: the Hopper forward on sm_90)"
 "$BUILD/flashattn" check --device cuda --full || fail "flashattn check --device cuda"
 echo "-- the same sweep (quick) with the portable forward forced (FA_CUDA_FORWARD=portable)"
 FA_CUDA_FORWARD=portable "$BUILD/flashattn" check --device cuda --quick \
     || fail "flashattn check --device cuda with FA_CUDA_FORWARD=portable"
+if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0'; then
+    for vt in kernel prepass; do
+        echo "-- the fp8 sweep with V transposed by the ${vt} (FA_HOPPER_FP8_VT=$vt; the rule picks per shape)"
+        FA_HOPPER_FP8_VT=$vt "$BUILD/flashattn" check --device cuda --dtype e4m3 --full \
+            || fail "flashattn check --device cuda --dtype e4m3 with FA_HOPPER_FP8_VT=$vt"
+        FA_HOPPER_FP8_VT=$vt "$SAN" --tool racecheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \
+            --dtype e4m3 --quick || fail "racecheck on the fp8 sweep with FA_HOPPER_FP8_VT=$vt"
+    done
+fi
 
 echo "== 3. determinism"
 "$GPU" determinism || fail "forward determinism"
@@ -63,8 +76,6 @@ echo "-- NaN inputs propagate through every kernel (tests/gpu/nan.c)"
 "$GPU" nan || fail "NaN propagation (tests/gpu/nan.c)"
 
 echo "== 4. compute-sanitizer"
-SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
-[ -x "$SAN" ] || fail "compute-sanitizer not found"
 for tool in memcheck racecheck synccheck; do
     echo "-- $tool: forward (small problems)"
     "$SAN" --tool "$tool" --error-exitcode 3 "$GPU" determinism small || fail "$tool on determinism small"

@@ -286,12 +286,23 @@ FA_TEST(tiles_hopper_fp8) {
                  fa_hopper_fp8_bucket(60, 64) == 0,
              "fp8 buckets 64, 128 and 256, multiples of 8 only");
     for (int b = 64; b <= 256; b *= 2)
-        FA_CHECK(fa_hopper_fp8_smem_bytes(b) <= SMEM_SM90, "fp8 bucket %d: %zu bytes of smem", b,
-                 fa_hopper_fp8_smem_bytes(b));
+        for (int vt = 0; vt <= 1; vt++)
+            FA_CHECK(fa_hopper_fp8_smem_bytes(b, vt) <= SMEM_SM90, "fp8 bucket %d (V transposed in the kernel: %d): "
+                     "%zu bytes of smem", b, vt, fa_hopper_fp8_smem_bytes(b, vt));
     FA_CHECK(fa_hopper_fp8_pv_wait_late(128) && !fa_hopper_fp8_pv_wait_late(64) && !fa_hopper_fp8_pv_wait_late(256) &&
-                 fa_hopper_fp8_smem_bytes(128) == 128 * 128 + 2 * 2 * 128 * 128 + 128 * 2 * 128 + 8 * 10 + 16 +
-                                                      16 * 2 + 8 * 128 + 1024,
-             "fp8 bucket 128: the P·V wait after the softmax, one order word per consumer thread");
+                 fa_hopper_fp8_smem_bytes(128, 0) == 128 * 128 + 2 * 2 * 128 * 128 + 128 * 2 * 128 + 8 * 10 + 16 +
+                                                         16 * 2 + 8 * 128 + 1024 &&
+                 fa_hopper_fp8_smem_bytes(128, 1) == fa_hopper_fp8_smem_bytes(128, 0) + 2 * (128 * 128 + 16),
+             "fp8 bucket 128: the P·V wait after the softmax, one order word per consumer thread; the V staging "
+             "with its two mbarriers per stage");
+    FA_CHECK(fa_hopper_fp8_vt_fits(64) && fa_hopper_fp8_vt_fits(128) && !fa_hopper_fp8_vt_fits(256) &&
+                 fa_hopper_fp8_smem_bytes(256, 1) == fa_hopper_fp8_smem_bytes(256, 0),
+             "fp8: the V staging fits at buckets 64 and 128; bucket 256 has no room for it");
+    FA_CHECK(fa_hopper_fp8_vt_in_kernel(128, 2048, 16, 16) && fa_hopper_fp8_vt_in_kernel(64, 1024, 32, 32) &&
+                 !fa_hopper_fp8_vt_in_kernel(128, 4096, 16, 16) && !fa_hopper_fp8_vt_in_kernel(256, 1024, 8, 8) &&
+                 fa_hopper_fp8_vt_in_kernel(128, 256, 64, 8) && !fa_hopper_fp8_vt_in_kernel(128, 512, 64, 8) &&
+                 !fa_hopper_fp8_vt_in_kernel(128, 1, 1, 0),
+             "fp8: V transposed in the kernel up to 2048 query rows per kv head and sequence, at buckets 64 and 128");
     /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */
     int seen[64] = {0};
     for (int key = 0; key < 64; key++) {
@@ -312,10 +323,12 @@ FA_TEST(tiles_hopper_fp8) {
     FA_CHECK(fa_hopper_fp8_vt_rows(128, 0, 3, 200, 0) == 3 * 256 && fa_hopper_fp8_vt_rows(256, 0, 2, 256, 0) == 512 &&
                  fa_hopper_fp8_vt_rows(128, 1, 3, 0, 1000) == (1000 + 3 * 127 + 15) / 16 * 16,
              "Vt rows: whole tiles per sequence, varlen's bound");
-    FA_CHECK(fa_hopper_fp8_workspace_bytes(128, 0, 2, 4, 128, 100, 0) == (size_t)4 * 128 * 256 &&
-                 fa_hopper_fp8_workspace_bytes(128, 1, 2, 1, 64, 100, 300) ==
-                     (size_t)64 * ((300 + 2 * 127 + 15) / 16 * 16) + 12,
-             "fp8 workspace: Vt, then the varlen starts");
+    FA_CHECK(fa_hopper_fp8_workspace_bytes(128, 0, 0, 2, 4, 128, 100, 0) == (size_t)4 * 128 * 256 &&
+                 fa_hopper_fp8_workspace_bytes(128, 0, 1, 2, 1, 64, 100, 300) ==
+                     (size_t)64 * ((300 + 2 * 127 + 15) / 16 * 16) + 12 &&
+                 fa_hopper_fp8_workspace_bytes(128, 1, 0, 2, 4, 128, 100, 0) == 0 &&
+                 fa_hopper_fp8_workspace_bytes(64, 1, 1, 2, 1, 64, 100, 300) == 0,
+             "fp8 workspace: Vt, then the varlen starts; none where V is transposed in the kernel");
     FA_CHECK(fa_hopper_persistent(128, 0, 0) && !fa_hopper_persistent(256, 0, 0) && fa_hopper_persistent(256, 0, 1) &&
                  fa_hopper_dynamic(128, 1, 0) && !fa_hopper_dynamic(256, 1, 0) && fa_hopper_dynamic(256, 1, 1),
              "grid: 16-bit d256 one CTA per tile; fp8 (always O's own buffer) persistent or dynamic");

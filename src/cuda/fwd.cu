@@ -186,6 +186,19 @@ fa_status fa_cuda_workspace_release(fa_cuda_workspace *ws, cudaStream_t stream, 
 
 /* ---- forward: limits ------------------------------------------------------------------------ */
 
+/* Whether the fp8 forward transposes V in its kernel or by the pre-pass (sm90_tiles.h,
+ * fa_hopper_fp8_vt_in_kernel); the one place that decides it, for the shared-memory check, the
+ * workspace and the launch. FA_HOPPER_FP8_VT=kernel / prepass forces either where it fits (tests
+ * and timing). */
+static int fp8_vt_in_kernel(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const int bucket = fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v);
+    const char *forced = getenv("FA_HOPPER_FP8_VT");
+    if (forced != nullptr && strcmp(forced, "kernel") == 0) return fa_hopper_fp8_vt_fits(bucket);
+    if (forced != nullptr && strcmp(forced, "prepass") == 0) return 0;
+    return fa_hopper_fp8_vt_in_kernel(bucket, p->seqlen_q, p->heads_q, p->heads_kv);
+}
+
 /* fp8 e4m3 inputs: the Hopper fp8 forward only (sm90_tiles.h, fa_hopper_fp8_unsupported); q, k
  * and v 8-bit with 16-byte rows for the TMA, o bf16. */
 static fa_status check_forward_fp8(const fa_problem *pb, fa_cuda_device_info *dev) {
@@ -227,15 +240,17 @@ static fa_status check_forward_fp8(const fa_problem *pb, fa_cuda_device_info *de
     if (p->heads_q > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "heads_q = %lld, batch = %lld: %s takes at most %d of each",
                             (long long)p->heads_q, (long long)p->batch, path, FA_CUDA_GRID_YZ_MAX);
-    return fa_cuda_check_smem(p, dev, fa_hopper_fp8_smem_bytes(fa_hopper_fp8_bucket((int)p->head_dim,
-                                                                                   (int)p->head_dim_v)),
+    return fa_cuda_check_smem(p, dev,
+                              fa_hopper_fp8_smem_bytes(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v),
+                                                       fp8_vt_in_kernel(pb)),
                               "the Hopper fp8 forward kernel");
 }
 
 static size_t fp8_workspace_bytes(const fa_problem *pb) {
     const fa_params *p = &pb->p;
-    return fa_hopper_fp8_workspace_bytes(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v), pb->varlen,
-                                         p->batch, p->heads_kv, p->head_dim_v, p->seqlen_k, p->total_k);
+    return fa_hopper_fp8_workspace_bytes(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v),
+                                         fp8_vt_in_kernel(pb), pb->varlen, p->batch, p->heads_kv, p->head_dim_v,
+                                         p->seqlen_k, p->total_k);
 }
 
 static fa_status check_forward(const fa_problem *pb, fa_cuda_device_info *dev) {
@@ -377,7 +392,8 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
         fa_cuda_workspace ws;
         if ((s = fa_cuda_workspace_acquire(p->workspace, fp8_workspace_bytes(pb), stream, "fp8 forward", &ws)) != FA_OK)
             return s;
-        s = fa_fwd_launch_hopper_fp8(&prm, p->q_descale, p->k_descale, p->v_descale, ws.base, dev.ordinal, stream);
+        s = fa_fwd_launch_hopper_fp8(&prm, p->q_descale, p->k_descale, p->v_descale, ws.base, fp8_vt_in_kernel(pb),
+                                     dev.ordinal, stream);
         return fa_cuda_workspace_release(&ws, stream, "fp8 forward", s);
     }
     if (pb->has_mods) return forward_mods(pb, &prm, bucket, &dev, stream);

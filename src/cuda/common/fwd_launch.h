@@ -64,11 +64,13 @@ fa_status fa_fwd_launch_hopper(const fa_fwd_params *prm, const fa_dropout_params
 /* The Hopper fp8 forward (fwd_sm90.cu's FP8 instantiations) for the problems
  * fa_hopper_fp8_unsupported() (sm90_tiles.h) accepts: q, k, v e4m3 (strides in elements =
  * bytes), o bf16; the descale factors [batch, heads_kv] fp32 in device memory (NULL = 1);
- * `workspace` holds fa_hopper_fp8_workspace_bytes() bytes (256-byte aligned): the Vᵀ copy the
- * pre-pass writes on `stream` before the kernel. FA_ERR_STRIDE when a stride does not fit a TMA
- * tensor map, before anything is launched. */
+ * vt_in_kernel: the kernel transposes V itself (sm90_tiles.h, fa_hopper_fp8_vt_in_kernel; buckets
+ * 64 and 128), else the pre-pass writes Vᵀ into `workspace` on `stream` before the kernel;
+ * `workspace` holds fa_hopper_fp8_workspace_bytes() bytes (256-byte aligned) for that choice.
+ * FA_ERR_STRIDE when a stride does not fit a TMA tensor map, before anything is launched. */
 fa_status fa_fwd_launch_hopper_fp8(const fa_fwd_params *prm, const float *q_descale, const float *k_descale,
-                                   const float *v_descale, void *workspace, int device_ordinal, cudaStream_t stream);
+                                   const float *v_descale, void *workspace, int vt_in_kernel, int device_ordinal,
+                                   cudaStream_t stream);
 }
 
 #endif /* FA_FWD_LAUNCH_H */

@@ -188,10 +188,12 @@ FA_HOPPER_FN int fa_hopper_fwd_mods_blocks_ok(int bucket, long long block_q, lon
 /* ---- fp8 e4m3 inputs (fwd_sm90.cu's FP8 instantiations) -----------------------------------
  * Q and K tiles are slabs of [rows, 128] 8-bit elements (128-byte rows: the 16-bit tiles' slab
  * layout and swizzle, twice the columns). The 8-bit wgmma reads both operands K-major only, so
- * P·V needs V with the keys contiguous: a pre-pass writes Vᵀ [heads_kv][dv][keys] (each sequence
- * padded with zeros to a whole number of key tiles, its keys permuted within groups of 32 so that
- * P's fp32 accumulator registers are its A fragment as they stand, see fa_hopper_fp8_vt_slot) and
- * the kernel loads tiles [dv, BLOCK_N keys] of it. O is bf16, staged in its own buffer. */
+ * P·V needs V with the keys contiguous: Vᵀ tiles [dv, BLOCK_N keys], the keys permuted within
+ * groups of 32 so that P's fp32 accumulator registers are its A fragment as they stand (see
+ * fa_hopper_fp8_vt_slot). Buckets 64 and 128 transpose V in the kernel (fa_hopper_fp8_vt_in_kernel);
+ * at 256 a pre-pass writes Vᵀ [heads_kv][dv][keys] into the workspace (each sequence padded with
+ * zeros to a whole number of key tiles) and the kernel loads tiles of it. O is bf16, staged in its
+ * own buffer. */
 
 /* Bucket: 64, 128 or 256 (d and dv up to it, zero-padded; at 64 Q and K rows are 64 bytes, in the
  * 64-byte swizzle); 0 = out of range (d or dv above 256, or not a multiple of 8). */
@@ -212,15 +214,35 @@ FA_HOPPER_FN int fa_hopper_fp8_block_n(int bucket) { return bucket > 0 ? 128 : 0
  * slower at fp8 bucket 64 and in the 16-bit kernels (docs/tuning-log.md). */
 FA_HOPPER_FN int fa_hopper_fp8_pv_wait_late(int bucket) { return bucket == 128; }
 
+/* V transposed in the kernel: the producer's TMA loads V's tile as it is stored ([BLOCK_N keys,
+ * dv] bytes, K's layout) into a staging ring beside the Vᵀ ring, and the producer warpgroup's
+ * three idle warps write it into the Vᵀ stage (ldmatrix.trans, byte permutes, stmatrix). It fits
+ * at buckets 64 and 128 (STAGES × 8 or 16 KiB of staging; 256 has 225 KiB without it). The
+ * alternative, a pre-pass writing Vᵀ to the workspace, costs a pass over V per call; the kernel's
+ * own transpose costs ~13 % of the kernel's time (docs/tuning-log.md, H100, d128: +21 % at 1k
+ * tokens, +2-5 % at 2k, -7 % at 4k, -13 % at 16k). So the kernel transposes while it is short
+ * against V: at most FA_HOPPER_FP8_VT_ROWS query rows per kv head and sequence (seqlen_q ·
+ * heads_q / heads_kv; the pre-pass reads each kv head's V once for all of them). */
+enum { FA_HOPPER_FP8_VT_ROWS = 2048 };
+FA_HOPPER_FN int fa_hopper_fp8_vt_fits(int bucket) { return bucket == 64 || bucket == 128; }
+FA_HOPPER_FN int fa_hopper_fp8_vt_in_kernel(int bucket, long long seqlen_q, long long heads_q, long long heads_kv) {
+    return fa_hopper_fp8_vt_fits(bucket) && heads_kv > 0 && seqlen_q * (heads_q / heads_kv) <= FA_HOPPER_FP8_VT_ROWS;
+}
+
 /* Query rows per CTA and ring depth are the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:
  * 192 rows in 3 consumer warpgroups and 3 stages at bucket 64, else 128 rows in 2 and 2 stages).
  * Shared memory: Q [BLOCK_M, d] + STAGES × (K [128, d] + Vᵀ [d, 128]) 8-bit, O [BLOCK_M, dv] bf16,
- * the mbarriers, with fa_hopper_fp8_pv_wait_late one 4-byte order word per consumer thread (2 per
- * query row), 1024 bytes of alignment (bucket 64: 73 KiB; 128: 114 KiB; 256: 225 KiB). */
-FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket) {
+ * with vt_in_kernel STAGES × V [128, dv] 8-bit (the staging), the mbarriers (with the staging's
+ * full and empty per stage), with fa_hopper_fp8_pv_wait_late one 4-byte order word per consumer
+ * thread (2 per query row), 1024 bytes of alignment (bucket 64: 73 KiB, 97 with the staging; 128:
+ * 114 KiB, 146; 256: 225 KiB). */
+FA_HOPPER_FN size_t fa_hopper_fp8_smem_bytes(int bucket, int vt_in_kernel) {
+    const size_t staging = (size_t)(vt_in_kernel && fa_hopper_fp8_vt_fits(bucket)) *
+                           (size_t)fa_hopper_stages(bucket) *
+                           ((size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket + 16);
     return (size_t)fa_hopper_block_m(bucket) * (size_t)bucket +
            (size_t)fa_hopper_stages(bucket) * 2 * (size_t)fa_hopper_fp8_block_n(bucket) * (size_t)bucket +
-           (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket + fa_hopper_barrier_bytes(bucket) +
+           (size_t)fa_hopper_block_m(bucket) * 2 * (size_t)bucket + staging + fa_hopper_barrier_bytes(bucket) +
            8 * (size_t)fa_hopper_block_m(bucket) * (size_t)fa_hopper_fp8_pv_wait_late(bucket) + 1024;
 }
 
@@ -235,10 +257,13 @@ FA_HOPPER_FN long long fa_hopper_fp8_vt_rows(int bucket, int varlen, long long b
     return n == 0 ? 0 : varlen ? (total_k + batch * (n - 1) + 15) / 16 * 16 : batch * ((seqlen_k + n - 1) / n) * n;
 }
 
-/* Workspace of the fp8 forward: Vᵀ [heads_kv][dv][vt_rows] bytes, then (varlen) each sequence's
- * first Vᵀ row, batch + 1 int32 (16-byte aligned). */
-FA_HOPPER_FN size_t fa_hopper_fp8_workspace_bytes(int bucket, int varlen, long long batch, long long heads_kv,
-                                                  long long head_dim_v, long long seqlen_k, long long total_k) {
+/* Workspace of the fp8 forward: none where V is transposed in the kernel (vt_in_kernel); else Vᵀ
+ * [heads_kv][dv][vt_rows] bytes, then (varlen) each sequence's first Vᵀ row, batch + 1 int32
+ * (16-byte aligned). */
+FA_HOPPER_FN size_t fa_hopper_fp8_workspace_bytes(int bucket, int vt_in_kernel, int varlen, long long batch,
+                                                  long long heads_kv, long long head_dim_v, long long seqlen_k,
+                                                  long long total_k) {
+    if (vt_in_kernel) return 0;
     const size_t vt = (size_t)heads_kv * (size_t)head_dim_v *
                       (size_t)fa_hopper_fp8_vt_rows(bucket, varlen, batch, seqlen_k, total_k);
     return (vt + 15) / 16 * 16 + (varlen ? (size_t)4 * (size_t)(batch + 1) : 0);

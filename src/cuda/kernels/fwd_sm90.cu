@@ -121,9 +121,11 @@
  * fp8 e4m3 inputs (template flag FP8, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's fp8 section):
  * Q and K tiles hold 128 (bucket 64: 64, in the 64-byte swizzle) e4m3 columns per slab row; S and
  * P·V are e4m3 wgmma (k32); P goes to e4m3 straight from the accumulator registers, four per
- * register as they stand (fa_hopper_convert_p), and V arrives transposed from the pre-pass at the
- * end of this file, [dv rows][128 keys] per tile in the slot order that makes those registers the
- * A fragment. Each sequence's Vᵀ is zero-padded to whole tiles, so varlen needs no V zeroing here.
+ * register as they stand (fa_hopper_convert_p), and P·V reads Vᵀ, [dv rows][128 keys] per tile in
+ * the slot order that makes those registers the A fragment. At buckets 64 and 128 the producer
+ * warpgroup's idle warps write each Vᵀ tile from V as stored (fa_hopper_fp8_transpose_v, keys past
+ * the sequence zeroed); at 256 it comes from the pre-pass at the end of this file, each sequence's
+ * Vᵀ zero-padded to whole tiles. Either way varlen needs no V zeroing in the consumers.
  * q_descale · k_descale fold into the tile's score multiplier (fa_hopper_muls), v_descale into o's
  * normalisation. Not with PACK, LOG2, DROPOUT or MODS.
  */
@@ -151,7 +153,11 @@
  * registers). */
 enum { FA_HOPPER_MODS_NONE = 0, FA_HOPPER_MODS_MASKS = 1, FA_HOPPER_MODS_BIAS = 2 };
 
-template <int BUCKET, bool FP8 = false>
+/* The input kind of a forward kernel (its FP8 template argument): 16-bit; fp8 with Vᵀ from the
+ * pre-pass; fp8 with V transposed in the kernel (sm90_tiles.h, fa_hopper_fp8_vt_in_kernel). */
+enum { FA_HOPPER_16BIT = 0, FA_HOPPER_FP8_VT_PREPASS = 1, FA_HOPPER_FP8_VT_IN_KERNEL = 2 };
+
+template <int BUCKET, int FP8 = FA_HOPPER_16BIT>
 struct fa_hopper_config {
     /* bucket 512: a pair of CTAs (cluster ranks 0, 1), each on 256 of the head-dim columns; DQK and
      * DV are one CTA's columns */
@@ -173,9 +179,17 @@ struct fa_hopper_config {
     static constexpr int P_STEPS = BLOCK_N / K_STEP;
     static constexpr int CONSUMER_WGS = fa_hopper_consumers(BUCKET);
     static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
-    static constexpr int PRODUCER_REGS = 24;
-    /* registers per thread after setmaxnreg: the producer gives back what the consumers take */
-    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
+    /* fp8 with V transposed in the kernel: the staging ring below, and the producer warpgroup's
+     * warps 1-3 write the staged V into the Vᵀ stage */
+    static constexpr bool VT_IN_KERNEL = FP8 == FA_HOPPER_FP8_VT_IN_KERNEL;
+    /* registers per thread after setmaxnreg: the producer gives back what the consumers take (the
+     * transposing warps' two steps in flight need more than 24: 8 from each consumer thread, as
+     * many as fit the pool at 3 consumers) */
+    static constexpr int PRODUCER_REGS = VT_IN_KERNEL ? (CONSUMER_WGS == 2 ? 40 : 32) : 24;
+    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? (VT_IN_KERNEL ? 232 : 240) : 160;
+    /* VT_IN_KERNEL: transpose steps each transposing warp keeps in flight (4 measured no faster
+     * than 2, with the consumers at 224 registers) */
+    static constexpr int VT_STEPS_IN_FLIGHT = 2;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
@@ -190,15 +204,21 @@ struct fa_hopper_config {
     static constexpr uint32_t K_OFFSET = Q_BYTES;
     static constexpr uint32_t V_OFFSET = Q_BYTES + STAGES * K_BYTES;
     static constexpr uint32_t O_OFFSET = O_OWN ? V_OFFSET + STAGES * V_BYTES : 0;
+    /* VT_IN_KERNEL: the staging ring, one V tile [BLOCK_N keys, DV] per stage as it is stored, in
+     * K's layout and swizzle (DV = the 128- or 64-byte rows of Q and K at these buckets) */
+    static constexpr uint32_t VRAW_BYTES = VT_IN_KERNEL ? BLOCK_N * DV : 0; /* one staging stage */
+    static constexpr uint32_t VRAW_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
+    /* the producer warpgroup's warps 1-3, which write the staged V into the Vᵀ stage */
+    static constexpr int TRANSPOSE_THREADS = 96;
     /* the pair's receive buffers: [consumer][BLOCK_N / 8 float4][128 threads] fp32 (the peer's
      * partial S, cuda_common.cuh's partial-score layout) */
-    static constexpr uint32_t X_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
+    static constexpr uint32_t X_OFFSET = VRAW_OFFSET + STAGES * VRAW_BYTES;
     static constexpr uint32_t X_BYTES = (uint32_t)fa_hopper_exchange_bytes(BUCKET);
     static constexpr uint32_t X_WG_BYTES = 128 * 4 * (BLOCK_N / 2); /* one consumer's message */
     static constexpr uint32_t BAR_OFFSET = X_OFFSET + X_BYTES;
     /* mbarriers: q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S]; pair:
-     * xchg_full[C], xchg_free[C] */
-    static constexpr int NUM_BARRIERS = fa_hopper_fwd_barriers(BUCKET);
+     * xchg_full[C], xchg_free[C]; VT_IN_KERNEL: vraw_full[S], vraw_empty[S] */
+    static constexpr int NUM_BARRIERS = fa_hopper_fwd_barriers(BUCKET) + (VT_IN_KERNEL ? 2 * STAGES : 0);
     /* after the mbarriers: the 16-byte tile slot, the index of the tile the producer loads Q for
      * (-1: no more tiles; MODS: then its key-tile count, int32), written before its arrival on
      * q_full and read by the consumers after their wait; then one 16-byte position slot per stage
@@ -218,7 +238,7 @@ struct fa_hopper_config {
      * with Q (thread 0 after the TMA store has read it; the others after the epilogue barrier) */
     static constexpr int Q_EMPTY_ARRIVALS = 4 * CONSUMER_WGS;
     static constexpr uint32_t SMEM_BYTES =
-        (uint32_t)(FP8 ? fa_hopper_fp8_smem_bytes(BUCKET) : fa_hopper_smem_bytes(BUCKET));
+        (uint32_t)(FP8 ? fa_hopper_fp8_smem_bytes(BUCKET, VT_IN_KERNEL) : fa_hopper_smem_bytes(BUCKET));
     static constexpr int KEEP_WORDS = (BLOCK_N / 2 + 31) / 32; /* dropout: one bit per S element of a thread */
     /* dropout: with 3 consumers (160 registers) the keep bits are drawn after the P·V wait, when
      * P's 16-bit fragments are dead (drawn under the GEMMs, ptxas spilled 124-300 bytes) */
@@ -231,6 +251,9 @@ struct fa_hopper_config {
     static_assert(TILE_SLOT_OFFSET % 16 == 0, "16-byte slots");
     static_assert(!FP8 || (BLOCK_N == 128 && DQK % SLAB_COLS == 0 && DV == DQK),
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
+    static_assert(!VT_IN_KERNEL || (fa_hopper_fp8_vt_fits(BUCKET) && DV == QK_ROW_BYTES && DV % 32 == 0 && VRAW_BYTES % 1024 == 0 &&
+                                    VRAW_OFFSET % 1024 == 0),
+                  "fp8 V staging: one Q/K-layout row per key, whole 32-column transpose steps, swizzle atoms");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256 && DV <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
     static_assert(CTAS == 1 || (CTAS == 2 && X_BYTES == CONSUMER_WGS * X_WG_BYTES && DQK == DV && !O_OWN &&
@@ -787,11 +810,90 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
     }
 }
 
-template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, int MODS_KIND, bool FP8>
+/* fp8 with V transposed in the kernel (Cfg::VT_IN_KERNEL): warps 1-3 of the producer warpgroup
+ * (`warp` 0-2 here) turn each staged V tile [BLOCK_N keys, DV] (K's layout: one QK_ROW_BYTES row
+ * per key in the 128- or 64-byte swizzle) into the Vᵀ stage [DV rows, BLOCK_N key slots] (128-byte
+ * rows in the 128-byte swizzle, the keys in fa_hopper_fp8_vt_slot's order), zero the keys past the
+ * tile's valid count (varlen: rows of the next sequence), then arrive on v_full (after
+ * fence.proxy.async: the wgmma reads the stage through the async proxy) and on vraw_empty. One
+ * step of a warp moves 16 keys × 32 columns: ldmatrix.x4.trans of the 8 × 8 b16 blocks (keys
+ * kb.., kb + 8..) × (columns cb.., cb + 16..) gives lane (p = lane / 4, q = lane % 4) the byte
+ * pairs of columns cb + 2p, + 1 at keys kb + 2q, + 1 (A) and kb + 2q + 8, + 9 (B); a byte permute
+ * of A and B is the word of Vᵀ row cb + 2p (or + 1) at slots 4q .. 4q + 3, which hold exactly
+ * keys 2q, 2q + 1, 2q + 8, 2q + 9 of the group of 16; stmatrix.x4 stores the words. Each stored
+ * matrix mixes the even rows of lanes p < 4 with the odd rows of p >= 4 (the other matrix the
+ * rest), so that its 8 rows fall in 8 different 16-byte bank groups of the swizzle. */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_fp8_transpose_v(int warp, int lane, uint32_t vraw_smem, uint32_t vt_smem,
+                                                          uint32_t vraw_full0, uint32_t v_full0, uint32_t v_empty0,
+                                                          uint32_t pos_slot0) {
+    constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, ROW = Cfg::QK_ROW_BYTES;
+    constexpr int KEY_GROUPS = BLOCK_N / 16, STEPS = KEY_GROUPS * (Cfg::DV / 32);
+    static_assert(Cfg::TRANSPOSE_THREADS == 96 && BLOCK_N % 32 == 0, "three warps; whole groups of 32 keys");
+    /* the staging's swizzle (K's): 16-byte chunk c of key row k sits at chunk c ^ f(k), f = k % 8
+     * for 128-byte rows, (k / 2) % 4 for 64-byte rows (the 64-byte swizzle) */
+    auto raw_offset = [](int key, int chunk) -> uint32_t {
+        const int f = ROW == 128 ? key % 8 : (key / 2) % 4;
+        return (uint32_t)(key * ROW + ((chunk ^ f) << 4));
+    };
+    const int p = lane / 4, q = lane % 4, m = lane / 8, j = lane % 8;
+    /* this lane's ldmatrix row: row j of matrix m, keys kb + 8(m % 2) .., columns cb + 16(m / 2) .. */
+    const int ld_key = j + 8 * (m % 2), ld_chunk = m / 2;
+    /* this lane's stmatrix row: row j of matrix m is Vᵀ row cb + 16(m / 2) + 2j, + 1 when j >= 4 (m
+     * even) or j < 4 (m odd) */
+    const int st_row = 16 * (m / 2) + 2 * j + ((m % 2) ? (j < 4) : (j >= 4));
+    /* [A0 A2 B0 B2] is column cb + 2p, [A1 A3 B1 B3] column cb + 2p + 1 */
+    const uint32_t sel_even = p < 4 ? 0x6420u : 0x7531u, sel_odd = p < 4 ? 0x7531u : 0x6420u;
+    /* one step: transpose, zero the keys past `valid`, store */
+    auto store_step = [&](const uint32_t (&r)[4], int step, int valid, uint32_t vt) {
+        const int kb = 16 * (step % KEY_GROUPS), cb = 32 * (step / KEY_GROUPS);
+        uint32_t o[4] = {__byte_perm(r[0], r[1], sel_even), __byte_perm(r[0], r[1], sel_odd),
+                         __byte_perm(r[2], r[3], sel_even), __byte_perm(r[2], r[3], sel_odd)};
+        if (valid < BLOCK_N) { /* bytes 0-3 of every word: keys kb + 2q, + 1, + 8, + 9 */
+            const int k0 = kb + 2 * q;
+            const uint32_t keep = (k0 < valid ? 0xffu : 0u) | (k0 + 1 < valid ? 0xff00u : 0u) |
+                                  (k0 + 8 < valid ? 0xff0000u : 0u) | (k0 + 9 < valid ? 0xff000000u : 0u);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[i] &= keep;
+        }
+        const int row = cb + st_row;
+        stmatrix_x4(vt + (uint32_t)(row * 128 + (((kb / 16) ^ (row % 8)) << 4)), o);
+    };
+    auto load_step = [&](uint32_t (&r)[4], int step, uint32_t raw) {
+        const int kb = 16 * (step % KEY_GROUPS), cb = 32 * (step / KEY_GROUPS);
+        ldmatrix_x4_trans(r, raw + raw_offset(kb + ld_key, cb / 16 + ld_chunk));
+    };
+    for (uint32_t g = 0;; ++g) {
+        const uint32_t s = g % STAGES, phase = (g / STAGES) & 1;
+        /* hint-less waits, as the consumers' (the suspending form measured the same here) */
+        mbarrier_wait_parity_spin(vraw_full0 + 8u * s, phase);
+        const int valid = (int)(int64_t)ld_shared_u64(pos_slot0 + 16u * s);
+        if (valid < 0) return;
+        mbarrier_wait_parity_spin(v_empty0 + 8u * s, phase ^ 1);
+        const uint32_t raw = vraw_smem + s * Cfg::VRAW_BYTES, vt = vt_smem + s * Cfg::V_BYTES;
+        /* VT_STEPS_IN_FLIGHT steps per round, all loads issued before the first store */
+        constexpr int N = Cfg::VT_STEPS_IN_FLIGHT;
+#pragma unroll 1
+        for (int step = warp; step < STEPS; step += 3 * N) {
+            uint32_t r[N][4];
+#pragma unroll
+            for (int i = 0; i < N; ++i)
+                if (step + 3 * i < STEPS) load_step(r[i], step + 3 * i, raw);
+#pragma unroll
+            for (int i = 0; i < N; ++i)
+                if (step + 3 * i < STEPS) store_step(r[i], step + 3 * i, valid, vt);
+        }
+        fence_proxy_async_shared_cta(); /* the stores, before the wgmma's async-proxy reads */
+        mbarrier_arrive(v_full0 + 8u * s);
+        mbarrier_arrive(vraw_full0 + 8u * (STAGES + s)); /* vraw_empty[s] */
+    }
+}
+
+template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, int MODS_KIND, int FP8>
 __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     fa_hopper_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, /* {d, sq, hq, b} (varlen {d, total_q, hq, 1}), box {64, BLOCK_M, 1, 1}; PACK: box {64, pack_rows, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_k, /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}                       */
-                         const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}; FP8: Vᵀ {vt_rows, dv, hkv, 1}, box {BLOCK_N, DV, 1, 1} */
+                         const __grid_constant__ CUtensorMap tmap_v, /* {dv, sk, hkv, b}, box {64, BLOCK_N, 1, 1}; FP8: box {DV, BLOCK_N, 1, 1} (VT_IN_KERNEL), else Vᵀ {vt_rows, dv, hkv, 1}, box {BLOCK_N, DV, 1, 1} */
                          const __grid_constant__ CUtensorMap tmap_o, /* {dv, sq, hq, b}, box {64, 64, 1, 1} (TMA-store path only)      */
                          const fa_hopper_params prm,
                          const __grid_constant__ fa_mods_arg<MODS_KIND != FA_HOPPER_MODS_NONE> mods) { /* MODS only: bias, doc ids, block map */
@@ -822,6 +924,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
      * read our last message) */
     auto xchg_full = [&](int c) -> uint32_t { return bars + 8u * (uint32_t)(2 + 4 * STAGES + c); };
     auto xchg_free = [&](int c) -> uint32_t { return bars + 8u * (uint32_t)(2 + 4 * STAGES + Cfg::CONSUMER_WGS + c); };
+    /* VT_IN_KERNEL: vraw_full[s] (1 arrival + the staged V tile's bytes) and vraw_empty[s] (the
+     * transposing threads have read it); the staging stage s and the valid keys of its tile in
+     * pos_slot(s) (written before the arrival on vraw_full; -1: no more tiles) */
+    auto vraw_full = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 4 * STAGES + s); };
+    auto vraw_empty = [&](uint32_t s) -> uint32_t { return bars + 8u * (2u + 5 * STAGES + s); };
+    auto vraw_stage = [&](uint32_t s) -> uint32_t { return smem + Cfg::VRAW_OFFSET + s * Cfg::VRAW_BYTES; };
     /* pair: this CTA's first head-dim column of Q, K, V and O */
     const int rank = Cfg::CTAS == 2 ? (int)cluster_ctarank() : 0;
     const int col_base = rank * Cfg::DQK;
@@ -833,9 +941,13 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         mbarrier_init(q_empty, Cfg::Q_EMPTY_ARRIVALS);
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(k_full(s), 1);
-            mbarrier_init(v_full(s), 1);
+            mbarrier_init(v_full(s), Cfg::VT_IN_KERNEL ? Cfg::TRANSPOSE_THREADS : 1);
             mbarrier_init(k_empty(s), Cfg::EMPTY_ARRIVALS);
             mbarrier_init(v_empty(s), Cfg::EMPTY_ARRIVALS);
+            if constexpr (Cfg::VT_IN_KERNEL) {
+                mbarrier_init(vraw_full(s), 1);
+                mbarrier_init(vraw_empty(s), Cfg::TRANSPOSE_THREADS);
+            }
         }
         if constexpr (Cfg::CTAS == 2)
             for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
@@ -927,7 +1039,15 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                         w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N, w.head_kv,
                                         w.tma_batch);
                     }
-                    if (j > 0) {
+                    if (j > 0 && Cfg::VT_IN_KERNEL) { /* V as stored, into the staging (transposed below) */
+                        const uint32_t g = kv_base + j - 1, s = g % STAGES;
+                        const int key_tile = fa_hopper_key_tile<MODS>(w, j - 1, v_pos);
+                        mbarrier_wait_parity(vraw_empty(s), ((g / STAGES) & 1) ^ 1);
+                        st_shared_u64(pos_slot(s), (uint64_t)(int64_t)min(BLOCK_N, w.len_k - key_tile * BLOCK_N));
+                        mbarrier_arrive_expect_tx(vraw_full(s), Cfg::VRAW_BYTES);
+                        tma_load_4d(vraw_stage(s), &tmap_v, vraw_full(s), 0, w.k_row + key_tile * BLOCK_N, w.head_kv,
+                                    w.tma_batch);
+                    } else if (j > 0) {
                         const uint32_t g = kv_base + j - 1, s = g % STAGES;
                         mbarrier_wait_parity(v_empty(s), ((g / STAGES) & 1) ^ 1);
                         mbarrier_arrive_expect_tx(v_full(s), Cfg::V_BYTES);
@@ -956,6 +1076,17 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (tiles_done > 0) mbarrier_wait_parity(q_empty, (tiles_done - 1) & 1);
             st_shared_u64(tile_slot, ~0ull);
             mbarrier_arrive(q_full);
+            if constexpr (Cfg::VT_IN_KERNEL) { /* and -1 in the next staging slot: the transposing warps stop */
+                const uint32_t s = kv_base % STAGES;
+                mbarrier_wait_parity(vraw_empty(s), ((kv_base / STAGES) & 1) ^ 1);
+                st_shared_u64(pos_slot(s), ~0ull);
+                mbarrier_arrive(vraw_full(s));
+            }
+        } else if constexpr (Cfg::VT_IN_KERNEL) {
+            if (threadIdx.x >= 32)
+                fa_hopper_fp8_transpose_v<Cfg>(threadIdx.x / 32 - 1, threadIdx.x % 32, smem + Cfg::VRAW_OFFSET,
+                                               smem + Cfg::V_OFFSET, vraw_full(0), v_full(0), v_empty(0),
+                                               smem + Cfg::POS_SLOT_OFFSET);
         }
         return;
     }
@@ -1071,7 +1202,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             if (Cfg::PINGPONG && consumer == Cfg::CONSUMER_WGS - 1)
                 bar_arrive(FA_HOPPER_BAR_SCHED_FIRST, 256); /* consumer 0 goes first */
             auto issue_s = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], uint32_t ks) {
-                fa_hopper_issue_qk<Cfg, BF16, FP8>(s_rmem, q_wg, k_stage(ks));
+                fa_hopper_issue_qk<Cfg, BF16, FP8 != 0>(s_rmem, q_wg, k_stage(ks));
             };
             /* pair: + the peer's partial scores of key tile j (nothing sent after the last) */
             auto pair_add = [&](float (&s_rmem)[Cfg::BLOCK_N / 2], int j) {
@@ -1110,7 +1241,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                         needs_mask(n0), n0, row0, pack_g, pack_i, lane, bias_rmem,
                                                         bias_early);
                 if constexpr (DROPOUT) fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
-                fa_hopper_convert_p<Cfg, BF16, FP8>(s_rmem, p_rmem);
+                fa_hopper_convert_p<Cfg, BF16, FP8 != 0>(s_rmem, p_rmem);
 
                 /* Varlen: V_0's rows past the sequence belong to the next one (or to the unused
                  * rows after the last, possibly NaN). All consumers zero them (each a share of
@@ -1144,7 +1275,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 fa_hopper_wait_turn<Cfg>(consumer);
                 issue_s(s_rmem, ks);
                 mbarrier_wait_parity_spin(v_full(vs), ((g - 1) / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8 != 0>(o_rmem, p_rmem, v_stage(vs));
                 fa_hopper_pass_turn<Cfg>(consumer, j == n_tiles - 1);
                 if constexpr (MODS) read_key_pos(ks); /* round j's tile */
                 uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
@@ -1200,14 +1331,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                     fa_hopper_dropout_bits<Cfg>(keep, prm.dropout, w.batch, w.head, prm.heads_q, row0 - lane / 4, n0);
                     fa_hopper_dropout_apply<Cfg>(s_rmem, keep);
                 }
-                fa_hopper_convert_p<Cfg, BF16, FP8>(s_rmem, p_rmem);
+                fa_hopper_convert_p<Cfg, BF16, FP8 != 0>(s_rmem, p_rmem);
             }
 
             /* ---- last: O += P_{n-1} V_{n-1} */
             {
                 const uint32_t g = kv_base + n_tiles - 1, vs = g % STAGES;
                 mbarrier_wait_parity_spin(v_full(vs), (g / STAGES) & 1);
-                fa_hopper_issue_pv<Cfg, BF16, FP8>(o_rmem, p_rmem, v_stage(vs));
+                fa_hopper_issue_pv<Cfg, BF16, FP8 != 0>(o_rmem, p_rmem, v_stage(vs));
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
@@ -1407,7 +1538,7 @@ static int fa_hopper_schedule_forced() {
 
 /* Sets the kernel's shared-memory opt-in (once per device and instantiation) and launches it. */
 template <int BUCKET, bool BF16, bool PACK, bool LOG2, bool DROPOUT, int MODS_KIND = FA_HOPPER_MODS_NONE,
-          bool FP8 = false>
+          int FP8 = FA_HOPPER_16BIT>
 static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tmap_k, const CUtensorMap &tmap_v,
                                const CUtensorMap &tmap_o, const fa_hopper_params &prm, int64_t grid,
                                int device_ordinal, cudaStream_t stream, const fa_mods_params *mods = nullptr) {
@@ -1671,11 +1802,11 @@ __global__ void __launch_bounds__(256) fa_hopper_fp8_vt_kernel(const uint8_t *v,
     }
 }
 
-template <int BUCKET>
+template <int BUCKET, int FP8>
 static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_descale, const float *k_descale,
                                       const float *v_descale, void *workspace, int device_ordinal,
                                       cudaStream_t stream) {
-    using Cfg = fa_hopper_config<BUCKET, true>;
+    using Cfg = fa_hopper_config<BUCKET, FP8>;
     static const char *const path = "the Hopper fp8 forward";
     const bool varlen = p->cu_seqlens_q != nullptr;
     const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
@@ -1697,9 +1828,15 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
                                       p->k_row_stride, p->k_head_stride, p->k_batch_stride, Cfg::BLOCK_N,
                                       Cfg::QK_ROW_BYTES)) != FA_OK)
         return st;
-    /* Vᵀ {vt_rows, dv, hkv, 1}: box {BLOCK_N keys, DV columns} (columns past dv read as zeros) */
+    /* V transposed in the kernel: V as stored, K's map (box {DV, BLOCK_N}, columns past dv read as
+     * zeros); else Vᵀ {vt_rows, dv, hkv, 1}: box {BLOCK_N keys, DV columns} */
     if (no_keys) {
         tmap_v = tmap_k;
+    } else if (Cfg::VT_IN_KERNEL) {
+        if ((st = fa_hopper_make_map_rows(&tmap_v, path, "v", u8, p->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
+                                          p->v_row_stride, p->v_head_stride, p->v_batch_stride, Cfg::BLOCK_N,
+                                          Cfg::QK_ROW_BYTES)) != FA_OK)
+            return st;
     } else if ((st = fa_hopper_make_map(&tmap_v, path, "v (transposed copy)", u8, vt, vt_rows, p->head_dim_v,
                                         p->heads_kv, 1, vt_rows, (int64_t)p->head_dim_v * vt_rows, 16, Cfg::DV)) != FA_OK)
         return st;
@@ -1713,11 +1850,11 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
         tmap_o = tmap_q; /* unused: the varlen epilogue stores with st.global */
     }
     /* V's 8-byte loads in the pre-pass */
-    if (((uintptr_t)p->v & 7u) != 0 || p->v_row_stride % 8 != 0 || p->v_head_stride % 8 != 0 ||
-        (!varlen && p->v_batch_stride % 8 != 0))
+    if (!Cfg::VT_IN_KERNEL && (((uintptr_t)p->v & 7u) != 0 || p->v_row_stride % 8 != 0 ||
+                               p->v_head_stride % 8 != 0 || (!varlen && p->v_batch_stride % 8 != 0)))
         return fa_set_error(FA_ERR_STRIDE, "v: %s needs 8-byte aligned rows", path);
 
-    if (!no_keys) {
+    if (!no_keys && !Cfg::VT_IN_KERNEL) {
         if (varlen) {
             fa_hopper_fp8_vt_start_kernel<Cfg::BLOCK_N><<<1, 1024, 0, stream>>>(p->cu_seqlens_k, p->total_k, p->batch,
                                                                                 vt_start);
@@ -1759,17 +1896,30 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
         grid == 0)
         return st;
     return fa_cuda_workspace_release(&counter, stream, "tile counter",
-                                     fa_hopper_run<BUCKET, true, false, false, false, FA_HOPPER_MODS_NONE, true>(
+                                     fa_hopper_run<BUCKET, true, false, false, false, FA_HOPPER_MODS_NONE, FP8>(
                                          tmap_q, tmap_k, tmap_v, tmap_o, prm, grid, device_ordinal, stream));
 }
 
 extern "C" fa_status fa_fwd_launch_hopper_fp8(const fa_fwd_params *prm, const float *q_descale,
                                               const float *k_descale, const float *v_descale, void *workspace,
-                                              int device_ordinal, cudaStream_t stream) {
-    switch (fa_hopper_fp8_bucket(prm->head_dim, prm->head_dim_v)) {
-    case 64: return fa_hopper_fp8_launch<64>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
-    case 128: return fa_hopper_fp8_launch<128>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
-    case 256: return fa_hopper_fp8_launch<256>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal, stream);
+                                              int vt_in_kernel, int device_ordinal, cudaStream_t stream) {
+    const int bucket = fa_hopper_fp8_bucket(prm->head_dim, prm->head_dim_v);
+    const bool vt = vt_in_kernel != 0 && fa_hopper_fp8_vt_fits(bucket);
+    constexpr int IN_KERNEL = FA_HOPPER_FP8_VT_IN_KERNEL, PREPASS = FA_HOPPER_FP8_VT_PREPASS;
+    switch (bucket) {
+    case 64:
+        return vt ? fa_hopper_fp8_launch<64, IN_KERNEL>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal,
+                                                        stream)
+                  : fa_hopper_fp8_launch<64, PREPASS>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal,
+                                                      stream);
+    case 128:
+        return vt ? fa_hopper_fp8_launch<128, IN_KERNEL>(prm, q_descale, k_descale, v_descale, workspace,
+                                                         device_ordinal, stream)
+                  : fa_hopper_fp8_launch<128, PREPASS>(prm, q_descale, k_descale, v_descale, workspace,
+                                                       device_ordinal, stream);
+    case 256:
+        return fa_hopper_fp8_launch<256, PREPASS>(prm, q_descale, k_descale, v_descale, workspace, device_ordinal,
+                                                  stream);
     default:
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper fp8 forward kernel",
                             prm->head_dim, prm->head_dim_v);
