@@ -131,7 +131,7 @@ typedef enum fa_dtype {
                              strides multiples of 16 bytes, P·V in e4m3 as FlashAttention-3's;
                              not with ALiBi, a negative scale, dropout, score modifications
                              or a paged K/V; a workspace for V's transposed copy
-                             (none at head dims up to 128 with at most 2,048 query
+                             (none at head dims up to 128 with at most 4,096 query
                              rows per kv head, where the kernel transposes V).
                              fa_backward (sm_80+): the bf16 backward on bf16 copies of the
                              dequantised q, k, v (descale · x rounded to bf16) in the

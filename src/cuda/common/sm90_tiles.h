@@ -219,11 +219,12 @@ FA_HOPPER_FN int fa_hopper_fp8_pv_wait_late(int bucket) { return bucket == 128; 
  * three idle warps write it into the Vᵀ stage (ldmatrix.trans, byte permutes, stmatrix). It fits
  * at buckets 64 and 128 (STAGES × 8 or 16 KiB of staging; 256 has 225 KiB without it). The
  * alternative, a pre-pass writing Vᵀ to the workspace, costs a pass over V per call; the kernel's
- * own transpose costs ~13 % of the kernel's time (docs/tuning-log.md, H100, d128: +21 % at 1k
- * tokens, +2-5 % at 2k, -7 % at 4k, -13 % at 16k). So the kernel transposes while it is short
- * against V: at most FA_HOPPER_FP8_VT_ROWS query rows per kv head and sequence (seqlen_q ·
- * heads_q / heads_kv; the pre-pass reads each kv head's V once for all of them). */
-enum { FA_HOPPER_FP8_VT_ROWS = 2048 };
+ * own transpose makes the kernel ~4 % slower at bucket 128 and ~9 % at 64 (docs/tuning-log.md,
+ * H100, d128: +37 % at 1k tokens, +17 % at 2k, +5 % at 4k, -4 % at 16k; d64: +22 %, -3 %, -9 %
+ * at 1k, 4k, 16k). So the kernel transposes while it is short against V: at most
+ * FA_HOPPER_FP8_VT_ROWS query rows per kv head and sequence (seqlen_q · heads_q / heads_kv; the
+ * pre-pass reads each kv head's V once for all of them). */
+enum { FA_HOPPER_FP8_VT_ROWS = 4096 };
 FA_HOPPER_FN int fa_hopper_fp8_vt_fits(int bucket) { return bucket == 64 || bucket == 128; }
 FA_HOPPER_FN int fa_hopper_fp8_vt_in_kernel(int bucket, long long seqlen_q, long long heads_q, long long heads_kv) {
     return fa_hopper_fp8_vt_fits(bucket) && heads_kv > 0 && seqlen_q * (heads_q / heads_kv) <= FA_HOPPER_FP8_VT_ROWS;

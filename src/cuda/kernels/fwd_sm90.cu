@@ -187,9 +187,6 @@ struct fa_hopper_config {
      * many as fit the pool at 3 consumers) */
     static constexpr int PRODUCER_REGS = VT_IN_KERNEL ? (CONSUMER_WGS == 2 ? 40 : 32) : 24;
     static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? (VT_IN_KERNEL ? 232 : 240) : 160;
-    /* VT_IN_KERNEL: transpose steps each transposing warp keeps in flight (4 measured no faster
-     * than 2, with the consumers at 224 registers) */
-    static constexpr int VT_STEPS_IN_FLIGHT = 2;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
@@ -815,73 +812,74 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
  * per key in the 128- or 64-byte swizzle) into the Vᵀ stage [DV rows, BLOCK_N key slots] (128-byte
  * rows in the 128-byte swizzle, the keys in fa_hopper_fp8_vt_slot's order), zero the keys past the
  * tile's valid count (varlen: rows of the next sequence), then arrive on v_full (after
- * fence.proxy.async: the wgmma reads the stage through the async proxy) and on vraw_empty. One
- * step of a warp moves 16 keys × 32 columns: ldmatrix.x4.trans of the 8 × 8 b16 blocks (keys
- * kb.., kb + 8..) × (columns cb.., cb + 16..) gives lane (p = lane / 4, q = lane % 4) the byte
- * pairs of columns cb + 2p, + 1 at keys kb + 2q, + 1 (A) and kb + 2q + 8, + 9 (B); a byte permute
- * of A and B is the word of Vᵀ row cb + 2p (or + 1) at slots 4q .. 4q + 3, which hold exactly
- * keys 2q, 2q + 1, 2q + 8, 2q + 9 of the group of 16; stmatrix.x4 stores the words. Each stored
- * matrix mixes the even rows of lanes p < 4 with the odd rows of p >= 4 (the other matrix the
- * rest), so that its 8 rows fall in 8 different 16-byte bank groups of the swizzle. */
+ * fence.proxy.async: the wgmma reads the stage through the async proxy) and on vraw_empty.
+ * A step of a warp moves 16 columns cc.. of two 16-key groups a and b = a ^ 2: ldmatrix.x4.trans
+ * of the 8 × 8 b16 blocks (keys 16a.., 16a + 8.., 16b.., 16b + 8..) gives lane (p = lane / 4,
+ * q = lane % 4) the byte pairs of columns cc + 2p, + 1 at keys 2q, + 1 (A) and 2q + 8, + 9 (B) of
+ * each group; a byte permute of A and B is the word of Vᵀ row cc + 2p (or + 1) at slots 4q .. 4q + 3
+ * of the group, which hold exactly those keys (the slot order); stmatrix.x4 stores the four words.
+ * Its matrices mix the even rows of lanes p < 4 with the odd rows of p >= 4 (the other matrix the
+ * rest), and the groups a, a ^ 2 differ in the swizzle's second bit: the 8 rows of a matrix, and
+ * row j of the four, land in different 16-byte bank groups. Every address is a lane constant plus
+ * the step's offsets. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_fp8_transpose_v(int warp, int lane, uint32_t vraw_smem, uint32_t vt_smem,
                                                           uint32_t vraw_full0, uint32_t v_full0, uint32_t v_empty0,
                                                           uint32_t pos_slot0) {
     constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, ROW = Cfg::QK_ROW_BYTES;
-    constexpr int KEY_GROUPS = BLOCK_N / 16, STEPS = KEY_GROUPS * (Cfg::DV / 32);
-    static_assert(Cfg::TRANSPOSE_THREADS == 96 && BLOCK_N % 32 == 0, "three warps; whole groups of 32 keys");
-    /* the staging's swizzle (K's): 16-byte chunk c of key row k sits at chunk c ^ f(k), f = k % 8
-     * for 128-byte rows, (k / 2) % 4 for 64-byte rows (the 64-byte swizzle) */
-    auto raw_offset = [](int key, int chunk) -> uint32_t {
-        const int f = ROW == 128 ? key % 8 : (key / 2) % 4;
-        return (uint32_t)(key * ROW + ((chunk ^ f) << 4));
-    };
+    constexpr int STEPS = (BLOCK_N / 32) * (Cfg::DV / 16); /* group pairs × 16-column blocks */
+    static_assert(Cfg::TRANSPOSE_THREADS == 96 && BLOCK_N == 128, "three warps; 8 groups of 16 keys");
     const int p = lane / 4, q = lane % 4, m = lane / 8, j = lane % 8;
-    /* this lane's ldmatrix row: row j of matrix m, keys kb + 8(m % 2) .., columns cb + 16(m / 2) .. */
-    const int ld_key = j + 8 * (m % 2), ld_chunk = m / 2;
-    /* this lane's stmatrix row: row j of matrix m is Vᵀ row cb + 16(m / 2) + 2j, + 1 when j >= 4 (m
-     * even) or j < 4 (m odd) */
-    const int st_row = 16 * (m / 2) + 2 * j + ((m % 2) ? (j < 4) : (j >= 4));
-    /* [A0 A2 B0 B2] is column cb + 2p, [A1 A3 B1 B3] column cb + 2p + 1 */
+    /* ldmatrix: this lane addresses row j of matrix m, key 16·(m < 2 ? a : b) + 8(m % 2) + j; its
+     * swizzle term is the same for every group (K's: key % 8 for 128-byte rows, (key / 2) % 4 for
+     * 64-byte rows) */
+    const int swz = ROW == 128 ? j : (j / 2) % 4;
+    const uint32_t ld_lane = (uint32_t)((8 * (m % 2) + j) * ROW);
+    /* stmatrix: row j of matrix m is Vᵀ row cc + 2j + (odd), odd = j >= 4 for even m, j < 4 for odd
+     * m, in group m < 2 ? a : b */
+    const int st_row = 2 * j + ((m % 2) ? (j < 4) : (j >= 4));
+    const uint32_t st_lane = (uint32_t)(st_row * 128);
+    /* [A0 A2 B0 B2] is column cc + 2p, [A1 A3 B1 B3] column cc + 2p + 1 */
     const uint32_t sel_even = p < 4 ? 0x6420u : 0x7531u, sel_odd = p < 4 ? 0x7531u : 0x6420u;
-    /* one step: transpose, zero the keys past `valid`, store */
-    auto store_step = [&](const uint32_t (&r)[4], int step, int valid, uint32_t vt) {
-        const int kb = 16 * (step % KEY_GROUPS), cb = 32 * (step / KEY_GROUPS);
-        uint32_t o[4] = {__byte_perm(r[0], r[1], sel_even), __byte_perm(r[0], r[1], sel_odd),
-                         __byte_perm(r[2], r[3], sel_even), __byte_perm(r[2], r[3], sel_odd)};
-        if (valid < BLOCK_N) { /* bytes 0-3 of every word: keys kb + 2q, + 1, + 8, + 9 */
-            const int k0 = kb + 2 * q;
-            const uint32_t keep = (k0 < valid ? 0xffu : 0u) | (k0 + 1 < valid ? 0xff00u : 0u) |
-                                  (k0 + 8 < valid ? 0xff0000u : 0u) | (k0 + 9 < valid ? 0xff000000u : 0u);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) o[i] &= keep;
-        }
-        const int row = cb + st_row;
-        stmatrix_x4(vt + (uint32_t)(row * 128 + (((kb / 16) ^ (row % 8)) << 4)), o);
-    };
-    auto load_step = [&](uint32_t (&r)[4], int step, uint32_t raw) {
-        const int kb = 16 * (step % KEY_GROUPS), cb = 32 * (step / KEY_GROUPS);
-        ldmatrix_x4_trans(r, raw + raw_offset(kb + ld_key, cb / 16 + ld_chunk));
-    };
     for (uint32_t g = 0;; ++g) {
         const uint32_t s = g % STAGES, phase = (g / STAGES) & 1;
-        /* hint-less waits, as the consumers' (the suspending form measured the same here) */
-        mbarrier_wait_parity_spin(vraw_full0 + 8u * s, phase);
+        mbarrier_wait_parity(vraw_full0 + 8u * s, phase);
         const int valid = (int)(int64_t)ld_shared_u64(pos_slot0 + 16u * s);
         if (valid < 0) return;
-        mbarrier_wait_parity_spin(v_empty0 + 8u * s, phase ^ 1);
+        mbarrier_wait_parity(v_empty0 + 8u * s, phase ^ 1);
         const uint32_t raw = vraw_smem + s * Cfg::VRAW_BYTES, vt = vt_smem + s * Cfg::V_BYTES;
-        /* VT_STEPS_IN_FLIGHT steps per round, all loads issued before the first store */
-        constexpr int N = Cfg::VT_STEPS_IN_FLIGHT;
+        /* N steps in flight: 2 where the producer warpgroup has 40 registers, 1 at 32 */
+        constexpr int N = Cfg::PRODUCER_REGS >= 40 ? 2 : 1;
 #pragma unroll 1
-        for (int step = warp; step < STEPS; step += 3 * N) {
+        for (int step0 = warp; step0 < STEPS; step0 += 3 * N) {
             uint32_t r[N][4];
 #pragma unroll
-            for (int i = 0; i < N; ++i)
-                if (step + 3 * i < STEPS) load_step(r[i], step + 3 * i, raw);
+            for (int u = 0; u < N; ++u) {
+                const int step = step0 + 3 * u, pair = step % 4, cc16 = step / 4;
+                const int a = (pair & 1) | ((pair & 2) << 1), grp = m < 2 ? a : a ^ 2;
+                if (step < STEPS)
+                    ldmatrix_x4_trans(r[u], raw + ld_lane + (uint32_t)(16 * ROW * grp) + (uint32_t)((cc16 ^ swz) << 4));
+            }
 #pragma unroll
-            for (int i = 0; i < N; ++i)
-                if (step + 3 * i < STEPS) store_step(r[i], step + 3 * i, valid, vt);
+            for (int u = 0; u < N; ++u) {
+                const int step = step0 + 3 * u, pair = step % 4, cc16 = step / 4;
+                if (step >= STEPS) break;
+                const int a = (pair & 1) | ((pair & 2) << 1);
+                uint32_t o[4] = {__byte_perm(r[u][0], r[u][1], sel_even), __byte_perm(r[u][0], r[u][1], sel_odd),
+                                 __byte_perm(r[u][2], r[u][3], sel_even), __byte_perm(r[u][2], r[u][3], sel_odd)};
+                if (valid < BLOCK_N) { /* bytes 0-3 of a word: keys 2q, + 1, + 8, + 9 of its group */
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int k0 = 16 * (h ? a ^ 2 : a) + 2 * q;
+                        const uint32_t keep = (k0 < valid ? 0xffu : 0u) | (k0 + 1 < valid ? 0xff00u : 0u) |
+                                              (k0 + 8 < valid ? 0xff0000u : 0u) | (k0 + 9 < valid ? 0xff000000u : 0u);
+                        o[2 * h] &= keep;
+                        o[2 * h + 1] &= keep;
+                    }
+                }
+                const int grp = m < 2 ? a : a ^ 2;
+                stmatrix_x4(vt + (uint32_t)(2048 * cc16) + st_lane + (uint32_t)((grp ^ (st_row % 8)) << 4), o);
+            }
         }
         fence_proxy_async_shared_cta(); /* the stores, before the wgmma's async-proxy reads */
         mbarrier_arrive(v_full0 + 8u * s);
