@@ -117,7 +117,7 @@ static void edge_cases(void) {
             run_case(label, &s);
         }
     /* sharp softmax: q = amplitude·randn makes scores (and the d = 512 pairs' partial scores) large */
-    static const double amplitudes[] = {4.0, 12.0};
+    static const double amplitudes[] = {8.0, 40.0};
     for (size_t i = 0; i < sizeof amplitudes / sizeof amplitudes[0]; i++) {
         fa_test_spec s = base_spec(512, 512, 1, 130, 200, 2, 1);
         s.q_amplitude = amplitudes[i];
