@@ -118,14 +118,16 @@
  * P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
  * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
  *
- * fp8 e4m3 inputs (template flag FP8, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's fp8 section):
+ * fp8 e4m3 inputs (template argument FP8 non-zero, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's
+ * fp8 section):
  * Q and K tiles hold 128 (bucket 64: 64, in the 64-byte swizzle) e4m3 columns per slab row; S and
  * P·V are e4m3 wgmma (k32); P goes to e4m3 straight from the accumulator registers, four per
  * register as they stand (fa_hopper_convert_p), and P·V reads Vᵀ, [dv rows][128 keys] per tile in
- * the slot order that makes those registers the A fragment. At buckets 64 and 128 the producer
- * warpgroup's idle warps write each Vᵀ tile from V as stored (fa_hopper_fp8_transpose_v, keys past
- * the sequence zeroed); at 256 it comes from the pre-pass at the end of this file, each sequence's
- * Vᵀ zero-padded to whole tiles. Either way varlen needs no V zeroing in the consumers.
+ * the slot order that makes those registers the A fragment. With FP8 = FA_HOPPER_FP8_VT_IN_KERNEL
+ * (buckets 64 and 128, short problems: fwd.cu decides) the producer warpgroup's idle warps write
+ * each Vᵀ tile from V as stored (fa_hopper_fp8_transpose_v, keys past the sequence zeroed); with
+ * FA_HOPPER_FP8_VT_PREPASS it comes from the pre-pass at the end of this file, each sequence's Vᵀ
+ * zero-padded to whole tiles. Either way varlen needs no V zeroing in the consumers.
  * q_descale · k_descale fold into the tile's score multiplier (fa_hopper_muls), v_descale into o's
  * normalisation. Not with PACK, LOG2, DROPOUT or MODS.
  */
