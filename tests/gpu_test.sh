@@ -39,9 +39,9 @@ command -v nvidia-smi > /dev/null 2>&1 || fail "nvidia-smi not found: no NVIDIA 
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [ -x "$NVCC" ] || fail "nvcc not found (set NVCC or put it on PATH)"
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
-if [ -z "${CUDA_ARCHS:-}" ]; then
-    CUDA_ARCHS=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
-fi
+# the GPU's compute capability, e.g. 90 (the default CUDA_ARCHS; sm_90 also runs the fp8 steps)
+GPU_CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+CUDA_ARCHS=${CUDA_ARCHS:-$GPU_CC}
 [ -n "$CUDA_ARCHS" ] || fail "could not read the GPU's compute capability"
 JOBS=$(nproc 2> /dev/null || echo 4)
 echo "gpu-test: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), CUDA_ARCHS=$CUDA_ARCHS"
@@ -58,7 +58,7 @@ echo "== 2. flashattn check --device cuda --full (default kernels: the Hopper fo
 echo "-- the same sweep (quick) with the portable forward forced (FA_CUDA_FORWARD=portable)"
 FA_CUDA_FORWARD=portable "$BUILD/flashattn" check --device cuda --quick \
     || fail "flashattn check --device cuda with FA_CUDA_FORWARD=portable"
-if nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0'; then
+if [ "$GPU_CC" = 90 ]; then
     for vt in kernel prepass; do
         echo "-- the fp8 sweep with V transposed by the ${vt} (FA_HOPPER_FP8_VT=$vt; the rule picks per shape)"
         FA_HOPPER_FP8_VT=$vt "$BUILD/flashattn" check --device cuda --dtype e4m3 --full \

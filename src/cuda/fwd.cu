@@ -246,10 +246,11 @@ static fa_status check_forward_fp8(const fa_problem *pb, fa_cuda_device_info *de
                               "the Hopper fp8 forward kernel");
 }
 
-static size_t fp8_workspace_bytes(const fa_problem *pb) {
+/* vt_in_kernel: fp8_vt_in_kernel(pb) */
+static size_t fp8_workspace_bytes(const fa_problem *pb, int vt_in_kernel) {
     const fa_params *p = &pb->p;
     return fa_hopper_fp8_workspace_bytes(fa_hopper_fp8_bucket((int)p->head_dim, (int)p->head_dim_v),
-                                         fp8_vt_in_kernel(pb), pb->varlen, p->batch, p->heads_kv, p->head_dim_v,
+                                         vt_in_kernel, pb->varlen, p->batch, p->heads_kv, p->head_dim_v,
                                          p->seqlen_k, p->total_k);
 }
 
@@ -306,7 +307,7 @@ extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspa
     fa_status s = check_forward(pb, &dev);
     if (s == FA_OK && workspace_bytes && pb->p.block_table != nullptr) *workspace_bytes = fa_cuda_paged_workspace(pb);
     if (s == FA_OK && workspace_bytes && pb->has_mods) *workspace_bytes = fa_cuda_mods_map_bytes(pb);
-    if (s == FA_OK && workspace_bytes && pb->p.dtype == FA_DTYPE_FP8_E4M3) *workspace_bytes = fp8_workspace_bytes(pb);
+    if (s == FA_OK && workspace_bytes && pb->p.dtype == FA_DTYPE_FP8_E4M3) *workspace_bytes = fp8_workspace_bytes(pb, fp8_vt_in_kernel(pb));
     return s;
 }
 
@@ -388,12 +389,14 @@ extern "C" fa_status fa_cuda_forward(const fa_problem *pb) {
     prm.head_group = 0; /* the Hopper launcher sets its own; the portable kernel's grid is 3-D */
 
     cudaStream_t stream = (cudaStream_t)p->stream;
-    if (p->dtype == FA_DTYPE_FP8_E4M3) { /* the Vᵀ copy in the workspace, then the fp8 kernel */
+    if (p->dtype == FA_DTYPE_FP8_E4M3) { /* Vᵀ into the workspace unless the kernel transposes V */
         fa_cuda_workspace ws;
-        if ((s = fa_cuda_workspace_acquire(p->workspace, fp8_workspace_bytes(pb), stream, "fp8 forward", &ws)) != FA_OK)
+        const int vt_in_kernel = fp8_vt_in_kernel(pb);
+        if ((s = fa_cuda_workspace_acquire(p->workspace, fp8_workspace_bytes(pb, vt_in_kernel), stream, "fp8 forward",
+                                           &ws)) != FA_OK)
             return s;
-        s = fa_fwd_launch_hopper_fp8(&prm, p->q_descale, p->k_descale, p->v_descale, ws.base, fp8_vt_in_kernel(pb),
-                                     dev.ordinal, stream);
+        s = fa_fwd_launch_hopper_fp8(&prm, p->q_descale, p->k_descale, p->v_descale, ws.base, vt_in_kernel, dev.ordinal,
+                                     stream);
         return fa_cuda_workspace_release(&ws, stream, "fp8 forward", s);
     }
     if (pb->has_mods) return forward_mods(pb, &prm, bucket, &dev, stream);

@@ -10,7 +10,7 @@
  *      layout, f16 and bf16, the deterministic backward;
  *   2. fixed problems at the tile edges (one key, one query, 31/33 and 63/65 keys around the
  *      backward's and forward's key tiles, 65 and 127/129 queries around their row blocks), and
- *      d = 512 with q scaled by 4 and 12 (sharp softmax, large partial scores);
+ *      d = 512 with q scaled by 8 and 40 (sharp softmax, large partial scores);
  *   3. refusals: d = 584, dv = 520 (forward and backward) return FA_ERR_HEAD_DIM with a message
  *      naming the field, and write nothing.
  * `small` runs a few small problems (for compute-sanitizer).

@@ -252,7 +252,7 @@ struct fa_hopper_config {
                   "fp8: one 128-byte Vᵀ row per dv column, whole Q/K slabs");
     static_assert(!VT_IN_KERNEL || (fa_hopper_fp8_vt_fits(BUCKET) && DV == QK_ROW_BYTES && DV % 32 == 0 && VRAW_BYTES % 1024 == 0 &&
                                     VRAW_OFFSET % 1024 == 0),
-                  "fp8 V staging: one Q/K-layout row per key, whole 32-column transpose steps, swizzle atoms");
+                  "fp8 V staging: one Q/K-layout row per key, whole 16-column transpose steps, swizzle atoms");
     static_assert(DQK % 64 == 0 && DV % 64 == 0 && DV <= DQK && DQK <= 256 && DV <= 256,
                   "bucket: whole 64-column slabs, wgmma N <= 256, O fits Q's buffer");
     static_assert(CTAS == 1 || (CTAS == 2 && X_BYTES == CONSUMER_WGS * X_WG_BYTES && DQK == DV && !O_OWN &&
