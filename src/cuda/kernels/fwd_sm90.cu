@@ -185,10 +185,10 @@ struct fa_hopper_config {
      * warps 1-3 write the staged V into the Vᵀ stage */
     static constexpr bool VT_IN_KERNEL = FP8 == FA_HOPPER_FP8_VT_IN_KERNEL;
     /* registers per thread after setmaxnreg: the producer gives back what the consumers take (the
-     * transposing warps' two steps in flight need more than 24: 8 from each consumer thread, as
-     * many as fit the pool at 3 consumers) */
-    static constexpr int PRODUCER_REGS = VT_IN_KERNEL ? (CONSUMER_WGS == 2 ? 40 : 32) : 24;
-    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? (VT_IN_KERNEL ? 232 : 240) : 160;
+     * transposing warps' two steps in flight need more than 24: 8 from each consumer thread at 2
+     * consumers, 8 at 3, whose bucket-64 loop fits 152 without spilling) */
+    static constexpr int PRODUCER_REGS = VT_IN_KERNEL ? (CONSUMER_WGS == 2 ? 40 : 56) : 24;
+    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? (VT_IN_KERNEL ? 232 : 240) : (VT_IN_KERNEL ? 152 : 160);
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
@@ -850,8 +850,9 @@ __device__ __forceinline__ void fa_hopper_fp8_transpose_v(int warp, int lane, ui
         if (valid < 0) return;
         mbarrier_wait_parity(v_empty0 + 8u * s, phase ^ 1);
         const uint32_t raw = vraw_smem + s * Cfg::VRAW_BYTES, vt = vt_smem + s * Cfg::V_BYTES;
-        /* N steps in flight: 2 where the producer warpgroup has 40 registers, 1 at 32 */
-        constexpr int N = Cfg::PRODUCER_REGS >= 40 ? 2 : 1;
+        /* two steps in flight: their 8 + 8 words and addresses fit the producer warpgroup's 40 */
+        constexpr int N = 2;
+        static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
 #pragma unroll 1
         for (int step0 = warp; step0 < STEPS; step0 += 3 * N) {
             uint32_t r[N][4];
