@@ -5,6 +5,7 @@
 #include "oracle/reference.h"
 #include "api/fa_philox.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -454,25 +455,57 @@ static float baseline_prob(fa_dtype dtype, float e, float sum) {
     return fa_test_round_to(dtype, e / sum);
 }
 
-/* Hopper's fp8 tensor-core product keeps about 14 significant bits in its sums, not fp32's 24
- * (DeepSeek-V3's report for the H800). The fp8 baseline's S = Q Kᵀ models one k32 step of it as
- * adding the accumulator and the step's 32 exact e4m3 products after aligning each to the
- * largest of them and dropping the bits below its 14th (toward -inf: two's complement), as a
- * fixed-point adder would; of the four models tried it is the one the H200's fp8 wgmma errs
- * within (docs/tuning-log.md, fp8 forward). A NaN or an infinity passes through unchanged. */
-static float fp8_mma_step(float acc, const double *products, int64_t n) {
-    double largest = fabs((double)acc), exact = acc;
-    for (int64_t i = 0; i < n; i++) {
-        exact += products[i];
-        if (fabs(products[i]) > largest) largest = fabs(products[i]);
+/* Hopper's fp8 tensor-core product keeps 14 significant bits in its sums, not fp32's 24
+ * (DeepSeek-V3's report for the H800). One k32 step of an e4m3 wgmma adds the accumulator and the
+ * step's exact products a_i·b_i after aligning each to the largest exponent among the products'
+ * (the sum of the factors' exponents, before any carry of the mantissa product) and the
+ * accumulator's, and dropping the bits below its 14th, toward zero (sign and magnitude). Fitted
+ * on an H100 (docs/tuning-log.md, "The fp8 tensor cores' sums"): it reproduces all 4,096 bf16
+ * outputs of a P·V built to expose it, and the S = Q Kᵀ behind the LSE to the LSE's fp32 noise
+ * at d = 96 (at d = 128 a tenth of the rows differ by 4e-5 to 1.7e-4 of LSE; the cut toward -inf
+ * was 2.6e-4 off in half of them). The fp8 baseline forms both of the forward's products with it.
+ * A NaN or an infinity passes through unchanged. */
+static float fp8_mma_step(float acc, const double *a, const double *b, int64_t n) {
+    double exact = acc;
+    int top = INT_MIN, e;
+    if (acc != 0.0f) {
+        frexp((double)acc, &e); /* |acc| in [2^(e-1), 2^e) */
+        top = e;
     }
-    if (!isfinite(exact) || largest == 0.0) return (float)exact;
-    int exponent;
-    frexp(largest, &exponent); /* largest = m·2^exponent, m in [0.5, 1): 14 bits reach 2^(exponent - 14) */
-    const double unit = ldexp(1.0, exponent - 14);
-    double sum = floor((double)acc / unit) * unit;
-    for (int64_t i = 0; i < n; i++) sum += floor(products[i] / unit) * unit;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = a[i] * b[i];
+        exact += x;
+        if (x == 0.0) continue;
+        int ea, eb;
+        frexp(a[i], &ea);
+        frexp(b[i], &eb);
+        if (ea + eb - 1 > top) top = ea + eb - 1; /* |a·b| < 2^(ea + eb), at least 2^(ea + eb - 2) */
+    }
+    if (!isfinite(exact) || top == INT_MIN) return (float)exact;
+    const double unit = ldexp(1.0, top - 14);
+    double sum = trunc((double)acc / unit) * unit;
+    for (int64_t i = 0; i < n; i++) sum += trunc(a[i] * b[i] / unit) * unit;
     return (float)sum;
+}
+
+/* O[c] (unnormalised) of an fp8 forward as the Hopper kernel forms it: per 128-key tile, the last
+ * tile first, four k32 steps of e4m3(P)·V in key order (fwd_sm90.cu), each through fp8_mma_step.
+ * p_e4m3[j]: the row's unnormalised P of key j rounded to e4m3, for j in [lo, hi). */
+static float fp8_pv_sum(const fa_ref_problem *rp, const float *p_e4m3, int64_t lo, int64_t hi, int64_t k_row0,
+                        int64_t kv_head, int64_t c) {
+    const int64_t dv = rp->head_dim_v, hkv = rp->heads_kv;
+    float acc = 0.0f;
+    for (int64_t tile = (hi - 1) / 128; tile >= lo / 128; tile--)
+        for (int64_t j0 = 128 * tile; j0 < 128 * tile + 128; j0 += 32) {
+            double p[32], v[32];
+            for (int64_t j = j0; j < j0 + 32; j++) {
+                const int in = j >= lo && j < hi;
+                p[j - j0] = in ? (double)p_e4m3[j] : 0.0;
+                v[j - j0] = in ? rp->v[((k_row0 + j) * hkv + kv_head) * dv + c] : 0.0;
+            }
+            acc = fp8_mma_step(acc, p, v, 32);
+        }
+    return acc;
 }
 
 static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward,
@@ -505,15 +538,11 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                 const double *k_row = rp->k + ((seq.k_row + j) * hkv + kv_head) * d;
                 float s = 0.0f; /* q, k hold dtype values; fp32 multiply-accumulate         */
                 if (dtype == FA_DTYPE_FP8_E4M3) {
-                    for (int64_t c0 = 0; c0 < d; c0 += 32) {
-                        double products[32];
-                        const int64_t n = d - c0 < 32 ? d - c0 : 32;
-                        for (int64_t c = 0; c < n; c++) products[c] = q_row[c0 + c] * k_row[c0 + c];
-                        s = fp8_mma_step(s, products, n);
-                    }
                     /* the GEMM's K padded with zeros to 64, 128 or 256 (the kernels' head-dim
                      * buckets): a step of zero products still re-aligns the accumulator */
-                    if (d != 64 && d != 128 && d != 256) s = fp8_mma_step(s, NULL, 0);
+                    const int64_t padded = d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : (d + 31) / 32 * 32;
+                    for (int64_t c0 = 0; c0 < padded; c0 += 32)
+                        s = fp8_mma_step(s, q_row + c0, k_row + c0, d - c0 < 0 ? 0 : d - c0 < 32 ? d - c0 : 32);
                 }
                 else
                     for (int64_t c = 0; c < d; c++) s += (float)q_row[c] * (float)k_row[c];
@@ -542,20 +571,21 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             /* dropout: P·Z rounded, as a framework would apply nn.Dropout to P */
             for (int64_t j = lo; j < hi; j++)
                 probs_drop[j] = fa_test_round_to(dtype, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
-            if (o_row) {
+            /* fp8: P·V on the unnormalised e4m3 P in the tensor cores' 14-bit sums, then / sum */
+            if (dtype == FA_DTYPE_FP8_E4M3)
+                for (int64_t j = lo; j < hi; j++)
+                    probs_drop[j] = (float)fa_test_e4m3_value(fa_test_e4m3_nearest(expf(scores[j] - row_max))) *
+                                    (float)fa_ref_dropout_factor(rp, b, h, i, j);
+            if (o_row || backward)
                 for (int64_t c = 0; c < dv; c++) {
                     float acc = 0.0f;
-                    for (int64_t j = lo; j < hi; j++)
-                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    o_row[c] = fa_test_round_to(dtype == FA_DTYPE_FP8_E4M3 ? FA_DTYPE_BF16 : dtype, acc);
-                }
-            }
-            if (backward)
-                for (int64_t c = 0; c < dv; c++) {
-                    float acc = 0.0f;
-                    for (int64_t j = lo; j < hi; j++) /* the stored O: dropout applied (Z∘P) */
-                        acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    o_stored[c] = fa_test_round_to(bdt, acc);
+                    if (dtype == FA_DTYPE_FP8_E4M3)
+                        acc = fp8_pv_sum(rp, probs_drop, lo, hi, seq.k_row, kv_head, c) / sum;
+                    else
+                        for (int64_t j = lo; j < hi; j++) /* dropout applied (Z∘P) */
+                            acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
+                    if (o_row) o_row[c] = fa_test_round_to(bdt, acc);
+                    o_stored[c] = fa_test_round_to(bdt, acc); /* the O the backward's D is formed from */
                 }
             if (!backward) continue;
             if (bdt != dtype) /* the backward's P: recomputed and rounded in its own dtype */
