@@ -809,6 +809,55 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
     }
 }
 
+/* One step of the fp8 Vᵀ transpose (fa_hopper_fp8_transpose_v): the load of 16 columns of key
+ * groups a and a ^ 2, then the byte permutes, the key mask of a partial tile (`valid` keys; a
+ * constant BLOCK_N compiles it out) and the store. raw_lane / vt_lane: the lane's row and swizzle
+ * term in the staged tile and in the Vᵀ stage (1024-byte aligned, so a column block or key group
+ * XORs into the swizzle term alone); flip: 2 for the lanes of matrices 2-3 (group a ^ 2 = a + 2,
+ * a's bit 1 being 0). */
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_fp8_vt_load(uint32_t (&r)[4], uint32_t raw_lane, int step, int flip) {
+    const int pair = step % 4, cc16 = step / 4, a = (pair & 1) | ((pair & 2) << 1);
+    ldmatrix_x4_trans(r, (raw_lane ^ (uint32_t)(cc16 << 4)) + (uint32_t)(16 * Cfg::QK_ROW_BYTES * (a + flip)));
+}
+template <class Cfg>
+__device__ __forceinline__ void fa_hopper_fp8_vt_store(const uint32_t (&r)[4], uint32_t vt_lane, int step, int flip,
+                                                       int lane, int valid) {
+    const int pair = step % 4, cc16 = step / 4, a = (pair & 1) | ((pair & 2) << 1);
+    const int p = lane / 4, q = lane % 4;
+    /* [A0 A2 B0 B2] is column cc + 2p, [A1 A3 B1 B3] column cc + 2p + 1 */
+    const uint32_t sel_even = p < 4 ? 0x6420u : 0x7531u, sel_odd = p < 4 ? 0x7531u : 0x6420u;
+    uint32_t o[4] = {__byte_perm(r[0], r[1], sel_even), __byte_perm(r[0], r[1], sel_odd),
+                     __byte_perm(r[2], r[3], sel_even), __byte_perm(r[2], r[3], sel_odd)};
+    if (valid < Cfg::BLOCK_N) { /* bytes 0-3 of a word: keys 2q, + 1, + 8, + 9 of its group */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int k0 = 16 * (h ? a ^ 2 : a) + 2 * q;
+            const uint32_t keep = (k0 < valid ? 0xffu : 0u) | (k0 + 1 < valid ? 0xff00u : 0u) |
+                                  (k0 + 8 < valid ? 0xff0000u : 0u) | (k0 + 9 < valid ? 0xff000000u : 0u);
+            o[2 * h] &= keep;
+            o[2 * h + 1] &= keep;
+        }
+    }
+    stmatrix_x4((vt_lane ^ (uint32_t)((a ^ flip) << 4)) + (uint32_t)(2048 * cc16), o);
+}
+
+/* A full tile's steps of transposing warp W (W, W + 3, ..), unrolled: every address is a lane
+ * constant plus an immediate. Two steps in flight: their 8 + 8 words and addresses fit the
+ * producer warpgroup's 40 registers. */
+template <class Cfg, int W>
+__device__ __forceinline__ void fa_hopper_fp8_transpose_full(uint32_t raw_lane, uint32_t vt_lane, int flip, int lane) {
+    constexpr int STEPS = (Cfg::BLOCK_N / 32) * (Cfg::DV / 16); /* group pairs × 16-column blocks */
+#pragma unroll
+    for (int step0 = W; step0 < STEPS; step0 += 6) {
+        uint32_t r[2][4];
+        fa_hopper_fp8_vt_load<Cfg>(r[0], raw_lane, step0, flip);
+        if (step0 + 3 < STEPS) fa_hopper_fp8_vt_load<Cfg>(r[1], raw_lane, step0 + 3, flip);
+        fa_hopper_fp8_vt_store<Cfg>(r[0], vt_lane, step0, flip, lane, Cfg::BLOCK_N);
+        if (step0 + 3 < STEPS) fa_hopper_fp8_vt_store<Cfg>(r[1], vt_lane, step0 + 3, flip, lane, Cfg::BLOCK_N);
+    }
+}
+
 /* fp8 with V transposed in the kernel (Cfg::VT_IN_KERNEL): warps 1-3 of the producer warpgroup
  * (`warp` 0-2 here) turn each staged V tile [BLOCK_N keys, DV] (K's layout: one QK_ROW_BYTES row
  * per key in the 128- or 64-byte swizzle) into the Vᵀ stage [DV rows, BLOCK_N key slots] (128-byte
@@ -822,66 +871,47 @@ __device__ __forceinline__ void fa_hopper_key_walk_next(const fa_hopper_work &w,
  * of the group, which hold exactly those keys (the slot order); stmatrix.x4 stores the four words.
  * Its matrices mix the even rows of lanes p < 4 with the odd rows of p >= 4 (the other matrix the
  * rest), and the groups a, a ^ 2 differ in the swizzle's second bit: the 8 rows of a matrix, and
- * row j of the four, land in different 16-byte bank groups. Every address is a lane constant plus
- * the step's offsets. */
+ * row j of the four, land in different 16-byte bank groups. A full tile runs each warp's steps
+ * unrolled (fa_hopper_fp8_transpose_full<W>); a partial one (varlen: a sequence's last) the same
+ * steps as a loop with the key mask. */
 template <class Cfg>
 __device__ __forceinline__ void fa_hopper_fp8_transpose_v(int warp, int lane, uint32_t vraw_smem, uint32_t vt_smem,
                                                           uint32_t vraw_full0, uint32_t v_full0, uint32_t v_empty0,
                                                           uint32_t pos_slot0) {
     constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, ROW = Cfg::QK_ROW_BYTES;
-    constexpr int STEPS = (BLOCK_N / 32) * (Cfg::DV / 16); /* group pairs × 16-column blocks */
+    constexpr int STEPS = (BLOCK_N / 32) * (Cfg::DV / 16);
     static_assert(Cfg::TRANSPOSE_THREADS == 96 && BLOCK_N == 128, "three warps; 8 groups of 16 keys");
-    const int p = lane / 4, q = lane % 4, m = lane / 8, j = lane % 8;
+    static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
+    const int m = lane / 8, j = lane % 8, flip = m < 2 ? 0 : 2;
     /* ldmatrix: this lane addresses row j of matrix m, key 16·(m < 2 ? a : b) + 8(m % 2) + j; its
      * swizzle term is the same for every group (K's: key % 8 for 128-byte rows, (key / 2) % 4 for
      * 64-byte rows) */
     const int swz = ROW == 128 ? j : (j / 2) % 4;
-    const uint32_t ld_lane = (uint32_t)((8 * (m % 2) + j) * ROW);
+    const uint32_t ld_lane = (uint32_t)((8 * (m % 2) + j) * ROW) + (uint32_t)(swz << 4);
     /* stmatrix: row j of matrix m is Vᵀ row cc + 2j + (odd), odd = j >= 4 for even m, j < 4 for odd
-     * m, in group m < 2 ? a : b */
+     * m, in group m < 2 ? a : b; its swizzle term is st_row % 8 */
     const int st_row = 2 * j + ((m % 2) ? (j < 4) : (j >= 4));
-    const uint32_t st_lane = (uint32_t)(st_row * 128);
-    /* [A0 A2 B0 B2] is column cc + 2p, [A1 A3 B1 B3] column cc + 2p + 1 */
-    const uint32_t sel_even = p < 4 ? 0x6420u : 0x7531u, sel_odd = p < 4 ? 0x7531u : 0x6420u;
+    const uint32_t st_lane = (uint32_t)(st_row * 128) + (uint32_t)((st_row % 8) << 4);
     for (uint32_t g = 0;; ++g) {
         const uint32_t s = g % STAGES, phase = (g / STAGES) & 1;
         mbarrier_wait_parity(vraw_full0 + 8u * s, phase);
         const int valid = (int)(int64_t)ld_shared_u64(pos_slot0 + 16u * s);
         if (valid < 0) return;
         mbarrier_wait_parity(v_empty0 + 8u * s, phase ^ 1);
-        const uint32_t raw = vraw_smem + s * Cfg::VRAW_BYTES, vt = vt_smem + s * Cfg::V_BYTES;
-        /* two steps in flight: their 8 + 8 words and addresses fit the producer warpgroup's 40 */
-        constexpr int N = 2;
-        static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
+        const uint32_t raw = vraw_smem + s * Cfg::VRAW_BYTES + ld_lane, vt = vt_smem + s * Cfg::V_BYTES + st_lane;
+        if (valid >= BLOCK_N) {
+            if (warp == 0)
+                fa_hopper_fp8_transpose_full<Cfg, 0>(raw, vt, flip, lane);
+            else if (warp == 1)
+                fa_hopper_fp8_transpose_full<Cfg, 1>(raw, vt, flip, lane);
+            else
+                fa_hopper_fp8_transpose_full<Cfg, 2>(raw, vt, flip, lane);
+        } else {
 #pragma unroll 1
-        for (int step0 = warp; step0 < STEPS; step0 += 3 * N) {
-            uint32_t r[N][4];
-#pragma unroll
-            for (int u = 0; u < N; ++u) {
-                const int step = step0 + 3 * u, pair = step % 4, cc16 = step / 4;
-                const int a = (pair & 1) | ((pair & 2) << 1), grp = m < 2 ? a : a ^ 2;
-                if (step < STEPS)
-                    ldmatrix_x4_trans(r[u], raw + ld_lane + (uint32_t)(16 * ROW * grp) + (uint32_t)((cc16 ^ swz) << 4));
-            }
-#pragma unroll
-            for (int u = 0; u < N; ++u) {
-                const int step = step0 + 3 * u, pair = step % 4, cc16 = step / 4;
-                if (step >= STEPS) break;
-                const int a = (pair & 1) | ((pair & 2) << 1);
-                uint32_t o[4] = {__byte_perm(r[u][0], r[u][1], sel_even), __byte_perm(r[u][0], r[u][1], sel_odd),
-                                 __byte_perm(r[u][2], r[u][3], sel_even), __byte_perm(r[u][2], r[u][3], sel_odd)};
-                if (valid < BLOCK_N) { /* bytes 0-3 of a word: keys 2q, + 1, + 8, + 9 of its group */
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int k0 = 16 * (h ? a ^ 2 : a) + 2 * q;
-                        const uint32_t keep = (k0 < valid ? 0xffu : 0u) | (k0 + 1 < valid ? 0xff00u : 0u) |
-                                              (k0 + 8 < valid ? 0xff0000u : 0u) | (k0 + 9 < valid ? 0xff000000u : 0u);
-                        o[2 * h] &= keep;
-                        o[2 * h + 1] &= keep;
-                    }
-                }
-                const int grp = m < 2 ? a : a ^ 2;
-                stmatrix_x4(vt + (uint32_t)(2048 * cc16) + st_lane + (uint32_t)((grp ^ (st_row % 8)) << 4), o);
+            for (int step = warp; step < STEPS; step += 3) {
+                uint32_t r[4];
+                fa_hopper_fp8_vt_load<Cfg>(r, raw, step, flip);
+                fa_hopper_fp8_vt_store<Cfg>(r, vt, step, flip, lane, valid);
             }
         }
         fence_proxy_async_shared_cta(); /* the stores, before the wgmma's async-proxy reads */
