@@ -307,7 +307,8 @@ extern "C" fa_status fa_cuda_check_forward(const fa_problem *pb, size_t *workspa
     fa_status s = check_forward(pb, &dev);
     if (s == FA_OK && workspace_bytes && pb->p.block_table != nullptr) *workspace_bytes = fa_cuda_paged_workspace(pb);
     if (s == FA_OK && workspace_bytes && pb->has_mods) *workspace_bytes = fa_cuda_mods_map_bytes(pb);
-    if (s == FA_OK && workspace_bytes && pb->p.dtype == FA_DTYPE_FP8_E4M3) *workspace_bytes = fp8_workspace_bytes(pb, fp8_vt_in_kernel(pb));
+    if (s == FA_OK && workspace_bytes && pb->p.dtype == FA_DTYPE_FP8_E4M3)
+        *workspace_bytes = fp8_workspace_bytes(pb, fp8_vt_in_kernel(pb));
     return s;
 }
 

@@ -219,9 +219,9 @@ FA_HOPPER_FN int fa_hopper_fp8_pv_wait_late(int bucket) { return bucket == 128; 
  * three idle warps write it into the Vᵀ stage (ldmatrix.trans, byte permutes, stmatrix). It fits
  * at buckets 64 and 128 (STAGES × 8 or 16 KiB of staging; 256 has 225 KiB without it). The
  * alternative, a pre-pass writing Vᵀ to the workspace, costs a pass over V per call; the kernel's
- * own transpose makes the kernel ~4 % slower at bucket 128 and ~9 % at 64 (docs/tuning-log.md,
- * H100, d128: +37 % at 1k tokens, +17 % at 2k, +5 % at 4k, -4 % at 16k; d64: +22 %, -3 %, -9 %
- * at 1k, 4k, 16k). So the kernel transposes while it is short against V: at most
+ * own transpose makes the kernel 2-3 % slower per tile (docs/tuning-log.md, H100, against the
+ * pre-pass path: d128 1.39× at 1k tokens, 1.07× at 4k, 0.97× at 16k; d64 1.27×, 1.06×, 0.98×).
+ * So the kernel transposes while it is short against V: at most
  * FA_HOPPER_FP8_VT_ROWS query rows per kv head and sequence (seqlen_q · heads_q / heads_kv; the
  * pre-pass reads each kv head's V once for all of them). */
 enum { FA_HOPPER_FP8_VT_ROWS = 4096 };

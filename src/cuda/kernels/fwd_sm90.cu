@@ -207,8 +207,10 @@ struct fa_hopper_config {
      * K's layout and swizzle (DV = the 128- or 64-byte rows of Q and K at these buckets) */
     static constexpr uint32_t VRAW_BYTES = VT_IN_KERNEL ? BLOCK_N * DV : 0; /* one staging stage */
     static constexpr uint32_t VRAW_OFFSET = V_OFFSET + STAGES * V_BYTES + (O_OWN ? O_BYTES : 0);
-    /* the producer warpgroup's warps 1-3, which write the staged V into the Vᵀ stage */
+    /* the producer warpgroup's warps 1-3, which write the staged V into the Vᵀ stage, a tile in
+     * VT_STEPS steps of 16 columns of two 16-key groups (fa_hopper_fp8_transpose_v) */
     static constexpr int TRANSPOSE_THREADS = 96;
+    static constexpr int VT_STEPS = (BLOCK_N / 32) * (DV / 16);
     /* the pair's receive buffers: [consumer][BLOCK_N / 8 float4][128 threads] fp32 (the peer's
      * partial S, cuda_common.cuh's partial-score layout) */
     static constexpr uint32_t X_OFFSET = VRAW_OFFSET + STAGES * VRAW_BYTES;
@@ -844,10 +846,11 @@ __device__ __forceinline__ void fa_hopper_fp8_vt_store(const uint32_t (&r)[4], u
 
 /* A full tile's steps of transposing warp W (W, W + 3, ..), unrolled: every address is a lane
  * constant plus an immediate. Two steps in flight: their 8 + 8 words and addresses fit the
- * producer warpgroup's 40 registers. */
+ * producer warpgroup's 40 registers or more. */
 template <class Cfg, int W>
 __device__ __forceinline__ void fa_hopper_fp8_transpose_full(uint32_t raw_lane, uint32_t vt_lane, int flip, int lane) {
-    constexpr int STEPS = (Cfg::BLOCK_N / 32) * (Cfg::DV / 16); /* group pairs × 16-column blocks */
+    constexpr int STEPS = Cfg::VT_STEPS;
+    static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
 #pragma unroll
     for (int step0 = W; step0 < STEPS; step0 += 6) {
         uint32_t r[2][4];
@@ -878,10 +881,8 @@ template <class Cfg>
 __device__ __forceinline__ void fa_hopper_fp8_transpose_v(int warp, int lane, uint32_t vraw_smem, uint32_t vt_smem,
                                                           uint32_t vraw_full0, uint32_t v_full0, uint32_t v_empty0,
                                                           uint32_t pos_slot0) {
-    constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, ROW = Cfg::QK_ROW_BYTES;
-    constexpr int STEPS = (BLOCK_N / 32) * (Cfg::DV / 16);
+    constexpr int STAGES = Cfg::STAGES, BLOCK_N = Cfg::BLOCK_N, ROW = Cfg::QK_ROW_BYTES, STEPS = Cfg::VT_STEPS;
     static_assert(Cfg::TRANSPOSE_THREADS == 96 && BLOCK_N == 128, "three warps; 8 groups of 16 keys");
-    static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
     const int m = lane / 8, j = lane % 8, flip = m < 2 ? 0 : 2;
     /* ldmatrix: this lane addresses row j of matrix m, key 16·(m < 2 ? a : b) + 8(m % 2) + j; its
      * swizzle term is the same for every group (K's: key % 8 for 128-byte rows, (key / 2) % 4 for
