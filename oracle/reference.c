@@ -584,8 +584,8 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
                     else
                         for (int64_t j = lo; j < hi; j++) /* dropout applied (Z∘P) */
                             acc += probs_drop[j] * (float)rp->v[((seq.k_row + j) * hkv + kv_head) * dv + c];
-                    if (o_row) o_row[c] = fa_test_round_to(bdt, acc);
-                    o_stored[c] = fa_test_round_to(bdt, acc); /* the O the backward's D is formed from */
+                    o_stored[c] = fa_test_round_to(bdt, acc); /* also the O the backward's D is formed from */
+                    if (o_row) o_row[c] = o_stored[c];
                 }
             if (!backward) continue;
             if (bdt != dtype) /* the backward's P: recomputed and rounded in its own dtype */
