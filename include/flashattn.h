@@ -131,8 +131,8 @@ typedef enum fa_dtype {
                              strides multiples of 16 bytes, P·V in e4m3 as FlashAttention-3's;
                              not with ALiBi, a negative scale, dropout, score modifications
                              or a paged K/V; a workspace for V's transposed copy
-                             (none at head dims up to 128 with at most 4,096 query
-                             rows per kv head, where the kernel transposes V).
+                             (none where the kernel transposes V: d and dv in 65..128,
+                             or up to 64 with at most 4,096 query rows per kv head).
                              fa_backward (sm_80+): the bf16 backward on bf16 copies of the
                              dequantised q, k, v (descale · x rounded to bf16) in the
                              workspace, with its head dims and features               */

@@ -298,11 +298,12 @@ FA_TEST(tiles_hopper_fp8) {
     FA_CHECK(fa_hopper_fp8_vt_fits(64) && fa_hopper_fp8_vt_fits(128) && !fa_hopper_fp8_vt_fits(256) &&
                  fa_hopper_fp8_smem_bytes(256, 1) == fa_hopper_fp8_smem_bytes(256, 0),
              "fp8: the V staging fits at buckets 64 and 128; bucket 256 has no room for it");
-    FA_CHECK(fa_hopper_fp8_vt_in_kernel(128, 4096, 16, 16) && fa_hopper_fp8_vt_in_kernel(64, 1024, 32, 32) &&
-                 !fa_hopper_fp8_vt_in_kernel(128, 8192, 16, 16) && !fa_hopper_fp8_vt_in_kernel(256, 1024, 8, 8) &&
-                 fa_hopper_fp8_vt_in_kernel(128, 512, 64, 8) && !fa_hopper_fp8_vt_in_kernel(128, 1024, 64, 8) &&
-                 !fa_hopper_fp8_vt_in_kernel(128, 1, 1, 0),
-             "fp8: V transposed in the kernel up to 4096 query rows per kv head and sequence, at buckets 64 and 128");
+    FA_CHECK(fa_hopper_fp8_vt_in_kernel(128, 4096, 16, 16) && fa_hopper_fp8_vt_in_kernel(128, 65536, 64, 1) &&
+                 fa_hopper_fp8_vt_in_kernel(64, 4096, 32, 32) && !fa_hopper_fp8_vt_in_kernel(64, 8192, 32, 32) &&
+                 !fa_hopper_fp8_vt_in_kernel(256, 1024, 8, 8) && fa_hopper_fp8_vt_in_kernel(64, 512, 64, 8) &&
+                 !fa_hopper_fp8_vt_in_kernel(64, 1024, 64, 8) && !fa_hopper_fp8_vt_in_kernel(64, 1, 1, 0),
+             "fp8: V transposed in the kernel at bucket 128 always, at 64 up to 4096 query rows per kv head and "
+             "sequence, never at 256");
     /* the slot order is a permutation of each group of 32 keys, and the two functions invert each other */
     int seen[64] = {0};
     for (int key = 0; key < 64; key++) {

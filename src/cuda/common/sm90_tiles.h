@@ -218,16 +218,18 @@ FA_HOPPER_FN int fa_hopper_fp8_pv_wait_late(int bucket) { return bucket == 128; 
  * dv] bytes, K's layout) into a staging ring beside the Vᵀ ring, and the producer warpgroup's
  * three idle warps write it into the Vᵀ stage (ldmatrix.trans, byte permutes, stmatrix). It fits
  * at buckets 64 and 128 (STAGES × 8 or 16 KiB of staging; 256 has 225 KiB without it). The
- * alternative, a pre-pass writing Vᵀ to the workspace, costs a pass over V per call; the kernel's
- * own transpose makes the kernel 2-3 % slower per tile (docs/tuning-log.md, H100, against the
- * pre-pass path: d128 1.39× at 1k tokens, 1.07× at 4k, 0.97× at 16k; d64 1.27×, 1.06×, 0.98×).
- * So the kernel transposes while it is short against V: at most
- * FA_HOPPER_FP8_VT_ROWS query rows per kv head and sequence (seqlen_q · heads_q / heads_kv; the
- * pre-pass reads each kv head's V once for all of them). */
+ * alternative, a pre-pass writing Vᵀ to the workspace, costs a pass over V per call. At bucket 128
+ * the kernel's own transpose costs nothing per tile (the consumers keep their 240 registers, the
+ * transposing warps one step in flight: H100, d128 16k 1.003× the pre-pass path, 4k 1.11×), so it
+ * always transposes; at bucket 64 it runs ~2 % slower per tile (0.98× at 16k, 1.27× at 1k), so it
+ * transposes while it is short against V: at most FA_HOPPER_FP8_VT_ROWS query rows per kv head and
+ * sequence (seqlen_q · heads_q / heads_kv; the pre-pass reads each kv head's V once for all of
+ * them). docs/tuning-log.md, fp8 forward. */
 enum { FA_HOPPER_FP8_VT_ROWS = 4096 };
 FA_HOPPER_FN int fa_hopper_fp8_vt_fits(int bucket) { return bucket == 64 || bucket == 128; }
 FA_HOPPER_FN int fa_hopper_fp8_vt_in_kernel(int bucket, long long seqlen_q, long long heads_q, long long heads_kv) {
-    return fa_hopper_fp8_vt_fits(bucket) && heads_kv > 0 && seqlen_q * (heads_q / heads_kv) <= FA_HOPPER_FP8_VT_ROWS;
+    return bucket == 128 ||
+           (bucket == 64 && heads_kv > 0 && seqlen_q * (heads_q / heads_kv) <= FA_HOPPER_FP8_VT_ROWS);
 }
 
 /* Query rows per CTA and ring depth are the 16-bit kernels' (fa_hopper_block_m, fa_hopper_stages:

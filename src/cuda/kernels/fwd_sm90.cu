@@ -184,11 +184,15 @@ struct fa_hopper_config {
     /* fp8 with V transposed in the kernel: the staging ring below, and the producer warpgroup's
      * warps 1-3 write the staged V into the Vᵀ stage */
     static constexpr bool VT_IN_KERNEL = FP8 == FA_HOPPER_FP8_VT_IN_KERNEL;
-    /* registers per thread after setmaxnreg: the producer gives back what the consumers take (the
-     * transposing warps' two steps in flight need more than 24: 8 from each consumer thread at 2
-     * consumers, 8 at 3, whose bucket-64 loop fits 152 without spilling) */
-    static constexpr int PRODUCER_REGS = VT_IN_KERNEL ? (CONSUMER_WGS == 2 ? 40 : 56) : 24;
-    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? (VT_IN_KERNEL ? 232 : 240) : (VT_IN_KERNEL ? 152 : 160);
+    /* registers per thread after setmaxnreg: the producer gives back what the consumers take. With
+     * V transposed in the kernel, bucket 64 gives the producer warpgroup 56 (8 from each of the 3
+     * consumers' 160: its transposing warps keep two steps in flight), bucket 128 keeps the
+     * consumers' 240 (one step in flight fits the producer's 24; the consumers' 240 were worth
+     * more than the second step: docs/tuning-log.md) */
+    static constexpr int PRODUCER_REGS = VT_IN_KERNEL && CONSUMER_WGS == 3 ? 56 : 24;
+    static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : (VT_IN_KERNEL ? 152 : 160);
+    /* transposing steps in flight (fa_hopper_fp8_transpose_full) */
+    static constexpr int VT_STEPS_IN_FLIGHT = PRODUCER_REGS >= 40 ? 2 : 1;
     static constexpr int SLABS_QK = DQK / SLAB_COLS;     /* 128-byte-row slabs of Q and K       */
     static constexpr int SLABS_V = DV / 64;              /* 64-column slabs of V (16-bit) and O */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * QK_ROW_BYTES;
@@ -845,19 +849,20 @@ __device__ __forceinline__ void fa_hopper_fp8_vt_store(const uint32_t (&r)[4], u
 }
 
 /* A full tile's steps of transposing warp W (W, W + 3, ..), unrolled: every address is a lane
- * constant plus an immediate. Two steps in flight: their 8 + 8 words and addresses fit the
- * producer warpgroup's 40 registers or more. */
+ * constant plus an immediate. Cfg::VT_STEPS_IN_FLIGHT loads before their stores: two need the
+ * 8 + 8 words and addresses of the producer warpgroup's 56 registers (bucket 64), one fits 24. */
 template <class Cfg, int W>
 __device__ __forceinline__ void fa_hopper_fp8_transpose_full(uint32_t raw_lane, uint32_t vt_lane, int flip, int lane) {
-    constexpr int STEPS = Cfg::VT_STEPS;
-    static_assert(Cfg::PRODUCER_REGS >= 40, "two transposing steps in flight");
+    constexpr int STEPS = Cfg::VT_STEPS, N = Cfg::VT_STEPS_IN_FLIGHT;
 #pragma unroll
-    for (int step0 = W; step0 < STEPS; step0 += 6) {
-        uint32_t r[2][4];
-        fa_hopper_fp8_vt_load<Cfg>(r[0], raw_lane, step0, flip);
-        if (step0 + 3 < STEPS) fa_hopper_fp8_vt_load<Cfg>(r[1], raw_lane, step0 + 3, flip);
-        fa_hopper_fp8_vt_store<Cfg>(r[0], vt_lane, step0, flip, lane, Cfg::BLOCK_N);
-        if (step0 + 3 < STEPS) fa_hopper_fp8_vt_store<Cfg>(r[1], vt_lane, step0 + 3, flip, lane, Cfg::BLOCK_N);
+    for (int step0 = W; step0 < STEPS; step0 += 3 * N) {
+        uint32_t r[N][4];
+#pragma unroll
+        for (int u = 0; u < N; ++u)
+            if (step0 + 3 * u < STEPS) fa_hopper_fp8_vt_load<Cfg>(r[u], raw_lane, step0 + 3 * u, flip);
+#pragma unroll
+        for (int u = 0; u < N; ++u)
+            if (step0 + 3 * u < STEPS) fa_hopper_fp8_vt_store<Cfg>(r[u], vt_lane, step0 + 3 * u, flip, lane, Cfg::BLOCK_N);
     }
 }
 
