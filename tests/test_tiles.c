@@ -356,9 +356,16 @@ FA_TEST(tiles_hopper_backward_dq_tiles) {
                  fa_hopper_bwd_dq_piece_row0(64, 1) == 0 && fa_hopper_bwd_dq_piece_col0(64, 1) == 64 &&
                  fa_hopper_bwd_dq_piece_row0(64, 0) == 0 && fa_hopper_bwd_dq_piece_col0(128, 0) == 0,
              "pieces: rows 64c.. of a 128-row tile, columns 64c.. of a 64-row one");
-    static const int lens[] = {0, 1, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257, 300};
+    FA_CHECK(fa_hopper_bwd_dq_piece_row0(80, 1) == 0 && fa_hopper_bwd_dq_piece_col0(80, 1) == 64 &&
+                 fa_hopper_bwd_dq_transposed(80) && !fa_hopper_bwd_dq_transposed(64) &&
+                 !fa_hopper_bwd_dq_transposed(128) && fa_hopper_bwd_dq_piece_elems(80) == 64 * 80 &&
+                 fa_hopper_bwd_dq_piece_elems(64) == 4096 && fa_hopper_bwd_dq_piece_elems(128) == 4096,
+             "80-row tiles: two transposed pieces of 64 columns x 80 rows");
+    static const int lens[] = {0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 191, 255, 256, 257, 300};
     const int nl = (int)(sizeof lens / sizeof lens[0]);
-    for (int bm = 64; bm <= 128; bm += 64)
+    static const int block_ms[] = {64, 80, 128};
+    for (int bi = 0; bi < 3; bi++) {
+        const int bm = block_ms[bi];
         for (int a = 0; a < nl; a++)
             for (int b = 0; b < nl; b++)
                 for (int c = 0; c < nl; c++) {
@@ -375,20 +382,23 @@ FA_TEST(tiles_hopper_backward_dq_tiles) {
                         start += len[s];
                     }
                 }
+    }
     /* 16k tokens, 16 heads: 32 KiB tiles, one padding tile per sequence */
-    FA_CHECK(fa_hopper_bwd_dq_elems(128, 16384, 8, 16, 128) == 16LL * (16384 / 64 + 8) * 64 * 128 &&
-                 fa_hopper_bwd_dq_elems(64, 16384, 8, 16, 64) == 16LL * (16384 / 128 + 8) * 128 * 64 &&
-                 fa_hopper_bwd_dq_elems(256, 16384, 8, 16, 200) == 16LL * 16384 * 200,
-             "dQ accumulator sizes: tiled at 64 and 128, rows at 256");
+    FA_CHECK(fa_hopper_bwd_dq_elems(128, 0, 16384, 8, 16, 128) == 16LL * (16384 / 64 + 8) * 64 * 128 &&
+                 fa_hopper_bwd_dq_elems(128, 1, 16384, 8, 16, 128) == 16LL * (16384 / 80 + 8) * 80 * 128 &&
+                 fa_hopper_bwd_dq_elems(64, 0, 16384, 8, 16, 64) == 16LL * (16384 / 128 + 8) * 128 * 64 &&
+                 fa_hopper_bwd_dq_elems(256, 0, 16384, 8, 16, 200) == 16LL * 16384 * 200,
+             "dQ accumulator sizes: tiled at 64 and 128 (64 or 80 rows), rows at 256");
 }
 
 FA_TEST(tiles_hopper_backward) {
     static const int buckets[] = {64, 128, 256, 512};
     for (int i = 0; i < 4; i++) {
         int b = buckets[i];
-        size_t smem = fa_hopper_bwd_smem_bytes(b);
+        size_t smem = fa_hopper_bwd_smem_bytes(b, 0);
         FA_CHECK(smem <= SMEM_SM90, "bucket %d: %zu bytes of smem > sm_90's %d", b, smem, SMEM_SM90);
-        int m = fa_hopper_bwd_block_m(b), n = fa_hopper_bwd_block_n(b);
+        int m = fa_hopper_bwd_block_m(b, 0), n = fa_hopper_bwd_block_n(b);
+        FA_CHECK(fa_hopper_bwd_block_m(b, 1) == (b == 128 ? 80 : m), "bucket %d: 80 rows at bucket 128 only", b);
         FA_CHECK(fa_hopper_bwd_stages(b) >= 2, "bucket %d: Q/dO ring of at least 2 stages", b);
         if (b <= 128) {
             FA_CHECK(n == 128, "bucket %d: two consumer warpgroups of 64 keys", b);
@@ -411,7 +421,7 @@ FA_TEST(tiles_hopper_backward) {
             FA_CHECK(3 * (cols / 4) <= 200, "bucket %d: accumulators %d registers leave room in 240", b, 3 * (cols / 4));
             FA_CHECK(fa_hopper_bwd_score_tiles(b) == 2 && fa_hopper_bwd_do_stages(b) == 1,
                      "bucket %d: P and dS tiles, one dO buffer", b);
-            FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b) == 8 * 2 * 16 * 32 * 4,
+            FA_CHECK(fa_hopper_bwd_dq_staging_bytes(b, 0) == 8 * 2 * 16 * 32 * 4,
                      "bucket %d: two [16, 32] fp32 buffers per consumer warp", b);
             const int pair = b == 512;
             FA_CHECK(fa_hopper_bwd_cluster_ctas(b) == 1 + pair && fa_hopper_bwd_cta_cols(b) == 256 &&
@@ -429,12 +439,22 @@ FA_TEST(tiles_hopper_backward) {
     }
     FA_CHECK(fa_hopper_bwd_bucket(512, 512) == 512 && fa_hopper_bwd_bucket(264, 264) == 512 &&
                  fa_hopper_bwd_bucket(128, 512) == 512 && fa_hopper_bwd_bucket(576, 512) == 0 &&
-                 fa_hopper_bwd_semaphores(512, 2, 3, 100) == 2 * 3 * 2 * 4 &&
-                 fa_hopper_bwd_semaphores(256, 2, 3, 100) == 2 * 3 * 2 * 2,
+                 fa_hopper_bwd_semaphores(512, 0, 2, 3, 100) == 2 * 3 * 2 * 4 &&
+                 fa_hopper_bwd_semaphores(256, 0, 2, 3, 100) == 2 * 3 * 2 * 2,
              "backward bucket 512: d and dv in 264..512, four dQ turns per query block; 576 portable");
-    FA_CHECK(fa_hopper_bwd_smem_bytes(64) == 199720 + 40 && fa_hopper_bwd_smem_bytes(128) == 198696 + 40,
-             "buckets 64 and 128: smem as the kernel lays it out, position slots included (%zu, %zu)", fa_hopper_bwd_smem_bytes(64),
-             fa_hopper_bwd_smem_bytes(128));
+    FA_CHECK(fa_hopper_bwd_smem_bytes(64, 0) == 199720 + 40 && fa_hopper_bwd_smem_bytes(128, 0) == 198696 + 40,
+             "buckets 64 and 128: smem as the kernel lays it out, position slots included (%zu, %zu)",
+             fa_hopper_bwd_smem_bytes(64, 0), fa_hopper_bwd_smem_bytes(128, 0));
+    /* 80 rows: K, V 64 KiB; Q, dO 2 x 2 x 20 KiB; dS 2 x 20 KiB; dQ staging 40 KiB; LSE2 / D 1280 B */
+    FA_CHECK(fa_hopper_bwd_smem_bytes(128, 1) == 65536 + 81920 + 40960 + 40960 + 1280 + 40 + 40 + 1024 &&
+                 fa_hopper_bwd_smem_bytes(128, 1) <= SMEM_SM90 && fa_hopper_bwd_dq_staging_bytes(128, 1) == 80 * 128 * 4,
+             "bucket 128, 80 rows: %zu bytes of smem", fa_hopper_bwd_smem_bytes(128, 1));
+    /* 80 rows: bucket 128 without causal / window, softcap, LOG2, dropout, mods or determinism */
+    FA_CHECK(fa_hopper_bwd_rows80(128, 0, 0, 0, 0, 0) && !fa_hopper_bwd_rows80(64, 0, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(256, 0, 0, 0, 0, 0) && !fa_hopper_bwd_rows80(128, 1, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, 0, 1, 0, 0, 0) && !fa_hopper_bwd_rows80(128, 0, 0, 1, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, 0, 0, 0, 1, 0) && !fa_hopper_bwd_rows80(128, 0, 0, 0, 0, 1),
+             "80-row query blocks: the plain bucket-128 problems only");
     FA_CHECK(fa_hopper_bwd_bucket(64, 64) == 64 && fa_hopper_bwd_bucket(96, 128) == 128 &&
                  fa_hopper_bwd_bucket(128, 72) == 128,
              "backward buckets 64 and 128");
@@ -466,9 +486,10 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_bwd_unsupported(9, 0, FA_DTYPE_BF16, 128, 128, 0, -scale_log2, 30.0f) != NULL,
              "negative scale with softcap: portable");
     /* deterministic mode: one int32 semaphore per (sequence, query head, query block, dQ piece) */
-    FA_CHECK(fa_hopper_bwd_semaphores(128, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
-                 fa_hopper_bwd_semaphores(64, 2, 8, 1000) == 2 * 8 * 8 * 2 &&
-                 fa_hopper_bwd_semaphores(256, 1, 4, 64) == 4 * 1 * 2 && fa_hopper_bwd_semaphores(0, 1, 1, 1) == 0,
+    FA_CHECK(fa_hopper_bwd_semaphores(128, 0, 2, 8, 1000) == 2 * 8 * 16 * 2 &&
+                 fa_hopper_bwd_semaphores(128, 1, 2, 8, 1000) == 2 * 8 * 13 * 2 &&
+                 fa_hopper_bwd_semaphores(64, 0, 2, 8, 1000) == 2 * 8 * 8 * 2 &&
+                 fa_hopper_bwd_semaphores(256, 0, 1, 4, 64) == 4 * 1 * 2 && fa_hopper_bwd_semaphores(0, 0, 1, 1, 1) == 0,
              "dQ semaphores: batch x heads_q x ceil(seqlen_q / BLOCK_M) x 2");
     FA_CHECK(fa_hopper_tma_stride_ok(1024, 16) && fa_hopper_tma_stride_ok(3, 1) && !fa_hopper_tma_stride_ok(12, 2) &&
                  !fa_hopper_tma_stride_ok(0, 2) && !fa_hopper_tma_stride_ok(1ll << 39, 2),

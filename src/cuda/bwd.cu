@@ -257,18 +257,70 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_conver
 
 /* The Hopper kernels' tiled dQ accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled) -> dq. */
 struct fa_bwd_convert_tiled_params {
-    const float *src;           /* [heads, tiles, 2 pieces, 8, 128, 4] fp32                    */
+    const float *src;           /* [heads, tiles, 2 pieces, piece_elems / 512, 128, 4] fp32     */
     int64_t tiles;              /* per head (fa_hopper_bwd_dq_tiles)                            */
-    int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64: columns 64c.. (128) */
+    int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64 and 80: columns 64c..
+                                   (bucket 128; 80: transposed pieces)                           */
     int query_blocks;           /* ceil(seqlen_q / block_m): grid x = heads · query_blocks · 2    */
     fa_bwd_convert_dst out;
 };
+
+/* 8 values · scale of a dq row, columns col .. col + 7, as one 16-byte store. */
+template <bool BF16>
+__device__ __forceinline__ void fa_bwd_convert_store8(const fa_bwd_convert_dst &out, int64_t q_packed0, int b, int h,
+                                                      int row, int col, const float (&x)[8]) {
+    uint32_t packed[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        packed[q] = BF16 ? cvt_rn_bf16x2_f32(x[2 * q] * out.scale, x[2 * q + 1] * out.scale)
+                         : cvt_rn_f16x2_f32(x[2 * q] * out.scale, x[2 * q + 1] * out.scale);
+    const int64_t off = out.cu_seqlens != nullptr
+                            ? (q_packed0 + row) * out.row_stride + (int64_t)h * out.head_stride
+                            : (int64_t)b * out.batch_stride + (int64_t)row * out.row_stride + (int64_t)h * out.head_stride;
+    st_global_v4_b32(static_cast<uint16_t *>(out.dst) + off + col, packed);
+}
+
+/* Transposed pieces (block_m 80: dQᵀ [64 columns, 80 rows]) go through shared memory: the block
+ * reads the piece's 20 KiB as float4s in order (thread u takes float4s u, u + 256, ...), float4 f
+ * = 128j + 32w + lane being lane's dq[4j .. 4j + 3] of warp w, and puts each value at [row][column]
+ * of an [80][68] fp32 tile (row 8j + 2(lane % 4) + e % 2, column 16w + lane / 4 + 8(e / 2); the
+ * pitch of 68 floats puts a warp's 32 stores of one e in 32 banks); then 8 threads per row write
+ * 16-byte chunks of 8 columns, a row's 128 bytes contiguous (a thread gathering its columns
+ * straight from the piece writes half sectors: docs/tuning-log.md). */
+enum { FA_BWD_CONVERT_T_PITCH = 68 };
+
+template <bool BF16>
+__device__ __forceinline__ void fa_bwd_convert_transposed(const fa_bwd_convert_tiled_params &cp, const float *piece_src,
+                                                          float *tile_smem /* [block_m][FA_BWD_CONVERT_T_PITCH] */,
+                                                          int64_t q_packed0, int len_q, int b, int h, int m,
+                                                          int col0) {
+    const int rows = cp.block_m, float4s = rows * 64 / 4;
+    const float4 *src = reinterpret_cast<const float4 *>(piece_src);
+    for (int f = threadIdx.x; f < float4s; f += blockDim.x) {
+        const float4 v = __ldg(src + f);
+        const int j = f / 128, w = (f / 32) % 4, lane = f % 32;
+        const int row = 8 * j + 2 * (lane % 4), col = 16 * w + lane / 4;
+        tile_smem[row * FA_BWD_CONVERT_T_PITCH + col] = v.x;
+        tile_smem[(row + 1) * FA_BWD_CONVERT_T_PITCH + col] = v.y;
+        tile_smem[row * FA_BWD_CONVERT_T_PITCH + col + 8] = v.z;
+        tile_smem[(row + 1) * FA_BWD_CONVERT_T_PITCH + col + 8] = v.w;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < rows * 8; c += blockDim.x) {
+        const int r = c / 8, col = 8 * (c % 8);
+        if (m * rows + r >= len_q || col0 + col >= cp.out.dim) continue;
+        const float4 *at = reinterpret_cast<const float4 *>(tile_smem + r * FA_BWD_CONVERT_T_PITCH + col);
+        const float4 lo = at[0], hi = at[1];
+        const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        fa_bwd_convert_store8<BF16>(cp.out, q_packed0, b, h, m * rows + r, col0 + col, x);
+    }
+}
 
 /* One block per piece (query head, sequence blockIdx.y, query block, piece), 256 threads: thread
  * u reads the 64 contiguous bytes of lanes 4r .. 4r + 3 of warp w in store j (u = 64w + 8r + j),
  * i.e. columns 8j .. 8j + 7 of the piece's rows 16w + r (the floats' .x .y) and 16w + r + 8 (.z
  * .w), and writes 16 bytes of each row. Rows past the sequence and columns past dim are not
- * written. */
+ * written. Transposed pieces: fa_bwd_convert_transposed. */
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_convert_tiled_params cp) {
     const fa_bwd_convert_dst &out = cp.out;
@@ -277,12 +329,22 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_
     const fa_seq_rows seq = fa_sequence_rows(out.cu_seqlens, out.cu_seqlens, out.total_rows, out.total_rows, out.seqlen,
                                              out.seqlen, b);
     const int64_t q_packed0 = out.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * out.seqlen;
+    const int64_t piece_elems = fa_hopper_bwd_dq_piece_elems(cp.block_m);
+    if (fa_hopper_bwd_dq_transposed(cp.block_m)) {
+        /* query blocks past this sequence (varlen: grid x counts the longest's) own no tile */
+        if ((int64_t)m * cp.block_m >= seq.len_q || fa_hopper_bwd_dq_piece_col0(cp.block_m, piece) >= out.dim) return;
+        const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
+        __shared__ __align__(16) float tile_smem[fa_hopper_bwd_block_m(128, 1) * FA_BWD_CONVERT_T_PITCH];
+        fa_bwd_convert_transposed<BF16>(cp, cp.src + (tile * 2 + piece) * piece_elems, tile_smem, q_packed0, seq.len_q,
+                                        b, h, m, fa_hopper_bwd_dq_piece_col0(cp.block_m, piece));
+        return;
+    }
     const int u = threadIdx.x, j = u % 8, r = (u / 8) % 8, w = u / 64;
     const int row0 = m * cp.block_m + fa_hopper_bwd_dq_piece_row0(cp.block_m, piece) + 16 * w + r; /* and row0 + 8 */
     const int col = fa_hopper_bwd_dq_piece_col0(cp.block_m, piece) + 8 * j;
     if (row0 >= seq.len_q || col >= out.dim) return;
     const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
-    const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * 4096) + 128 * j + 32 * w + 4 * r;
+    const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * piece_elems) + 128 * j + 32 * w + 4 * r;
     float4 f[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) f[q] = __ldg(src + q);
@@ -290,16 +352,13 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_
     for (int half = 0; half < 2; ++half) {
         const int row = row0 + 8 * half;
         if (row >= seq.len_q) break;
-        uint32_t packed[4];
+        float x[8];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            const float x = (half ? f[q].z : f[q].x) * out.scale, y = (half ? f[q].w : f[q].y) * out.scale;
-            packed[q] = BF16 ? cvt_rn_bf16x2_f32(x, y) : cvt_rn_f16x2_f32(x, y);
+            x[2 * q] = half ? f[q].z : f[q].x;
+            x[2 * q + 1] = half ? f[q].w : f[q].y;
         }
-        const int64_t off = out.cu_seqlens != nullptr
-                                ? (q_packed0 + row) * out.row_stride + (int64_t)h * out.head_stride
-                                : (int64_t)b * out.batch_stride + (int64_t)row * out.row_stride + (int64_t)h * out.head_stride;
-        st_global_v4_b32(static_cast<uint16_t *>(out.dst) + off + col, packed);
+        fa_bwd_convert_store8<BF16>(out, q_packed0, b, h, row, col, x);
     }
 }
 
@@ -322,6 +381,7 @@ typedef struct fa_bwd_plan {
                                       sequence is unbounded, -1 (keeps their int32 math safe)  */
     int device_ordinal;
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
+    int block_m;             /* Hopper kernels: query rows per iteration (fa_hopper_bwd_block_m), else 0 */
     int dq_block_m;          /* Hopper kernels with a tiled dQ accumulator: their BLOCK_M, else 0 */
     size_t dq_elems;         /* fp32 elements of one dQ accumulator                            */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
@@ -404,7 +464,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                                              p->softcap) == NULL &&
                    p->heads_kv <= FA_CUDA_GRID_YZ_MAX && p->batch <= FA_CUDA_GRID_YZ_MAX &&
                    hopper_bwd_strides_ok(pb) &&
-                   fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v)) <=
+                   fa_hopper_bwd_smem_bytes(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), 0) <=
                        dev.smem_optin;
     if (pb->has_mods && (s = fa_cuda_mods_check(pb, fa_bwd_block_q(bucket), fa_bwd_block_k(bucket), 1, path)) != FA_OK)
         return s;
@@ -447,12 +507,21 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                             (long long)p->total_q, (long long)p->heads_q);
     plan->need_sink = p->sink_logits != NULL && p->dsink != NULL;
 
-    /* the Hopper kernels at buckets 64 and 128 tile their accumulator (sm90_tiles.h) */
+    /* the Hopper kernels' query rows per iteration: 80 at bucket 128 for the problems
+     * fa_hopper_bwd_rows80 names (sm90_tiles.h; FA_HOPPER_BWD_ROWS=64 keeps 64, for A/B runs);
+     * at buckets 64 and 128 they tile their dQ accumulator by it */
     const int kernel_bucket =
         fa_hopper_bwd_kernel_bucket(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), pb->has_mods);
-    plan->dq_block_m = plan->hopper && fa_hopper_bwd_dq_tiled(kernel_bucket) ? fa_hopper_bwd_block_m(kernel_bucket) : 0;
-    plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(kernel_bucket, p->total_q, p->batch, p->heads_q,
-                                                                    p->head_dim)
+    const char *rows_forced = getenv("FA_HOPPER_BWD_ROWS");
+    const int rows80 =
+        plan->hopper && (rows_forced == NULL || atoi(rows_forced) != 64) &&
+        fa_hopper_bwd_rows80(kernel_bucket, plan->window_left >= 0 || plan->window_right >= 0, p->softcap > 0.0f,
+                             p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout, pb->has_mods) &&
+        fa_hopper_bwd_smem_bytes(kernel_bucket, 1) <= dev.smem_optin;
+    plan->block_m = plan->hopper ? fa_hopper_bwd_block_m(kernel_bucket, rows80) : 0;
+    plan->dq_block_m = plan->hopper && fa_hopper_bwd_dq_tiled(kernel_bucket) ? plan->block_m : 0;
+    plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(kernel_bucket, rows80, p->total_q, p->batch,
+                                                                    p->heads_q, p->head_dim)
                                   : (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
     const size_t dq_elems = plan->dq_elems;
     const size_t row_elems = (size_t)p->heads_q * (size_t)p->total_q;
@@ -462,8 +531,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->off_sem = off;
     plan->sem_bytes =
         plan->hopper && p->deterministic
-            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), p->batch,
-                                               p->heads_q, p->seqlen_q) * 4
+            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v),
+                                               plan->block_m == 80, p->batch, p->heads_q, p->seqlen_q) * 4
             : 0;
     off = fa_cuda_align256(off + plan->sem_bytes);
     plan->off_lse = off;
@@ -701,6 +770,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.group_splits = plan->group_splits;
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
+    prm.block_m = plan->block_m;
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     fa_status s;

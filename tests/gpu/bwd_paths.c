@@ -564,6 +564,13 @@ static const bwd_case big_cases[] = {
      PADDED, 0, {0}, {0}, 0},
     {"f16 d96 varlen padded strides window 128/128 GQA 8/4", H, 3, 1100, 1300, 8, 4, 96, 0, 128, 128, 0,
      PADDED, 1, {1100, 513, 71}, {1300, 0, 200}, 0},
+    /* bucket 128 without causal or window: 80-row query blocks (dQᵀ pieces), last block partial;
+     * d96 and d64 / dv128: dQ columns past d inside the bucket */
+    {"bf16 d128 sq=1000 sk=3000 GQA 8/2 (80-row blocks)", B, 2, 1000, 3000, 8, 2, 128, 0, -1, -1, 0, DENSE, 0, {0},
+     {0}, 0},
+    {"f16 d96 s=1500 h=8 (80-row blocks)", H, 1, 1500, 1500, 8, 8, 96, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
+    {"bf16 d64 dv128 varlen padded strides MQA 8/1 (80-row blocks)", B, 3, 1100, 1300, 8, 1, 64, 0, -1, -1, 0,
+     PADDED, 1, {1100, 513, 71}, {1300, 0, 200}, 128},
     /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
     {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
@@ -626,6 +633,10 @@ static const bwd_case small_cases[] = {
     /* non-causal without a window: rotated query walks (fewer query than key blocks: not rotated) */
     {"small bf16 d128 varlen GQA 4/2 (rotated walks)", B, 4, 260, 260, 4, 2, 128, 0, -1, -1, 0, DENSE, 1,
      {260, 131, 0, 77}, {200, 260, 5, 77}, 0},
+    {"small f16 d96 sq=170 sk=300 GQA 4/2 (80-row blocks)", H, 1, 170, 300, 4, 2, 96, 0, -1, -1, 0, DENSE, 0, {0},
+     {0}, 0},
+    {"small bf16 d64 dv128 varlen padded strides (80-row blocks)", B, 3, 250, 250, 2, 2, 64, 0, -1, -1, 0, PADDED,
+     1, {250, 81, 7}, {200, 0, 250}, 128},
     {"small f16 d64 sq=300 sk=170 (rotated walks)", H, 2, 300, 170, 4, 4, 64, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"small bf16 d256 sq=200 sk=330 GQA 4/2 (rotated walks)", B, 2, 200, 330, 4, 2, 256, 0, -1, -1, 0, DENSE, 0,
      {0}, {0}, 0},

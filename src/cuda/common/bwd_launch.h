@@ -41,6 +41,8 @@ struct fa_bwd_params : fa_kernel_base {
     int group_splits;      /* query-head groups per kv head handled by separate blocks          */
     int heads_per_split;
     int blocks_per_head;   /* blocks per (b, kv head, group split): key blocks, or dQ splits   */
+    int block_m;           /* the Hopper kernels: query rows per iteration, as the plan sized the
+                              dQ accumulator (sm90_tiles.h, fa_hopper_bwd_block_m)              */
 };
 
 extern "C" {

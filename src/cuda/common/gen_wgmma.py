@@ -24,6 +24,9 @@ SS_TRANSB_SHAPES = (64, 128)
 # with dS read from the dSᵀ tile it shares with the dK GEMM (N 128, or 64 for consumer 1's
 # columns 128..191 at 192 / 128).
 SS_TRANSAB_SHAPES = (64, 128)
+# SS with A MN-major (imm-trans-a = 1) and B K-major: the bucket-128 backward's dQᵀ = Kᵀ dSᵀ with
+# 80-row query blocks (N = the 80 queries; A = a K slab read along the keys).
+SS_TRANSA_SHAPES = (80,)
 # e4m3 (k32; both operands K-major, no transpose exists for 8-bit types): the fp8 forward's
 # S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V).
 E4M3_SS_SHAPES = (128,)
@@ -67,7 +70,10 @@ def asm_body(indent, pred, instr, h, tail, inputs):
 def emit_ss(n, trans_b=False, trans_a=False):
     h = n // 2
     out = []
-    if trans_a:
+    if trans_a and not trans_b:
+        out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A MN-major (imm-trans-a = 1) and B K-major in shared")
+        out.append(f" * memory (descriptors), fp32 accumulators d[{h}]; scale_d = 0 ignores the old D. */")
+    elif trans_a:
         out.append(f"/* D[64x{n}] (+)= A[64x16] · B[16x{n}], A and B MN-major (imm-trans-a = imm-trans-b = 1) in")
         out.append(f" * shared memory (descriptors), fp32 accumulators d[{h}]; scale_d = 0 ignores the old D. */")
     elif trans_b:
@@ -78,7 +84,7 @@ def emit_ss(n, trans_b=False, trans_a=False):
         out.append(f" * fp32 accumulators d[{h}] in the wgmma accumulator layout above; scale_d = 0")
         out.append(" * ignores the old D. trans-a = trans-b = 0. */")
     out.append("template <bool BF16>")
-    suffix = "_transab" if trans_a else "_transb" if trans_b else ""
+    suffix = "_transab" if trans_a and trans_b else "_transa" if trans_a else "_transb" if trans_b else ""
     head = f"__device__ __forceinline__ void wgmma_m64n{n}k16_ss_f32{suffix}("
     out.append(f"{head}float (&d)[{h}], uint64_t desc_a,")
     out.append(f"{' ' * len(head)}uint64_t desc_b, int scale_d) {{")
@@ -86,7 +92,7 @@ def emit_ss(n, trans_b=False, trans_a=False):
         cond = "if constexpr (BF16) {" if dt == "bf16" else "} else {"
         out.append(f"    {cond}")
         out += asm_body("        ", h + 2, f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}", h,
-                        f", %{h}, %{h + 1}, p, 1, 1, {1 if trans_a else 0}, {1 if trans_b or trans_a else 0}",
+                        f", %{h}, %{h + 1}, p, 1, 1, {1 if trans_a else 0}, {1 if trans_b else 0}",
                         '"l"(desc_a), "l"(desc_b), "r"(scale_d)')
     out.append("    }")
     out.append("}")
@@ -176,6 +182,12 @@ def emit_front_ends():
         "wgmma_ss_f32_transab", SS_TRANSAB_SHAPES,
         lambda n: f"wgmma_m64n{n}k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d)") + [""]
     out += front_end(
+        "template <int N, bool BF16>",
+        ["__device__ __forceinline__ void wgmma_ss_f32_transa(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
+         "                                                    int scale_d) {"],
+        "wgmma_ss_f32_transa", SS_TRANSA_SHAPES,
+        lambda n: f"wgmma_m64n{n}k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d)") + [""]
+    out += front_end(
         "template <int N>",
         ["__device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {"],
         "wgmma_ss_f32_e4m3", E4M3_SS_SHAPES, lambda n: f"wgmma_m64n{n}k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d)") + [""]
@@ -194,6 +206,8 @@ def generate():
     for n in SS_TRANSB_SHAPES:
         lines += emit_ss(n, trans_b=True) + [""]
     for n in SS_TRANSAB_SHAPES:
+        lines += emit_ss(n, trans_a=True, trans_b=True) + [""]
+    for n in SS_TRANSA_SHAPES:
         lines += emit_ss(n, trans_a=True) + [""]
     for n in RS_SHAPES:
         lines += emit_rs(n) + [""]

@@ -1129,6 +1129,44 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss_f32_transab(float (&d)[64], 
     }
 }
 
+/* D[64x80] (+)= A[64x16] · B[16x80], A MN-major (imm-trans-a = 1) and B K-major in shared
+ * memory (descriptors), fp32 accumulators d[40]; scale_d = 0 ignores the old D. */
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n80k16_ss_f32_transa(float (&d)[40], uint64_t desc_a,
+                                                              uint64_t desc_b, int scale_d) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %42, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39}"
+            ", %40, %41, p, 1, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %42, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39}"
+            ", %40, %41, p, 1, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+}
+
 /* D[64x64] (+)= A[64x16] · B[16x64], A from registers (a[4], the 16-bit A fragment),
  * B MN-major in shared memory (imm-trans-b = 1), fp32 accumulators d[32]. */
 template <bool BF16>
@@ -1417,6 +1455,13 @@ __device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t
     if constexpr (N == 64) wgmma_m64n64k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
     else if constexpr (N == 128) wgmma_m64n128k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_ss_f32_transab: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
+}
+
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss_f32_transa(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                                    int scale_d) {
+    if constexpr (N == 80) wgmma_m64n80k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d);
+    else static_assert(N < 0, "wgmma_ss_f32_transa: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }
 
 template <int N>

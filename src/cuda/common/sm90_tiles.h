@@ -461,10 +461,24 @@ FA_HOPPER_FN int fa_hopper_bwd_cluster_ctas(int bucket) { return bucket == 512 ?
 /* Head-dim columns of Q, K, V, dO (and of dQ, dK, dV) one CTA holds. */
 FA_HOPPER_FN int fa_hopper_bwd_cta_cols(int bucket) { return bucket / fa_hopper_bwd_cluster_ctas(bucket); }
 
+/* The bucket-128 kernel with 80 query rows per iteration (FlashAttention-3/4's tile at d = 128):
+ * a quarter more work per iteration for the same fixed costs (barriers, LSE/D loads, waits, the dQ
+ * hand-off). 80 is no multiple of the wgmma M, so dQ is computed transposed (dQᵀ = Kᵀ dSᵀ, N =
+ * 80). Taken without masks that vary along the queries (causal, window: their many partial
+ * blocks keep 64, as FlashAttention does) and without the softcap, LOG2 (ALiBi, a negative
+ * scale), dropout (its keep bits come in 32-query quads) and score-modification instantiations,
+ * which keep 64; deterministic mode included. masked = causal or a window side bounded. */
+FA_HOPPER_FN int fa_hopper_bwd_rows80(int bucket, int masked, int softcap, int log2, int dropout, int mods) {
+    return bucket == 128 && !masked && !softcap && !log2 && !dropout && !mods;
+}
+
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
  * dK and dV 32 each), 64 at buckets 128 and 256 (dK and dV are 64 registers each, so Sᵀ and dPᵀ
- * get 32; at 256 that is each consumer's 128-column share). */
-FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket) { return bucket == 64 ? 128 : bucket > 0 ? 64 : 0; }
+ * get 32; at 256 that is each consumer's 128-column share); 80 at bucket 128 with rows80
+ * (fa_hopper_bwd_rows80: Sᵀ and dPᵀ 40 each). */
+FA_HOPPER_FN int fa_hopper_bwd_block_m(int bucket, int rows80) {
+    return bucket == 64 ? 128 : bucket == 128 && rows80 ? 80 : bucket > 0 ? 64 : 0;
+}
 
 /* Keys per CTA: two consumer warpgroups × 64 (the M of wgmma) at buckets 64 and 128; at 256 the
  * two consumers share the same 64 keys (each owns half the head-dim columns). */
@@ -509,8 +523,9 @@ FA_HOPPER_FN int fa_hopper_bwd_dq_pieces(int bucket) { return 2 * fa_hopper_bwd_
  * [batch, heads_q, query blocks, dq pieces], one per (sequence, query head, query block of BLOCK_M
  * rows, dQ piece; buckets 64 and 128 use piece 0's for the whole tile, their one dQ writer adds
  * both pieces), zeroed before the main kernel. */
-FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, long long batch, long long heads_q, long long seqlen_q) {
-    const long long block_m = fa_hopper_bwd_block_m(bucket);
+FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, int rows80, long long batch, long long heads_q,
+                                                long long seqlen_q) {
+    const long long block_m = fa_hopper_bwd_block_m(bucket, rows80);
     return block_m > 0 ? batch * heads_q * ((seqlen_q + block_m - 1) / block_m) * fa_hopper_bwd_dq_pieces(bucket) : 0;
 }
 
@@ -542,7 +557,8 @@ FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long lo
         while (group % s != 0) --s;
         return (int)s;
     }
-    const long long block_m = fa_hopper_bwd_block_m(bucket), block_n = fa_hopper_bwd_block_n(bucket);
+    /* in 64-row query blocks at bucket 128: the unit of the tail rule, whichever kernel runs */
+    const long long block_m = fa_hopper_bwd_block_m(bucket, 0), block_n = fa_hopper_bwd_block_n(bucket);
     const long long shift = seqlen_k - seqlen_q;
     long long max_m = 0, sum_m = 0, key_blocks = 0;
     for (long long n0 = 0; n0 < seqlen_k; n0 += block_n, ++key_blocks) {
@@ -570,13 +586,14 @@ FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long lo
 }
 
 /* dQ staging: the fp32 dQ pieces go through shared memory to bulk reduce-adds (half the L2
- * reduction traffic of per-thread red.global). Buckets 64 and 128: each consumer's piece [64, 64]
- * in the tiled accumulator's order (fa_hopper_bwd_dq_tiled), added whole by a writer warp
+ * reduction traffic of per-thread red.global). Buckets 64 and 128: the two consumers' pieces of
+ * one accumulator tile [block_m, bucket] ([64, 64] each; [80 rows, 64 columns] with rows80) in
+ * the tiled accumulator's order (fa_hopper_bwd_dq_tiled), added whole by a writer warp
  * (kernels/bwd_sm90.cu); 256: tensor reduce-adds of 32 columns, each of the 8
  * consumer warps its own two buffers [16 rows, 32 columns] and adds its piece [16, 128] itself in
  * four rounds (kernels/bwd_sm90_hdim256.cu). */
-FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket) {
-    return bucket >= 256 ? 8 * 2 * 16 * 32 * 4 : 2 * 64 * 64 * 4;
+FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket, int rows80) {
+    return bucket >= 256 ? 8 * 2 * 16 * 32 * 4 : (size_t)fa_hopper_bwd_block_m(bucket, rows80) * (size_t)bucket * 4;
 }
 
 /* The bucket of the backward kernel that runs a problem of bucket `bucket`: with score
@@ -587,18 +604,29 @@ FA_HOPPER_FN int fa_hopper_bwd_kernel_bucket(int bucket, int mods) {
 
 /* The dQ accumulator of the kernels at buckets 64 and 128 (kernels/bwd_sm90.cu) is tiled: per
  * query head, per sequence and per query block of BLOCK_M rows one contiguous fp32 tile [BLOCK_M,
- * bucket] of two 16 KiB pieces (the two consumers' [64, 64] dQ pieces), each in the register
- * order of the wgmma accumulator: float 4·(128·j + thread) + e of a piece is thread's dq[4j + e]
- * (row 16·(thread / 32) + (thread % 32) / 4 + 8·(e / 2), column 8j + 2·(thread % 4) + e % 2 of the
- * piece). A consumer stages its piece with eight 16-byte shared stores at fixed offsets, the dQ
- * writer adds it with one 1-D bulk reduce-add, and bwd.cu's conversion kernel reorders it
- * (FlashAttention-3/4's dQaccum layout). Bucket 256 keeps the row layout [heads_q, total_q, d]. */
+ * bucket] of two pieces (the two consumers' dQ pieces), each in the register order of the wgmma
+ * accumulator: float 4·(128·j + thread) + e of a piece is thread's dq[4j + e], at accumulator row
+ * 16·(thread / 32) + (thread % 32) / 4 + 8·(e / 2) and column 8j + 2·(thread % 4) + e % 2. For
+ * pieces [64, 64] (block_m 64 and 128) those are the piece's row and column; the 80-row tile's
+ * pieces hold dQᵀ [64 columns, 80 rows] (fa_hopper_bwd_dq_transposed): accumulator row = dQ
+ * column, accumulator column = dQ row. A consumer stages its piece with 16-byte shared stores at
+ * fixed offsets, the dQ writer adds it with one 1-D bulk reduce-add, and bwd.cu's conversion
+ * kernel reorders it (FlashAttention-3/4's dQaccum layout). Bucket 256 keeps the row layout
+ * [heads_q, total_q, d]. */
 FA_HOPPER_FN int fa_hopper_bwd_dq_tiled(int kernel_bucket) { return kernel_bucket == 64 || kernel_bucket == 128; }
 
+/* The tiles of block_m rows that no wgmma M divides hold their pieces transposed (above). */
+FA_HOPPER_FN int fa_hopper_bwd_dq_transposed(int block_m) { return block_m % 64 != 0; }
+
 /* A tile's two pieces: rows 64c .. 64c + 63 of all columns when block_m = 128 (bucket 64), else
- * columns 64c .. 64c + 63 of all 64 rows (bucket 128). */
+ * columns 64c .. 64c + 63 of all block_m rows (bucket 128). */
 FA_HOPPER_FN int fa_hopper_bwd_dq_piece_row0(int block_m, int piece) { return block_m == 128 ? 64 * piece : 0; }
 FA_HOPPER_FN int fa_hopper_bwd_dq_piece_col0(int block_m, int piece) { return block_m == 128 ? 0 : 64 * piece; }
+
+/* fp32 elements of a piece: [64, 64], or [64 columns, block_m rows] transposed. */
+FA_HOPPER_FN int fa_hopper_bwd_dq_piece_elems(int block_m) {
+    return fa_hopper_bwd_dq_transposed(block_m) ? 64 * block_m : 64 * 64;
+}
 
 /* Sequence b (its first packed row q_start) owns the tiles from q_start / block_m + b on:
  * ceil(len / block_m) of them fit before sequence b + 1's first, since
@@ -616,12 +644,12 @@ FA_HOPPER_FN long long fa_hopper_bwd_dq_tiles(long long total_q, long long batch
 }
 
 /* fp32 elements of the Hopper kernels' dQ accumulator: tiled (above) or [heads_q, total_q, d]. */
-FA_HOPPER_FN long long fa_hopper_bwd_dq_elems(int kernel_bucket, long long total_q, long long batch,
+FA_HOPPER_FN long long fa_hopper_bwd_dq_elems(int kernel_bucket, int rows80, long long total_q, long long batch,
                                               long long heads_q, long long head_dim) {
-    return fa_hopper_bwd_dq_tiled(kernel_bucket)
-               ? heads_q * fa_hopper_bwd_dq_tiles(total_q, batch, fa_hopper_bwd_block_m(kernel_bucket)) *
-                     fa_hopper_bwd_block_m(kernel_bucket) * kernel_bucket
-               : heads_q * total_q * head_dim;
+    const long long block_m = fa_hopper_bwd_block_m(kernel_bucket, rows80);
+    return fa_hopper_bwd_dq_tiled(kernel_bucket) ? heads_q * fa_hopper_bwd_dq_tiles(total_q, batch, (int)block_m) *
+                                                       block_m * kernel_bucket
+                                                 : heads_q * total_q * head_dim;
 }
 
 /* Block-mask walks (buckets 64 and 128, whose layout holds the MODS kernels): a 16-byte slot per
@@ -637,15 +665,13 @@ FA_HOPPER_FN size_t fa_hopper_bwd_pos_bytes(int bucket) {
  * Q and DO_STAGES × dO [BLOCK_M, cols]; score_buffers × score_tiles 16-bit [BLOCK_M, BLOCK_N]
  * tiles; the pair's exchange; the dQ staging; STAGES × (LSE·log2e and D [BLOCK_M] fp32); the
  * mbarriers; the position slots; 1024 bytes to align the window to the swizzle atom. */
-FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket) {
-    const size_t cols = (size_t)fa_hopper_bwd_cta_cols(bucket);
-    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * cols + fa_hopper_bwd_dq_staging_bytes(bucket) +
-           (size_t)(fa_hopper_bwd_stages(bucket) + fa_hopper_bwd_do_stages(bucket)) *
-               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * cols +
-           (size_t)fa_hopper_bwd_score_buffers(bucket) * (size_t)fa_hopper_bwd_score_tiles(bucket) *
-               (size_t)fa_hopper_bwd_block_m(bucket) * 2 * (size_t)fa_hopper_bwd_block_n(bucket) +
-           (size_t)fa_hopper_bwd_exchange_bytes(bucket) +
-           (size_t)fa_hopper_bwd_stages(bucket) * 2 * (size_t)fa_hopper_bwd_block_m(bucket) * 4 +
+FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket, int rows80) {
+    const size_t cols = (size_t)fa_hopper_bwd_cta_cols(bucket), block_m = (size_t)fa_hopper_bwd_block_m(bucket, rows80);
+    return 2 * (size_t)fa_hopper_bwd_block_n(bucket) * 2 * cols + fa_hopper_bwd_dq_staging_bytes(bucket, rows80) +
+           (size_t)(fa_hopper_bwd_stages(bucket) + fa_hopper_bwd_do_stages(bucket)) * block_m * 2 * cols +
+           (size_t)fa_hopper_bwd_score_buffers(bucket) * (size_t)fa_hopper_bwd_score_tiles(bucket) * block_m * 2 *
+               (size_t)fa_hopper_bwd_block_n(bucket) +
+           (size_t)fa_hopper_bwd_exchange_bytes(bucket) + (size_t)fa_hopper_bwd_stages(bucket) * 2 * block_m * 4 +
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + fa_hopper_bwd_pos_bytes(bucket) + 1024;
 }
 
@@ -661,7 +687,8 @@ FA_HOPPER_FN int fa_hopper_bwd_mods_ok(int bucket, int softcap, int deterministi
     const int b = fa_hopper_mods_bucket(bucket);
     return b == 128 && !softcap && !deterministic &&
            ((block_q == 0 && block_k == 0) ||
-            (block_q > 0 && block_k > 0 && block_q % fa_hopper_bwd_block_m(b) == 0 && block_k % fa_hopper_bwd_block_n(b) == 0));
+            (block_q > 0 && block_k > 0 && block_q % fa_hopper_bwd_block_m(b, 0) == 0 &&
+             block_k % fa_hopper_bwd_block_n(b) == 0));
 }
 
 /* NULL when the Hopper backward takes the problem, else why not (the portable kernels then do).

@@ -62,6 +62,12 @@
  *                         slabs, consumer c writes slab c); B = K [keys, d] MN-major (trans-b).
  *                         The consumers split dQ [BLOCK_M, bucket] into two m64 × n64 pieces
  *                         (rows 64c.. at BLOCK_M = 128, columns 64c.. at bucket 128).
+ *   dQᵀ = Kᵀ dSᵀ     SS   BLOCK_M = 80 (ROWS80, sm90_tiles.h's fa_hopper_bwd_rows80: bucket 128
+ *                         without causal / window, softcap, LOG2, dropout or MODS): 80 is no
+ *                         wgmma M, so consumer c computes the transposed piece of columns 64c..:
+ *                         A = K slab c read MN-major along the keys (imm-trans-a), B = the same
+ *                         dS tile as a K-major B, N = 80; the piece is staged and added the same
+ *                         way, and bwd.cu's conversion transposes it back.
  *
  * One consumer iteration t (stage s = t % STAGES):
  *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed, see below);
@@ -140,10 +146,10 @@
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
-template <int BUCKET>
+template <int BUCKET, bool ROWS80 = false>
 struct fa_bwd_sm90_config {
     static constexpr int D = BUCKET;
-    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(BUCKET);
+    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(BUCKET, ROWS80);
     static constexpr int BLOCK_N = fa_hopper_bwd_block_n(BUCKET);
     static constexpr int STAGES = fa_hopper_bwd_stages(BUCKET);
     static constexpr int DO_STAGES = fa_hopper_bwd_do_stages(BUCKET); /* = STAGES: dO shares Q's stage */
@@ -163,9 +169,13 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t Q_OFFSET = 2 * KV_BYTES;
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    /* dQ staging: per consumer its fp32 piece [64, 64] in the accumulator tile's register order
-     * (sm90_tiles.h, fa_hopper_bwd_dq_tiled): store j of thread i at 16·(128j + i) */
-    static constexpr uint32_t DQ_PIECE_BYTES = 64 * 64 * 4;
+    /* dQ staging: per consumer its fp32 piece ([64, 64], or dQᵀ [64 columns, 80 rows]) in the
+     * accumulator tile's register order (sm90_tiles.h, fa_hopper_bwd_dq_tiled): store j of thread
+     * i at 16·(128j + i) */
+    static constexpr bool DQ_TRANSPOSED = fa_hopper_bwd_dq_transposed(BLOCK_M);
+    static constexpr int DQ_ACC = BLOCK_M * D / (2 * 128); /* fp32 registers of a consumer's piece */
+    static constexpr uint32_t DQ_PIECE_BYTES = 128 * DQ_ACC * 4;
+    static_assert(DQ_PIECE_BYTES == 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M), "bwd.cu's conversion reads these pieces");
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
@@ -187,10 +197,11 @@ struct fa_bwd_sm90_config {
 
     static_assert(BLOCK_N == 64 * CONSUMER_WGS, "each consumer owns 64 keys (wgmma M)");
     static_assert(DO_STAGES == STAGES, "Q and dO share each stage and its barriers");
-    static_assert((BLOCK_M / 64) * (D / 64) == CONSUMER_WGS, "dQ: one m64 x n64 piece per consumer");
+    static_assert((DQ_TRANSPOSED ? D / 64 : (BLOCK_M / 64) * (D / 64)) == CONSUMER_WGS,
+                  "dQ: one m64 x n64 piece (dQᵀ: m64 x n80) per consumer");
     static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256,
                   "wgmma N of Sᵀ (and pairs of 8-query dropout chunks); TMA box rows <= 256");
-    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET), "dQ staging");
+    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET, ROWS80), "dQ staging");
     static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == BLOCK_M * D * 4 && fa_hopper_bwd_dq_tiled(BUCKET),
                   "the pieces make one accumulator tile");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
@@ -198,7 +209,7 @@ struct fa_bwd_sm90_config {
                   "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
-    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
+    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET, ROWS80), "sm90_tiles.h agrees with the layout");
     static_assert(POS_OFFSET % 16 == 0 && BAR_OFFSET % 16 == 0, "16-byte position slots");
     static_assert(2 * KV_BYTES <= DS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO stages");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
@@ -257,6 +268,28 @@ __device__ __forceinline__ void fa_bwd_sm90_issue_dq(float (&acc)[32], uint32_t 
     wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
+}
+
+/* 80-row query blocks: the dQᵀ piece [64 columns, BLOCK_M queries] = Kᵀ dSᵀ. A = K slab
+ * k_slab (columns 64c..) read MN-major along the keys (LBO unused: M = 64 is one slab, SBO =
+ * 1024 B, +2048 B per 16 keys), B = the dS tile [BLOCK_M queries, 128 keys] K-major (the keys:
+ * step kk = slab kk/4, +32·(kk%4)), N = BLOCK_M. One commit group; nothing waits here. */
+template <class Cfg, bool BF16>
+__device__ __forceinline__ void fa_bwd_sm90_issue_dqt(float (&acc)[Cfg::DQ_ACC], uint32_t k_slab, uint32_t ds_tile) {
+    static_assert(Cfg::DQ_ACC == Cfg::BLOCK_M / 2, "a piece of 64 columns x BLOCK_M queries");
+    const uint64_t a_desc = wgmma_desc_sw128(k_slab, Cfg::KV_SLAB_BYTES, 1024);
+    const uint64_t b_desc = wgmma_desc_sw128(ds_tile, 16, 1024);
+#pragma unroll
+    for (int i = 0; i < Cfg::DQ_ACC; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_N / 16; ++kk) {
+        const uint64_t b_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+        wgmma_ss_f32_transa<Cfg::BLOCK_M, BF16>(acc, a_desc + ((kk * 2048) >> 4), b_desc + b_step, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Cfg::DQ_ACC; ++i) wgmma_fence_operand(acc[i]);
 }
 
 /* dK (scaled) and dV rows key0 and key0 + 8 of this thread (fa_bwd_sm90_store_dkdv_rows); with a
@@ -509,8 +542,8 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dbias(const fa_mods_params &mp
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS>
-__global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS, bool ROWS80>
+__global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
@@ -520,8 +553,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
                         const fa_bwd_sm90_params prm,
                         const fa_dropout_params dropout /* read iff DROPOUT */,
                         const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */) {
-    using Cfg = fa_bwd_sm90_config<BUCKET>;
+    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
     static_assert(!MODS || (LOG2 && !SOFTCAP && !DET && !DROPOUT), "MODS: log2 exponents, nothing else");
+    static_assert(!ROWS80 || fa_hopper_bwd_rows80(BUCKET, 0, SOFTCAP, LOG2, DROPOUT, MODS),
+                  "80-row query blocks: the plain instantiations of bucket 128 (sm90_tiles.h)");
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
     constexpr bool EARLY_DV = Cfg::EARLY_DV && !SOFTCAP;
@@ -791,13 +826,17 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         bar_sync(FA_HBWD_BAR_DS_FULL, 256);
 
         /* dQ before dK: once dQ has retired, its piece is staged while dK still runs */
-        float dq_rmem[32];
-        fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(t & 1) + (uint32_t)dq_row0 * 128,
-                                    k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
+        float dq_rmem[Cfg::DQ_ACC];
+        if constexpr (Cfg::DQ_TRANSPOSED)
+            fa_bwd_sm90_issue_dqt<Cfg, BF16>(dq_rmem, k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES,
+                                             ds_buffer(t & 1)); /* group: dQᵀ */
+        else
+            fa_bwd_sm90_issue_dq<Cfg, BF16>(dq_rmem, ds_buffer(t & 1) + (uint32_t)dq_row0 * 128,
+                                            k_smem + (uint32_t)(dq_col0 / 64) * Cfg::KV_SLAB_BYTES); /* group: dQ */
         fa_bwd_sm90_issue_atb<Cfg, BF16>(dk_rmem, ds_rmem, q_stage(s));                           /* dK += dSᵀ Q */
         wgmma_wait_group<1>(); /* dV and dQ retired; dK may still run */
 #pragma unroll
-        for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq_rmem[i]);
+        for (int i = 0; i < Cfg::DQ_ACC; ++i) wgmma_fence_operand(dq_rmem[i]);
 
         /* Stage the dQ piece for the writer warp in the accumulator tile's register order: this
          * thread's dq[4j .. 4j + 3] at 16·(128j + tid), so a quarter-warp's 16-byte stores fill 128
@@ -807,7 +846,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
         {
             const uint32_t slot = dq_smem + (uint32_t)consumer * Cfg::DQ_PIECE_BYTES + (uint32_t)tid * 16;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < Cfg::DQ_ACC / 4; ++j)
                 st_shared_v4_f32(slot + (uint32_t)j * 128 * 16, dq_rmem[4 * j], dq_rmem[4 * j + 1], dq_rmem[4 * j + 2],
                                  dq_rmem[4 * j + 3]);
         }
@@ -848,11 +887,20 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET>::THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false, bool ROWS80 = false>
 static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
                                     cudaStream_t stream, const fa_mods_params *mods = nullptr) {
-    using Cfg = fa_bwd_sm90_config<BUCKET>;
+    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
     static const char *const path = "the Hopper backward";
+    /* the plan chose the query rows per iteration (bwd.cu, fa_hopper_bwd_rows80) */
+    if constexpr (BUCKET == 128 && !ROWS80 && fa_hopper_bwd_rows80(BUCKET, 0, SOFTCAP, LOG2, DROPOUT, MODS)) {
+        if (p->block_m == 80)
+            return fa_bwd_sm90_launch<BUCKET, BF16, SOFTCAP, LOG2, DROPOUT, MODS, true>(p, dropout, device_ordinal,
+                                                                                       stream, mods);
+    }
+    if (p->block_m != Cfg::BLOCK_M)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "%s: no kernel with %d query rows per iteration for this problem",
+                            path, p->block_m);
     const int64_t rows_q = p->cu_seqlens_q != nullptr ? p->total_q : p->seqlen_q;
     const int64_t rows_k = p->cu_seqlens_q != nullptr ? p->total_k : p->seqlen_k;
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
@@ -865,8 +913,8 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
         return st;
     const bool det = p->dq_semaphore != nullptr; /* never with MODS (fa_hopper_bwd_mods_ok) */
     auto kernel =
-        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS>
-            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT, MODS>;
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS, ROWS80>
+            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT, MODS, ROWS80>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);

@@ -140,7 +140,7 @@ template <int CTAS = 1>
 struct fa_bwd_sm90_d256_config {
     static constexpr int BUCKET = CTAS == 2 ? 512 : 256; /* sm90_tiles.h's name for this layout */
     static constexpr int D = 256;
-    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D); /* 64 queries per iteration */
+    static constexpr int BLOCK_M = fa_hopper_bwd_block_m(D, 0); /* 64 queries per iteration */
     static constexpr int BLOCK_N = fa_hopper_bwd_block_n(D); /* 64 keys, shared by both consumers */
     static constexpr int STAGES = fa_hopper_bwd_stages(D);       /* Q (and LSE2, D) ring */
     static constexpr int DO_STAGES = fa_hopper_bwd_do_stages(D); /* 1: dO on its own barrier */
@@ -187,7 +187,7 @@ struct fa_bwd_sm90_d256_config {
     static_assert(COLS == 128 && HALF_M == 32, "each consumer owns two 64-column slabs and 32 queries");
     static_assert(SCORE_TILES == 2, "Pᵀ and dSᵀ");
     static_assert(DO_STAGES == 1, "one dO buffer");
-    static_assert(4 * CONSUMER_WGS * DQ_WARP_BYTES == fa_hopper_bwd_dq_staging_bytes(D), "dQ staging");
+    static_assert(4 * CONSUMER_WGS * DQ_WARP_BYTES == fa_hopper_bwd_dq_staging_bytes(D, 0), "dQ staging");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && PDS_OFFSET % 1024 == 0 &&
                       XCHG_OFFSET % 16 == 0 &&
                       TILE_BYTES % 1024 == 0 && (HALF_M * 128) % 1024 == 0 && DQ_OFFSET % 1024 == 0 &&
@@ -199,7 +199,7 @@ struct fa_bwd_sm90_d256_config {
     static_assert(CTAS == fa_hopper_bwd_cluster_ctas(BUCKET) && D == fa_hopper_bwd_cta_cols(BUCKET), "CTAs per key block");
     static_assert(XCHG_BYTES == (CTAS == 2 ? CONSUMER_WGS * 128 * (HALF_M / 2) * 4 : 0), "one partial per consumer thread");
     static_assert(NUM_BARRIERS == fa_hopper_bwd_barriers(BUCKET), "sm90_tiles.h agrees with the barriers");
-    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET), "sm90_tiles.h agrees with the layout");
+    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET, 0), "sm90_tiles.h agrees with the layout");
     static_assert(2 * KV_BYTES <= PDS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO buffers");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
 };
