@@ -447,14 +447,25 @@ FA_TEST(tiles_hopper_backward) {
              fa_hopper_bwd_smem_bytes(64, 0), fa_hopper_bwd_smem_bytes(128, 0));
     /* 80 rows: K, V 64 KiB; Q, dO 2 x 2 x 20 KiB; dS 2 x 20 KiB; dQ staging 40 KiB; LSE2 / D 1280 B */
     FA_CHECK(fa_hopper_bwd_smem_bytes(128, 1) == 65536 + 81920 + 40960 + 40960 + 1280 + 40 + 40 + 1024 &&
-                 fa_hopper_bwd_smem_bytes(128, 1) <= SMEM_SM90 && fa_hopper_bwd_dq_staging_bytes(128, 1) == 80 * 128 * 4,
+                 fa_hopper_bwd_smem_bytes(128, 1) <= SMEM_SM90 &&
+                 fa_hopper_bwd_dq_staging_bytes(128, 1) == 80 * 128 * 4,
              "bucket 128, 80 rows: %zu bytes of smem", fa_hopper_bwd_smem_bytes(128, 1));
-    /* 80 rows: bucket 128 without causal / window, softcap, LOG2, dropout, mods or determinism */
-    FA_CHECK(fa_hopper_bwd_rows80(128, 0, 0, 0, 0, 0) && !fa_hopper_bwd_rows80(64, 0, 0, 0, 0, 0) &&
-                 !fa_hopper_bwd_rows80(256, 0, 0, 0, 0, 0) && !fa_hopper_bwd_rows80(128, 1, 0, 0, 0, 0) &&
-                 !fa_hopper_bwd_rows80(128, 0, 1, 0, 0, 0) && !fa_hopper_bwd_rows80(128, 0, 0, 1, 0, 0) &&
-                 !fa_hopper_bwd_rows80(128, 0, 0, 0, 1, 0) && !fa_hopper_bwd_rows80(128, 0, 0, 0, 0, 1),
-             "80-row query blocks: the plain bucket-128 problems only");
+    /* 80 rows: bucket 128 without softcap, LOG2, dropout or score modifications */
+    FA_CHECK(fa_hopper_bwd_rows80(128, -1, -1, 100, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(64, -1, -1, 100, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(256, -1, -1, 100, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, -1, -1, 100, 1, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, -1, -1, 100, 0, 1, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, -1, -1, 100, 0, 0, 1, 0) &&
+                 !fa_hopper_bwd_rows80(128, -1, -1, 100, 0, 0, 0, 1),
+             "80-row query blocks: bucket 128 without softcap, LOG2, dropout or score modifications");
+    /* causal (right side 0) from 8,192 query rows per sequence on average; a left window never */
+    FA_CHECK(fa_hopper_bwd_rows80(128, -1, 0, 8192, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, -1, 0, 8191, 0, 0, 0, 0) &&
+                 fa_hopper_bwd_rows80(128, -1, 100, 16384, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, 1000, -1, 16384, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_rows80(128, 1000, 0, 16384, 0, 0, 0, 0),
+             "80-row query blocks with masks: causal from 8k rows, no sliding window");
     FA_CHECK(fa_hopper_bwd_bucket(64, 64) == 64 && fa_hopper_bwd_bucket(96, 128) == 128 &&
                  fa_hopper_bwd_bucket(128, 72) == 128,
              "backward buckets 64 and 128");

@@ -515,7 +515,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const char *rows_forced = getenv("FA_HOPPER_BWD_ROWS");
     const int rows80 =
         plan->hopper && (rows_forced == NULL || atoi(rows_forced) != 64) &&
-        fa_hopper_bwd_rows80(kernel_bucket, plan->window_left >= 0 || plan->window_right >= 0, p->softcap > 0.0f,
+        fa_hopper_bwd_rows80(kernel_bucket, plan->window_left, plan->window_right,
+                             p->batch > 0 ? p->total_q / p->batch : 0, p->softcap > 0.0f,
                              p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout, pb->has_mods) &&
         fa_hopper_bwd_smem_bytes(kernel_bucket, 1) <= dev.smem_optin;
     plan->block_m = plan->hopper ? fa_hopper_bwd_block_m(kernel_bucket, rows80) : 0;

@@ -571,6 +571,9 @@ static const bwd_case big_cases[] = {
     {"f16 d96 s=1500 h=8 (80-row blocks)", H, 1, 1500, 1500, 8, 8, 96, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"bf16 d64 dv128 varlen padded strides MQA 8/1 (80-row blocks)", B, 3, 1100, 1300, 8, 1, 64, 0, -1, -1, 0,
      PADDED, 1, {1100, 513, 71}, {1300, 0, 200}, 128},
+    /* causal from 8,192 query rows per sequence: 80-row blocks too */
+    {"f16 d128 causal s=8192 GQA 4/2 (80-row blocks)", H, 1, 8192, 8192, 4, 2, 128, 1, -1, -1, 0, DENSE, 0, {0},
+     {0}, 0},
     /* bucket 256 (bwd_sm90_hdim256.cu): 64-key CTAs, each consumer 128 head-dim columns */
     {"bf16 d256 s=1024 b=2 h=4", B, 2, 1024, 1024, 4, 4, 256, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"f16 d256 causal sq=700 sk=1500 GQA 4/2", H, 2, 700, 1500, 4, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},

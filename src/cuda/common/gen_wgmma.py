@@ -169,24 +169,14 @@ def emit_front_ends():
         ["__device__ __forceinline__ void wgmma_rs_f32_transb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,",
          "                                                    int scale_d) {"],
         "wgmma_rs_f32_transb", RS_SHAPES, lambda n: f"wgmma_m64n{n}k16_rs_f32_transb<BF16>(d, a, desc_b, scale_d)") + [""]
-    out += front_end(
-        "template <int N, bool BF16>",
-        ["__device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
-         "                                                    int scale_d) {"],
-        "wgmma_ss_f32_transb", SS_TRANSB_SHAPES,
-        lambda n: f"wgmma_m64n{n}k16_ss_f32_transb<BF16>(d, desc_a, desc_b, scale_d)") + [""]
-    out += front_end(
-        "template <int N, bool BF16>",
-        ["__device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
-         "                                                     int scale_d) {"],
-        "wgmma_ss_f32_transab", SS_TRANSAB_SHAPES,
-        lambda n: f"wgmma_m64n{n}k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d)") + [""]
-    out += front_end(
-        "template <int N, bool BF16>",
-        ["__device__ __forceinline__ void wgmma_ss_f32_transa(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,",
-         "                                                    int scale_d) {"],
-        "wgmma_ss_f32_transa", SS_TRANSA_SHAPES,
-        lambda n: f"wgmma_m64n{n}k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d)") + [""]
+    for suffix, shapes in (("_transb", SS_TRANSB_SHAPES), ("_transab", SS_TRANSAB_SHAPES),
+                           ("_transa", SS_TRANSA_SHAPES)):
+        head = f"__device__ __forceinline__ void wgmma_ss_f32{suffix}("
+        out += front_end(
+            "template <int N, bool BF16>",
+            [f"{head}float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,", f"{' ' * len(head)}int scale_d) {{"],
+            f"wgmma_ss_f32{suffix}", shapes,
+            lambda n, suffix=suffix: f"wgmma_m64n{n}k16_ss_f32{suffix}<BF16>(d, desc_a, desc_b, scale_d)") + [""]
     out += front_end(
         "template <int N>",
         ["__device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {"],

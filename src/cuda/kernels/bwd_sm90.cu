@@ -35,9 +35,10 @@
  *     LSE·log2e (from the forward's LSE; +inf where LSE = -inf) and D (the pre-pass's) into the
  *     stage with st.shared: +inf and 0 for rows past the sequence (so P = 0 there);
  *   warp 1, the dQ writer: per iteration, adds the two staged dQ pieces into the accumulator
- *     with cp.reduce.async.bulk (one 16 KiB instruction per piece instead of one red.global per
- *     element pair from 256 threads: half the L2 reduction traffic, and the consumers' issue
- *     slots stay on the GEMMs; FlashAttention-3/4's design). The accumulator is tiled in the
+ *     with cp.reduce.async.bulk (one instruction per piece of 16 KiB, 20 KiB with 80 rows,
+ *     instead of one red.global per element pair from 256 threads: half the L2 reduction
+ *     traffic, and the consumers' issue slots stay on the GEMMs; FlashAttention-3/4's
+ *     design). The accumulator is tiled in the
  *     register order of the dQ GEMM's accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled), so a
  *     piece is staged by eight 16-byte stores per thread and added as one contiguous block;
  *     bwd.cu's conversion kernel puts the rows in order. Warps 2-3 exit;
@@ -63,7 +64,7 @@
  *                         The consumers split dQ [BLOCK_M, bucket] into two m64 × n64 pieces
  *                         (rows 64c.. at BLOCK_M = 128, columns 64c.. at bucket 128).
  *   dQᵀ = Kᵀ dSᵀ     SS   BLOCK_M = 80 (ROWS80, sm90_tiles.h's fa_hopper_bwd_rows80: bucket 128
- *                         without causal / window, softcap, LOG2, dropout or MODS): 80 is no
+ *                         without a sliding window, softcap, LOG2, dropout or MODS): 80 is no
  *                         wgmma M, so consumer c computes the transposed piece of columns 64c..:
  *                         A = K slab c read MN-major along the keys (imm-trans-a), B = the same
  *                         dS tile as a K-major B, N = 80; the piece is staged and added the same
@@ -175,7 +176,8 @@ struct fa_bwd_sm90_config {
     static constexpr bool DQ_TRANSPOSED = fa_hopper_bwd_dq_transposed(BLOCK_M);
     static constexpr int DQ_ACC = BLOCK_M * D / (2 * 128); /* fp32 registers of a consumer's piece */
     static constexpr uint32_t DQ_PIECE_BYTES = 128 * DQ_ACC * 4;
-    static_assert(DQ_PIECE_BYTES == 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M), "bwd.cu's conversion reads these pieces");
+    static_assert(DQ_PIECE_BYTES == 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M),
+                  "bwd.cu's conversion reads these pieces");
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
@@ -189,9 +191,10 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
     static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
-    /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128;
-     * at 64 the fp32 P, dPᵀ (64 registers each) and the in-flight 16-bit P do not fit 240
-     * registers together (ptxas spilled 48 bytes), so dV is issued with dK, after dS. */
+    /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128
+     * with 64 rows; with 128 rows (bucket 64) and 80 the fp32 P, dPᵀ (64 or 40 registers each) and
+     * the in-flight 16-bit P do not fit 240 registers together (ptxas spilled 48 and 64 bytes),
+     * so dV is issued with dK, after dS. */
     static constexpr bool EARLY_DV = BLOCK_M == 64;
     static constexpr int KEEP_WORDS = (BLOCK_M / 2 + 31) / 32; /* dropout: one bit per Sᵀ element of a thread */
 
@@ -331,7 +334,7 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
 
 /* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
  * block m) and adds both staged dQ pieces of each into its accumulator tile (sm90_tiles.h,
- * fa_hopper_bwd_dq_tiled) with one 16 KiB 1-D bulk reduce-add per piece (lane 0 issues it, one
+ * fa_hopper_bwd_dq_tiled) with one 1-D bulk reduce-add per piece (lane 0 issues it, one
  * bulk group per piece). A piece of rows past the sequence (bucket 64's second) or of columns past
  * head_dim (bucket 128's second when d <= 64) is not added: nothing reads it.
  * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
@@ -555,7 +558,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                         const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */) {
     using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
     static_assert(!MODS || (LOG2 && !SOFTCAP && !DET && !DROPOUT), "MODS: log2 exponents, nothing else");
-    static_assert(!ROWS80 || fa_hopper_bwd_rows80(BUCKET, 0, SOFTCAP, LOG2, DROPOUT, MODS),
+    static_assert(!ROWS80 || fa_hopper_bwd_rows80(BUCKET, -1, -1, 0, SOFTCAP, LOG2, DROPOUT, MODS),
                   "80-row query blocks: the plain instantiations of bucket 128 (sm90_tiles.h)");
     constexpr int D = Cfg::D, BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES;
     /* softcap: dV after dS at both buckets (the file comment's softcap paragraph) */
@@ -893,7 +896,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
     static const char *const path = "the Hopper backward";
     /* the plan chose the query rows per iteration (bwd.cu, fa_hopper_bwd_rows80) */
-    if constexpr (BUCKET == 128 && !ROWS80 && fa_hopper_bwd_rows80(BUCKET, 0, SOFTCAP, LOG2, DROPOUT, MODS)) {
+    if constexpr (BUCKET == 128 && !ROWS80 && fa_hopper_bwd_rows80(BUCKET, -1, -1, 0, SOFTCAP, LOG2, DROPOUT, MODS)) {
         if (p->block_m == 80)
             return fa_bwd_sm90_launch<BUCKET, BF16, SOFTCAP, LOG2, DROPOUT, MODS, true>(p, dropout, device_ordinal,
                                                                                        stream, mods);
