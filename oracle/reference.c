@@ -568,14 +568,15 @@ static void baseline_unit(const fa_ref_problem *rp, fa_dtype dtype, int backward
             for (int64_t j = lo; j < hi; j++) sum += expf(scores[j] - row_max);
             if (out->lse) out->lse[lse_at] = row_max + logf(sum);
             for (int64_t j = lo; j < hi; j++) probs[j] = baseline_prob(dtype, expf(scores[j] - row_max), sum);
-            /* dropout: P·Z rounded, as a framework would apply nn.Dropout to P */
-            for (int64_t j = lo; j < hi; j++)
-                probs_drop[j] = fa_test_round_to(dtype, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
-            /* fp8: P·V on the unnormalised e4m3 P in the tensor cores' 14-bit sums, then / sum */
+            /* dropout: P·Z rounded, as a framework would apply nn.Dropout to P; fp8: the
+             * unnormalised e4m3 P (P·V in the tensor cores' 14-bit sums, then / sum) */
             if (dtype == FA_DTYPE_FP8_E4M3)
                 for (int64_t j = lo; j < hi; j++)
                     probs_drop[j] = (float)fa_test_e4m3_value(fa_test_e4m3_nearest(expf(scores[j] - row_max))) *
                                     (float)fa_ref_dropout_factor(rp, b, h, i, j);
+            else
+                for (int64_t j = lo; j < hi; j++)
+                    probs_drop[j] = fa_test_round_to(dtype, probs[j] * (float)fa_ref_dropout_factor(rp, b, h, i, j));
             if (o_row || backward)
                 for (int64_t c = 0; c < dv; c++) {
                     float acc = 0.0f;

@@ -532,8 +532,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     plan->off_sem = off;
     plan->sem_bytes =
         plan->hopper && p->deterministic
-            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v),
-                                               plan->block_m == 80, p->batch, p->heads_q, p->seqlen_q) * 4
+            ? (size_t)fa_hopper_bwd_semaphores(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), rows80,
+                                               p->batch, p->heads_q, p->seqlen_q) * 4
             : 0;
     off = fa_cuda_align256(off + plan->sem_bytes);
     plan->off_lse = off;

@@ -174,10 +174,8 @@ struct fa_bwd_sm90_config {
      * accumulator tile's register order (sm90_tiles.h, fa_hopper_bwd_dq_tiled): store j of thread
      * i at 16·(128j + i) */
     static constexpr bool DQ_TRANSPOSED = fa_hopper_bwd_dq_transposed(BLOCK_M);
-    static constexpr int DQ_ACC = BLOCK_M * D / (2 * 128); /* fp32 registers of a consumer's piece */
-    static constexpr uint32_t DQ_PIECE_BYTES = 128 * DQ_ACC * 4;
-    static_assert(DQ_PIECE_BYTES == 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M),
-                  "bwd.cu's conversion reads these pieces");
+    static constexpr uint32_t DQ_PIECE_BYTES = 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M); /* as bwd.cu reads them */
+    static constexpr int DQ_ACC = DQ_PIECE_BYTES / (4 * 128); /* fp32 registers of a consumer's piece */
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
