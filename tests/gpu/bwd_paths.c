@@ -34,8 +34,9 @@
  * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
- * Head dims 64, 96, 128 (bwd_sm90.cu) and 192, 256 (bwd_sm90_hdim256.cu; d ≤ 192 with dv ≤ 128 its
- * 192 / 128 extents), 320 .. 512 (the same file's CTA pairs).
+ * Head dims 64, 96, 128 (bwd_sm90.cu), d ≤ 192 with dv ≤ 128 (bwd_sm90_hdim192.cu; in deterministic
+ * mode bwd_sm90_hdim256.cu's 192 / 128 extents), 192, 256 (bwd_sm90_hdim256.cu), 320 .. 512 (the same
+ * file's CTA pairs).
  * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
  * A negative softmax_scale and ALiBi run the Hopper kernel (the mask acts on the exponent); with
@@ -586,9 +587,18 @@ static const bwd_case big_cases[] = {
      {1100, 513, 71}, {1300, 0, 200}, 128},
     {"bf16 d64 dv128 window 200/0 sq=1500 sk=2000 h=8", B, 1, 1500, 2000, 8, 8, 64, 0, 200, 0, 0, DENSE, 0, {0},
      {0}, 128},
-    /* the 192 / 128 extents of bucket 256 with columns past d and dv inside them */
+    /* the 192 / 128 kernel (bwd_sm90_hdim192.cu: 96-key CTAs) with columns past d and dv inside
+     * its extents, keys no query sees, empty sequences, query rows with no key */
     {"f16 d160 dv96 causal sq=900 sk=1300 GQA 6/2", H, 2, 900, 1300, 6, 2, 160, 1, -1, -1, 0, DENSE, 0, {0}, {0},
      96},
+    {"bf16 d192 dv128 sq=1000 sk=3000 GQA 8/2", B, 2, 1000, 3000, 8, 2, 192, 0, -1, -1, 0, DENSE, 0, {0}, {0},
+     128},
+    {"bf16 d192 dv128 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 192, 0, 150,
+     -1, 0, DENSE, 0, {0}, {0}, 128},
+    {"f16 d192 dv128 varlen window 100/100 MQA 4/1 (no keys, no queries)", H, 4, 1023, 1023, 4, 1, 192, 0, 100,
+     100, 0, DENSE, 1, {800, 120, 0, 1023}, {600, 0, 200, 1023}, 128},
+    {"bf16 d136 dv64 causal sinks sq=1500 sk=600 GQA 4/2 (rows with no key)", B, 1, 1500, 600, 4, 2, 136, 1, -1,
+     -1, 1, DENSE, 0, {0}, {0}, 64},
     {"bf16 d256 window left 150 sq=500 sk=1500 (keys no query sees)", B, 1, 500, 1500, 4, 4, 256, 0, 150, -1, 0,
      DENSE, 0, {0}, {0}, 0},
     {"bf16 d256 varlen causal sinks GQA 4/2 (an empty sequence)", B, 4, 1000, 1000, 4, 2, 256, 1, -1, -1, 1,
@@ -631,6 +641,10 @@ static const bwd_case small_cases[] = {
      {70, 0, 131, 33}, {91, 7, 131, 25}, 0},
     {"small f16 d192 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50, 20,
      0, PADDED, 0, {0}, {0}, 0},
+    {"small f16 d192 dv128 padded strides window 50/20 sq=150 sk=300 GQA 4/2", H, 1, 150, 300, 4, 2, 192, 0, 50,
+     20, 0, PADDED, 0, {0}, {0}, 128},
+    {"small bf16 d176 dv112 varlen sinks MQA 4/1 (an empty sequence)", B, 4, 200, 200, 4, 1, 176, 0, -1, -1, 1,
+     DENSE, 1, {120, 0, 200, 33}, {100, 19, 200, 131}, 112},
     {"small bf16 d256 causal packed qkv s=200 b=2 h=2", B, 2, 200, 200, 2, 2, 256, 1, -1, -1, 0, PACKED, 0, {0},
      {0}, 0},
     /* non-causal without a window: rotated query walks (fewer query than key blocks: not rotated) */

@@ -90,6 +90,9 @@ fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params
  * 136..256, and in 264..512 as cluster pairs (each CTA half the head-dim columns); same contract. */
 fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                   int device_ordinal, cudaStream_t stream);
+/* Its kernel for MLA's 192 / 128 (bwd_sm90_hdim192.cu), which fa_bwd_launch_hopper256 calls for
+ * the problems sm90_tiles.h's fa_hopper_bwd_d192 accepts; same contract, no dropout. */
+fa_status fa_bwd_launch_hopper192(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 }
 
 #endif /* FA_BWD_LAUNCH_H */

@@ -245,6 +245,34 @@ __device__ __forceinline__ float fa_online_max_step(float &row_max, float tile_m
     return rescale;
 }
 
+/* The mask of a score tile whose rows are queries and columns keys (the Hopper forward's S, the
+ * 192 / 128 backward's S). Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
+ * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
+ * window_right + 1) (len_k when unbounded): fa_key_lo / fa_key_hi (fa_internal.h) in int32,
+ * which these register-bound kernels need (the int64 forms spill). This thread's elements of
+ * the S tile starting at key n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
+ * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
+ * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
+ * sequence included). */
+template <int BLOCK_N, bool PACK>
+__device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[BLOCK_N / 2], int n0, int row0,
+                                               const int (&pack_i)[2], int lane, int len_k, int shift,
+                                               int window_left, int window_right) {
+    const int col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int diag = (PACK ? pack_i[h] : row0 + 8 * h) + shift;
+        const int hi = window_right >= 0 ? min(len_k, diag + window_right + 1) : len_k;
+        /* local columns 8j + c of this thread are visible iff first <= 8j + c < end */
+        const int first = window_left >= 0 ? diag - window_left - col0 : 0, end = hi - col0;
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+                if (8 * j + c >= end || 8 * j + c < first) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
+    }
+}
+
 /* ---- device: the end of a row's softmax (epilogues only, never in a loop) -------------------- */
 
 /* The running max (fmaxf) skips a NaN score, but the NaN reaches the row's sum (2^(NaN - m)), so

@@ -691,6 +691,39 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss_f32(float (&d)[16], uint64_t 
     }
 }
 
+/* D[64x48] (+)= A[64x16] · B[16x48], A and B K-major in shared memory (descriptors),
+ * fp32 accumulators d[24] in the wgmma accumulator layout above; scale_d = 0
+ * ignores the old D. trans-a = trans-b = 0. */
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n48k16_ss_f32(float (&d)[24], uint64_t desc_a,
+                                                       uint64_t desc_b, int scale_d) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %26, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23}"
+            ", %24, %25, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %26, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23}"
+            ", %24, %25, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+}
+
 /* D[64x64] (+)= A[64x16] · B[16x64], A and B K-major in shared memory (descriptors),
  * fp32 accumulators d[32] in the wgmma accumulator layout above; scale_d = 0
  * ignores the old D. trans-a = trans-b = 0. */
@@ -1049,6 +1082,34 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss_f32_transb(float (&d)[64], u
     }
 }
 
+/* D[64x32] (+)= A[64x16] · B[16x32], A and B MN-major (imm-trans-a = imm-trans-b = 1) in
+ * shared memory (descriptors), fp32 accumulators d[16]; scale_d = 0 ignores the old D. */
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n32k16_ss_f32_transab(float (&d)[16], uint64_t desc_a,
+                                                               uint64_t desc_b, int scale_d) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+            ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+            ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+}
+
 /* D[64x64] (+)= A[64x16] · B[16x64], A and B MN-major (imm-trans-a = imm-trans-b = 1) in
  * shared memory (descriptors), fp32 accumulators d[32]; scale_d = 0 ignores the old D. */
 template <bool BF16>
@@ -1125,6 +1186,38 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss_f32_transab(float (&d)[64], 
               "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
               "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
               "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+}
+
+/* D[64x48] (+)= A[64x16] · B[16x48], A MN-major (imm-trans-a = 1) and B K-major in shared
+ * memory (descriptors), fp32 accumulators d[24]; scale_d = 0 ignores the old D. */
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n48k16_ss_f32_transa(float (&d)[24], uint64_t desc_a,
+                                                              uint64_t desc_b, int scale_d) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %26, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23}"
+            ", %24, %25, p, 1, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %26, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23}"
+            ", %24, %25, p, 1, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
             : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     }
 }
@@ -1423,6 +1516,7 @@ __device__ __forceinline__ void wgmma_m64n256k32_rs_f32_e4m3(float (&d)[128], co
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_f32(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     if constexpr (N == 32) wgmma_m64n32k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);
+    else if constexpr (N == 48) wgmma_m64n48k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);
     else if constexpr (N == 64) wgmma_m64n64k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);
     else if constexpr (N == 80) wgmma_m64n80k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);
     else if constexpr (N == 96) wgmma_m64n96k16_ss_f32<BF16>(d, desc_a, desc_b, scale_d);
@@ -1452,7 +1546,8 @@ __device__ __forceinline__ void wgmma_ss_f32_transb(float (&d)[N / 2], uint64_t 
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                      int scale_d) {
-    if constexpr (N == 64) wgmma_m64n64k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 32) wgmma_m64n32k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
+    else if constexpr (N == 64) wgmma_m64n64k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
     else if constexpr (N == 128) wgmma_m64n128k16_ss_f32_transab<BF16>(d, desc_a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_ss_f32_transab: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }
@@ -1460,7 +1555,8 @@ __device__ __forceinline__ void wgmma_ss_f32_transab(float (&d)[N / 2], uint64_t
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_f32_transa(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                     int scale_d) {
-    if constexpr (N == 80) wgmma_m64n80k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 48) wgmma_m64n48k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d);
+    else if constexpr (N == 80) wgmma_m64n80k16_ss_f32_transa<BF16>(d, desc_a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_ss_f32_transa: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }
 

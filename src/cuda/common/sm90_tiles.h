@@ -478,6 +478,17 @@ FA_HOPPER_FN int fa_hopper_bwd_rows80(int bucket, long long window_left, long lo
            !softcap && !log2 && !dropout && !mods;
 }
 
+/* MLA's training shape on its own kernel (kernels/bwd_sm90_hdim192.cu: 64 queries × 96 keys per
+ * iteration, S not transposed, dK and dV accumulated transposed): bucket 256 with d <= 192 and
+ * dv <= 128, on the plain score path (no softcap, ALiBi or negative scale: log2), without dropout
+ * or deterministic mode; those run the bucket-256 kernel at 192 / 128 extents. Its query blocks
+ * are bucket 256's (64 rows), so the plan (dQ accumulator, smem check) is bucket 256's. */
+FA_HOPPER_FN int fa_hopper_bwd_d192(int head_dim, int head_dim_v, int softcap, int log2, int dropout,
+                                    int deterministic) {
+    return fa_hopper_bwd_bucket(head_dim, head_dim_v) == 256 && head_dim <= 192 && head_dim_v <= 128 && !softcap &&
+           !log2 && !dropout && !deterministic;
+}
+
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
  * dK and dV 32 each), 64 at buckets 128 and 256 (dK and dV are 64 registers each, so Sᵀ and dPᵀ
  * get 32; at 256 that is each consumer's 128-column share); 80 at bucket 128 with rows80

@@ -163,6 +163,8 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;       /* Q, dO and dS slabs */
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;     /* one Q or dO stage */
+    static constexpr int V_SLABS = SLABS;                         /* V and dO: as K and Q */
+    static constexpr uint32_t DO_BYTES = Q_BYTES;
     static constexpr uint32_t DS_BYTES = Q_SLAB_BYTES * (BLOCK_N / 64);
     static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;            /* one LSE2 or D stage */
     static constexpr uint32_t K_OFFSET = 0;

@@ -225,6 +225,12 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * them), the consumer copies its rows below len_k out with 4-byte stores, consecutive threads on
  * consecutive words of a row. (Each thread storing its own pairs to global memory writes half of
  * every 32-byte sector and throttles the load-store unit at the CTA's end.) */
+template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, int ROWS = 64>
+__device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
+                                                     const fa_bwd_sm90_params &prm, uint32_t tiles_smem, int consumer,
+                                                     int tid, int row0, int slab0, int n0, int len_k, int64_t k_start,
+                                                     int batch, int dv_slab0, bool has_dv, int col_base);
+
 template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, bool BF16>
 __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
                                                           const fa_bwd_sm90_params &prm,
@@ -250,10 +256,24 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                 st_shared_b32(dv_tile + at + (uint32_t)(dv_slab0 - slab0) * SLAB_BYTES,
                               fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
         }
+    fa_bwd_sm90_dkdv_out<TILE_SLABS, TILE_ROWS, OWN_SLABS>(tmap_dk, tmap_dv, prm, tiles_smem, consumer, tid, row0, slab0,
+                                                           n0, len_k, k_start, batch, dv_slab0, has_dv, col_base);
+}
+
+/* The second half of the epilogue: consumer c's staged rows row0 .. row0 + ROWS - 1 of the dK and
+ * dV tiles (layout as above; every writer of them has stored) out by TMA (box {64, ROWS}) or by
+ * coalesced copies, as described above. */
+template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, int ROWS>
+__device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
+                                                     const fa_bwd_sm90_params &prm, uint32_t tiles_smem, int consumer,
+                                                     int tid, int row0, int slab0, int n0, int len_k, int64_t k_start,
+                                                     int batch, int dv_slab0, bool has_dv, int col_base) {
+    constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
+    const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int key_first = n0 + row0;
     const int head_kv = (int)blockIdx.y;
     const bool varlen = prm.cu_seqlens_q != nullptr;
-    if (prm.dkdv_tma && (!varlen || key_first + 64 <= len_k)) {
+    if (prm.dkdv_tma && (!varlen || key_first + ROWS <= len_k)) {
         /* st.shared (generic proxy) -> TMA store (async proxy): each writer fences, then the
          * consumer's threads meet before one of them issues the stores */
         fence_proxy_async_shared_cta();
@@ -278,7 +298,7 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
         return;
     }
     bar_sync(FA_HBWD_BAR_EPILOGUE + 1 + consumer, 128);
-    const int rows = max(0, min(64, len_k - key_first));
+    const int rows = max(0, min(ROWS, len_k - key_first));
     auto copy_out = [&](uint32_t tile, void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                         int dim, int first_slab) {
         /* this consumer's words (column pairs; dim is a multiple of 8) below dim */
@@ -365,7 +385,7 @@ template <class Cfg>
 __device__ __forceinline__ void fa_bwd_sm90_zero_kv_tail(uint32_t k_smem, uint32_t v_smem, int valid_rows, int ct,
                                                          int bar) {
     fa_bwd_sm90_zero_rows(k_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, Cfg::BLOCK_N, valid_rows, ct);
-    fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::SLABS, Cfg::BLOCK_N, valid_rows, ct);
+    fa_bwd_sm90_zero_rows(v_smem, Cfg::KV_SLAB_BYTES, Cfg::V_SLABS, Cfg::BLOCK_N, valid_rows, ct);
     fence_proxy_async_shared_cta();
     bar_sync(bar, 256);
 }
@@ -409,8 +429,8 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
  * stage's TMA runs. stage_full[s] completes after lane 0's arrive.expect_tx (+ the TMA bytes) and
  * every lane's arrival after its own stores. wait_empty(s, phase) returns once the consumers have
  * released stage s. Cfg names the shared-memory offsets (K, V, Q, DO, LSE, DVEC, BAR: kv_full,
- * then the STAGES stage_full barriers), sizes, STAGE_TX and DO_STAGES; this warp lives on the
- * producers' 24 registers.
+ * then the STAGES stage_full barriers), sizes (SLABS of K and Q, V_SLABS of V and dO, DO_BYTES a
+ * dO stage), STAGE_TX and DO_STAGES; this warp lives on the producers' 24 registers.
  * DO_STAGES == STAGES: dO shares Q's stage and barrier. DO_STAGES == 1 (bucket 256): dO has one
  * buffer and its own barrier do_full (the one after the stage_full barriers, 1 arrival + the dO
  * bytes); after Q of iteration t the producer waits wait_do_empty(phase) (the consumers have
@@ -433,17 +453,18 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
     const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
     const uint32_t kv_full = smem + Cfg::BAR_OFFSET;
     auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
-    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
+    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::DO_BYTES; };
     auto stage_full = [&](int s) -> uint32_t { return kv_full + 8u * (uint32_t)(1 + s); };
     if (lane == 0) {
         tma_prefetch_tensormap(tmap_q);
         tma_prefetch_tensormap(tmap_do);
-        mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+        mbarrier_arrive_expect_tx(kv_full, (uint32_t)(Cfg::SLABS + Cfg::V_SLABS) * Cfg::KV_SLAB_BYTES);
         for (int slab = 0; slab < Cfg::SLABS; ++slab) {
             tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, col_base + 64 * slab, k_row,
                         heads.kv, tma_batch);
-            tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, col_base + 64 * slab, k_row,
-                        heads.kv, tma_batch);
+            if (slab < Cfg::V_SLABS)
+                tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, col_base + 64 * slab,
+                            k_row, heads.kv, tma_batch);
         }
     }
     const int64_t lse_head_pitch = varlen ? prm.total_q : prm.seqlen_q;
@@ -464,7 +485,7 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             for (int slab = 0; slab < Cfg::SLABS; ++slab) {
                 tma_load_4d(q_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_q, stage_full(s),
                             col_base + 64 * slab, q_row0 + m0, head, tma_batch);
-                if constexpr (!SPLIT_DO)
+                if (!SPLIT_DO && slab < Cfg::V_SLABS)
                     tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
                                 col_base + 64 * slab, q_row0 + m0, head, tma_batch);
             }
@@ -483,8 +504,8 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
             const uint32_t do_full = stage_full(Cfg::STAGES);
             wait_do_empty(do_phase);
             if (lane == 0) {
-                mbarrier_arrive_expect_tx(do_full, Cfg::Q_BYTES);
-                for (int slab = 0; slab < Cfg::SLABS; ++slab)
+                mbarrier_arrive_expect_tx(do_full, Cfg::DO_BYTES);
+                for (int slab = 0; slab < Cfg::V_SLABS; ++slab)
                     tma_load_4d(do_stage(0) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, do_full,
                                 col_base + 64 * slab, q_row0 + m0, head, tma_batch);
             }
@@ -685,6 +706,13 @@ static inline int fa_bwd_sm90_rotate_disabled(void) {
     return mode != nullptr && strcmp(mode, "0") == 0;
 }
 
+/* FA_HOPPER_BWD_192=0: MLA's 192 / 128 problems on the bucket-256 kernel instead of their own
+ * (fa_hopper_bwd_d192; timing). */
+static inline int fa_bwd_sm90_d192_disabled(void) {
+    const char *mode = getenv("FA_HOPPER_BWD_192");
+    return mode != nullptr && strcmp(mode, "0") == 0;
+}
+
 /* prm->rotate_walk for a launch of key_blocks CTAs per sequence (two per key block at bucket 512;
  * fa_hopper_bwd_rotate). Only
  * deterministic walks rotate: the other calls skip the device query and the environment. */
@@ -766,12 +794,12 @@ static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16,
 
 /* The dK / dV epilogue's output path for this problem (sm90_tiles.h's fa_hopper_bwd_dkdv_tma):
  * *tma = 1 and the TMA maps of dK and dV as outputs {d, seqlen_k, heads_kv, batch} (varlen
- * {d, total_k, heads_kv, 1}), box
- * {64, 64, 1, 1} (one consumer's 64 keys per slab); or *tma = 0 and both maps copies of `unused`
- * (the epilogue then copies out with st.global and never reads them). */
+ * {d, total_k, heads_kv, 1}), box {64, box_rows, 1, 1} (one consumer's keys per slab: 64, or 48
+ * in the 192 / 128 kernel); or *tma = 0 and both maps copies of `unused` (the epilogue then
+ * copies out with st.global and never reads them). */
 static inline fa_status fa_bwd_sm90_dkdv_maps(const fa_bwd_params *p, bool bf16, const char *path,
                                               const CUtensorMap *unused, CUtensorMap *tmap_dk, CUtensorMap *tmap_dv,
-                                              int *tma) {
+                                              int *tma, int box_rows = 64) {
     const bool varlen = p->cu_seqlens_q != nullptr;
     const int64_t rows_k = varlen ? p->total_k : p->seqlen_k, map_batch = varlen ? 1 : p->batch;
     *tma = fa_hopper_bwd_dkdv_tma(p->group_splits, (unsigned long long)(uintptr_t)p->dk, p->dk_row_stride,
@@ -785,9 +813,9 @@ static inline fa_status fa_bwd_sm90_dkdv_maps(const fa_bwd_params *p, bool bf16,
     const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     fa_status st;
     if ((st = fa_hopper_make_map(tmap_dk, path, "dk", type, p->dk, p->head_dim, rows_k, p->heads_kv, map_batch,
-                                 p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride, 64)) != FA_OK ||
+                                 p->dk_row_stride, p->dk_head_stride, p->dk_batch_stride, box_rows)) != FA_OK ||
         (st = fa_hopper_make_map(tmap_dv, path, "dv", type, p->dv, p->head_dim_v, rows_k, p->heads_kv, map_batch,
-                                 p->dv_row_stride, p->dv_head_stride, p->dv_batch_stride, 64)) != FA_OK)
+                                 p->dv_row_stride, p->dv_head_stride, p->dv_batch_stride, box_rows)) != FA_OK)
         return st;
     return FA_OK;
 }

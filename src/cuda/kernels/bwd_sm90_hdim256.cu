@@ -31,7 +31,9 @@
  *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them. After the
  *     last iteration dK and dV go out through the Q stages (bwd_sm90_common.cuh's
  *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches). MLA's
- *     192 / 128 divides the column GEMMs differently (the kernel's DQK / DV comment).
+ *     192 / 128 divides the column GEMMs differently (the kernel's DQK / DV comment); it runs
+ *     here only where bwd_sm90_hdim192.cu does not take it (fa_hopper_bwd_d192: softcap, ALiBi,
+ *     a negative scale, dropout, deterministic mode).
  *
  * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
@@ -155,6 +157,8 @@ struct fa_bwd_sm90_d256_config {
     static constexpr uint32_t KV_BYTES = KV_SLAB_BYTES * SLABS;   /* K or V */
     static constexpr uint32_t Q_SLAB_BYTES = BLOCK_M * 128;       /* Q and dO slabs */
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;     /* one Q or dO stage */
+    static constexpr int V_SLABS = SLABS;                         /* V and dO: as K and Q */
+    static constexpr uint32_t DO_BYTES = Q_BYTES;
     /* dQ staging: per consumer warp two fp32 buffers [16 rows][32 columns] of 128-byte rows in the
      * 128-byte swizzle (the accumulator map's box) */
     static constexpr uint32_t DQ_BUF_BYTES = 16 * 32 * 4;
@@ -777,11 +781,16 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
 }
 
 /* The problem's dtype and score path (fa_bwd_sm90_dispatch); CTAS = 2 at bucket 512; MLA's
- * 192 / 128 on the plain path without dropout has its own extents. */
+ * 192 / 128 runs bwd_sm90_hdim192.cu where fa_hopper_bwd_d192 says so, else (deterministic mode)
+ * this kernel with its own extents on the plain path without dropout. */
 template <int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
     const bool mla = prm->head_dim <= 192 && prm->head_dim_v <= 128;
+    if (CTAS == 1 && !fa_bwd_sm90_d192_disabled() &&
+        fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm),
+                           dropout != nullptr, prm->dq_semaphore != nullptr))
+        return fa_bwd_launch_hopper192(prm, bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F16, device_ordinal, stream);
     return fa_bwd_sm90_dispatch(prm, dropout != nullptr, bf16, [&](auto bf16_t, auto softcap, auto log2, auto drop) {
         constexpr bool BF16 = decltype(bf16_t)::value, SOFTCAP = decltype(softcap)::value;
         constexpr bool LOG2 = decltype(log2)::value, DROPOUT = decltype(drop)::value;

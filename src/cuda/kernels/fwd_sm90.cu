@@ -415,33 +415,6 @@ struct fa_hopper_work {
                                       map_row set by fa_hopper_walk_start, the producer's)         */
 };
 
-/* Where a tile needs a mask: key columns [lo_r, hi_r) are visible to query row r, with
- * lo_r = r + shift - window_left (0 when unbounded) and hi_r = min(len_k, r + shift +
- * window_right + 1) (len_k when unbounded): fa_key_lo / fa_key_hi (fa_internal.h) in int32,
- * which this register-bound kernel needs (the int64 forms spill). This thread's elements of
- * the S tile starting at key n0: rows row0 + 8h (packed: the rows' indices i in their heads, pack_i[h]), columns
- * n0 + 2(l%4) + 8j + c for s_rmem[4j + 2h + c] (accumulator layout).
- * Masked scores are overwritten with -inf (whatever they held, NaN from rows past a varlen
- * sequence included). */
-template <class Cfg, bool PACK>
-__device__ __forceinline__ void fa_hopper_mask(float (&s_rmem)[Cfg::BLOCK_N / 2], int n0, int row0,
-                                               const int (&pack_i)[2], int lane, int len_k, int shift,
-                                               int window_left, int window_right) {
-    const int col0 = n0 + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int diag = (PACK ? pack_i[h] : row0 + 8 * h) + shift;
-        const int hi = window_right >= 0 ? min(len_k, diag + window_right + 1) : len_k;
-        /* local columns 8j + c of this thread are visible iff first <= 8j + c < end */
-        const int first = window_left >= 0 ? diag - window_left - col0 : 0, end = hi - col0;
-#pragma unroll
-        for (int j = 0; j < Cfg::BLOCK_N / 8; ++j)
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-                if (8 * j + c >= end || 8 * j + c < first) s_rmem[4 * j + 2 * h + c] = -CUDART_INF_F;
-    }
-}
-
 /* Scores to log2 units before the mask (template flag LOG2: ALiBi, or a negative scale without softcap): s·log2_mul - slope·log2(e)·|i + shift - key|
  * (the ALiBi term; skipped without ALiBi), so a masked -inf stays -inf and the max orders the
  * scores whatever the sign of the scale. Element layout as in fa_hopper_mask; packed rows take
@@ -585,10 +558,10 @@ __device__ __forceinline__ void fa_hopper_mods(float (&s_rmem)[Cfg::BLOCK_N / 2]
                                         1.4426950408889634f);
         }
         if (t.status != FA_MODS_FULL)
-            fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, mp.elem_window_left,
+            fa_hopper_mask<Cfg::BLOCK_N, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, mp.elem_window_left,
                                        mp.elem_window_right);
         else if (n0 + Cfg::BLOCK_N > w.len_k)
-            fa_hopper_mask<Cfg, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, -1, -1);
+            fa_hopper_mask<Cfg::BLOCK_N, false>(s_rmem, n0, row0, no_pack, lane, w.len_k, w.shift, -1, -1);
         return;
     }
 #pragma unroll
@@ -631,7 +604,8 @@ __device__ __forceinline__ void fa_hopper_scores(float (&s_rmem)[Cfg::BLOCK_N / 
         fa_hopper_mods<Cfg, BIAS>(s_rmem, mods, w, pos, prm.cu_seqlens_q != nullptr, n0, row0, lane, bias_rmem,
                                   bias_early);
     } else if (needs_mask) {
-        fa_hopper_mask<Cfg, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left, prm.window_right);
+        fa_hopper_mask<Cfg::BLOCK_N, PACK>(s_rmem, n0, row0, pack_i, lane, len_k, shift, prm.window_left,
+                                           prm.window_right);
     }
     fa_hopper_softmax<Cfg>(s_rmem, row_max, row_sum, alpha, mul.score_mul, mid);
 }
