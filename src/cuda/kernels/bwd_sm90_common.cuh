@@ -391,6 +391,21 @@ __device__ __forceinline__ void fa_bwd_sm90_zero_kv_tail(uint32_t k_smem, uint32
 }
 
 
+/* The mbarriers of the kernels whose Q and dO share a stage (bwd_sm90.cu, bwd_sm90_hdim192.cu), by
+ * thread 0: kv_full (1 arrival + the K and V bytes), then STAGES stage_full (Cfg::FULL_ARRIVALS)
+ * and STAGES stage_empty (Cfg::EMPTY_ARRIVALS); the caller's CTA barrier follows. */
+template <class Cfg>
+__device__ __forceinline__ void fa_bwd_sm90_init_stage_barriers(uint32_t bars) {
+    if (threadIdx.x == 0) {
+        mbarrier_init(bars, 1);
+        for (int s = 0; s < Cfg::STAGES; ++s) {
+            mbarrier_init(bars + 8u * (uint32_t)(1 + s), Cfg::FULL_ARRIVALS);
+            mbarrier_init(bars + 8u * (uint32_t)(1 + Cfg::STAGES + s), Cfg::EMPTY_ARRIVALS);
+        }
+        fence_mbarrier_init_release_cluster();
+    }
+}
+
 /* A = 64 rows of a K-major [rows, D] tile (K or V, slab stride KV_SLAB_BYTES) starting at a_wg, B = a
  * K-major [BLOCK_M, D] stage (Q or dO): acc = A Bᵀ, D/16 k16 steps over the head dim (step kk:
  * slab kk/4, +32·(kk%4) bytes). One commit group; nothing waits here. */

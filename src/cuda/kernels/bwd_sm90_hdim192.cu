@@ -319,14 +319,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     auto stage_full = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + s); };
     auto stage_empty = [&](int s) -> uint32_t { return bars + 8u * (uint32_t)(1 + STAGES + s); };
 
-    if (threadIdx.x == 0) {
-        mbarrier_init(kv_full, 1);
-        for (int s = 0; s < STAGES; ++s) {
-            mbarrier_init(stage_full(s), Cfg::FULL_ARRIVALS);
-            mbarrier_init(stage_empty(s), Cfg::EMPTY_ARRIVALS);
-        }
-        fence_mbarrier_init_release_cluster();
-    }
+    fa_bwd_sm90_init_stage_barriers<Cfg>(bars);
     __syncthreads(); /* every thread sees initialised barriers before any wait or arrive */
 
     /* TMA coordinates: varlen maps are {d, total, heads, 1} */
