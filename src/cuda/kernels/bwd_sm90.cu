@@ -575,10 +575,8 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
     if (n0 >= len_k) return; /* past this sequence's keys: nothing to do (uniform over the CTA) */
     /* first packed row of the sequence in the pre-pass vectors and the dQ accumulator */
     const int64_t q_packed0 = varlen ? seq.q_start : (int64_t)batch * prm.seqlen_q;
-    int q_lo, q_hi;
-    fa_hopper_bwd_query_range(prm, n0, min(n0 + BLOCK_N, len_k), len_q, shift, q_lo, q_hi);
-    const int m_first = q_lo / BLOCK_M;
-    const int n_m = q_hi > q_lo ? (q_hi + BLOCK_M - 1) / BLOCK_M - m_first : 0;
+    int m_first, n_m;
+    fa_bwd_sm90_query_blocks(prm, n0, BLOCK_M, BLOCK_N, len_q, len_k, shift, m_first, n_m);
     const fa_bwd_sm90_walk walk = fa_bwd_sm90_walk_of<DET>(prm, m_first, n_m, n_block, len_k, BLOCK_N);
     int iterations = prm.heads_per_split * n_m;
     /* MODS with a block mask: the listed query blocks of this key block instead (uniform) */

@@ -126,6 +126,16 @@ __device__ __forceinline__ void fa_hopper_bwd_query_range(const fa_bwd_sm90_para
     if (prm.window_left >= 0) q_hi = min(len_q, n1 - 1 - shift + prm.window_left + 1);
 }
 
+/* The query blocks [m_first, m_first + n_m) of block_m rows that see a key of [n0, n0 + block_n)
+ * (fa_hopper_bwd_query_range; shift = len_k - len_q): a key block's walk. */
+__device__ __forceinline__ void fa_bwd_sm90_query_blocks(const fa_bwd_sm90_params &prm, int n0, int block_m, int block_n,
+                                                         int len_q, int len_k, int shift, int &m_first, int &n_m) {
+    int q_lo, q_hi;
+    fa_hopper_bwd_query_range(prm, n0, min(n0 + block_n, len_k), len_q, shift, q_lo, q_hi);
+    m_first = q_lo / block_m;
+    n_m = q_hi > q_lo ? (q_hi + block_m - 1) / block_m - m_first : 0;
+}
+
 /* A CTA's walk over its query blocks [m_first, m_first + n_m): from m_first + offset on, wrapping
  * around. offset = 0, or with prm.rotate_walk (deterministic mode, no mask that limits the query
  * range, so every key block of the sequence sees the same n_m blocks) and n_m >= n_blocks, key
