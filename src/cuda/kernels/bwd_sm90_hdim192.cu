@@ -2,12 +2,12 @@
  * bwd_sm90_hdim192.cu: the Hopper (sm_90a) backward main kernel for MLA's training shape, d <= 192
  * with dv <= 128 (d in 136..192: the bucket-256 problems with those extents), on the plain score
  * path: no softcap, ALiBi, negative scale, dropout or deterministic mode (those run
- * bwd_sm90_hdim256.cu at 192 / 128 extents, which also takes every problem when
- * FA_HOPPER_BWD_192=0). FlashAttention-3/4's tile for this shape (64 queries × 96 keys, S not
- * transposed, dK and dV accumulated transposed) in our own code; what it shares with the other
- * Hopper backward kernels (the producer, the walk over query blocks and heads, the varlen zeroing,
- * the dQ accumulator and its reduce-adds, the dK / dV output) is bwd_sm90_common.cuh's and the
- * bucket-256 kernel's, described there.
+ * bwd_sm90_hdim256.cu: deterministic mode at its 192 / 128 extents, the others at 256; with
+ * FA_HOPPER_BWD_192=0 it takes the plain ones too, for timing). FlashAttention-3/4's tile for this
+ * shape (64 queries × 96 keys, S not transposed, dK and dV accumulated transposed) in our own
+ * code; what it shares with the other Hopper backward kernels (the producer, the walk over query
+ * blocks and heads, the varlen zeroing, the dQ accumulator and its reduce-adds, the dK / dV
+ * output) is bwd_sm90_common.cuh's and the bucket-256 kernel's, described there.
  *
  * Why another kernel: the bucket-256 kernel at 192 / 128 extents runs 64 keys per CTA, so every
  * 64 × 64 block of scores costs a [64, 192] fp32 dQ reduce-add and a Q / dO load; 96 keys per CTA
