@@ -481,7 +481,8 @@ FA_HOPPER_FN int fa_hopper_bwd_rows80(int bucket, long long window_left, long lo
 /* MLA's training shape on its own kernel (kernels/bwd_sm90_hdim192.cu: 64 queries × 96 keys per
  * iteration, S not transposed, dK and dV accumulated transposed): bucket 256 with d <= 192 and
  * dv <= 128, on the plain score path (no softcap, ALiBi or negative scale: log2), without dropout
- * or deterministic mode; those run the bucket-256 kernel at 192 / 128 extents. Its query blocks
+ * or deterministic mode; those run the bucket-256 kernel (deterministic mode at its 192 / 128
+ * extents, the others at 256). Its query blocks
  * are bucket 256's (64 rows), so the plan (dQ accumulator, smem check) is bucket 256's. */
 FA_HOPPER_FN int fa_hopper_bwd_d192(int head_dim, int head_dim_v, int softcap, int log2, int dropout,
                                     int deterministic) {
