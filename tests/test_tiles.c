@@ -347,20 +347,24 @@ FA_TEST(tiles_hopper_fp8) {
  * meet the next sequence's, for every combination of three lengths in 0..300 at a step that
  * crosses each tile boundary (exhaustive, so no seed). */
 FA_TEST(tiles_hopper_backward_dq_tiles) {
-    FA_CHECK(fa_hopper_bwd_dq_tiled(64) && fa_hopper_bwd_dq_tiled(128) && !fa_hopper_bwd_dq_tiled(256),
-             "tiled dQ at kernel buckets 64 and 128 only");
+    FA_CHECK(fa_hopper_bwd_dq_tile_cols(64, 0) == 64 && fa_hopper_bwd_dq_tile_cols(128, 0) == 128 &&
+                 fa_hopper_bwd_dq_tile_cols(256, 0) == 0 && fa_hopper_bwd_dq_tile_cols(256, 1) == 192,
+             "tiled dQ at kernel buckets 64 and 128 and for the 192 / 128 kernel, rows at 256");
     FA_CHECK(fa_hopper_bwd_kernel_bucket(64, 1) == 128 && fa_hopper_bwd_kernel_bucket(64, 0) == 64 &&
                  fa_hopper_bwd_kernel_bucket(128, 1) == 128 && fa_hopper_bwd_kernel_bucket(256, 0) == 256,
              "the MODS kernels run bucket 64 at 128");
-    FA_CHECK(fa_hopper_bwd_dq_piece_row0(128, 1) == 64 && fa_hopper_bwd_dq_piece_col0(128, 1) == 0 &&
-                 fa_hopper_bwd_dq_piece_row0(64, 1) == 0 && fa_hopper_bwd_dq_piece_col0(64, 1) == 64 &&
-                 fa_hopper_bwd_dq_piece_row0(64, 0) == 0 && fa_hopper_bwd_dq_piece_col0(128, 0) == 0,
+    FA_CHECK(fa_hopper_bwd_dq_piece_row0(128, 1) == 64 && fa_hopper_bwd_dq_piece_col0(128, 64, 1) == 0 &&
+                 fa_hopper_bwd_dq_piece_row0(64, 1) == 0 && fa_hopper_bwd_dq_piece_col0(64, 128, 1) == 64 &&
+                 fa_hopper_bwd_dq_piece_row0(64, 0) == 0 && fa_hopper_bwd_dq_piece_col0(128, 64, 0) == 0,
              "pieces: rows 64c.. of a 128-row tile, columns 64c.. of a 64-row one");
-    FA_CHECK(fa_hopper_bwd_dq_piece_row0(80, 1) == 0 && fa_hopper_bwd_dq_piece_col0(80, 1) == 64 &&
+    FA_CHECK(fa_hopper_bwd_dq_piece_row0(80, 1) == 0 && fa_hopper_bwd_dq_piece_col0(80, 128, 1) == 64 &&
                  fa_hopper_bwd_dq_transposed(80) && !fa_hopper_bwd_dq_transposed(64) &&
-                 !fa_hopper_bwd_dq_transposed(128) && fa_hopper_bwd_dq_piece_elems(80) == 64 * 80 &&
-                 fa_hopper_bwd_dq_piece_elems(64) == 4096 && fa_hopper_bwd_dq_piece_elems(128) == 4096,
+                 !fa_hopper_bwd_dq_transposed(128) && fa_hopper_bwd_dq_piece_elems(80, 128) == 64 * 80 &&
+                 fa_hopper_bwd_dq_piece_elems(64, 128) == 4096 && fa_hopper_bwd_dq_piece_elems(128, 64) == 4096,
              "80-row tiles: two transposed pieces of 64 columns x 80 rows");
+    FA_CHECK(fa_hopper_bwd_dq_piece_row0(64, 1) == 0 && fa_hopper_bwd_dq_piece_col0(64, 192, 1) == 96 &&
+                 fa_hopper_bwd_dq_piece_elems(64, 192) == 64 * 96 && !fa_hopper_bwd_dq_transposed(64),
+             "192 / 128: two pieces of 64 rows x 96 columns");
     static const int lens[] = {0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 191, 255, 256, 257, 300};
     const int nl = (int)(sizeof lens / sizeof lens[0]);
     static const int block_ms[] = {64, 80, 128};
@@ -384,11 +388,12 @@ FA_TEST(tiles_hopper_backward_dq_tiles) {
                 }
     }
     /* 16k tokens, 16 heads: 32 KiB tiles, one padding tile per sequence */
-    FA_CHECK(fa_hopper_bwd_dq_elems(128, 0, 16384, 8, 16, 128) == 16LL * (16384 / 64 + 8) * 64 * 128 &&
-                 fa_hopper_bwd_dq_elems(128, 1, 16384, 8, 16, 128) == 16LL * (16384 / 80 + 8) * 80 * 128 &&
-                 fa_hopper_bwd_dq_elems(64, 0, 16384, 8, 16, 64) == 16LL * (16384 / 128 + 8) * 128 * 64 &&
-                 fa_hopper_bwd_dq_elems(256, 0, 16384, 8, 16, 200) == 16LL * 16384 * 200,
-             "dQ accumulator sizes: tiled at 64 and 128 (64 or 80 rows), rows at 256");
+    FA_CHECK(fa_hopper_bwd_dq_elems(128, 64, 16384, 8, 16, 128) == 16LL * (16384 / 64 + 8) * 64 * 128 &&
+                 fa_hopper_bwd_dq_elems(128, 80, 16384, 8, 16, 128) == 16LL * (16384 / 80 + 8) * 80 * 128 &&
+                 fa_hopper_bwd_dq_elems(64, 128, 16384, 8, 16, 64) == 16LL * (16384 / 128 + 8) * 128 * 64 &&
+                 fa_hopper_bwd_dq_elems(192, 64, 16384, 8, 16, 160) == 16LL * (16384 / 64 + 8) * 64 * 192 &&
+                 fa_hopper_bwd_dq_elems(0, 64, 16384, 8, 16, 200) == 16LL * 16384 * 200,
+             "dQ accumulator sizes: tiled at 64 and 128 (64 or 80 rows) and 192 / 128, rows at 256");
 }
 
 FA_TEST(tiles_hopper_backward) {

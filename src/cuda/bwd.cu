@@ -255,12 +255,13 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_kernel(const fa_bwd_conver
     st_global_v4_b32(static_cast<uint16_t *>(out.dst) + off + chunk * 8, packed);
 }
 
-/* The Hopper kernels' tiled dQ accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled) -> dq. */
+/* The Hopper kernels' tiled dQ accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols) -> dq. */
 struct fa_bwd_convert_tiled_params {
     const float *src;           /* [heads, tiles, 2 pieces, piece_elems / 512, 128, 4] fp32     */
     int64_t tiles;              /* per head (fa_hopper_bwd_dq_tiles)                            */
-    int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64 and 80: columns 64c..
-                                   (bucket 128; 80: transposed pieces)                           */
+    int block_m;                /* 128: piece c = rows 64c.. (bucket 64); 64 and 80: columns
+                                   (tile_cols / 2)·c.. (bucket 128, 192 / 128; 80: transposed)   */
+    int tile_cols;              /* 64, 128 or 192 (fa_hopper_bwd_dq_tile_cols)                  */
     int query_blocks;           /* ceil(seqlen_q / block_m): grid x = heads · query_blocks · 2    */
     fa_bwd_convert_dst out;
 };
@@ -317,10 +318,11 @@ __device__ __forceinline__ void fa_bwd_convert_transposed(const fa_bwd_convert_t
 }
 
 /* One block per piece (query head, sequence blockIdx.y, query block, piece), 256 threads: thread
- * u reads the 64 contiguous bytes of lanes 4r .. 4r + 3 of warp w in store j (u = 64w + 8r + j),
- * i.e. columns 8j .. 8j + 7 of the piece's rows 16w + r (the floats' .x .y) and 16w + r + 8 (.z
- * .w), and writes 16 bytes of each row. Rows past the sequence and columns past dim are not
- * written. Transposed pieces: fa_bwd_convert_transposed. */
+ * u reads the 64 contiguous bytes of lanes 4r .. 4r + 3 of warp w in store j (u = 64w + 8r + j % 8,
+ * j = u % 8 and, for pieces of 96 columns, u % 8 + 8 < 12 too), i.e. columns 8j .. 8j + 7 of the
+ * piece's rows 16w + r (the floats' .x .y) and 16w + r + 8 (.z .w), and writes 16 bytes of each
+ * row. Rows past the sequence and columns past dim are not written. Transposed pieces:
+ * fa_bwd_convert_transposed. */
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_convert_tiled_params cp) {
     const fa_bwd_convert_dst &out = cp.out;
@@ -329,36 +331,42 @@ __global__ void __launch_bounds__(256) fa_bwd_convert_tiled_kernel(const fa_bwd_
     const fa_seq_rows seq = fa_sequence_rows(out.cu_seqlens, out.cu_seqlens, out.total_rows, out.total_rows, out.seqlen,
                                              out.seqlen, b);
     const int64_t q_packed0 = out.cu_seqlens != nullptr ? seq.q_start : (int64_t)b * out.seqlen;
-    const int64_t piece_elems = fa_hopper_bwd_dq_piece_elems(cp.block_m);
+    const int64_t piece_elems = fa_hopper_bwd_dq_piece_elems(cp.block_m, cp.tile_cols);
+    const int col0 = fa_hopper_bwd_dq_piece_col0(cp.block_m, cp.tile_cols, piece);
     if (fa_hopper_bwd_dq_transposed(cp.block_m)) {
         /* query blocks past this sequence (varlen: grid x counts the longest's) own no tile */
-        if ((int64_t)m * cp.block_m >= seq.len_q || fa_hopper_bwd_dq_piece_col0(cp.block_m, piece) >= out.dim) return;
+        if ((int64_t)m * cp.block_m >= seq.len_q || col0 >= out.dim) return;
         const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
         __shared__ __align__(16) float tile_smem[fa_hopper_bwd_block_m(128, 1) * FA_BWD_CONVERT_T_PITCH];
         fa_bwd_convert_transposed<BF16>(cp, cp.src + (tile * 2 + piece) * piece_elems, tile_smem, q_packed0, seq.len_q,
-                                        b, h, m, fa_hopper_bwd_dq_piece_col0(cp.block_m, piece));
+                                        b, h, m, col0);
         return;
     }
-    const int u = threadIdx.x, j = u % 8, r = (u / 8) % 8, w = u / 64;
+    const int u = threadIdx.x, r = (u / 8) % 8, w = u / 64;
     const int row0 = m * cp.block_m + fa_hopper_bwd_dq_piece_row0(cp.block_m, piece) + 16 * w + r; /* and row0 + 8 */
-    const int col = fa_hopper_bwd_dq_piece_col0(cp.block_m, piece) + 8 * j;
-    if (row0 >= seq.len_q || col >= out.dim) return;
+    if (row0 >= seq.len_q) return;
     const int64_t tile = (int64_t)h * cp.tiles + fa_hopper_bwd_dq_tile0(q_packed0, b, cp.block_m) + m;
-    const float4 *src = reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * piece_elems) + 128 * j + 32 * w + 4 * r;
-    float4 f[4];
+    const int groups = (int)(piece_elems / (64 * 8)); /* 8-column groups of a 64-row piece: 8 or 12 */
+    for (int j = u % 8; j < groups; j += 8) {
+        const int col = col0 + 8 * j;
+        if (col >= out.dim) return;
+        const float4 *src =
+            reinterpret_cast<const float4 *>(cp.src + (tile * 2 + piece) * piece_elems) + 128 * j + 32 * w + 4 * r;
+        float4 f[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) f[q] = __ldg(src + q);
+        for (int q = 0; q < 4; ++q) f[q] = __ldg(src + q);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + 8 * half;
-        if (row >= seq.len_q) break;
-        float x[8];
+        for (int half = 0; half < 2; ++half) {
+            const int row = row0 + 8 * half;
+            if (row >= seq.len_q) break;
+            float x[8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            x[2 * q] = half ? f[q].z : f[q].x;
-            x[2 * q + 1] = half ? f[q].w : f[q].y;
+            for (int q = 0; q < 4; ++q) {
+                x[2 * q] = half ? f[q].z : f[q].x;
+                x[2 * q + 1] = half ? f[q].w : f[q].y;
+            }
+            fa_bwd_convert_store8<BF16>(out, q_packed0, b, h, row, col, x);
         }
-        fa_bwd_convert_store8<BF16>(out, q_packed0, b, h, row, col, x);
     }
 }
 
@@ -383,6 +391,7 @@ typedef struct fa_bwd_plan {
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
     int block_m;             /* Hopper kernels: query rows per iteration (fa_hopper_bwd_block_m), else 0 */
     int dq_block_m;          /* Hopper kernels with a tiled dQ accumulator: their BLOCK_M, else 0 */
+    int dq_tile_cols;        /* ... and its tiles' columns (fa_hopper_bwd_dq_tile_cols), else 0   */
     size_t dq_elems;         /* fp32 elements of one dQ accumulator                            */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
     size_t off_map, off_dbias; /* score mods: the block map, the dbias workspace (mods.cu)  */
@@ -520,9 +529,17 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                              p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout, pb->has_mods) &&
         fa_hopper_bwd_smem_bytes(kernel_bucket, 1) <= dev.smem_optin;
     plan->block_m = plan->hopper ? fa_hopper_bwd_block_m(kernel_bucket, rows80) : 0;
-    plan->dq_block_m = plan->hopper && fa_hopper_bwd_dq_tiled(kernel_bucket) ? plan->block_m : 0;
-    plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(kernel_bucket, rows80, p->total_q, p->batch,
-                                                                    p->heads_q, p->head_dim)
+    /* MLA's 192 / 128 on its own kernel where fa_hopper_bwd_d192 says so (FA_HOPPER_BWD_192=0
+     * keeps the bucket-256 kernel, for A/B runs); it tiles its dQ accumulator [64, 192] */
+    const char *d192_forced = getenv("FA_HOPPER_BWD_192");
+    const int d192 = plan->hopper && !pb->has_mods && (d192_forced == NULL || strcmp(d192_forced, "0") != 0) &&
+                     fa_hopper_bwd_d192((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f,
+                                        p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout,
+                                        p->deterministic != 0);
+    plan->dq_tile_cols = plan->hopper ? fa_hopper_bwd_dq_tile_cols(kernel_bucket, d192) : 0;
+    plan->dq_block_m = plan->dq_tile_cols > 0 ? plan->block_m : 0;
+    plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(plan->dq_tile_cols, plan->block_m, p->total_q,
+                                                                    p->batch, p->heads_q, p->head_dim)
                                   : (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
     const size_t dq_elems = plan->dq_elems;
     const size_t row_elems = (size_t)p->heads_q * (size_t)p->total_q;
@@ -677,6 +694,7 @@ static fa_status launch_convert_tiled(const fa_problem *pb, const fa_bwd_plan *p
     fa_bwd_convert_tiled_params cp;
     cp.src = dq_accum;
     cp.block_m = plan->dq_block_m;
+    cp.tile_cols = plan->dq_tile_cols;
     cp.tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, cp.block_m);
     const int64_t query_blocks = (p->seqlen_q + cp.block_m - 1) / cp.block_m;
     const int64_t blocks = p->heads_q * query_blocks * 2;
@@ -772,6 +790,7 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
     prm.heads_per_split = plan->heads_per_split;
     prm.blocks_per_head = plan->blocks_per_head;
     prm.block_m = plan->block_m;
+    prm.dq_tile_cols = plan->dq_tile_cols;
     const fa_dropout_params drop = fa_cuda_dropout_params(pb);
     const bool dropout = pb->has_dropout; /* the DROPOUT instantiations */
     fa_status s;

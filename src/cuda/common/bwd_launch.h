@@ -30,9 +30,9 @@ struct fa_bwd_params : fa_kernel_base {
                               NULL for the Hopper kernel, which converts lse itself            */
     const float *dsum;     /* [heads_q, total_q] D = rowsum(dO∘O)                              */
     float *dq_accum;       /* [splits, total_q, heads_q, d] fp32, zeroed; unscaled dS·K sums;
-                              the Hopper kernels: tiles in register order at buckets 64 and
-                              128, [heads_q, total_q, d] at 256 (sm90_tiles.h,
-                              fa_hopper_bwd_dq_tiled)                                           */
+                              the Hopper kernels: tiles [block_m, dq_tile_cols] in register
+                              order at buckets 64 and 128 and for 192 / 128, [heads_q, total_q,
+                              d] at 256 (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols)              */
     int64_t dq_accum_split_elems; /* 0: one buffer, atomics from all blocks; else total_q·hq·d  */
     int *dq_semaphore;     /* the Hopper kernels in deterministic mode: [batch, heads_q, query
                               blocks, 2] int32, zeroed (sm90_tiles.h); NULL otherwise         */
@@ -43,6 +43,9 @@ struct fa_bwd_params : fa_kernel_base {
     int blocks_per_head;   /* blocks per (b, kv head, group split): key blocks, or dQ splits   */
     int block_m;           /* the Hopper kernels: query rows per iteration, as the plan sized the
                               dQ accumulator (sm90_tiles.h, fa_hopper_bwd_block_m)              */
+    int dq_tile_cols;      /* the Hopper kernels: the dQ accumulator's tile columns, 0 for the
+                              row layout (fa_hopper_bwd_dq_tile_cols); 192 runs the 192 / 128
+                              kernel (fa_bwd_launch_hopper192)                                  */
 };
 
 extern "C" {
@@ -90,8 +93,9 @@ fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params
  * 136..256, and in 264..512 as cluster pairs (each CTA half the head-dim columns); same contract. */
 fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,
                                   int device_ordinal, cudaStream_t stream);
-/* Its kernel for MLA's 192 / 128 (bwd_sm90_hdim192.cu), which fa_bwd_launch_hopper256 calls for
- * the problems sm90_tiles.h's fa_hopper_bwd_d192 accepts; same contract, no dropout. */
+/* Its kernel for MLA's 192 / 128 (bwd_sm90_hdim192.cu), which fa_bwd_launch_hopper256 calls
+ * when the plan chose it (dq_tile_cols = 192: sm90_tiles.h's fa_hopper_bwd_d192); same contract,
+ * no dropout. */
 fa_status fa_bwd_launch_hopper192(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal, cudaStream_t stream);
 }
 

@@ -533,6 +533,15 @@ __device__ __forceinline__ void fence_proxy_async_global() {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+/* shfl.sync.idx from lane 0 as a volatile asm, which the compiler neither hoists out of a loop
+ * nor merges with another: a warp-uniform value formed anew where it is used (ptxas treats lane
+ * 0's value as uniform, as with __shfl_sync). */
+__device__ __forceinline__ uint32_t shfl_sync_idx0_b32(uint32_t x) {
+    uint32_t r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;\n" : "=r"(r) : "r"(x));
+    return r;
+}
+
 /* ---- register -> shared matrix stores (PTX ISA "Data Movement and Conversion Instructions:
  * stmatrix", sm_90+) ------------------------------------------------------------------------------
  * Four 8x8 16-bit matrices; r[i] is matrix i in the mma fragment layout (lane l holds row l/4,

@@ -482,8 +482,8 @@ FA_HOPPER_FN int fa_hopper_bwd_rows80(int bucket, long long window_left, long lo
  * iteration, S not transposed, dK and dV accumulated transposed): bucket 256 with d <= 192 and
  * dv <= 128, on the plain score path (no softcap, ALiBi or negative scale: log2), without dropout
  * or deterministic mode; those run the bucket-256 kernel (deterministic mode at its 192 / 128
- * extents, the others at 256). Its query blocks
- * are bucket 256's (64 rows), so the plan (dQ accumulator, smem check) is bucket 256's. */
+ * extents, the others at 256). Its query blocks are bucket 256's (64 rows); its dQ accumulator is
+ * tiled (fa_hopper_bwd_dq_tile_cols), so the plan (bwd.cu) makes this choice and passes it on. */
 FA_HOPPER_FN int fa_hopper_bwd_d192(int head_dim, int head_dim_v, int softcap, int log2, int dropout,
                                     int deterministic) {
     return fa_hopper_bwd_bucket(head_dim, head_dim_v) == 256 && head_dim <= 192 && head_dim_v <= 128 && !softcap &&
@@ -604,12 +604,12 @@ FA_HOPPER_FN int fa_hopper_bwd_group_splits(int bucket, long long batch, long lo
 }
 
 /* dQ staging: the fp32 dQ pieces go through shared memory to bulk reduce-adds (half the L2
- * reduction traffic of per-thread red.global). Buckets 64 and 128: the two consumers' pieces of
- * one accumulator tile [block_m, bucket] ([64, 64] each; [80 rows, 64 columns] with rows80) in
- * the tiled accumulator's order (fa_hopper_bwd_dq_tiled), added whole by a writer warp
- * (kernels/bwd_sm90.cu); 256: tensor reduce-adds of 32 columns, each of the 8
- * consumer warps its own two buffers [16 rows, 32 columns] and adds its piece [16, 128] itself in
- * four rounds (kernels/bwd_sm90_hdim256.cu). */
+ * reduction traffic of per-thread red.global). Buckets 64 and 128 and the 192 / 128 kernel: the
+ * two consumers' pieces of one accumulator tile [block_m, tile columns] ([64, 64] each; [80 rows,
+ * 64 columns] with rows80; [64, 96] for 192 / 128) in the tiled accumulator's order
+ * (fa_hopper_bwd_dq_tile_cols), added whole by a writer warp (kernels/bwd_sm90_common.cuh); 256:
+ * tensor reduce-adds of 32 columns, each of the 8 consumer warps its own two buffers [16 rows, 32
+ * columns] and adds its piece [16, 128] itself in four rounds (kernels/bwd_sm90_hdim256.cu). */
 FA_HOPPER_FN size_t fa_hopper_bwd_dq_staging_bytes(int bucket, int rows80) {
     return bucket >= 256 ? 8 * 2 * 16 * 32 * 4 : (size_t)fa_hopper_bwd_block_m(bucket, rows80) * (size_t)bucket * 4;
 }
@@ -620,31 +620,36 @@ FA_HOPPER_FN int fa_hopper_bwd_kernel_bucket(int bucket, int mods) {
     return mods ? fa_hopper_mods_bucket(bucket) : bucket;
 }
 
-/* The dQ accumulator of the kernels at buckets 64 and 128 (kernels/bwd_sm90.cu) is tiled: per
- * query head, per sequence and per query block of BLOCK_M rows one contiguous fp32 tile [BLOCK_M,
- * bucket] of two pieces (the two consumers' dQ pieces), each in the register order of the wgmma
+/* The dQ accumulator of the kernels at buckets 64 and 128 (kernels/bwd_sm90.cu) and of the 192 /
+ * 128 kernel (kernels/bwd_sm90_hdim192.cu, fa_hopper_bwd_d192) is tiled: per query head, per
+ * sequence and per query block of BLOCK_M rows one contiguous fp32 tile [BLOCK_M, tile columns]
+ * of two pieces (the two consumers' dQ pieces), each in the register order of the wgmma
  * accumulator: float 4·(128·j + thread) + e of a piece is thread's dq[4j + e], at accumulator row
  * 16·(thread / 32) + (thread % 32) / 4 + 8·(e / 2) and column 8j + 2·(thread % 4) + e % 2. For
- * pieces [64, 64] (block_m 64 and 128) those are the piece's row and column; the 80-row tile's
- * pieces hold dQᵀ [64 columns, 80 rows] (fa_hopper_bwd_dq_transposed): accumulator row = dQ
- * column, accumulator column = dQ row. A consumer stages its piece with 16-byte shared stores at
- * fixed offsets, the dQ writer adds it with one 1-D bulk reduce-add, and bwd.cu's conversion
- * kernel reorders it (FlashAttention-3/4's dQaccum layout). Bucket 256 keeps the row layout
- * [heads_q, total_q, d]. */
-FA_HOPPER_FN int fa_hopper_bwd_dq_tiled(int kernel_bucket) { return kernel_bucket == 64 || kernel_bucket == 128; }
+ * pieces [64, 64] (block_m 64 and 128) and [64, 96] (192 / 128: its two accumulators, N = 64 and
+ * 32, in column order) those are the piece's row and column; the 80-row tile's pieces hold dQᵀ [64
+ * columns, 80 rows] (fa_hopper_bwd_dq_transposed): accumulator row = dQ column, accumulator column
+ * = dQ row. A consumer stages its piece with 16-byte shared stores at fixed offsets, the dQ writer
+ * adds it with one 1-D bulk reduce-add, and bwd.cu's conversion kernel reorders it
+ * (FlashAttention-3/4's dQaccum layout). Returns the tile's columns (the kernel's bucket, or 192
+ * with d192 = the 192 / 128 kernel runs), 0 for the row layout [heads_q, total_q, d] of the
+ * bucket-256 kernel. */
+FA_HOPPER_FN int fa_hopper_bwd_dq_tile_cols(int kernel_bucket, int d192) {
+    return d192 ? 192 : kernel_bucket == 64 || kernel_bucket == 128 ? kernel_bucket : 0;
+}
 
 /* The tiles of block_m rows that no wgmma M divides hold their pieces transposed (above). */
 FA_HOPPER_FN int fa_hopper_bwd_dq_transposed(int block_m) { return block_m % 64 != 0; }
 
 /* A tile's two pieces: rows 64c .. 64c + 63 of all columns when block_m = 128 (bucket 64), else
- * columns 64c .. 64c + 63 of all block_m rows (bucket 128). */
+ * columns (tile_cols / 2)·c .. of all block_m rows (bucket 128, 192 / 128). */
 FA_HOPPER_FN int fa_hopper_bwd_dq_piece_row0(int block_m, int piece) { return block_m == 128 ? 64 * piece : 0; }
-FA_HOPPER_FN int fa_hopper_bwd_dq_piece_col0(int block_m, int piece) { return block_m == 128 ? 0 : 64 * piece; }
-
-/* fp32 elements of a piece: [64, 64], or [64 columns, block_m rows] transposed. */
-FA_HOPPER_FN int fa_hopper_bwd_dq_piece_elems(int block_m) {
-    return fa_hopper_bwd_dq_transposed(block_m) ? 64 * block_m : 64 * 64;
+FA_HOPPER_FN int fa_hopper_bwd_dq_piece_col0(int block_m, int tile_cols, int piece) {
+    return block_m == 128 ? 0 : tile_cols / 2 * piece;
 }
+
+/* fp32 elements of a piece: half the tile ([64, 64], [64, 96], or [64 columns, 80 rows] transposed). */
+FA_HOPPER_FN int fa_hopper_bwd_dq_piece_elems(int block_m, int tile_cols) { return block_m * tile_cols / 2; }
 
 /* Sequence b (its first packed row q_start) owns the tiles from q_start / block_m + b on:
  * ceil(len / block_m) of them fit before sequence b + 1's first, since
@@ -661,13 +666,12 @@ FA_HOPPER_FN long long fa_hopper_bwd_dq_tiles(long long total_q, long long batch
     return block_m > 0 ? total_q / block_m + batch : 0;
 }
 
-/* fp32 elements of the Hopper kernels' dQ accumulator: tiled (above) or [heads_q, total_q, d]. */
-FA_HOPPER_FN long long fa_hopper_bwd_dq_elems(int kernel_bucket, int rows80, long long total_q, long long batch,
+/* fp32 elements of the Hopper kernels' dQ accumulator: tiled (tile_cols > 0, above) or
+ * [heads_q, total_q, d]. */
+FA_HOPPER_FN long long fa_hopper_bwd_dq_elems(int tile_cols, int block_m, long long total_q, long long batch,
                                               long long heads_q, long long head_dim) {
-    const long long block_m = fa_hopper_bwd_block_m(kernel_bucket, rows80);
-    return fa_hopper_bwd_dq_tiled(kernel_bucket) ? heads_q * fa_hopper_bwd_dq_tiles(total_q, batch, (int)block_m) *
-                                                       block_m * kernel_bucket
-                                                 : heads_q * total_q * head_dim;
+    return tile_cols > 0 ? heads_q * fa_hopper_bwd_dq_tiles(total_q, batch, block_m) * block_m * tile_cols
+                         : heads_q * total_q * head_dim;
 }
 
 /* Block-mask walks (buckets 64 and 128, whose layout holds the MODS kernels): a 16-byte slot per

@@ -39,7 +39,7 @@
  *     instead of one red.global per element pair from 256 threads: half the L2 reduction
  *     traffic, and the consumers' issue slots stay on the GEMMs; FlashAttention-3/4's
  *     design). The accumulator is tiled in the
- *     register order of the dQ GEMM's accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tiled), so a
+ *     register order of the dQ GEMM's accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols), so a
  *     piece is staged by eight 16-byte stores per thread and added as one contiguous block;
  *     bwd.cu's conversion kernel puts the rows in order. Warps 2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
@@ -173,10 +173,10 @@ struct fa_bwd_sm90_config {
     static constexpr uint32_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr uint32_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
     /* dQ staging: per consumer its fp32 piece ([64, 64], or dQᵀ [64 columns, 80 rows]) in the
-     * accumulator tile's register order (sm90_tiles.h, fa_hopper_bwd_dq_tiled): store j of thread
+     * accumulator tile's register order (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols): store j of thread
      * i at 16·(128j + i) */
     static constexpr bool DQ_TRANSPOSED = fa_hopper_bwd_dq_transposed(BLOCK_M);
-    static constexpr uint32_t DQ_PIECE_BYTES = 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M); /* as bwd.cu reads them */
+    static constexpr uint32_t DQ_PIECE_BYTES = 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M, D); /* as bwd.cu reads them */
     static constexpr int DQ_ACC = DQ_PIECE_BYTES / (4 * 128); /* fp32 registers of a consumer's piece */
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
@@ -205,7 +205,7 @@ struct fa_bwd_sm90_config {
     static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 256,
                   "wgmma N of Sᵀ (and pairs of 8-query dropout chunks); TMA box rows <= 256");
     static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == fa_hopper_bwd_dq_staging_bytes(BUCKET, ROWS80), "dQ staging");
-    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == BLOCK_M * D * 4 && fa_hopper_bwd_dq_tiled(BUCKET),
+    static_assert(CONSUMER_WGS * DQ_PIECE_BYTES == BLOCK_M * D * 4 && fa_hopper_bwd_dq_tile_cols(BUCKET, 0) == D,
                   "the pieces make one accumulator tile");
     static_assert(Q_SLAB_BYTES % 1024 == 0 && KV_SLAB_BYTES % 1024 == 0 && DS_OFFSET % 1024 == 0 &&
                       DQ_OFFSET % 1024 == 0,
@@ -222,12 +222,8 @@ struct fa_bwd_sm90_config {
 enum fa_bwd_sm90_named_barrier {
     FA_HBWD_BAR_DS_FULL = 1, /* both consumers' dS halves are in shared memory                      */
     FA_HBWD_BAR_KV_TAIL = 2, /* varlen: K/V rows past the sequence zeroed                           */
-    FA_HBWD_BAR_Q_TAIL = 3,  /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
-    FA_HBWD_BAR_DQ_EMPTY = 4, /* + consumer: the writer's reductions have read the staged dQ piece */
-    FA_HBWD_BAR_DQ_FULL = 6   /* + consumer: the consumer's dQ piece is staged                      */
-};                            /* 8-10: FA_HBWD_BAR_EPILOGUE (bwd_sm90_common.cuh)                  */
-/* DQ_EMPTY and DQ_FULL join consumer c's warpgroup and the dQ writer warp. */
-enum { FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
+    FA_HBWD_BAR_Q_TAIL = 3   /* varlen: Q/dO rows past the sequence zeroed in this iteration's stage */
+}; /* 4-7: FA_HBWD_BAR_DQ_EMPTY / DQ_FULL, 8-10: FA_HBWD_BAR_EPILOGUE (bwd_sm90_common.cuh) */
 
 /* ---- device functions (the shared ones: bwd_sm90_common.cuh) --------------------------------- */
 
@@ -330,83 +326,6 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dkdv(const fa_bwd_sm90_params 
     }
     fa_bwd_sm90_store_dkdv_rows<Cfg::D, BF16>(prm, dk_rmem, dv_rmem, key0, len_k, k_start, batch, (int)blockIdx.y, 0,
                                               col_in, varlen);
-}
-
-/* The dQ writer, producer warp 1: walks the consumers' iterations (query head of the group, query
- * block m) and adds both staged dQ pieces of each into its accumulator tile (sm90_tiles.h,
- * fa_hopper_bwd_dq_tiled) with one 1-D bulk reduce-add per piece (lane 0 issues it, one
- * bulk group per piece). A piece of rows past the sequence (bucket 64's second) or of columns past
- * head_dim (bucket 128's second when d <= 64) is not added: nothing reads it.
- * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
- * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
- * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
- * (the semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks
- * before it have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
- * written (not only read) and pass the turn on with red.release; the proxy fences order the
- * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
-template <class Cfg, bool DET, bool MODS = false>
-__device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
-                                                      uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
-                                                      const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
-                                                      int64_t q_packed0, int lane,
-                                                      const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
-                                                      int iterations = 0 /* MODS: its length */) {
-    /* this sequence's first accumulator tile (of each head) */
-    const int64_t tile0 = fa_hopper_bwd_dq_tile0(q_packed0, batch, Cfg::BLOCK_M);
-    /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
-    auto write_one = [&](int head, int m, int *sem) {
-        if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
-        __syncwarp();
-        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
-        if constexpr (!DET) tma_store_wait_group_read<0>();
-        __syncwarp();
-        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
-        if constexpr (DET) {
-            const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
-            while (ld_relaxed_gpu_s32(sem) != rank) {
-            }
-            fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
-            fence_proxy_async_global(); /* ... and before our bulk reductions */
-        }
-        float *const tile = prm.dq_accum + ((int64_t)head * prm.dq_tiles + tile0 + m) * (Cfg::BLOCK_M * Cfg::D);
-#pragma unroll
-        for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
-            /* pieces of rows: inside the sequence; pieces of columns: inside head_dim */
-            constexpr bool ROW_PIECES = fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, 1) > 0;
-            const bool live = ROW_PIECES ? m * Cfg::BLOCK_M + fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, c) < len_q
-                                         : fa_hopper_bwd_dq_piece_col0(Cfg::BLOCK_M, c) < prm.head_dim;
-            bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
-            if (lane == 0) {
-                if (live)
-                    cp_reduce_async_bulk_add_f32(tile + c * (Cfg::DQ_PIECE_BYTES / 4),
-                                                 dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES, Cfg::DQ_PIECE_BYTES);
-                tma_store_commit_group();
-            }
-        }
-        if constexpr (DET) {
-            tma_store_wait_group<0>();  /* lane 0's additions are written */
-            fence_proxy_async_global(); /* ... before the release */
-            if (lane == 0) red_release_gpu_add_s32(sem, 1);
-        }
-    };
-    if constexpr (MODS) {
-        static_assert(!DET, "a block mask's key blocks need not be contiguous: no ordered dQ");
-        fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
-#pragma unroll 1
-        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it)) write_one(it.h, it.tile, nullptr);
-    } else {
-#pragma unroll 1
-        for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-            int *const sem_head = DET ? prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2
-                                      : nullptr;
-#pragma unroll 1
-            for (int i = 0; i < walk.n_m; ++i) {
-                const int m = fa_bwd_sm90_walk_block<DET>(walk, i);
-                write_one(head, m, DET ? sem_head + m * 2 : nullptr);
-            }
-        }
-    }
-    if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
 }
 
 /* ---- dropout (the DROPOUT instantiations) -------------------------------------------------------- */
@@ -674,7 +593,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
     const int mask_base = key0 - shift - col_in; /* key0 - shift - (query - m0 - 8j - c) */
     /* dQ piece of this consumer: rows dq_row0.., columns dq_col0.. of the [BLOCK_M, D] tile */
     const int dq_row0 = fa_hopper_bwd_dq_piece_row0(BLOCK_M, consumer);
-    const int dq_col0 = fa_hopper_bwd_dq_piece_col0(BLOCK_M, consumer);
+    const int dq_col0 = fa_hopper_bwd_dq_piece_col0(BLOCK_M, D, consumer);
 
     float dk_rmem[D / 2], dv_rmem[D / 2];
 #pragma unroll

@@ -25,8 +25,9 @@
 
 /* Kernel arguments besides the tensor maps: the backward's parameter block (bwd_launch.h; window
  * sides -1 = unbounded, causal folded in; lse is the forward's; dq_accum tiled at buckets 64 and
- * 128, head-major [heads_q, total_q, d] at 256 (sm90_tiles.h, fa_hopper_bwd_dq_tiled);
- * dq_semaphore set in deterministic mode) and the query-block count of the kernel's BLOCK_M. */
+ * 128 and for 192 / 128, head-major [heads_q, total_q, d] at 256 (sm90_tiles.h,
+ * fa_hopper_bwd_dq_tile_cols); dq_semaphore set in deterministic mode) and the query-block count
+ * of the kernel's BLOCK_M. */
 struct fa_bwd_sm90_params : fa_bwd_params {
     int query_blocks;              /* ceil(seqlen_q / BLOCK_M)                                      */
     int64_t dq_tiles;              /* tiled dQ accumulator: tiles per query head (fa_hopper_bwd_dq_tiles) */
@@ -373,6 +374,89 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_par
             if (lane == 0) red_release_gpu_add_s32(sem, 1);                  /* ... before the next key block's */
         }
     }
+}
+
+/* Named barriers of the dQ hand-over to the writer warp (fa_bwd_sm90_dq_writer), + the consumer:
+ * DQ_EMPTY (the writer's reductions have read consumer c's staged piece) and DQ_FULL (consumer c's
+ * piece is staged and fenced); each joins consumer c's warpgroup and the writer warp. */
+enum { FA_HBWD_BAR_DQ_EMPTY = 4, FA_HBWD_BAR_DQ_FULL = 6, FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
+
+/* The dQ writer of the kernels with a tiled dQ accumulator (bwd_sm90.cu, bwd_sm90_hdim192.cu),
+ * producer warp 1: walks the consumers' iterations (query head of the group, query block m) and
+ * adds both staged dQ pieces of each into its accumulator tile (sm90_tiles.h,
+ * fa_hopper_bwd_dq_tile_cols) with one 1-D bulk reduce-add per piece (lane 0 issues it, one bulk
+ * group per piece). A piece of rows past the sequence (bucket 64's second) or of columns past
+ * head_dim (bucket 128's second when d <= 64) is not added: nothing reads it.
+ * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
+ * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
+ * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
+ * (the semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks
+ * before it have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
+ * written (not only read) and pass the turn on with red.release; the proxy fences order the
+ * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
+template <class Cfg, bool DET, bool MODS = false>
+__device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
+                                                      uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
+                                                      const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
+                                                      int64_t q_packed0, int lane,
+                                                      const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
+                                                      int iterations = 0 /* MODS: its length */) {
+    /* this sequence's first accumulator tile (of each head) */
+    const int64_t tile0 = fa_hopper_bwd_dq_tile0(q_packed0, batch, Cfg::BLOCK_M);
+    /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
+    auto write_one = [&](int head, int m, int *sem) {
+        if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+        if constexpr (!DET) tma_store_wait_group_read<0>();
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+        if constexpr (DET) {
+            const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
+            while (ld_relaxed_gpu_s32(sem) != rank) {
+            }
+            fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
+            fence_proxy_async_global(); /* ... and before our bulk reductions */
+        }
+        float *const tile = prm.dq_accum + ((int64_t)head * prm.dq_tiles + tile0 + m) * (Cfg::BLOCK_M * Cfg::D);
+#pragma unroll
+        for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
+            /* pieces of rows: inside the sequence; pieces of columns: inside head_dim */
+            constexpr bool ROW_PIECES = fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, 1) > 0;
+            const bool live = ROW_PIECES ? m * Cfg::BLOCK_M + fa_hopper_bwd_dq_piece_row0(Cfg::BLOCK_M, c) < len_q
+                                         : fa_hopper_bwd_dq_piece_col0(Cfg::BLOCK_M, Cfg::D, c) < prm.head_dim;
+            bar_sync(FA_HBWD_BAR_DQ_FULL + c, FA_HBWD_DQ_HANDOFF_THREADS);
+            if (lane == 0) {
+                if (live)
+                    cp_reduce_async_bulk_add_f32(tile + c * (Cfg::DQ_PIECE_BYTES / 4),
+                                                 dq_smem + (uint32_t)c * Cfg::DQ_PIECE_BYTES, Cfg::DQ_PIECE_BYTES);
+                tma_store_commit_group();
+            }
+        }
+        if constexpr (DET) {
+            tma_store_wait_group<0>();  /* lane 0's additions are written */
+            fence_proxy_async_global(); /* ... before the release */
+            if (lane == 0) red_release_gpu_add_s32(sem, 1);
+        }
+    };
+    if constexpr (MODS) {
+        static_assert(!DET, "a block mask's key blocks need not be contiguous: no ordered dQ");
+        fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
+#pragma unroll 1
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it)) write_one(it.h, it.tile, nullptr);
+    } else {
+#pragma unroll 1
+        for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
+            int *const sem_head = DET ? prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2
+                                      : nullptr;
+#pragma unroll 1
+            for (int i = 0; i < walk.n_m; ++i) {
+                const int m = fa_bwd_sm90_walk_block<DET>(walk, i);
+                write_one(head, m, DET ? sem_head + m * 2 : nullptr);
+            }
+        }
+    }
+    if constexpr (!DET) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
 }
 
 /* Zero rows [row_lo, rows) of `slabs` slabs of [rows, 64] 16-bit elements (128-byte rows; the
@@ -728,13 +812,6 @@ __device__ __forceinline__ void fa_bwd_sm90_softcap_ds(float (&s_rmem)[N], float
 /* FA_HOPPER_BWD_ROTATE=0: never rotate the walks (timing); else the rule (fa_hopper_bwd_rotate). */
 static inline int fa_bwd_sm90_rotate_disabled(void) {
     const char *mode = getenv("FA_HOPPER_BWD_ROTATE");
-    return mode != nullptr && strcmp(mode, "0") == 0;
-}
-
-/* FA_HOPPER_BWD_192=0: MLA's 192 / 128 problems on the bucket-256 kernel instead of their own
- * (fa_hopper_bwd_d192; timing). */
-static inline int fa_bwd_sm90_d192_disabled(void) {
-    const char *mode = getenv("FA_HOPPER_BWD_192");
     return mode != nullptr && strcmp(mode, "0") == 0;
 }
 

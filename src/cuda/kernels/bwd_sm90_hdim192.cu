@@ -6,8 +6,8 @@
  * FA_HOPPER_BWD_192=0 it takes the plain ones too, for timing). FlashAttention-3/4's tile for this
  * shape (64 queries × 96 keys, S not transposed, dK and dV accumulated transposed) in our own
  * code; what it shares with the other Hopper backward kernels (the producer, the walk over query
- * blocks and heads, the varlen zeroing, the dQ accumulator and its reduce-adds, the dK / dV
- * output) is bwd_sm90_common.cuh's and the bucket-256 kernel's, described there.
+ * blocks and heads, the varlen zeroing, the dQ writer and its tiled accumulator, the dK / dV
+ * output) is bwd_sm90_common.cuh's, described there.
  *
  * Why another kernel: the bucket-256 kernel at 192 / 128 extents runs 64 keys per CTA, so every
  * 64 × 64 block of scores costs a [64, 192] fp32 dQ reduce-add and a Q / dO load; 96 keys per CTA
@@ -20,7 +20,9 @@
  * batch); 384 threads:
  *   warpgroup 0, producer (setmaxnreg 24), warp 0: fa_bwd_sm90_load: K [96, 192] and V [96, 128]
  *     once (kv_full), then per iteration t Q [64, 192] and dO [64, 128] into stage t % 2 with the
- *     rows' LSE2 and D (stage_full / stage_empty); warps 1-3 exit;
+ *     rows' LSE2 and D (stage_full / stage_empty); warp 1: fa_bwd_sm90_dq_writer, both consumers'
+ *     dQ pieces of each iteration into the tiled accumulator (one 1-D bulk reduce-add each); warps
+ *     2-3 exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 48c .. + 47 (S, dP,
  *     dKᵀ, dVᵀ of those keys) and dQ columns 96c .. 96c + 95 of every query block.
  *
@@ -50,9 +52,10 @@
  *   consumer's four warps' rows are in: the GEMM reads them all); issue dVᵀ_c; wait for dP_c:
  *   dS = P∘(dP - D[row]); pack, stmatrix.trans into dS buffer t % 2; fence.proxy.async; named
  *   barrier DS_FULL (256 threads: dQ reads both consumers' keys); issue dQ_c, then dKᵀ_c; wait for
- *   all but dKᵀ_c: each warp adds its 16 rows of dQ_c into the fp32 accumulator through its two
- *   staging buffers with bulk tensor reduce-adds of 32 columns, as the bucket-256 kernel
- *   (three rounds, those past d skipped); wait for dKᵀ_c; arrive on stage_empty[s].
+ *   all but dKᵀ_c; named barrier DQ_EMPTY + c (the writer has read the previous piece); store dQ_c
+ *   [64, 96] in register order into the staging (12 16-byte stores per thread); wait for dKᵀ_c;
+ *   arrive on stage_empty[s]. The staged piece's fence.proxy.async and arrival on DQ_FULL + c follow
+ *   the next iteration's S and dP issue (after the loop for the last).
  * The P tile has one buffer: only consumer c's dV reads its rows, and consumer c retires it before
  * it stores the next P. The dS tile has two: consumer c writes buffer t % 2 only after passing
  * DS_FULL of iteration t - 1, which the other consumer reaches only after it waited for all its
@@ -64,8 +67,8 @@
  * box {64, 48}, or coalesced copies).
  *
  * Shared memory (1024-byte aligned): K [3][96][64] | V [2][96][64] | Q [2][3][64][64] |
- * dO [2][2][64][64] | P [96][64] | dS [2][96][64] | dQ staging [8 warps][2][16][32] fp32 |
- * LSE2 [2][64] fp32 | D [2][64] fp32 | mbarriers: 215,080 bytes with the alignment slack.
+ * dO [2][2][64][64] | P [96][64] | dS [2][96][64] | dQ staging [2 consumers][12][128 threads][4]
+ * fp32 | LSE2 [2][64] fp32 | D [2][64] fp32 | mbarriers: 231,464 bytes with the alignment slack.
  * mbarriers: kv_full (1 arrival + the K and V bytes); stage_full[s] (33: the producer's
  * arrive.expect_tx, then every lane of warp 0 after its LSE2 / D stores); stage_empty[s] (256:
  * every consumer thread after its last read of the stage).
@@ -106,8 +109,10 @@ struct fa_bwd_sm90_d192_config {
     static constexpr uint32_t Q_BYTES = Q_SLAB_BYTES * SLABS;
     static constexpr uint32_t DO_BYTES = Q_SLAB_BYTES * V_SLABS;
     static constexpr uint32_t TILE_BYTES = BLOCK_N * 128; /* P or dS [96 keys][64 queries] */
-    static constexpr uint32_t DQ_BUF_BYTES = 16 * 32 * 4; /* [16 rows][32 columns] fp32 */
-    static constexpr uint32_t DQ_WARP_BYTES = 2 * DQ_BUF_BYTES;
+    /* dQ staging: per consumer its fp32 piece [64 queries, 96 columns] in the accumulator tile's
+     * register order (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols): store j of thread i at 16·(128j + i) */
+    static constexpr int D = DQK; /* the dQ accumulator tile's columns (fa_bwd_sm90_dq_writer) */
+    static constexpr uint32_t DQ_PIECE_BYTES = 4 * fa_hopper_bwd_dq_piece_elems(BLOCK_M, DQK);
     static constexpr uint32_t VEC_BYTES = BLOCK_M * 4;
     static constexpr uint32_t K_OFFSET = 0;
     static constexpr uint32_t V_OFFSET = KV_BYTES;
@@ -116,7 +121,7 @@ struct fa_bwd_sm90_d192_config {
     static constexpr uint32_t P_OFFSET = DO_OFFSET + STAGES * DO_BYTES;
     static constexpr uint32_t DS_OFFSET = P_OFFSET + TILE_BYTES;
     static constexpr uint32_t DQ_OFFSET = DS_OFFSET + 2 * TILE_BYTES;
-    static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + 4 * CONSUMER_WGS * DQ_WARP_BYTES;
+    static constexpr uint32_t LSE_OFFSET = DQ_OFFSET + CONSUMER_WGS * DQ_PIECE_BYTES;
     static constexpr uint32_t DVEC_OFFSET = LSE_OFFSET + STAGES * VEC_BYTES;
     static constexpr uint32_t BAR_OFFSET = DVEC_OFFSET + STAGES * VEC_BYTES;
     static constexpr int NUM_BARRIERS = 1 + 2 * STAGES; /* kv_full, stage_full[S], stage_empty[S] */
@@ -126,6 +131,8 @@ struct fa_bwd_sm90_d192_config {
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS;
 
     static_assert(KEYS == 48 && DQ_COLS == 96, "48 keys and 96 dQ columns per consumer");
+    static_assert(DQ_PIECE_BYTES == 128 * (32 + 16) * 4 && fa_hopper_bwd_dq_tile_cols(256, 1) == D,
+                  "a piece: the 32 + 16 fp32 registers of the dQ accumulators of 128 threads");
     static_assert(KV_SLAB_BYTES % 1024 == 0 && Q_SLAB_BYTES % 1024 == 0 && (KEYS * 128) % 1024 == 0 &&
                       Q_OFFSET % 1024 == 0 && DO_OFFSET % 1024 == 0 && P_OFFSET % 1024 == 0 &&
                       DS_OFFSET % 1024 == 0 && DQ_OFFSET % 1024 == 0,
@@ -139,12 +146,13 @@ struct fa_bwd_sm90_d192_config {
     static_assert(BLOCK_M == fa_hopper_bwd_block_m(256, 0), "the bucket-256 plan's query blocks (semaphores, dQ)");
 };
 
-/* Named barrier ids (0 is __syncthreads; 8-10: FA_HBWD_BAR_EPILOGUE, bwd_sm90_common.cuh). */
+/* Named barrier ids (0 is __syncthreads; 4-7: FA_HBWD_BAR_DQ_EMPTY / DQ_FULL, 8-10:
+ * FA_HBWD_BAR_EPILOGUE, bwd_sm90_common.cuh). */
 enum fa_bwd_sm90_d192_named_barrier {
     FA_HBWD192_BAR_DS_FULL = 1, /* 256 consumer threads: both consumers' dS rows are in shared memory */
     FA_HBWD192_BAR_KV_TAIL = 2, /* 256, varlen: K/V rows past the sequence zeroed                   */
     FA_HBWD192_BAR_Q_TAIL = 3,  /* 256, varlen: Q/dO rows past the sequence zeroed in this stage     */
-    FA_HBWD192_BAR_P_READY = 4  /* + consumer, its 128 threads: its P rows are in shared memory     */
+    FA_HBWD192_BAR_P_READY = 11 /* + consumer, its 128 threads: its P rows are in shared memory     */
 };
 
 /* A consumer's role as a type: its dQ columns decide the dQ GEMMs' shapes and operands. */
@@ -266,7 +274,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
                                  const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
                                  const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, 96, 1, 1}  */
                                  const __grid_constant__ CUtensorMap tmap_v,  /* {dv, sk, hkv, b}, box {64, 96, 1, 1} */
-                                 const __grid_constant__ CUtensorMap tmap_dq, /* fp32 {d, total_q, hq}, {32, 16, 1}    */
                                  const __grid_constant__ CUtensorMap tmap_dk, /* dK {d, sk, hkv, b}, {64, 48, 1, 1}    */
                                  const __grid_constant__ CUtensorMap tmap_dv, /* dV {dv, sk, hkv, b}, {64, 48, 1, 1}   */
                                  const fa_bwd_sm90_params prm) {
@@ -307,10 +314,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
 
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t smem = (smem_u32addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET;
-    auto q_stage = [&](int s) -> uint32_t { return smem + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES; };
-    auto do_stage = [&](int s) -> uint32_t { return smem + Cfg::DO_OFFSET + (uint32_t)s * Cfg::DO_BYTES; };
-    const uint32_t p_tile = smem + Cfg::P_OFFSET, ds_smem = smem + Cfg::DS_OFFSET;
+    const uint32_t k_smem = smem + Cfg::K_OFFSET, v_smem = smem + Cfg::V_OFFSET; /* the loop reforms these */
     const uint32_t lse2_smem = smem + Cfg::LSE_OFFSET, dvec_smem = smem + Cfg::DVEC_OFFSET;
     const uint32_t bars = smem + Cfg::BAR_OFFSET;
     const uint32_t kv_full = bars;
@@ -328,11 +332,16 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     if (warpgroup == 0) {
         /* ================= producer ================= */
         setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-        if (threadIdx.x / 32 == 0)
+        const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); /* warp-uniform for ptxas */
+        const int lane = threadIdx.x % 32;
+        if (warp == 0)
             fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
-                                  q_row0, tma_batch, walk, len_q, (int)threadIdx.x % 32,
+                                  q_row0, tma_batch, walk, len_q, lane,
                                   [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                   [&](int) {});
+        else if (warp == 1)
+            fa_bwd_sm90_dq_writer<Cfg, false>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
+                                              q_packed0, lane);
         return;
     }
 
@@ -344,7 +353,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     const int ct = threadIdx.x - 128; /* 0..255 over both consumers */
     const int key_c = KEYS * consumer; /* this consumer's first key in the block */
     const uint32_t key_rows = (uint32_t)key_c * 128; /* ... as a byte offset in K, V, P and dS tiles */
-    if (lane == 0) tma_prefetch_tensormap(&tmap_dq);
     /* Query block m0 needs the mask iff m0 < mask_m_lo or m0 > mask_m_hi: the keys [n0, n0 + 95]
      * run past the sequence, or the last key is right of the first row's window, or the first key
      * left of the last row's window. */
@@ -368,8 +376,13 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD192_BAR_KV_TAIL);
 
-    const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
-    int dq_round = 0; /* this warp's staged reductions so far: buffer dq_round & 1 is next */
+    /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
+     * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the
+     * fence waits until the stores have drained, which would otherwise hold the next S back. */
+    auto dq_piece_staged = [&]() {
+        fence_proxy_async_shared_cta();
+        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
+    };
 
     /* The iterations, once per role (each consumer its own copy of the loop: its dQ accumulators
      * are different register arrays, and an accumulator that changes registers at a branch's join
@@ -377,25 +390,35 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
      * named barriers from different instructions: barrier.sync, not the .aligned bar.sync. */
     auto consumer_loop = [&](auto role) {
         constexpr int C = decltype(role)::CONSUMER;
-        int walk_i = 0, head_i = 0;
+        int walk_i = 0; /* iteration t is query block walk_i of query head t / n_m (the writer's walk) */
         for (int t = 0; t < iterations; ++t) {
             const int s = t % STAGES, use = t / STAGES;
-            const int head = heads.first + head_i, m0 = fa_bwd_sm90_walk_block<false>(walk, walk_i) * BLOCK_M;
-            const uint32_t ds_tile = ds_smem + (uint32_t)(t & 1) * Cfg::TILE_BYTES;
+            const int m0 = fa_bwd_sm90_walk_block<false>(walk, walk_i) * BLOCK_M;
+            /* the tiles' addresses from a base read again each iteration (shfl_sync_idx0_b32): the
+             * wgmma descriptors derived from them are formed in uniform registers where they are
+             * used; hoisted out of the loop, they outnumbered the uniform registers and ptxas
+             * parked them in regular ones, moved back by an R2UR before every wgmma */
+            const uint32_t smem_t = shfl_sync_idx0_b32(smem);
+            const uint32_t k_t = smem_t + Cfg::K_OFFSET, v_t = smem_t + Cfg::V_OFFSET;
+            const uint32_t q_s = smem_t + Cfg::Q_OFFSET + (uint32_t)s * Cfg::Q_BYTES;
+            const uint32_t do_s = smem_t + Cfg::DO_OFFSET + (uint32_t)s * Cfg::DO_BYTES;
+            const uint32_t p_t = smem_t + Cfg::P_OFFSET;
+            const uint32_t ds_tile = smem_t + Cfg::DS_OFFSET + (uint32_t)(t & 1) * Cfg::TILE_BYTES;
             const int row0 = m0 + 16 * warp + lane / 4; /* this thread's query rows: row0, row0 + 8 */
             const uint32_t vec_row = (uint32_t)(s * BLOCK_M + 16 * warp + lane / 4) * 4;
 
             mbarrier_wait_parity(stage_full(s), use & 1);
             if (varlen && m0 + BLOCK_M > len_q) {
                 /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
-                fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
-                fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::V_SLABS, BLOCK_M, len_q - m0, ct);
+                fa_bwd_sm90_zero_rows(q_s, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+                fa_bwd_sm90_zero_rows(do_s, Cfg::Q_SLAB_BYTES, Cfg::V_SLABS, BLOCK_M, len_q - m0, ct);
                 fence_proxy_async_shared_cta();
                 barrier_sync(FA_HBWD192_BAR_Q_TAIL, 256);
             }
             float s_rmem[24], dp_rmem[24];
-            fa_bwd_sm90_d192_issue_scores<Cfg::DQK / 16, BF16>(s_rmem, q_stage(s), k_smem + key_rows);  /* S_c  */
-            fa_bwd_sm90_d192_issue_scores<Cfg::DV / 16, BF16>(dp_rmem, do_stage(s), v_smem + key_rows); /* dP_c */
+            fa_bwd_sm90_d192_issue_scores<Cfg::DQK / 16, BF16>(s_rmem, q_s, k_t + key_rows); /* S_c  */
+            fa_bwd_sm90_d192_issue_scores<Cfg::DV / 16, BF16>(dp_rmem, do_s, v_t + key_rows); /* dP_c */
+            if (t > 0) dq_piece_staged(); /* the previous iteration's, now that S_c and dP_c run */
             const float lse2_lo = ld_shared_f32(lse2_smem + vec_row), lse2_hi = ld_shared_f32(lse2_smem + vec_row + 32);
 
             wgmma_wait_group<1>(); /* S_c ready; dP_c may still run */
@@ -411,12 +434,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
                 for (int e = 0; e < 4; ++e)
                     s_rmem[4 * j + e] =
                         ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + e], prm.scale_log2, e & 2 ? -lse2_hi : -lse2_lo));
-            fa_bwd_sm90_d192_store_t<BF16>(p_tile + key_rows, s_rmem, 1.0f, warp, lane);
+            fa_bwd_sm90_d192_store_t<BF16>(p_t + key_rows, s_rmem, 1.0f, warp, lane);
             /* stmatrix (generic proxy) -> wgmma (async proxy): each writer fences, then the
              * consumer's four warps meet (its GEMM reads all their rows) */
             fence_proxy_async_shared_cta();
             bar_sync(FA_HBWD192_BAR_P_READY + C, 128);
-            fa_bwd_sm90_d192_issue_kv_grads<Cfg::V_SLABS, BF16>(dv_rmem, do_stage(s), p_tile + key_rows); /* dVᵀ_c */
+            fa_bwd_sm90_d192_issue_kv_grads<Cfg::V_SLABS, BF16>(dv_rmem, do_s, p_t + key_rows); /* dVᵀ_c */
             const float d_lo = ld_shared_f32(dvec_smem + vec_row), d_hi = ld_shared_f32(dvec_smem + vec_row + 32);
 
             wgmma_wait_group<1>(); /* dP_c ready; dVᵀ_c may still run */
@@ -433,64 +456,26 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
             barrier_sync(FA_HBWD192_BAR_DS_FULL, 256); /* dQ reads both consumers' keys */
 
             float dq64[32], dq32[16];
-            fa_bwd_sm90_d192_issue_dq<C, BF16>(dq64, dq32, ds_tile, k_smem);                       /* dQ_c  */
-            fa_bwd_sm90_d192_issue_kv_grads<Cfg::SLABS, BF16>(dk_rmem, q_stage(s), ds_tile + key_rows); /* dKᵀ_c */
+            fa_bwd_sm90_d192_issue_dq<C, BF16>(dq64, dq32, ds_tile, k_t);                        /* dQ_c  */
+            fa_bwd_sm90_d192_issue_kv_grads<Cfg::SLABS, BF16>(dk_rmem, q_s, ds_tile + key_rows); /* dKᵀ_c */
             wgmma_wait_group<1>(); /* dVᵀ_c and dQ_c retired; dKᵀ_c runs under the staging */
 #pragma unroll
             for (int i = 0; i < 32; ++i) wgmma_fence_operand(dq64[i]);
 #pragma unroll
             for (int i = 0; i < 16; ++i) wgmma_fence_operand(dq32[i]);
 
-            /* dQ_c into the fp32 accumulator [heads_q, total_q, d]: this warp's rows 16w .. 16w + 15
-             * (element 4j + 2h + e: row lane/4 + 8h, column 8j + 2(lane%4) + e of its array), three
-             * rounds of 32 columns through the warp's two staging buffers, each one bulk tensor
-             * reduce-add by lane 0 (the bucket-256 kernel's staging, its swizzle and bank order).
-             * Rows past the sequence are staged as zeros; rounds past d are skipped. */
-            if (m0 + BLOCK_M > len_q) {
+            /* dQ_c into the writer's staging in register order (the piece's 12 groups of four
+             * registers: its columns in order, dq64 then dq32 for consumer 0, dq32 then dq64 for
+             * consumer 1), once the writer has read the previous piece; consecutive threads'
+             * 16-byte stores are contiguous: no bank conflict */
+            bar_sync(FA_HBWD_BAR_DQ_EMPTY + C, FA_HBWD_DQ_HANDOFF_THREADS);
+            const uint32_t dq_slot = smem_t + Cfg::DQ_OFFSET + (uint32_t)C * Cfg::DQ_PIECE_BYTES + (uint32_t)tid * 16;
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    if (row0 + 8 * h >= len_q) {
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) dq64[4 * j + 2 * h] = dq64[4 * j + 2 * h + 1] = 0.0f;
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) dq32[4 * j + 2 * h] = dq32[4 * j + 2 * h + 1] = 0.0f;
-                    }
-            }
-            const int dq_row = (int)q_packed0 + m0 + 16 * warp;
-            const bool odd_row = (lane / 4) & 1;
-            /* one round: columns col .. col + 31 from src's element groups j0 .. j0 + 3 */
-            auto stage_round = [&](const auto &src, int j0, int col) {
-                if (col >= prm.head_dim) return; /* uniform: the columns past d are never added */
-                const uint32_t buf = dq_warp_smem + (uint32_t)(dq_round & 1) * Cfg::DQ_BUF_BYTES;
-                ++dq_round;
-                if (lane == 0) tma_store_wait_group_read<1>(); /* the reduction two rounds ago read it */
-                __syncwarp();
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const uint32_t row = (uint32_t)(lane / 4 + 8 * h);
-                        const int jj_odd = jj ^ 2, b = odd_row ? jj_odd : jj;
-                        const uint32_t chunk = (uint32_t)(2 * b + (lane % 4) / 2) ^ (row & 7u);
-                        const int e = 4 * (j0 + jj) + 2 * h, e_odd = 4 * (j0 + jj_odd) + 2 * h;
-                        st_shared_v2_f32(buf + row * 128 + chunk * 16 + 8u * (lane & 1), odd_row ? src[e_odd] : src[e],
-                                         odd_row ? src[e_odd + 1] : src[e + 1]);
-                    }
-                fence_proxy_async_shared_cta(); /* generic-proxy stores -> the bulk reduction */
-                __syncwarp();
-                if (lane == 0) {
-                    tma_reduce_add_3d(&tmap_dq, buf, col, dq_row, head);
-                    tma_store_commit_group();
-                }
-            };
-            if constexpr (C == 0) {
-                stage_round(dq64, 0, 0);
-                stage_round(dq64, 4, 32);
-                stage_round(dq32, 0, 64);
-            } else {
-                stage_round(dq32, 0, 96);
-                stage_round(dq64, 0, 128);
-                stage_round(dq64, 4, 160);
+            for (int j = 0; j < 12; ++j) {
+                const bool from64 = C == 0 ? j < 8 : j >= 4;
+                const int e = 4 * (C == 0 ? (j < 8 ? j : j - 8) : (j < 4 ? j : j - 4));
+                const float *src = from64 ? dq64 + e : dq32 + e;
+                st_shared_v4_f32(dq_slot + (uint32_t)j * 128 * 16, src[0], src[1], src[2], src[3]);
             }
 
             wgmma_wait_group<0>(); /* dKᵀ_c retired */
@@ -503,15 +488,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
             }
             /* this thread's reads of stage s (GEMMs retired, LSE2 / D used) are done: release it */
             mbarrier_arrive(stage_empty(s));
-            if (++walk_i == walk.n_m) {
-                walk_i = 0;
-                ++head_i;
-            }
+            if (++walk_i == walk.n_m) walk_i = 0;
         }
     };
     if (consumer == 0) consumer_loop(fa_bwd_sm90_d192_role<0>{});
     else consumer_loop(fa_bwd_sm90_d192_role<1>{});
-    if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
+    dq_piece_staged(); /* the last iteration's */
 
     /* dK (scaled) and dV of this consumer's 48 keys through the Q / dO stages, free once both
      * consumers' last GEMMs have retired */
@@ -540,12 +522,11 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
     if (rows_q == 0 || rows_k == 0) return FA_OK; /* bwd.cu never launches an empty grid */
     if (p->group_splits != 1 || p->heads_per_split != p->group)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: the kv group is not split", path);
-    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv;
+    CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv;
     fa_status st;
     int dkdv_tma;
     if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
             FA_OK ||
-        (st = fa_hopper_make_accum_map(&tmap_dq, path, p->dq_accum, p->head_dim, p->total_q, p->heads_q, 16)) != FA_OK ||
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma, Cfg::KEYS)) != FA_OK)
         return st;
     auto kernel = fa_bwd_sm90_d192_main_kernel<BF16>;
@@ -553,6 +534,7 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured)) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
+    prm.dq_tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, Cfg::BLOCK_M);
     prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
@@ -560,7 +542,7 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
     const dim3 grid((unsigned)key_blocks, (unsigned)p->heads_kv, (unsigned)p->batch);
-    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv,
+    kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv,
                                                             prm);
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 192, dv = 128) kernel launch");
     return FA_OK;
@@ -568,7 +550,8 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
 
 extern "C" fa_status fa_bwd_launch_hopper192(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
                                              cudaStream_t stream) {
-    if (!fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm), 0,
+    if (prm->dq_tile_cols != 192 ||
+        !fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm), 0,
                             prm->dq_semaphore != nullptr))
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "head_dim = %d, head_dim_v = %d: not the d = 192 / dv = 128 Hopper backward's problem",

@@ -779,15 +779,14 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
 }
 
 /* The problem's dtype and score path (fa_bwd_sm90_dispatch); CTAS = 2 at bucket 512; MLA's
- * 192 / 128 runs bwd_sm90_hdim192.cu where fa_hopper_bwd_d192 says so, else (deterministic mode)
- * this kernel with its own extents on the plain path without dropout. */
+ * 192 / 128 runs bwd_sm90_hdim192.cu where the plan chose it (dq_tile_cols = 192,
+ * fa_hopper_bwd_d192), else (deterministic mode) this kernel with its own extents on the plain
+ * path without dropout. */
 template <int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
     const bool mla = prm->head_dim <= 192 && prm->head_dim_v <= 128;
-    if (CTAS == 1 && !fa_bwd_sm90_d192_disabled() &&
-        fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm),
-                           dropout != nullptr, prm->dq_semaphore != nullptr))
+    if (CTAS == 1 && prm->dq_tile_cols == 192)
         return fa_bwd_launch_hopper192(prm, bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F16, device_ordinal, stream);
     return fa_bwd_sm90_dispatch(prm, dropout != nullptr, bf16, [&](auto bf16_t, auto softcap, auto log2, auto drop) {
         constexpr bool BF16 = decltype(bf16_t)::value, SOFTCAP = decltype(softcap)::value;
