@@ -390,8 +390,8 @@ typedef struct fa_bwd_plan {
     int device_ordinal;
     size_t sem_bytes;        /* Hopper kernels, deterministic mode: the dQ semaphores, else 0   */
     int block_m;             /* Hopper kernels: query rows per iteration (fa_hopper_bwd_block_m), else 0 */
-    int dq_block_m;          /* Hopper kernels with a tiled dQ accumulator: their BLOCK_M, else 0 */
-    int dq_tile_cols;        /* ... and its tiles' columns (fa_hopper_bwd_dq_tile_cols), else 0   */
+    int dq_tile_cols;        /* Hopper kernels with a tiled dQ accumulator: its tiles' columns
+                                (fa_hopper_bwd_dq_tile_cols; rows: block_m), else 0              */
     size_t dq_elems;         /* fp32 elements of one dQ accumulator                            */
     size_t off_dq, off_sem, off_lse, off_dsum, off_sink, off_dkp, off_dvp;
     size_t off_map, off_dbias; /* score mods: the block map, the dbias workspace (mods.cu)  */
@@ -537,7 +537,6 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
                                         p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout,
                                         p->deterministic != 0);
     plan->dq_tile_cols = plan->hopper ? fa_hopper_bwd_dq_tile_cols(kernel_bucket, d192) : 0;
-    plan->dq_block_m = plan->dq_tile_cols > 0 ? plan->block_m : 0;
     plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(plan->dq_tile_cols, plan->block_m, p->total_q,
                                                                     p->batch, p->heads_q, p->head_dim)
                                   : (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim;
@@ -693,7 +692,7 @@ static fa_status launch_convert_tiled(const fa_problem *pb, const fa_bwd_plan *p
     static const char *const what = "backward dq conversion kernel launch";
     fa_bwd_convert_tiled_params cp;
     cp.src = dq_accum;
-    cp.block_m = plan->dq_block_m;
+    cp.block_m = plan->block_m;
     cp.tile_cols = plan->dq_tile_cols;
     cp.tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, cp.block_m);
     const int64_t query_blocks = (p->seqlen_q + cp.block_m - 1) / cp.block_m;
@@ -859,7 +858,7 @@ static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, 
                                  uint8_t *ws, cudaStream_t stream) {
     const fa_params *p = &pb->p;
     fa_status s;
-    if (plan->dq_block_m > 0) {
+    if (plan->dq_tile_cols > 0) {
         if ((s = launch_convert_tiled(pb, plan, buf->dq_accum, stream)) != FA_OK) return s;
     } else {
         fa_bwd_convert_params cp;

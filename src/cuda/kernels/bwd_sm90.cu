@@ -606,13 +606,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD_BAR_KV_TAIL);
 
-    /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
-     * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the
-     * fence waits until the stores have drained, which would otherwise hold the next Sᵀ back. */
-    auto dq_piece_staged = [&]() {
-        fence_proxy_async_shared_cta();
-        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
-    };
 
     /* iteration t is query block walk_i of query head heads.first + head_i (t = head_i · n_m +
      * walk_i), counted along rather than divided out of t: a division by the runtime n_m took ~15
@@ -652,7 +645,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
             fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + head_i,
                                           prm.heads_q, key0 - lane / 4, m0);
         fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
-        if (t > 0) dq_piece_staged(); /* the previous iteration's, now that Sᵀ and dPᵀ run */
+        if (t > 0) fa_bwd_sm90_dq_piece_staged(consumer); /* the previous iteration's, now that Sᵀ and dPᵀ run */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
@@ -783,7 +776,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
             ++head_i;
         }
     }
-    dq_piece_staged(); /* the last iteration's */
+    fa_bwd_sm90_dq_piece_staged(consumer); /* the last iteration's */
 
     if constexpr (DROPOUT) { /* dV = Σ (Z∘P)ᵀ dO: the 1 / (1 - p) of Z, once */
 #pragma unroll

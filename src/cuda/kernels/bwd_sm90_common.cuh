@@ -381,6 +381,15 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_turn_keeper(const fa_bwd_sm90_par
  * piece is staged and fenced); each joins consumer c's warpgroup and the writer warp. */
 enum { FA_HBWD_BAR_DQ_EMPTY = 4, FA_HBWD_BAR_DQ_FULL = 6, FA_HBWD_DQ_HANDOFF_THREADS = 128 + 32 };
 
+/* Consumer `consumer`'s staged dQ piece goes to the writer warp: fence its generic-proxy stores for
+ * the bulk reduction (async proxy), arrive on DQ_FULL. The kernels defer it to the next
+ * iteration's GEMM issue: the fence waits until the stores have drained, which would otherwise
+ * hold the next score GEMM back. */
+__device__ __forceinline__ void fa_bwd_sm90_dq_piece_staged(int consumer) {
+    fence_proxy_async_shared_cta();
+    bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
+}
+
 /* The dQ writer of the kernels with a tiled dQ accumulator (bwd_sm90.cu, bwd_sm90_hdim192.cu),
  * producer warp 1: walks the consumers' iterations (query head of the group, query block m) and
  * adds both staged dQ pieces of each into its accumulator tile (sm90_tiles.h,

@@ -376,14 +376,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD192_BAR_KV_TAIL);
 
-    /* The staged dQ piece goes to the writer warp: fence its generic-proxy stores for the bulk
-     * reduction (async proxy), arrive on DQ_FULL. Deferred to the next iteration's GEMM issue: the
-     * fence waits until the stores have drained, which would otherwise hold the next S back. */
-    auto dq_piece_staged = [&]() {
-        fence_proxy_async_shared_cta();
-        bar_arrive(FA_HBWD_BAR_DQ_FULL + consumer, FA_HBWD_DQ_HANDOFF_THREADS);
-    };
-
     /* The iterations, once per role (each consumer its own copy of the loop: its dQ accumulators
      * are different register arrays, and an accumulator that changes registers at a branch's join
      * while a wgmma is in flight makes ptxas serialise the wgmma). The consumers meet at 256-thread
@@ -418,7 +410,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
             float s_rmem[24], dp_rmem[24];
             fa_bwd_sm90_d192_issue_scores<Cfg::DQK / 16, BF16>(s_rmem, q_s, k_t + key_rows); /* S_c  */
             fa_bwd_sm90_d192_issue_scores<Cfg::DV / 16, BF16>(dp_rmem, do_s, v_t + key_rows); /* dP_c */
-            if (t > 0) dq_piece_staged(); /* the previous iteration's, now that S_c and dP_c run */
+            if (t > 0) fa_bwd_sm90_dq_piece_staged(consumer); /* the previous iteration's, now that S_c and dP_c run */
             const float lse2_lo = ld_shared_f32(lse2_smem + vec_row), lse2_hi = ld_shared_f32(lse2_smem + vec_row + 32);
 
             wgmma_wait_group<1>(); /* S_c ready; dP_c may still run */
@@ -493,7 +485,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     };
     if (consumer == 0) consumer_loop(fa_bwd_sm90_d192_role<0>{});
     else consumer_loop(fa_bwd_sm90_d192_role<1>{});
-    dq_piece_staged(); /* the last iteration's */
+    fa_bwd_sm90_dq_piece_staged(consumer); /* the last iteration's */
 
     /* dK (scaled) and dV of this consumer's 48 keys through the Q / dO stages, free once both
      * consumers' last GEMMs have retired */
