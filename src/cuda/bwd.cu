@@ -534,8 +534,7 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     const char *d192_forced = getenv("FA_HOPPER_BWD_192");
     const int d192 = plan->hopper && !pb->has_mods && (d192_forced == NULL || strcmp(d192_forced, "0") != 0) &&
                      fa_hopper_bwd_d192((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f,
-                                        p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout,
-                                        p->deterministic != 0);
+                                        p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout);
     plan->dq_tile_cols = plan->hopper ? fa_hopper_bwd_dq_tile_cols(kernel_bucket, d192) : 0;
     plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(plan->dq_tile_cols, plan->block_m, p->total_q,
                                                                     p->batch, p->heads_q, p->head_dim)

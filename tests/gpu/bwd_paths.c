@@ -743,14 +743,16 @@ static const softcap_case small_softcap_cases[] = {
       {0}, {0}, 0},
      {30.0f, 10.0f, 0.0f, 0}},
 };
-/* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in both
- * head-dim kernels; each dQ tile then gets 32-64 ordered additions. */
+/* Deterministic mode: key-block chains longer than one wave of the grid (132 SMs), in every
+ * head-dim kernel; each dQ tile then gets 32-171 ordered additions. */
 static const bwd_case det_cases[] = {
     {"det bf16 d128 s=8192 h=16", B, 1, 8192, 8192, 16, 16, 128, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det f16 d128 causal s=8192 GQA 16/4", H, 1, 8192, 8192, 16, 4, 128, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d64 causal s=4096 b=2 h=16", B, 2, 4096, 4096, 16, 16, 64, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d256 causal s=4096 GQA 8/2", B, 1, 4096, 4096, 8, 2, 256, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det bf16 d192 dv128 s=4096 h=8", B, 1, 4096, 4096, 8, 8, 192, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 128},
+    {"det bf16 d192 dv128 causal s=16384 h=2", B, 1, 16384, 16384, 2, 2, 192, 1, -1, -1, 0, DENSE, 0, {0}, {0},
+     128},
     {"det bf16 d512 causal s=4096 GQA 4/2", B, 1, 4096, 4096, 4, 2, 512, 1, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det f16 d512 s=4096 h=4", H, 1, 4096, 4096, 4, 4, 512, 0, -1, -1, 0, DENSE, 0, {0}, {0}, 0},
     {"det f16 d128 varlen causal window 1000 GQA 8/2", H, 3, 6000, 6000, 8, 2, 128, 1, 1000, -1, 0, DENSE, 1,

@@ -480,14 +480,13 @@ FA_HOPPER_FN int fa_hopper_bwd_rows80(int bucket, long long window_left, long lo
 
 /* MLA's training shape on its own kernel (kernels/bwd_sm90_hdim192.cu: 64 queries × 96 keys per
  * iteration, S not transposed, dK and dV accumulated transposed): bucket 256 with d <= 192 and
- * dv <= 128, on the plain score path (no softcap, ALiBi or negative scale: log2), without dropout
- * or deterministic mode; those run the bucket-256 kernel (deterministic mode at its 192 / 128
- * extents, the others at 256). Its query blocks are bucket 256's (64 rows); its dQ accumulator is
- * tiled (fa_hopper_bwd_dq_tile_cols), so the plan (bwd.cu) makes this choice and passes it on. */
-FA_HOPPER_FN int fa_hopper_bwd_d192(int head_dim, int head_dim_v, int softcap, int log2, int dropout,
-                                    int deterministic) {
+ * dv <= 128, on the plain score path (no softcap, ALiBi or negative scale: log2), without
+ * dropout; deterministic mode included. The others run the bucket-256 kernel at 256. Its query
+ * blocks are bucket 256's (64 rows); its dQ accumulator is tiled (fa_hopper_bwd_dq_tile_cols), so
+ * the plan (bwd.cu) makes this choice and passes it on. */
+FA_HOPPER_FN int fa_hopper_bwd_d192(int head_dim, int head_dim_v, int softcap, int log2, int dropout) {
     return fa_hopper_bwd_bucket(head_dim, head_dim_v) == 256 && head_dim <= 192 && head_dim_v <= 128 && !softcap &&
-           !log2 && !dropout && !deterministic;
+           !log2 && !dropout;
 }
 
 /* Query rows per iteration: 128 at bucket 64 (Sᵀ and dPᵀ accumulators of 64 fp32 registers each,
@@ -539,8 +538,8 @@ FA_HOPPER_FN int fa_hopper_bwd_dq_pieces(int bucket) { return 2 * fa_hopper_bwd_
 
 /* Deterministic mode (bwd_sm90_common.cuh, "deterministic dQ"): int32 semaphores
  * [batch, heads_q, query blocks, dq pieces], one per (sequence, query head, query block of BLOCK_M
- * rows, dQ piece; buckets 64 and 128 use piece 0's for the whole tile, their one dQ writer adds
- * both pieces), zeroed before the main kernel. */
+ * rows, dQ piece; buckets 64 and 128 and the 192 / 128 kernel use piece 0's for the whole tile,
+ * their one dQ writer adds both pieces), zeroed before the main kernel. */
 FA_HOPPER_FN long long fa_hopper_bwd_semaphores(int bucket, int rows80, long long batch, long long heads_q,
                                                 long long seqlen_q) {
     const long long block_m = fa_hopper_bwd_block_m(bucket, rows80);

@@ -1,9 +1,9 @@
 /*
  * bwd_sm90_hdim192.cu: the Hopper (sm_90a) backward main kernel for MLA's training shape, d <= 192
  * with dv <= 128 (d in 136..192: the bucket-256 problems with those extents), on the plain score
- * path: no softcap, ALiBi, negative scale, dropout or deterministic mode (those run
- * bwd_sm90_hdim256.cu: deterministic mode at its 192 / 128 extents, the others at 256; with
- * FA_HOPPER_BWD_192=0 it takes the plain ones too, for timing). FlashAttention-3/4's tile for this
+ * path, deterministic mode included: no softcap, ALiBi, negative scale or dropout (those run
+ * bwd_sm90_hdim256.cu at 256; with FA_HOPPER_BWD_192=0 it takes the plain ones at its 192 / 128
+ * extents, for timing). FlashAttention-3/4's tile for this
  * shape (64 queries × 96 keys, S not transposed, dK and dV accumulated transposed) in our own
  * code; what it shares with the other Hopper backward kernels (the producer, the walk over query
  * blocks and heads, the varlen zeroing, the dQ writer and its tiled accumulator, the dK / dV
@@ -268,7 +268,7 @@ __device__ __forceinline__ void fa_bwd_sm90_d192_store_t(uint32_t rows_base, con
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <bool BF16>
+template <bool BF16, bool DET>
 __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     fa_bwd_sm90_d192_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                                  const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -280,7 +280,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     using Cfg = fa_bwd_sm90_d192_config;
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, KEYS = Cfg::KEYS;
 
-    const int n_block = (int)blockIdx.x, n0 = n_block * BLOCK_N, batch = (int)blockIdx.z;
+    /* deterministic mode: highest key block first (bwd_sm90_common.cuh, "deterministic dQ") */
+    const int n_block = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int n0 = n_block * BLOCK_N, batch = (int)blockIdx.z;
     const fa_bwd_sm90_heads heads = fa_bwd_sm90_cta_heads(prm); /* group_splits = 1: the whole group */
     const int head_kv = heads.kv;
     const bool varlen = prm.cu_seqlens_q != nullptr;
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
     const int64_t q_packed0 = varlen ? seq.q_start : (int64_t)batch * prm.seqlen_q;
     int m_first, n_m;
     fa_bwd_sm90_query_blocks(prm, n0, BLOCK_M, BLOCK_N, len_q, len_k, shift, m_first, n_m);
-    const fa_bwd_sm90_walk walk = fa_bwd_sm90_walk_of<false>(prm, m_first, n_m, n_block, len_k, BLOCK_N);
+    const fa_bwd_sm90_walk walk = fa_bwd_sm90_walk_of<DET>(prm, m_first, n_m, n_block, len_k, BLOCK_N);
     const int iterations = prm.heads_per_split * n_m;
     const int warpgroup = threadIdx.x / 128;
 
@@ -335,12 +337,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); /* warp-uniform for ptxas */
         const int lane = threadIdx.x % 32;
         if (warp == 0)
-            fa_bwd_sm90_load<Cfg>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
+            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
                                   q_row0, tma_batch, walk, len_q, lane,
                                   [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                   [&](int) {});
         else if (warp == 1)
-            fa_bwd_sm90_dq_writer<Cfg, false>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
+            fa_bwd_sm90_dq_writer<Cfg, DET>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
                                               q_packed0, lane);
         return;
     }
@@ -385,7 +387,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
         int walk_i = 0; /* iteration t is query block walk_i of query head t / n_m (the writer's walk) */
         for (int t = 0; t < iterations; ++t) {
             const int s = t % STAGES, use = t / STAGES;
-            const int m0 = fa_bwd_sm90_walk_block<false>(walk, walk_i) * BLOCK_M;
+            const int m0 = fa_bwd_sm90_walk_block<DET>(walk, walk_i) * BLOCK_M;
             /* the tiles' addresses from a base read again each iteration (shfl_sync_idx0_b32): the
              * wgmma descriptors derived from them are formed in uniform registers where they are
              * used; hoisted out of the loop, they outnumbered the uniform registers and ptxas
@@ -521,15 +523,17 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
             FA_OK ||
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma, Cfg::KEYS)) != FA_OK)
         return st;
-    auto kernel = fa_bwd_sm90_d192_main_kernel<BF16>;
-    static unsigned long long configured = 0;
-    if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured)) != FA_OK) return st;
+    const bool det = p->dq_semaphore != nullptr;
+    auto kernel = det ? fa_bwd_sm90_d192_main_kernel<BF16, true> : fa_bwd_sm90_d192_main_kernel<BF16, false>;
+    static unsigned long long configured[2] = {0, 0};
+    if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
     prm.query_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
     prm.dq_tiles = fa_hopper_bwd_dq_tiles(p->total_q, p->batch, Cfg::BLOCK_M);
     prm.dkdv_tma = dkdv_tma;
     const int64_t key_blocks = (p->seqlen_k + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
     if (key_blocks == 0) return FA_OK;
+    if ((st = fa_bwd_sm90_set_rotation(&prm, false, det, key_blocks)) != FA_OK) return st;
     if (key_blocks > INT32_MAX || p->heads_kv > FA_CUDA_GRID_YZ_MAX || p->batch > FA_CUDA_GRID_YZ_MAX)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: grid (%lld key blocks, %d kv heads, %d sequences) too large",
                             path, (long long)key_blocks, p->heads_kv, p->batch);
@@ -543,8 +547,7 @@ static fa_status fa_bwd_sm90_d192_launch(const fa_bwd_params *p, int device_ordi
 extern "C" fa_status fa_bwd_launch_hopper192(const fa_bwd_params *prm, fa_dtype dtype, int device_ordinal,
                                              cudaStream_t stream) {
     if (prm->dq_tile_cols != 192 ||
-        !fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm), 0,
-                            prm->dq_semaphore != nullptr))
+        !fa_hopper_bwd_d192(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm), 0))
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "head_dim = %d, head_dim_v = %d: not the d = 192 / dv = 128 Hopper backward's problem",
                             prm->head_dim, prm->head_dim_v);

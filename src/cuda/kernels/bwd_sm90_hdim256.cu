@@ -32,8 +32,8 @@
  *     last iteration dK and dV go out through the Q stages (bwd_sm90_common.cuh's
  *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches). MLA's
  *     192 / 128 divides the column GEMMs differently (the kernel's DQK / DV comment); it runs
- *     here only where bwd_sm90_hdim192.cu does not take it (fa_hopper_bwd_d192: softcap, ALiBi,
- *     a negative scale, dropout, deterministic mode).
+ *     here only with FA_HOPPER_BWD_192=0 (timing: bwd_sm90_hdim192.cu takes MLA's plain score
+ *     path, fa_hopper_bwd_d192; softcap, ALiBi, a negative scale and dropout run the extents 256).
  *
  * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
@@ -780,8 +780,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
 
 /* The problem's dtype and score path (fa_bwd_sm90_dispatch); CTAS = 2 at bucket 512; MLA's
  * 192 / 128 runs bwd_sm90_hdim192.cu where the plan chose it (dq_tile_cols = 192,
- * fa_hopper_bwd_d192), else (deterministic mode) this kernel with its own extents on the plain
- * path without dropout. */
+ * fa_hopper_bwd_d192), else (FA_HOPPER_BWD_192=0, for timing) this kernel with its own extents on
+ * the plain path without dropout. */
 template <int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
