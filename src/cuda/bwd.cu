@@ -530,7 +530,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         fa_hopper_bwd_smem_bytes(kernel_bucket, 1) <= dev.smem_optin;
     plan->block_m = plan->hopper ? fa_hopper_bwd_block_m(kernel_bucket, rows80) : 0;
     /* MLA's 192 / 128 on its own kernel where fa_hopper_bwd_d192 says so (FA_HOPPER_BWD_192=0
-     * keeps the bucket-256 kernel, for A/B runs); it tiles its dQ accumulator [64, 192] */
+     * keeps the bucket-256 kernel, d and dv padded to 256, for A/B runs); it tiles its dQ
+     * accumulator [64, 192] */
     const char *d192_forced = getenv("FA_HOPPER_BWD_192");
     const int d192 = plan->hopper && !pb->has_mods && (d192_forced == NULL || strcmp(d192_forced, "0") != 0) &&
                      fa_hopper_bwd_d192((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f,

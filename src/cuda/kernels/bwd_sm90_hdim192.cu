@@ -2,8 +2,8 @@
  * bwd_sm90_hdim192.cu: the Hopper (sm_90a) backward main kernel for MLA's training shape, d <= 192
  * with dv <= 128 (d in 136..192: the bucket-256 problems with those extents), on the plain score
  * path, deterministic mode included: no softcap, ALiBi, negative scale or dropout (those run
- * bwd_sm90_hdim256.cu at 256; with FA_HOPPER_BWD_192=0 it takes the plain ones at its 192 / 128
- * extents, for timing). FlashAttention-3/4's tile for this
+ * bwd_sm90_hdim256.cu, d and dv padded to 256, as does everything with FA_HOPPER_BWD_192=0, for
+ * timing). FlashAttention-3/4's tile for this
  * shape (64 queries × 96 keys, S not transposed, dK and dV accumulated transposed) in our own
  * code; what it shares with the other Hopper backward kernels (the producer, the walk over query
  * blocks and heads, the varlen zeroing, the dQ writer and its tiled accumulator, the dK / dV

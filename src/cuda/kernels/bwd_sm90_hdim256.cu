@@ -31,9 +31,9 @@
  *     Pᵀ and dSᵀ meet in shared memory, where all three remaining GEMMs read them. After the
  *     last iteration dK and dV go out through the Q stages (bwd_sm90_common.cuh's
  *     fa_bwd_sm90_epilogue_dkdv: TMA store, or coalesced copies for varlen batches). MLA's
- *     192 / 128 divides the column GEMMs differently (the kernel's DQK / DV comment); it runs
- *     here only with FA_HOPPER_BWD_192=0 (timing: bwd_sm90_hdim192.cu takes MLA's plain score
- *     path, fa_hopper_bwd_d192; softcap, ALiBi, a negative scale and dropout run the extents 256).
+ *     192 / 128 runs bwd_sm90_hdim192.cu on its plain score path (fa_hopper_bwd_d192); with
+ *     softcap, ALiBi, a negative scale or dropout (or FA_HOPPER_BWD_192=0) it runs here, d and
+ *     dv padded to 256.
  *
  * GEMM orientation (M = 64; A from shared memory K-major, or MN-major with imm-trans-a = 1; B
  * K-major or MN-major with imm-trans-b = 1):
@@ -88,8 +88,7 @@
  * right after the Sᵀ GEMM is issued (integer work under the tensor cores), bit i for element i.
  * dPᵀ -> Z∘dPᵀ (Z = keep · keep_scale) before dS = P∘(Z∘dPᵀ - D); the packed Pᵀ of this
  * consumer's queries has its dropped halves cleared before it goes to shared memory (so dV =
- * Σ (keep∘P)ᵀ dO), and keep_scale is applied to dV once when it is stored. The 192 / 128 problems
- * take the 256-wide instantiation with dropout (one instantiation fewer per path).
+ * Σ (keep∘P)ᵀ dO), and keep_scale is applied to dV once when it is stored.
  *
  * Bucket 512 (d or dv in 264..512; template CTAS = 2): a cluster of two CTAs per key block, the
  * same kernel on each half of the head-dim columns. CTA r (cluster rank r, blockIdx.x = 2n + r for
@@ -209,11 +208,10 @@ struct fa_bwd_sm90_d256_config {
 };
 
 /* One consumer's share of the Sᵀ / dPᵀ GEMM and of the probabilities, for the shared templates of
- * bwd_sm90_common.cuh: 64 keys × HALF_M queries (BLOCK_M there is the N of the GEMM) over K_DIM
- * head-dim columns (the GEMM's K: d for Sᵀ, dv for dPᵀ), the stage slab strides unchanged. */
-template <int K_DIM>
+ * bwd_sm90_common.cuh: 64 keys × HALF_M queries (BLOCK_M there is the N of the GEMM) over the 256
+ * head-dim columns (the GEMM's K), the stage slab strides unchanged. */
 struct fa_bwd_sm90_d256_half_config {
-    static constexpr int D = K_DIM;
+    static constexpr int D = fa_bwd_sm90_d256_config<>::D;
     static constexpr int BLOCK_M = fa_bwd_sm90_d256_config<>::HALF_M;
     static constexpr uint32_t KV_SLAB_BYTES = fa_bwd_sm90_d256_config<>::KV_SLAB_BYTES;
     static constexpr uint32_t Q_SLAB_BYTES = fa_bwd_sm90_d256_config<>::Q_SLAB_BYTES;
@@ -254,22 +252,20 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_store_half(uint32_t tile, const
 constexpr int FA_BWD_SM90_PAIR_V4 = fa_bwd_sm90_d256_config<>::HALF_M / 8; /* float4 per thread */
 constexpr uint32_t FA_BWD_SM90_PAIR_MSG_BYTES = FA_BWD_SM90_PAIR_V4 * 128 * 16;
 
-/* acc [64 rows, N columns] (+)= A [64 rows, 64] times B [64, N columns], K = 64 (4 k16 steps), N =
- * 128 (COLS), or 64 for consumer 1's columns 128..191 at 192 / 128 (the first 32 accumulator
- * registers; the accumulator layout of the first 64 columns is the same):
+/* acc [64 rows, COLS = 128 columns] (+)= A [64 rows, 64] times B [64, 128 columns], K = 64 (4 k16
+ * steps):
  *   TRANS_A = false: A = a Pᵀ / dSᵀ tile read K-major (rows = keys, K = queries: +32 B per step):
  *     dV_c += Pᵀ dO[:, c], dK_c += dSᵀ Q[:, c];
  *   TRANS_A = true: A = the dSᵀ tile read MN-major (rows of A = queries, K = keys: +2048 B per
  *     16 keys, SBO = 1024 B per 8): dQ_c = dS K[:, c];
  * B = two 64-column slabs (stride b_slab_bytes) of a 64-row stage or of K, read MN-major (SBO =
  * 1024 B, +2048 B per 16 rows). accumulate = 0 starts from zero. One commit group. */
-template <bool BF16, bool TRANS_A, int N = fa_bwd_sm90_d256_config<>::COLS>
-__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc_cols)[fa_bwd_sm90_d256_config<>::COLS / 2],
+template <bool BF16, bool TRANS_A>
+__device__ __forceinline__ void fa_bwd_sm90_d256_issue_tile(float (&acc)[fa_bwd_sm90_d256_config<>::COLS / 2],
                                                             uint32_t a_tile, uint32_t b_cols, uint32_t b_slab_bytes,
                                                             int accumulate) {
     using Cfg = fa_bwd_sm90_d256_config<>;
-    static_assert(N == 64 || N == Cfg::COLS, "a consumer's 128 columns, or 64");
-    float(&acc)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc_cols);
+    constexpr int N = Cfg::COLS;
     const uint64_t a_desc = TRANS_A ? wgmma_desc_sw128(a_tile, Cfg::TILE_BYTES, 1024) : wgmma_desc_sw128(a_tile, 16, 1024);
     const uint64_t b_desc = wgmma_desc_sw128(b_cols, b_slab_bytes, 1024);
 #pragma unroll
@@ -307,20 +303,7 @@ __device__ __forceinline__ void fa_bwd_sm90_d256_clear_dropped(uint32_t (&frag)[
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-/* A consumer's role as a type (fa_bwd_sm90_d256_main_kernel's consumer_loop): NARROW is consumer
- * 1 at 192 / 128. */
-template <bool NARROW_>
-struct fa_bwd_sm90_d256_role {
-    static constexpr bool NARROW = NARROW_;
-};
-
-/* DQK, DV: the head-dim extents the GEMMs cover (256, or 192 and 128 for MLA's 192 / 128
- * problems: Sᵀ and dPᵀ then run 12 and 8 k-steps, and the column GEMMs are divided so that both
- * consumers do the same work, 416 units of 64 × 64 × 64 per iteration where halves by columns
- * would give consumer 0 544: consumer 0 takes dK and dQ columns 0..127 (N = 128), consumer 1
- * dK and dQ columns 128..191 (N = 64) and all of dV (N = 128, dO slabs 0 and 1). Columns past
- * the extents are zeros in shared memory either way. */
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, int DQK, int DV, bool DROPOUT, int CTAS>
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, int CTAS>
 __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     fa_bwd_sm90_d256_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, 64, 1, 1}   */
                            const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, 64, 1, 1}  */
@@ -332,10 +315,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
                            const fa_bwd_sm90_params prm,
                            const fa_dropout_params dropout /* read iff DROPOUT */) {
     using Cfg = fa_bwd_sm90_d256_config<CTAS>;
-    using Half = fa_bwd_sm90_d256_half_config<DQK>;    /* Sᵀ: K = d; also the probabilities' shape */
-    using HalfDP = fa_bwd_sm90_d256_half_config<DV>;   /* dPᵀ: K = dv */
-    static_assert((DQK == 256 && DV == 256) || (DQK == 192 && DV == 128), "the 256 and 192 / 128 extents");
-    static_assert(CTAS == 1 || (CTAS == 2 && DQK == 256 && DV == 256), "a pair takes 256 columns per CTA");
+    using Half = fa_bwd_sm90_d256_half_config; /* Sᵀ and dPᵀ; also the probabilities' shape */
     static_assert(Cfg::HALF_M == 32, "dropout: one Philox call per lane covers 16 keys × 32 queries of a warp");
     constexpr int BLOCK_M = Cfg::BLOCK_M, BLOCK_N = Cfg::BLOCK_N, STAGES = Cfg::STAGES, COLS = Cfg::COLS;
 
@@ -476,8 +456,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     const uint32_t col_slab_off = (uint32_t)(col_local / 64) * Cfg::Q_SLAB_BYTES; /* in a Q/dO stage */
     const uint32_t k_cols = k_smem + (uint32_t)(col_local / 64) * Cfg::KV_SLAB_BYTES;
     const int half0 = Cfg::HALF_M * consumer; /* this consumer's queries of Sᵀ / dPᵀ within a block */
-    /* 192 / 128: consumer 1 takes dV (all 128 columns) and the 64 columns 128..191 of dK and dQ */
-    constexpr bool MLA_SPLIT = DQK == 192;
     const uint32_t half_off = (uint32_t)half0 * 128;                          /* their rows in a Q/dO slab */
     const uint32_t pds_smem = smem + Cfg::PDS_OFFSET;
     const uint32_t dq_warp_smem = smem + Cfg::DQ_OFFSET + (uint32_t)(4 * consumer + warp) * Cfg::DQ_WARP_BYTES;
@@ -504,14 +482,6 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
 
     /* dK and dV of this consumer's columns: the loop adds into them, the epilogue stores them */
     float dk_rmem[COLS / 2], dv_rmem[COLS / 2];
-    const bool has_dv = MLA_SPLIT ? consumer == 1 : (DV > COLS || consumer == 0); /* (uniform) */
-    /* The two consumers meet at named barriers of 256 threads. At 192 / 128 they run different
-     * copies of the loop (below), so they reach them from different instructions: barrier.sync,
-     * as bar.sync is .aligned (one instruction for every thread). */
-    auto consumers_meet = [&](int id) {
-        if constexpr (MLA_SPLIT) barrier_sync(id, 256);
-        else bar_sync(id, 256);
-    };
 
 #pragma unroll
     for (int i = 0; i < COLS / 2; ++i) {
@@ -523,11 +493,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     if (varlen && n0 + BLOCK_N > len_k)
         fa_bwd_sm90_zero_kv_tail<Cfg>(k_smem, v_smem, len_k - n0, ct, FA_HBWD256_BAR_KV_TAIL);
 
-    /* The consumer's iterations, once per role: at 192 / 128 consumer 1 runs the narrow one (its
-     * own copy of the loop, so that no accumulator changes registers at a branch's join while a
-     * wgmma is in flight, which makes ptxas serialise the wgmma: C7515). */
-    auto consumer_loop = [&](auto role) {
-        constexpr bool NARROW = decltype(role)::NARROW; /* dK, dQ GEMMs with N = 64, and dV */
+    auto consumer_loop = [&]() { /* the consumer's iterations */
         /* iteration t = head_i · n_m + walk_i, counted along (no division by the runtime n_m) */
         int walk_i = 0, head_i = 0;
         for (int t = 0; t < iterations; ++t) {
@@ -551,7 +517,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
                 fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
                 fa_bwd_sm90_zero_rows(do_smem, Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
                 fence_proxy_async_shared_cta();
-                consumers_meet(FA_HBWD256_BAR_Q_TAIL);
+                bar_sync(FA_HBWD256_BAR_Q_TAIL, 256);
             }
             /* this consumer's queries only: Sᵀ and dPᵀ [64 keys, HALF_M queries] */
             fa_bwd_sm90_issue_abt<Half, BF16>(s_rmem, k_smem, q_stage(s) + half_off); /* group: Sᵀ  */
@@ -560,7 +526,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
             if constexpr (DROPOUT)
                 keep = fa_dropout_keep_kq4(dropout, batch, head, prm.heads_q, key0 - lane / 4, m0 + half0);
             mbarrier_wait_parity(do_full, t & 1);                                           /* dO of this iteration */
-            fa_bwd_sm90_issue_abt<HalfDP, BF16>(dp_rmem, v_smem, do_smem + half_off);   /* group: dPᵀ */
+            fa_bwd_sm90_issue_abt<Half, BF16>(dp_rmem, v_smem, do_smem + half_off);     /* group: dPᵀ */
 
             wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
 #pragma unroll
@@ -588,7 +554,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
             if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
             /* one score buffer: both consumers' GEMMs of iteration t - 1 (which read it) have retired */
             if constexpr (Cfg::SCORE_BUFFERS == 1)
-                if (t > 0) consumers_meet(FA_HBWD256_BAR_PDS_EMPTY);
+                if (t > 0) bar_sync(FA_HBWD256_BAR_PDS_EMPTY, 256);
             fa_bwd_sm90_d256_store_half(p_tile, frag_rmem, warp, lane, half0); /* Pᵀ, this consumer's queries */
 
             wgmma_wait_group<0>(); /* dPᵀ ready */
@@ -616,21 +582,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
             /* stmatrix writes (generic proxy) -> wgmma reads (async proxy): each writer fences, then
              * both consumers meet: every GEMM below reads both halves of the tiles */
             fence_proxy_async_shared_cta();
-            consumers_meet(FA_HBWD256_BAR_PDS_FULL);
+            bar_sync(FA_HBWD256_BAR_PDS_FULL, 256);
 
             float dq_rmem[COLS / 2];
-            if (MLA_SPLIT ? NARROW : has_dv) /* this consumer holds dV columns that exist (compile-time at 192 / 128) */
-                fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + (MLA_SPLIT ? 0u : col_slab_off),
-                                                         Cfg::Q_SLAB_BYTES, 1); /* dV_c += Pᵀ dO */
-            if constexpr (NARROW) {
-                fa_bwd_sm90_d256_issue_tile<BF16, true, 64>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0);
-                fa_bwd_sm90_d256_issue_tile<BF16, false, 64>(dk_rmem, ds_tile, q_stage(s) + col_slab_off,
-                                                             Cfg::Q_SLAB_BYTES, 1);
-            } else {
-                fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
-                fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
-                                                         1); /* dK_c += dSᵀ Q */
-            }
+            fa_bwd_sm90_d256_issue_tile<BF16, false>(dv_rmem, p_tile, do_smem + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                     1); /* dV_c += Pᵀ dO */
+            fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
+            fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
+                                                     1); /* dK_c += dSᵀ Q */
             wgmma_wait_group<2>(); /* dV_c retired (or not issued): this consumer is done with dO (the next one loads now) */
             mbarrier_arrive(do_empty(consumer));
             wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
@@ -715,12 +674,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
             }
         }
     };
-    if constexpr (MLA_SPLIT) {
-        if (consumer == 1) consumer_loop(fa_bwd_sm90_d256_role<true>{});
-        else consumer_loop(fa_bwd_sm90_d256_role<false>{});
-    } else {
-        consumer_loop(fa_bwd_sm90_d256_role<false>{});
-    }
+    consumer_loop();
     if (lane == 0) tma_store_wait_group_read<0>(); /* the staging is read before the CTA exits */
     if constexpr (DROPOUT) { /* dV = Σ (keep∘P)ᵀ dO: the keep scale of Z, once */
 #pragma unroll
@@ -730,12 +684,12 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
     fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(
         &tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer, tid, 0, COLS / 64 * consumer, n0,
-        len_k, seq.k_start, batch, MLA_SPLIT ? 0 : COLS / 64 * consumer, has_dv, col_base);
+        len_k, seq.k_start, batch, COLS / 64 * consumer, true, col_base);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, int CTAS, int DQK = 256, int DV = 256>
+template <bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, int CTAS>
 static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
                                          cudaStream_t stream) {
     using Cfg = fa_bwd_sm90_d256_config<CTAS>;
@@ -752,8 +706,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
     const bool det = p->dq_semaphore != nullptr;
-    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DQK, DV, DROPOUT, CTAS>
-                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DQK, DV, DROPOUT, CTAS>;
+    auto kernel = det ? fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, true, DROPOUT, CTAS>
+                      : fa_bwd_sm90_d256_main_kernel<BF16, SOFTCAP, LOG2, false, DROPOUT, CTAS>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -780,20 +734,15 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
 
 /* The problem's dtype and score path (fa_bwd_sm90_dispatch); CTAS = 2 at bucket 512; MLA's
  * 192 / 128 runs bwd_sm90_hdim192.cu where the plan chose it (dq_tile_cols = 192,
- * fa_hopper_bwd_d192), else (FA_HOPPER_BWD_192=0, for timing) this kernel with its own extents on
- * the plain path without dropout. */
+ * fa_hopper_bwd_d192), else this kernel. */
 template <int CTAS>
 static fa_status fa_bwd_sm90_d256_launch_ctas(const fa_bwd_params *prm, const fa_dropout_params *dropout, bool bf16,
                                               int device_ordinal, cudaStream_t stream) {
-    const bool mla = prm->head_dim <= 192 && prm->head_dim_v <= 128;
     if (CTAS == 1 && prm->dq_tile_cols == 192)
         return fa_bwd_launch_hopper192(prm, bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F16, device_ordinal, stream);
     return fa_bwd_sm90_dispatch(prm, dropout != nullptr, bf16, [&](auto bf16_t, auto softcap, auto log2, auto drop) {
         constexpr bool BF16 = decltype(bf16_t)::value, SOFTCAP = decltype(softcap)::value;
         constexpr bool LOG2 = decltype(log2)::value, DROPOUT = decltype(drop)::value;
-        if constexpr (CTAS == 1 && !SOFTCAP && !LOG2 && !DROPOUT)
-            if (mla) return fa_bwd_sm90_d256_launch<BF16, false, false, false, 1, 192, 128>(prm, dropout, device_ordinal,
-                                                                                            stream);
         return fa_bwd_sm90_d256_launch<BF16, SOFTCAP, LOG2, DROPOUT, CTAS>(prm, dropout, device_ordinal, stream);
     });
 }
