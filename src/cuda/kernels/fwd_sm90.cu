@@ -116,7 +116,10 @@
  * after the GEMM issue; at bucket 64 (three consumers at 160 registers) after the P·V wait
  * (DROPOUT_LATE). After the online softmax has added P to the row sums, the dropped elements of
  * P are zeroed, and the epilogue folds 1 / (1 - p) into O's scale: O =
- * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine).
+ * Σ Z∘P·V / Σ P, LSE the one without dropout (as the portable kernels and the CPU engine). The
+ * draws stay in the consumer warps: the producer warpgroup's three idle warps cannot draw a tile's
+ * 32 warp-calls as fast as eight consumer warps partly under their GEMMs (a keep-bit ring filled
+ * by them was slower in each of the four variants measured, docs/tuning-log.md).
  *
  * fp8 e4m3 inputs (template argument FP8 non-zero, buckets 64 / 128 / 256, o bf16; sm90_tiles.h's
  * fp8 section):
