@@ -337,13 +337,13 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); /* warp-uniform for ptxas */
         const int lane = threadIdx.x % 32;
         if (warp == 0)
-            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads, k_row,
-                                  q_row0, tma_batch, walk, len_q, lane,
-                                  [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
-                                  [&](int) {});
+            fa_bwd_sm90_load<Cfg, false, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch,
+                                              heads, k_row, q_row0, tma_batch, walk, len_q, lane,
+                                              [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
+                                              [&](int) {});
         else if (warp == 1)
             fa_bwd_sm90_dq_writer<Cfg, DET>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
-                                              q_packed0, lane);
+                                            q_packed0, lane);
         return;
     }
 
