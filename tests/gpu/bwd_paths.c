@@ -34,9 +34,9 @@
  * dsink is an fp32 sum of the same terms (LSE and D = rowsum(dO∘O) from the same inputs) in a
  * different order: |default - ref| <= 1e-3·(max|ref| + |ref|).
  *
- * Head dims 64, 96, 128 (bwd_sm90.cu), d ≤ 192 with dv ≤ 128 (bwd_sm90_hdim192.cu; in deterministic
- * mode bwd_sm90_hdim256.cu's 192 / 128 extents), 192, 256 (bwd_sm90_hdim256.cu), 320 .. 512 (the same
- * file's CTA pairs).
+ * Head dims 64, 96, 128 (bwd_sm90.cu), d ≤ 192 with dv ≤ 128 (bwd_sm90_hdim192.cu, deterministic
+ * mode included; with softcap, ALiBi or a negative scale bwd_sm90_hdim256.cu), 192, 256
+ * (bwd_sm90_hdim256.cu), 320 .. 512 (the same file's CTA pairs).
  * Softcap cases (the kernels' SOFTCAP instantiations): softcap 20-50 with q scaled up so that the
  * scores' spread is about half the softcap: tanh partly saturates, 1 - tanh² runs from 1 to ~0.
  * A negative softmax_scale and ALiBi run the Hopper kernel (the mask acts on the exponent); with
