@@ -471,7 +471,7 @@ FA_TEST(tiles_hopper_backward) {
                  !fa_hopper_bwd_rows80(128, 1000, -1, 16384, 0, 0, 0, 0) &&
                  !fa_hopper_bwd_rows80(128, 1000, 0, 16384, 0, 0, 0, 0),
              "80-row query blocks with masks: causal from 8k rows, no sliding window");
-    /* the 192 / 128 kernel: bucket 256 with d <= 192, dv <= 128, plain path, not deterministic */
+    /* the 192 / 128 kernel: bucket 256 with d <= 192, dv <= 128, plain path without dropout */
     FA_CHECK(fa_hopper_bwd_d192(192, 128, 0, 0, 0) && fa_hopper_bwd_d192(136, 64, 0, 0, 0) &&
                  fa_hopper_bwd_d192(184, 96, 0, 0, 0) && !fa_hopper_bwd_d192(128, 128, 0, 0, 0) &&
                  !fa_hopper_bwd_d192(200, 128, 0, 0, 0) && !fa_hopper_bwd_d192(192, 136, 0, 0, 0) &&

@@ -521,12 +521,13 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
      * at buckets 64 and 128 they tile their dQ accumulator by it */
     const int kernel_bucket =
         fa_hopper_bwd_kernel_bucket(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), pb->has_mods);
+    const int log2_scores = p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f); /* ALiBi or a negative scale */
     const char *rows_forced = getenv("FA_HOPPER_BWD_ROWS");
     const int rows80 =
         plan->hopper && (rows_forced == NULL || atoi(rows_forced) != 64) &&
         fa_hopper_bwd_rows80(kernel_bucket, plan->window_left, plan->window_right,
-                             p->batch > 0 ? p->total_q / p->batch : 0, p->softcap > 0.0f,
-                             p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout, pb->has_mods) &&
+                             p->batch > 0 ? p->total_q / p->batch : 0, p->softcap > 0.0f, log2_scores,
+                             pb->has_dropout, pb->has_mods) &&
         fa_hopper_bwd_smem_bytes(kernel_bucket, 1) <= dev.smem_optin;
     plan->block_m = plan->hopper ? fa_hopper_bwd_block_m(kernel_bucket, rows80) : 0;
     /* MLA's 192 / 128 on its own kernel where fa_hopper_bwd_d192 says so (FA_HOPPER_BWD_192=0
@@ -534,8 +535,8 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
      * accumulator [64, 192] */
     const char *d192_forced = getenv("FA_HOPPER_BWD_192");
     const int d192 = plan->hopper && !pb->has_mods && (d192_forced == NULL || strcmp(d192_forced, "0") != 0) &&
-                     fa_hopper_bwd_d192((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f,
-                                        p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f), pb->has_dropout);
+                     fa_hopper_bwd_d192((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f, log2_scores,
+                                        pb->has_dropout);
     plan->dq_tile_cols = plan->hopper ? fa_hopper_bwd_dq_tile_cols(kernel_bucket, d192) : 0;
     plan->dq_elems = plan->hopper ? (size_t)fa_hopper_bwd_dq_elems(plan->dq_tile_cols, plan->block_m, p->total_q,
                                                                     p->batch, p->heads_q, p->head_dim)
