@@ -788,7 +788,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
     else
         fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, Cfg::SLABS, BF16>(&tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem,
                                                              smem + Cfg::Q_OFFSET, consumer, tid, 64 * consumer, 0,
-                                                             n0, len_k, seq.k_start, batch, 0, true);
+                                                             n0, len_k, seq.k_start, batch);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */

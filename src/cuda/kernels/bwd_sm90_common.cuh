@@ -224,8 +224,7 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * Q / dO stages are free after the last iteration and hold dK and dV tiles [TILE_SLABS][TILE_ROWS
  * keys][64 columns] in the 128-byte swizzle (the K / V layout), dV's right after dK's. Consumer c
  * holds keys row0 .. row0 + 63 of the tile (n0 + row0 ..) and columns 64·slab0 ..
- * 64·(slab0 + OWN_SLABS) - 1 of dK, 64·dv_slab0 .. of dV (none when !has_dv: the other consumer
- * holds them) in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4 + 8h, column
+ * 64·(slab0 + OWN_SLABS) - 1 of dK and of dV in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4 + 8h, column
  * 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
  * have read the stages) each thread writes its pairs with 4-byte st.shared (the 8 rows of a store
  * instruction land on 8 different chunks: conflict-free). Then with prm.dkdv_tma (mappable
@@ -240,7 +239,7 @@ template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, int ROWS = 64>
 __device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
                                                      const fa_bwd_sm90_params &prm, uint32_t tiles_smem, int consumer,
                                                      int tid, int row0, int slab0, int n0, int len_k, int64_t k_start,
-                                                     int batch, int dv_slab0, bool has_dv, int col_base);
+                                                     int batch, int col_base);
 
 template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, bool BF16>
 __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
@@ -248,8 +247,7 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                                                           const float (&dk_rmem)[OWN_SLABS * 32],
                                                           const float (&dv_rmem)[OWN_SLABS * 32], uint32_t tiles_smem,
                                                           int consumer, int tid, int row0, int slab0, int n0, int len_k,
-                                                          int64_t k_start, int batch, int dv_slab0, bool has_dv,
-                                                          int col_base = 0) {
+                                                          int64_t k_start, int batch, int col_base = 0) {
     constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
     const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int warp = tid / 32, lane = tid % 32;
@@ -263,12 +261,10 @@ __device__ __forceinline__ void fa_bwd_sm90_epilogue_dkdv(const CUtensorMap *tma
                                 (uint32_t)(((j % 8) ^ (tile_row % 8)) * 16) + (uint32_t)(lane % 4) * 4;
             st_shared_b32(dk_tile + at, fa_bwd_sm90_pack2<BF16>(dk_rmem[4 * j + 2 * h] * prm.softmax_scale,
                                                                 dk_rmem[4 * j + 2 * h + 1] * prm.softmax_scale));
-            if (has_dv)
-                st_shared_b32(dv_tile + at + (uint32_t)(dv_slab0 - slab0) * SLAB_BYTES,
-                              fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
+            st_shared_b32(dv_tile + at, fa_bwd_sm90_pack2<BF16>(dv_rmem[4 * j + 2 * h], dv_rmem[4 * j + 2 * h + 1]));
         }
     fa_bwd_sm90_dkdv_out<TILE_SLABS, TILE_ROWS, OWN_SLABS>(tmap_dk, tmap_dv, prm, tiles_smem, consumer, tid, row0, slab0,
-                                                           n0, len_k, k_start, batch, dv_slab0, has_dv, col_base);
+                                                           n0, len_k, k_start, batch, col_base);
 }
 
 /* The second half of the epilogue: consumer c's staged rows row0 .. row0 + ROWS - 1 of the dK and
@@ -278,7 +274,7 @@ template <int TILE_SLABS, int TILE_ROWS, int OWN_SLABS, int ROWS>
 __device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk, const CUtensorMap *tmap_dv,
                                                      const fa_bwd_sm90_params &prm, uint32_t tiles_smem, int consumer,
                                                      int tid, int row0, int slab0, int n0, int len_k, int64_t k_start,
-                                                     int batch, int dv_slab0, bool has_dv, int col_base) {
+                                                     int batch, int col_base) {
     constexpr uint32_t SLAB_BYTES = TILE_ROWS * 128;
     const uint32_t dk_tile = tiles_smem, dv_tile = tiles_smem + TILE_SLABS * SLAB_BYTES;
     const int key_first = n0 + row0;
@@ -295,13 +291,13 @@ __device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk,
             const int key_row = (varlen ? (int)k_start : 0) + key_first, map_batch = varlen ? 0 : batch;
 #pragma unroll
             for (int i = 0; i < OWN_SLABS; ++i) { /* slabs past d or dv hold no column */
-                const int slab = slab0 + i, dv_slab = dv_slab0 + i;
+                const int slab = slab0 + i;
                 if (col_base + 64 * slab < prm.head_dim)
                     tma_store_4d(tmap_dk, dk_tile + (uint32_t)slab * SLAB_BYTES + rows, col_base + 64 * slab, key_row,
                                  head_kv, map_batch);
-                if (has_dv && col_base + 64 * dv_slab < prm.head_dim_v)
-                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)dv_slab * SLAB_BYTES + rows, col_base + 64 * dv_slab,
-                                 key_row, head_kv, map_batch);
+                if (col_base + 64 * slab < prm.head_dim_v)
+                    tma_store_4d(tmap_dv, dv_tile + (uint32_t)slab * SLAB_BYTES + rows, col_base + 64 * slab, key_row,
+                                 head_kv, map_batch);
             }
             tma_store_commit_group();
             tma_store_wait_group_read<0>();
@@ -326,9 +322,7 @@ __device__ __forceinline__ void fa_bwd_sm90_dkdv_out(const CUtensorMap *tmap_dk,
         }
     };
     copy_out(dk_tile, prm.dk, prm.dk_batch_stride, prm.dk_row_stride, prm.dk_head_stride, prm.head_dim, slab0);
-    if (has_dv)
-        copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v,
-                 dv_slab0);
+    copy_out(dv_tile, prm.dv, prm.dv_batch_stride, prm.dv_row_stride, prm.dv_head_stride, prm.head_dim_v, slab0);
 }
 
 /* Highest key block that adds into query block m (rows [m·block_m, min((m + 1)·block_m, len_q))):

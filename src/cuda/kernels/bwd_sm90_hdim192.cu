@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
         fa_bwd_sm90_d192_store_t<BF16>(dv_tiles + (uint32_t)i * Cfg::KV_SLAB_BYTES + key_rows, dv_rmem[i], 1.0f, warp,
                                        lane);
     fa_bwd_sm90_dkdv_out<Cfg::SLABS, BLOCK_N, Cfg::SLABS, KEYS>(&tmap_dk, &tmap_dv, prm, dk_tiles, consumer, tid, key_c,
-                                                                0, n0, len_k, seq.k_start, batch, 0, true, 0);
+                                                                0, n0, len_k, seq.k_start, batch, 0);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */

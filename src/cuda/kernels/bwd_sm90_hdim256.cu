@@ -590,7 +590,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
             fa_bwd_sm90_d256_issue_tile<BF16, true>(dq_rmem, ds_tile, k_cols, Cfg::KV_SLAB_BYTES, 0); /* dQ_c = dS K */
             fa_bwd_sm90_d256_issue_tile<BF16, false>(dk_rmem, ds_tile, q_stage(s) + col_slab_off, Cfg::Q_SLAB_BYTES,
                                                      1); /* dK_c += dSᵀ Q */
-            wgmma_wait_group<2>(); /* dV_c retired (or not issued): this consumer is done with dO (the next one loads now) */
+            wgmma_wait_group<2>(); /* dV_c retired: this consumer is done with dO (the next one loads now) */
             mbarrier_arrive(do_empty(consumer));
             wgmma_wait_group<1>(); /* dQ_c retired; dK_c runs under the staging */
 #pragma unroll
@@ -684,7 +684,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
     /* both consumers' slabs of dK / dV [64 keys, 256] through the Q stages */
     fa_bwd_sm90_epilogue_dkdv<Cfg::SLABS, BLOCK_N, COLS / 64, BF16>(
         &tmap_dk, &tmap_dv, prm, dk_rmem, dv_rmem, smem + Cfg::Q_OFFSET, consumer, tid, 0, COLS / 64 * consumer, n0,
-        len_k, seq.k_start, batch, COLS / 64 * consumer, true, col_base);
+        len_k, seq.k_start, batch, col_base);
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
