@@ -224,9 +224,9 @@ enum { FA_HBWD_BAR_EPILOGUE = 8 };
  * Q / dO stages are free after the last iteration and hold dK and dV tiles [TILE_SLABS][TILE_ROWS
  * keys][64 columns] in the 128-byte swizzle (the K / V layout), dV's right after dK's. Consumer c
  * holds keys row0 .. row0 + 63 of the tile (n0 + row0 ..) and columns 64·slab0 ..
- * 64·(slab0 + OWN_SLABS) - 1 of dK and of dV in the accumulator layout (element 4j + 2h + e: row row0 + 16w + l/4 + 8h, column
- * 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both consumers' last GEMMs
- * have read the stages) each thread writes its pairs with 4-byte st.shared (the 8 rows of a store
+ * 64·(slab0 + OWN_SLABS) - 1 of dK and of dV in the accumulator layout (element 4j + 2h + e: row
+ * row0 + 16w + l/4 + 8h, column 64·slab0 + 8j + 2(l%4) + e). After the EPILOGUE barrier (both
+ * consumers' last GEMMs have read the stages) each thread writes its pairs with 4-byte st.shared (the 8 rows of a store
  * instruction land on 8 different chunks: conflict-free). Then with prm.dkdv_tma (mappable
  * tensors: fa_hopper_bwd_dkdv_tma) one thread per consumer stores its slabs by TMA, whose box
  * {64, 64} clips rows past the sequence (fixed length) and columns past d / dv, and waits until
