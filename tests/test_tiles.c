@@ -91,10 +91,10 @@ FA_TEST(tiles_hopper_forward) {
         FA_CHECK(fa_hopper_o_own_buffer(b) == (with_o <= SMEM_SM90), "bucket %d: own O buffer iff it fits", b);
         const int one_cta = fa_hopper_fwd_cluster_ctas(b) == 1;
         FA_CHECK(fa_hopper_persistent(b, 0, 0) == (one_cta && fa_hopper_o_own_buffer(b)) && !fa_hopper_persistent(b, 1, 0) &&
-                     fa_hopper_dynamic(b, 1, 0) == (one_cta && fa_hopper_o_own_buffer(b)) && !fa_hopper_dynamic(b, 0, 0) &&
-                     fa_hopper_persistent(b, 0, 1) == one_cta && fa_hopper_dynamic(b, 1, 1) == one_cta,
-                 "bucket %d: own O (or fp8): persistent for even tiles, the dynamic schedule for causal-like; "
-                 "CTA pairs: one cluster per tile", b);
+                     fa_hopper_dynamic(b, 1) == one_cta && !fa_hopper_dynamic(b, 0) &&
+                     fa_hopper_persistent(b, 0, 1) == one_cta,
+                 "bucket %d: own O (or fp8): persistent for even tiles; the dynamic schedule for causal-like "
+                 "tiles at every one-CTA bucket; CTA pairs: one cluster per tile", b);
     }
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(128, 128, 128) && fa_hopper_fwd_mods_blocks_ok(192, 256, 384) &&
                  fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&
@@ -331,8 +331,10 @@ FA_TEST(tiles_hopper_fp8) {
                  fa_hopper_fp8_workspace_bytes(64, 1, 1, 2, 1, 64, 100, 300) == 0,
              "fp8 workspace: Vt, then the varlen starts; none where V is transposed in the kernel");
     FA_CHECK(fa_hopper_persistent(128, 0, 0) && !fa_hopper_persistent(256, 0, 0) && fa_hopper_persistent(256, 0, 1) &&
-                 fa_hopper_dynamic(128, 1, 0) && !fa_hopper_dynamic(256, 1, 0) && fa_hopper_dynamic(256, 1, 1),
-             "grid: 16-bit d256 one CTA per tile; fp8 (always O's own buffer) persistent or dynamic");
+                 fa_hopper_dynamic(128, 1) && fa_hopper_dynamic(192, 1) && fa_hopper_dynamic(256, 1) &&
+                 !fa_hopper_dynamic(512, 1) && !fa_hopper_dynamic(256, 0),
+             "grid: 16-bit d256 even tiles one CTA per tile, fp8 (always O's own buffer) persistent; causal-like "
+             "tiles dynamic up to bucket 256");
     FA_CHECK(fa_hopper_fp8_unsupported(9, 0, 128, 128, 0, 0.1f, 0, 0, 0) == NULL &&
                  fa_hopper_fp8_unsupported(8, 0, 128, 128, 0, 0.1f, 0, 0, 0) != NULL &&
                  fa_hopper_fp8_unsupported(9, 0, 128, 128, 1, 0.1f, 0, 0, 0) != NULL &&

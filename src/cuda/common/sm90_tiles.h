@@ -147,24 +147,24 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
            fa_hopper_exchange_bytes(bucket) + fa_hopper_barrier_bytes(bucket) + 1024;
 }
 
-/* Grid shape. Both rules need O in its own buffer (buckets 64 and 128, and every fp8 bucket): the
- * next tile's Q then loads while this tile's epilogue runs. Otherwise (16-bit buckets 192 and 256:
- * O staged in Q's buffer) one CTA per tile, numbered as below.
- * Even tiles (no heavy-first order): persistent, one CTA per multiprocessor walking a static share
- * of the tiles (+0-5 % non-causal on the H200).
- * Causal-like masks (heavy_first): the dynamic schedule, one CTA per multiprocessor taking the
- * next tile from a counter, in head-grouped longest-first order (fa_fwd_grouped_tile): uneven
- * tiles stay balanced (as when the hardware hands one CTA per tile to whichever multiprocessor is
- * free), the CTAs running together share K/V in L2, and no CTA start-up sits between two tiles:
- * +19 % at d128 1k, +5-10 % at 2k-4k against one CTA per tile. docs/tuning-log.md has the
- * measurements. The fp8 kernels take the same rules with fp8 = 1. Bucket 512's CTA pairs: one
- * cluster per tile, always (a CTA stops exchanging after its tile's last key tile). */
+/* Grid shape. Even tiles (no heavy-first order): persistent, one CTA per multiprocessor walking a
+ * static share of the tiles (+0-5 % non-causal on the H200); this needs O in its own buffer
+ * (buckets 64 and 128, and every fp8 bucket), where the next tile's Q loads while this tile's
+ * epilogue runs; otherwise (16-bit buckets 192 and 256: O staged in Q's buffer) one CTA per tile.
+ * Causal-like masks (heavy_first), every bucket: the dynamic schedule, one CTA per multiprocessor
+ * taking the next tile from a counter, in head-grouped longest-first order (fa_fwd_grouped_tile):
+ * uneven tiles stay balanced (as when the hardware hands one CTA per tile to whichever
+ * multiprocessor is free), the CTAs running together share K/V in L2, and no CTA start-up sits
+ * between two tiles: +19 % at d128 1k, +5-10 % at 2k-4k against one CTA per tile; at buckets 192
+ * and 256 (the next Q waits for the epilogue) +1-8 % and +0.3-3 % from 1k to 16k.
+ * docs/tuning-log.md has the measurements. Bucket 512's CTA pairs: one cluster per tile, always
+ * (a CTA stops exchanging after its tile's last key tile). */
 FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int fp8) {
     return fa_hopper_fwd_cluster_ctas(bucket) == 1 && !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
 }
 
-FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first, int fp8) {
-    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
+FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first) {
+    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && heavy_first;
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of

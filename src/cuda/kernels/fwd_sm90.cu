@@ -1657,11 +1657,10 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
          * prefix-LM, document masks): the heavy-first schedules, longest first */
         if (mods != nullptr && mods->block_map != nullptr) prm.heavy_first = 1;
     }
-    /* The grid (sm90_tiles.h's rules; a block map is heavy-first: the dynamic schedule where O has
-     * its own buffer, else one CTA per tile). */
+    /* The grid (sm90_tiles.h's rules; a block map is heavy-first: the dynamic schedule). */
     const int forced = fa_hopper_schedule_forced();
     /* bucket 512's pairs walk one tile per cluster: never persistent or dynamic */
-    const bool dynamic = Cfg::CTAS == 1 && (forced == 2 || (forced == 0 && fa_hopper_dynamic(BUCKET, prm.heavy_first, 0)));
+    const bool dynamic = Cfg::CTAS == 1 && (forced == 2 || (forced == 0 && fa_hopper_dynamic(BUCKET, prm.heavy_first)));
     const bool persistent = fa_hopper_persistent(BUCKET, prm.heavy_first, 0);
     if (Cfg::CTAS == 2 && prm.total_tiles > INT32_MAX / 2)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: %lld query tiles (d or dv > 256) exceed a grid of CTA pairs", path,
@@ -1905,7 +1904,7 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     int64_t grid = 0;
     fa_cuda_workspace counter;
     if ((st = fa_hopper_schedule(prm, fa_hopper_persistent(BUCKET, prm.heavy_first, 1),
-                                 fa_hopper_dynamic(BUCKET, prm.heavy_first, 1), 1, device_ordinal, stream, &grid,
+                                 fa_hopper_dynamic(BUCKET, prm.heavy_first), 1, device_ordinal, stream, &grid,
                                  &counter)) != FA_OK ||
         grid == 0)
         return st;
