@@ -18,8 +18,9 @@
  * (the LOG2 instantiations, fa_bwd_sm90_probs_log2: the mask acts on the exponent). Deterministic mode
  * (template DET): the same kernel with each dQ tile's additions ordered by key block, highest
  * first (bwd_sm90_common.cuh, "deterministic dQ"): the grid runs key block
- * gridDim.x - 1 - blockIdx.x and the dQ writer (producer warp 1) waits for each tile's turn
- * before its reduce-adds and passes it on once they are written (fa_bwd_sm90_dq_writer).
+ * gridDim.x - 1 - blockIdx.x and two dQ writers (producer warps 1 and 2, alternate iterations)
+ * wait for each tile's turn before its reduce-adds and pass it on once they are written
+ * (fa_bwd_sm90_dq_writer).
  *
  * Semantics (include/flashattn.h, fa_backward): with P = exp(S - LSE), S = scale·Q Kᵀ masked,
  * D = rowsum(dO∘O): dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP - D), dQ = scale·dS K, dK = scale·dSᵀ Q,
@@ -41,7 +42,8 @@
  *     design). The accumulator is tiled in the
  *     register order of the dQ GEMM's accumulator (sm90_tiles.h, fa_hopper_bwd_dq_tile_cols), so a
  *     piece is staged by eight 16-byte stores per thread and added as one contiguous block;
- *     bwd.cu's conversion kernel puts the rows in order. Warps 2-3 exit;
+ *     bwd.cu's conversion kernel puts the rows in order. Deterministic mode: warps 1 and 2
+ *     write alternate iterations; warp 3 (and 2 otherwise) exits;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 64c .. +63; its
  *     dK_c and dV_c [64, bucket] stay in fp32 registers over all iterations; after the last one
  *     they go out through shared memory (the Q / dO stages, free then) by the TMA store, or by
@@ -562,9 +564,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                                         k_row, q_row0, tma_batch, walk, len_q, lane,
                                         [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                         [](int) {}, &iters, iterations);
-        } else if (warp == 1) {
+        } else if (warp == 1 || (DET && warp == 2)) { /* deterministic mode: two writers */
             fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(prm, dq_smem, walk, batch, heads, len_q, len_k, shift, q_packed0,
-                                                  lane, &iters, iterations);
+                                                  lane, warp - 1, &iters, iterations);
         }
         return;
     }

@@ -194,8 +194,9 @@ __device__ __forceinline__ int fa_bwd_sm90_walk_block(const fa_bwd_sm90_walk &w,
  * only when a sequence's key blocks fit the multiprocessors at once (fa_hopper_bwd_rotate), so
  * every walk a CTA waits for is resident or will be once earlier CTAs finish.
  *
- * Buckets 64 and 128 (bwd_sm90.cu): the dQ writer warp adds both pieces of a tile and keeps the
- * turn itself, on piece 0's semaphore (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
+ * Buckets 64 and 128 (bwd_sm90.cu) and 192 / 128: a dQ writer warp adds both pieces of a tile and
+ * keeps the turn itself, on piece 0's semaphore; two writers take alternate tiles
+ * (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
  * warp adds its own rows of its consumer's piece.
  *
  * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
@@ -392,35 +393,32 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_piece_staged(int consumer) {
  * head_dim (bucket 128's second when d <= 64) is not added: nothing reads it.
  * Per iteration and piece c: arrive on DQ_EMPTY + c once the previous iteration's group c has read
  * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
- * by consumer c), reduce. Deterministic mode: before the first piece, wait for this tile's turn
- * (the semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks
- * before it have added, bwd_sm90_common.cuh), then after both pieces wait until the additions are
- * written (not only read) and pass the turn on with red.release; the proxy fences order the
- * generic-proxy semaphore accesses with the async-proxy reductions on both sides. */
+ * by consumer c), reduce.
+ *
+ * Deterministic mode: two writers, producer warps 1 and 2 (writer = warp - 1), take alternate
+ * iterations (writer t & 1). For its iteration t a writer waits for the tile's turn (the
+ * semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks before it
+ * have added), then for the baton (DQ_BATON + writer: the other writer has issued t - 1's
+ * additions and their reads of the staging are done), adds both pieces, waits until the staging
+ * is read, frees it for t + 1 (DQ_EMPTY) and passes the baton; only then does it wait until its
+ * additions are written (not only read) and pass the turn on with red.release. So one writer's
+ * write round trip and release run while the other polls the next tile's turn and adds it: with
+ * one writer those latencies came one after another in every iteration and held the consumers at
+ * DQ_EMPTY (docs/tuning-log.md). The proxy fences order the generic-proxy semaphore accesses with
+ * the async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL / DQ_EMPTY
+ * at a time, so those barriers see one writer warp per phase as without determinism. */
+enum { FA_HBWD_BAR_DQ_BATON = 13 }; /* + writer (13, 14): ids no kernel of this writer uses */
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
                                                       uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
                                                       const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
-                                                      int64_t q_packed0, int lane,
+                                                      int64_t q_packed0, int lane, int writer /* DET: 0 or 1 */,
                                                       const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                       int iterations = 0 /* MODS: its length */) {
     /* this sequence's first accumulator tile (of each head) */
     const int64_t tile0 = fa_hopper_bwd_dq_tile0(q_packed0, batch, Cfg::BLOCK_M);
-    /* one iteration (head, query block m); sem: its dQ semaphore (deterministic mode) */
-    auto write_one = [&](int head, int m, int *sem) {
-        if constexpr (!DET) tma_store_wait_group_read<1>(); /* deterministic: all written already */
-        __syncwarp();
-        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
-        if constexpr (!DET) tma_store_wait_group_read<0>();
-        __syncwarp();
-        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
-        if constexpr (DET) {
-            const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
-            while (ld_relaxed_gpu_s32(sem) != rank) {
-            }
-            fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
-            fence_proxy_async_global(); /* ... and before our bulk reductions */
-        }
+    /* add both pieces of tile m of `head` (one bulk group each) */
+    auto add_pieces = [&](int head, int m) {
         float *const tile = prm.dq_accum + ((int64_t)head * prm.dq_tiles + tile0 + m) * (Cfg::BLOCK_M * Cfg::D);
 #pragma unroll
         for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) {
@@ -436,26 +434,60 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &
                 tma_store_commit_group();
             }
         }
-        if constexpr (DET) {
-            tma_store_wait_group<0>();  /* lane 0's additions are written */
-            fence_proxy_async_global(); /* ... before the release */
-            if (lane == 0) red_release_gpu_add_s32(sem, 1);
-        }
+    };
+    auto free_staging = [&]() {
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+    };
+    /* one iteration without determinism: free each piece's staging once its previous add read it */
+    auto write_one = [&](int head, int m) {
+        tma_store_wait_group_read<1>();
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 0, FA_HBWD_DQ_HANDOFF_THREADS);
+        tma_store_wait_group_read<0>();
+        __syncwarp();
+        bar_arrive(FA_HBWD_BAR_DQ_EMPTY + 1, FA_HBWD_DQ_HANDOFF_THREADS);
+        add_pieces(head, m);
     };
     if constexpr (MODS) {
         static_assert(!DET, "a block mask's key blocks need not be contiguous: no ordered dQ");
         fa_mods_q_pos it = fa_bwd_sm90_iter_first(*iters);
 #pragma unroll 1
-        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it)) write_one(it.h, it.tile, nullptr);
+        for (int t = 0; t < iterations; ++t, fa_bwd_sm90_iter_next(*iters, it)) write_one(it.h, it.tile);
+    } else if constexpr (!DET) {
+#pragma unroll 1
+        for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head)
+#pragma unroll 1
+            for (int i = 0; i < walk.n_m; ++i) write_one(head, fa_bwd_sm90_walk_block<false>(walk, i));
     } else {
+        const int last = prm.heads_per_split * walk.n_m - 1; /* the CTA's last iteration */
+        if (writer == 0) free_staging(); /* the staging starts empty */
+        int t = 0;
 #pragma unroll 1
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
-            int *const sem_head = DET ? prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2
-                                      : nullptr;
+            int *const sem_head = prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2;
 #pragma unroll 1
-            for (int i = 0; i < walk.n_m; ++i) {
-                const int m = fa_bwd_sm90_walk_block<DET>(walk, i);
-                write_one(head, m, DET ? sem_head + m * 2 : nullptr);
+            for (int i = 0; i < walk.n_m; ++i, ++t) {
+                if ((t & 1) != writer) continue;
+                const int m = fa_bwd_sm90_walk_block<true>(walk, i);
+                int *const sem = sem_head + m * 2;
+                const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
+                while (ld_relaxed_gpu_s32(sem) != rank) {
+                }
+                fence_acq_rel_gpu();        /* acquire: the higher key blocks' additions happen before ours */
+                fence_proxy_async_global(); /* ... and before our bulk reductions */
+                __syncwarp();
+                if (t > 0) bar_sync(FA_HBWD_BAR_DQ_BATON + writer, 64);
+                add_pieces(head, m);
+                tma_store_wait_group_read<0>(); /* the staging is read: t + 1 may be staged */
+                if (t < last) {
+                    free_staging();
+                    bar_arrive(FA_HBWD_BAR_DQ_BATON + (writer ^ 1), 64);
+                }
+                tma_store_wait_group<0>();  /* lane 0's additions are written */
+                fence_proxy_async_global(); /* ... before the release */
+                if (lane == 0) red_release_gpu_add_s32(sem, 1);
             }
         }
     }

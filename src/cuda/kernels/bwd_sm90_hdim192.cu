@@ -21,8 +21,8 @@
  *   warpgroup 0, producer (setmaxnreg 24), warp 0: fa_bwd_sm90_load: K [96, 192] and V [96, 128]
  *     once (kv_full), then per iteration t Q [64, 192] and dO [64, 128] into stage t % 2 with the
  *     rows' LSE2 and D (stage_full / stage_empty); warp 1: fa_bwd_sm90_dq_writer, both consumers'
- *     dQ pieces of each iteration into the tiled accumulator (one 1-D bulk reduce-add each); warps
- *     2-3 exit;
+ *     dQ pieces of each iteration into the tiled accumulator (one 1-D bulk reduce-add each; in
+ *     deterministic mode warps 1 and 2 take alternate iterations); the other warps exit;
  *   warpgroups 1 and 2, consumers (setmaxnreg 240): consumer c owns keys n0 + 48c .. + 47 (S, dP,
  *     dKᵀ, dVᵀ of those keys) and dQ columns 96c .. 96c + 95 of every query block.
  *
@@ -341,9 +341,9 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
                                               heads, k_row, q_row0, tma_batch, walk, len_q, lane,
                                               [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                               [&](int) {});
-        else if (warp == 1)
+        else if (warp == 1 || (DET && warp == 2)) /* deterministic mode: two writers */
             fa_bwd_sm90_dq_writer<Cfg, DET>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
-                                            q_packed0, lane);
+                                            q_packed0, lane, warp - 1);
         return;
     }
 
