@@ -196,8 +196,8 @@ __device__ __forceinline__ int fa_bwd_sm90_walk_block(const fa_bwd_sm90_walk &w,
  *
  * Buckets 64 and 128 (bwd_sm90.cu) and 192 / 128: a dQ writer warp adds both pieces of a tile and
  * keeps the turn itself, on piece 0's semaphore; two writers take alternate tiles
- * (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer
- * warp adds its own rows of its consumer's piece.
+ * (fa_bwd_sm90_dq_writer). Bucket 256, below: each consumer warp adds its own rows of its
+ * consumer's piece.
  *
  * Who waits: not the consumers. Producer warp 1 + c, the turn keeper of consumer c, walks the
  * same iterations as the consumers; per tile it polls the semaphore until it reads the rank
@@ -405,8 +405,8 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_piece_staged(int consumer) {
  * write round trip and release run while the other polls the next tile's turn and adds it: with
  * one writer those latencies came one after another in every iteration and held the consumers at
  * DQ_EMPTY (docs/tuning-log.md). The proxy fences order the generic-proxy semaphore accesses with
- * the async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL / DQ_EMPTY
- * at a time, so those barriers see one writer warp per phase as without determinism. */
+ * the async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL /
+ * DQ_EMPTY at a time, so those barriers see one writer warp per phase, as without determinism. */
 enum { FA_HBWD_BAR_DQ_BATON = 13 }; /* + writer (13, 14): ids no kernel of this writer uses */
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
