@@ -37,7 +37,7 @@ fuzz-standalone:
 
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_BUILD)/corpus
-	./$(FUZZ_BUILD)/fa_fuzz -max_total_time=$(FUZZ_SECONDS) \
+	$(abspath $(FUZZ_BUILD))/fa_fuzz -max_total_time=$(FUZZ_SECONDS) \
 	    $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS)) \
 	    -max_len=512 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
