@@ -564,7 +564,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                                         k_row, q_row0, tma_batch, walk, len_q, lane,
                                         [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                         [](int) {}, &iters, iterations);
-        } else if (warp == 1 || (DET && warp == 2)) { /* deterministic mode: two writers */
+        } else if (fa_bwd_sm90_is_dq_writer(DET, warp)) {
             fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(prm, dq_smem, walk, batch, heads, len_q, len_k, shift, q_packed0,
                                                   lane, warp - 1, &iters, iterations);
         }

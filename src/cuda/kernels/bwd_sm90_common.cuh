@@ -408,6 +408,9 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_piece_staged(int consumer) {
  * the async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL /
  * DQ_EMPTY at a time, so those barriers see one writer warp per phase, as without determinism. */
 enum { FA_HBWD_BAR_DQ_BATON = 13 }; /* + writer (13, 14): ids no kernel of this writer uses */
+/* The producer warps that run fa_bwd_sm90_dq_writer (writer = warp - 1): warp 1, and in
+ * deterministic mode warp 2 as well. */
+__device__ __forceinline__ bool fa_bwd_sm90_is_dq_writer(bool det, int warp) { return warp == 1 || (det && warp == 2); }
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
                                                       uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,

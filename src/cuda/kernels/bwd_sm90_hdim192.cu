@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d192_config::THREADS, 1)
                                               heads, k_row, q_row0, tma_batch, walk, len_q, lane,
                                               [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
                                               [&](int) {});
-        else if (warp == 1 || (DET && warp == 2)) /* deterministic mode: two writers */
+        else if (fa_bwd_sm90_is_dq_writer(DET, warp))
             fa_bwd_sm90_dq_writer<Cfg, DET>(prm, smem + Cfg::DQ_OFFSET, walk, batch, heads, len_q, len_k, shift,
                                             q_packed0, lane, warp - 1);
         return;
