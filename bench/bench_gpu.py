@@ -48,7 +48,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
-from report import bench_ms, drop_fa4_if_missing, gpu_line, write_svg  # noqa: E402
+from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, write_svg  # noqa: E402
 
 import subprocess  # noqa: E402
 
@@ -139,19 +139,6 @@ def time_impl(name, q, k, v, do, causal, flops, modes, dropout_p):
         return cell
     except Exception as e:
         return {"error": str(e).splitlines()[0][:160]}
-
-
-def best_cell(a, b):
-    """Per mode, the faster of two rounds' timings of one implementation."""
-    if a is None or "error" in a:
-        return b
-    if "error" in b:
-        return a
-    out = dict(a)
-    for m in ("fwd", "bwd"):
-        if f"{m}_ms" in b and (f"{m}_ms" not in a or b[f"{m}_ms"] < a[f"{m}_ms"]):
-            out[f"{m}_ms"], out[f"{m}_tflops"] = b[f"{m}_ms"], b[f"{m}_tflops"]
-    return out
 
 
 def measure_speed(shapes, impls, modes, ours_cli=None, dropout_p=0.0, rounds=2):

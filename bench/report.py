@@ -138,6 +138,20 @@ def bench_ms(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
+def best_cell(a, b):
+    """Per mode (fwd, bwd), the faster of two passes' cells of one implementation ({mode}_ms,
+    {mode}_tflops; a cell with "error" loses to one without)."""
+    if a is None or "error" in a:
+        return b
+    if "error" in b:
+        return a
+    out = dict(a)
+    for m in ("fwd", "bwd"):
+        if f"{m}_ms" in b and (f"{m}_ms" not in a or b[f"{m}_ms"] < a[f"{m}_ms"]):
+            out[f"{m}_ms"], out[f"{m}_tflops"] = b[f"{m}_ms"], b[f"{m}_tflops"]
+    return out
+
+
 def gpu_line(env):
     """The software line of a GPU benchmark's results: 'GPU: <name>; torch <v>; cuDNN <v>[;
     FlashAttention-4 <v>]; ' from the env dict the scripts record."""
