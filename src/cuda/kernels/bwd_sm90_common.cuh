@@ -395,27 +395,36 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_piece_staged(int consumer) {
  * the staging (its first arrival frees the empty buffer), wait on DQ_FULL + c (staged and fenced
  * by consumer c), reduce.
  *
- * Deterministic mode: two writers, producer warps 1 and 2 (writer = warp - 1), take alternate
- * iterations (writer t & 1). For its iteration t a writer waits for the tile's turn (the
+ * Deterministic mode: FA_HBWD_DQ_WRITERS writers, producer warps 1, 2, ... (writer = warp - 1),
+ * take the iterations in turn (writer t % WRITERS). For its iteration t a writer waits for the tile's turn (the
  * semaphore of piece 0 reads this key block's rank, fa_bwd_sm90_dq_rank: the key blocks before it
- * have added), then for the baton (DQ_BATON + writer: the other writer has issued t - 1's
+ * have added), then for the baton (DQ_BATON + writer: the writer of t - 1 has issued its
  * additions and their reads of the staging are done), adds both pieces, waits until the staging
- * is read, frees it for t + 1 (DQ_EMPTY) and passes the baton; only then does it wait until its
- * additions are written (not only read) and pass the turn on with red.release. So one writer's
- * write round trip and release run while the other polls the next tile's turn and adds it: with
- * one writer those latencies came one after another in every iteration and held the consumers at
- * DQ_EMPTY (docs/tuning-log.md). The proxy fences order the generic-proxy semaphore accesses with
- * the async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL /
- * DQ_EMPTY at a time, so those barriers see one writer warp per phase, as without determinism. */
-enum { FA_HBWD_BAR_DQ_BATON = 13 }; /* + writer (13, 14): ids no kernel of this writer uses */
+ * is read, frees it for t + 1 (DQ_EMPTY) and passes the baton to the writer of t + 1; only then
+ * does it wait until its additions are written (not only read) and pass the turn on with
+ * red.release. So one writer's write round trip and release run while the next polls the next
+ * tile's turn and adds it: with one writer those latencies came one after another in every
+ * iteration and held the consumers at DQ_EMPTY (docs/tuning-log.md; a third writer measured no
+ * better than two). The proxy fences order the generic-proxy semaphore accesses with the
+ * async-proxy reductions on both sides. The baton keeps exactly one writer on DQ_FULL / DQ_EMPTY
+ * at a time, so those barriers see one writer warp per phase, as without determinism. */
+enum {
+    FA_HBWD_DQ_WRITERS = 2,    /* deterministic mode's writers, producer warps 1 .. WRITERS       */
+    FA_HBWD_BAR_DQ_BATON = 13  /* + writer (13, 14): ids no kernel of this writer uses           */
+};
+static_assert(FA_HBWD_DQ_WRITERS >= 2 && FA_HBWD_DQ_WRITERS <= 3 && FA_HBWD_BAR_DQ_BATON + FA_HBWD_DQ_WRITERS <= 16,
+              "writers: producer warps 1 .. 3 of the producer warpgroup; baton ids within the 16 named barriers");
 /* The producer warps that run fa_bwd_sm90_dq_writer (writer = warp - 1): warp 1, and in
- * deterministic mode warp 2 as well. */
-__device__ __forceinline__ bool fa_bwd_sm90_is_dq_writer(bool det, int warp) { return warp == 1 || (det && warp == 2); }
+ * deterministic mode warps 2 .. FA_HBWD_DQ_WRITERS as well. */
+__device__ __forceinline__ bool fa_bwd_sm90_is_dq_writer(bool det, int warp) {
+    return warp == 1 || (det && warp >= 1 && warp <= FA_HBWD_DQ_WRITERS);
+}
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
                                                       uint32_t dq_smem, const fa_bwd_sm90_walk &walk, int batch,
                                                       const fa_bwd_sm90_heads &heads, int len_q, int len_k, int shift,
-                                                      int64_t q_packed0, int lane, int writer /* DET: 0 or 1 */,
+                                                      int64_t q_packed0, int lane,
+                                                      int writer /* DET: 0 .. FA_HBWD_DQ_WRITERS - 1 */,
                                                       const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                       int iterations = 0 /* MODS: its length */) {
     /* this sequence's first accumulator tile (of each head) */
@@ -466,13 +475,14 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &
     } else {
         const int last = prm.heads_per_split * walk.n_m - 1; /* the CTA's last iteration */
         if (writer == 0) free_staging(); /* the staging starts empty */
+        const unsigned next_writer = ((unsigned)writer + 1u) % FA_HBWD_DQ_WRITERS; /* the baton's next holder */
         int t = 0;
 #pragma unroll 1
         for (int head = heads.first; head < heads.first + prm.heads_per_split; ++head) {
             int *const sem_head = prm.dq_semaphore + ((int64_t)batch * prm.heads_q + head) * prm.query_blocks * 2;
 #pragma unroll 1
             for (int i = 0; i < walk.n_m; ++i, ++t) {
-                if ((t & 1) != writer) continue;
+                if ((unsigned)t % FA_HBWD_DQ_WRITERS != (unsigned)writer) continue;
                 const int m = fa_bwd_sm90_walk_block<true>(walk, i);
                 int *const sem = sem_head + m * 2;
                 const int rank = fa_bwd_sm90_dq_rank(prm, walk, m, Cfg::BLOCK_M, Cfg::BLOCK_N, len_q, len_k, shift);
@@ -486,7 +496,7 @@ __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &
                 tma_store_wait_group_read<0>(); /* the staging is read: t + 1 may be staged */
                 if (t < last) {
                     free_staging();
-                    bar_arrive(FA_HBWD_BAR_DQ_BATON + (writer ^ 1), 64);
+                    bar_arrive(FA_HBWD_BAR_DQ_BATON + next_writer, 64);
                 }
                 tma_store_wait_group<0>();  /* lane 0's additions are written */
                 fence_proxy_async_global(); /* ... before the release */
