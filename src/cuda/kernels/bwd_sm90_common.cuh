@@ -417,7 +417,7 @@ static_assert(FA_HBWD_DQ_WRITERS >= 2 && FA_HBWD_DQ_WRITERS <= 3 && FA_HBWD_BAR_
 /* The producer warps that run fa_bwd_sm90_dq_writer (writer = warp - 1): warp 1, and in
  * deterministic mode warps 2 .. FA_HBWD_DQ_WRITERS as well. */
 __device__ __forceinline__ bool fa_bwd_sm90_is_dq_writer(bool det, int warp) {
-    return warp == 1 || (det && warp >= 1 && warp <= FA_HBWD_DQ_WRITERS);
+    return warp >= 1 && warp <= (det ? FA_HBWD_DQ_WRITERS : 1);
 }
 template <class Cfg, bool DET, bool MODS = false>
 __device__ __forceinline__ void fa_bwd_sm90_dq_writer(const fa_bwd_sm90_params &prm,
