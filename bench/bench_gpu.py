@@ -48,7 +48,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
-from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, write_svg  # noqa: E402
+from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, pass_order, write_svg  # noqa: E402
 
 import subprocess  # noqa: E402
 
@@ -154,7 +154,7 @@ def measure_speed(shapes, impls, modes, ours_cli=None, dropout_p=0.0, rounds=2):
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         row = {"d": d, "causal": causal, "s": s, "b": b, "h": h, "hkv": hkv}
         for r in range(rounds):
-            for name in (impls if r % 2 == 0 else impls[::-1]):
+            for name in pass_order(impls, r):
                 if name == "flashattn" and ours_cli is not None and hkv == h:
                     row[name] = ours_cli.get((d, causal, s), {"error": "no result"})
                     continue

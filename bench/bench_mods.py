@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line  # noqa: E402
+from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, pass_order  # noqa: E402
 
 BLOCK = 128
 HIDDEN = 2048
@@ -411,8 +411,8 @@ def measure_case(row, case, impls, guard, args, b, s, h):
             row[name] = {"error": err_text(e)}
         torch.cuda.empty_cache()
     for r in range(1, args.rounds):
-        for name in (names[::-1] if r % 2 else names):
-            if name not in timed or "error" in row.get(name, {"error": ""}) or guard.over():
+        for name in pass_order(names, r):
+            if name not in timed or "error" in row[name] or guard.over():  # timed: row[name] is set
                 continue
             try:
                 row[name] = best_cell(row[name], time_cell(timed[name][0], q, k, v, do, timed[name][1]))

@@ -138,6 +138,12 @@ def bench_ms(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
+def pass_order(names, r):
+    """The implementations' order in timing pass r: reversed on every other pass, so none always
+    runs first, after the same predecessor, in the same power state (docs/design.md)."""
+    return names if r % 2 == 0 else names[::-1]
+
+
 def best_cell(a, b):
     """Per mode (fwd, bwd), the faster of two passes' cells of one implementation ({mode}_ms,
     {mode}_tflops; a cell with "error" loses to one without)."""
