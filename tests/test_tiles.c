@@ -95,6 +95,13 @@ FA_TEST(tiles_hopper_forward) {
                      fa_hopper_persistent(b, 0, 1) == one_cta,
                  "bucket %d: own O (or fp8): persistent for even tiles; the dynamic schedule for causal-like "
                  "tiles at every one-CTA bucket; CTA pairs: one cluster per tile", b);
+        /* K/V multicast pairs: one-CTA buckets from 128, unmasked fixed-length unpacked tiles without
+         * score modifications, an even number of query tiles per head */
+        FA_CHECK(fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, -1, 32) == (one_cta && b >= 128) &&
+                     !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, -1, 31) && !fa_hopper_fwd_kv_multicast(b, 1, 0, 0, -1, -1, 32) &&
+                     !fa_hopper_fwd_kv_multicast(b, 0, 1, 0, -1, -1, 32) && !fa_hopper_fwd_kv_multicast(b, 0, 0, 1, -1, -1, 32) &&
+                     !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, 0, 32) && !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, 100, -1, 32),
+                 "bucket %d: K/V multicast pairs only where both tiles of a pair walk the same key tiles", b);
     }
     FA_CHECK(fa_hopper_fwd_mods_blocks_ok(128, 128, 128) && fa_hopper_fwd_mods_blocks_ok(192, 256, 384) &&
                  fa_hopper_fwd_mods_blocks_ok(64, 0, 0) && fa_hopper_fwd_mods_blocks_ok(256, 0, 0) &&

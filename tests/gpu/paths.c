@@ -148,6 +148,14 @@ static int run_case(const path_case *c) {
 int gpu_paths_main(int argc, char **argv) {
     const path_case cases[] = {
         {"d128 s=4096 b=2 h=16", 2, 4096, 4096, 16, 16, 128, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        /* K/V multicast pairs (even query tiles per head, no mask): buckets 128, 192, 256, sq != sk,
+         * a partial last key tile, GQA, softcap, sinks; an odd tile count and bucket 64 (no pairs) */
+        {"d256 s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d192 dv128 sq=1024 sk=1100 h=4", 2, 1024, 1100, 4, 4, 192, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 128},
+        {"d128 GQA 16/4 softcap sinks sq=1024 sk=1000", 2, 1024, 1000, 16, 4, 128, 0, -1, 30.0f, 0, 0, 1, 0, 0.0f, 0},
+        {"d64 sq=768 sk=1500 h=12", 2, 768, 1500, 12, 12, 64, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
+        {"d256 dv128 sq=512 sk=77 h=4", 3, 512, 77, 4, 4, 256, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 128},
+        {"d128 sq=640 sk=900 h=6 (odd query tiles)", 2, 640, 900, 6, 6, 128, 0, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
         {"d128 causal s=4096 b=2 h=16 GQA 16/4", 2, 4096, 4096, 16, 4, 128, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
         {"d64 causal s=3000 b=2 h=32", 2, 3000, 3000, 32, 32, 64, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},
         {"d256 causal s=2048 b=2 h=8", 2, 2048, 2048, 8, 8, 256, 1, -1, 0.0f, 0, 0, 0, 0, 0.0f, 0},

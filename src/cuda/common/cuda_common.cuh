@@ -518,25 +518,44 @@ fa_status fa_cuda_current_device_sm80(fa_cuda_device_info *dev);
 /* FA_ERR_UNSUPPORTED when `kernel` needs more shared memory per block than dev allows. */
 fa_status fa_cuda_check_smem(const fa_params *p, const fa_cuda_device_info *dev, size_t smem, const char *kernel);
 
-/* Launches `kernel` with `threads` threads and `smem` bytes of dynamic shared memory per CTA, in
- * thread-block clusters of CTAS CTAs along x (grid.x a multiple of CTAS: the bucket-512 Hopper
- * kernels' CTA pairs); CTAS = 1 is a plain launch. Returns the launch's error. */
-template <int CTAS, class... Params, class... Args>
-static inline cudaError_t fa_cuda_launch_clusters(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
-                                                  cudaStream_t stream, Args &&...args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CTAS;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+/* A launch configuration with `threads` threads and `smem` bytes of dynamic shared memory per CTA,
+ * in thread-block clusters of `ctas` CTAs along x (ctas = 1: no cluster attribute); `attr` holds
+ * the attribute the configuration points at. */
+static inline cudaLaunchConfig_t fa_cuda_cluster_config(cudaLaunchAttribute *attr, dim3 grid, int threads, size_t smem,
+                                                        cudaStream_t stream, int ctas) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)ctas;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3((unsigned)threads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attr;
-    config.numAttrs = CTAS > 1 ? 1 : 0;
+    config.numAttrs = ctas > 1 ? 1 : 0;
+    return config;
+}
+
+/* Launches `kernel` in clusters of `ctas` CTAs along x (grid.x a multiple of ctas: the bucket-512
+ * Hopper kernels' CTA pairs, the Hopper forward's K/V multicast pairs); ctas = 1 is a plain
+ * launch. Returns the launch's error. */
+template <class... Params, class... Args>
+static inline cudaError_t fa_cuda_launch_clusters(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                                                  cudaStream_t stream, int ctas, Args &&...args) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = fa_cuda_cluster_config(&attr, grid, threads, smem, stream, ctas);
     return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+}
+
+/* How many clusters of `ctas` CTAs of `kernel` can be resident at once (a persistent grid of
+ * clusters no larger than that never waits for one of its own clusters to finish). */
+template <class... Params>
+static inline cudaError_t fa_cuda_max_clusters(void (*kernel)(Params...), int threads, size_t smem, int ctas,
+                                               int *clusters) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = fa_cuda_cluster_config(&attr, dim3((unsigned)ctas), threads, smem, nullptr, ctas);
+    return cudaOccupancyMaxActiveClusters(clusters, kernel, &config);
 }
 
 /* Workspace regions start at multiples of 256 bytes. */

@@ -445,6 +445,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
+/* tma_load_4d into every CTA of the cluster whose bit is set in cta_mask: the box lands at dst in
+ * each of their shared memories and signals complete_tx on the mbarrier at bar in each of them
+ * (same offsets in every CTA). */
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
+                                                      int c1, int c2, int c3, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
+        : "memory");
+}
+
 /* tma_load_4d with an L2 cache policy (createpolicy_evict_first): .L2::cache_hint. */
 __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
                                                  int c1, int c2, int c3, uint64_t policy) {

@@ -725,8 +725,8 @@ static fa_status fa_bwd_sm90_d256_launch(const fa_bwd_params *p, const fa_dropou
     const dim3 grid((unsigned)(key_blocks * CTAS), (unsigned)p->heads_kv, (unsigned)p->batch);
     const fa_dropout_params drop = dropout != nullptr ? *dropout : fa_dropout_params{};
     /* CTAS = 2: clusters of two CTAs along x, the pair of one key block */
-    FA_CUDA_CHECK(fa_cuda_launch_clusters<CTAS>(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, tmap_q, tmap_do,
-                                                tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm, drop),
+    FA_CUDA_CHECK(fa_cuda_launch_clusters(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, CTAS, tmap_q, tmap_do,
+                                          tmap_k, tmap_v, tmap_dq, tmap_dk, tmap_dv, prm, drop),
                   "Hopper backward (d = 256 / 512) kernel launch");
     FA_CUDA_CHECK_LAUNCH("Hopper backward (d = 256 / 512) kernel launch");
     return FA_OK;

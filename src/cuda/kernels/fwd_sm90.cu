@@ -58,10 +58,21 @@
  * first K/V stages while they still run this tile's epilogue, so per-tile start-up latency hides
  * behind work.
  *
+ * K/V multicast pairs (sm90_tiles.h's fa_hopper_fwd_kv_multicast: non-causal fixed-length tiles
+ * at buckets 128-256, prm.kv_multicast): clusters of two CTAs, whose static walks take the
+ * neighbouring query tiles of one head in every round; rank 0 issues each K tile and rank 1 each V
+ * tile as a TMA multicast into both CTAs. Each producer still waits for its empty barrier and arms
+ * its own full barrier with the whole tile's bytes (the peer's copy may land before or after the
+ * arming, within the phase); each consumer warp frees a stage on both CTAs' empty barriers, so a
+ * stage is refilled only when both CTAs are done with it. A cluster barrier at the end keeps
+ * either CTA from exiting while the other may still load into it or arrive on its barriers.
+ *
  * Shared-memory ring (full/empty mbarriers per stage, separate for K and V):
  *   k_full[s], v_full[s]: 1 arrival (the producer's arrive.expect_tx) + the TMA's bytes.
  *   k_empty[s], v_empty[s]: 4·C arrivals, lane 0 of each consumer warp, after that warp's
- *     wgmma.wait_group has retired the GEMM that read the stage.
+ *     wgmma.wait_group has retired the GEMM that read the stage; 8·C in the kernels that may
+ *     multicast (each warp arrives once on its own CTA's and once on the peer's, or twice on its
+ *     own without multicast).
  *   Use u of stage s (u = g / STAGES, g counting key tiles across the CTA's query tiles) is
  *   phase u: consumers wait full[s] with parity u & 1; the producer waits empty[s] with parity
  *   (u & 1) ^ 1, which passes at once for u = 0. q_full / q_empty: phase = query tiles done.
@@ -297,6 +308,7 @@ struct fa_hopper_params : fa_fwd_params {
      * (fa_hopper_tile_index) */
     unsigned int *tile_counter;
     int snake;                     /* fa_hopper_snake_order: every other round of tiles reversed    */
+    int kv_multicast;              /* fa_hopper_fwd_kv_multicast: clusters of two CTAs share K/V loads */
     int tma_store;                 /* 1: O through the TMA store (varlen: warpgroups inside a sequence) */
     /* packed tiles (kernel template flag PACK) only: */
     int pack_rows;                 /* rows per query head in a tile: seqlen_q rounded up to 8       */
@@ -947,6 +959,12 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     /* pair: this CTA's first head-dim column of Q, K, V and O */
     const int rank = Cfg::CTAS == 2 ? (int)cluster_ctarank() : 0;
     const int col_base = rank * Cfg::DQK;
+    /* K/V multicast pair (16-bit, one CTA per tile): cluster rank 0 loads K, 1 loads V, into both CTAs,
+     * and every consumer warp frees a stage in both CTAs. The kernels that may multicast count two
+     * arrivals per consumer warp on each empty barrier either way (without multicast both on its own
+     * CTA's), so the release is one code path, without a branch in the consumers' loop. */
+    constexpr bool MCAST_OK = fa_hopper_fwd_kv_multicast(BUCKET, 0, 0, 0, -1, -1, 2) && !FP8 && !PACK && !MODS;
+    const bool mcast = MCAST_OK && prm.kv_multicast != 0;
 
     /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
      * (fence.mbarrier_init), then a CTA barrier before anyone waits or arrives. */
@@ -956,8 +974,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(k_full(s), 1);
             mbarrier_init(v_full(s), Cfg::VT_IN_KERNEL ? Cfg::TRANSPOSE_THREADS : 1);
-            mbarrier_init(k_empty(s), Cfg::EMPTY_ARRIVALS);
-            mbarrier_init(v_empty(s), Cfg::EMPTY_ARRIVALS);
+            mbarrier_init(k_empty(s), (MCAST_OK ? 2 : 1) * Cfg::EMPTY_ARRIVALS);
+            mbarrier_init(v_empty(s), (MCAST_OK ? 2 : 1) * Cfg::EMPTY_ARRIVALS);
             if constexpr (Cfg::VT_IN_KERNEL) {
                 mbarrier_init(vraw_full(s), 1);
                 mbarrier_init(vraw_empty(s), Cfg::TRANSPOSE_THREADS);
@@ -972,8 +990,8 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
         if constexpr (Cfg::CTAS == 2) /* message 0's bytes expected */
             for (int c = 0; c < Cfg::CONSUMER_WGS; ++c) mbarrier_arrive_expect_tx(xchg_full(c), Cfg::X_WG_BYTES);
     }
-    /* pair: the peer's barriers are initialised before any remote store or arrival */
-    if constexpr (Cfg::CTAS == 2) cluster_sync();
+    /* pair, multicast pair: the peer's barriers are initialised before any remote store or arrival */
+    if (Cfg::CTAS == 2 || mcast) cluster_sync();
     else __syncthreads();
 
     /* The producer picks the tiles (static walk or counter) and hands each to the consumers in
@@ -1045,13 +1063,23 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                             const uint32_t pos[4] = {(uint32_t)k_pos.tile, (uint32_t)k_pos.kb, (uint32_t)k_pos.entry, 0u};
                             st_shared_v4_b32(pos_slot(s), pos);
                         }
+                        /* multicast: both CTAs expect the whole tile, which rank 0 sends to both */
                         mbarrier_arrive_expect_tx(k_full(s), Cfg::K_BYTES);
+                        if (mcast && cluster_ctarank() == 0) {
 #pragma unroll
-                        for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
-                            tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
-                                        col_base + Cfg::SLAB_COLS * slab,
-                                        w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N, w.head_kv,
-                                        w.tma_batch);
+                            for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
+                                tma_load_4d_multicast(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k,
+                                                      k_full(s), Cfg::SLAB_COLS * slab,
+                                                      w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N,
+                                                      w.head_kv, w.tma_batch, 3);
+                        } else if (!mcast) {
+#pragma unroll
+                            for (int slab = 0; slab < Cfg::SLABS_QK; ++slab)
+                                tma_load_4d(k_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_k, k_full(s),
+                                            col_base + Cfg::SLAB_COLS * slab,
+                                            w.k_row + fa_hopper_key_tile<MODS>(w, j, k_pos) * BLOCK_N, w.head_kv,
+                                            w.tma_batch);
+                        }
                     }
                     if (j > 0 && Cfg::VT_IN_KERNEL) { /* V as stored, into the staging (transposed below) */
                         const uint32_t g = kv_base + j - 1, s = g % STAGES;
@@ -1070,6 +1098,14 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                                         : w.batch * prm.vt_seq_rows;
                             tma_load_4d(v_stage(s), &tmap_v, v_full(s),
                                         vt_row0 + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N, 0, w.head_kv, 0);
+                        } else if (mcast) {
+                            if (cluster_ctarank() == 1)
+#pragma unroll
+                                for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
+                                    tma_load_4d_multicast(v_stage(s) + (uint32_t)slab * Cfg::KV_SLAB_BYTES, &tmap_v,
+                                                          v_full(s), 64 * slab,
+                                                          w.k_row + fa_hopper_key_tile<MODS>(w, j - 1, v_pos) * BLOCK_N,
+                                                          w.head_kv, w.tma_batch, 3);
                         } else
 #pragma unroll
                         for (int slab = 0; slab < Cfg::SLABS_V; ++slab)
@@ -1102,6 +1138,9 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                                                smem + Cfg::V_OFFSET, vraw_full(0), v_full(0), v_empty(0),
                                                smem + Cfg::POS_SLOT_OFFSET);
         }
+        /* multicast pair: no CTA exits while the peer may still load into its shared memory or
+         * arrive on its barriers (the consumers meet here after their last release) */
+        if (mcast) cluster_sync();
         return;
     }
 
@@ -1135,6 +1174,16 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
             pack_i[h] = r - pack_g[h] * prm.pack_rows;
         }
     }
+
+    /* lane 0 frees a K or V stage: on this CTA's barrier, and (MCAST_OK) through its cluster address
+     * on the peer's (multicast) or again on this CTA's */
+    const uint32_t release_rank = MCAST_OK ? cluster_ctarank() ^ (uint32_t)mcast : 0u;
+    auto release_stage = [&](uint32_t empty_bar) {
+        if (lane == 0) {
+            mbarrier_arrive(empty_bar);
+            if constexpr (MCAST_OK) mbarrier_arrive_remote(mapa_shared_cluster(empty_bar, release_rank));
+        }
+    };
 
     int tiles_done = 0;
     uint32_t kv_base = 0;
@@ -1246,7 +1295,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-                if (lane == 0) mbarrier_arrive(k_empty(ks)); /* this warp is done reading K_0 */
+                release_stage(k_empty(ks)); /* this warp is done reading K_0 */
                 pair_add(s_rmem, 0);
                 if (n_tiles == 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, 0, key_pos) * BLOCK_N;
@@ -1319,7 +1368,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 wgmma_wait_group<1>(); /* S_j is ready; P_{j-1} V_{j-1} may still run */
 #pragma unroll
                 for (int i = 0; i < BLOCK_N / 2; ++i) wgmma_fence_operand(s_rmem[i]);
-                if (lane == 0) mbarrier_arrive(k_empty(ks));
+                release_stage(k_empty(ks));
                 pair_add(s_rmem, j);
                 if (j == n_tiles - 1) release_q();
                 const int n0 = fa_hopper_key_tile<MODS>(w, j, key_pos) * BLOCK_N;
@@ -1337,7 +1386,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 for (int kk = 0; kk < Cfg::P_STEPS; ++kk)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) wgmma_fence_operand(p_rmem[kk][x]);
-                if (lane == 0) mbarrier_arrive(v_empty(vs));
+                release_stage(v_empty(vs));
                 /* O was relative to the old max; P_j (next round's A) is relative to the new one */
 #pragma unroll
                 for (int i = 0; i < Cfg::DV / 2; ++i) o_rmem[i] *= alpha[(i >> 1) & 1];
@@ -1356,7 +1405,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
                 wgmma_wait_group<0>();
 #pragma unroll
                 for (int i = 0; i < Cfg::DV / 2; ++i) wgmma_fence_operand(o_rmem[i]);
-                if (lane == 0) mbarrier_arrive(v_empty(vs));
+                release_stage(v_empty(vs));
             }
         } else {
             release_q(); /* no key tile: Q was never read */
@@ -1483,6 +1532,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
     }
     /* the shared-memory source of the last TMA store must outlive its reads */
     if (!PACK && prm.tma_store && tid == 0) tma_store_wait_group_read<0>();
+    if (mcast) cluster_sync(); /* with the producer warpgroup: see its end */
 }
 
 /* ---- host ------------------------------------------------------------------------------------ */
@@ -1569,10 +1619,28 @@ static fa_status fa_hopper_run(const CUtensorMap &tmap_q, const CUtensorMap &tma
     constexpr bool MODS = MODS_KIND != FA_HOPPER_MODS_NONE;
     fa_mods_arg<MODS> mods_arg;
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
+    auto kernel = fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>;
+    /* K/V multicast: clusters of two CTAs on neighbouring tiles (grid counts CTAs, an even number);
+     * a persistent grid no larger than the pairs that can be resident at once, so that no CTA's
+     * share waits for another cluster to finish */
+    if (prm.kv_multicast) {
+        grid = grid >= 2 ? grid / 2 * 2 : 2;
+        static int max_pairs[64]; /* per device, once: the occupancy query costs a driver call */
+        if (grid < prm.total_tiles && device_ordinal >= 0 && device_ordinal < 64) {
+            if (__atomic_load_n(&max_pairs[device_ordinal], __ATOMIC_ACQUIRE) == 0) {
+                int clusters = 0;
+                FA_CUDA_CHECK(fa_cuda_max_clusters(kernel, Cfg::THREADS, Cfg::SMEM_BYTES, 2, &clusters),
+                              "cudaOccupancyMaxActiveClusters(Hopper forward)");
+                __atomic_store_n(&max_pairs[device_ordinal], clusters > 0 ? clusters : 1, __ATOMIC_RELEASE);
+            }
+            const int pairs = __atomic_load_n(&max_pairs[device_ordinal], __ATOMIC_ACQUIRE);
+            if (grid > 2 * (int64_t)pairs) grid = 2 * (int64_t)pairs;
+        }
+    }
     /* bucket 512: clusters of two CTAs along x, the pair of one query tile (grid counts tiles) */
-    FA_CUDA_CHECK(fa_cuda_launch_clusters<Cfg::CTAS>(fa_hopper_fwd_kernel<BUCKET, BF16, PACK, LOG2, DROPOUT, MODS_KIND, FP8>,
-                                                     dim3((unsigned)(grid * Cfg::CTAS)), Cfg::THREADS, Cfg::SMEM_BYTES,
-                                                     stream, tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg),
+    const int ctas = prm.kv_multicast ? 2 : Cfg::CTAS;
+    FA_CUDA_CHECK(fa_cuda_launch_clusters(kernel, dim3((unsigned)(grid * Cfg::CTAS)), Cfg::THREADS, Cfg::SMEM_BYTES,
+                                          stream, ctas, tmap_q, tmap_k, tmap_v, tmap_o, prm, mods_arg),
                   "Hopper forward kernel launch");
     FA_CUDA_CHECK_LAUNCH("Hopper forward kernel launch");
     return FA_OK;
@@ -1665,6 +1733,11 @@ static fa_status fa_hopper_launch(const fa_fwd_params *p, const fa_dropout_param
     if (Cfg::CTAS == 2 && prm.total_tiles > INT32_MAX / 2)
         return fa_set_error(FA_ERR_INVALID_SIZE, "%s: %lld query tiles (d or dv > 256) exceed a grid of CTA pairs", path,
                             (long long)prm.total_tiles);
+    /* K/V multicast pairs: the static walk only (FA_HOPPER_FWD_MULTICAST=0 turns them off: timing) */
+    const char *mc_env = getenv("FA_HOPPER_FWD_MULTICAST");
+    prm.kv_multicast = !dynamic && !(mc_env != nullptr && strcmp(mc_env, "0") == 0) &&
+                       fa_hopper_fwd_kv_multicast(BUCKET, varlen, pack, mods != nullptr, p->window_left,
+                                                  p->window_right, prm.num_m_blocks);
     int64_t grid = 0;
     fa_cuda_workspace counter;
     fa_status st_grid = fa_hopper_schedule(prm, persistent, dynamic, Cfg::CTAS, device_ordinal, stream, &grid, &counter);
@@ -1891,6 +1964,7 @@ static fa_status fa_hopper_fp8_launch(const fa_fwd_params *p, const float *q_des
     prm.log2_mul = p->scale_log2;
     prm.score_mul = p->softcap_pre != 0.0f ? p->softcap_post_log2 : p->scale_log2;
     prm.tma_store = tma_store;
+    prm.kv_multicast = 0;
     prm.dropout = fa_dropout_params{};
     prm.pack_rows = prm.pack_heads = prm.pack_tiles = 0;
     prm.num_m_blocks = (p->seqlen_q + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M;
