@@ -48,7 +48,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
-from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, pass_order, write_svg  # noqa: E402
+from report import best_cell, drop_fa4_if_missing, err_text, gpu_line, pass_order, time_fwd_bwd, write_svg  # noqa: E402
 
 import subprocess  # noqa: E402
 
@@ -117,28 +117,13 @@ def standard_shapes(d_list, s_list, gqa=True):
 
 
 def time_impl(name, q, k, v, do, causal, flops, modes, dropout_p):
-    """One implementation's fwd / bwd timings on one shape: a cell of TFLOP/s and ms, or the
-    backend's refusal as {"error": ...} (an unsupported shape for one backend is a result too)."""
+    """One implementation's fwd / bwd timings on one shape (report.time_fwd_bwd): a cell of
+    TFLOP/s and ms, or the backend's refusal as {"error": ...} (an unsupported shape for one
+    backend is a result too; a refused backward alone is the cell's "bwd_error")."""
     try:
-        f = make_fns(name, q, k, v, causal, dropout_p)
-        cell = {}
-        if "fwd" in modes:
-            with torch.no_grad():
-                f()
-                ms = bench_ms(f)
-            cell["fwd_ms"] = round(ms, 4)
-            cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
-        if "bwd" in modes:
-            o = f()
-            g = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-            g()
-            ms = bench_ms(g)
-            cell["bwd_ms"] = round(ms, 4)
-            cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
-            del o
-        return cell
-    except Exception as e:
-        return {"error": str(e).splitlines()[0][:160]}
+        return time_fwd_bwd(make_fns(name, q, k, v, causal, dropout_p), (q, k, v), do, flops, modes)
+    except Exception as e:  # noqa: BLE001
+        return {"error": err_text(e)}
 
 
 def measure_speed(shapes, impls, modes, ours_cli=None, dropout_p=0.0, rounds=2):
@@ -214,6 +199,14 @@ def measure_memory(seqlens, impls, tool=None):
     return out
 
 
+def table_cells(c):
+    """A cell's fwd and bwd columns: TFLOP/s, "err" for a refusal, "-" for a mode not timed."""
+    if "error" in c:
+        return ["err", "err"]
+    bwd = c.get("bwd_tflops", "err" if "bwd_error" in c else "-")
+    return [str(c.get("fwd_tflops", "-")), str(bwd)]
+
+
 def markdown(res, impls):
     env = res["env"]
     lines = [f"# GPU benchmark {env['date']}", "",
@@ -228,8 +221,7 @@ def markdown(res, impls):
         cells = []
         for n in impls:
             c = r.get(n, {})
-            cells += ["err", "err"] if "error" in c else [str(c.get("fwd_tflops", "-")),
-                                                        str(c.get("bwd_tflops", "-"))]
+            cells += table_cells(c)
         heads = f"{r['h']}/{r.get('hkv', r['h'])}" + (f" (b{r['b']})" if r.get("hkv", r["h"]) != r["h"] else "")
         lines.append(f"| {r['d']} | {int(r['causal'])} | {r['s']} | {heads} | " + " | ".join(cells) + " |")
     if res.get("dropout"):
@@ -242,8 +234,7 @@ def markdown(res, impls):
             cells = []
             for n in dimpls:
                 c = r.get(n, {})
-                cells += ["err", "err"] if "error" in c else [str(c.get("fwd_tflops", "-")),
-                                                            str(c.get("bwd_tflops", "-"))]
+                cells += table_cells(c)
             lines.append(f"| {int(r['causal'])} | {r['s']} | " + " | ".join(cells) + " |")
     if res["memory"]:
         lines += ["", "Peak extra memory, causal fwd+bwd, b=1, h=16, d=128 (MiB above q, k, v, dO):", "",

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from report import bench_ms, best_cell, drop_fa4_if_missing, gpu_line, pass_order  # noqa: E402
+from report import bench_ms, best_cell, drop_fa4_if_missing, err_text, gpu_line, pass_order, time_fwd_bwd  # noqa: E402
 
 BLOCK = 128
 HIDDEN = 2048
@@ -58,11 +58,6 @@ D = 128
 MASK_IMPLS = ("flashattn", "flashattn-native", "flex", "fa4")
 
 
-
-
-def err_text(e):
-    lines = [x for x in str(e).splitlines() if x.strip()]
-    return (type(e).__name__ + ": " + (lines[0] if lines else repr(e)))[:240]
 
 
 # ---- masks: one definition per case, used by every implementation ------------------------------
@@ -298,28 +293,6 @@ def make_fn(name, ctx, q, k, v, compile_flex=True):
     raise ValueError("unknown implementation " + name)
 
 
-def time_cell(f, q, k, v, do, flops, extra_grads=()):
-    """fwd (no grad) and bwd (autograd.grad of the output) medians; TFLOP/s over visible pairs."""
-    cell = {}
-    with torch.no_grad():
-        f()
-        ms = bench_ms(f)
-    cell["fwd_ms"] = round(ms, 4)
-    cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
-    inputs = (q, k, v) + tuple(extra_grads)
-    try:  # a backward failure keeps the forward's numbers
-        o = f()
-        g = lambda: torch.autograd.grad(o, inputs, do, retain_graph=True)
-        g()
-        ms = bench_ms(g)
-        cell["bwd_ms"] = round(ms, 4)
-        cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
-    except Exception as e:
-        cell["bwd_error"] = err_text(e)
-    o = None
-    return cell
-
-
 class Guard:
     def __init__(self, seconds):
         self.t0, self.seconds = time.time(), seconds
@@ -395,7 +368,7 @@ def measure_case(row, case, impls, guard, args, b, s, h):
                 continue
             dense_flops = 4.0 * b * h * s * s * D
             timed[name] = (f, dense_flops if name == "flashattn-dense" else flops)
-            cell = time_cell(f, q, k, v, do, timed[name][1])
+            cell = time_fwd_bwd(f, (q, k, v), do, timed[name][1])
             if ctx.note:
                 cell["note"] = ctx.note
             if name != "flashattn-dense":  # cross-check: the first implementation's output
@@ -415,7 +388,7 @@ def measure_case(row, case, impls, guard, args, b, s, h):
             if name not in timed or "error" in row[name] or guard.over():  # timed: row[name] is set
                 continue
             try:
-                row[name] = best_cell(row[name], time_cell(timed[name][0], q, k, v, do, timed[name][1]))
+                row[name] = best_cell(row[name], time_fwd_bwd(timed[name][0], (q, k, v), do, timed[name][1]))
             except Exception:  # the first pass's numbers stand
                 pass
     if case.name == "sparse":
@@ -464,7 +437,7 @@ def run_bias_case(row, s, impls, guard, args):
                     with sdpa_kernel(be):
                         return F.scaled_dot_product_attention(qt, kt, vt,
                                                               attn_mask=bias).transpose(1, 2)
-            cell = time_cell(f, q, k, v, do, flops, extra_grads=(bias,))
+            cell = time_fwd_bwd(f, (q, k, v, bias), do, flops)
             row[name] = cell
             if "bwd_ms" in cell:
                 def fb():

@@ -138,6 +138,39 @@ def bench_ms(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
+def err_text(e):
+    """An exception as one line for a results cell: its type and first non-empty line."""
+    lines = [x for x in str(e).splitlines() if x.strip()]
+    return (type(e).__name__ + ": " + (lines[0] if lines else repr(e)))[:240]
+
+
+def time_fwd_bwd(f, inputs, do, flops, modes=("fwd", "bwd")):
+    """One implementation's cell on one shape: the forward f() under no_grad and the backward
+    (torch.autograd.grad of f()'s output with respect to `inputs`, gradient `do`), each the
+    bench_ms median, with TFLOP/s from the forward's `flops` (the backward's: 2.5×). A forward
+    failure raises; a backward failure keeps the forward's numbers and is the cell's "bwd_error"."""
+    import torch
+    cell = {}
+    if "fwd" in modes:
+        with torch.no_grad():
+            f()
+            ms = bench_ms(f)
+        cell["fwd_ms"] = round(ms, 4)
+        cell["fwd_tflops"] = round(flops / ms / 1e9, 1)
+    if "bwd" in modes:
+        try:
+            o = f()
+            g = lambda: torch.autograd.grad(o, tuple(inputs), do, retain_graph=True)  # noqa: E731
+            g()
+            ms = bench_ms(g)
+            cell["bwd_ms"] = round(ms, 4)
+            cell["bwd_tflops"] = round(2.5 * flops / ms / 1e9, 1)
+        except Exception as e:  # noqa: BLE001 (a backend's refusal is a result)
+            cell["bwd_error"] = err_text(e)
+        o = None
+    return cell
+
+
 def pass_order(names, r):
     """The implementations' order in timing pass r: reversed on every other pass, so none always
     runs first, after the same predecessor, in the same power state (docs/design.md)."""
@@ -155,6 +188,8 @@ def best_cell(a, b):
     for m in ("fwd", "bwd"):
         if f"{m}_ms" in b and (f"{m}_ms" not in a or b[f"{m}_ms"] < a[f"{m}_ms"]):
             out[f"{m}_ms"], out[f"{m}_tflops"] = b[f"{m}_ms"], b[f"{m}_tflops"]
+    if "bwd_ms" in out:
+        out.pop("bwd_error", None)  # one pass's backward ran
     return out
 
 
