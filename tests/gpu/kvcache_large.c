@@ -215,12 +215,14 @@ static void draw_mla(fa_test_rng *rng, int index, int small, large_case *lc) {
     s->head_dim = 576;
     s->head_dim_v = 512;
     s->heads_kv = 1;
-    static const int64_t heads[] = {16, 128, 64, 32, 128, 16, 96, 40};
-    s->heads_q = small ? 16 : heads[index % 8];
+    /* 128 heads (MLA's count) on the caches the wgmma kernel reads by TMA (page 64 or 256,
+     * contiguous), the other counts on the rest */
+    static const int64_t heads[] = {128, 16, 128, 32, 64, 96, 128, 40};
+    s->heads_q = small ? (index % 2 ? 16 : 128) : heads[index % 8];
     s->seqlen_q = fa_test_rng_int(rng, 1, 4);
     s->append = index % 5 != 4;
     s->seqlen_new = 0; /* = seqlen_q */
-    s->capacity = s->seqlen_q + fa_test_rng_int(rng, 0, small ? 90 : (index % 4 == 0 ? 1000 : 300));
+    s->capacity = s->seqlen_q + fa_test_rng_int(rng, 0, small ? (index % 2 ? 90 : 200) : (index % 4 == 0 ? 1000 : 300));
     if (s->heads_q * s->capacity > 128 * 600 && s->batch > 2) s->batch = 2; /* the oracle's time */
     s->batch_idx = !s->page_size && s->append && fa_test_rng_uniform(rng) < 0.3;
     s->softcap = fa_test_rng_uniform(rng) < 0.15 ? 30.0f : 0.0f;
