@@ -159,12 +159,18 @@ FA_HOPPER_FN size_t fa_hopper_smem_bytes(int bucket) {
  * and 256 (the next Q waits for the epilogue) +1-8 % and +0.3-3 % from 1k to 16k.
  * docs/tuning-log.md has the measurements. Bucket 512's CTA pairs: one cluster per tile, always
  * (a CTA stops exchanging after its tile's last key tile). */
+FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int fp8) {
+    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
+}
+
+FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first) {
+    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && heavy_first;
+}
+
 /* K/V multicast (the forward's 16-bit kernels at buckets 128, 192 and 256): clusters of two CTAs
  * on neighbouring query tiles of one (batch, head), rank 0 loading each K tile and rank 1 each V
  * tile into both CTAs' shared memory (TMA multicast), so every K/V byte leaves L2 once per pair
- * (+2-4 % at d256, 0-1.4 % at d128, non-causal 4k-16k under the power cap, nothing at d64:
- * docs/tuning-log.md).
- * The two tiles must walk the same key tiles in the same order: fixed-length batches without
+ * (a gain at d >= 128 under the power cap, none at d64: docs/tuning-log.md). The two tiles must walk the same key tiles in the same order: fixed-length batches without
  * causal masks or windows, unpacked, no score modifications, and an even number of query tiles per
  * head, so that the schedule's neighbouring tiles (fa_hopper_tile_index: tiles 2i and 2i + 1 of a
  * round) never straddle two heads. */
@@ -172,14 +178,6 @@ FA_HOPPER_FN int fa_hopper_fwd_kv_multicast(int bucket, int varlen, int packed, 
                                             int window_right, int num_m_blocks) {
     return bucket >= 128 && fa_hopper_fwd_cluster_ctas(bucket) == 1 && !varlen && !packed && !mods &&
            window_left < 0 && window_right < 0 && num_m_blocks % 2 == 0;
-}
-
-FA_HOPPER_FN int fa_hopper_persistent(int bucket, int heavy_first, int fp8) {
-    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && !heavy_first && (fp8 || fa_hopper_o_own_buffer(bucket));
-}
-
-FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first) {
-    return fa_hopper_fwd_cluster_ctas(bucket) == 1 && heavy_first;
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of
