@@ -88,14 +88,20 @@ int gpu_determinism_main(int argc, char **argv) {
         {"d64 sq=777 sk=1500", 2, 777, 1500, 4, 4, 64, 64, 0, -1, 0.0f, 0},
         {"d256/dv128 window softcap", 1, 600, 700, 4, 1, 256, 128, 0, 100, 15.0f, 0},
         {"d96 varlen causal", 2, 500, 450, 4, 2, 96, 96, 1, -1, 0.0f, 1},
+        /* non-causal, even query tiles per head: the Hopper forward's K/V multicast pairs */
+        {"d128 s=2048 GQA 8/4", 2, 2048, 2048, 8, 4, 128, 128, 0, -1, 0.0f, 0},
     };
     const det_case small_cases[] = {
         {"d64 causal s=130", 1, 130, 77, 2, 1, 64, 64, 1, -1, 0.0f, 0},
         {"d128 window softcap", 1, 70, 150, 2, 2, 128, 128, 0, 30, 10.0f, 0},
         {"d256 varlen", 1, 65, 90, 2, 1, 256, 256, 1, -1, 0.0f, 1},
+        /* a K/V multicast pair (two query tiles per head), walking every tile under
+         * FA_HOPPER_FWD_GRID_MAX=1 (tests/gpu_test.sh) */
+        {"d128 sq=256 sk=150", 1, 256, 150, 2, 2, 128, 128, 0, -1, 0.0f, 0},
     };
     const det_case *cases = small ? small_cases : big_cases;
-    const int n = small ? 3 : 4;
+    const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0])
+                        : (int)(sizeof big_cases / sizeof big_cases[0]);
     int fails = 0;
     for (int i = 0; i < n; ++i) fails += run_case(&cases[i]);
     printf("fa_gpu_determinism: %d passed, %d failed\n", n - fails, fails);
