@@ -97,7 +97,8 @@ FA_TEST(tiles_hopper_forward) {
                  "tiles at every one-CTA bucket; CTA pairs: one cluster per tile", b);
         /* K/V multicast pairs: one-CTA buckets from 128, unmasked fixed-length unpacked tiles without
          * score modifications, an even number of query tiles per head */
-        FA_CHECK(fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, -1, 32) == (one_cta && b >= 128) &&
+        FA_CHECK(fa_hopper_fwd_kv_multicast_bucket(b) == (one_cta && b >= 128) &&
+                     fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, -1, 32) == (one_cta && b >= 128) &&
                      !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, -1, 31) && !fa_hopper_fwd_kv_multicast(b, 1, 0, 0, -1, -1, 32) &&
                      !fa_hopper_fwd_kv_multicast(b, 0, 1, 0, -1, -1, 32) && !fa_hopper_fwd_kv_multicast(b, 0, 0, 1, -1, -1, 32) &&
                      !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, -1, 0, 32) && !fa_hopper_fwd_kv_multicast(b, 0, 0, 0, 100, -1, 32),

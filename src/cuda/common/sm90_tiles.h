@@ -170,14 +170,19 @@ FA_HOPPER_FN int fa_hopper_dynamic(int bucket, int heavy_first) {
 /* K/V multicast (the forward's 16-bit kernels at buckets 128, 192 and 256): clusters of two CTAs
  * on neighbouring query tiles of one (batch, head), rank 0 loading each K tile and rank 1 each V
  * tile into both CTAs' shared memory (TMA multicast), so every K/V byte leaves L2 once per pair
- * (a gain at d >= 128 under the power cap, none at d64: docs/tuning-log.md). The two tiles must walk the same key tiles in the same order: fixed-length batches without
- * causal masks or windows, unpacked, no score modifications, and an even number of query tiles per
- * head, so that the schedule's neighbouring tiles (fa_hopper_tile_index: tiles 2i and 2i + 1 of a
- * round) never straddle two heads. */
+ * (a gain at d >= 128 under the power cap, none at d64: docs/tuning-log.md); the kernels of
+ * those buckets compile the pairs in (fa_hopper_fwd_kv_multicast_bucket). The two tiles must walk
+ * the same key tiles in the same order: fixed-length batches without causal masks or windows,
+ * unpacked, no score modifications, and an even number of query tiles per head, so that the
+ * schedule's neighbouring tiles (fa_hopper_tile_index: tiles 2i and 2i + 1 of a round) never
+ * straddle two heads. */
+FA_HOPPER_FN int fa_hopper_fwd_kv_multicast_bucket(int bucket) {
+    return bucket >= 128 && fa_hopper_fwd_cluster_ctas(bucket) == 1;
+}
 FA_HOPPER_FN int fa_hopper_fwd_kv_multicast(int bucket, int varlen, int packed, int mods, int window_left,
                                             int window_right, int num_m_blocks) {
-    return bucket >= 128 && fa_hopper_fwd_cluster_ctas(bucket) == 1 && !varlen && !packed && !mods &&
-           window_left < 0 && window_right < 0 && num_m_blocks % 2 == 0;
+    return fa_hopper_fwd_kv_multicast_bucket(bucket) && !varlen && !packed && !mods && window_left < 0 &&
+           window_right < 0 && num_m_blocks % 2 == 0;
 }
 
 /* The bucket whose MODS instantiations (score modifications, common/mods.cuh) run a problem of

@@ -963,7 +963,7 @@ __global__ void __launch_bounds__(fa_hopper_config<BUCKET, FP8>::THREADS, 1)
      * and every consumer warp frees a stage in both CTAs. The kernels that may multicast count two
      * arrivals per consumer warp on each empty barrier either way (without multicast both on its own
      * CTA's), so the release is one code path, without a branch in the consumers' loop. */
-    constexpr bool MCAST_OK = fa_hopper_fwd_kv_multicast(BUCKET, 0, 0, 0, -1, -1, 2) && !FP8 && !PACK && !MODS;
+    constexpr bool MCAST_OK = fa_hopper_fwd_kv_multicast_bucket(BUCKET) && !FP8 && !PACK && !MODS;
     const bool mcast = MCAST_OK && prm.kv_multicast != 0;
 
     /* ---- barriers: initialised by one thread, made visible to every thread and to the TMA unit
