@@ -125,7 +125,8 @@ typedef enum fa_dtype {
     FA_DTYPE_BF16 = 2, /* bfloat16                              */
     FA_DTYPE_FP8_E4M3 = 3 /* OCP fp8 e4m3 (max 448, no infinities) q, k, v with the fp32
                              descale factors q_descale / k_descale / v_descale; o (and dout,
-                             dq, dk, dv: the gradients of the dequantised q, k, v) bfloat16.
+                             dq, dk, dv: the gradients of the dequantised q, k, v) bfloat16;
+                             dout may be e4m3 as well (dout_e4m3, dout_descale).
                              CPU: fa_forward and fa_backward. CUDA: fa_forward on sm_90
                              (H100 / H200), head dims multiples of 8 up to 256, q / k / v
                              strides multiples of 16 bytes, P·V in e4m3 as FlashAttention-3's;
@@ -135,7 +136,10 @@ typedef enum fa_dtype {
                              or up to 64 with at most 4,096 query rows per kv head).
                              fa_backward (sm_80+): the bf16 backward on bf16 copies of the
                              dequantised q, k, v (descale · x rounded to bf16) in the
-                             workspace, with its head dims and features               */
+                             workspace, with its head dims and features; on sm_90 with
+                             an e4m3 dout and d or dv in 65..128 (no softcap, ALiBi,
+                             negative scale, dropout or score modifications), Sᵀ and
+                             dPᵀ from the e4m3 codes on the fp8 tensor cores          */
 } fa_dtype;
 
 typedef enum fa_device {
@@ -380,6 +384,13 @@ typedef struct fa_params {
      * and > 0. On CUDA: device memory, read by the kernel (not checked). Ignored for the other
      * dtypes. */
     const float *q_descale, *k_descale, *v_descale;
+    /* fa_backward: dout_e4m3 = 1 takes dout in e4m3 too (as cuDNN's fp8 backward takes dO), the
+     * values dout_descale[b, h / group] · dout (dout_descale [batch, heads_kv] fp32 as q_descale,
+     * NULL meaning 1), each rounded to bf16 before use: the gradients are those of a bf16 dout
+     * holding those values. 0: dout is bf16 (o's dtype). Only with dtype = FA_DTYPE_FP8_E4M3;
+     * fa_forward ignores both. */
+    int dout_e4m3;
+    const float *dout_descale;
 } fa_params;
 
 /* ---- calls ---------------------------------------------------------------------------------- */

@@ -2898,15 +2898,16 @@ uint8_t fa_test_e4m3_nearest(double x) {
     return (uint8_t)(sign | best);
 }
 
-/* Quantise tensor t (q, k or v) of tp in place and write its codes. */
+/* Quantise tensor t (q, k, v or dout) of tp in place and write its codes. */
 static void fp8_quantise_tensor(fa_test_problem *tp, int t, uint8_t *codes, const float *descale, int64_t heads,
                                 int64_t dim, int64_t group) {
     const fa_params *p = &tp->params;
     const fa_test_view *view = &tp->view[t];
     void *host = tp->buffer[view->buffer].host;
     const int varlen = p->cu_seqlens_q != NULL;
-    const int32_t *cu = t == FA_T_Q ? p->cu_seqlens_q : p->cu_seqlens_k;
-    const int64_t seqlen = t == FA_T_Q ? p->seqlen_q : p->seqlen_k;
+    const int rows_q = t == FA_T_Q || t == FA_T_DO;
+    const int32_t *cu = rows_q ? p->cu_seqlens_q : p->cu_seqlens_k;
+    const int64_t seqlen = rows_q ? p->seqlen_q : p->seqlen_k;
     for (int64_t b = 0; b < p->batch; ++b) {
         const int64_t first = varlen ? cu[b] : 0, count = varlen ? cu[b + 1] - cu[b] : seqlen;
         for (int64_t i = 0; i < count; ++i)
@@ -2960,8 +2961,27 @@ int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test
     return 0;
 }
 
+int fa_test_fp8_quantise_dout(fa_test_problem *tp, uint64_t seed, fa_test_fp8 *f) {
+    const fa_params *p = &tp->params;
+    const fa_test_buffer *buf = &tp->buffer[tp->view[FA_T_DO].buffer];
+    f->count[3] = buf->bytes / buf->elem_size;
+    f->code[3] = calloc(f->count[3], 1);
+    f->saved[3] = malloc(f->count[3]);
+    f->descale[3] = malloc(sizeof(float) * (size_t)(p->batch * p->heads_kv));
+    if (!f->code[3] || !f->saved[3] || !f->descale[3]) return -1;
+    fa_test_rng rng;
+    fa_test_rng_seed(&rng, seed);
+    for (int64_t i = 0; i < p->batch * p->heads_kv; ++i)
+        f->descale[3][i] = ldexpf(1.0f, (int)fa_test_rng_int(&rng, -3, 3));
+    fp8_quantise_tensor(tp, FA_T_DO, f->code[3], f->descale[3], p->heads_q, p->head_dim_v, p->heads_q / p->heads_kv);
+    memcpy(f->saved[3], f->code[3], f->count[3]);
+    fa_test_buffer *b = &tp->buffer[tp->view[FA_T_DO].buffer];
+    if (b->saved) memcpy(b->saved, b->host, b->bytes);
+    return 0;
+}
+
 void fa_test_fp8_free(fa_test_fp8 *f) {
-    for (int a = 0; a < 3; ++a) {
+    for (int a = 0; a < 4; ++a) {
         free(f->code[a]);
         free(f->saved[a]);
         free(f->descale[a]);
@@ -2981,11 +3001,16 @@ fa_params fa_test_fp8_params(const fa_test_problem *tp, const fa_test_fp8 *f, in
         p.k_descale = f->descale[1];
         p.v_descale = f->descale[2];
     }
+    if (f->code[3]) { /* dout in e4m3 too, with its factors whatever with_descales says (powers of two) */
+        p.dout = f->code[3] + tp->view[FA_T_DO].offset;
+        p.dout_e4m3 = 1;
+        p.dout_descale = f->descale[3];
+    }
     return p;
 }
 
 int fa_test_fp8_unchanged(const fa_test_fp8 *f) {
-    for (int a = 0; a < 3; ++a)
+    for (int a = 0; a < 4; ++a)
         if (f->code[a] && memcmp(f->code[a], f->saved[a], f->count[a])) return 0;
     return 1;
 }

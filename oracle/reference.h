@@ -295,16 +295,20 @@ void fa_test_check_widen(fa_test_check *c, double extra);
  * the float64 reference and the bf16 baseline of the problem are those of the fp8 call; the codes
  * go into byte arrays of the buffers' shapes. The inputs' saved copies are refreshed. */
 typedef struct fa_test_fp8 {
-    uint8_t *code[3], *saved[3]; /* q, k, v: one byte per element of their buffers; a copy    */
-    size_t count[3];
-    float *descale[3];           /* q, k, v: [batch, heads_kv]                               */
+    uint8_t *code[4], *saved[4]; /* q, k, v, dout: one byte per element of their buffers; a copy
+                                    (dout: only after fa_test_fp8_quantise_dout)             */
+    size_t count[4];
+    float *descale[4];           /* q, k, v, dout: [batch, heads_kv]                         */
 } fa_test_fp8;
 double fa_test_e4m3_value(uint8_t code);     /* the oracle's own e4m3 decoding (NaN for S.1111.111) */
 uint8_t fa_test_e4m3_nearest(double x);      /* nearest code, ties to even, saturating at ±448  */
 int fa_test_fp8_quantise(fa_test_problem *tp, int scaled, uint64_t seed, fa_test_fp8 *f); /* 0, or -1 (memory) */
+/* dout too, the same way (its own powers of two from `seed`): fa_test_fp8_params then passes it
+ * in e4m3 (dout_e4m3 = 1, dout_descale). 0, or -1 (memory; fa_test_fp8_free still frees). */
+int fa_test_fp8_quantise_dout(fa_test_problem *tp, uint64_t seed, fa_test_fp8 *f);
 void fa_test_fp8_free(fa_test_fp8 *f);
 /* tp's parameters with dtype FA_DTYPE_FP8_E4M3, q / k / v the codes (at the views' offsets) and,
- * with_descales, the descale arrays. */
+ * with_descales, the descale arrays; dout's codes and factors once quantised. */
 fa_params fa_test_fp8_params(const fa_test_problem *tp, const fa_test_fp8 *f, int with_descales);
 /* 1 if the codes still equal their state after quantisation. */
 int fa_test_fp8_unchanged(const fa_test_fp8 *f);

@@ -188,14 +188,18 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     const int fp8 = spec->dtype == FA_DTYPE_FP8_E4M3;
     fa_test_spec created = *spec;
     if (fp8) created.dtype = FA_DTYPE_BF16;
-    void *fp8_device[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* codes q, k, v; descales q, k, v */
+    /* codes q, k, v; descales q, k, v; dout's code and descale (an e4m3 dout) */
+    void *fp8_device[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     fa_test_fp8 codes;
     memset(&codes, 0, sizeof codes);
     if (fa_test_problem_create(&tp, &created)) {
         snprintf(r->error, sizeof r->error, "could not create the problem (bad spec or out of memory)");
         return -1;
     }
-    if (fp8 && fa_test_fp8_quantise(&tp, 1, spec->seed ^ 0xf8u, &codes)) {
+    /* backward cases of odd seeds take dout in e4m3 too (dout_e4m3) */
+    if (fp8 && (fa_test_fp8_quantise(&tp, 1, spec->seed ^ 0xf8u, &codes) ||
+                (created.backward && (spec->seed & 1) && fa_test_fp8_quantise_dout(&tp, spec->seed ^ 0xd0u, &codes)))) {
+        fa_test_fp8_free(&codes);
         snprintf(r->error, sizeof r->error, "fp8 inputs: out of memory");
         fa_test_problem_destroy(&tp);
         return -1;
@@ -211,13 +215,13 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_params p = on_device ? fa_test_problem_device_params(&tp) : fp8 ? fa_test_fp8_params(&tp, &codes, 1) : tp.params;
     if (on_device && fp8) { /* the codes and descale factors on the device, at the host layout's offsets */
         const fa_params host = fa_test_fp8_params(&tp, &codes, 1);
-        const size_t bytes[6] = {codes.count[0], codes.count[1], codes.count[2],
-                                 sizeof(float) * (size_t)(host.batch * host.heads_kv),
-                                 sizeof(float) * (size_t)(host.batch * host.heads_kv),
-                                 sizeof(float) * (size_t)(host.batch * host.heads_kv)};
-        const void *src[6] = {codes.code[0], codes.code[1], codes.code[2],
-                              codes.descale[0], codes.descale[1], codes.descale[2]};
-        for (int i = 0; i < 6; i++) {
+        const size_t descale_bytes = sizeof(float) * (size_t)(host.batch * host.heads_kv);
+        const size_t bytes[8] = {codes.count[0], codes.count[1], codes.count[2], descale_bytes, descale_bytes,
+                                 descale_bytes, codes.count[3], codes.code[3] ? descale_bytes : 0};
+        const void *src[8] = {codes.code[0], codes.code[1], codes.code[2],
+                              codes.descale[0], codes.descale[1], codes.descale[2], codes.code[3], codes.descale[3]};
+        for (int i = 0; i < 8; i++) {
+            if (i >= 6 && !codes.code[3]) break;
             int err = rt->malloc_(&fp8_device[i], bytes[i] > 0 ? bytes[i] : 1);
             if (err == 0 && bytes[i] > 0) err = rt->memcpy_(fp8_device[i], src[i], bytes[i], CUDA_MEMCPY_HOST_TO_DEVICE);
             if (err != 0) {
@@ -232,6 +236,11 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
         p.q_descale = fp8_device[3];
         p.k_descale = fp8_device[4];
         p.v_descale = fp8_device[5];
+        if (codes.code[3]) {
+            p.dout = (const uint8_t *)fp8_device[6] + ((const uint8_t *)host.dout - codes.code[3]);
+            p.dout_e4m3 = 1;
+            p.dout_descale = fp8_device[7];
+        }
     }
     p.num_threads = num_threads;
     p.device = device;
@@ -319,7 +328,7 @@ int fa_case_run(const fa_test_spec *spec, fa_device device, int num_threads,
     fa_ref_references_free(&g, &ref64, &base);
 done:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
-    for (int i = 0; rt && i < 6; i++)
+    for (int i = 0; rt && i < 8; i++)
         if (fp8_device[i]) rt->free_(fp8_device[i]);
     fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);
@@ -328,7 +337,7 @@ fail_ref:
     fa_ref_references_free(&g, &ref64, &base);
 fail:
     if (rt) buffers_release(rt, tp.buffer, FA_T_COUNT);
-    for (int i = 0; rt && i < 6; i++)
+    for (int i = 0; rt && i < 8; i++)
         if (fp8_device[i]) rt->free_(fp8_device[i]);
     fa_test_fp8_free(&codes);
     fa_test_problem_destroy(&tp);

@@ -10,7 +10,8 @@
  * floor) for o, lse, dq, dk and dv, as for every other dtype. A second check uses descales that are not powers of two, the
  * same for every (batch, kv head): the fp8 call must equal the e4m3 values attended with the
  * scale multiplied by q_descale · k_descale and the output by v_descale. Then the rejections:
- * fp8 where it is not supported, and bad descale factors, with nothing written.
+ * fp8 where it is not supported, and bad descale factors, with nothing written. Half the backward
+ * cases take dout in e4m3 too (dout_e4m3), quantised the same way.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -59,12 +60,15 @@ static void compare(const char *label, fp8_problem *f, const fa_ref_outputs *ref
 }
 
 /* Forward, then backward from the library's o and lse: dq, dk, dv (bf16) are the gradients of
- * the dequantised q, k, v, held to the bf16 problem's rule. */
-static void expect_fp8_case(fa_test_spec spec, const char *label) {
+ * the dequantised q, k, v, held to the bf16 problem's rule; e4m3_dout: dout passed in e4m3 as
+ * well (dout_e4m3, its own power-of-two factors), the bf16 problem holding its values. */
+static void expect_fp8_case(fa_test_spec spec, const char *label, int e4m3_dout) {
     spec.dtype = FA_DTYPE_BF16;
     spec.backward = 1;
     fp8_problem f;
-    if (fp8_create(&f, &spec, 1) == 0) {
+    if (fp8_create(&f, &spec, 1) == 0 &&
+        (!e4m3_dout || FA_CHECK(fa_test_fp8_quantise_dout(&f.tp, spec.seed ^ 0xd0f8u, &f.f) == 0,
+                                "%s: dout quantisation out of memory", label))) {
         fa_ref_gathered g;
         fa_ref_outputs ref, base;
         if (FA_CHECK(fa_ref_references(&f.tp.params, FA_DTYPE_BF16, 1, &g, &ref, &base) == 0, "%s: oracle out of memory",
@@ -79,8 +83,8 @@ static void expect_fp8_case(fa_test_spec spec, const char *label) {
                     static const char *names[3] = {"dq", "dk", "dv"};
                     for (int t = 0; t < 3; ++t) {
                         const fa_test_check c = fa_test_compare(&f.tp, grads[t], &ref, &base);
-                        FA_CHECK(c.ok, "%s: %s err %.3e > tol %.3e (baseline err %.3e)", label, names[t], c.err, c.tol,
-                                 c.base_err);
+                        FA_CHECK(c.ok, "%s%s: %s err %.3e > tol %.3e (baseline err %.3e)", label,
+                                 e4m3_dout ? " (e4m3 dout)" : "", names[t], c.err, c.tol, c.base_err);
                     }
                 }
             }
@@ -123,7 +127,7 @@ FA_TEST(fp8_forward_backward_features) {
                 s.dropout_offset = 3;
                 label = "fp8 dropout";
             }
-            expect_fp8_case(s, label);
+            expect_fp8_case(s, label, (int)((i + (size_t)feature) % 2)); /* half the cases with an e4m3 dout */
         }
 }
 
@@ -190,6 +194,41 @@ FA_TEST(fp8_rejections) {
         fa_params bad_dtype = p;
         bad_dtype.dtype = (fa_dtype)4;
         FA_CHECK(fa_forward(&bad_dtype) == FA_ERR_DTYPE, "dtype 4: %s", fa_last_error());
+    }
+    fp8_destroy(&f);
+}
+
+/* An e4m3 dout: its flag's values, the dtype it needs and bad factors are rejected by
+ * fa_backward with nothing written; fa_forward ignores both fields. */
+FA_TEST(fp8_dout_rejections) {
+    fa_test_spec s = fa_test_base_spec(FA_DTYPE_BF16, 1, 9, 11, 2, 1, 32);
+    s.backward = 1;
+    fp8_problem f;
+    if (fp8_create(&f, &s, 1) == 0 &&
+        FA_CHECK(fa_test_fp8_quantise_dout(&f.tp, 7, &f.f) == 0, "dout quantisation out of memory")) {
+        fa_params p = fp8_params(&f, 1);
+        FA_CHECK(fa_forward(&p) == FA_OK, "fa_forward with dout_e4m3 set: %s", fa_last_error());
+        fa_test_poison_backward_outputs(&f.tp);
+        fa_params flag = p;
+        flag.dout_e4m3 = 2;
+        FA_CHECK(fa_backward(&flag) == FA_ERR_INVALID_ARGUMENT && strstr(fa_last_error(), "dout_e4m3") != NULL,
+                 "dout_e4m3 = 2: %s", fa_last_error());
+        fa_params bf16 = f.tp.params; /* a bf16 problem with dout_e4m3 = 1 */
+        bf16.dout_e4m3 = 1;
+        FA_CHECK(fa_backward(&bf16) == FA_ERR_DTYPE && strstr(fa_last_error(), "dout_e4m3") != NULL,
+                 "dout_e4m3 with bf16 inputs: %s", fa_last_error());
+        const float bad[] = {NAN, 0.0f, -2.0f, INFINITY};
+        for (int i = 0; i < 4; ++i) {
+            const float saved = f.f.descale[3][0];
+            f.f.descale[3][0] = bad[i];
+            FA_CHECK(fa_backward(&p) == FA_ERR_INVALID_ARGUMENT && strstr(fa_last_error(), "dout_descale") != NULL,
+                     "dout_descale = %g: %s", (double)bad[i], fa_last_error());
+            f.f.descale[3][0] = saved;
+        }
+        FA_CHECK(fa_test_buffer_all_poison(&f.tp, FA_T_DQ) && fa_test_buffer_all_poison(&f.tp, FA_T_DK) &&
+                     fa_test_buffer_all_poison(&f.tp, FA_T_DV),
+                 "a rejected backward with an e4m3 dout wrote a gradient");
+        FA_CHECK(fa_backward(&p) == FA_OK, "fa_backward with an e4m3 dout: %s", fa_last_error());
     }
     fp8_destroy(&f);
 }

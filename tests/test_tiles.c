@@ -460,6 +460,17 @@ FA_TEST(tiles_hopper_backward) {
     FA_CHECK(fa_hopper_bwd_smem_bytes(64, 0) == 199720 + 40 && fa_hopper_bwd_smem_bytes(128, 0) == 198696 + 40,
              "buckets 64 and 128: smem as the kernel lays it out, position slots included (%zu, %zu)",
              fa_hopper_bwd_smem_bytes(64, 0), fa_hopper_bwd_smem_bytes(128, 0));
+    /* fp8 (e4m3 dout): bucket 128's layout up to the position slots, then e4m3 Q and dO stages from
+     * the next 1024-byte boundary: the opt-in limit exactly */
+    FA_CHECK(fa_hopper_bwd_fp8_smem_bytes() == 198656 + 2 * 2 * 64 * 128 + 1024 &&
+                 fa_hopper_bwd_fp8_smem_bytes() <= SMEM_SM90,
+             "fp8 backward: %zu bytes of smem", fa_hopper_bwd_fp8_smem_bytes());
+    FA_CHECK(fa_hopper_bwd_fp8_ok(128, 128, 0, 0, 0, 0) && fa_hopper_bwd_fp8_ok(96, 72, 0, 0, 0, 0) &&
+                 fa_hopper_bwd_fp8_ok(64, 128, 0, 0, 0, 0) && !fa_hopper_bwd_fp8_ok(64, 64, 0, 0, 0, 0) &&
+                 !fa_hopper_bwd_fp8_ok(256, 256, 0, 0, 0, 0) && !fa_hopper_bwd_fp8_ok(128, 128, 1, 0, 0, 0) &&
+                 !fa_hopper_bwd_fp8_ok(128, 128, 0, 1, 0, 0) && !fa_hopper_bwd_fp8_ok(128, 128, 0, 0, 1, 0) &&
+                 !fa_hopper_bwd_fp8_ok(128, 128, 0, 0, 0, 1),
+             "fp8 backward kernel: bucket 128's plain path only");
     /* 80 rows: K, V 64 KiB; Q, dO 2 x 2 x 20 KiB; dS 2 x 20 KiB; dQ staging 40 KiB; LSE2 / D 1280 B */
     FA_CHECK(fa_hopper_bwd_smem_bytes(128, 1) == 65536 + 81920 + 40960 + 40960 + 1280 + 40 + 40 + 1024 &&
                  fa_hopper_bwd_smem_bytes(128, 1) <= SMEM_SM90 &&

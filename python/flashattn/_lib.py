@@ -229,6 +229,8 @@ class FaParams(ctypes.Structure):
             ("q_descale", _ptr),  # const float *
             ("k_descale", _ptr),
             ("v_descale", _ptr),
+            ("dout_e4m3", ctypes.c_int),
+            ("dout_descale", _ptr),  # const float *
         ]
     )
 

@@ -140,6 +140,12 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         return fa_set_error(FA_ERR_DTYPE, "dtype = FA_DTYPE_FP8_E4M3: fa_standard_forward does not take fp8 inputs");
     if (p->dtype == FA_DTYPE_FP8_E4M3 && p->attn_probs != NULL)
         return fa_set_error(FA_ERR_UNSUPPORTED, "attn_probs is set: not with dtype = FA_DTYPE_FP8_E4M3");
+    if (kind == CALL_BACKWARD && p->dout_e4m3 != 0 && p->dout_e4m3 != 1)
+        return fa_set_error(FA_ERR_INVALID_ARGUMENT, "dout_e4m3 = %d: 0 (dout in bf16) or 1 (dout in e4m3)",
+                            p->dout_e4m3);
+    if (kind == CALL_BACKWARD && p->dout_e4m3 && p->dtype != FA_DTYPE_FP8_E4M3)
+        return fa_set_error(FA_ERR_DTYPE, "dout_e4m3 = 1: only with dtype = FA_DTYPE_FP8_E4M3 (dtype = %d)",
+                            (int)p->dtype);
     if (p->kv_dtype != FA_KV_SAME || p->k_scale != NULL || p->v_scale != NULL) /* quantised caches */
         return fa_set_error(FA_ERR_UNSUPPORTED,
                             "kv_dtype = %d / k_scale / v_scale are set: quantised K/V are read by "
@@ -220,7 +226,8 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
                                 p->o_row_stride, p->o_head_stride);
     views[nviews++] = fa_array_view("lse", fwd_out, p->lse, lse_elems, 4);
     if (bwd) {
-        views[nviews++] = make_view("do", 0, pb, fa_out_dtype(p->dtype), p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
+        const fa_dtype do_dtype = p->dout_e4m3 ? FA_DTYPE_FP8_E4M3 : fa_out_dtype(p->dtype);
+        views[nviews++] = make_view("do", 0, pb, do_dtype, p->dout, rows_q, hq, dv, p->do_batch_stride, p->do_row_stride, p->do_head_stride);
         views[nviews++] = make_view("dq", 1, pb, fa_out_dtype(p->dtype), p->dq, rows_q, hq, d, p->dq_batch_stride, p->dq_row_stride, p->dq_head_stride);
         views[nviews++] = make_view("dk", 1, pb, fa_out_dtype(p->dtype), p->dk, rows_k, hkv, d, p->dk_batch_stride, p->dk_row_stride, p->dk_head_stride);
         views[nviews++] = make_view("dv", 1, pb, fa_out_dtype(p->dtype), p->dv, rows_k, hkv, dv, p->dv_batch_stride, p->dv_row_stride, p->dv_head_stride);
@@ -244,6 +251,7 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
         views[nviews++] = fa_array_view("q_descale", 0, p->q_descale, descales, 4);
         views[nviews++] = fa_array_view("k_descale", 0, p->k_descale, descales, 4);
         views[nviews++] = fa_array_view("v_descale", 0, p->v_descale, descales, 4);
+        if (bwd && p->dout_e4m3) views[nviews++] = fa_array_view("dout_descale", 0, p->dout_descale, descales, 4);
     }
     fa_status s = fa_check_views(views, nviews);
     if (s != FA_OK) return s;
@@ -253,9 +261,9 @@ static fa_status validate(const fa_params *in, call_kind kind, fa_problem *pb) {
     }
     if ((s = fa_check_score_mod_contents(pb)) != FA_OK) return s;
     if (fp8) {
-        const float *arrays[3] = {p->q_descale, p->k_descale, p->v_descale};
-        const char *names[3] = {"q_descale", "k_descale", "v_descale"};
-        for (int a = 0; a < 3; ++a)
+        const float *arrays[4] = {p->q_descale, p->k_descale, p->v_descale, bwd && p->dout_e4m3 ? p->dout_descale : NULL};
+        const char *names[4] = {"q_descale", "k_descale", "v_descale", "dout_descale"};
+        for (int a = 0; a < 4; ++a)
             for (int64_t i = 0; arrays[a] != NULL && i < descales; ++i)
                 if (!(isfinite(arrays[a][i]) && arrays[a][i] > 0.0f))
                     return fa_set_error(FA_ERR_INVALID_ARGUMENT,

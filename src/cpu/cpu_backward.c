@@ -57,6 +57,7 @@
 #include <string.h>
 
 #include "api/fa_philox.h"
+#include "cpu_convert.h"
 #include "cpu_engine.h"
 
 #define BLOCK_ROWS FA_CPU_BLOCK_ROWS     /* split pass 2: query rows per item                   */
@@ -665,22 +666,62 @@ static int backward_use_fused(const fa_problem *pb) {
     return dq_bytes <= 64.0 * 1024 * 1024;
 }
 
+/* dout_e4m3: bytes of dout's bf16 copy [total_q, heads_q, dv] (dout_descale · code, rounded). */
+static size_t dout_copy_bytes(const fa_params *p) {
+    return p->dout_e4m3 ? fa_cpu_align64(2 * (size_t)(p->total_q * p->heads_q * p->head_dim_v)) : 0;
+}
+
+/* dout_e4m3: writes the bf16 copy of dout (dout_descale[b, h / group] · code, rounded to bf16;
+ * rows past a varlen batch's last sequence stay unwritten, and nothing reads them) and points
+ * *out (a copy of pb) at it, as a bf16 dout. */
+static void dout_to_bf16(const fa_problem *pb, uint16_t *copy, fa_problem *out) {
+    const fa_params *p = &pb->p;
+    const uint8_t *src = (const uint8_t *)p->dout;
+    const int64_t hq = p->heads_q, dv = p->head_dim_v;
+    for (int64_t b = 0; b < p->batch; b++) {
+        const fa_seq seq = fa_sequence(pb, b);
+        for (int64_t i = 0; i < seq.len_q; i++)
+            for (int64_t h = 0; h < hq; h++) {
+                const int64_t kvh = h / pb->group;
+                const float ds = p->dout_descale ? p->dout_descale[b * p->heads_kv + kvh] : 1.0f;
+                const int64_t row = seq.q_start + i, at = (pb->varlen ? 0 : b * p->do_batch_stride) +
+                                                          row * p->do_row_stride + h * p->do_head_stride;
+                uint16_t *dst = copy + ((pb->varlen ? row : b * p->seqlen_q + i) * hq + h) * dv;
+                for (int64_t c = 0; c < dv; c++) dst[c] = fa_f32_to_bf16(fa_e4m3_to_f32(src[at + c]) * ds);
+            }
+    }
+    *out = *pb;
+    out->p.dout = copy;
+    out->p.do_head_stride = dv;
+    out->p.do_row_stride = hq * dv;
+    out->p.do_batch_stride = pb->varlen ? 0 : p->seqlen_q * hq * dv;
+    out->p.dout_e4m3 = 0;
+    out->p.dout_descale = NULL;
+}
+
 size_t fa_cpu_backward_workspace(const fa_problem *pb) {
     const fa_params *p = &pb->p;
     size_t per_thread = fa_cpu_align64(backward_scratch_layout(pb, backward_use_fused(pb), NULL, NULL));
     size_t shared = fa_cpu_align64(sizeof(float) * (size_t)(p->heads_q * p->total_q)) +
                     fa_cpu_align64(sizeof(double) * (size_t)(p->batch * p->heads_q)) +
-                    fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch + 1));
+                    fa_cpu_align64(sizeof(int64_t) * (size_t)(p->batch + 1)) + dout_copy_bytes(p);
     return 64 + shared + (size_t)fa_cpu_thread_count(pb) * per_thread;
 }
 
-fa_status fa_cpu_backward(const fa_problem *pb) {
-    const fa_params *p = &pb->p;
+fa_status fa_cpu_backward(const fa_problem *caller_pb) {
     fa_cpu_workspace ws;
-    if (!fa_cpu_workspace_acquire(pb, fa_cpu_backward_workspace(pb), &ws)) return FA_ERR_ALLOC;
+    if (!fa_cpu_workspace_acquire(caller_pb, fa_cpu_backward_workspace(caller_pb), &ws)) return FA_ERR_ALLOC;
 
     bwd_ctx c;
     fa_cpu_arena arena = {ws.base, 0};
+    /* an e4m3 dout: the rest runs on its bf16 copy */
+    fa_problem dout_bf16;
+    const fa_problem *pb = caller_pb;
+    if (caller_pb->p.dout_e4m3) {
+        dout_to_bf16(caller_pb, (uint16_t *)fa_cpu_take(&arena, dout_copy_bytes(&caller_pb->p)), &dout_bf16);
+        pb = &dout_bf16;
+    }
+    const fa_params *p = &pb->p;
     c.pb = pb;
     c.kern = fa_cpu_select_kernels();
     c.dsum = (float *)fa_cpu_take(&arena, sizeof(float) * (size_t)(p->heads_q * p->total_q));

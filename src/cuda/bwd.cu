@@ -18,7 +18,8 @@
  *        kernels' tiled accumulator: fa_bwd_convert_tiled_kernel; and, when the GQA
  *        group was split, dk = scale · Σ partials, dv = Σ partials)
  *     5. dsink kernel: dsink_h = -Σ partials, in a fixed order
- *   fp8 e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3, o / dout / dq / dk / dv in bf16): the gradients
+ *   fp8 e4m3 q, k, v (dtype = FA_DTYPE_FP8_E4M3, o / dout / dq / dk / dv in bf16, dout in e4m3 with
+ *   dout_e4m3): the gradients
  *   of the dequantised inputs, as on the CPU. A conversion kernel first writes descale · x of
  *   each input, rounded to bf16, into contiguous copies at the front of the workspace; the steps
  *   above then run on them as a bf16 backward (every feature of the bf16 backward).
@@ -385,6 +386,7 @@ typedef struct fa_bwd_plan {
     int need_sink;           /* sinks given and dsink requested                                 */
     int v2;                  /* 1: the v2 main kernel (its block_k), 0: the v1 kernel (sm_8x)      */
     int hopper;              /* 1: a Hopper main kernel (fa_bwd_launch_hopper) instead                */
+    int fp8_kernel;          /* 1: the fp8 one (fa_bwd_launch_hopper_fp8; 64 rows per iteration)      */
     int window_left, window_right; /* the kernels' window sides: one at least as wide as the longest
                                       sequence is unbounded, -1 (keeps their int32 math safe)  */
     int device_ordinal;
@@ -415,7 +417,8 @@ static int hopper_bwd_strides_ok(const fa_problem *pb) {
 }
 
 /* Limits of the CUDA backward and its plan (workspace layout, grid, splits). */
-static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
+static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan,
+                               int fp8_kernel = 0 /* the bf16 problem of an e4m3 one the fp8 kernel may take */) {
     const fa_params *p = &pb->p;
     static const char *const path = "the CUDA backward";
     const int check_batch = !pb->varlen; /* batch strides are ignored with varlen */
@@ -523,8 +526,12 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
         fa_hopper_bwd_kernel_bucket(fa_hopper_bwd_bucket((int)p->head_dim, (int)p->head_dim_v), pb->has_mods);
     const int log2_scores = p->alibi_slopes != NULL || !(pb->scale_log2 > 0.0f); /* ALiBi or a negative scale */
     const char *rows_forced = getenv("FA_HOPPER_BWD_ROWS");
+    plan->fp8_kernel = fp8_kernel && plan->hopper &&
+                       fa_hopper_bwd_fp8_ok((int)p->head_dim, (int)p->head_dim_v, p->softcap > 0.0f, log2_scores,
+                                            pb->has_dropout, pb->has_mods) &&
+                       fa_hopper_bwd_fp8_smem_bytes() <= dev.smem_optin;
     const int rows80 =
-        plan->hopper && (rows_forced == NULL || atoi(rows_forced) != 64) &&
+        plan->hopper && !plan->fp8_kernel && (rows_forced == NULL || atoi(rows_forced) != 64) &&
         fa_hopper_bwd_rows80(kernel_bucket, plan->window_left, plan->window_right,
                              p->batch > 0 ? p->total_q / p->batch : 0, p->softcap > 0.0f, log2_scores,
                              pb->has_dropout, pb->has_mods) &&
@@ -576,9 +583,10 @@ static fa_status plan_backward(const fa_problem *pb, fa_bwd_plan *plan) {
     return FA_OK;
 }
 
-/* fp8 inputs: the bf16 copies of q, k and v at the front of the workspace (256-byte aligned). */
+/* fp8 inputs: the bf16 copies of q, k, v and (dout_e4m3) dout at the front of the workspace
+ * (256-byte aligned). */
 struct fa_bwd_fp8_copies {
-    size_t off_q, off_k, off_v, bytes;
+    size_t off_q, off_k, off_v, off_do, bytes;
 };
 
 static fa_bwd_fp8_copies fp8_copies(const fa_params *p) {
@@ -590,12 +598,14 @@ static fa_bwd_fp8_copies fp8_copies(const fa_params *p) {
     off = fa_cuda_align256(off + (size_t)p->total_k * (size_t)p->heads_kv * (size_t)p->head_dim * 2);
     c.off_v = off;
     off = fa_cuda_align256(off + (size_t)p->total_k * (size_t)p->heads_kv * (size_t)p->head_dim_v * 2);
+    c.off_do = off;
+    if (p->dout_e4m3) off = fa_cuda_align256(off + (size_t)p->total_q * (size_t)p->heads_q * (size_t)p->head_dim_v * 2);
     c.bytes = off;
     return c;
 }
 
-/* The bf16 problem the backward of fp8 inputs runs: pb with q, k, v replaced by the contiguous
- * copies at `base` (planning only: any 256-byte aligned address). */
+/* The bf16 problem the backward of fp8 inputs runs: pb with q, k, v (and an e4m3 dout) replaced
+ * by the contiguous copies at `base` (planning only: any 256-byte aligned address). */
 static void fp8_as_bf16(const fa_problem *pb, const fa_bwd_fp8_copies *c, uint8_t *base, fa_problem *out) {
     *out = *pb;
     fa_params *p = &out->p;
@@ -612,7 +622,14 @@ static void fp8_as_bf16(const fa_problem *pb, const fa_bwd_fp8_copies *c, uint8_
     p->v_head_stride = p->head_dim_v;
     p->v_row_stride = p->heads_kv * p->head_dim_v;
     p->v_batch_stride = pb->varlen ? 0 : p->seqlen_k * p->v_row_stride;
-    p->q_descale = p->k_descale = p->v_descale = NULL;
+    if (p->dout_e4m3) {
+        p->dout = base + c->off_do;
+        p->do_head_stride = p->head_dim_v;
+        p->do_row_stride = p->heads_q * p->head_dim_v;
+        p->do_batch_stride = pb->varlen ? 0 : p->seqlen_q * p->do_row_stride;
+    }
+    p->q_descale = p->k_descale = p->v_descale = p->dout_descale = NULL;
+    p->dout_e4m3 = 0;
 }
 
 /* Limits of the fp8 backward beyond the bf16 backward's: the conversion kernel's grid. */
@@ -626,6 +643,30 @@ static fa_status check_fp8(const fa_problem *pb) {
     return FA_OK;
 }
 
+/* An e4m3 tensor the fp8 kernel's TMA maps read: base 16-byte aligned, strides multiples of 16
+ * bytes (sm90_tiles.h's rule; an axis of extent 1 is never stepped along). */
+static int fp8_tensor_tma_ok(const void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
+                             int64_t batch, int64_t rows, int64_t heads) {
+    return ((uintptr_t)base % 16) == 0 && fa_hopper_tma_stride_ok(row_stride, rows) &&
+           fa_hopper_tma_stride_ok(head_stride, heads) && fa_hopper_tma_stride_ok(batch_stride, batch);
+}
+
+/* The fp8 kernel may take it (the plan decides the rest: sm90_tiles.h's fa_hopper_bwd_fp8_ok):
+ * dout in e4m3 and every e4m3 tensor readable by TMA. FA_HOPPER_BWD_FP8=0 keeps the bf16 backward
+ * on the copies (A/B runs). */
+static int fp8_kernel_candidate(const fa_problem *pb) {
+    const fa_params *p = &pb->p;
+    const char *forced = getenv("FA_HOPPER_BWD_FP8");
+    if (!p->dout_e4m3 || (forced != NULL && strcmp(forced, "0") == 0)) return 0;
+    const int64_t batch = pb->varlen ? 1 : p->batch;
+    const int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q, rows_k = pb->varlen ? p->total_k : p->seqlen_k;
+    return fp8_tensor_tma_ok(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, batch, rows_q, p->heads_q) &&
+           fp8_tensor_tma_ok(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, batch, rows_k, p->heads_kv) &&
+           fp8_tensor_tma_ok(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, batch, rows_k, p->heads_kv) &&
+           fp8_tensor_tma_ok(p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, batch, rows_q,
+                             p->heads_q);
+}
+
 /* fp8 inputs: the limits, the copies' layout, the bf16 problem (at a placeholder base) and its plan. */
 static fa_status plan_backward_fp8(const fa_problem *pb, fa_bwd_fp8_copies *copies, fa_problem *bf16,
                                    fa_bwd_plan *plan) {
@@ -633,7 +674,7 @@ static fa_status plan_backward_fp8(const fa_problem *pb, fa_bwd_fp8_copies *copi
     if (s != FA_OK) return s;
     *copies = fp8_copies(&pb->p);
     fp8_as_bf16(pb, copies, reinterpret_cast<uint8_t *>(256), bf16);
-    return plan_backward(bf16, plan);
+    return plan_backward(bf16, plan, fp8_kernel_candidate(pb));
 }
 
 extern "C" fa_status fa_cuda_check_backward(const fa_problem *pb, size_t *workspace_bytes) {
@@ -718,6 +759,7 @@ typedef struct fa_bwd_buffers {
     float *dsum;
     float *sink_partial; /* NULL without sinks                                         */
     const fa_mods_params *mods; /* score mods (pb->has_mods), else NULL                  */
+    const fa_params *fp8;       /* plan->fp8_kernel: the caller's e4m3 problem, else NULL */
 } fa_bwd_buffers;
 
 /* 2. the pre-pass: D = rowsum(dO∘O), LSE·log2(e), the sinks' partial sums. */
@@ -805,7 +847,9 @@ static fa_status run_main(const fa_problem *pb, const fa_bwd_plan *plan, const f
         default: return fa_bwd_mods_launch_hdim576(&prm, mods, p->dtype, grid, stream);
         }
     }
-    if (plan->hopper) {
+    if (plan->fp8_kernel) {
+        if ((s = fa_bwd_launch_hopper_fp8(&prm, buf->fp8, plan->device_ordinal, stream)) != FA_OK) return s;
+    } else if (plan->hopper) {
         if ((s = fa_bwd_launch_hopper(&prm, dropout ? &drop : NULL, buf->mods, p->dtype, plan->device_ordinal,
                                       stream)) != FA_OK)
             return s;
@@ -902,9 +946,11 @@ static fa_status run_conversions(const fa_problem *pb, const fa_bwd_plan *plan, 
     return FA_OK;
 }
 
-static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream) {
+static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uint8_t *ws, cudaStream_t stream,
+                              const fa_params *fp8 = NULL /* plan->fp8_kernel: the caller's e4m3 problem */) {
     const fa_params *p = &pb->p;
     fa_bwd_buffers buf;
+    buf.fp8 = fp8;
     buf.dq_accum = reinterpret_cast<float *>(ws + plan->off_dq);
     buf.lse_log2 = plan->hopper ? nullptr : reinterpret_cast<float *>(ws + plan->off_lse);
     buf.dsum = reinterpret_cast<float *>(ws + plan->off_dsum);
@@ -996,11 +1042,15 @@ static fa_status run_backward_fp8(const fa_problem *pb, cudaStream_t stream) {
         s = launch_fp8_dequant(pb, p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, p->k_descale,
                                p->cu_seqlens_k, p->seqlen_k, p->heads_kv, p->head_dim, 1, ws.base + copies.off_k, stream,
                                "fp8 backward: k conversion kernel launch");
-    if (s == FA_OK)
+    if (s == FA_OK && !plan.fp8_kernel) /* the fp8 kernel reads V's codes alone */
         s = launch_fp8_dequant(pb, p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, p->v_descale,
                                p->cu_seqlens_k, p->seqlen_k, p->heads_kv, p->head_dim_v, 1, ws.base + copies.off_v, stream,
                                "fp8 backward: v conversion kernel launch");
-    if (s == FA_OK) s = run_backward(&bf16, &plan, ws.base + copies.bytes, stream);
+    if (s == FA_OK && p->dout_e4m3)
+        s = launch_fp8_dequant(pb, p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, p->dout_descale,
+                               p->cu_seqlens_q, p->seqlen_q, p->heads_q, p->head_dim_v, pb->group,
+                               ws.base + copies.off_do, stream, "fp8 backward: dout conversion kernel launch");
+    if (s == FA_OK) s = run_backward(&bf16, &plan, ws.base + copies.bytes, stream, &pb->p);
     return fa_cuda_workspace_release(&ws, stream, "fp8 backward", s);
 }
 

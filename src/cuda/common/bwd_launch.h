@@ -89,6 +89,13 @@ fa_status fa_bwd_mods_launch_hdim576(const fa_bwd_params *prm, const fa_mods_par
 fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dropout_params *dropout,
                                const fa_mods_params *mods, fa_dtype dtype,
                                int device_ordinal, cudaStream_t stream);
+/* The fp8 backward's kernel (bwd_sm90.cu's FP8 instantiation; sm90_tiles.h's fa_hopper_bwd_fp8_ok):
+ * prm as above for the bf16 problem of the dequantised copies (Q, K, dO: the dK, dQ and dV GEMMs;
+ * block_m 64), fp8 the caller's problem, whose e4m3 q, k, v and dout (strides multiples of 16
+ * bytes, bases 16-byte aligned) and descale factors feed Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the e4m3
+ * tensor cores; deterministic as above. */
+fa_status fa_bwd_launch_hopper_fp8(const fa_bwd_params *prm, const fa_params *fp8, int device_ordinal,
+                                   cudaStream_t stream);
 /* Its bucket-256 kernel (bwd_sm90_hdim256.cu), which fa_bwd_launch_hopper calls for d and dv in
  * 136..256, and in 264..512 as cluster pairs (each CTA half the head-dim columns); same contract. */
 fa_status fa_bwd_launch_hopper256(const fa_bwd_params *prm, const fa_dropout_params *dropout, fa_dtype dtype,

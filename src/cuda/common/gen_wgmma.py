@@ -31,8 +31,9 @@ SS_TRANSAB_SHAPES = (32, 64, 128)
 # the queries).
 SS_TRANSA_SHAPES = (48, 80)
 # e4m3 (k32; both operands K-major, no transpose exists for 8-bit types): the fp8 forward's
-# S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V).
-E4M3_SS_SHAPES = (128,)
+# S = Q Kᵀ (N = BLOCK_N) and O += P Vᵀᵀ (N = the head dim of V); the fp8 backward's Sᵀ = K Qᵀ and
+# dPᵀ = V dOᵀ (N = its 64 query rows).
+E4M3_SS_SHAPES = (64, 128)
 E4M3_RS_SHAPES = (64, 128, 256)
 
 

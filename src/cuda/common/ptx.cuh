@@ -1431,6 +1431,24 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_f32_transb(float (&d)[128], 
     }
 }
 
+/* D[64x64] (+)= A[64x32] · B[32x64], e4m3 inputs, A and B K-major in shared memory
+ * (descriptors), fp32 accumulators d[32]; scale_d = 0 ignores the old D. */
+__device__ __forceinline__ void wgmma_m64n64k32_ss_f32_e4m3(float (&d)[32], uint64_t desc_a,
+                                                            uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+        ", %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 /* D[64x128] (+)= A[64x32] · B[32x128], e4m3 inputs, A and B K-major in shared memory
  * (descriptors), fp32 accumulators d[64]; scale_d = 0 ignores the old D. */
 __device__ __forceinline__ void wgmma_m64n128k32_ss_f32_e4m3(float (&d)[64], uint64_t desc_a,
@@ -1583,7 +1601,8 @@ __device__ __forceinline__ void wgmma_ss_f32_transa(float (&d)[N / 2], uint64_t 
 
 template <int N>
 __device__ __forceinline__ void wgmma_ss_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    if constexpr (N == 128) wgmma_m64n128k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 64) wgmma_m64n64k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d);
+    else if constexpr (N == 128) wgmma_m64n128k32_ss_f32_e4m3(d, desc_a, desc_b, scale_d);
     else static_assert(N < 0, "wgmma_ss_f32_e4m3: no wrapper for this N (add it to src/cuda/common/gen_wgmma.py)");
 }
 

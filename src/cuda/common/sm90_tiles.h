@@ -714,6 +714,23 @@ FA_HOPPER_FN size_t fa_hopper_bwd_smem_bytes(int bucket, int rows80) {
            8 * (size_t)fa_hopper_bwd_barriers(bucket) + fa_hopper_bwd_pos_bytes(bucket) + 1024;
 }
 
+/* The fp8 backward (bwd_sm90.cu's FP8 instantiation: bucket 128, 64 query rows, e4m3 dout): the
+ * bucket-128 layout with e4m3 V and K in the V tile's two slabs (V's 16-bit copy is never read:
+ * dPᵀ = V dOᵀ runs on the codes), then, 1024-byte aligned after the position slots, e4m3 Q and dO
+ * stages [stages][64 rows][128 bytes]: 232,448 bytes, H100 / H200's opt-in limit exactly. */
+FA_HOPPER_FN size_t fa_hopper_bwd_fp8_smem_bytes(void) {
+    const size_t end = fa_hopper_bwd_smem_bytes(128, 0) - 1024, q8 = (end + 1023) & ~(size_t)1023;
+    return q8 + 2 * (size_t)fa_hopper_bwd_stages(128) * (size_t)fa_hopper_bwd_block_m(128, 0) * 128 + 1024;
+}
+
+/* The fp8 backward's kernel takes the problem: e4m3 q, k, v and dout (fa_params.dout_e4m3), the
+ * bucket-128 kernel's plain path at 64 rows (d or dv in 65..128, no softcap, ALiBi, negative scale,
+ * dropout or score modifications; deterministic mode included). The other fp8 problems run the
+ * bf16 backward on bf16 copies of the dequantised inputs. */
+FA_HOPPER_FN int fa_hopper_bwd_fp8_ok(int head_dim, int head_dim_v, int softcap, int log2, int dropout, int mods) {
+    return fa_hopper_bwd_bucket(head_dim, head_dim_v) == 128 && !softcap && !log2 && !dropout && !mods;
+}
+
 /* Score modifications (common/mods.cuh) on the Hopper backward (bwd_sm90.cu's MODS
  * instantiations at fa_hopper_mods_bucket: buckets 64 and 128 on bucket 128's kernel), without
  * softcap (the MODS exponent is formed in log2 units as the LOG2 kernels do) and not in

@@ -72,6 +72,12 @@
  *                         dS tile as a K-major B, N = 80; the piece is staged and added the same
  *                         way, and bwd.cu's conversion transposes it back.
  *
+ * FP8 (template flag; e4m3 q, k, v and dout, bucket 128 at 64 rows: sm90_tiles.h's
+ * fa_hopper_bwd_fp8_ok): Sᵀ and dPᵀ are e4m3 wgmma (k32) on the codes as stored, K's and V's in
+ * the V tile's two slabs (no 16-bit V), Q's and dO's in stages of their own loaded with the 16-bit
+ * ones on the same stage barrier; q_descale · k_descale scales the exponent, v_descale ·
+ * dout_descale dP inside dS; dV, dK and dQ read the dequantised 16-bit dO, Q and K as above.
+ *
  * One consumer iteration t (stage s = t % STAGES):
  *   wait stage_full[s] (varlen: rows of Q and dO past the sequence zeroed, see below);
  *   issue Sᵀ and dPᵀ (two wgmma groups); wait for Sᵀ: mask, P = 2^(Sᵀ·scale·log2e - LSE2);
@@ -149,7 +155,7 @@
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
-template <int BUCKET, bool ROWS80 = false>
+template <int BUCKET, bool ROWS80 = false, bool FP8 = false>
 struct fa_bwd_sm90_config {
     static constexpr int D = BUCKET;
     static constexpr int BLOCK_M = fa_hopper_bwd_block_m(BUCKET, ROWS80);
@@ -189,8 +195,14 @@ struct fa_bwd_sm90_config {
      * the producer before its arrival on stage_full, read by each consumer thread before its
      * arrival on stage_empty (fa_bwd_sm90_load); 16-byte aligned */
     static constexpr uint32_t POS_OFFSET = BAR_OFFSET + 8 * NUM_BARRIERS + 8 * (NUM_BARRIERS % 2);
-    static constexpr uint32_t SMEM_BYTES = POS_OFFSET + 16 * STAGES + 1024; /* + alignment slack */
-    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES;
+    /* FP8 (sm90_tiles.h's fa_hopper_bwd_fp8_smem_bytes): e4m3 V and K in the V tile's slabs 0 and 1
+     * (V's 16-bit slabs are not loaded), then e4m3 Q and dO stages [STAGES][BLOCK_M][128 B] */
+    static constexpr uint32_t Q8_SLAB_BYTES = BLOCK_M * 128;
+    static constexpr uint32_t Q8_OFFSET = (POS_OFFSET + 16 * STAGES + 1023) & ~1023u;
+    static constexpr uint32_t DO8_OFFSET = Q8_OFFSET + STAGES * Q8_SLAB_BYTES;
+    static constexpr uint32_t SMEM_BYTES = FP8 ? DO8_OFFSET + STAGES * Q8_SLAB_BYTES + 1024
+                                               : POS_OFFSET + 16 * STAGES + 1024; /* + alignment slack */
+    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES + (FP8 ? 2 * Q8_SLAB_BYTES : 0);
     static constexpr int FULL_ARRIVALS = 1 + 32;            /* producer lane 0's expect_tx, then each lane after its stores */
     static constexpr int EMPTY_ARRIVALS = 128 * CONSUMER_WGS; /* every consumer thread after its reads */
     /* Issue dV += Pᵀ dO before dPᵀ is awaited (it then overlaps the dS arithmetic) at bucket 128
@@ -214,7 +226,9 @@ struct fa_bwd_sm90_config {
                   "every slab on a 1024-byte swizzle atom (descriptor base offset 0)");
     static_assert(fa_hopper_regs_split_ok(THREADS, PRODUCER_REGS, CONSUMER_REGS),
                   "setmaxnreg: .dec / .inc from the launch cap, within the CTA's register pool");
-    static_assert(SMEM_BYTES == fa_hopper_bwd_smem_bytes(BUCKET, ROWS80), "sm90_tiles.h agrees with the layout");
+    static_assert(SMEM_BYTES == (FP8 ? fa_hopper_bwd_fp8_smem_bytes() : fa_hopper_bwd_smem_bytes(BUCKET, ROWS80)),
+                  "sm90_tiles.h agrees with the layout");
+    static_assert(!FP8 || (BUCKET == 128 && !ROWS80 && SLABS == 2), "fp8: bucket 128 at 64 rows (K and V codes: one slab each)");
     static_assert(POS_OFFSET % 16 == 0 && BAR_OFFSET % 16 == 0, "16-byte position slots");
     static_assert(2 * KV_BYTES <= DS_OFFSET - Q_OFFSET, "the epilogue's dK and dV tiles fit in the Q / dO stages");
     static_assert(SMEM_BYTES <= FA_HOPPER_SMEM_LIMIT, "H100/H200 opt-in shared memory per block");
@@ -466,8 +480,8 @@ __device__ __forceinline__ void fa_bwd_sm90_store_dbias(const fa_mods_params &mp
 
 /* ---- main kernel ------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS, bool ROWS80>
-__global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1)
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DET, bool DROPOUT, bool MODS, bool ROWS80, bool FP8>
+__global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80, FP8>::THREADS, 1)
     fa_bwd_sm90_main_kernel(const __grid_constant__ CUtensorMap tmap_q,  /* {d, sq, hq, b}, box {64, BLOCK_M, 1, 1}   */
                         const __grid_constant__ CUtensorMap tmap_do, /* {dv, sq, hq, b}, box {64, BLOCK_M, 1, 1}  */
                         const __grid_constant__ CUtensorMap tmap_k,  /* {d, sk, hkv, b}, box {64, BLOCK_N, 1, 1}  */
@@ -476,8 +490,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                         const __grid_constant__ CUtensorMap tmap_dv, /* {dv, sk, hkv, b}, box {64, 64, 1, 1}: dV out */
                         const fa_bwd_sm90_params prm,
                         const fa_dropout_params dropout /* read iff DROPOUT */,
-                        const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */) {
-    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
+                        const __grid_constant__ fa_mods_arg<MODS> mods /* MODS only: bias, doc ids, block map */,
+                        const __grid_constant__ fa_bwd_sm90_fp8_arg<FP8> fp8 /* FP8 only: e4m3 maps, descales */) {
+    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80, FP8>;
+    static_assert(!FP8 || (BF16 && !SOFTCAP && !LOG2 && !DROPOUT && !MODS), "fp8: the plain bf16 path (sm90_tiles.h)");
     static_assert(!MODS || (LOG2 && !SOFTCAP && !DET && !DROPOUT), "MODS: log2 exponents, nothing else");
     static_assert(!ROWS80 || fa_hopper_bwd_rows80(BUCKET, -1, -1, 0, SOFTCAP, LOG2, DROPOUT, MODS),
                   "80-row query blocks: the plain instantiations of bucket 128 (sm90_tiles.h)");
@@ -560,10 +576,10 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
         const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
         const int lane = threadIdx.x % 32;
         if (warp == 0) {
-            fa_bwd_sm90_load<Cfg, MODS, DET>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch, heads,
-                                        k_row, q_row0, tma_batch, walk, len_q, lane,
-                                        [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
-                                        [](int) {}, &iters, iterations);
+            fa_bwd_sm90_load<Cfg, MODS, DET, FP8>(&tmap_q, &tmap_do, &tmap_k, &tmap_v, prm, smem, seq, q_packed0, batch,
+                                             heads, k_row, q_row0, tma_batch, walk, len_q, lane,
+                                             [&](int s, int phase) { mbarrier_wait_parity(stage_empty(s), phase); },
+                                             [](int) {}, &iters, iterations, 0, &fp8);
         } else if (fa_bwd_sm90_is_dq_writer(DET, warp)) {
             fa_bwd_sm90_dq_writer<Cfg, DET, MODS>(prm, dq_smem, walk, batch, heads, len_q, len_k, shift, q_packed0,
                                                   lane, warp - 1, &iters, iterations);
@@ -603,6 +619,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
         dk_rmem[i] = 0.0f;
         dv_rmem[i] = 0.0f;
     }
+    /* FP8: Sᵀ and dPᵀ of the codes, times q_descale · k_descale (in the exponent's multiplier) and
+     * v_descale · dout_descale (in dS) of this (sequence, kv head) */
+    float score_log2 = prm.scale_log2, dp_scale = 1.0f;
+    if constexpr (FP8) {
+        const int64_t at = (int64_t)batch * prm.heads_kv + heads.kv;
+        score_log2 *= (fp8.q_descale ? fp8.q_descale[at] : 1.0f) * (fp8.k_descale ? fp8.k_descale[at] : 1.0f);
+        dp_scale = (fp8.v_descale ? fp8.v_descale[at] : 1.0f) * (fp8.do_descale ? fp8.do_descale[at] : 1.0f);
+    }
 
     mbarrier_wait_parity(kv_full, 0);
     if (varlen && n0 + BLOCK_N > len_k)
@@ -636,17 +660,29 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
             /* Q/dO rows past the sequence -> 0 (uniform over both consumers in this iteration) */
             fa_bwd_sm90_zero_rows(q_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
             fa_bwd_sm90_zero_rows(do_stage(s), Cfg::Q_SLAB_BYTES, Cfg::SLABS, BLOCK_M, len_q - m0, ct);
+            if constexpr (FP8) {
+                fa_bwd_sm90_zero_rows(smem + Cfg::Q8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES, Cfg::Q8_SLAB_BYTES, 1,
+                                      BLOCK_M, len_q - m0, ct);
+                fa_bwd_sm90_zero_rows(smem + Cfg::DO8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES, Cfg::Q8_SLAB_BYTES, 1,
+                                      BLOCK_M, len_q - m0, ct);
+            }
             fence_proxy_async_shared_cta();
             bar_sync(FA_HBWD_BAR_Q_TAIL, 256);
         }
-        fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s));   /* group: Sᵀ  */
+        if constexpr (FP8) /* group: Sᵀ of the codes (K's in the V tile's slab 1) */
+            fa_bwd_sm90_issue_abt<Cfg, BF16, true>(s_rmem, v_wg + Cfg::KV_SLAB_BYTES, smem + Cfg::Q8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES);
+        else
+            fa_bwd_sm90_issue_abt<Cfg, BF16>(s_rmem, k_wg, q_stage(s)); /* group: Sᵀ  */
         /* dropout: the keep bits while Sᵀ is computed, before dPᵀ's accumulator is taken too (with
          * both in flight, ptxas spilled 84 bytes with softcap at bucket 64) */
         uint32_t keep[DROPOUT ? Cfg::KEEP_WORDS : 1];
         if constexpr (DROPOUT)
             fa_bwd_sm90_dropout_bits<Cfg>(keep, dropout, batch, heads.first + head_i,
                                           prm.heads_q, key0 - lane / 4, m0);
-        fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
+        if constexpr (FP8) /* group: dPᵀ of the codes (V's in the V tile's slab 0) */
+            fa_bwd_sm90_issue_abt<Cfg, BF16, true>(dp_rmem, v_wg, smem + Cfg::DO8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES);
+        else
+            fa_bwd_sm90_issue_abt<Cfg, BF16>(dp_rmem, v_wg, do_stage(s)); /* group: dPᵀ */
         if (t > 0) fa_bwd_sm90_dq_piece_staged(consumer); /* the previous iteration's, now that Sᵀ and dPᵀ run */
 
         wgmma_wait_group<1>(); /* Sᵀ ready; dPᵀ may still run */
@@ -674,7 +710,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                 s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
                 fa_bwd_sm90_alibi_slope(prm, batch, heads.first + head_i));
         else if constexpr (!SOFTCAP)
-            fa_bwd_sm90_probs<BLOCK_M>(s_rmem, prm, lse2_pair);
+            fa_bwd_sm90_probs<BLOCK_M>(s_rmem, score_log2, lse2_pair);
         if constexpr (EARLY_DV) {
             if constexpr (DROPOUT)
                 fa_bwd_sm90_pack_kept<Cfg, BF16>(s_rmem, keep, p_rmem); /* keep∘P */
@@ -698,8 +734,14 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
                 const float2 dv2 = ld_shared_v2_f32(dvec_pair + 32 * j);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
-                    dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                    if constexpr (FP8) { /* dP = dPᵀ of the codes · v_descale · dout_descale */
+                        dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * fmaf(dp_rmem[4 * j + 2 * h], dp_scale, -dv2.x);
+                        dp_rmem[4 * j + 2 * h + 1] =
+                            s_rmem[4 * j + 2 * h + 1] * fmaf(dp_rmem[4 * j + 2 * h + 1], dp_scale, -dv2.y);
+                    } else {
+                        dp_rmem[4 * j + 2 * h] = s_rmem[4 * j + 2 * h] * (dp_rmem[4 * j + 2 * h] - dv2.x);
+                        dp_rmem[4 * j + 2 * h + 1] = s_rmem[4 * j + 2 * h + 1] * (dp_rmem[4 * j + 2 * h + 1] - dv2.y);
+                    }
                 }
             }
         }
@@ -795,13 +837,15 @@ __global__ void __launch_bounds__(fa_bwd_sm90_config<BUCKET, ROWS80>::THREADS, 1
 
 /* ---- host ------------------------------------------------------------------------------------ */
 
-template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false, bool ROWS80 = false>
+template <int BUCKET, bool BF16, bool SOFTCAP, bool LOG2, bool DROPOUT, bool MODS = false, bool ROWS80 = false,
+          bool FP8 = false>
 static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_params *dropout, int device_ordinal,
-                                    cudaStream_t stream, const fa_mods_params *mods = nullptr) {
-    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80>;
+                                    cudaStream_t stream, const fa_mods_params *mods = nullptr,
+                                    const fa_params *fp8_src = nullptr /* FP8: the e4m3 problem */) {
+    using Cfg = fa_bwd_sm90_config<BUCKET, ROWS80, FP8>;
     static const char *const path = "the Hopper backward";
     /* the plan chose the query rows per iteration (bwd.cu, fa_hopper_bwd_rows80) */
-    if constexpr (BUCKET == 128 && !ROWS80 && fa_hopper_bwd_rows80(BUCKET, -1, -1, 0, SOFTCAP, LOG2, DROPOUT, MODS)) {
+    if constexpr (BUCKET == 128 && !ROWS80 && !FP8 && fa_hopper_bwd_rows80(BUCKET, -1, -1, 0, SOFTCAP, LOG2, DROPOUT, MODS)) {
         if (p->block_m == 80)
             return fa_bwd_sm90_launch<BUCKET, BF16, SOFTCAP, LOG2, DROPOUT, MODS, true>(p, dropout, device_ordinal,
                                                                                        stream, mods);
@@ -819,10 +863,32 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
             FA_OK ||
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
+    fa_bwd_sm90_fp8_arg<FP8> fp8_arg;
+    if constexpr (FP8) { /* the e4m3 maps (V's in tmap_v's place: the 16-bit copy is not read) and descales */
+        const fa_params *e = fp8_src;
+        const bool varlen = p->cu_seqlens_q != nullptr;
+        const int64_t rows_q = varlen ? p->total_q : p->seqlen_q, rows_k = varlen ? p->total_k : p->seqlen_k;
+        const int64_t map_batch = varlen ? 1 : p->batch;
+        const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+        if ((st = fa_hopper_make_map(&fp8_arg.q8, path, "q", u8, e->q, p->head_dim, rows_q, p->heads_q, map_batch,
+                                     e->q_row_stride, e->q_head_stride, e->q_batch_stride, Cfg::BLOCK_M)) != FA_OK ||
+            (st = fa_hopper_make_map(&fp8_arg.do8, path, "dout", u8, e->dout, p->head_dim_v, rows_q, p->heads_q,
+                                     map_batch, e->do_row_stride, e->do_head_stride, e->do_batch_stride,
+                                     Cfg::BLOCK_M)) != FA_OK ||
+            (st = fa_hopper_make_map(&fp8_arg.k8, path, "k", u8, e->k, p->head_dim, rows_k, p->heads_kv, map_batch,
+                                     e->k_row_stride, e->k_head_stride, e->k_batch_stride, Cfg::BLOCK_N)) != FA_OK ||
+            (st = fa_hopper_make_map(&tmap_v, path, "v", u8, e->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
+                                     e->v_row_stride, e->v_head_stride, e->v_batch_stride, Cfg::BLOCK_N)) != FA_OK)
+            return st;
+        fp8_arg.q_descale = e->q_descale;
+        fp8_arg.k_descale = e->k_descale;
+        fp8_arg.v_descale = e->v_descale;
+        fp8_arg.do_descale = e->dout_descale;
+    }
     const bool det = p->dq_semaphore != nullptr; /* never with MODS (fa_hopper_bwd_mods_ok) */
     auto kernel =
-        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS, ROWS80>
-            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT, MODS, ROWS80>;
+        det ? fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, !MODS, DROPOUT, MODS, ROWS80, FP8>
+            : fa_bwd_sm90_main_kernel<BUCKET, BF16, SOFTCAP, LOG2, false, DROPOUT, MODS, ROWS80, FP8>;
     static unsigned long long configured[2] = {0, 0};
     if ((st = fa_bwd_sm90_opt_in_smem(kernel, Cfg::SMEM_BYTES, device_ordinal, &configured[det])) != FA_OK) return st;
     fa_bwd_sm90_params prm = fa_bwd_sm90_make_params(p);
@@ -842,7 +908,7 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     if constexpr (MODS) static_cast<fa_mods_params &>(mods_arg) = *mods;
     kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv, prm,
                                                             dropout != nullptr ? *dropout : fa_dropout_params{},
-                                                            mods_arg);
+                                                            mods_arg, fp8_arg);
     FA_CUDA_CHECK_LAUNCH("Hopper backward kernel launch");
     return FA_OK;
 }
@@ -880,4 +946,13 @@ extern "C" fa_status fa_bwd_launch_hopper(const fa_bwd_params *prm, const fa_dro
         return fa_set_error(FA_ERR_HEAD_DIM, "head_dim = %d, head_dim_v = %d: no Hopper backward kernel",
                             prm->head_dim, prm->head_dim_v);
     }
+}
+
+extern "C" fa_status fa_bwd_launch_hopper_fp8(const fa_bwd_params *prm, const fa_params *fp8, int device_ordinal,
+                                              cudaStream_t stream) {
+    if (!fa_hopper_bwd_fp8_ok(prm->head_dim, prm->head_dim_v, prm->softcap_pre > 0.0f, fa_bwd_sm90_log2_scores(prm), 0, 0))
+        return fa_set_error(FA_ERR_UNSUPPORTED, "head_dim = %d, head_dim_v = %d: no fp8 Hopper backward kernel for this "
+                            "problem", prm->head_dim, prm->head_dim_v);
+    return fa_bwd_sm90_launch<128, true, false, false, false, false, false, true>(prm, nullptr, device_ordinal, stream,
+                                                                                 nullptr, fp8);
 }

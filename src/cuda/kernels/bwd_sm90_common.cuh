@@ -550,19 +550,26 @@ __device__ __forceinline__ void fa_bwd_sm90_init_stage_barriers(uint32_t bars) {
 
 /* A = 64 rows of a K-major [rows, D] tile (K or V, slab stride KV_SLAB_BYTES) starting at a_wg, B = a
  * K-major [BLOCK_M, D] stage (Q or dO): acc = A Bᵀ, D/16 k16 steps over the head dim (step kk:
- * slab kk/4, +32·(kk%4) bytes). One commit group; nothing waits here. */
-template <class Cfg, bool BF16>
+ * slab kk/4, +32·(kk%4) bytes). E4M3 (the fp8 kernel): both of e4m3 codes, one 128-byte-row slab
+ * each, four k32 steps of the same +32 bytes. One commit group; nothing waits here. */
+template <class Cfg, bool BF16, bool E4M3 = false>
 __device__ __forceinline__ void fa_bwd_sm90_issue_abt(float (&acc)[Cfg::BLOCK_M / 2], uint32_t a_wg, uint32_t b_stage) {
     const uint64_t a_desc = wgmma_desc_sw128(a_wg, 16, 1024);
     const uint64_t b_desc = wgmma_desc_sw128(b_stage, 16, 1024);
 #pragma unroll
     for (int i = 0; i < Cfg::BLOCK_M / 2; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
+    if constexpr (E4M3) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::D / 16; ++kk) {
-        const uint64_t a_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        const uint64_t b_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
-        wgmma_ss_f32<Cfg::BLOCK_M, BF16>(acc, a_desc + a_step, b_desc + b_step, kk > 0 ? 1 : 0);
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_ss_f32_e4m3<Cfg::BLOCK_M>(acc, a_desc + ((kk * 32) >> 4), b_desc + ((kk * 32) >> 4), kk > 0 ? 1 : 0);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::D / 16; ++kk) {
+            const uint64_t a_step = ((kk / 4) * Cfg::KV_SLAB_BYTES + (kk % 4) * 32) >> 4;
+            const uint64_t b_step = ((kk / 4) * Cfg::Q_SLAB_BYTES + (kk % 4) * 32) >> 4;
+            wgmma_ss_f32<Cfg::BLOCK_M, BF16>(acc, a_desc + a_step, b_desc + b_step, kk > 0 ? 1 : 0);
+        }
     }
     wgmma_commit_group();
 #pragma unroll
@@ -592,7 +599,17 @@ __device__ __forceinline__ void fa_bwd_sm90_pack(const float (&acc)[Cfg::BLOCK_M
  * buffer and its own barrier do_full (the one after the stage_full barriers, 1 arrival + the dO
  * bytes); after Q of iteration t the producer waits wait_do_empty(phase) (the consumers have
  * released dO of iteration t - 1) and loads dO of iteration t. */
-template <class Cfg, bool MODS = false, bool DET = false, class WaitEmpty, class WaitDoEmpty>
+/* The fp8 backward's kernel argument (bwd_sm90.cu's FP8 instantiation): the e4m3 Q, K and dO maps
+ * ({d, rows, heads, batch}, varlen {d, total, heads, 1}; box {128 codes, BLOCK_M or BLOCK_N rows};
+ * V's is the kernel's tmap_v) and the descale factors [batch, heads_kv] (NULL: 1); empty for the
+ * other instantiations. */
+template <bool FP8> struct fa_bwd_sm90_fp8_arg {};
+template <> struct fa_bwd_sm90_fp8_arg<true> {
+    CUtensorMap q8, k8, do8;
+    const float *q_descale, *k_descale, *v_descale, *do_descale;
+};
+
+template <class Cfg, bool MODS = false, bool DET = false, bool FP8 = false, class WaitEmpty, class WaitDoEmpty>
 __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, const CUtensorMap *tmap_do,
                                                  const CUtensorMap *tmap_k, const CUtensorMap *tmap_v,
                                                  const fa_bwd_sm90_params &prm, uint32_t smem, const fa_seq_rows &seq,
@@ -602,7 +619,8 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                                                  WaitEmpty wait_empty, WaitDoEmpty wait_do_empty,
                                                  const fa_bwd_sm90_iters *iters = nullptr /* MODS: the walk */,
                                                  int iterations = 0 /* MODS: its length */,
-                                                 int col_base = 0 /* first head-dim column of this CTA's tiles */) {
+                                                 int col_base = 0 /* first head-dim column of this CTA's tiles */,
+                                                 const fa_bwd_sm90_fp8_arg<FP8> *fp8 = nullptr /* FP8: the e4m3 maps */) {
     constexpr bool SPLIT_DO = Cfg::DO_STAGES != Cfg::STAGES;
     static_assert(!SPLIT_DO || Cfg::DO_STAGES == 1, "dO: the Q ring's stages, or one buffer of its own");
     const bool varlen = prm.cu_seqlens_q != nullptr;
@@ -619,7 +637,10 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
         for (int slab = 0; slab < Cfg::SLABS; ++slab) {
             tma_load_4d(k_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_k, kv_full, col_base + 64 * slab, k_row,
                         heads.kv, tma_batch);
-            if (slab < Cfg::V_SLABS)
+            if constexpr (FP8) /* the V tile's two slabs: V's codes, then K's (128 per row each) */
+                tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, slab == 0 ? tmap_v : &fp8->k8, kv_full, 0,
+                            k_row, heads.kv, tma_batch);
+            else if (slab < Cfg::V_SLABS)
                 tma_load_4d(v_smem + (uint32_t)slab * Cfg::KV_SLAB_BYTES, tmap_v, kv_full, col_base + 64 * slab,
                             k_row, heads.kv, tma_batch);
         }
@@ -645,6 +666,12 @@ __device__ __forceinline__ void fa_bwd_sm90_load(const CUtensorMap *tmap_q, cons
                 if (!SPLIT_DO && slab < Cfg::V_SLABS)
                     tma_load_4d(do_stage(s) + (uint32_t)slab * Cfg::Q_SLAB_BYTES, tmap_do, stage_full(s),
                                 col_base + 64 * slab, q_row0 + m0, head, tma_batch);
+            }
+            if constexpr (FP8) { /* the codes of Q and dO, for Sᵀ and dPᵀ */
+                tma_load_4d(smem + Cfg::Q8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES, &fp8->q8, stage_full(s), 0,
+                            q_row0 + m0, head, tma_batch);
+                tma_load_4d(smem + Cfg::DO8_OFFSET + (uint32_t)s * Cfg::Q8_SLAB_BYTES, &fp8->do8, stage_full(s), 0,
+                            q_row0 + m0, head, tma_batch);
             }
         }
 #pragma unroll 1
@@ -720,19 +747,18 @@ __device__ __forceinline__ void fa_bwd_sm90_mask(float (&x)[BLOCK_M / 2], const 
 }
 
 /* Without softcap, positive scale, no ALiBi (the mask has written -inf into the raw scores):
- * Sᵀ -> P = 2^(s·scale·log2e - LSE2[query]) in place, one FFMA + one MUFU.EX2 per element;
- * LSE2 = +inf (rows past the sequence) gives 0. LSE2 of queries 8j + col_in, +1 at
- * lse2_pair + 32j. */
+ * Sᵀ -> P = 2^(s·scale_log2 - LSE2[query]) in place, one FFMA + one MUFU.EX2 per element
+ * (scale_log2: prm.scale_log2, times the descale factors for e4m3 scores); LSE2 = +inf (rows past
+ * the sequence) gives 0. LSE2 of queries 8j + col_in, +1 at lse2_pair + 32j. */
 template <int BLOCK_M>
-__device__ __forceinline__ void fa_bwd_sm90_probs(float (&s_rmem)[BLOCK_M / 2], const fa_bwd_sm90_params &prm,
-                                                  uint32_t lse2_pair) {
+__device__ __forceinline__ void fa_bwd_sm90_probs(float (&s_rmem)[BLOCK_M / 2], float scale_log2, uint32_t lse2_pair) {
 #pragma unroll
     for (int j = 0; j < BLOCK_M / 8; ++j) {
         const float2 lse2 = ld_shared_v2_f32(lse2_pair + 32 * j);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], prm.scale_log2, -lse2.x));
-            s_rmem[4 * j + 2 * h + 1] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], prm.scale_log2, -lse2.y));
+            s_rmem[4 * j + 2 * h] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h], scale_log2, -lse2.x));
+            s_rmem[4 * j + 2 * h + 1] = ex2_approx_ftz_f32(fmaf(s_rmem[4 * j + 2 * h + 1], scale_log2, -lse2.y));
         }
     }
 }

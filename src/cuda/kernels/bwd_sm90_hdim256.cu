@@ -548,7 +548,7 @@ __global__ void __launch_bounds__(fa_bwd_sm90_d256_config<>::THREADS, 1)
                     fa_bwd_sm90_probs_log2<Cfg::HALF_M>(s_rmem, prm, needs_mask, mask_base - m0, key0, len_k, lse2_pair,
                                                         fa_bwd_sm90_alibi_slope(prm, batch, head));
                 else
-                    fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm, lse2_pair);
+                    fa_bwd_sm90_probs<Cfg::HALF_M>(s_rmem, prm.scale_log2, lse2_pair);
                 fa_bwd_sm90_pack<Half, BF16>(s_rmem, frag_rmem);
             }
             if constexpr (DROPOUT) fa_bwd_sm90_d256_clear_dropped(frag_rmem, keep); /* keep∘P for dV */
