@@ -643,14 +643,6 @@ static fa_status check_fp8(const fa_problem *pb) {
     return FA_OK;
 }
 
-/* An e4m3 tensor the fp8 kernel's TMA maps read: base 16-byte aligned, strides multiples of 16
- * bytes (sm90_tiles.h's rule; an axis of extent 1 is never stepped along). */
-static int fp8_tensor_tma_ok(const void *base, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
-                             int64_t batch, int64_t rows, int64_t heads) {
-    return ((uintptr_t)base % 16) == 0 && fa_hopper_tma_stride_ok(row_stride, rows) &&
-           fa_hopper_tma_stride_ok(head_stride, heads) && fa_hopper_tma_stride_ok(batch_stride, batch);
-}
-
 /* The fp8 kernel may take it (the plan decides the rest: sm90_tiles.h's fa_hopper_bwd_fp8_ok):
  * dout in e4m3 and every e4m3 tensor readable by TMA. FA_HOPPER_BWD_FP8=0 keeps the bf16 backward
  * on the copies (A/B runs). */
@@ -660,11 +652,15 @@ static int fp8_kernel_candidate(const fa_problem *pb) {
     if (!p->dout_e4m3 || (forced != NULL && strcmp(forced, "0") == 0)) return 0;
     const int64_t batch = pb->varlen ? 1 : p->batch;
     const int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q, rows_k = pb->varlen ? p->total_k : p->seqlen_k;
-    return fp8_tensor_tma_ok(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, batch, rows_q, p->heads_q) &&
-           fp8_tensor_tma_ok(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, batch, rows_k, p->heads_kv) &&
-           fp8_tensor_tma_ok(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, batch, rows_k, p->heads_kv) &&
-           fp8_tensor_tma_ok(p->dout, p->do_batch_stride, p->do_row_stride, p->do_head_stride, batch, rows_q,
-                             p->heads_q);
+    /* every e4m3 tensor TMA-readable (strides in bytes: multiples of 16) */
+    return fa_hopper_tma_map8_ok((uintptr_t)p->q, p->q_row_stride, p->q_head_stride, p->q_batch_stride, rows_q,
+                                 p->heads_q, batch) &&
+           fa_hopper_tma_map8_ok((uintptr_t)p->k, p->k_row_stride, p->k_head_stride, p->k_batch_stride, rows_k,
+                                 p->heads_kv, batch) &&
+           fa_hopper_tma_map8_ok((uintptr_t)p->v, p->v_row_stride, p->v_head_stride, p->v_batch_stride, rows_k,
+                                 p->heads_kv, batch) &&
+           fa_hopper_tma_map8_ok((uintptr_t)p->dout, p->do_row_stride, p->do_head_stride, p->do_batch_stride, rows_q,
+                                 p->heads_q, batch);
 }
 
 /* fp8 inputs: the limits, the copies' layout, the bf16 problem (at a placeholder base) and its plan. */

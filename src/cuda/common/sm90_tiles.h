@@ -378,6 +378,14 @@ FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
     return extent == 1 || (stride > 0 && stride < (1ll << 39) && fa_hopper_tma_stride_bytes_ok(2 * stride, extent));
 }
 
+/* An 8-bit (e4m3) tensor [batch, rows, heads, dim], strides in elements = bytes, the TMA can map:
+ * a 16-byte aligned base and fa_hopper_tma_stride_bytes_ok strides. */
+FA_HOPPER_FN int fa_hopper_tma_map8_ok(unsigned long long base, long long row_stride, long long head_stride,
+                                       long long batch_stride, long long rows, long long heads, long long batch) {
+    return base % 16 == 0 && fa_hopper_tma_stride_bytes_ok(row_stride, rows) &&
+           fa_hopper_tma_stride_bytes_ok(head_stride, heads) && fa_hopper_tma_stride_bytes_ok(batch_stride, batch);
+}
+
 /* A 16-bit tensor [batch, rows, heads, dim] the TMA can map: a 16-byte aligned base and
  * fa_hopper_tma_stride_ok strides (tma.cu's fa_hopper_make_map accepts it). */
 FA_HOPPER_FN int fa_hopper_tma_map_ok(unsigned long long base, long long row_stride, long long head_stride,
