@@ -472,9 +472,9 @@ FA_TEST(tiles_hopper_backward) {
                  !fa_hopper_bwd_fp8_ok(128, 128, 0, 0, 0, 1),
              "fp8 backward kernel: bucket 128's plain path only");
     /* its e4m3 maps: strides in bytes, multiples of 16 (d = 72 rows: 72 bytes, not mappable) */
-    FA_CHECK(fa_hopper_tma_map8_ok(256, 128, 16 * 128, 0, 100, 16, 1) &&
-                 !fa_hopper_tma_map8_ok(256, 72, 72 * 4, 0, 100, 4, 1) &&
-                 fa_hopper_tma_map8_ok(256, 72, 0, 0, 1, 1, 1) && !fa_hopper_tma_map8_ok(264, 128, 0, 0, 100, 1, 1) &&
+    FA_CHECK(fa_hopper_tma_tensor_ok(256, 1, 128, 16 * 128, 0, 100, 16, 1) &&
+                 !fa_hopper_tma_tensor_ok(256, 1, 72, 72 * 4, 0, 100, 4, 1) &&
+                 fa_hopper_tma_tensor_ok(256, 1, 72, 0, 0, 1, 1, 1) && !fa_hopper_tma_tensor_ok(264, 1, 128, 0, 0, 100, 1, 1) &&
                  fa_hopper_tma_map_ok(256, 72, 72 * 4, 0, 100, 4, 1),
              "8-bit TMA maps: byte strides multiples of 16 (a 16-bit tensor's 72-element rows are 144 bytes)");
     /* 80 rows: K, V 64 KiB; Q, dO 2 x 2 x 20 KiB; dS 2 x 20 KiB; dQ staging 40 KiB; LSE2 / D 1280 B */

@@ -653,14 +653,14 @@ static int fp8_kernel_candidate(const fa_problem *pb) {
     const int64_t batch = pb->varlen ? 1 : p->batch;
     const int64_t rows_q = pb->varlen ? p->total_q : p->seqlen_q, rows_k = pb->varlen ? p->total_k : p->seqlen_k;
     /* every e4m3 tensor TMA-readable (strides in bytes: multiples of 16) */
-    return fa_hopper_tma_map8_ok((uintptr_t)p->q, p->q_row_stride, p->q_head_stride, p->q_batch_stride, rows_q,
-                                 p->heads_q, batch) &&
-           fa_hopper_tma_map8_ok((uintptr_t)p->k, p->k_row_stride, p->k_head_stride, p->k_batch_stride, rows_k,
-                                 p->heads_kv, batch) &&
-           fa_hopper_tma_map8_ok((uintptr_t)p->v, p->v_row_stride, p->v_head_stride, p->v_batch_stride, rows_k,
-                                 p->heads_kv, batch) &&
-           fa_hopper_tma_map8_ok((uintptr_t)p->dout, p->do_row_stride, p->do_head_stride, p->do_batch_stride, rows_q,
-                                 p->heads_q, batch);
+    return fa_hopper_tma_tensor_ok((uintptr_t)p->q, 1, p->q_row_stride, p->q_head_stride, p->q_batch_stride,
+                                   rows_q, p->heads_q, batch) &&
+           fa_hopper_tma_tensor_ok((uintptr_t)p->k, 1, p->k_row_stride, p->k_head_stride, p->k_batch_stride,
+                                   rows_k, p->heads_kv, batch) &&
+           fa_hopper_tma_tensor_ok((uintptr_t)p->v, 1, p->v_row_stride, p->v_head_stride, p->v_batch_stride,
+                                   rows_k, p->heads_kv, batch) &&
+           fa_hopper_tma_tensor_ok((uintptr_t)p->dout, 1, p->do_row_stride, p->do_head_stride, p->do_batch_stride,
+                                   rows_q, p->heads_q, batch);
 }
 
 /* fp8 inputs: the limits, the copies' layout, the bf16 problem (at a placeholder base) and its plan. */

@@ -368,30 +368,35 @@ FA_HOPPER_FN int fa_hopper_pack_gqa(int bucket, int seqlen_q, int group, int var
 }
 
 /* A tensor-map stride the TMA accepts, in bytes: along an axis of extent 1 anything (never
- * stepped along), else a positive multiple of 16 below 2^40. In elements of a 16-bit tensor
- * (fa_hopper_tma_stride_ok): a positive multiple of 8 below 2^39. tma.cu's fa_hopper_make_map
- * applies this rule. */
+ * stepped along), else a positive multiple of 16 below 2^40. In elements of elem_bytes bytes
+ * (fa_hopper_tma_stride_elems_ok; fa_hopper_tma_stride_ok for a 16-bit tensor: a positive
+ * multiple of 8 below 2^39). tma.cu's fa_hopper_make_map applies this rule. */
 FA_HOPPER_FN int fa_hopper_tma_stride_bytes_ok(long long stride_bytes, long long extent) {
     return extent == 1 || (stride_bytes > 0 && stride_bytes % 16 == 0 && stride_bytes < (1ll << 40));
 }
+FA_HOPPER_FN int fa_hopper_tma_stride_elems_ok(long long stride, int elem_bytes, long long extent) {
+    return extent == 1 || (stride > 0 && stride < (1ll << 40) / elem_bytes &&
+                           fa_hopper_tma_stride_bytes_ok(elem_bytes * stride, extent));
+}
 FA_HOPPER_FN int fa_hopper_tma_stride_ok(long long stride, long long extent) {
-    return extent == 1 || (stride > 0 && stride < (1ll << 39) && fa_hopper_tma_stride_bytes_ok(2 * stride, extent));
+    return fa_hopper_tma_stride_elems_ok(stride, 2, extent);
 }
 
-/* An 8-bit (e4m3) tensor [batch, rows, heads, dim], strides in elements = bytes, the TMA can map:
- * a 16-byte aligned base and fa_hopper_tma_stride_bytes_ok strides. */
-FA_HOPPER_FN int fa_hopper_tma_map8_ok(unsigned long long base, long long row_stride, long long head_stride,
-                                       long long batch_stride, long long rows, long long heads, long long batch) {
-    return base % 16 == 0 && fa_hopper_tma_stride_bytes_ok(row_stride, rows) &&
-           fa_hopper_tma_stride_bytes_ok(head_stride, heads) && fa_hopper_tma_stride_bytes_ok(batch_stride, batch);
+/* A tensor [batch, rows, heads, dim] of elem_bytes-byte elements (1: e4m3, 2: 16-bit) the TMA can
+ * map: a 16-byte aligned base and fa_hopper_tma_stride_elems_ok strides (tma.cu's
+ * fa_hopper_make_map accepts it). */
+FA_HOPPER_FN int fa_hopper_tma_tensor_ok(unsigned long long base, int elem_bytes, long long row_stride,
+                                         long long head_stride, long long batch_stride, long long rows,
+                                         long long heads, long long batch) {
+    return base % 16 == 0 && fa_hopper_tma_stride_elems_ok(row_stride, elem_bytes, rows) &&
+           fa_hopper_tma_stride_elems_ok(head_stride, elem_bytes, heads) &&
+           fa_hopper_tma_stride_elems_ok(batch_stride, elem_bytes, batch);
 }
 
-/* A 16-bit tensor [batch, rows, heads, dim] the TMA can map: a 16-byte aligned base and
- * fa_hopper_tma_stride_ok strides (tma.cu's fa_hopper_make_map accepts it). */
+/* A 16-bit tensor [batch, rows, heads, dim] the TMA can map (fa_hopper_tma_tensor_ok). */
 FA_HOPPER_FN int fa_hopper_tma_map_ok(unsigned long long base, long long row_stride, long long head_stride,
                                       long long batch_stride, long long rows, long long heads, long long batch) {
-    return base % 16 == 0 && fa_hopper_tma_stride_ok(row_stride, rows) && fa_hopper_tma_stride_ok(head_stride, heads) &&
-           fa_hopper_tma_stride_ok(batch_stride, batch);
+    return fa_hopper_tma_tensor_ok(base, 2, row_stride, head_stride, batch_stride, rows, heads, batch);
 }
 
 /* The Hopper backward (every bucket) writes dK and dV with the TMA store (from tiles

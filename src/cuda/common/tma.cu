@@ -47,8 +47,7 @@ fa_status fa_hopper_make_map_rows(CUtensorMap *map, const char *path, const char
     const int64_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
     cuuint64_t stride_bytes[3];
     for (int i = 0; i < 3; ++i) {
-        if (extents[i] != 1 && !(strides_el[i] < (1ll << 40) / elem_bytes &&
-                                 fa_hopper_tma_stride_bytes_ok(elem_bytes * strides_el[i], extents[i])))
+        if (!fa_hopper_tma_stride_elems_ok(strides_el[i], (int)elem_bytes, extents[i]))
             return fa_set_error(FA_ERR_STRIDE,
                                 "%s_%s_stride = %lld: %s (TMA) needs a positive multiple of %d elements below 2^%d",
                                 name, axis[i], (long long)strides_el[i], path, (int)(16 / elem_bytes),
