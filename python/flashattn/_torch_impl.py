@@ -552,7 +552,7 @@ def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError("flashattn: q, k, v must have the same dtype, got %s, %s, %s"
                         % (q.dtype, k.dtype, v.dtype))
-    if not is_fp8(q.dtype):  # fp8 reaches here from fp8_forward only
+    if not is_fp8(q.dtype):  # fp8 reaches here from fp8_forward and fp8_backward only
         dtype_code(q.dtype)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
@@ -684,6 +684,20 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     return _fwd_impl(*args)
 
 
+def _fp8_descales(geo, q, k, named):
+    """The descale factors of (name, tensor or None) pairs as contiguous float32 on q's device,
+    each checked to be (batch, nheads_k)."""
+    out = []
+    for name, t in named:
+        if t is not None:
+            if tuple(t.shape) != (geo.batch, k.shape[-2]):
+                raise ValueError("flashattn: %s must have shape (batch, nheads_k) = (%d, %d), got %s"
+                                 % (name, geo.batch, k.shape[-2], tuple(t.shape)))
+            t = t.to(device=q.device, dtype=torch.float32).contiguous()
+        out.append(t)
+    return out
+
+
 def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                 max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
                 softcap=0.0, alibi_slopes=None, sink_logits=None, q_descale=None, k_descale=None,
@@ -704,14 +718,8 @@ def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
     out = geo.alloc(geo.out_shape, torch.bfloat16, q.device)
     lse = geo.alloc(geo.lse_shape, torch.float32, q.device)
-    descales = []
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if t is not None:
-            if tuple(t.shape) != (geo.batch, k.shape[-2]):
-                raise ValueError("flashattn: %s must have shape (batch, nheads_k) = (%d, %d), got %s"
-                                 % (name, geo.batch, k.shape[-2], tuple(t.shape)))
-            t = t.to(device=q.device, dtype=torch.float32).contiguous()
-        descales.append(t)
+    descales = _fp8_descales(geo, q, k, (("q_descale", q_descale), ("k_descale", k_descale),
+                                         ("v_descale", v_descale)))
     if geo.batch > 0 and out.numel() > 0:
         _, wl, wr = _core.window_fields(window_size)
         p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
@@ -721,6 +729,61 @@ def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
         with _guard(q):
             _lib.forward(p, _workspace_alloc(q))
     return out, lse
+
+
+def fp8_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                 max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                 softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False,
+                 q_descale=None, k_descale=None, v_descale=None, dout_descale=None):
+    """(dq, dk, dv, dsink or None) in bfloat16 of float8_e4m3fn q, k, v (FlashAttention-3's
+    descale factors), from fp8_forward's bfloat16 out and lse and a dout in bfloat16 or in
+    float8_e4m3fn (then dout_descale · dout, (batch, nheads_k) float32 like q_descale, as cuDNN's
+    fp8 backward takes dO). No autograd. On an sm_90 GPU with an e4m3 dout and head dims 65..128
+    the score and dP products run on the e4m3 tensor cores."""
+    if not (is_fp8(k.dtype) and is_fp8(v.dtype)):
+        raise TypeError("flashattn: fp8 q needs fp8 k and v (torch.float8_e4m3fn), got %s, %s"
+                        % (k.dtype, v.dtype))
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+     sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, alibi_slopes, sink_logits)
+    geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    dout_e4m3 = is_fp8(dout.dtype)
+    for name, t, want in (("dout", dout, dout.dtype if dout_e4m3 else torch.bfloat16),
+                          ("out", out, torch.bfloat16)):
+        _check_tensor(name, t, q.device)
+        if tuple(t.shape) != geo.out_shape:
+            raise ValueError("flashattn: %s must have shape %s (that of the forward output), "
+                             "got %s" % (name, geo.out_shape, tuple(t.shape)))
+        if t.dtype != want:
+            raise TypeError("flashattn: fp8 inputs take %s in %s, got %s"
+                            % (name, "bfloat16 or float8_e4m3fn" if name == "dout" else want,
+                               t.dtype))
+    if dout_descale is not None and not dout_e4m3:
+        raise TypeError("flashattn: dout_descale needs a float8_e4m3fn dout")
+    _check_tensor("lse", lse, q.device)
+    if tuple(lse.shape) != geo.lse_shape or lse.dtype != torch.float32:
+        raise ValueError("flashattn: lse must be float32 of shape %s, got %s %s"
+                         % (geo.lse_shape, lse.dtype, tuple(lse.shape)))
+    descales = _fp8_descales(geo, q, k, (("q_descale", q_descale), ("k_descale", k_descale),
+                                         ("v_descale", v_descale), ("dout_descale", dout_descale)))
+    q, k, v, out, dout = (_contig_last(t) for t in (q, k, v, out, dout))
+    lse = lse.contiguous()
+    dq, dk, dv = (geo.alloc(t.shape, torch.bfloat16, q.device) for t in (q, k, v))
+    dsink = torch.zeros(geo.hq if sink_logits is not None else 0, dtype=torch.float32,
+                        device=q.device)
+    if geo.batch > 0 and dq.numel() + dk.numel() > 0:
+        _, wl, wr = _core.window_fields(window_size)
+        p = _params(q, k, v, out, lse, geo, cu_seqlens_q, cu_seqlens_k,
+                    _core.default_scale(q.shape[-1], softmax_scale), causal, wl, wr,
+                    _core.check_softcap(softcap), alibi_slopes, sink_logits, bool(deterministic))
+        _core.set_backward(p, _view(dout), _view(dq), _view(dk), _view(dv),
+                           _address(dsink) if sink_logits is not None else None)
+        p.q_descale, p.k_descale, p.v_descale, p.dout_descale = (
+            None if t is None else t.data_ptr() for t in descales)
+        p.dout_e4m3 = int(dout_e4m3)
+        with _guard(q):
+            _lib.backward(p, _workspace_alloc(q))
+    return dq, dk, dv, (dsink if sink_logits is not None else None)
 
 
 def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None,

@@ -63,9 +63,9 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     """(out, lse, S_dmask or None)."""
     dropout_p = _core.check_dropout(dropout_p)
     if _is_torch(q) and _torch_impl.is_fp8(q.dtype):
-        if dropout_p > 0 or return_attn_probs or block_table is not None or attn_bias is not None:
-            raise NotImplementedError("flashattn: fp8 inputs take no dropout, attention "
-                                      "probabilities, block_table or attn_bias")
+        if dropout_p > 0 or block_table is not None or attn_bias is not None:
+            raise NotImplementedError("flashattn: fp8 inputs take no dropout, block_table or "
+                                      "attn_bias")
         out, lse = _torch_impl.fp8_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, softmax_scale, causal, window_size,
                                            softcap, alibi_slopes, sink_logits, *descales)
@@ -148,8 +148,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     attn_bias: a float32 / float16 / bfloat16 tensor broadcastable to (batch, nheads, seqlen_q,
     seqlen_k), added to the scores after softcap (-inf masks); its gradient is returned by
     autograd reduced to attn_bias's own shape. CPU and CUDA tensors.
-    q, k, v in torch.float8_e4m3fn (CPU tensors, or CUDA tensors on sm_90; forward only): the
-    values attended are
+    q, k, v in torch.float8_e4m3fn (CPU tensors, or CUDA tensors on sm_90; no autograd, the
+    gradients through flash_attn_backward with the same descales): the values attended are
     q_descale[b, h // (nheads // nheads_k)]·q, k_descale[b, hk]·k and v_descale[b, hk]·v
     (FlashAttention-3's (batch, nheads_k) float32 factors; None = 1), and out is bfloat16.
     """
@@ -305,11 +305,25 @@ def flash_attn_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q=None, cu_seqlens_k=None,
                         max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                        deterministic=False, *, sink_logits=None):
+                        deterministic=False, *, sink_logits=None, q_descale=None,
+                        k_descale=None, v_descale=None, dout_descale=None):
     """Explicit backward pass (NumPy arrays or torch tensors, no autograd): gradients of the
     attention with the given options, from dout (shaped like out) and the forward's out and
     softmax_lse. Returns (dq, dk, dv), or (dq, dk, dv, dsink) when sink_logits is given; dk/dv
-    are summed over the query heads that share a kv head."""
+    are summed over the query heads that share a kv head.
+
+    float8_e4m3fn q, k, v (torch tensors) take the fp8 forward's descale factors, its bfloat16
+    out, and dout in bfloat16 or float8_e4m3fn (with dout_descale, (batch, nheads_k) float32 like
+    q_descale); the gradients come back in bfloat16."""
+    if _is_torch(q) and _torch_impl.is_fp8(q.dtype):
+        result = _torch_impl.fp8_backward(
+            dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            max_seqlen_k, softmax_scale, causal, window_size, softcap, alibi_slopes, sink_logits,
+            deterministic, q_descale, k_descale, v_descale, dout_descale)
+        return result if sink_logits is not None else result[:3]
+    if any(d is not None for d in (q_descale, k_descale, v_descale, dout_descale)):
+        raise TypeError("flashattn: q_descale / k_descale / v_descale / dout_descale need "
+                        "float8_e4m3fn q, k, v")
     if _is_torch(q):
         result = _torch_impl.attention_backward(
             dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

@@ -99,3 +99,52 @@ def test_fp8_packed_equal_unpacked():
     assert torch.equal(flashattn.flash_attn_varlen_qkvpacked_func(flat, cu, s, **kw), want_v)
     assert torch.equal(flashattn.flash_attn_varlen_kvpacked_func(flat[:, 0], flat[:, 1:], cu, cu, s, s, **kw),
                        want_v)
+
+
+@pytest.mark.parametrize("dout_fp8", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 37, 53, 4, 2, 64), (1, 9, 130, 6, 3, 40)])
+def test_fp8_backward(shape, causal, dout_fp8):
+    """flash_attn_backward of fp8 q, k, v (and dout in bfloat16 or e4m3 with dout_descale): bfloat16
+    gradients against float64 autograd of the dequantised values, the bfloat16 baseline's rule."""
+    b, sq, sk, hq, hk, d = shape
+    torch.manual_seed(zlib.crc32(repr((shape, causal, dout_fp8, "bwd")).encode()))
+    ds = [2.0 ** torch.randint(-3, 4, (b, hk)).float() for _ in range(4)]
+    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
+    k8, k = quantised((b, sk, hk, d), ds[1], 1)
+    v8, v = quantised((b, sk, hk, d), ds[2], 1)
+    if dout_fp8:
+        dout8, dout = quantised((b, sq, hq, d), ds[3], hq // hk)
+        extra = dict(dout_descale=ds[3])
+    else:
+        dout = dout8 = torch.randn(b, sq, hq, d).to(torch.bfloat16)
+        extra = {}
+    kw = dict(q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    out, lse, _ = flashattn.flash_attn_func(q8, k8, v8, causal=causal, return_attn_probs=True, **kw)
+    grads = flashattn.flash_attn_backward(dout8, q8, k8, v8, out, lse, causal=causal, **kw, **extra)
+    assert [g.dtype for g in grads] == [torch.bfloat16] * 3
+    want = []
+    for upcast in (True, False):
+        leaves = [t.double() if upcast else t for t in (q, k, v)]
+        leaves = [t.detach().requires_grad_() for t in leaves]
+        o, _ = torch_attention(*leaves, causal=causal, upcast=upcast)
+        want.append(torch.autograd.grad(o, leaves, dout.to(o.dtype)))
+    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, *want):
+        check_rule("fp8 " + name, ours.float().numpy(), ref.numpy(), base.float().numpy(),
+                   "bfloat16")
+
+
+def test_fp8_backward_rejections():
+    q8 = torch.randn(1, 4, 2, 32).to(torch.float8_e4m3fn)
+    out, lse, _ = flashattn.flash_attn_func(q8, q8, q8, return_attn_probs=True)
+    dout = torch.randn(1, 4, 2, 32).to(torch.bfloat16)
+    with pytest.raises(TypeError, match="dout_descale"):
+        flashattn.flash_attn_backward(dout, q8, q8, q8, out, lse, dout_descale=torch.ones(1, 2))
+    with pytest.raises(TypeError, match="out"):
+        flashattn.flash_attn_backward(dout, q8, q8, q8, out.float(), lse)
+    with pytest.raises(ValueError, match="dout_descale"):
+        flashattn.flash_attn_backward(q8, q8, q8, q8, out, lse, dout_descale=torch.ones(2, 2))
+    with pytest.raises(Exception, match="dout_descale"):
+        flashattn.flash_attn_backward(q8, q8, q8, q8, out, lse, dout_descale=torch.zeros(1, 2))
+    with pytest.raises(TypeError, match="dout_descale"):
+        flashattn.flash_attn_backward(dout, dout, dout, dout, dout, lse, dout_descale=torch.ones(1, 2))

@@ -597,3 +597,45 @@ def test_cuda_fp8_forward(shape, causal):
     check_rule("cuda fp8 out", npy(out), npy(ref), npy(base), "bfloat16")
     with pytest.raises(Exception, match="fp8|FP8"):  # the fp8 kernel takes no ALiBi: refused, with the reason
         flashattn.flash_attn_func(q8, k8, v8, causal=causal, alibi_slopes=torch.ones(hq, device="cuda"))
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn") or not torch.cuda.is_available() or
+                    torch.cuda.get_device_capability() != (9, 0), reason="the fp8 backward test runs on sm_90")
+@pytest.mark.parametrize("dout_fp8", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 37, 300, 4, 2, 64), (1, 333, 260, 6, 3, 128), (2, 65, 200, 2, 1, 256)])
+def test_cuda_fp8_backward(shape, causal, dout_fp8):
+    """flash_attn_backward of float8_e4m3fn CUDA q, k, v (dout in bfloat16, or e4m3 with
+    dout_descale: at d = 128 the e4m3 tensor-core backward): bfloat16 gradients against float64
+    autograd of the dequantised values, the bfloat16 baseline's rule. out and lse come from the
+    bfloat16 forward of the same values, so the rule sees the backward's error alone."""
+    b, sq, sk, hq, hk, d = shape
+    seeded("fp8 bwd" + repr((shape, causal, dout_fp8)))
+    ds = [2.0 ** torch.randint(-3, 4, (b, hk), device="cuda").float() for _ in range(4)]
+
+    def quantised(shape_, descale, group):
+        x = torch.randn(shape_, device="cuda")
+        scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]
+        x8 = (x / scale).to(torch.float8_e4m3fn)
+        return x8, (x8.float() * scale).to(torch.bfloat16)
+
+    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
+    k8, k = quantised((b, sk, hk, d), ds[1], 1)
+    v8, v = quantised((b, sk, hk, d), ds[2], 1)
+    if dout_fp8:
+        dout8, dout = quantised((b, sq, hq, d), ds[3], hq // hk)
+        extra = dict(dout_descale=ds[3])
+    else:
+        dout = dout8 = torch.randn(b, sq, hq, d, device="cuda").to(torch.bfloat16)
+        extra = {}
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    grads = flashattn.flash_attn_backward(dout8, q8, k8, v8, out, lse, causal=causal, q_descale=ds[0],
+                                          k_descale=ds[1], v_descale=ds[2], **extra)
+    want = []
+    for upcast in (True, False):
+        leaves = [(t.double() if upcast else t).detach().requires_grad_() for t in (q, k, v)]
+        o, _ = torch_attention(*leaves, causal=causal, upcast=upcast)
+        want.append(torch.autograd.grad(o, leaves, dout.to(o.dtype)))
+    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, *want):
+        assert ours.dtype == torch.bfloat16 and ours.device.type == "cuda"
+        check_rule("cuda fp8 " + name, npy(ours), npy(ref), npy(base), "bfloat16")
