@@ -219,6 +219,29 @@ def torch_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
     return out, lse.float() if not upcast else lse
 
 
+def quantised_e4m3(shape, descale, group, device="cpu"):
+    """(float8_e4m3fn tensor, its dequantised bfloat16 values) of randn values with per-(batch,
+    kv head) descales ((batch, kv heads); query heads use column h // group)."""
+    import torch
+
+    x = torch.randn(shape, device=device)
+    scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]  # (b, 1, heads, 1)
+    x8 = (x / scale).to(torch.float8_e4m3fn)
+    return x8, (x8.float() * scale).to(torch.bfloat16)
+
+
+def attention_grads(q, k, v, dout, causal=False):
+    """(float64 reference, q's-dtype baseline) gradients (dq, dk, dv) of torch_attention for dout."""
+    import torch
+
+    want = []
+    for upcast in (True, False):
+        leaves = [(t.double() if upcast else t).detach().requires_grad_() for t in (q, k, v)]
+        o, _ = torch_attention(*leaves, causal=causal, upcast=upcast)
+        want.append(torch.autograd.grad(o, leaves, dout.to(o.dtype)))
+    return want
+
+
 # ---- the rule ----------------------------------------------------------------------------------
 
 

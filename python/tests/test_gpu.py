@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
-from attn_ref import check_rule, torch_attention  # noqa: E402
+from attn_ref import check_rule, quantised_e4m3, torch_attention  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or not flashattn.cuda_available(),
@@ -581,15 +581,9 @@ def test_cuda_fp8_forward(shape, causal):
     seeded("fp8" + repr((shape, causal)))
     ds = [2.0 ** torch.randint(-3, 4, (b, hk), device="cuda").float() for _ in range(3)]
 
-    def quantised(shape_, descale, group):
-        x = torch.randn(shape_, device="cuda")
-        scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]
-        x8 = (x / scale).to(torch.float8_e4m3fn)
-        return x8, (x8.float() * scale).to(torch.bfloat16)
-
-    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
-    k8, k = quantised((b, sk, hk, d), ds[1], 1)
-    v8, v = quantised((b, sk, hk, d), ds[2], 1)
+    q8, q = quantised_e4m3((b, sq, hq, d), ds[0], hq // hk, "cuda")
+    k8, k = quantised_e4m3((b, sk, hk, d), ds[1], 1, "cuda")
+    v8, v = quantised_e4m3((b, sk, hk, d), ds[2], 1, "cuda")
     out = flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
     assert out.dtype == torch.bfloat16 and out.device.type == "cuda" and out.shape == (b, sq, hq, d)
     ref, _ = torch_attention(q.double(), k.double(), v.double(), causal=causal)
@@ -601,41 +595,21 @@ def test_cuda_fp8_forward(shape, causal):
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn") or not torch.cuda.is_available() or
                     torch.cuda.get_device_capability() != (9, 0), reason="the fp8 backward test runs on sm_90")
-@pytest.mark.parametrize("dout_fp8", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 37, 300, 4, 2, 64), (1, 333, 260, 6, 3, 128), (2, 65, 200, 2, 1, 256)])
-def test_cuda_fp8_backward(shape, causal, dout_fp8):
-    """flash_attn_backward of float8_e4m3fn CUDA q, k, v (dout in bfloat16, or e4m3 with
-    dout_descale: at d = 128 the e4m3 tensor-core backward): bfloat16 gradients against float64
-    autograd of the dequantised values, the bfloat16 baseline's rule. out and lse come from the
-    bfloat16 forward of the same values, so the rule sees the backward's error alone."""
-    b, sq, sk, hq, hk, d = shape
-    seeded("fp8 bwd" + repr((shape, causal, dout_fp8)))
-    ds = [2.0 ** torch.randint(-3, 4, (b, hk), device="cuda").float() for _ in range(4)]
-
-    def quantised(shape_, descale, group):
-        x = torch.randn(shape_, device="cuda")
-        scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]
-        x8 = (x / scale).to(torch.float8_e4m3fn)
-        return x8, (x8.float() * scale).to(torch.bfloat16)
-
-    q8, q = quantised((b, sq, hq, d), ds[0], hq // hk)
-    k8, k = quantised((b, sk, hk, d), ds[1], 1)
-    v8, v = quantised((b, sk, hk, d), ds[2], 1)
-    if dout_fp8:
-        dout8, dout = quantised((b, sq, hq, d), ds[3], hq // hk)
-        extra = dict(dout_descale=ds[3])
-    else:
-        dout = dout8 = torch.randn(b, sq, hq, d, device="cuda").to(torch.bfloat16)
-        extra = {}
-    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
-    grads = flashattn.flash_attn_backward(dout8, q8, k8, v8, out, lse, causal=causal, q_descale=ds[0],
-                                          k_descale=ds[1], v_descale=ds[2], **extra)
-    want = []
-    for upcast in (True, False):
-        leaves = [(t.double() if upcast else t).detach().requires_grad_() for t in (q, k, v)]
-        o, _ = torch_attention(*leaves, causal=causal, upcast=upcast)
-        want.append(torch.autograd.grad(o, leaves, dout.to(o.dtype)))
-    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, *want):
-        assert ours.dtype == torch.bfloat16 and ours.device.type == "cuda"
-        check_rule("cuda fp8 " + name, npy(ours), npy(ref), npy(base), "bfloat16")
+def test_cuda_fp8_backward_deterministic(causal):
+    """deterministic=True on the e4m3 tensor-core backward (d = 128, e4m3 dout, GQA, many key
+    blocks adding into each dQ tile): bitwise the same gradients on every run, and the same
+    values as the default mode within the rule's bfloat16 rounding."""
+    seeded("fp8 bwd det" + repr(causal))
+    b, s, hq, hk, d = 2, 1000, 8, 2, 128
+    q8, k8, v8, dout8 = (torch.randn(b, s, h, d, device="cuda").to(torch.float8_e4m3fn)
+                         for h in (hq, hk, hk, hq))
+    out, lse, _ = flashattn.flash_attn_func(q8, k8, v8, causal=causal, return_attn_probs=True)
+    ones = torch.ones(b, hk, device="cuda")
+    runs = [flashattn.flash_attn_backward(dout8, q8, k8, v8, out, lse, causal=causal, deterministic=True,
+                                          dout_descale=ones) for _ in range(3)]
+    fast = flashattn.flash_attn_backward(dout8, q8, k8, v8, out, lse, causal=causal, dout_descale=ones)
+    for i in range(3):
+        assert torch.equal(runs[0][i], runs[1][i]) and torch.equal(runs[0][i], runs[2][i])
+        assert torch.isfinite(runs[0][i].float()).all()
+        torch.testing.assert_close(runs[0][i].float(), fast[i].float(), rtol=2e-2, atol=2e-2)
