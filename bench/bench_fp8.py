@@ -47,12 +47,37 @@ def ours_bf16(q, k, v, causal):
     return lambda: flashattn.flash_attn_func(q, k, v, causal=causal)
 
 
-class CudnnFp8:
-    """cuDNN's fp8 SDPA forward on [b, s, h, d] tensors (viewed as [b, h, s, d]), o in fp8."""
+def _cudnn_scalars(g, names):
+    """One [1, 1, 1, 1] float32 graph tensor per name (descales, scales, amax outputs)."""
+    import cudnn
+    return {n: g.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=cudnn.data_type.FLOAT)
+            for n in names}
 
-    def __init__(self, q8, k8, v8, causal):
+
+def _cudnn_build(g, device):
+    """Validate and plan a graph; returns its workspace."""
+    import cudnn
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=device)
+
+
+def _cudnn_one(device):
+    return torch.ones(1, 1, 1, 1, dtype=torch.float32, device=device)
+
+
+class CudnnFp8:
+    """cuDNN's fp8 SDPA forward on [b, s, h, d] tensors (viewed as [b, h, s, d]), o in fp8, every
+    descale and scale 1; with stats=True it also writes the softmax stats [b, h, s, 1] (for
+    CudnnFp8Backward)."""
+
+    def __init__(self, q8, k8, v8, causal, stats=False):
         import cudnn
         b, s, h, d = q8.shape
+        dev = q8.device
         self.handle = cudnn.create_handle()
         cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
         e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
@@ -60,26 +85,21 @@ class CudnnFp8:
                           handle=self.handle)
         dims, strides = (b, h, s, d), (s * h * d, d, h * d, 1)
         tq, tk, tv = (g.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in "qkv")
-        scal = [g.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
-                for n in ("dq", "dk", "dv", "ds", "ss", "so")]
-        o, _, amax_s, amax_o = g.sdpa_fp8(q=tq, k=tk, v=tv, descale_q=scal[0], descale_k=scal[1],
-                                          descale_v=scal[2], descale_s=scal[3], scale_s=scal[4],
-                                          scale_o=scal[5], attn_scale=1.0 / math.sqrt(d),
-                                          use_causal_mask=causal, generate_stats=False)
+        scal = _cudnn_scalars(g, ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"))
+        o, t_stats, amax_s, amax_o = g.sdpa_fp8(q=tq, k=tk, v=tv, **scal, attn_scale=1.0 / math.sqrt(d),
+                                                use_causal_mask=causal, generate_stats=stats)
         o.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
         for a in (amax_s, amax_o):
             a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans()
-        one = lambda: torch.ones(1, 1, 1, 1, dtype=torch.float32, device=q8.device)  # noqa: E731
-        self.out = torch.empty(b, s, h, d, dtype=E4M3, device=q8.device)
-        self.pack = {tq: q8, tk: k8, tv: v8, o: self.out, amax_s: one(), amax_o: one()}
-        for t in scal:
-            self.pack[t] = one()
-        self.ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=q8.device)
+        self.out = torch.empty(b, s, h, d, dtype=E4M3, device=dev)
+        self.pack = {tq: q8, tk: k8, tv: v8, o: self.out, amax_s: _cudnn_one(dev), amax_o: _cudnn_one(dev)}
+        self.pack.update({t: _cudnn_one(dev) for t in scal.values()})
+        self.stats = None
+        if stats:
+            t_stats.set_output(True).set_dim((b, h, s, 1)).set_stride((h * s, s, 1, 1)).set_data_type(f32)
+            self.stats = torch.empty(b, h, s, 1, dtype=torch.float32, device=dev)
+            self.pack[t_stats] = self.stats
+        self.ws = _cudnn_build(g, dev)
         self.g = g
 
     def __call__(self):
@@ -90,65 +110,33 @@ class CudnnFp8:
 class CudnnFp8Backward:
     """cuDNN's fp8 SDPA backward (`pygraph.sdpa_fp8_backward`) on [b, s, h, d] tensors: q, k, v, o,
     dO in e4m3, dQ, dK, dV written in e4m3 (as NVIDIA's sdpa_benchmark_training runs it); o and the
-    softmax stats from its own fp8 forward, every descale and scale 1."""
+    softmax stats from its own fp8 forward (CudnnFp8, run once), every descale and scale 1."""
 
     def __init__(self, q8, k8, v8, dout8, causal):
         import cudnn
         b, s, h, d = q8.shape
         dev = q8.device
-        self.handle = cudnn.create_handle()
-        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+        fwd = CudnnFp8(q8, k8, v8, causal, stats=True)
+        fwd()
+        self.handle = fwd.handle
         e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
         dims, strides = (b, h, s, d), (s * h * d, d, h * d, 1)
-        sdims, sstrides = (b, h, s, 1), (h * s, s, 1, 1)
-        one = lambda: torch.ones(1, 1, 1, 1, dtype=torch.float32, device=dev)  # noqa: E731
-
-        def scalars(g, names):
-            return {n: g.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32) for n in names}
-
-        def build(g):
-            g.validate()
-            g.build_operation_graph()
-            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-            g.check_support()
-            g.build_plans()
-            return torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=dev)
-
-        # the forward, once: o and stats for the backward
-        gf = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32,
-                           handle=self.handle)
-        tq, tk, tv = (gf.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in "qkv")
-        sf = scalars(gf, ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"))
-        o, stats, amax_s, amax_o = gf.sdpa_fp8(q=tq, k=tk, v=tv, **sf, attn_scale=1.0 / math.sqrt(d),
-                                               use_causal_mask=causal, generate_stats=True)
-        o.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
-        stats.set_output(True).set_dim(sdims).set_stride(sstrides).set_data_type(f32)
-        for a in (amax_s, amax_o):
-            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
-        ws = build(gf)
-        self.o8 = torch.empty(b, s, h, d, dtype=E4M3, device=dev)
-        self.stats = torch.empty(b, h, s, 1, dtype=torch.float32, device=dev)
-        pack = {tq: q8, tk: k8, tv: v8, o: self.o8, stats: self.stats, amax_s: one(), amax_o: one()}
-        pack.update({t: one() for t in sf.values()})
-        gf.execute(pack, ws, handle=self.handle)
-
         g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32,
                           handle=self.handle)
         t = {n: g.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in ("q", "k", "v", "o", "dO")}
-        t["stats"] = g.tensor(name="stats", dim=sdims, stride=sstrides, data_type=f32)
-        sb = scalars(g, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_dO", "descale_s",
-                         "descale_dP", "scale_s", "scale_dQ", "scale_dK", "scale_dV", "scale_dP"))
+        t["stats"] = g.tensor(name="stats", dim=(b, h, s, 1), stride=(h * s, s, 1, 1), data_type=f32)
+        sb = _cudnn_scalars(g, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_dO", "descale_s",
+                                "descale_dP", "scale_s", "scale_dQ", "scale_dK", "scale_dV", "scale_dP"))
         outs = g.sdpa_fp8_backward(**t, **sb, attn_scale=1.0 / math.sqrt(d), use_causal_mask=causal)
         for x in outs[:3]:
             x.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
         for x in outs[3:]:
             x.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
-        self.ws = build(g)
+        self.ws = _cudnn_build(g, dev)
         self.grads = [torch.empty(b, s, h, d, dtype=E4M3, device=dev) for _ in range(3)]
-        self.pack = {t["q"]: q8, t["k"]: k8, t["v"]: v8, t["o"]: self.o8, t["dO"]: dout8, t["stats"]: self.stats}
+        self.pack = {t["q"]: q8, t["k"]: k8, t["v"]: v8, t["o"]: fwd.out, t["dO"]: dout8, t["stats"]: fwd.stats}
         self.pack.update(dict(zip(outs[:3], self.grads)))
-        self.pack.update({x: one() for x in outs[3:]})
-        self.pack.update({x: one() for x in sb.values()})
+        self.pack.update({x: _cudnn_one(dev) for x in list(outs[3:]) + list(sb.values())})
         self.g = g
 
     def __call__(self):
@@ -288,7 +276,7 @@ def main():
                             impls["cudnn fp8"] = CudnnFp8(q8, k8, v8, causal)
                         except Exception as e:  # noqa: BLE001
                             print(f"cudnn fp8 d{d} s{s} causal {causal}: {e}", flush=True)
-                    fwd_rows.append(time_rows(impls, flops, dict(key, pass_="fwd")))
+                    fwd_rows.append(time_rows(impls, flops, dict(key)))
                 if "bwd" in what:
                     impls = {"flashattn fp8": ours_fp8_backward(q8, k8, v8, dout8, causal),
                              "flashattn bf16": ours_bf16_backward(q, k, v, dout, causal)}
@@ -297,7 +285,7 @@ def main():
                             impls["cudnn fp8"] = CudnnFp8Backward(q8, k8, v8, dout8, causal)
                         except Exception as e:  # noqa: BLE001
                             print(f"cudnn fp8 backward d{d} s{s} causal {causal}: {str(e)[:200]}", flush=True)
-                    bwd_rows.append(time_rows(impls, 2.5 * flops, dict(key, pass_="bwd")))
+                    bwd_rows.append(time_rows(impls, 2.5 * flops, dict(key)))
                 del impls
                 torch.cuda.empty_cache()
                 write_results(args.out, cudnn_version, fwd_rows, bwd_rows, None)
