@@ -731,6 +731,22 @@ def fp8_forward(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     return out, lse
 
 
+def _check_backward_tensors(geo, q, dout, out, lse, wants):
+    """dout and out on q's device, shaped as the forward output, with the dtypes of wants ((dtype,
+    what the message says is expected) for dout, then out); lse float32 of the forward's shape."""
+    for name, t, (want, expected) in (("dout", dout, wants[0]), ("out", out, wants[1])):
+        _check_tensor(name, t, q.device)
+        if tuple(t.shape) != geo.out_shape:
+            raise ValueError("flashattn: %s must have shape %s (that of the forward output), "
+                             "got %s" % (name, geo.out_shape, tuple(t.shape)))
+        if t.dtype != want:
+            raise TypeError("flashattn: %s has dtype %s but %s" % (name, t.dtype, expected))
+    _check_tensor("lse", lse, q.device)
+    if tuple(lse.shape) != geo.lse_shape or lse.dtype != torch.float32:
+        raise ValueError("flashattn: lse must be float32 of shape %s, got %s %s"
+                         % (geo.lse_shape, lse.dtype, tuple(lse.shape)))
+
+
 def fp8_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, softmax_scale=None, causal=False, window_size=(-1, -1),
                  softcap=0.0, alibi_slopes=None, sink_logits=None, deterministic=False,
@@ -748,22 +764,12 @@ def fp8_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, 
                                     max_seqlen_k, alibi_slopes, sink_logits)
     geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     dout_e4m3 = is_fp8(dout.dtype)
-    for name, t, want in (("dout", dout, dout.dtype if dout_e4m3 else torch.bfloat16),
-                          ("out", out, torch.bfloat16)):
-        _check_tensor(name, t, q.device)
-        if tuple(t.shape) != geo.out_shape:
-            raise ValueError("flashattn: %s must have shape %s (that of the forward output), "
-                             "got %s" % (name, geo.out_shape, tuple(t.shape)))
-        if t.dtype != want:
-            raise TypeError("flashattn: fp8 inputs take %s in %s, got %s"
-                            % (name, "bfloat16 or float8_e4m3fn" if name == "dout" else want,
-                               t.dtype))
+    _check_backward_tensors(geo, q, dout, out, lse,
+                            ((dout.dtype if dout_e4m3 else torch.bfloat16,
+                              "fp8 inputs take it in bfloat16 or float8_e4m3fn"),
+                             (torch.bfloat16, "fp8 inputs take it in bfloat16")))
     if dout_descale is not None and not dout_e4m3:
         raise TypeError("flashattn: dout_descale needs a float8_e4m3fn dout")
-    _check_tensor("lse", lse, q.device)
-    if tuple(lse.shape) != geo.lse_shape or lse.dtype != torch.float32:
-        raise ValueError("flashattn: lse must be float32 of shape %s, got %s %s"
-                         % (geo.lse_shape, lse.dtype, tuple(lse.shape)))
     descales = _fp8_descales(geo, q, k, (("q_descale", q_descale), ("k_descale", k_descale),
                                          ("v_descale", v_descale), ("dout_descale", dout_descale)))
     q, k, v, out, dout = (_contig_last(t) for t in (q, k, v, out, dout))
@@ -795,17 +801,8 @@ def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=
      sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, alibi_slopes, sink_logits)
     geo = _Geometry(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
-    for name, t in (("dout", dout), ("out", out)):
-        _check_tensor(name, t, q.device)
-        if tuple(t.shape) != geo.out_shape:
-            raise ValueError("flashattn: %s must have shape %s (that of the forward output), "
-                             "got %s" % (name, geo.out_shape, tuple(t.shape)))
-        if t.dtype != q.dtype:
-            raise TypeError("flashattn: %s has dtype %s but q has %s" % (name, t.dtype, q.dtype))
-    _check_tensor("lse", lse, q.device)
-    if tuple(lse.shape) != geo.lse_shape or lse.dtype != torch.float32:
-        raise ValueError("flashattn: lse must be float32 of shape %s, got %s %s"
-                         % (geo.lse_shape, lse.dtype, tuple(lse.shape)))
+    same = (q.dtype, "q has %s" % q.dtype)
+    _check_backward_tensors(geo, q, dout, out, lse, (same, same))
     _, wl, wr = _core.window_fields(window_size)
     scale = _core.default_scale(q.shape[-1], softmax_scale)
     args = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
