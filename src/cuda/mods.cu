@@ -3,7 +3,7 @@
  * masks; the rule and the kernels' view: common/mods.cuh), and their small kernels:
  *
  *   fa_mods_map_kernel     the dense block map [nb, nh, q_blocks, kv_blocks] and its row and
- *                          column summaries from the caller's lists, one thread per list row,
+ *                          column summaries from the caller's lists, one warp per list row,
  *                          checking every row as it goes (the first bad row's position lands in a
  *                          slot the host reads back: the one synchronisation of a call with a
  *                          block mask, so that a bad mask is rejected before any output is
@@ -31,9 +31,16 @@ struct fa_map_build_params {
     unsigned long long *bad_row;   /* first bad row (b·nh + h)·q_blocks + qb, or ULLONG_MAX    */
 };
 
+/* One warp per list row, its lanes over 32 entries at a time: an entry's index and the map word
+ * it checks load in parallel across the lanes (one thread per row waited for two dependent loads
+ * per entry). The row stops at its first bad entry, as a sequential walk would: entries before it
+ * are written, none after it (so the map only ever holds in-range entries), and a bad row writes
+ * no row summary. The full list's check that a block is not in the partial list reads the map
+ * after the partial list's writes by the same warp (__syncwarp orders them). */
 __global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_params bp) {
-    const int64_t row = (int64_t)blockIdx.x * 128 + threadIdx.x;
-    if (row >= (int64_t)bp.nb * bp.nh * bp.q_blocks) return;
+    const int64_t row = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (int64_t)bp.nb * bp.nh * bp.q_blocks) return; /* uniform over the warp */
     const int qb = (int)(row % bp.q_blocks);
     const int h = (int)((row / bp.q_blocks) % bp.nh);
     const int b = (int)(row / ((int64_t)bp.q_blocks * bp.nh));
@@ -51,30 +58,42 @@ __global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_par
         if (counts == nullptr) break;
         const int32_t n = counts[c_off];
         ok = n >= 0 && n <= bp.kv_blocks;
-        int32_t prev = -1;
-        for (int32_t x = 0; ok && x < n; ++x) {
-            const int32_t kb = indices[i_off + x];
-            ok = kb > prev && kb < bp.kv_blocks && (list == 0 || map[kb] == 0);
-            if (!ok) break;
-            const int32_t entry = list == 0 ? 2 + x : 1;
-            map[kb] = entry;
-            atomicAdd(&cols[kb].x, 1);
-            atomicMax(&cols[kb].y, qb + 1);
-            atomicMax(reinterpret_cast<unsigned long long *>(&cols[kb].z),
-                      ~((unsigned long long)qb << 32 | (uint32_t)entry));
-            if (kb > last) {
-                last = kb;
-                last_entry = entry;
+        int32_t prev = -1; /* the chunk before's last entry */
+        for (int32_t x0 = 0; ok && x0 < n; x0 += 32) {
+            const int32_t x = x0 + lane;
+            const int32_t kb = x < n ? indices[i_off + x] : INT32_MAX;
+            const int32_t before = __shfl_up_sync(0xffffffffu, kb, 1);
+            bool good = x >= n || ((lane == 0 ? kb > prev : kb > before) && kb < bp.kv_blocks);
+            if (list == 1 && x < n && good) good = map[kb] == 0;
+            const unsigned bad = __ballot_sync(0xffffffffu, !good);
+            const int valid = bad ? __ffs(bad) - 1 : 32; /* entries x0 .. x0 + valid - 1 stand */
+            if (lane < valid && x < n) {
+                const int32_t entry = list == 0 ? 2 + x : 1;
+                map[kb] = entry;
+                atomicAdd(&cols[kb].x, 1);
+                atomicMax(&cols[kb].y, qb + 1);
+                atomicMax(reinterpret_cast<unsigned long long *>(&cols[kb].z),
+                          ~((unsigned long long)qb << 32 | (uint32_t)entry));
             }
-            ++listed;
-            prev = kb;
+            const int32_t written = min(valid, n - x0);
+            if (written > 0) {
+                const int32_t top = __shfl_sync(0xffffffffu, kb, written - 1); /* a sorted list's largest so far */
+                if (top > last) {
+                    last = top;
+                    last_entry = list == 0 ? 2 + x0 + written - 1 : 1;
+                }
+                listed += written;
+                prev = top;
+            }
+            ok = bad == 0;
         }
+        __syncwarp(); /* the partial list's map writes before the full list's reads */
     }
     if (!ok) {
-        atomicMin(bp.bad_row, (unsigned long long)row);
+        if (lane == 0) atomicMin(bp.bad_row, (unsigned long long)row);
         return;
     }
-    bp.rows[row] = make_int4(listed, last, last_entry, 0);
+    if (lane == 0) bp.rows[row] = make_int4(listed, last, last_entry, 0);
 }
 
 /* 4·a·b·c·d + 512 bytes without overflow. */
@@ -232,12 +251,12 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
     bp.bad_row = bad_row;
     const int64_t rows = nb * nh * pb->q_blocks;
     if (rows > 0) {
-        if ((rows + 127) / 128 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "block mask: too many list rows");
-        fa_mods_map_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, stream>>>(bp);
+        if ((rows + 3) / 4 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "block mask: too many list rows");
+        fa_mods_map_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(bp); /* a warp per row */
         FA_CUDA_CHECK_LAUNCH("block map kernel launch");
     }
-    /* the verdict, unless an earlier call accepted these lists: a bad row stops its thread at
-     * the first bad entry, so the map only ever holds in-range entries either way */
+    /* the verdict, unless an earlier call accepted these lists: a bad row stops at its first bad
+     * entry, so the map only ever holds in-range entries either way */
     if (!p->block_lists_checked) {
         unsigned long long bad = 0;
         FA_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_row, 8, cudaMemcpyDeviceToHost, stream),
