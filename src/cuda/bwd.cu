@@ -84,8 +84,7 @@ enum { FA_BWD_FP8_ROWS = 32 }; /* rows of one head per block */
 
 /* One e4m3 code (byte i of w) -> descale · value, NaN codes kept. */
 __device__ __forceinline__ float fa_bwd_fp8_value(uint32_t w, int i, float descale) {
-    const uint32_t b = (w >> (8 * i)) & 0xffu;
-    return (b & 0x7fu) == 0x7fu ? CUDART_NAN_F : fa_e4m3_byte_to_f32(w, i) * descale;
+    return fa_e4m3_bytes_have_nan((w >> (8 * i)) & 0xffu) ? CUDART_NAN_F : fa_e4m3_byte_to_f32(w, i) * descale;
 }
 
 /* Block (row tile, head, sequence): the tile's rows of one head. With 8-byte aligned rows and dim

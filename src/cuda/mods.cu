@@ -37,8 +37,9 @@ struct fa_map_build_params {
  * are written, none after it (so the map only ever holds in-range entries), and a bad row writes
  * no row summary. The full list's check that a block is not in the partial list reads the map
  * after the partial list's writes by the same warp (__syncwarp orders them). */
-__global__ void __launch_bounds__(128) fa_mods_map_kernel(const fa_map_build_params bp) {
-    const int64_t row = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+enum { FA_MODS_MAP_ROWS = 4 }; /* list rows per block, a warp each */
+__global__ void __launch_bounds__(32 * FA_MODS_MAP_ROWS) fa_mods_map_kernel(const fa_map_build_params bp) {
+    const int64_t row = (int64_t)blockIdx.x * FA_MODS_MAP_ROWS + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= (int64_t)bp.nb * bp.nh * bp.q_blocks) return; /* uniform over the warp */
     const int qb = (int)(row % bp.q_blocks);
@@ -251,8 +252,9 @@ fa_status fa_cuda_mods_prepare(const fa_problem *pb, void *map_ws, cudaStream_t 
     bp.bad_row = bad_row;
     const int64_t rows = nb * nh * pb->q_blocks;
     if (rows > 0) {
-        if ((rows + 3) / 4 > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "block mask: too many list rows");
-        fa_mods_map_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(bp); /* a warp per row */
+        const int64_t blocks = (rows + FA_MODS_MAP_ROWS - 1) / FA_MODS_MAP_ROWS;
+        if (blocks > INT32_MAX) return fa_set_error(FA_ERR_INVALID_SIZE, "block mask: too many list rows");
+        fa_mods_map_kernel<<<(unsigned)blocks, 32 * FA_MODS_MAP_ROWS, 0, stream>>>(bp);
         FA_CUDA_CHECK_LAUNCH("block map kernel launch");
     }
     /* the verdict, unless an earlier call accepted these lists: a bad row stops at its first bad
