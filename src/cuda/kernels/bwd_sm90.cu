@@ -859,12 +859,12 @@ static fa_status fa_bwd_sm90_launch(const fa_bwd_params *p, const fa_dropout_par
     CUtensorMap tmap_q, tmap_do, tmap_k, tmap_v, tmap_dk, tmap_dv;
     fa_status st;
     int dkdv_tma;
-    if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v)) !=
-            FA_OK ||
+    if ((st = fa_bwd_sm90_make_maps(p, BF16, Cfg::BLOCK_M, Cfg::BLOCK_N, path, &tmap_q, &tmap_do, &tmap_k, &tmap_v,
+                                    !FP8)) != FA_OK ||
         (st = fa_bwd_sm90_dkdv_maps(p, BF16, path, &tmap_k, &tmap_dk, &tmap_dv, &dkdv_tma)) != FA_OK)
         return st;
     fa_bwd_sm90_fp8_arg<FP8> fp8_arg;
-    if constexpr (FP8) { /* the e4m3 maps (V's in tmap_v's place: the 16-bit copy is not read) and descales */
+    if constexpr (FP8) { /* the e4m3 maps (V's in tmap_v's place: there is no 16-bit copy of V) and descales */
         const fa_params *e = fp8_src;
         const bool varlen = p->cu_seqlens_q != nullptr;
         const int64_t rows_q = varlen ? p->total_q : p->seqlen_q, rows_k = varlen ? p->total_k : p->seqlen_k;

@@ -945,11 +945,12 @@ static inline fa_status fa_bwd_sm90_dispatch(const fa_bwd_params *p, bool dropou
 }
 
 /* TMA maps of Q and dO (box rows block_m) and of K and V (box rows block_n): a tensor as the 4-D
- * {d, rows, heads, batch}, varlen {d, total, heads, 1}. The caller has returned early when a
- * tensor has no rows. `path` names the kernel in messages. */
+ * {d, rows, heads, batch}, varlen {d, total, heads, 1}; without with_v, V's map is left to the
+ * caller (the fp8 kernel maps V's e4m3 codes). The caller has returned early when a tensor has no
+ * rows. `path` names the kernel in messages. */
 static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16, int block_m, int block_n,
                                           const char *path, CUtensorMap *tmap_q, CUtensorMap *tmap_do,
-                                          CUtensorMap *tmap_k, CUtensorMap *tmap_v) {
+                                          CUtensorMap *tmap_k, CUtensorMap *tmap_v, bool with_v = true) {
     const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const bool varlen = p->cu_seqlens_q != nullptr;
     const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
@@ -962,8 +963,9 @@ static inline fa_status fa_bwd_sm90_make_maps(const fa_bwd_params *p, bool bf16,
                                  p->do_row_stride, p->do_head_stride, p->do_batch_stride, block_m)) != FA_OK ||
         (st = fa_hopper_make_map(tmap_k, path, "k", type, p->k, p->head_dim, rows_k, p->heads_kv, map_batch,
                                  p->k_row_stride, p->k_head_stride, p->k_batch_stride, block_n)) != FA_OK ||
-        (st = fa_hopper_make_map(tmap_v, path, "v", type, p->v, p->head_dim_v, rows_k, p->heads_kv, map_batch,
-                                 p->v_row_stride, p->v_head_stride, p->v_batch_stride, block_n)) != FA_OK)
+        (with_v && (st = fa_hopper_make_map(tmap_v, path, "v", type, p->v, p->head_dim_v, rows_k, p->heads_kv,
+                                            map_batch, p->v_row_stride, p->v_head_stride, p->v_batch_stride,
+                                            block_n)) != FA_OK))
         return st;
     return FA_OK;
 }
