@@ -696,7 +696,8 @@ static fa_status plan_backward_fp8(const fa_problem *pb, fa_bwd_fp8_copies *copi
     fp8_as_bf16(pb, copies, reinterpret_cast<uint8_t *>(256), bf16);
     if ((s = plan_backward(bf16, plan, fp8_kernel_candidate(pb))) != FA_OK || !plan->fp8_kernel) return s;
     /* the plan does not depend on where the copies lie (all 256-byte aligned); the bf16 problem's v
-     * then names the dout copy's address, whose map the fp8 kernel's launcher replaces by V's codes */
+     * then names the dout copy's address, which nothing reads: the fp8 kernel's launcher maps V's
+     * codes and no 16-bit V */
     *copies = fp8_copies(&pb->p, 0);
     fp8_as_bf16(pb, copies, reinterpret_cast<uint8_t *>(256), bf16);
     return FA_OK;
