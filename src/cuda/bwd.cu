@@ -5,7 +5,8 @@
  *                            shared memory) and the workspace size
  *   fa_cuda_backward         plans the call and runs, asynchronously on p->stream:
  *     0. workspace: p->workspace, or cudaMallocAsync / cudaFreeAsync on the stream
- *     1. cudaMemsetAsync of the fp32 dQ accumulator(s) (and the Hopper kernels' dQ semaphores)
+ *     1. the fp32 dQ accumulator(s) (and the Hopper kernels' dQ semaphores) zeroed, by the
+ *        pre-pass kernel (a slice per block), or by cudaMemsetAsync where it does not run
  *     2. pre-pass kernel: D = rowsum(dO∘O), LSE in log2 units (+inf where LSE = -inf, so P = 0),
  *        and per-block dsink partials
  *     3. main kernel: dK, dV (or fp32 partials), dQ accumulation. On compute capability 9.0 a
@@ -38,7 +39,7 @@
  *                128 tiles of [BLOCK_M, bucket], (total_q / BLOCK_M + batch) per query head,
  *                sm90_tiles.h's fa_hopper_bwd_dq_elems; at 256 head-major)
  *   dq semaphores  Hopper kernels, deterministic mode: batch × heads_q × query blocks × 2 × 4
- *                bytes (sm90_tiles.h; zeroed by the same memset as dq_accum, which it follows)
+ *                bytes (sm90_tiles.h; zeroed with dq_accum, which it follows)
  *   lse_log2, D  2 × heads_q × total_q × 4   (Hopper kernel: D only; it converts the LSE itself,
  *                                             so its workspace is no larger than FlashAttention-2's)
  *   dsink parts  heads_q × pre-pass blocks per head × 4      (only with sinks and dsink)
@@ -149,6 +150,9 @@ struct fa_bwd_prepass_params {
     float *lse_log2;            /* [heads_q, total_q], or NULL: not needed (Hopper kernel)     */
     float *dsum;                /* [heads_q, total_q]                                          */
     float *sink_partial;        /* [heads_q, blocks_per_head] or NULL                          */
+    uint4 *zero16;              /* the dQ accumulators (and semaphores) to zero, 16-byte units, or NULL */
+    int64_t zero16_count;       /* units in all                                                 */
+    int64_t zero16_per_block;   /* units each block zeroes: its slice of the flat region        */
 };
 
 /* One block: rows_per_block packed rows of one head. lanes_per_row lanes read 16 bytes each of
@@ -157,6 +161,15 @@ struct fa_bwd_prepass_params {
 template <bool BF16>
 __global__ void __launch_bounds__(256) fa_bwd_prepass_kernel(const fa_bwd_prepass_params pp) {
     __shared__ float sink_terms[256];
+    /* The dQ accumulators are zeroed here rather than by a memset before this kernel: the zero
+     * stores then share the pass with the O and dO reads (one kernel over the bandwidth instead
+     * of two). Each block zeroes a contiguous slice; the slices tile the region. */
+    if (pp.zero16 != nullptr) {
+        const int64_t begin = (int64_t)blockIdx.x * pp.zero16_per_block;
+        const int64_t end = begin + pp.zero16_per_block < pp.zero16_count ? begin + pp.zero16_per_block
+                                                                          : pp.zero16_count;
+        for (int64_t u = begin + threadIdx.x; u < end; u += blockDim.x) pp.zero16[u] = make_uint4(0u, 0u, 0u, 0u);
+    }
     const int h = blockIdx.x / pp.blocks_per_head;
     const int chunk = blockIdx.x % pp.blocks_per_head;
     const int item = threadIdx.x / pp.lanes_per_row;
@@ -790,7 +803,7 @@ typedef struct fa_bwd_buffers {
 
 /* 2. the pre-pass: D = rowsum(dO∘O), LSE·log2(e), the sinks' partial sums. */
 static fa_status run_prepass(const fa_problem *pb, const fa_bwd_plan *plan, const fa_bwd_buffers *buf,
-                             cudaStream_t stream) {
+                             void *zero, size_t zero_bytes, cudaStream_t stream) {
     const fa_params *p = &pb->p;
     float *lse_log2 = buf->lse_log2, *dsum = buf->dsum, *sink_partial = buf->sink_partial;
     fa_bwd_prepass_params pp;
@@ -817,6 +830,9 @@ static fa_status run_prepass(const fa_problem *pb, const fa_bwd_plan *plan, cons
     pp.dsum = dsum;
     pp.sink_partial = sink_partial;
     const unsigned blocks = (unsigned)(plan->prepass_blocks_per_head * p->heads_q);
+    pp.zero16 = static_cast<uint4 *>(zero);
+    pp.zero16_count = (int64_t)(zero_bytes / 16);
+    pp.zero16_per_block = (pp.zero16_count + blocks - 1) / blocks;
     if (p->dtype == FA_DTYPE_BF16)
         fa_bwd_prepass_kernel<true><<<blocks, 256, 0, stream>>>(pp);
     else
@@ -995,13 +1011,18 @@ static fa_status run_backward(const fa_problem *pb, const fa_bwd_plan *plan, uin
         buf.mods = &mods;
     }
 
-    /* 1. zero dQ accumulators (and the semaphores right after them) */
+    /* 1. zero dQ accumulators (and the semaphores right after them): by the pre-pass where it
+     * runs and the region is whole 16-byte units (the workspace regions are 256-byte aligned) */
     const size_t zero_bytes = plan->sem_bytes > 0 ? plan->off_sem + plan->sem_bytes - plan->off_dq
                                                   : (size_t)plan->dq_splits * dq_elems * 4;
-    if (dq_elems > 0)
+    const int zero_in_prepass = dq_elems > 0 && p->total_q > 0 && zero_bytes % 16 == 0;
+    if (dq_elems > 0 && !zero_in_prepass)
         FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, zero_bytes, stream), "cudaMemsetAsync(dq accumulator)");
 
-    if (p->total_q > 0 && (s = run_prepass(pb, plan, &buf, stream)) != FA_OK) return s;
+    if (p->total_q > 0 &&
+        (s = run_prepass(pb, plan, &buf, zero_in_prepass ? dq_accum : nullptr, zero_in_prepass ? zero_bytes : 0,
+                         stream)) != FA_OK)
+        return s;
     if (plan->grid > 0 && (s = run_main(pb, plan, &buf, ws, stream)) != FA_OK) return s;
     if ((s = run_conversions(pb, plan, &buf, ws, stream)) != FA_OK) return s;
     if (pb->has_mods && (s = fa_cuda_dbias_finish(pb, reinterpret_cast<const float *>(ws + plan->off_dbias), stream)) != FA_OK)
