@@ -795,8 +795,9 @@ def fp8_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, 
 def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None,
                        max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False,
                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, sink_logits=None,
-                       deterministic=False):
-    """(dq, dk, dv, dsink or None) without autograd."""
+                       deterministic=False, dropout_p=0.0, rng_state=None):
+    """(dq, dk, dv, dsink or None) without autograd; dropout_p > 0 regenerates the mask of
+    rng_state (_philox_state's int64 [2], any device)."""
     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
      sink_logits) = _prepare_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, alibi_slopes, sink_logits)
@@ -805,9 +806,15 @@ def attention_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=
     _check_backward_tensors(geo, q, dout, out, lse, (same, same))
     _, wl, wr = _core.window_fields(window_size)
     scale = _core.default_scale(q.shape[-1], softmax_scale)
+    dropout_p = _core.check_dropout(dropout_p)
+    if dropout_p > 0:
+        if not isinstance(rng_state, torch.Tensor) or rng_state.numel() != 2:
+            raise ValueError("flashattn: dropout_p > 0 needs rng_state, the forward's int64 tensor "
+                             "of 2 elements (seed, offset)")
+        rng_state = rng_state.detach().to("cpu", torch.int64).reshape(2)
     args = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
             bool(causal), wl, wr, _core.check_softcap(softcap), alibi_slopes, sink_logits,
-            bool(deterministic))
+            bool(deterministic), dropout_p, rng_state if dropout_p > 0 else None)
     with torch.no_grad():
         use_ops = _use_ops(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sink_logits)
         dq, dk, dv, dsink = torch.ops.flashattn.bwd(*args) if use_ops else _bwd_impl(*args)

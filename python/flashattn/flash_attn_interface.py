@@ -59,8 +59,9 @@ def _reject_torch_mix(*tensors):
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_size, softcap, alibi_slopes, sink_logits, deterministic,
                dropout_p=0.0, return_attn_probs=False, block_table=None, attn_bias=None,
-               descales=(None, None, None)):
-    """(out, lse, S_dmask or None)."""
+               descales=(None, None, None), rng_state=None):
+    """(out, lse, S_dmask or None). rng_state: the dropout state to use (torch tensors with
+    dropout_p > 0; drawn from torch's generator when None)."""
     dropout_p = _core.check_dropout(dropout_p)
     if _is_torch(q) and _torch_impl.is_fp8(q.dtype):
         if dropout_p > 0 or block_table is not None or attn_bias is not None:
@@ -84,7 +85,8 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
                                         alibi_slopes, sink_logits, deterministic, attn_bias=attn_bias)
         return out, lse, None
     if _is_torch(q):
-        rng_state = _torch_impl._philox_state() if dropout_p > 0 else None
+        if dropout_p > 0 and rng_state is None:
+            rng_state = _torch_impl._philox_state()
         if block_table is not None:
             out, lse = _torch_impl.paged_attention(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
@@ -337,3 +339,140 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q=None, cu_s
                                         causal, window_size, softcap, alibi_slopes, sink_logits,
                                         deterministic)
     return result if sink_logits is not None else result[:3]
+
+
+# ---- flash_attn 2.8's internal entry points --------------------------------------------------
+# Libraries built on flash_attn (ring and context-parallel attention, sink-attention wrappers)
+# call these directly: the same names, positional arguments and return values. No autograd; the
+# backward writes into the caller's dq / dk / dv.
+
+
+def _private_inputs(name, *tensors):
+    if _torch is None or not all(t is None or isinstance(t, _torch.Tensor) for t in tensors):
+        raise TypeError("flashattn: %s takes torch tensors (as flash_attn's does)" % name)
+
+
+def _rng_state_out(q, rng_state):
+    """flash_attn's rng_state output: int64 (2,) on q's device ((seed, offset); zeros without
+    dropout)."""
+    state = rng_state if rng_state is not None else _torch.zeros(2, dtype=_torch.int64)
+    return state.to(q.device)
+
+
+def _private_forward(name, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                     softcap, alibi_slopes, return_softmax, block_table=None):
+    _private_inputs(name, q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, block_table)
+    dropout_p = _core.check_dropout(dropout_p)
+    rng_state = _torch_impl._philox_state() if dropout_p > 0 else None
+    with _torch.no_grad():
+        out, lse, s_dmask = _attention(
+            q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            max_seqlen_k, softmax_scale, causal, (window_size_left, window_size_right), softcap,
+            alibi_slopes, None, False, dropout_p, bool(return_softmax), block_table,
+            rng_state=rng_state)
+    if s_dmask is None:
+        s_dmask = _torch.empty((0,), dtype=q.dtype, device=q.device)
+    return out, lse, s_dmask, _rng_state_out(q, rng_state)
+
+
+def _softmax_d(dout, out, cu_seqlens_q):
+    """flash_attn's softmax_d output: D = rowsum(dout ∘ out) in fp32, (batch, nheads,
+    seqlen_q rounded up to 128) or, varlen, (nheads, total_q + 128 · batch) with packed row t at
+    column t; the padding columns are zero."""
+    d = (dout.float() * out.float()).sum(-1)
+    if cu_seqlens_q is None:
+        b, sq, h = d.shape
+        full = _torch.zeros(b, h, (sq + 127) // 128 * 128, dtype=_torch.float32, device=d.device)
+        full[:, :, :sq] = d.transpose(1, 2)
+    else:
+        total, h = d.shape
+        full = _torch.zeros(h, total + 128 * (cu_seqlens_q.numel() - 1), dtype=_torch.float32,
+                            device=d.device)
+        full[:, :total] = d.t()
+    return full
+
+
+def _private_backward(name, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                      window_size_left, window_size_right, softcap, alibi_slopes, deterministic,
+                      rng_state):
+    _private_inputs(name, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                    alibi_slopes, rng_state)
+    if _torch_impl.is_fp8(q.dtype):
+        raise NotImplementedError("flashattn: %s on float8_e4m3fn inputs: use "
+                                  "flash_attn_backward with the descale factors" % name)
+    with _torch.no_grad():
+        grads = _torch_impl.attention_backward(
+            dout, q.detach(), k.detach(), v.detach(), out.detach(), softmax_lse, cu_seqlens_q,
+            cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+            (window_size_left, window_size_right), softcap, alibi_slopes, None, deterministic,
+            dropout_p, rng_state)
+        pairs = [(dst, g, what) for dst, g, what in ((dq, grads[0], "dq"), (dk, grads[1], "dk"),
+                                                      (dv, grads[2], "dv")) if dst is not None]
+        for dst, g, what in pairs:  # every buffer checked before any is written
+            if dst.shape != g.shape or dst.dtype != g.dtype:
+                raise ValueError("flashattn: %s: %s has shape %s and dtype %s, the gradient %s %s"
+                                 % (name, what, tuple(dst.shape), dst.dtype, tuple(g.shape),
+                                    g.dtype))
+        for dst, g, _ in pairs:
+            dst.copy_(g)
+        return _softmax_d(dout, out, cu_seqlens_q)
+
+
+def _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left=-1,
+                        window_size_right=-1, softcap=0.0, alibi_slopes=None,
+                        return_softmax=False):
+    """flash_attn 2.8's internal forward: (out, softmax_lse, S_dmask, rng_state). S_dmask is an
+    empty tensor unless return_softmax and dropout_p > 0; rng_state (int64 (2,), q's device)
+    regenerates the dropout mask in _flash_attn_backward."""
+    return _private_forward("_flash_attn_forward", q, k, v, None, None, None, None, dropout_p,
+                            softmax_scale, causal, window_size_left, window_size_right, softcap,
+                            alibi_slopes, return_softmax)
+
+
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               dropout_p, softmax_scale, causal, window_size_left=-1,
+                               window_size_right=-1, softcap=0.0, alibi_slopes=None,
+                               return_softmax=False, block_table=None, leftpad_k=None,
+                               seqused_k=None):
+    """flash_attn 2.8's internal varlen forward (block_table: a paged KV cache, as
+    flash_attn_varlen_func takes it); leftpad_k and seqused_k are not supported."""
+    if leftpad_k is not None or seqused_k is not None:
+        raise NotImplementedError("flashattn: _flash_attn_varlen_forward with %s is not supported"
+                                  % ("leftpad_k" if leftpad_k is not None else "seqused_k"))
+    return _private_forward("_flash_attn_varlen_forward", q, k, v, cu_seqlens_q, cu_seqlens_k,
+                            max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                            window_size_left, window_size_right, softcap, alibi_slopes,
+                            return_softmax, block_table)
+
+
+def _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
+                         causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                         deterministic, rng_state=None):
+    """flash_attn 2.8's internal backward: writes the gradients into dq, dk, dv (each may be None:
+    not written) and returns softmax_d (_softmax_d). With dropout, rng_state is the forward's."""
+    return _private_backward("_flash_attn_backward", dout, q, k, v, out, softmax_lse, dq, dk, dv,
+                             None, None, None, None, dropout_p, softmax_scale, causal,
+                             window_size_left, window_size_right, softcap, alibi_slopes,
+                             deterministic, rng_state)
+
+
+def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                softmax_scale, causal, window_size_left, window_size_right,
+                                softcap, alibi_slopes, deterministic, rng_state=None,
+                                zero_tensors=False):
+    """flash_attn 2.8's internal varlen backward (as _flash_attn_backward; zero_tensors is
+    accepted and has no effect: every gradient element is written)."""
+    return _private_backward("_flash_attn_varlen_backward", dout, q, k, v, out, softmax_lse, dq,
+                             dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             dropout_p, softmax_scale, causal, window_size_left,
+                             window_size_right, softcap, alibi_slopes, deterministic, rng_state)
+
+
+# flash_attn 2.8 names the torch.library wrappers of the same functions _wrapped_*.
+_wrapped_flash_attn_forward = _flash_attn_forward
+_wrapped_flash_attn_varlen_forward = _flash_attn_varlen_forward
+_wrapped_flash_attn_backward = _flash_attn_backward
+_wrapped_flash_attn_varlen_backward = _flash_attn_varlen_backward
