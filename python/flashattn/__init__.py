@@ -15,6 +15,7 @@ from .flash_attn_interface import (flash_attn_backward, flash_attn_forward, flas
                                    flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                                    flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
 from . import bert_padding
+from ._alias import FLASH_ATTN_API_VERSION, register_as_flash_attn
 
 try:  # programmable attention (bias, block-sparse masks): needs torch
     from ._mods_impl import (BlockSparseMask, causal_block_mask, document_block_mask,
@@ -31,5 +32,5 @@ __all__ = [
     "flash_attn_backward", "bert_padding", "set_num_threads", "get_num_threads",
     "library_path", "library_version", "cpu_isa", "cuda_available", "FlashAttnError",
     "FlashAttnValueError", "FlashAttnTypeError", "FlashAttnRuntimeError",
-    "FlashAttnNotImplementedError",
+    "FlashAttnNotImplementedError", "register_as_flash_attn", "FLASH_ATTN_API_VERSION",
 ]
